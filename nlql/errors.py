@@ -1,0 +1,217 @@
+"""The NLQLError hierarchy: every mistake a user can make, rendered with a caret under it.
+
+``str(error)`` is the message with its location, the source line, a caret under the span and a hint::
+
+    unknown name 'rell' at line 3, column 7
+      3 | WHERE rell >= 0.3
+        |       ^^^^
+    hint: did you mean 'rel'?
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from nlql.span import Span
+
+
+@dataclass(frozen=True, slots=True)
+class Diagnostic:
+    """One problem found in a query. ``line``/``column`` are 1-based; 0 when there is no position."""
+
+    line: int
+    column: int
+    message: str
+    hint: str | None = None
+    span: Span | None = field(default=None, compare=False)
+    code: str = "error"
+
+    def render(self, source: str | None) -> str:
+        """The diagnostic as text: message, location, source line with caret, hint."""
+        return render_message(self.message, self.span, source, self.hint)
+
+    def to_dict(self) -> dict[str, object]:
+        """A JSON-ready view (for agents and ``--json`` output)."""
+        out: dict[str, object] = {
+            "line": self.line,
+            "column": self.column,
+            "message": self.message,
+            "hint": self.hint,
+            "code": self.code,
+        }
+        if self.span is not None:
+            out["start"] = self.span.start
+            out["end"] = self.span.end
+        return out
+
+
+def render_message(message: str, span: Span | None, source: str | None, hint: str | None) -> str:
+    """Message + ``at line L, column C`` + the source line + caret + hint (SPEC §8)."""
+    if span is None:
+        lines = [message]
+    else:
+        lines = [f"{message} at line {span.line}, column {span.column}"]
+        if source is not None:
+            src_lines = source.split("\n")
+            if 1 <= span.line <= len(src_lines):
+                text = src_lines[span.line - 1].replace("\t", " ")
+                if len(text) > 200:  # keep the caret near the error on very long lines
+                    lo = max(0, span.column - 80)
+                    shown = text[lo : lo + 160]
+                    col = span.column - lo
+                else:
+                    shown = text
+                    col = span.column
+                gutter = f"{span.line:>3} | "
+                width = 1
+                if span.end_line == span.line:
+                    width = max(1, span.end_column - span.column)
+                else:
+                    width = max(1, len(text) - span.column + 1)
+                width = min(width, max(1, len(shown) - col + 2))
+                lines.append(gutter + shown)
+                lines.append(" " * (len(gutter) - 2) + "| " + " " * (col - 1) + "^" * width)
+    if hint:
+        lines.append(f"hint: {hint}")
+    return "\n".join(lines)
+
+
+class NLQLError(Exception):
+    """Base of every error a user can cause. Has ``line``, ``column``, ``hint`` and a caret rendering."""
+
+    kind = "error"
+
+    def __init__(
+        self,
+        message: str,
+        span: Span | None = None,
+        source: str | None = None,
+        hint: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.span = span
+        self.source = source
+        self.hint = hint
+
+    @property
+    def line(self) -> int:
+        return self.span.line if self.span else 0
+
+    @property
+    def column(self) -> int:
+        return self.span.column if self.span else 0
+
+    @property
+    def diagnostics(self) -> list[Diagnostic]:
+        return [Diagnostic(self.line, self.column, self.message, self.hint, self.span, self.kind)]
+
+    def with_source(self, source: str) -> NLQLError:
+        """Attach the query text (for caret rendering) if not already known; returns self."""
+        if self.source is None:
+            self.source = source
+        return self
+
+    def __str__(self) -> str:
+        return render_message(self.message, self.span, self.source, self.hint)
+
+
+class NLQLSyntaxError(NLQLError):
+    """The text is not NLQL: an unexpected character or token, an unterminated string, …"""
+
+    kind = "syntax"
+
+
+class CheckError(NLQLError):
+    """Semantic problems (names, types, arity, cycles, params). Carries every diagnostic at once."""
+
+    kind = "check"
+
+    def __init__(self, diagnostics: list[Diagnostic], source: str | None = None) -> None:
+        first = diagnostics[0]
+        more = len(diagnostics) - 1
+        super().__init__(first.message, first.span, source, first.hint)
+        self._diagnostics = list(diagnostics)
+        self.more = more
+
+    @property
+    def diagnostics(self) -> list[Diagnostic]:
+        return list(self._diagnostics)
+
+    def __str__(self) -> str:
+        parts = [d.render(self.source) for d in self._diagnostics]
+        return "\n\n".join(parts)
+
+
+class IRValidationError(NLQLError):
+    """A JSON/dict IR given to ``Query.from_dict`` is malformed; ``path`` is the JSON path of the bad field."""
+
+    kind = "ir"
+
+    def __init__(self, message: str, path: str) -> None:
+        super().__init__(f"{message} at {path}")
+        self.path = path
+
+
+class PlanError(NLQLError):
+    """The query is valid but cannot be planned (e.g. an unresolvable WITHIN period)."""
+
+    kind = "plan"
+
+
+class UnsupportedError(NLQLError):
+    """A backend or dialect cannot run a feature the query needs."""
+
+    kind = "unsupported"
+
+    def __init__(self, backend: str, feature: str, span: Span | None = None, hint: str | None = None) -> None:
+        super().__init__(f"{backend} does not support {feature}", span, None, hint)
+        self.backend = backend
+        self.feature = feature
+
+
+class ParamError(NLQLError):
+    """A ``$param`` is missing, unused or of the wrong type."""
+
+    kind = "param"
+
+
+class BackendError(NLQLError):
+    """The store failed (connection lost, server error). Names the store."""
+
+    kind = "backend"
+
+    def __init__(self, store: str, message: str, hint: str | None = None) -> None:
+        super().__init__(f"{store}: {message}", None, None, hint)
+        self.store = store
+
+
+class NLQLTimeoutError(NLQLError):
+    """A search ran out of time before it had any result."""
+
+    kind = "timeout"
+
+
+class EvaluationError(NLQLError):
+    """A user function raised while a query ran."""
+
+    kind = "evaluation"
+
+
+class LimitError(NLQLError):
+    """The query exceeds a configured limit (length, depth, list length, LIMIT ceiling)."""
+
+    kind = "limit"
+
+
+class MissingDependencyError(NLQLError, ImportError):
+    """An optional dependency is not installed; the message names the ``pip install`` that fixes it."""
+
+    kind = "dependency"
+
+    def __init__(self, extra: str, module: str) -> None:
+        NLQLError.__init__(
+            self,
+            f"the {extra} store needs the '{module}' package",
+            hint=f"pip install 'nlql[{extra}]'",
+        )
