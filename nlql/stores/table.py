@@ -1,0 +1,434 @@
+"""Rows kept in RAM with columnar, vectorised filter evaluation.
+
+The built-in store keeps every row here; Faiss and hnswlib keep their content and metadata here beside
+the index. Keys are row numbers. A pushed filter becomes a boolean mask over all rows: each metadata
+path is turned once (lazily, per table version) into typed columns — a kind code, a float view that
+includes numeric strings, a categorical code for strings, an epoch view for ISO dates — so a leaf is a
+handful of numpy comparisons, and string predicates (CONTAINS, LIKE, MATCH) run once per distinct
+string, not once per row. The semantics are exactly :mod:`nlql.values`; tests compare the two.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+import numpy as np
+
+from nlql import values as V
+from nlql.stores.base import Cond, DocRecord, FAnd, Filter, FOr, Row, unit_id
+from nlql.stores.pyfilter import eval_cond
+
+K_NULL, K_NUM, K_STR, K_BOOL, K_OTHER = 0, 1, 2, 3, 4
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def _micros(dt: datetime) -> int:
+    return (dt - _EPOCH) // _ONE_US
+
+
+_ONE_US = datetime(1970, 1, 1, 0, 0, 0, 1, tzinfo=timezone.utc) - _EPOCH
+
+
+@dataclass
+class Column:
+    """Typed views of one path over a list of values (per document or per row)."""
+
+    kind: np.ndarray      # int8 K_*
+    num: np.ndarray       # float64, NaN unless number or numeric string
+    codes: np.ndarray     # int64 index into `strings` for string values, -1 otherwise
+    strings: list[str]    # sorted distinct strings
+    bools: np.ndarray     # int8: 0/1 for bools, -1 otherwise
+    _dates: np.ndarray | None = None  # int64 microseconds; INT64_MIN where not an ISO date string
+
+    @classmethod
+    def build(cls, values: Sequence[Any]) -> Column:
+        n = len(values)
+        kind = np.zeros(n, dtype=np.int8)
+        num = np.full(n, np.nan)
+        bools = np.full(n, -1, dtype=np.int8)
+        str_idx: list[int] = []
+        str_val: list[str] = []
+        for i, v in enumerate(values):
+            if v is None:
+                continue
+            if isinstance(v, bool):
+                kind[i] = K_BOOL
+                bools[i] = int(v)
+            elif isinstance(v, (int, float)):
+                f = V.as_number(v)
+                if f is None:  # NaN / inf / huge int: behave as null for numbers
+                    kind[i] = K_NULL if isinstance(v, float) else K_OTHER
+                else:
+                    kind[i] = K_NUM
+                    num[i] = f
+            elif isinstance(v, str):
+                kind[i] = K_STR
+                str_idx.append(i)
+                str_val.append(v)
+                f = V.numeric_string(v)
+                if f is not None:
+                    num[i] = f
+            else:
+                kind[i] = K_OTHER
+        strings = sorted(set(str_val))
+        lookup = {s: j for j, s in enumerate(strings)}
+        codes = np.full(n, -1, dtype=np.int64)
+        if str_idx:
+            codes[np.asarray(str_idx, dtype=np.int64)] = np.fromiter(
+                (lookup[s] for s in str_val), dtype=np.int64, count=len(str_val)
+            )
+        return cls(kind, num, codes, strings, bools)
+
+    @property
+    def dates(self) -> np.ndarray:
+        if self._dates is None:
+            per_string = np.array(
+                [_micros(d) if (d := V.iso_datetime(s)) is not None else np.iinfo(np.int64).min
+                 for s in self.strings] or [0],
+                dtype=np.int64,
+            )
+            out = np.full(len(self.codes), np.iinfo(np.int64).min, dtype=np.int64)
+            has = self.codes >= 0
+            out[has] = per_string[self.codes[has]]
+            self._dates = out
+        return self._dates
+
+    # ---------------------------------------------------------------------------------------- leaves
+
+    def eq(self, v: Any) -> tuple[np.ndarray, np.ndarray]:
+        """(TRUE mask, KNOWN mask) of ``x == v``."""
+        return self._cmp("eq", v)
+
+    def _cmp(self, op: str, v: Any) -> tuple[np.ndarray, np.ndarray]:
+        n = len(self.kind)
+        if V.is_null(v):
+            z = np.zeros(n, dtype=bool)
+            return z, z
+        if isinstance(v, bool):
+            known = self.kind == K_BOOL
+            return known & _apply(op, self.bools.astype(np.int64), int(v)), known
+        if isinstance(v, datetime):
+            d = self.dates
+            known = d != np.iinfo(np.int64).min
+            return known & _apply(op, d, _micros(v)), known
+        if V.is_number(v):
+            f = V.as_number(v)
+            if f is None:
+                z = np.zeros(n, dtype=bool)
+                return z, z
+            known = ~np.isnan(self.num)
+            with np.errstate(invalid="ignore"):
+                return known & _apply(op, self.num, f), known
+        if isinstance(v, str):
+            known = self.codes >= 0
+            result = known & self._str_cmp(op, v)
+            f = V.numeric_string(v)
+            if f is not None:
+                numeric = (self.kind == K_NUM)
+                with np.errstate(invalid="ignore"):
+                    result |= numeric & _apply(op, self.num, f)
+                known = known | numeric
+            return result, known
+        z = np.zeros(n, dtype=bool)
+        return z, z
+
+    def _str_cmp(self, op: str, s: str) -> np.ndarray:
+        lo = bisect.bisect_left(self.strings, s)
+        hi = bisect.bisect_right(self.strings, s)
+        c = self.codes
+        if op == "eq":
+            return (c == lo) if hi > lo else np.zeros(len(c), dtype=bool)
+        if op == "ne":
+            return (c != lo) if hi > lo else np.ones(len(c), dtype=bool)
+        if op == "lt":
+            return c < lo
+        if op == "le":
+            return c < hi
+        if op == "gt":
+            return c >= hi
+        if op == "ge":
+            return c >= lo
+        raise ValueError(op)
+
+    def per_string(self, fn: Any) -> np.ndarray:
+        """TRUE mask of a string predicate evaluated once per distinct string."""
+        if not self.strings:
+            return np.zeros(len(self.codes), dtype=bool)
+        table = np.fromiter((bool(fn(s)) for s in self.strings), dtype=bool, count=len(self.strings))
+        has = self.codes >= 0
+        out = np.zeros(len(self.codes), dtype=bool)
+        out[has] = table[self.codes[has]]
+        return out
+
+
+def _apply(op: str, arr: np.ndarray, v: Any) -> np.ndarray:
+    if op == "eq":
+        return arr == v
+    if op == "ne":
+        return arr != v
+    if op == "lt":
+        return arr < v
+    if op == "le":
+        return arr <= v
+    if op == "gt":
+        return arr > v
+    if op == "ge":
+        return arr >= v
+    raise ValueError(op)
+
+
+def leaf_mask(col: Column, cond: Cond) -> np.ndarray:
+    """TRUE mask of one pushed leaf over a column (three-valued: UNKNOWN is False)."""
+    op = cond.op
+    if op == "is_null":
+        return col.kind == K_NULL
+    if op == "is_not_null":
+        return col.kind != K_NULL
+    if op in ("eq", "ne", "lt", "le", "gt", "ge"):
+        return col._cmp(op, cond.value)[0]
+    if op in ("in", "not_in"):
+        n = len(col.kind)
+        any_true = np.zeros(n, dtype=bool)
+        all_known = np.ones(n, dtype=bool)
+        for opt in cond.value:
+            t, k = col._cmp("eq", opt)
+            any_true |= t
+            all_known &= k
+        if op == "in":
+            return any_true
+        return ~any_true & all_known & (col.kind != K_NULL)
+    if op in ("contains", "not_contains", "like", "not_like", "match", "not_match"):
+        if not isinstance(cond.value, str):
+            return np.zeros(len(col.kind), dtype=bool)
+        base = op.removeprefix("not_")
+        if base == "contains":
+            needle = cond.value.casefold()
+
+            def fn(s: str) -> bool:
+                return needle in s.casefold()
+        elif base == "like":
+            rx = V.like_regex(cond.value)
+
+            def fn(s: str) -> bool:
+                return rx.fullmatch(s) is not None
+        else:
+            rx2 = re.compile(cond.value)
+
+            def fn(s: str) -> bool:
+                return rx2.search(s) is not None
+        if op.startswith("not_"):
+            return col.per_string(lambda s: not fn(s))
+        return col.per_string(fn)
+    raise ValueError(f"unknown filter op {op!r}")
+
+
+class RowTable:
+    """Sentence rows in RAM; keys are row numbers (stable until :meth:`compact`)."""
+
+    def __init__(self) -> None:
+        self.doc_ids: list[str] = []     # per row
+        self.positions: list[int] = []
+        self.contents: list[str] = []
+        self.starts: list[int] = []
+        self.ends: list[int] = []
+        self.tails: list[str] = []
+        self.row_doc = np.zeros(0, dtype=np.int64)   # row -> document slot
+        self.alive = np.zeros(0, dtype=bool)
+        self.seq = np.zeros(0, dtype=np.int64)
+        self.pos = np.zeros(0, dtype=np.int64)
+        # documents (slots; a replaced/deleted document's slot is dead)
+        self.doc_meta: list[dict[str, Any]] = []
+        self.doc_slot: dict[str, int] = {}           # live doc_id -> slot
+        self.doc_rows: dict[str, list[int]] = {}     # live doc_id -> row keys by position
+        self.version = 0
+        self._columns: dict[tuple[str, ...], Column] = {}
+        self._row_columns: dict[str, Column] = {}
+        self._folded: list[str] | None = None
+        self._max_seq = 0
+
+    # ------------------------------------------------------------------------------------- mutation
+
+    def __len__(self) -> int:
+        return int(self.alive.sum())
+
+    @property
+    def size(self) -> int:
+        """Number of row slots, dead ones included (the length of every per-row array)."""
+        return len(self.doc_ids)
+
+    def add(self, docs: Sequence[DocRecord]) -> np.ndarray:
+        """Append documents (replacing any live document with the same id); returns the new keys."""
+        self.remove([d.doc_id for d in docs if d.doc_id in self.doc_slot])
+        start = self.size
+        new_row_doc: list[int] = []
+        new_seq: list[int] = []
+        new_pos: list[int] = []
+        for d in docs:
+            if d.doc_id in self.doc_slot:  # the same id twice in one batch: the last one wins
+                self.remove([d.doc_id])
+            slot = len(self.doc_meta)
+            self.doc_meta.append(d.metadata)
+            self.doc_slot[d.doc_id] = slot
+            keys = []
+            for u in d.units:
+                keys.append(self.size)
+                self.doc_ids.append(d.doc_id)
+                self.positions.append(u.position)
+                self.contents.append(u.content)
+                self.starts.append(u.start)
+                self.ends.append(u.end)
+                self.tails.append(u.tail)
+                new_row_doc.append(slot)
+                new_seq.append(d.seq)
+                new_pos.append(u.position)
+            self.doc_rows[d.doc_id] = keys
+            self._max_seq = max(self._max_seq, d.seq)
+        n_new = self.size - start
+        self.row_doc = np.concatenate([self.row_doc, np.asarray(new_row_doc, dtype=np.int64)])
+        self.seq = np.concatenate([self.seq, np.asarray(new_seq, dtype=np.int64)])
+        self.pos = np.concatenate([self.pos, np.asarray(new_pos, dtype=np.int64)])
+        alive = np.ones(n_new, dtype=bool)
+        # rows of a document replaced later in this same batch are dead
+        live_slots = set(self.doc_slot.values())
+        if len(live_slots) < len(self.doc_meta):
+            alive &= np.fromiter((s in live_slots for s in new_row_doc), dtype=bool, count=n_new)
+        self.alive = np.concatenate([self.alive, alive])
+        self._changed()
+        return np.arange(start, self.size, dtype=np.int64)
+
+    def remove(self, doc_ids: Iterable[str]) -> int:
+        """Mark every row of these documents dead; returns the number of documents removed."""
+        removed = 0
+        for doc_id in doc_ids:
+            keys = self.doc_rows.pop(doc_id, None)
+            if keys is None:
+                continue
+            del self.doc_slot[doc_id]
+            if keys:
+                self.alive[np.asarray(keys, dtype=np.int64)] = False
+            removed += 1
+        if removed:
+            self._changed()
+        return removed
+
+    def compact(self) -> np.ndarray:
+        """Drop dead rows; returns the old keys of the kept rows (so callers can compact vectors)."""
+        keep = np.flatnonzero(self.alive)
+        slots_kept = sorted(self.doc_slot.values())
+        slot_map = np.full(len(self.doc_meta), -1, dtype=np.int64)
+        slot_map[np.asarray(slots_kept, dtype=np.int64)] = np.arange(len(slots_kept))
+        self.doc_meta = [self.doc_meta[s] for s in slots_kept]
+        for name in ("doc_ids", "positions", "contents", "starts", "ends", "tails"):
+            old = getattr(self, name)
+            setattr(self, name, [old[k] for k in keep])
+        self.row_doc = slot_map[self.row_doc[keep]]
+        self.seq = self.seq[keep]
+        self.pos = self.pos[keep]
+        self.alive = np.ones(len(keep), dtype=bool)
+        self.doc_slot = {d: int(slot_map[s]) for d, s in self.doc_slot.items()}
+        remap = {int(old): new for new, old in enumerate(keep)}
+        self.doc_rows = {d: [remap[k] for k in ks] for d, ks in self.doc_rows.items()}
+        self._changed()
+        return keep
+
+    def _changed(self) -> None:
+        self.version += 1
+        self._columns.clear()
+        self._row_columns.clear()
+        self._folded = None
+
+    @property
+    def max_seq(self) -> int:
+        return self._max_seq
+
+    # -------------------------------------------------------------------------------------- reading
+
+    def row(self, key: int) -> Row:
+        k = int(key)
+        doc_id = self.doc_ids[k]
+        return Row(
+            key=k, doc_id=doc_id, position=self.positions[k], content=self.contents[k],
+            metadata=self.doc_meta[int(self.row_doc[k])], seq=int(self.seq[k]),
+            start=self.starts[k], end=self.ends[k], tail=self.tails[k],
+        )
+
+    def rows(self, keys: Iterable[int]) -> list[Row]:
+        return [self.row(k) for k in keys]
+
+    def document_rows(self, doc_ids: Sequence[str]) -> dict[str, list[Row]]:
+        return {d: self.rows(self.doc_rows[d]) for d in doc_ids if d in self.doc_rows}
+
+    def live_keys(self) -> np.ndarray:
+        """Live keys in insertion order (seq, then position)."""
+        keys = np.flatnonzero(self.alive)
+        return keys[np.lexsort((self.pos[keys], self.seq[keys]))]
+
+    def order(self, keys: np.ndarray) -> np.ndarray:
+        """Sort keys into insertion order (seq, then position)."""
+        return keys[np.lexsort((self.pos[keys], self.seq[keys]))]
+
+    # -------------------------------------------------------------------------------------- filters
+
+    def meta_column(self, keys: tuple[str, ...]) -> Column:
+        """Typed column of ``meta.<keys>`` per row (built per document, mapped to rows)."""
+        col = self._columns.get(keys)
+        if col is None:
+            per_doc = Column.build([V.lookup(m, keys) for m in self.doc_meta])
+            col = Column(
+                per_doc.kind[self.row_doc], per_doc.num[self.row_doc], per_doc.codes[self.row_doc],
+                per_doc.strings, per_doc.bools[self.row_doc],
+            )
+            self._columns[keys] = col
+        return col
+
+    def field_column(self, name: str) -> Column:
+        col = self._row_columns.get(name)
+        if col is None:
+            if name == "doc_id":
+                col = Column.build(self.doc_ids)
+            elif name == "id":
+                col = Column.build([unit_id(d, p) for d, p in zip(self.doc_ids, self.positions)])
+            elif name == "position":
+                col = Column.build(self.positions)
+            else:
+                raise ValueError(name)
+            self._row_columns[name] = col
+        return col
+
+    def mask(self, flt: Filter | None) -> np.ndarray:
+        """Live rows for which the filter is TRUE."""
+        if flt is None:
+            return self.alive.copy()
+        return self.alive & self._mask(flt)
+
+    def _mask(self, flt: Filter) -> np.ndarray:
+        if isinstance(flt, FAnd):
+            out = np.ones(self.size, dtype=bool)
+            for item in flt.items:
+                out &= self._mask(item)
+            return out
+        if isinstance(flt, FOr):
+            out = np.zeros(self.size, dtype=bool)
+            for item in flt.items:
+                out |= self._mask(item)
+            return out
+        root = flt.path[0]
+        if root == "meta":
+            return leaf_mask(self.meta_column(flt.path[1:]), flt)
+        if root == "content":
+            return self._content_mask(flt)
+        return leaf_mask(self.field_column(root), flt)
+
+    def _content_mask(self, cond: Cond) -> np.ndarray:
+        if cond.op in ("contains", "not_contains") and isinstance(cond.value, str):
+            if self._folded is None:
+                self._folded = [c.casefold() for c in self.contents]
+            needle = cond.value.casefold()
+            hit = np.fromiter((needle in c for c in self._folded), dtype=bool, count=self.size)
+            return hit if cond.op == "contains" else ~hit
+        return np.fromiter((eval_cond(cond, c) is True for c in self.contents), dtype=bool, count=self.size)

@@ -1,0 +1,268 @@
+"""Value semantics (SPEC §6): three-valued comparisons, numeric strings, ISO dates.
+
+This module is the single definition of what a comparison means. The residual evaluator uses it row by
+row; the built-in store's vectorised masks and every store that evaluates pushed filters in Python are
+tested against it.
+
+A result is ``True``, ``False`` or ``None`` (UNKNOWN).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from datetime import date, datetime, timezone
+from functools import lru_cache
+from typing import Any
+
+MISSING: Any = None  # a missing key behaves exactly like null
+
+_NUMERIC = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
+_ISO_DATE = re.compile(r"\d{4}-\d{2}(?:-\d{2})?(?:[T ].*)?")
+
+
+def is_null(v: Any) -> bool:
+    """Null for NLQL: None, a missing key, or a float NaN."""
+    return v is None or (isinstance(v, float) and math.isnan(v))
+
+
+def is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+@lru_cache(maxsize=65536)
+def numeric_string(s: str) -> float | None:
+    """The number a numeric string spells (``"2025"`` → 2025.0), else None. Whitespace is not allowed."""
+    if len(s) > 400 or not _NUMERIC.fullmatch(s):
+        return None
+    try:
+        f = float(s)
+    except (ValueError, OverflowError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+def as_number(v: Any) -> float | None:
+    """A number or numeric string as float; anything else None."""
+    if is_number(v):
+        try:
+            f = float(v)
+        except OverflowError:
+            return None
+        return f if math.isfinite(f) else None
+    if isinstance(v, str):
+        return numeric_string(v)
+    return None
+
+
+@lru_cache(maxsize=65536)
+def iso_datetime(s: str) -> datetime | None:
+    """Parse an ISO-8601 date/datetime string to an aware datetime (naive → UTC), else None."""
+    if len(s) > 64 or not _ISO_DATE.fullmatch(s):
+        return None
+    text = s.replace("Z", "+00:00").replace("z", "+00:00")
+    try:
+        if len(text) == 7:  # YYYY-MM
+            dt = datetime.strptime(text, "%Y-%m")
+        else:
+            dt = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=timezone.utc)
+    return dt
+
+
+def as_datetime(v: Any) -> datetime | None:
+    """A datetime, date or ISO string as an aware datetime; anything else None."""
+    if isinstance(v, datetime):
+        return v if v.tzinfo else v.replace(tzinfo=timezone.utc)
+    if isinstance(v, date):
+        return datetime(v.year, v.month, v.day, tzinfo=timezone.utc)
+    if isinstance(v, str):
+        return iso_datetime(v)
+    return None
+
+
+def comparable(a: Any, b: Any) -> tuple[Any, Any] | None:
+    """Bring two non-null values to one comparable type, or None when the comparison is UNKNOWN.
+
+    Rules: bool only with bool; numbers with numbers and numeric strings (numerically); datetimes with
+    datetimes and ISO strings; strings with strings (a numeric string against a number is numeric).
+    """
+    if isinstance(a, bool) or isinstance(b, bool):
+        return (a, b) if isinstance(a, bool) and isinstance(b, bool) else None
+    if isinstance(a, (datetime, date)) or isinstance(b, (datetime, date)):
+        da, db = as_datetime(a), as_datetime(b)
+        return (da, db) if da is not None and db is not None else None
+    if is_number(a) or is_number(b):
+        na, nb = as_number(a), as_number(b)
+        return (na, nb) if na is not None and nb is not None else None
+    if isinstance(a, str) and isinstance(b, str):
+        return a, b
+    return None
+
+
+def compare(op: str, a: Any, b: Any) -> bool | None:
+    """``a op b`` under SQL three-valued logic; op in ``== != < <= > >=``."""
+    if is_null(a) or is_null(b):
+        return None
+    pair = comparable(a, b)
+    if pair is None:
+        return None
+    x, y = pair
+    if op == "==":
+        return bool(x == y)
+    if op == "!=":
+        return bool(x != y)
+    if op == "<":
+        return bool(x < y)
+    if op == "<=":
+        return bool(x <= y)
+    if op == ">":
+        return bool(x > y)
+    if op == ">=":
+        return bool(x >= y)
+    raise ValueError(f"unknown comparison {op!r}")
+
+
+def in_list(value: Any, options: tuple[Any, ...] | list[Any]) -> bool | None:
+    """SQL IN, i.e. ``value == o1 OR value == o2 …``: TRUE on a match, else UNKNOWN if any comparison was."""
+    if is_null(value):
+        return None
+    saw_unknown = False
+    for opt in options:
+        r = compare("==", value, opt)
+        if r:
+            return True
+        if r is None:
+            saw_unknown = True
+    return None if saw_unknown else False
+
+
+def contains(value: Any, needle: Any) -> bool | None:
+    """Case-insensitive substring test; UNKNOWN unless both are strings."""
+    if not isinstance(value, str) or not isinstance(needle, str):
+        return None
+    return needle.casefold() in value.casefold()
+
+
+@lru_cache(maxsize=4096)
+def like_regex(pattern: str) -> re.Pattern[str]:
+    """SQL LIKE pattern (``%`` any run, ``_`` one char, ``\\`` escapes) as a compiled full-match regex."""
+    out = []
+    i = 0
+    while i < len(pattern):
+        ch = pattern[i]
+        if ch == "\\" and i + 1 < len(pattern):
+            out.append(re.escape(pattern[i + 1]))
+            i += 2
+            continue
+        if ch == "%":
+            out.append(".*")
+        elif ch == "_":
+            out.append(".")
+        else:
+            out.append(re.escape(ch))
+        i += 1
+    return re.compile("".join(out), re.DOTALL)
+
+
+def like(value: Any, pattern: Any) -> bool | None:
+    """SQL LIKE: case-sensitive, whole string."""
+    if not isinstance(value, str) or not isinstance(pattern, str):
+        return None
+    return like_regex(pattern).fullmatch(value) is not None
+
+
+def match(value: Any, regex: re.Pattern[str] | str) -> bool | None:
+    """Python regex search."""
+    if not isinstance(value, str):
+        return None
+    if isinstance(regex, str):
+        regex = re.compile(regex)
+    return regex.search(value) is not None
+
+
+def not3(v: bool | None) -> bool | None:
+    return None if v is None else not v
+
+
+def and3(a: bool | None, b: bool | None) -> bool | None:
+    if a is False or b is False:
+        return False
+    if a is None or b is None:
+        return None
+    return True
+
+
+def or3(a: bool | None, b: bool | None) -> bool | None:
+    if a is True or b is True:
+        return True
+    if a is None or b is None:
+        return None
+    return False
+
+
+def lookup(metadata: Any, keys: tuple[str, ...]) -> Any:
+    """``meta.a.b`` on a metadata dict; a missing key (or a non-dict on the way) is null."""
+    cur = metadata
+    for k in keys:
+        if not isinstance(cur, dict):
+            return None
+        cur = cur.get(k)
+        if cur is None:
+            return None
+    return cur
+
+
+def sort_key(v: Any) -> tuple[int, Any]:
+    """A total order for ORDER BY over mixed values: numbers < strings < datetimes < bools < others.
+
+    Nulls are handled by the caller (NULLS FIRST/LAST).
+    """
+    if is_number(v):
+        return (0, float(v))
+    if isinstance(v, str):
+        return (1, v)
+    if isinstance(v, (datetime, date)):
+        dt = as_datetime(v)
+        return (2, dt.timestamp() if dt else 0.0)
+    if isinstance(v, bool):
+        return (3, int(v))
+    return (4, repr(v))
+
+
+def normalize_metadata(value: Any, _depth: int = 0) -> Any:
+    """Make user metadata JSON-safe for every store: dates → ISO strings, tuples → lists, keys → str.
+
+    NaN/inf floats become None (null); bytes are decoded as UTF-8 with replacement. Nesting deeper than
+    32 levels is cut (the deeper value becomes its string form).
+    """
+    if _depth > 32:
+        return str(value)
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=timezone.utc)
+        return value.isoformat()
+    if isinstance(value, date):
+        return value.isoformat()
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value).decode("utf-8", "replace")
+    if isinstance(value, dict):
+        return {str(k): normalize_metadata(v, _depth + 1) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        items = sorted(value, key=repr) if isinstance(value, (set, frozenset)) else value
+        return [normalize_metadata(v, _depth + 1) for v in items]
+    if hasattr(value, "item"):  # numpy scalars
+        try:
+            return normalize_metadata(value.item(), _depth + 1)
+        except Exception:  # noqa: BLE001 - fall through to str
+            pass
+    return str(value)
