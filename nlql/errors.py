@@ -212,6 +212,6 @@ class MissingDependencyError(NLQLError, ImportError):
     def __init__(self, extra: str, module: str) -> None:
         NLQLError.__init__(
             self,
-            f"the {extra} store needs the '{module}' package",
+            f"the '{module}' package is not installed (needed by nlql[{extra}])",
             hint=f"pip install 'nlql[{extra}]'",
         )

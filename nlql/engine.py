@@ -1,0 +1,362 @@
+"""The Engine: ingest, check, explain and search over one store (SPEC §7)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from nlql import ir
+from nlql import values as V
+from nlql.errors import BackendError, Diagnostic, NLQLError, NLQLSyntaxError
+from nlql.execute.bm25 import BM25Sidecar
+from nlql.execute.executor import Executor
+from nlql.execute.results import Hits
+from nlql.execute.units import DEFAULT_CHUNK_CHARS
+from nlql.explain import Explain
+from nlql.plan.planner import build_plan
+from nlql.stores.base import DocRecord, Store, UnitRecord
+
+STORE_NAMES = ("memory", "qdrant", "chroma", "faiss", "hnswlib")
+
+
+class _RWLock:
+    """Many readers or one writer; writers are not starved (new readers wait for a waiting writer)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._readers = 0
+        self._writer = False
+        self._waiting = 0
+
+    @contextmanager
+    def read(self) -> Any:
+        with self._cond:
+            while self._writer or self._waiting:
+                self._cond.wait()
+            self._readers += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._readers -= 1
+                if not self._readers:
+                    self._cond.notify_all()
+
+    @contextmanager
+    def write(self) -> Any:
+        with self._cond:
+            self._waiting += 1
+            while self._writer or self._readers:
+                self._cond.wait()
+            self._waiting -= 1
+            self._writer = True
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._writer = False
+                self._cond.notify_all()
+
+
+def open_store(store: str | Path | Store) -> Store:
+    """A store from a name, a directory path, a ``postgresql://`` URL, or a store object."""
+    if not isinstance(store, (str, Path)):
+        return store
+    name = str(store)
+    if name == "memory":
+        from nlql.stores.memory import MemoryStore
+
+        return MemoryStore()
+    if name.startswith(("postgresql://", "postgres://")):
+        from nlql.stores.pgvector import PgVectorStore
+
+        return PgVectorStore(name)
+    if name == "qdrant":
+        from nlql.stores.qdrant import QdrantStore
+
+        return QdrantStore()
+    if name == "chroma":
+        from nlql.stores.chroma import ChromaStore
+
+        return ChromaStore()
+    if name == "faiss":
+        from nlql.stores.faiss import FaissStore
+
+        return FaissStore()
+    if name == "hnswlib":
+        from nlql.stores.hnswlib import HnswlibStore
+
+        return HnswlibStore()
+    from nlql.stores.memory import MemoryStore
+
+    return MemoryStore(name)
+
+
+def _system_clock() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class Engine:
+    """Ingest text, then check, explain and search it with NLQL.
+
+    >>> from nlql.embedders import HashEmbedder
+    >>> engine = Engine(embedder=HashEmbedder(dim=64))
+    >>> engine.add_text("Agents call tools. Cats sleep all day.", id="a", metadata={"status": "published"})
+    'a'
+    >>> hits = engine.search('SELECT SENTENCE WHERE content CONTAINS "tool" LIMIT 1')
+    >>> [h.content for h in hits]
+    ['Agents call tools.']
+    """
+
+    def __init__(
+        self,
+        embedder: Any = None,
+        store: str | Path | Store = "memory",
+        reranker: Any = None,
+        rerank_factor: int = 5,
+        clock: Callable[[], datetime] | None = None,
+        *,
+        chunk_chars: int = DEFAULT_CHUNK_CHARS,
+        analyzer: Any = None,
+        limit_ceiling: int = 100_000,
+        warm_up: bool = True,
+    ) -> None:
+        if embedder is None:
+            from nlql.embedders import SentenceTransformerEmbedder
+
+            embedder = SentenceTransformerEmbedder()
+        self.embedder = embedder
+        self.store: Store = open_store(store)
+        self.reranker = reranker
+        self.rerank_factor = int(rerank_factor)
+        self.clock = clock or _system_clock
+        self.chunk_chars = chunk_chars
+        self.limit_ceiling = limit_ceiling
+        self._functions: dict[str, Callable[..., Any]] = {}
+        self._arity: dict[str, int | None] = {}
+        self._lock = _RWLock()
+        self._write_mutex = threading.Lock()
+        try:
+            self.store.open(int(embedder.dim))
+        except NLQLError:
+            raise
+        except Exception as exc:  # a driver error while opening: name the store
+            raise BackendError(self.store.capabilities.NAME, f"cannot open the store: {exc}") from exc
+        self._bm25 = BM25Sidecar(self.store, analyzer)
+        self._executor = Executor(self.store, self._embed_queries, self._bm25, self._functions, chunk_chars)
+        if warm_up:
+            try:
+                from nlql.text.temporal import warm_up as _warm
+
+                _warm()
+            except Exception:  # noqa: BLE001 - warming is an optimisation only
+                pass
+
+    # ------------------------------------------------------------------------------------- ingest
+
+    def add_text(self, text: str, id: str | None = None, metadata: Mapping[str, Any] | None = None) -> str:
+        """Add one document (split into sentences and embedded); the same id again replaces it."""
+        return self.add_texts([text], ids=[id] if id is not None else None,
+                              metadatas=[metadata] if metadata is not None else None)[0]
+
+    def add_texts(
+        self,
+        texts: Sequence[str],
+        ids: Sequence[str | None] | None = None,
+        metadatas: Sequence[Mapping[str, Any] | None] | None = None,
+        batch_size: int = 256,
+        progress: bool = False,
+    ) -> list[str]:
+        """Add many documents, embedding in batches. Returns their ids (new ids are UUID4 hex)."""
+        texts = list(texts)
+        n = len(texts)
+        if ids is not None and len(ids) != n:
+            raise ValueError("ids must have one entry per text")
+        if metadatas is not None and len(metadatas) != n:
+            raise ValueError("metadatas must have one entry per text")
+        for t in texts:
+            if not isinstance(t, str):
+                raise TypeError(f"texts must be strings, not {type(t).__name__}")
+        out_ids = [str(i) if i is not None else uuid.uuid4().hex
+                   for i in (ids if ids is not None else [None] * n)]
+        bar = None
+        if progress:
+            from tqdm import tqdm
+
+            bar = tqdm(total=n, unit="doc", desc="ingest")
+        from nlql.text.split import split_sentences
+
+        batch_size = max(1, int(batch_size))
+        for lo in range(0, n, batch_size):
+            hi = min(n, lo + batch_size)
+            docs = []
+            sentences: list[str] = []
+            for i in range(lo, hi):
+                text = texts[i]
+                spans = split_sentences(text)
+                units = []
+                for p, (s, e) in enumerate(spans):
+                    nxt = spans[p + 1][0] if p + 1 < len(spans) else e
+                    units.append(UnitRecord(p, text[s:e], s, e, text[e:nxt]))
+                    sentences.append(text[s:e])
+                meta = V.normalize_metadata(dict(metadatas[i] or {})) if metadatas is not None else {}
+                docs.append((out_ids[i], text, meta, units))
+            vecs = self._embed_documents(sentences)
+            records = []
+            row = 0
+            for doc_id, text, meta, units in docs:
+                records.append(DocRecord(doc_id, text, meta, units, vecs[row:row + len(units)], 0))
+                row += len(units)
+            self._write(records)
+            if bar is not None:
+                bar.update(hi - lo)
+        if bar is not None:
+            bar.close()
+        return out_ids
+
+    def _write(self, records: list[DocRecord]) -> None:
+        with self._write_mutex:
+            seq = self.store.max_seq()
+            for r in records:
+                seq += 1
+                r.seq = seq
+            with self._lock.write():
+                self._call_store("upsert", records)
+                self._bm25.on_upsert(records)
+
+    def delete(self, doc_id: str) -> bool:
+        """Delete a document and all its sentences; True if it existed."""
+        with self._write_mutex, self._lock.write():
+            n = self._call_store("delete", [doc_id])
+            self._bm25.on_delete([doc_id])
+            return bool(n)
+
+    def _call_store(self, method: str, *args: Any) -> Any:
+        try:
+            return getattr(self.store, method)(*args)
+        except NLQLError:
+            raise
+        except (TypeError, ValueError):
+            raise
+        except Exception as exc:
+            raise BackendError(self.store.capabilities.NAME, f"{method} failed: {exc}") from exc
+
+    def _embed_documents(self, sentences: list[str]) -> np.ndarray:
+        if not sentences:
+            return np.zeros((0, int(self.embedder.dim)), dtype=np.float32)
+        mat = np.asarray(self.embedder.embed(sentences), dtype=np.float32)
+        norms = np.linalg.norm(mat, axis=1, keepdims=True)
+        return np.ascontiguousarray(np.divide(mat, norms, out=np.zeros_like(mat), where=norms > 0))
+
+    def _embed_queries(self, texts: Sequence[str]) -> np.ndarray:
+        return np.asarray(self.embedder.embed(list(texts)), dtype=np.float32)
+
+    def __len__(self) -> int:
+        return int(self.store.count())
+
+    # ------------------------------------------------------------------------------------- query
+
+    def register_function(self, name: str, fn: Callable[..., Any], arity: int | None = None) -> None:
+        """Make ``NAME(args…)`` callable in queries (always evaluated by the engine, never pushed)."""
+        key = name.upper()
+        self._functions[key] = fn
+        self._arity[key] = arity
+
+    def check(self, query: str | ir.Query, params: Mapping[str, Any] | None = None,
+              schema: Mapping[str, str] | None = None) -> list[Diagnostic]:
+        """Every problem in a query at once; [] when it is valid."""
+        from nlql.check import check as _check
+
+        return _check(query, params=params, schema=schema, functions=self._arity)
+
+    def _prepare(self, query: str | ir.Query, params: Mapping[str, Any] | None) -> tuple[ir.Query, str | None]:
+        from nlql.check import validate
+
+        source = query if isinstance(query, str) else None
+        q = validate(query, params=dict(params or {}), functions=self._arity)
+        return q, source
+
+    def _plan(self, query: str | ir.Query, params: Mapping[str, Any] | None, reranker: Any = None) -> Any:
+        q, source = self._prepare(query, params)
+        rr = reranker if reranker is not None else self.reranker
+        rerank = None
+        if rr is not None:
+            rerank = {"reranker": type(rr).__name__, "factor": self.rerank_factor,
+                      "score": "scores['rerank']"}
+        try:
+            return build_plan(q, params=params, store=self.store, now=self._now(),
+                              functions=self._functions, rerank=rerank, rerank_factor=self.rerank_factor,
+                              limit_ceiling=self.limit_ceiling)
+        except NLQLError as exc:
+            if source is not None:
+                exc.with_source(source)
+            raise
+
+    def _now(self) -> datetime:
+        now = self.clock()
+        return now if now.tzinfo else now.replace(tzinfo=timezone.utc)
+
+    def explain(self, query: str | ir.Query, params: Mapping[str, Any] | None = None) -> Explain:
+        """The plan, before anything runs: ``str()`` is a text tree, ``to_dict()`` the fields of SPEC §7."""
+        plan = self._plan(query, params)
+        return Explain(plan)
+
+    def search(
+        self,
+        query: str | ir.Query,
+        params: Mapping[str, Any] | None = None,
+        reranker: Any = None,
+        rerank_query: str | None = None,
+        timeout: float | None = None,
+        max_tokens: int | None = None,
+    ) -> Hits:
+        """Run a query. Returns :class:`~nlql.execute.results.Hits` (a list of hits with stats, warnings)."""
+        source = query if isinstance(query, str) else None
+        rr = reranker if reranker is not None else self.reranker
+        with self._lock.read():
+            plan = self._plan(query, params, rr)
+            try:
+                return self._executor.run(plan, reranker=rr, rerank_query=rerank_query,
+                                          rerank_factor=self.rerank_factor, timeout=timeout,
+                                          max_tokens=max_tokens)
+            except NLQLError as exc:
+                if source is not None:
+                    exc.with_source(source)
+                raise
+            except (RecursionError, MemoryError) as exc:
+                raise NLQLSyntaxError(f"the query is too complex to run: {type(exc).__name__}") from exc
+            except Exception as exc:
+                raise BackendError(self.store.capabilities.NAME, f"search failed: {exc}") from exc
+
+    async def asearch(self, query: str | ir.Query, params: Mapping[str, Any] | None = None,
+                      **kwargs: Any) -> Hits:
+        """:meth:`search` in a worker thread, so the event loop keeps running."""
+        return await asyncio.to_thread(self.search, query, params, **kwargs)
+
+    def tool_schema(self) -> dict[str, Any]:
+        """An OpenAI/Anthropic-style function tool definition that teaches the language compactly."""
+        from nlql.agent import tool_schema
+
+        return tool_schema()
+
+    def close(self) -> None:
+        self.store.close()
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def ids_of(hits: Iterable[Any]) -> list[str]:
+    """The ids of a result list (handy in tests and notebooks)."""
+    return [h.id for h in hits]

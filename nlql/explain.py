@@ -1,0 +1,120 @@
+"""Plan → deterministic text tree and dict (SPEC §7). Same query and data → byte-identical text."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from nlql.plan.nodes import Plan
+from nlql.render import render_expr
+
+
+def _fusion(plan: Plan) -> list[dict[str, Any]]:
+    out = []
+    for s in plan.scores:
+        if s.kind == "RRF":
+            terms = " + ".join(f"{w:g}/({s.k:g} + rank_{a})" for a, w in zip(s.arms, s.weights))
+            out.append({"binding": s.slot, "method": "RRF", "k": s.k, "weights": list(s.weights),
+                        "arms": list(s.arms), "arm_depth": plan.arm_depth,
+                        "formula": f"{s.slot} = {terms}; a row absent from an arm adds 0"})
+        elif s.kind == "INTERLEAVE":
+            out.append({"binding": s.slot, "method": "INTERLEAVE", "arms": list(s.arms),
+                        "arm_depth": plan.arm_depth,
+                        "formula": f"{s.slot} = 1/position in round-robin over {', '.join(s.arms)}"})
+    return out
+
+
+class Explain:
+    """What ``engine.explain()`` returns: ``str(plan)`` is a text tree, ``to_dict()`` a JSON-ready dict."""
+
+    def __init__(self, plan: Plan, store_notes: list[str] | None = None, sql: dict[str, Any] | None = None):
+        self.plan = plan
+        self.store_notes = store_notes or []
+        self.sql = sql
+
+    def to_dict(self) -> dict[str, Any]:
+        p = self.plan
+        r = p.recall
+        recall: dict[str, Any] = {"strategy": r.kind, "reason": r.reason}
+        if r.kind == "knn":
+            recall.update({"score": r.slot, "k": r.k, "overfetch": r.overfetch, "exact": r.exact,
+                           "widening": "×4 per round until LIMIT+OFFSET rows pass WHERE"})
+        if r.min_score:
+            recall["min_score"] = dict(sorted(r.min_score.items()))
+        out: dict[str, Any] = {
+            "query": p.canonical,
+            "ir": p.query.to_dict(),
+            "store": p.store,
+            "unit": {"kind": p.unit.kind, "base": p.unit.base,
+                     "window": p.window if p.unit.kind == "SPAN" else None},
+            "scores": [
+                {"slot": s.slot, "function": s.kind, "call": s.label,
+                 **({"texts": list(s.texts)} if s.texts else {}),
+                 **({"arms": list(s.arms)} if s.arms else {})}
+                for s in p.scores
+            ],
+            "recall": recall,
+            "pushed_filter": p.native.text if p.native is not None else None,
+            "residual_filter": [render_expr(c) for c in p.residual],
+            "after_fusion_filter": [render_expr(c) for c in p.fusion_residual],
+            "periods": {render_expr(n): [a.isoformat(), b.isoformat()] for n, (a, b) in p.periods.items()},
+            "order_by": [{"key": o.label, "direction": "DESC" if o.descending else "ASC",
+                          "nulls": "FIRST" if o.nulls_first else "LAST", "implicit": o.implicit}
+                         for o in p.order] or [{"key": "insertion order (document, position)"}],
+            "limit": p.limit,
+            "offset": p.offset,
+            "rerank": p.rerank,
+            "fusion": _fusion(p),
+        }
+        if self.sql is not None:
+            out["sql"] = self.sql
+        if self.store_notes:
+            out["notes"] = list(self.store_notes)
+        return out
+
+    def __str__(self) -> str:
+        d = self.to_dict()
+        lines = [f"query: {d['query']}", f"store: {d['store']}"]
+        u = d["unit"]
+        unit = u["kind"] + (f"({u['base']}, window => {u['window']})" if u["kind"] == "SPAN" else "")
+        lines.append(f"unit: {unit}")
+        if d["scores"]:
+            lines.append("scores (deduplicated):")
+            for s in d["scores"]:
+                lines.append(f"  {s['slot']} = {s['call']}")
+        r = d["recall"]
+        head = f"recall: {r['strategy']}"
+        if r["strategy"] == "knn":
+            head += f" on {r['score']} k={r['k']} overfetch={r['overfetch']:g} exact={r['exact']}"
+        lines.append(head)
+        lines.append(f"  why: {r['reason']}")
+        if "min_score" in r:
+            lines.append("  min score inside recall: " + ", ".join(f"{k} >= {v:g}" for k, v in r["min_score"].items()))
+        if r["strategy"] == "knn":
+            lines.append(f"  widening: {r['widening']}")
+        lines.append(f"pushed filter ({d['store']}): {d['pushed_filter'] if d['pushed_filter'] else '(none)'}")
+        lines.append("residual filter (engine): " + (" AND ".join(d["residual_filter"]) or "(none)"))
+        if d["after_fusion_filter"]:
+            lines.append("after fusion: " + " AND ".join(d["after_fusion_filter"]))
+        for k, (a, b) in d["periods"].items():
+            lines.append(f"period: {k} -> [{a}, {b})")
+        for f in d["fusion"]:
+            lines.append(f"fusion: {f['method']} {f['formula']} (arm depth {f['arm_depth']})")
+        order = ", ".join(
+            o["key"] if "direction" not in o else f"{o['key']} {o['direction']} NULLS {o['nulls']}"
+            + (" (default)" if o.get("implicit") else "")
+            for o in d["order_by"])
+        lines.append(f"order by: {order}; ties by insertion order")
+        lines.append(f"limit: {d['limit'] if d['limit'] is not None else 'all'} offset: {d['offset']}")
+        if d["rerank"]:
+            lines.append("rerank: " + json.dumps(d["rerank"], sort_keys=True))
+        if self.sql:
+            lines.append("sql:")
+            for name, text in self.sql.items():
+                lines.append(f"  {name}: {text}")
+        for n in self.store_notes:
+            lines.append(f"note: {n}")
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return f"<Explain {self.plan.canonical!r}>"

@@ -1,0 +1,43 @@
+"""Pass: choose how candidates are found (top-k by one similarity, a full scoring pass, or a scan)."""
+
+from __future__ import annotations
+
+from nlql import ir
+from nlql.plan.nodes import OrderSpec, Recall, ScoreSpec
+from nlql.stores.base import Capabilities
+
+
+def _sim_slot(expr: ir.Expr, specs: dict[str, ScoreSpec], binding_slots: dict[str, str],
+              slots: dict[ir.Call, str]) -> str | None:
+    slot = None
+    if isinstance(expr, ir.Ref):
+        slot = binding_slots.get(expr.name)
+    elif isinstance(expr, ir.Call):
+        slot = slots.get(expr)
+    if slot is not None and specs[slot].kind == "SIMILARITY":
+        return slot
+    return None
+
+
+def choose_recall(
+    order: list[OrderSpec],
+    specs: list[ScoreSpec],
+    slots: dict[ir.Call, str],
+    binding_slots: dict[str, str],
+    limit: int | None,
+    caps: Capabilities,
+    thresholds: dict[str, float],
+) -> Recall:
+    """``knn`` when the first sort key is one SIMILARITY descending and LIMIT is set; else ``full``
+    when anything is scored; else ``scan``."""
+    by_slot = {s.slot: s for s in specs}
+    if order and limit is not None and order[0].descending:
+        slot = _sim_slot(order[0].expr, by_slot, binding_slots, slots)
+        if slot is not None:
+            return Recall("knn", slot=slot, min_score=dict(thresholds), exact=caps.EXACT,
+                          reason=f"first sort key is {by_slot[slot].label} DESC with LIMIT")
+    if specs:
+        why = "no LIMIT" if limit is None else "ordering is not a single similarity"
+        return Recall("full", min_score=dict(thresholds), exact=True,
+                      reason=f"scores every row passing the pushed filter ({why})")
+    return Recall("scan", reason="no score: rows in insertion order")

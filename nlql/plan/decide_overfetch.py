@@ -1,0 +1,30 @@
+"""Pass: decide how many candidates the first recall round asks for."""
+
+from __future__ import annotations
+
+from nlql.plan.nodes import Recall
+
+RESIDUAL_FACTOR = 4.0
+GROUP_FACTOR = 4.0
+
+
+def decide_overfetch(recall: Recall, limit: int | None, offset: int, unit: str, has_residual: bool,
+                     rerank_factor: int | None) -> Recall:
+    """Over-fetch for residual filters, for units that group sentences, and for reranking.
+
+    The executor widens further (×4 per round) until LIMIT rows survive or the store is exhausted, so
+    this only sets the first round; the top-k guarantee does not depend on it.
+    """
+    if recall.kind != "knn" or limit is None:
+        return recall
+    need = limit + offset
+    if rerank_factor:
+        need = max(need, rerank_factor * need)
+    factor = 1.0
+    if has_residual:
+        factor *= RESIDUAL_FACTOR
+    if unit in ("DOCUMENT", "CHUNK") or unit == "SPAN_CHUNK":
+        factor *= GROUP_FACTOR
+    recall.k = max(1, int(need * factor))
+    recall.overfetch = factor
+    return recall

@@ -1,0 +1,115 @@
+"""The planner: runs the passes in order and returns a :class:`~nlql.plan.nodes.Plan`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Any
+
+from nlql import ir
+from nlql.errors import PlanError
+from nlql.execute.evaluate import Env
+from nlql.plan.bind_params import bind_params
+from nlql.plan.choose_recall import choose_recall
+from nlql.plan.decide_overfetch import decide_overfetch
+from nlql.plan.dedupe_scores import dedupe_scores
+from nlql.plan.nodes import ARM_DEPTH_FACTOR, ARM_DEPTH_MIN, OrderSpec, Plan
+from nlql.plan.order_residual import order_residual
+from nlql.plan.resolve_periods import resolve_periods
+from nlql.plan.split_filters import split_filters
+from nlql.render import render, render_expr
+from nlql.stores.base import Store
+
+
+def _int_value(expr: ir.Expr | None, what: str) -> int | None:
+    if expr is None:
+        return None
+    if isinstance(expr, ir.Literal) and isinstance(expr.value, int) and not isinstance(expr.value, bool):
+        if expr.value < 0:
+            raise PlanError(f"{what} must not be negative", expr.span)
+        return expr.value
+    if isinstance(expr, ir.Literal) and isinstance(expr.value, float) and expr.value.is_integer() and expr.value >= 0:
+        return int(expr.value)
+    raise PlanError(f"{what} must be a non-negative integer", expr.span)
+
+
+def _score_bindings(query: ir.Query) -> list[str]:
+    """Bindings whose value is a score (contains SIMILARITY/BM25/RRF/INTERLEAVE), in LET order."""
+    out = []
+    for b in query.bindings:
+        if any(isinstance(n, ir.Call) and n.name in ("SIMILARITY", "BM25", "RRF", "INTERLEAVE")
+               for n in b.expr.walk()):
+            out.append(b.name)
+    return out
+
+
+def _fusion_bindings(query: ir.Query) -> set[str]:
+    direct = {b.name for b in query.bindings
+              if any(isinstance(n, ir.Call) and n.name in ("RRF", "INTERLEAVE") for n in b.expr.walk())}
+    changed = True
+    while changed:  # bindings that use a fusion binding read a fusion score too
+        changed = False
+        for b in query.bindings:
+            if b.name not in direct and any(isinstance(n, ir.Ref) and n.name in direct for n in b.expr.walk()):
+                direct.add(b.name)
+                changed = True
+    return direct
+
+
+def build_plan(
+    query: ir.Query,
+    *,
+    params: Mapping[str, Any] | None,
+    store: Store,
+    now: datetime,
+    functions: Mapping[str, Callable[..., Any]],
+    rerank: dict[str, Any] | None = None,
+    rerank_factor: int | None = None,
+    limit_ceiling: int | None = None,
+) -> Plan:
+    """Plan a checked query for one store."""
+    canonical = render(query)
+    bound = bind_params(query, params)
+    specs, slots, binding_slots = dedupe_scores(bound)
+    periods = resolve_periods(bound, now)
+    env = Env(now=now, score_names=slots, binding_exprs={b.name: b.expr for b in bound.bindings},
+              functions=dict(functions), periods=periods)
+    caps = store.capabilities
+    sim_slots = {c: s for c, s in slots.items() if c.name == "SIMILARITY"}
+    fusion = _fusion_bindings(bound)
+    pushed, residual, late, thresholds = split_filters(
+        bound.where, caps, env, bound.unit, binding_slots, sim_slots, fusion)
+    residual = order_residual(residual)
+
+    order: list[OrderSpec] = []
+    for key in bound.order_by:
+        nulls_first = bool(key.nulls_first) if key.nulls_first is not None else False
+        order.append(OrderSpec(key.expr, key.descending, nulls_first, render_expr(key.expr)))
+    if not order:
+        scored = _score_bindings(bound)
+        if scored:
+            order.append(OrderSpec(ir.Ref(scored[0]), True, False, scored[0], implicit=True))
+
+    limit = _int_value(bound.limit, "LIMIT")
+    offset = _int_value(bound.offset, "OFFSET") or 0
+    if limit_ceiling is not None and limit is not None and limit > limit_ceiling:
+        raise PlanError(f"LIMIT {limit} is above the ceiling of {limit_ceiling}",
+                        bound.limit.span if bound.limit else None,
+                        hint="lower LIMIT, or raise Engine(limit_ceiling=…)")
+    recall = choose_recall(order, specs, slots, binding_slots, limit, caps, thresholds)
+    unit_kind = bound.unit.kind
+    if unit_kind == "SPAN" and bound.unit.base == "CHUNK":
+        unit_kind = "SPAN_CHUNK"
+    recall = decide_overfetch(recall, limit, offset, unit_kind, bool(residual), rerank_factor if rerank else None)
+    native = store.compile_filter(pushed) if pushed is not None else None
+    window = 1
+    if bound.unit.window is not None:
+        window = _int_value(bound.unit.window, "window") or 0
+    arm_depth = None if limit is None else max(ARM_DEPTH_MIN, ARM_DEPTH_FACTOR * (limit + offset))
+    plan = Plan(
+        query=bound, canonical=canonical, unit=bound.unit, window=window, scores=specs, slots=slots,
+        binding_slots=binding_slots, pushed=pushed, native=native, residual=residual,
+        fusion_residual=late, recall=recall, order=order, limit=limit, offset=offset, rerank=rerank,
+        periods=periods, now=now, store=caps.NAME, arm_depth=arm_depth,
+    )
+    return plan
