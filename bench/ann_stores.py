@@ -96,18 +96,20 @@ def main() -> None:
         store.upsert(docs)
         build = time.perf_counter() - t
         print(f"{label:<22}{build:>9.1f}")
-        modes: list[tuple[str, float, int]] = [("auto", store.EXACT_FRACTION, store.EXACT_PER_K)]
+        modes: list[tuple[str, float, int, int]] = [
+            ("auto", store.EXACT_FRACTION, store.EXACT_PER_K, store.EXACT_BUDGET)
+        ]
         if not store.exact_index:
-            modes.append(("ann", 0.0, 0))  # forced: always the index
-        for mode, frac, per_k in modes:
-            store.EXACT_FRACTION, store.EXACT_PER_K = frac, per_k  # type: ignore[misc]
+            modes.append(("ann", 0.0, 0, 0))  # forced: always the index
+        for mode, frac, per_k, budget in modes:
+            store.EXACT_FRACTION, store.EXACT_PER_K, store.EXACT_BUDGET = frac, per_k, budget  # type: ignore[misc]
             for name, cond in filters.items():
                 nf = None if cond is None else store.compile_filter(cond)
                 got = store.knn(queries, k, nf)
                 path = store.last_stats["path"] if mode == "auto" else "ann!"
                 recall = np.mean([len({key for key, _ in g} & t_) / max(1, len(t_))
-                                  for g, t_ in zip(got, truth[name])])
-                ms = median_ms(lambda q, nf=nf: store.knn(q, k, nf), queries)
+                                  for g, t_ in zip(got, truth[name], strict=True)])
+                ms = median_ms(lambda q, nf=nf, s=store: s.knn(q, k, nf), queries)
                 rounds = store.last_stats["rounds"]
                 print(f"{'':<22}{'':>9}  {name:<6}{path:>7}{ms:>11.2f}{recall:>11.3f}   rounds={rounds}")
         store.close()

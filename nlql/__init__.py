@@ -4,6 +4,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
+from nlql.check import check, validate  # binds the function `check` over the submodule attribute
 from nlql.errors import (
     BackendError,
     CheckError,
@@ -15,6 +16,8 @@ from nlql.errors import (
     UnsupportedError,
 )
 from nlql.ir import Query, query_json_schema
+from nlql.parser import parse
+from nlql.render import render
 
 __all__ = [
     "BackendError",
@@ -32,6 +35,7 @@ __all__ = [
     "parse",
     "query_json_schema",
     "render",
+    "validate",
 ]
 
 
@@ -40,16 +44,4 @@ def __getattr__(name: str):  # lazy: importing nlql stays cheap; the engine pull
         from nlql.engine import Engine
 
         return Engine
-    if name == "parse":
-        from nlql.parser import parse
-
-        return parse
-    if name == "check":
-        from nlql.check import check
-
-        return check
-    if name == "render":
-        from nlql.render import render
-
-        return render
     raise AttributeError(name)

@@ -26,3 +26,37 @@ def update_goldens(request: pytest.FixtureRequest) -> bool:
 @pytest.fixture
 def deep(request: pytest.FixtureRequest) -> bool:
     return bool(request.config.getoption("--deep")) or os.environ.get("NLQL_DEEP") == "1"
+
+
+# ---------------------------------------------------------------------------------------------------
+# PostgreSQL + pgvector fixtures (owner: the pgvector store; helper in tests/pg_server.py).
+# One real server per pytest run (pgserver, or NLQL_TEST_PG_DSN); each test or module gets a fresh
+# database that already has CREATE EXTENSION vector. Tests are skipped when neither is available.
+
+
+@pytest.fixture(scope="session")
+def pg_server():  # type: ignore[no-untyped-def]
+    """The test PostgreSQL server (``.uri``, ``.new_database(with_vector=True)``)."""
+    try:
+        from pg_server import get_test_server, stop_test_server
+    except ImportError as exc:  # pragma: no cover - tests/ is on sys.path under pytest
+        pytest.skip(f"no PostgreSQL test helper: {exc}")
+    try:
+        server = get_test_server()
+    except ImportError as exc:
+        pytest.skip(f"no PostgreSQL for tests (pip install pgserver psycopg[binary]): {exc}")
+    yield server
+    stop_test_server()
+
+
+@pytest.fixture
+def pg_dsn(pg_server) -> str:  # type: ignore[no-untyped-def]
+    """DSN of a fresh database (with pgvector) for one test."""
+    return str(pg_server.new_database())
+
+
+@pytest.fixture(scope="module")
+def pg_module_dsn(pg_server) -> str:  # type: ignore[no-untyped-def]
+    """DSN of a fresh database (with pgvector) shared by one test module."""
+    return str(pg_server.new_database())
+# ------------------------------------------------------------------------------ end of pgvector fixtures

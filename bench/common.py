@@ -1,0 +1,133 @@
+"""Helpers shared by the measurement scripts: timing, the machine description, a lookup embedder, JSON out."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results"
+CACHE = ROOT / "bench" / ".cache"
+
+
+def median_ms(fn: Callable[[], Any], repeat: int, warmup: int = 1) -> float:
+    """Median wall time of ``fn`` in ms over ``repeat`` runs, after ``warmup`` unmeasured runs."""
+    return timed_runs(fn, repeat, warmup)[0]
+
+
+def timed_runs(fn: Callable[[], Any], repeat: int, warmup: int = 1) -> tuple[float, list[float]]:
+    """(median ms, every run in ms) of ``fn`` after ``warmup`` unmeasured runs."""
+    for _ in range(warmup):
+        fn()
+    runs = []
+    for _ in range(max(1, repeat)):
+        t = time.perf_counter()
+        fn()
+        runs.append((time.perf_counter() - t) * 1000)
+    return statistics.median(runs), runs
+
+
+def _read_first(path: str, key: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith(key):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        return None
+    return None
+
+
+def machine_info() -> dict[str, Any]:
+    """Cores, RAM, CPU model, Python, numpy and its BLAS, and the load when the run started."""
+    info: dict[str, Any] = {
+        "cpu_count": os.cpu_count(),
+        "cpu_model": _read_first("/proc/cpuinfo", "model name") or platform.processor() or "unknown",
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "platform": platform.platform(),
+    }
+    mem = _read_first("/proc/meminfo", "MemTotal")
+    if mem:
+        info["ram_gb"] = round(int(mem.split()[0]) / 1024 / 1024, 1)
+    try:
+        info["loadavg_at_start"] = [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        pass
+    try:
+        from threadpoolctl import threadpool_info
+
+        info["blas"] = [f"{p.get('internal_api')} {p.get('version')} ({p.get('num_threads')} threads)"
+                        for p in threadpool_info() if p.get("user_api") == "blas"]
+    except Exception:  # noqa: BLE001 - decoration only
+        pass
+    return info
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    """Write ``data`` as indented JSON, creating the directory."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n", encoding="utf-8")
+    tmp.replace(path)
+
+
+def log(msg: str) -> None:
+    """Progress on stderr, flushed (the tables go to stdout and JSON)."""
+    print(msg, file=sys.stderr, flush=True)
+
+
+class LookupEmbedder:
+    """An embedder over precomputed vectors: both engines get identical vectors and neither pays for
+    embedding during ingest, so ingest time is the engine's own work. An unknown text is an error."""
+
+    def __init__(self, texts: Sequence[str], vectors: np.ndarray, name: str = "hash-384-lookup") -> None:
+        self._row = {t: i for i, t in enumerate(texts)}
+        self._vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        self.name = name
+
+    @property
+    def dim(self) -> int:
+        return int(self._vectors.shape[1])
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        try:
+            return self._vectors[[self._row[t] for t in texts]]
+        except KeyError as exc:
+            raise KeyError(f"no precomputed vector for {exc.args[0]!r}") from None
+
+
+class QueryMemo:
+    """Wraps an embedder and remembers short calls (query texts), so query timings exclude embedding.
+
+    Batches of more than ``small`` texts (ingest) always go to the inner embedder and are not kept.
+    """
+
+    def __init__(self, inner: Any, small: int = 4) -> None:
+        self.inner = inner
+        self.small = small
+        self.name = str(getattr(inner, "name", type(inner).__name__))
+        self._memo: dict[str, np.ndarray] = {}
+
+    @property
+    def dim(self) -> int:
+        return int(self.inner.dim)
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        items = list(texts)
+        if len(items) > self.small:
+            return np.asarray(self.inner.embed(items), dtype=np.float32)
+        missing = [t for t in items if t not in self._memo]
+        if missing:
+            for t, v in zip(missing, np.asarray(self.inner.embed(missing), dtype=np.float32), strict=True):
+                self._memo[t] = v
+        return np.stack([self._memo[t] for t in items]) if items else np.zeros((0, self.dim), np.float32)

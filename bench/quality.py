@@ -1,0 +1,453 @@
+#!/usr/bin/env python3
+"""Retrieval quality of NLQL's scoring arms: SIMILARITY alone, BM25 alone, and their RRF (issue 7).
+
+Every run goes through NLQL on an :class:`~nlql.Engine` with ``SELECT DOCUMENT`` (each passage is one
+document; a document scores as its best sentence, SPEC §6):
+
+    SELECT DOCUMENT LET s = SIMILARITY(content, $q) ORDER BY s DESC LIMIT 100
+    SELECT DOCUMENT LET k = BM25(content, $q) ORDER BY k DESC LIMIT 100
+    SELECT DOCUMENT LET s = SIMILARITY(content, $q), k = BM25(content, $q), f = RRF(s, k, k => 60)
+        ORDER BY f DESC LIMIT 100
+
+Data sets:
+
+* ``--beir DIR``: any data set in the standard BEIR layout (``corpus.jsonl``, ``queries.jsonl``,
+  ``qrels/test.tsv``); reports nDCG@10 (linear gain, as trec_eval) and recall@100.
+* the default, ``bench/data/stdlib-known-item``: a known-item set made from the Python standard library's
+  docstrings (PSF licence; see its README). Query = a function's or class's one-line summary; the one
+  relevant passage = the rest of its docstring, among every other such passage. Reports MRR@10 and
+  recall@10 (plus nDCG@10 and recall@100). ``--build`` regenerates it deterministically.
+
+The embedder is the real all-MiniLM-L6-v2 (offline) behind an on-disk cache (``bench/.cache``), so a
+rerun does not re-embed; ``--embedder hash`` uses the hash embedder (fast, for smoke tests). No
+cross-encoder ships offline here, so the rerank row is reported as not available.
+
+    python bench/quality.py [--beir DIR] [--embedder minilm|hash] [--limit N] [--build]
+
+Writes bench/results/quality.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import hashlib
+import importlib
+import inspect
+import json
+import math
+import os
+import re
+import sys
+import time
+import warnings
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench.common import CACHE, RESULTS, log, machine_info, write_json  # noqa: E402
+
+STDLIB_SET = ROOT / "bench" / "data" / "stdlib-known-item"
+LIMIT = 100
+
+QUERIES: dict[str, str] = {
+    "similarity": "SELECT DOCUMENT LET s = SIMILARITY(content, $q) ORDER BY s DESC LIMIT {limit}",
+    "bm25": "SELECT DOCUMENT LET k = BM25(content, $q) ORDER BY k DESC LIMIT {limit}",
+    "rrf": "SELECT DOCUMENT LET s = SIMILARITY(content, $q), k = BM25(content, $q), f = RRF(s, k, k => 60) "
+           "ORDER BY f DESC LIMIT {limit}",
+}
+LABELS = {"similarity": "SIMILARITY (MiniLM)", "bm25": "BM25", "rrf": "RRF(SIMILARITY, BM25, k => 60)",
+          "rerank": "RRF + cross-encoder rerank"}
+
+
+# ---------------------------------------------------------------------------------------- BEIR layout
+
+
+@dataclass
+class BeirSet:
+    """A retrieval data set in BEIR's shape: passages, queries and graded relevance judgements."""
+
+    name: str
+    corpus: dict[str, dict[str, str]]  # id -> {"title": ..., "text": ...}
+    queries: dict[str, str]  # id -> text
+    qrels: dict[str, dict[str, int]]  # query id -> {corpus id: grade}
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def passage(self, doc_id: str) -> str:
+        """The text indexed for a passage: its title (if any) then its text."""
+        d = self.corpus[doc_id]
+        title, text = d.get("title", "").strip(), d.get("text", "").strip()
+        if not title:
+            return text
+        sep = " " if title.endswith((".", "!", "?", ":")) else ". "
+        return f"{title}{sep}{text}"
+
+    def judged_queries(self) -> list[str]:
+        """Query ids that have at least one positive judgement, in file order."""
+        return [q for q in self.queries if any(g > 0 for g in self.qrels.get(q, {}).values())]
+
+    def subset(self, n_queries: int) -> BeirSet:
+        """The first ``n_queries`` judged queries; the corpus keeps their relevant passages and, as
+        distractors, the other passages in file order up to ``4 × n_queries`` in all."""
+        qids = self.judged_queries()[:n_queries]
+        keep = {d for q in qids for d in self.qrels[q]}
+        for d in self.corpus:
+            if len(keep) >= 4 * n_queries:
+                break
+            keep.add(d)
+        return BeirSet(f"{self.name}[:{n_queries}]", {d: v for d, v in self.corpus.items() if d in keep},
+                       {q: self.queries[q] for q in qids},
+                       {q: {d: g for d, g in self.qrels[q].items() if d in keep} for q in qids}, dict(self.info))
+
+
+def _read_jsonl(path: Path) -> Iterable[dict[str, Any]]:
+    with path.open(encoding="utf-8") as fh:
+        for line in fh:
+            if line.strip():
+                yield json.loads(line)
+
+
+def load_beir(path: str | os.PathLike[str], split: str = "test") -> BeirSet:
+    """Load a BEIR-layout directory: ``corpus.jsonl``, ``queries.jsonl``, ``qrels/<split>.tsv``.
+
+    Args:
+        path: The data set directory.
+        split: Which qrels file (``test``, ``dev``, ``train``).
+
+    Returns:
+        The data set; only queries with judgements in the split are kept.
+    """
+    root = Path(path)
+    corpus = {str(r["_id"]): {"title": str(r.get("title") or ""), "text": str(r.get("text") or "")}
+              for r in _read_jsonl(root / "corpus.jsonl")}
+    all_queries = {str(r["_id"]): str(r["text"]) for r in _read_jsonl(root / "queries.jsonl")}
+    qrels: dict[str, dict[str, int]] = {}
+    with (root / "qrels" / f"{split}.tsv").open(encoding="utf-8") as fh:
+        for i, line in enumerate(fh):
+            parts = line.rstrip("\n").split("\t")
+            if len(parts) < 3 or (i == 0 and not parts[2].lstrip("-").isdigit()):
+                continue  # the header line, or a blank one
+            qrels.setdefault(parts[0], {})[parts[1]] = int(parts[2])
+    queries = {q: t for q, t in all_queries.items() if q in qrels}
+    info: dict[str, Any] = {}
+    readme = root / "info.json"
+    if readme.exists():
+        info = json.loads(readme.read_text(encoding="utf-8"))
+    return BeirSet(root.name, corpus, queries, qrels, info)
+
+
+def write_beir(ds: BeirSet, path: str | os.PathLike[str], split: str = "test") -> None:
+    """Write ``ds`` in the BEIR layout (deterministic bytes for the same data)."""
+    root = Path(path)
+    (root / "qrels").mkdir(parents=True, exist_ok=True)
+    with (root / "corpus.jsonl").open("w", encoding="utf-8", newline="\n") as fh:
+        for d, v in ds.corpus.items():
+            fh.write(json.dumps({"_id": d, "title": v.get("title", ""), "text": v["text"]}, ensure_ascii=False) + "\n")
+    with (root / "queries.jsonl").open("w", encoding="utf-8", newline="\n") as fh:
+        for q, t in ds.queries.items():
+            fh.write(json.dumps({"_id": q, "text": t}, ensure_ascii=False) + "\n")
+    with (root / "qrels" / f"{split}.tsv").open("w", encoding="utf-8", newline="\n") as fh:
+        fh.write("query-id\tcorpus-id\tscore\n")
+        for q, rels in ds.qrels.items():
+            for d, g in rels.items():
+                fh.write(f"{q}\t{d}\t{g}\n")
+    (root / "info.json").write_text(json.dumps(ds.info, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+# ------------------------------------------------------------------ the stdlib known-item set (builder)
+
+#: Pure-Python standard-library modules read for docstrings, in a fixed order. Nothing with import side
+#: effects (turtle, this, antigravity, idlelib, tkinter) and nothing platform-only.
+STDLIB_MODULES: tuple[str, ...] = (
+    "abc", "argparse", "ast", "asyncio.base_events", "asyncio.events", "asyncio.locks", "asyncio.protocols",
+    "asyncio.queues", "asyncio.runners", "asyncio.selector_events", "asyncio.streams", "asyncio.taskgroups",
+    "asyncio.tasks", "asyncio.timeouts", "asyncio.transports", "base64", "bdb", "bisect", "bz2", "calendar", "cmd", "code",
+    "codecs", "collections", "collections.abc", "colorsys", "compileall", "concurrent.futures._base", "concurrent.futures.process",
+    "concurrent.futures.thread", "configparser", "contextlib", "copy", "copyreg", "csv", "dataclasses",
+    "datetime", "dbm.dumb", "decimal", "difflib", "dis", "doctest", "email.charset", "email.feedparser",
+    "email.generator", "email.header", "email.headerregistry", "email.iterators", "email.message", "email.parser",
+    "email.policy", "email.utils", "enum", "filecmp", "fileinput", "fnmatch", "fractions", "ftplib",
+    "functools", "getopt", "gettext", "glob", "graphlib", "gzip", "hashlib", "heapq", "hmac", "html",
+    "html.parser", "http.client", "http.cookiejar", "http.cookies", "http.server", "imaplib",
+    "importlib.abc", "importlib.metadata", "importlib.resources", "importlib.util", "inspect", "io",
+    "ipaddress", "json", "json.decoder", "json.encoder", "keyword", "linecache", "locale", "logging",
+    "logging.config", "logging.handlers", "lzma", "mailbox", "mimetypes", "modulefinder",
+    "multiprocessing.managers", "multiprocessing.process", "netrc", "ntpath", "numbers", "operator",
+    "optparse", "os", "pathlib", "pdb", "pickle", "pickletools", "pkgutil",
+    "platform", "plistlib", "poplib", "posixpath", "pprint", "profile", "pstats", "py_compile", "pyclbr", "pydoc",
+    "queue", "quopri", "random", "re", "reprlib", "rlcompleter", "runpy", "sched", "secrets", "selectors",
+    "shelve", "shlex", "shutil", "signal", "site", "smtplib", "socket", "socketserver", "sqlite3",
+    "ssl", "stat", "statistics", "string", "stringprep", "struct", "subprocess", "symtable", "sysconfig",
+    "tabnanny", "tarfile", "tempfile", "textwrap", "threading", "timeit", "token", "tokenize", "trace",
+    "traceback", "tracemalloc", "types", "typing", "unittest.case", "unittest.loader", "unittest.mock",
+    "unittest.result", "unittest.runner", "unittest.suite", "unittest.util", "urllib.error", "urllib.parse",
+    "urllib.request", "urllib.response", "urllib.robotparser", "uuid", "venv", "warnings", "wave", "weakref",
+    "webbrowser", "wsgiref.handlers", "wsgiref.headers", "wsgiref.simple_server", "wsgiref.util",
+    "xml.dom.minidom", "xml.dom.pulldom", "xml.etree.ElementTree", "xml.sax.handler", "xml.sax.saxutils",
+    "xml.sax.xmlreader", "xmlrpc.client", "xmlrpc.server", "zipapp", "zipfile", "zipimport", "zoneinfo",
+)
+
+_SIGNATURE_RE = re.compile(r"^[\w.]+\s*\(.*\)\s*(->.*)?$")
+_SENTENCE_END_RE = re.compile(r"[.!?](?:\s|$)")
+_WS_RE = re.compile(r"[ \t]+")
+MAX_BODY_CHARS = 1200
+
+
+def _split_docstring(doc: str) -> tuple[str, str] | None:
+    """(summary, body) of a docstring whose first line is a one-line summary followed by a blank line."""
+    lines = inspect.cleandoc(doc).splitlines()
+    if len(lines) < 3 or lines[1].strip() or not lines[0].strip():
+        return None
+    summary = _WS_RE.sub(" ", lines[0].strip())
+    paragraphs: list[str] = []
+    current: list[str] = []
+    in_doctest = False
+    for raw in lines[2:]:
+        line = raw.strip()
+        if not line:
+            in_doctest = False
+            if current:
+                paragraphs.append(" ".join(current))
+                current = []
+            continue
+        if line.startswith(">>>"):
+            in_doctest = True  # interactive examples are code, not prose: drop them and their output
+        if not in_doctest:
+            current.append(_WS_RE.sub(" ", line))
+    if current:
+        paragraphs.append(" ".join(current))
+    body = "\n\n".join(paragraphs).strip()
+    if len(body) > MAX_BODY_CHARS:
+        cut = body.rfind(". ", 0, MAX_BODY_CHARS)
+        body = body[: cut + 1] if cut > 0 else body[:MAX_BODY_CHARS]
+    return summary, body
+
+
+def _acceptable(summary: str, body: str) -> bool:
+    words = summary.split()
+    if len(words) < 4 or len(summary) > 200 or _SIGNATURE_RE.match(summary):
+        return False
+    if summary.endswith(":") or summary.lower().startswith(("deprecated", "see ", "alias", "same as")):
+        return False
+    return len(_SENTENCE_END_RE.findall(body)) >= 2 and len(body) >= 80
+
+
+def _members(module: Any) -> Iterable[tuple[str, Any]]:
+    """(qualified name, object) for functions and classes defined in ``module`` and their methods,
+    private ones included (single underscore; of the dunder methods only ``__init__``)."""
+    modname = module.__name__
+    for name, obj in sorted(vars(module).items()):
+        if name.startswith("__") or getattr(obj, "__module__", None) != modname:
+            continue
+        if inspect.isfunction(obj):
+            yield f"{modname}.{name}", obj
+        elif inspect.isclass(obj):
+            yield f"{modname}.{name}", obj
+            for mname, member in sorted(vars(obj).items()):
+                if mname.startswith("__") and mname != "__init__":
+                    continue
+                func = member.__func__ if isinstance(member, (staticmethod, classmethod)) else member
+                if isinstance(func, property):
+                    func = func.fget
+                if inspect.isfunction(func):
+                    yield f"{modname}.{name}.{mname}", func
+
+
+def build_stdlib_known_item(max_items: int = 2000, modules: Sequence[str] = STDLIB_MODULES) -> BeirSet:
+    """Build the known-item set from standard-library docstrings, deterministically.
+
+    Candidates: every public function, class and method defined in ``modules`` whose own docstring is
+    a one-line summary (≥ 4 words, not a call signature), a blank line, and a body of ≥ 2 sentences
+    (≥ 80 characters; doctest examples dropped; cut at a sentence end near 1,200 characters). A summary
+    or a body that occurs more than once is dropped (it would be an ambiguous query or passage). If more
+    than ``max_items`` remain, the ones with the smallest SHA-1 of their qualified name are kept, which
+    spreads the sample over modules without randomness.
+    """
+    found: dict[str, tuple[str, str]] = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for modname in modules:
+            try:
+                module = importlib.import_module(modname)
+            except Exception:  # noqa: BLE001 - a module missing on this Python is skipped (listed in info)
+                continue
+            for qualname, obj in _members(module):
+                doc = obj.__doc__ if isinstance(getattr(obj, "__doc__", None), str) else None
+                if not doc:
+                    continue
+                parts = _split_docstring(doc)
+                if parts and _acceptable(*parts):
+                    found.setdefault(qualname, parts)
+    summaries: dict[str, int] = {}
+    bodies: dict[str, int] = {}
+    for s, b in found.values():
+        summaries[s.lower()] = summaries.get(s.lower(), 0) + 1
+        bodies[b] = bodies.get(b, 0) + 1
+    unique = {q: (s, b) for q, (s, b) in found.items() if summaries[s.lower()] == 1 and bodies[b] == 1}
+    chosen = sorted(unique, key=lambda q: hashlib.sha1(q.encode()).hexdigest())[:max_items]
+    chosen.sort()
+    corpus = {q: {"title": "", "text": unique[q][1]} for q in chosen}
+    queries = {f"q:{q}": unique[q][0] for q in chosen}
+    qrels = {f"q:{q}": {q: 1} for q in chosen}
+    info = {
+        "name": "stdlib-known-item",
+        "python": sys.version.split()[0],
+        "modules": list(modules),
+        "candidates": len(found),
+        "unique": len(unique),
+        "items": len(chosen),
+        "licence": "Python Software Foundation License (docstrings of the CPython standard library)",
+    }
+    return BeirSet("stdlib-known-item", corpus, queries, qrels, info)
+
+
+# ------------------------------------------------------------------------------------------ metrics
+
+
+def ndcg_at(ranked: Sequence[str], rels: Mapping[str, int], k: int) -> float:
+    """nDCG@k with linear gain (trec_eval's ``ndcg_cut``)."""
+    dcg = sum(rels.get(d, 0) / math.log2(i + 2) for i, d in enumerate(ranked[:k]))
+    ideal = sorted((g for g in rels.values() if g > 0), reverse=True)[:k]
+    idcg = sum(g / math.log2(i + 2) for i, g in enumerate(ideal))
+    return dcg / idcg if idcg > 0 else 0.0
+
+
+def recall_at(ranked: Sequence[str], rels: Mapping[str, int], k: int) -> float:
+    """Share of the relevant passages found in the top k."""
+    relevant = {d for d, g in rels.items() if g > 0}
+    return len(relevant.intersection(ranked[:k])) / len(relevant) if relevant else 0.0
+
+
+def mrr_at(ranked: Sequence[str], rels: Mapping[str, int], k: int) -> float:
+    """Reciprocal rank of the first relevant passage within the top k (0 if none)."""
+    for i, d in enumerate(ranked[:k]):
+        if rels.get(d, 0) > 0:
+            return 1.0 / (i + 1)
+    return 0.0
+
+
+METRICS = (("ndcg@10", ndcg_at, 10), ("recall@100", recall_at, 100), ("mrr@10", mrr_at, 10),
+           ("recall@10", recall_at, 10))
+
+
+# --------------------------------------------------------------------------------------- evaluation
+
+
+def make_embedder(kind: str) -> Any:
+    """``minilm``: all-MiniLM-L6-v2 behind an on-disk cache in bench/.cache; ``hash``: HashEmbedder(384)."""
+    from nlql.embedders import CachedEmbedder, HashEmbedder, SentenceTransformerEmbedder
+
+    if kind == "hash":
+        return HashEmbedder(dim=384)
+    if kind == "minilm":
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        return CachedEmbedder(SentenceTransformerEmbedder(), CACHE / "embeddings.sqlite")
+    raise ValueError(f"unknown embedder {kind!r} (minilm or hash)")
+
+
+def evaluate(ds: BeirSet, embedder: Any, methods: Sequence[str] = tuple(QUERIES),
+             limit: int = LIMIT) -> dict[str, Any]:
+    """Index ``ds`` (one document per passage) and score every judged query with each method.
+
+    Returns:
+        ``{"n_queries", "n_passages", "index_s", "methods": {method: {"query", metric: mean, "ms_per_query"}}}``
+    """
+    from nlql import Engine
+
+    engine = Engine(embedder=embedder, store="memory", warm_up=False)
+    doc_ids = list(ds.corpus)
+    t = time.perf_counter()
+    engine.add_texts([ds.passage(d) for d in doc_ids], ids=doc_ids)
+    index_s = time.perf_counter() - t
+    qids = ds.judged_queries()
+    texts = [ds.queries[q] for q in qids]
+    if any(m in ("similarity", "rrf") for m in methods) and texts:
+        embedder.embed(texts)  # one batch: fills a cache, so per-query timings below are the engine's
+    out: dict[str, Any] = {"n_queries": len(qids), "n_passages": len(doc_ids), "index_s": round(index_s, 2),
+                           "methods": {}}
+    for method in methods:
+        query = QUERIES[method].format(limit=limit)
+        sums = dict.fromkeys((m for m, _, _ in METRICS), 0.0)
+        t = time.perf_counter()
+        for qid, text in zip(qids, texts, strict=True):
+            ranked = [h.doc_id for h in engine.search(query, params={"q": text})]
+            for name, fn, k in METRICS:
+                sums[name] += fn(ranked, ds.qrels[qid], k)
+        elapsed = time.perf_counter() - t
+        row: dict[str, Any] = {"query": query}
+        row.update({m: round(v / max(1, len(qids)), 4) for m, v in sums.items()})
+        row["ms_per_query"] = round(elapsed * 1000 / max(1, len(qids)), 2)
+        out["methods"][method] = row
+    out["methods"]["rerank"] = {"query": "RRF as above + CrossEncoderReranker", "available": False,
+                                "note": "not available offline: no cross-encoder model ships in this "
+                                        "environment and the network is closed"}
+    engine.close()
+    return out
+
+
+def verdict(result: Mapping[str, Any], metric: str) -> dict[str, Any]:
+    """Does the hybrid beat each arm alone on ``metric``?"""
+    m = result["methods"]
+    rrf, sim, bm = m["rrf"][metric], m["similarity"][metric], m["bm25"][metric]
+    return {"metric": metric, "rrf": rrf, "similarity": sim, "bm25": bm,
+            "beats_similarity": rrf > sim, "beats_bm25": rrf > bm, "beats_both": rrf > sim and rrf > bm}
+
+
+def load_stdlib_set(build: bool = False) -> BeirSet:
+    """The committed known-item set (built first if missing or ``build``)."""
+    if build or not (STDLIB_SET / "corpus.jsonl").exists():
+        log(f"[quality] building {STDLIB_SET}")
+        write_beir(build_stdlib_known_item(), STDLIB_SET)
+    return load_beir(STDLIB_SET)
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--beir", type=Path, default=None, help="a BEIR-layout directory (default: the stdlib set)")
+    ap.add_argument("--split", default="test")
+    ap.add_argument("--embedder", choices=("minilm", "hash"), default="minilm")
+    ap.add_argument("--limit", type=int, default=None, help="evaluate only the first N queries (a slice)")
+    ap.add_argument("--build", action="store_true", help="rebuild bench/data/stdlib-known-item first")
+    ap.add_argument("--out", type=Path, default=RESULTS / "quality.json")
+    args = ap.parse_args(argv)
+
+    ds = load_beir(args.beir, args.split) if args.beir else load_stdlib_set(args.build)
+    if args.limit:
+        ds = ds.subset(args.limit)
+    kind = "BEIR" if args.beir else "known-item"
+    log(f"[quality] {ds.name}: {len(ds.judged_queries())} queries, {len(ds.corpus)} passages, {args.embedder}")
+    t = time.perf_counter()
+    result = evaluate(ds, make_embedder(args.embedder))
+    headline = ("ndcg@10", "recall@100") if kind == "BEIR" else ("mrr@10", "recall@10")
+    out: dict[str, Any] = {
+        "title": f"Retrieval quality on {ds.name} ({kind})",
+        "machine": machine_info(),
+        "dataset": {"name": ds.name, "kind": kind, **{k: v for k, v in ds.info.items() if k != "modules"}},
+        "embedder": args.embedder if args.embedder == "hash" else "all-MiniLM-L6-v2 (fp32, cached on disk)",
+        "headline_metrics": list(headline),
+        **result,
+        "verdict": [verdict(result, m) for m in headline],
+        "total_s": round(time.perf_counter() - t, 1),
+    }
+    write_json(args.out, out)
+    print(f"{ds.name}: {result['n_queries']} queries over {result['n_passages']} passages ({args.embedder})")
+    for method, row in result["methods"].items():
+        if row.get("available") is False:
+            print(f"  {LABELS[method]:<34} not available offline")
+            continue
+        cells = "  ".join(f"{m} {row[m]:.4f}" for m in ("ndcg@10", "recall@100", "mrr@10", "recall@10"))
+        print(f"  {LABELS[method]:<34} {cells}  ({row['ms_per_query']} ms/query)")
+    for v in out["verdict"]:
+        print(f"  hybrid beats both arms on {v['metric']}: {v['beats_both']}")
+    log(f"wrote {args.out}")
+    return out
+
+
+if __name__ == "__main__":
+    main()

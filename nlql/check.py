@@ -1,0 +1,806 @@
+"""Semantic checks: names, functions, arity, binding cycles, parameters, types — every problem at once.
+
+:func:`check` is what an agent calls to self-correct: it never raises for a bad query, it returns a list
+of :class:`~nlql.errors.Diagnostic` (empty when the query is valid). :func:`validate` is what the engine
+calls before planning: it parses, checks, and raises one :class:`~nlql.errors.CheckError` carrying
+every diagnostic.
+
+>>> [d.message for d in check("SELECT SENTENCE WHERE topic == 'ai'")]
+["unknown name 'topic'"]
+>>> check("SELECT SENTENCE WHERE topic == 'ai'")[0].hint
+'did you mean meta.topic?'
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import re
+from collections.abc import Mapping
+from datetime import date, datetime
+from typing import Any
+
+from nlql.errors import CheckError, Diagnostic, NLQLError
+from nlql.functions import BUILTINS, SCORE_FUNCTIONS, FunctionSig, parse_duration
+from nlql.ir import (
+    BUILTIN_FIELDS,
+    Between,
+    Binary,
+    Binding,
+    Call,
+    Compare,
+    Field,
+    In,
+    IsNull,
+    ListExpr,
+    Literal,
+    Meta,
+    Node,
+    Param,
+    Query,
+    Ref,
+    TextMatch,
+    TypedLiteral,
+    Unary,
+    Unit,
+    Within,
+)
+from nlql.parser import parse
+from nlql.render import quote_key, render_expr
+from nlql.span import Span
+
+__all__ = ["check", "validate"]
+
+_SCHEMA_TYPES = {
+    "number": "number", "int": "number", "integer": "number", "float": "number", "double": "number",
+    "string": "string", "str": "string", "text": "string", "keyword": "string",
+    "date": "datetime", "datetime": "datetime", "timestamp": "datetime",
+    "bool": "bool", "boolean": "bool",
+    "list": "list", "array": "list",
+}
+_FIELD_TYPES = {"content": "string", "id": "any", "doc_id": "any", "position": "number"}
+_A = {
+    "number": "a number", "score": "a score", "string": "a string", "datetime": "a date",
+    "bool": "a boolean", "list": "a list", "null": "NULL", "any": "a value",
+}
+_NUMERIC = frozenset({"number", "score"})
+_NOT_CONDITIONS = frozenset({"number", "score", "string", "datetime", "list"})
+_MAX_DEPTH = 400  # hand-built IR deeper than this is reported, not recursed into
+
+
+def check(
+    query: str | Query,
+    params: Mapping[Any, Any] | None = None,
+    schema: Mapping[str, str] | None = None,
+    functions: Mapping[str, int | None] | None = None,
+) -> list[Diagnostic]:
+    """Every problem in a query, in source order; ``[]`` when it is valid.
+
+    Args:
+        query: Query text or an already parsed :class:`~nlql.ir.Query`.
+        params: Parameter values by name (``"q"`` or ``"$q"``; positional ones as ``1`` or ``"1"``).
+            None means "not known yet": nothing is said about parameters. A mapping (even empty) means
+            these are all the parameters: a missing or unused one is a problem, and values are checked.
+        schema: Metadata key → type (``number``, ``string``, ``date``, ``bool``, ``list``), used for
+            type errors such as ``meta.year == "abc"``. Dotted keys name nested paths.
+        functions: User functions registered on an engine: name → arity (None for variadic).
+
+    Returns:
+        Diagnostics with line, column, span, message and hint. A syntax error is returned as a
+        one-element list rather than raised.
+    """
+    if isinstance(query, str):
+        try:
+            query = parse(query)
+        except NLQLError as exc:
+            return exc.with_source(query).diagnostics
+    if not isinstance(query, Query):
+        raise TypeError(f"check() needs query text or a Query, not {type(query).__name__}")
+    return _Checker(query, params, schema, functions).run()
+
+
+def validate(
+    query: str | Query,
+    params: Mapping[Any, Any] | None = None,
+    schema: Mapping[str, str] | None = None,
+    functions: Mapping[str, int | None] | None = None,
+) -> Query:
+    """Parse and check a query for execution; raise on any problem.
+
+    Unlike :func:`check`, parameters are always enforced: ``params=None`` means none are bound, so a
+    ``$param`` in the query is an error.
+
+    Args:
+        query: Query text or a :class:`~nlql.ir.Query`.
+        params: The bound parameters (None → none).
+        schema: Optional metadata types, as for :func:`check`.
+        functions: User functions (name → arity), as for :func:`check`.
+
+    Returns:
+        The parsed query.
+
+    Raises:
+        NLQLSyntaxError: The text does not parse.
+        LimitError: The text exceeds a parser limit.
+        CheckError: The query has semantic problems; ``.diagnostics`` lists all of them.
+    """
+    source = query if isinstance(query, str) else None
+    q = parse(query) if isinstance(query, str) else query
+    diagnostics = check(q, params if params is not None else {}, schema, functions)
+    if diagnostics:
+        raise CheckError(diagnostics, source)
+    return q
+
+
+# -------------------------------------------------------------------------------------------- helpers
+
+
+def _value_type(value: Any) -> str | None:
+    """The checker type of a bound parameter value; None if NLQL has no such value."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, (datetime, date)):
+        return "datetime"
+    if isinstance(value, (list, tuple)):
+        return "list"
+    return None
+
+
+def _is_number_text(text: str) -> bool:
+    try:
+        return math.isfinite(float(text))
+    except ValueError:
+        return False
+
+
+def _iso_datetime(text: str) -> bool:
+    candidate = text[:-1] + "+00:00" if text.endswith(("Z", "z")) else text
+    try:
+        datetime.fromisoformat(candidate)
+    except ValueError:
+        try:
+            date.fromisoformat(text)
+        except ValueError:
+            return False
+    return True
+
+
+def _iso_date(text: str) -> bool:
+    try:
+        date.fromisoformat(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _misnamed_kwarg(e: Node) -> bool:
+    """``k = 60`` inside RRF(…): a named argument written with ``=`` instead of ``=>``."""
+    return isinstance(e, Compare) and e.op == "==" and isinstance(e.left, Ref) and e.left.name in ("k", "weights")
+
+
+def _short(node: Node) -> str:
+    try:
+        text = render_expr(node)
+    except (TypeError, ValueError):
+        return type(node).__name__
+    return text if len(text) <= 40 else text[:37] + "…"
+
+
+class _Checker:
+    def __init__(
+        self,
+        query: Query,
+        params: Mapping[Any, Any] | None,
+        schema: Mapping[str, str] | None,
+        functions: Mapping[str, int | None] | None,
+    ) -> None:
+        self.query = query
+        self.params = None if params is None else {str(k).lstrip("$"): v for k, v in params.items()}
+        self.schema = {k: _SCHEMA_TYPES.get(str(v).lower(), "any") for k, v in (schema or {}).items()}
+        self.functions = {k.upper(): v for k, v in (functions or {}).items()}
+        self.diagnostics: list[Diagnostic] = []
+        self.bindings: dict[str, Binding] = {}
+        for b in query.bindings:
+            self.bindings.setdefault(b.name, b)
+        self.types: dict[str, str] = {}
+        self.pending: set[str] = set()
+        self.score_memo: dict[str, bool] = {}
+        self.used_params: set[str] = set()
+        self.missing_reported: set[str] = set()
+
+    # ------------------------------------------------------------------------------------------ run
+
+    def run(self) -> list[Diagnostic]:
+        q = self.query
+        self._unit(q.unit)
+        self._bindings()
+        if q.where is not None:
+            self._condition(q.where, self._expr(q.where), "WHERE")
+        for key in q.order_by:
+            t = self._expr(key.expr)
+            if t == "list":
+                self._report(key.expr, "cannot sort by a list", code="type")
+        if q.limit is not None:
+            self._count(q.limit, "LIMIT")
+        if q.offset is not None:
+            self._count(q.offset, "OFFSET")
+        if self.params is not None:
+            for name in self.params:
+                if name not in self.used_params:
+                    self._report(None, f"unused parameter ${name}", "remove it from params or use it in the query",
+                                 code="param")
+        return sorted(self.diagnostics, key=lambda d: (d.span is None, d.span.start if d.span else 0))
+
+    def _report(self, node: Node | Span | None, message: str, hint: str | None = None, code: str = "check") -> None:
+        span = node if isinstance(node, Span) or node is None else node.span
+        line, column = (span.line, span.column) if span is not None else (0, 0)
+        self.diagnostics.append(Diagnostic(line, column, message, hint, span, code))
+
+    # --------------------------------------------------------------------------------------- clauses
+
+    def _unit(self, unit: Unit) -> None:
+        if unit.kind != "SPAN":
+            return
+        if unit.base not in ("SENTENCE", "CHUNK"):
+            self._report(unit, f"SPAN works over SENTENCE or CHUNK, not {unit.base}",
+                         "write SPAN(SENTENCE, window => 2)", code="unit")
+        if unit.window is not None:
+            self._count(unit.window, "the SPAN window")
+
+    def _count(self, e: Node, what: str) -> None:
+        """LIMIT, OFFSET and the SPAN window: a whole number ≥ 0, literal or bound parameter."""
+        if isinstance(e, Param):
+            self._param(e)
+            value = self._param_value(e)
+            if value is _UNBOUND:
+                return
+            shown = f"{what} ${e.name} is {value!r}; it"
+        elif isinstance(e, Literal):
+            value = e.value
+            shown = what
+        else:
+            self._expr(e)
+            self._report(e, f"{what} must be a whole number or a $parameter", code="limit")
+            return
+        if not _whole(value):
+            self._report(e, f"{shown} must be a whole number", code="limit")
+        elif value < 0:
+            self._report(e, f"{shown} must not be negative", code="limit")
+
+    def _bindings(self) -> None:
+        first: dict[str, Binding] = {}
+        for b in self.query.bindings:
+            earlier = first.get(b.name)
+            if earlier is not None:
+                where = f" at line {earlier.span.line}, column {earlier.span.column}" if earlier.span else ""
+                self._report(b, f"duplicate binding '{b.name}'", f"'{b.name}' is first bound{where}",
+                             code="binding")
+            else:
+                first[b.name] = b
+            lower = b.name.lower()
+            if lower in BUILTIN_FIELDS:
+                self._report(b, f"binding '{b.name}' shadows the built-in field {lower}",
+                             f"choose another name, e.g. {lower}_score", code="binding")
+            elif lower == "meta":
+                self._report(b, "'meta' cannot be a binding name", "it starts metadata paths: meta.<key>",
+                             code="binding")
+        self._cycles()
+        for b in self.query.bindings:
+            if self.bindings[b.name] is b:
+                self._binding_type(b.name)
+            else:
+                self._expr(b.expr)
+
+    def _cycles(self) -> None:
+        """Report each cycle among bindings once (a self-reference is a cycle of one)."""
+        graph = {name: [r for r in b.expr.walk() if isinstance(r, Ref) and r.name in self.bindings]
+                 for name, b in self.bindings.items()}
+        state: dict[str, int] = {}  # 1 = on the current path, 2 = done
+        reported: set[frozenset[str]] = set()
+        for root in graph:
+            if state.get(root):
+                continue
+            path: list[str] = [root]
+            iters = [iter(graph[root])]
+            state[root] = 1
+            while iters:
+                ref = next(iters[-1], None)
+                if ref is None:
+                    state[path.pop()] = 2
+                    iters.pop()
+                    continue
+                target = ref.name
+                if state.get(target) == 1:
+                    cycle = path[path.index(target):]
+                    key = frozenset(cycle)
+                    if key not in reported:
+                        reported.add(key)
+                        if len(cycle) == 1:
+                            self._report(ref, f"binding '{target}' refers to itself",
+                                         "a binding cannot use its own value", code="cycle")
+                        else:
+                            chain = " → ".join([*cycle, target])
+                            self._report(ref, f"bindings refer to each other in a cycle: {chain}",
+                                         "break the cycle: a binding may only use bindings that do not use it",
+                                         code="cycle")
+                elif not state.get(target):
+                    state[target] = 1
+                    path.append(target)
+                    iters.append(iter(graph[target]))
+
+    def _binding_type(self, name: str) -> str:
+        if name in self.types:
+            return self.types[name]
+        if name in self.pending:  # a cycle, already reported
+            return "any"
+        self.pending.add(name)
+        t = self._expr(self.bindings[name].expr)
+        self.pending.discard(name)
+        self.types[name] = t
+        return t
+
+    def _is_score(self, e: Node, seen: frozenset[str] = frozenset()) -> bool:
+        """Whether an expression is a score: a score call, a score binding, or arithmetic over one."""
+        if isinstance(e, Call):
+            name = e.name.upper()
+            if name in SCORE_FUNCTIONS:
+                return True
+            if name == "IF" and len(e.args) == 3:
+                return self._is_score(e.args[1], seen) or self._is_score(e.args[2], seen)
+            return False
+        if isinstance(e, Ref):
+            b = self.bindings.get(e.name)
+            if b is None or e.name in seen:
+                return False
+            if e.name not in self.score_memo:
+                self.score_memo[e.name] = self._is_score(b.expr, seen | {e.name})
+            return self.score_memo[e.name]
+        if isinstance(e, Binary) and e.op in ("+", "-", "*", "/"):
+            return self._is_score(e.left, seen) or self._is_score(e.right, seen)
+        if isinstance(e, Unary) and e.op == "-":
+            return self._is_score(e.operand, seen)
+        return False
+
+    # ------------------------------------------------------------------------------------ parameters
+
+    def _param(self, p: Param) -> None:
+        self.used_params.add(p.name)
+        if self.params is None or p.name in self.params or p.name in self.missing_reported:
+            return
+        self.missing_reported.add(p.name)
+        self._report(p, f"missing parameter ${p.name}", f"pass it in params, e.g. params={{'{p.name}': …}}",
+                     code="param")
+
+    def _param_value(self, p: Param) -> Any:
+        if self.params is None or p.name not in self.params:
+            return _UNBOUND
+        return self.params[p.name]
+
+    # ----------------------------------------------------------------------------------- expressions
+
+    def _condition(self, e: Node, t: str, where: str) -> None:
+        if t in _NOT_CONDITIONS:
+            hint = "compare it, e.g. rel >= 0.5" if t in _NUMERIC else "compare it, e.g. meta.status == \"published\""
+            self._report(e, f"{where} needs a condition, not {_A[t]}", hint, code="type")
+
+    def _expr(self, e: Node, depth: int = 0) -> str:  # noqa: C901 - one case per node type
+        if depth > _MAX_DEPTH:
+            self._report(e, "the expression is nested too deeply", code="limit")
+            return "any"
+        d = depth + 1
+        if isinstance(e, Literal):
+            v = e.value
+            if v is None:
+                return "null"
+            if isinstance(v, bool):
+                return "bool"
+            if isinstance(v, str):
+                return "string"
+            return "number"
+        if isinstance(e, TypedLiteral):
+            self._typed(e, e.type, e.value)
+            return "datetime"
+        if isinstance(e, Param):
+            self._param(e)
+            value = self._param_value(e)
+            if value is _UNBOUND:
+                return "any"
+            t = _value_type(value)
+            if t is None:
+                self._report(e, f"parameter ${e.name} has an unsupported type {type(value).__name__}",
+                             "use a string, number, boolean, null, date or list", code="param")
+                return "any"
+            return t
+        if isinstance(e, Field):
+            return _FIELD_TYPES.get(e.name, "any")
+        if isinstance(e, Meta):
+            return self.schema.get(".".join(e.keys), "any")
+        if isinstance(e, Ref):
+            if e.name in self.bindings:
+                return self._binding_type(e.name)
+            self._unknown_name(e)
+            return "any"
+        if isinstance(e, ListExpr):
+            for item in e.items:
+                self._expr(item, d)
+            return "list"
+        if isinstance(e, Call):
+            return self._call(e, d)
+        if isinstance(e, Unary):
+            t = self._expr(e.operand, d)
+            if e.op == "NOT":
+                self._condition(e.operand, t, "NOT")
+                return "bool"
+            self._arith_operand(e.operand, t, "-")
+            return "score" if t == "score" else "number"
+        if isinstance(e, Binary):
+            lt, rt = self._expr(e.left, d), self._expr(e.right, d)
+            if e.op in ("AND", "OR"):
+                self._condition(e.left, lt, e.op)
+                self._condition(e.right, rt, e.op)
+                return "bool"
+            self._arith_operand(e.left, lt, e.op)
+            self._arith_operand(e.right, rt, e.op)
+            if "datetime" in (lt, rt):
+                return "any"
+            return "score" if "score" in (lt, rt) else "number"
+        if isinstance(e, Compare):
+            self._comparable(e, e.left, self._expr(e.left, d), e.right, self._expr(e.right, d))
+            return "bool"
+        if isinstance(e, In):
+            t = self._expr(e.expr, d)
+            if isinstance(e.options, ListExpr):
+                for item in e.options.items:
+                    self._comparable(item, e.expr, t, item, self._expr(item, d))
+            else:
+                ot = self._expr(e.options, d)
+                if ot not in ("list", "any"):
+                    self._report(e.options, f"IN needs a list, not {_A[ot]}", 'write IN ("a", "b")', code="type")
+            return "bool"
+        if isinstance(e, Between):
+            t = self._expr(e.expr, d)
+            self._comparable(e.low, e.expr, t, e.low, self._expr(e.low, d))
+            self._comparable(e.high, e.expr, t, e.high, self._expr(e.high, d))
+            return "bool"
+        if isinstance(e, IsNull):
+            self._expr(e.expr, d)
+            return "bool"
+        if isinstance(e, TextMatch):
+            self._text_match(e, d)
+            return "bool"
+        if isinstance(e, Within):
+            self._within(e, d)
+            return "bool"
+        return "any"
+
+    def _unknown_name(self, ref: Ref) -> None:
+        name = ref.name
+        if name.lower() == "meta":
+            self._report(ref, "'meta' needs a key", "write meta.<key>, e.g. meta.author", code="name")
+            return
+        close = difflib.get_close_matches(name, [*self.bindings, *BUILTIN_FIELDS], n=1, cutoff=0.75)
+        if close:
+            hint = f"did you mean '{close[0]}'?"
+        elif name.upper() in BUILTINS or name.upper() in self.functions:
+            hint = f"did you mean {name.upper()}(…)? functions need parentheses"
+        else:
+            keys = difflib.get_close_matches(name, list(self.schema), n=1, cutoff=0.75)
+            key = keys[0] if keys else name
+            hint = f"did you mean meta.{'.'.join(quote_key(k) for k in key.split('.'))}?"
+        self._report(ref, f"unknown name '{name}'", hint, code="name")
+
+    def _arith_operand(self, e: Node, t: str, op: str) -> None:
+        if t in ("string", "bool", "list"):
+            self._report(e, f"arithmetic on {_A[t]}: '{op}' needs numbers", code="type")
+
+    def _comparable(self, at: Node, left: Node, lt: str, right: Node, rt: str) -> None:
+        """Report a comparison that can never be TRUE because the two sides have incompatible types."""
+        if "any" in (lt, rt) or "null" in (lt, rt):
+            return
+        if lt in _NUMERIC and rt in _NUMERIC or lt == rt:
+            return
+        pair = {lt, rt}
+        if "list" in pair:
+            self._report(at, f"cannot compare {_A[lt]} with {_A[rt]}", "to test membership, write x IN (a, b)",
+                         code="type")
+            return
+        string_side = left if lt == "string" else right if rt == "string" else None
+        literal = self._constant(string_side)
+        if pair & _NUMERIC and "string" in pair:
+            if isinstance(literal, str) and _is_number_text(literal):
+                return  # numbers compare with numeric strings numerically
+            score = "score" in pair
+            hint = ("a score is a number, e.g. rel >= 0.3" if score
+                    else f"{_short(string_side)} is not a number" if literal is not None else None)
+            self._report(at, f"cannot compare {_A[lt]} with {_A[rt]}", hint, code="type")
+            return
+        if pair == {"datetime", "string"}:
+            if literal is None or _iso_datetime(literal):
+                return  # ISO-8601 strings compare with dates as dates
+            self._report(at, f"{_short(string_side)} is not a date", "write an ISO-8601 date, e.g. '2024-06-01'",
+                         code="type")
+            return
+        self._report(at, f"cannot compare {_A[lt]} with {_A[rt]}", code="type")
+
+    def _constant(self, e: Node | None) -> Any:
+        """The value of a literal or bound parameter; None for anything else."""
+        if isinstance(e, Literal):
+            return e.value
+        if isinstance(e, Param):
+            value = self._param_value(e)
+            return None if value is _UNBOUND else value
+        return None
+
+    def _typed(self, node: Node, kind: str, value: str) -> None:
+        if kind == "DATE" and not _iso_date(value):
+            hint = ("use TIMESTAMP for a date with a time" if _iso_datetime(value)
+                    else "write an ISO-8601 date, e.g. DATE '2024-06-01'")
+            self._report(node, f"invalid DATE {value!r}", hint, code="type")
+        elif kind == "TIMESTAMP" and not _iso_datetime(value):
+            self._report(node, f"invalid TIMESTAMP {value!r}",
+                         "write an ISO-8601 timestamp, e.g. TIMESTAMP '2024-06-01T10:00:00Z'", code="type")
+
+    def _string_operand(self, e: Node, t: str, what: str) -> None:
+        if t in ("number", "score", "bool", "datetime", "list"):
+            self._report(e, f"{what} needs a string, not {_A[t]}", code="type")
+
+    def _text_match(self, e: TextMatch, d: int) -> None:
+        t = self._expr(e.expr, d)
+        pt = self._expr(e.pattern, d)
+        self._string_operand(e.expr, t, e.op)
+        self._string_operand(e.pattern, pt, e.op)
+        if e.op != "MATCH":
+            return
+        pattern: Any = None
+        if isinstance(e.pattern, Literal):
+            pattern = e.pattern.value
+        elif isinstance(e.pattern, Param):
+            value = self._param_value(e.pattern)
+            pattern = None if value is _UNBOUND else value
+        if isinstance(pattern, str):
+            try:
+                re.compile(pattern)
+            except (re.error, RecursionError, OverflowError, ValueError) as exc:
+                detail = getattr(exc, "msg", None) or str(exc) or type(exc).__name__
+                pos = getattr(exc, "pos", None)
+                hint = f"the problem is at position {pos} of the pattern" if pos is not None else None
+                self._report(e.pattern, f"invalid regular expression: {detail}", hint, code="regex")
+
+    def _within(self, e: Within, d: int) -> None:
+        t = self._expr(e.expr, d)
+        if isinstance(e.expr, Field):
+            self._report(e.expr, f"WITHIN needs a date, not {e.expr.name}", 'e.g. meta.date WITHIN "last week"',
+                         code="type")
+        elif t in ("number", "score", "bool", "list"):
+            self._report(e.expr, f"WITHIN needs a date, not {_A[t]}", 'e.g. meta.date WITHIN "last week"',
+                         code="type")
+        if e.period is not None:
+            pt = self._expr(e.period, d)
+            ok = isinstance(e.period, (Literal, Param)) and pt in ("string", "any")
+            if not ok:
+                self._report(e.period, "WITHIN needs a period string", 'e.g. WITHIN "last week" or WITHIN $period',
+                             code="type")
+            return
+        for bound in (e.low, e.high):
+            if bound is None:
+                continue
+            bt = self._expr(bound, d)
+            if bt in ("number", "score", "bool", "list"):
+                self._report(bound, f"a WITHIN range needs dates, not {_A[bt]}",
+                             "e.g. WITHIN (DATE '2024-01-01', DATE '2024-02-01')", code="type")
+            elif isinstance(bound, Literal) and isinstance(bound.value, str) and not _iso_datetime(bound.value):
+                self._report(bound, f"{_short(bound)} is not a date", "write an ISO-8601 date, e.g. '2024-06-01'",
+                             code="type")
+
+    # ------------------------------------------------------------------------------------- functions
+
+    def _call(self, e: Call, d: int) -> str:
+        name = e.name.upper()
+        sig = BUILTINS.get(name)
+        if sig is None:
+            return self._user_call(e, name, d)
+        n = len(e.args)
+        if n < sig.min_args or (sig.max_args is not None and n > sig.max_args):
+            self._report(e, f"{name} takes {sig.arity()}, got {n}", _ARITY_HINTS.get(name), code="arity")
+        self._kwargs(e, sig)
+        # `RRF(a, b, k = 60)` is a mistyped named argument: reported once, by _fusion, not as unknown name k.
+        types = ["any" if name in ("RRF", "INTERLEAVE") and _misnamed_kwarg(arg) else self._expr(arg, d)
+                 for arg in e.args]
+        for _, value in e.kwargs:
+            self._expr(value, d)
+        if name in ("SIMILARITY", "BM25"):
+            self._score_call(e, name)
+        elif name in ("RRF", "INTERLEAVE"):
+            self._fusion(e, name)
+        elif name == "IF":
+            if n == 3:
+                self._condition(e.args[0], types[0], "the first argument of IF")
+                a, b = types[1], types[2]
+                if a == b:
+                    return a
+                if {a, b} <= {"number", "score"}:
+                    return "score"
+                return "any"
+            return "any"
+        elif name == "RECENCY":
+            if n >= 1 and types[0] in ("number", "score", "bool", "list"):
+                self._report(e.args[0], f"RECENCY needs a date, not {_A[types[0]]}", "e.g. RECENCY(meta.date)",
+                             code="type")
+            self._half_life(e.kwarg("half_life"))
+        elif name in ("DATE", "TIMESTAMP"):
+            if n == 1 and isinstance(e.args[0], Literal) and isinstance(e.args[0].value, str):
+                self._typed(e.args[0], name, e.args[0].value)
+            elif n == 1:
+                self._string_operand(e.args[0], types[0], name)
+        else:
+            for i, (arg, t) in enumerate(zip(e.args, types, strict=False)):
+                if sig.arg_type(i) == "string":
+                    self._string_operand(arg, t, name)
+        return sig.returns
+
+    def _user_call(self, e: Call, name: str, d: int) -> str:
+        for arg in e.args:
+            self._expr(arg, d)
+        for _, value in e.kwargs:
+            self._expr(value, d)
+        if name not in self.functions:
+            close = difflib.get_close_matches(name, [*BUILTINS, *self.functions], n=1, cutoff=0.6)
+            hint = (f"did you mean {close[0]}?" if close
+                    else "the built-in functions are " + ", ".join(BUILTINS))
+            self._report(e, f"unknown function '{e.name}'", hint, code="function")
+            return "any"
+        arity = self.functions[name]
+        if arity is not None and len(e.args) != arity:
+            self._report(e, f"{name} takes {arity} argument{'s' * (arity != 1)}, got {len(e.args)}", code="arity")
+        if e.kwargs:
+            self._report(e, f"{name} takes no named arguments", "user functions take positional arguments only",
+                         code="arity")
+        return "any"
+
+    def _kwargs(self, e: Call, sig: FunctionSig) -> None:
+        seen: set[str] = set()
+        for key, value in e.kwargs:
+            if key in seen:
+                self._report(value, f"named argument '{key}' is given twice", code="arity")
+            seen.add(key)
+            if key in sig.named_args:
+                continue
+            if not sig.named:
+                self._report(value, f"{sig.name} takes no named arguments", code="arity")
+                continue
+            close = difflib.get_close_matches(key, sig.named_args, n=1, cutoff=0.6)
+            allowed = " or ".join(sig.named_args)
+            hint = f"did you mean {close[0]}?" if close else f"{sig.name} accepts {allowed}"
+            self._report(value, f"{sig.name} has no named argument '{key}'", hint, code="arity")
+
+    def _score_call(self, e: Call, name: str) -> None:
+        if not e.args:
+            return
+        field = e.args[0]
+        if not (isinstance(field, Field) and field.name == "content"):
+            self._report(field, f"the first argument of {name} must be content",
+                         f'write {name}(content, "your text")', code="score")
+        if len(e.args) < 2:
+            return
+        text = e.args[1]
+        allow_list = name == "SIMILARITY"
+        if isinstance(text, ListExpr) and allow_list:
+            if not text.items:
+                self._report(text, "SIMILARITY needs at least one text in the list", code="score")
+            for item in text.items:
+                self._score_text(item, name, in_list=True)
+            return
+        self._score_text(text, name, in_list=False, allow_list=allow_list)
+
+    def _score_text(self, text: Node, name: str, in_list: bool, allow_list: bool = False) -> None:
+        what = "each text" if in_list else "the text"
+        if isinstance(text, Literal) and isinstance(text.value, str):
+            return
+        if isinstance(text, Param):
+            value = self._param_value(text)
+            if value is _UNBOUND or isinstance(value, str):
+                return
+            if allow_list and isinstance(value, (list, tuple)) and value and all(isinstance(v, str) for v in value):
+                return
+            kind = "a string or a list of strings" if allow_list else "a string"
+            self._report(text, f"${text.name} must be {kind} for {name}, not {type(value).__name__}",
+                         code="score")
+            return
+        if isinstance(text, ListExpr):
+            self._report(text, f"{name} takes one text, not a list", "fuse several with RRF over BM25 bindings",
+                         code="score")
+            return
+        options = "a string literal or a $parameter" + ("" if in_list or not allow_list else ", or a list of them")
+        self._report(text, f"{what} of {name} must be {options}", code="score")
+
+    def _fusion(self, e: Call, name: str) -> None:
+        for arg in e.args:
+            if isinstance(arg, Ref):
+                if arg.name in self.bindings and not self._is_score(arg):
+                    self._report(arg, f"{name} fuses score bindings; '{arg.name}' is not a score",
+                                 'bind a score first, e.g. LET s = SIMILARITY(content, "…")', code="score")
+                continue
+            hint = f"bind it first: LET s = {_short(arg)}, then {name}(s, …)"
+            if _misnamed_kwarg(arg):
+                assert isinstance(arg, Compare) and isinstance(arg.left, Ref)
+                hint = f"named arguments use =>: {arg.left.name} => {_short(arg.right)}"
+            self._report(arg, f"the arguments of {name} must be names of score bindings", hint, code="score")
+        if name != "RRF":
+            return
+        k = e.kwarg("k")
+        if k is not None:
+            value = k.value if isinstance(k, Literal) else self._param_value(k) if isinstance(k, Param) else None
+            if value is _UNBOUND:
+                pass
+            elif isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                self._report(k, "RRF k must be a positive number", "the usual value is k => 60", code="score")
+        weights = e.kwarg("weights")
+        if weights is not None:
+            self._weights(weights, len(e.args))
+
+    def _weights(self, w: Node, arms: int) -> None:
+        values: list[Any]
+        if isinstance(w, ListExpr):
+            values = []
+            for item in w.items:
+                if isinstance(item, Param):
+                    v = self._param_value(item)
+                    values.append(None if v is _UNBOUND else v)
+                elif isinstance(item, Literal):
+                    values.append(item.value)
+                else:
+                    values.append("?")
+        elif isinstance(w, Param):
+            v = self._param_value(w)
+            if v is _UNBOUND:
+                return
+            if not isinstance(v, (list, tuple)):
+                self._report(w, "RRF weights must be a list of numbers", code="score")
+                return
+            values = list(v)
+        else:
+            self._report(w, "RRF weights must be a list of numbers", "e.g. weights => [2, 1]", code="score")
+            return
+        if any(v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))) for v in values):
+            self._report(w, "RRF weights must be a list of numbers", "e.g. weights => [2, 1]", code="score")
+        elif len(values) != arms:
+            self._report(w, f"RRF has {arms} arms but {len(values)} weights", "give one weight per argument",
+                         code="score")
+
+    def _half_life(self, h: Node | None) -> None:
+        if h is None:
+            return
+        value = h.value if isinstance(h, Literal) else self._param_value(h) if isinstance(h, Param) else None
+        if value is _UNBOUND:
+            return
+        if not isinstance(value, str) or parse_duration(value) is None:
+            self._report(h, "half_life must be a duration such as \"90d\"", "units: s, m, h, d, w, y",
+                         code="arity")
+
+
+class _Unbound:
+    def __repr__(self) -> str:
+        return "<unbound>"
+
+
+_UNBOUND: Any = _Unbound()
+
+_ARITY_HINTS = {
+    "SIMILARITY": 'write SIMILARITY(content, "your text")',
+    "BM25": 'write BM25(content, "your text")',
+    "RRF": "write RRF(a, b, k => 60) over score bindings",
+    "INTERLEAVE": "write INTERLEAVE(a, b) over score bindings",
+    "IF": "write IF(condition, then, else)",
+    "COUNT": 'write COUNT(content, "needle")',
+    "NOW": "write NOW()",
+}

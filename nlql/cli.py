@@ -1,0 +1,942 @@
+"""The ``nlql`` command: ingest files, query, explain and check NLQL, a REPL, a demo and an MCP server.
+
+    nlql ingest notes/ papers.jsonl --store ./store     # txt, md (one document per file) and jsonl
+    nlql query 'SELECT SENTENCE LET rel = SIMILARITY(content, "agents") LIMIT 5' --store ./store
+    nlql explain '…' --store ./store                    # the plan, before anything runs
+    nlql check '…'                                      # exit 0 valid, 1 invalid, 2 usage error
+    nlql repl --store ./store                           # end a query with ';' or an empty line
+    nlql demo                                           # the bundled corpus with the real model
+    nlql mcp --store ./store                            # an MCP server over stdio
+
+Output for people goes through rich; ``--json`` prints plain JSON for machines. Errors never show a
+Python traceback unless ``--debug`` (or ``NLQL_DEBUG=1``): an NLQL error prints its message, the query
+line with a caret and a hint on stderr and exits with 1.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from enum import Enum
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    SpinnerColumn,
+    Task,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.rule import Rule
+from rich.syntax import Syntax
+from rich.table import Table
+from rich.text import Text
+
+from nlql import __version__
+from nlql.errors import NLQLError
+
+if TYPE_CHECKING:
+    from nlql.engine import Engine
+    from nlql.execute.results import Hits
+
+#: The file an NLQL directory store keeps its documents in (written by the built-in store).
+STORE_FILE = "nlql.sqlite"
+#: Beside it, the CLI records which embedder built the store, so later commands use the same one.
+CLI_FILE = "nlql-cli.json"
+#: Store names and URL schemes that are not directories (passed to the engine as they are).
+NAMED_STORES = ("memory", "qdrant", "chroma", "faiss", "hnswlib")
+FILE_TYPES = {".txt": "txt", ".text": "txt", ".md": "md", ".markdown": "md", ".jsonl": "jsonl"}
+SNIPPET_CHARS = 240
+NO_RESULTS = "no matching content"
+
+
+class EmbedderName(str, Enum):
+    """Embedders selectable on the command line."""
+
+    minilm = "minilm"
+    hash = "hash"
+
+
+class Split(str, Enum):
+    """How a txt/md file becomes documents."""
+
+    file = "file"
+    paragraph = "paragraph"
+
+
+class CLIError(Exception):
+    """A mistake in how the command was used (a missing store, a bad file): message and hint, exit 1."""
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+
+@dataclasses.dataclass
+class _State:
+    debug: bool = False
+
+
+STATE = _State(debug=os.environ.get("NLQL_DEBUG", "") not in ("", "0"))
+
+
+def _console(stderr: bool = False) -> Console:
+    # Piped output is not a terminal: rich would fall back to 80 columns and wrap every table cell.
+    isatty = (sys.stderr if stderr else sys.stdout).isatty()
+    width = None if isatty or os.environ.get("COLUMNS") else 120
+    return Console(stderr=stderr, width=width, highlight=False, soft_wrap=False)
+
+
+def out() -> Console:
+    return _console()
+
+
+def err() -> Console:
+    return _console(stderr=True)
+
+
+app = typer.Typer(
+    name="nlql",
+    help="NLQL: a declarative query language for semantic and hybrid retrieval over text.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"nlql {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    debug: Annotated[bool, typer.Option("--debug", help="Show Python tracebacks (also NLQL_DEBUG=1).")] = False,
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                          help="Print the version and exit.")] = False,
+) -> None:
+    """NLQL: a declarative query language for semantic and hybrid retrieval over text."""
+    if debug:
+        STATE.debug = True
+
+
+# ------------------------------------------------------------------------------------ errors
+
+
+def _print_error(message: str, hint: str | None = None) -> None:
+    console = err()
+    console.print(Text("error: ", style="bold red") + Text(message))
+    if hint:
+        console.print(Text("hint: ", style="bold") + Text(hint))
+
+
+@contextmanager
+def guard(source: str | None = None) -> Iterator[None]:
+    """Turn every failure into a message and an exit code; re-raise with ``--debug``."""
+    try:
+        yield
+    except (typer.Exit, typer.Abort, SystemExit):
+        raise
+    except NLQLError as exc:
+        if STATE.debug:
+            raise
+        if source is not None:
+            exc.with_source(source)
+        err().print(Text(str(exc)))
+        raise typer.Exit(1) from None
+    except CLIError as exc:
+        if STATE.debug:
+            raise
+        _print_error(exc.message, exc.hint)
+        raise typer.Exit(1) from None
+    except KeyboardInterrupt:
+        if STATE.debug:
+            raise
+        err().print("interrupted")
+        raise typer.Exit(130) from None
+    except BrokenPipeError:  # `nlql query … | head`
+        try:
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - keep Python from failing at exit
+        except OSError:
+            pass
+        raise typer.Exit(0) from None
+    except Exception as exc:  # a bug or an environment problem: one line, traceback only with --debug
+        if STATE.debug:
+            raise
+        _print_error(f"{type(exc).__name__}: {exc}", "run again with --debug for the Python traceback")
+        raise typer.Exit(1) from None
+
+
+# ----------------------------------------------------------------------------------- engines
+
+
+def make_embedder(name: str) -> Any:
+    """``hash`` → :class:`~nlql.embedders.HashEmbedder` (384 dims), ``minilm`` → the offline MiniLM model."""
+    if name == "hash":
+        from nlql.embedders import HashEmbedder
+
+        return HashEmbedder(dim=384)
+    if name == "minilm":
+        from nlql.embedders import SentenceTransformerEmbedder
+
+        return SentenceTransformerEmbedder()
+    raise CLIError(f"unknown embedder {name!r}", "use --embedder minilm or --embedder hash")
+
+
+def _is_directory_store(store: str) -> bool:
+    return store not in NAMED_STORES and "://" not in store
+
+
+def _recorded_embedder(store: str) -> str | None:
+    if not _is_directory_store(store):
+        return None
+    path = Path(store) / CLI_FILE
+    try:
+        value = json.loads(path.read_text(encoding="utf-8")).get("embedder")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return value if isinstance(value, str) else None
+
+
+def _record_embedder(store: str, name: str, dim: int) -> None:
+    if _is_directory_store(store):
+        path = Path(store) / CLI_FILE
+        if not path.exists():
+            path.write_text(json.dumps({"embedder": name, "dim": dim}) + "\n", encoding="utf-8")
+
+
+def choose_embedder(store: str, flag: EmbedderName | None) -> str:
+    """The flag, else what built the store, else ``NLQL_EMBEDDER``, else ``minilm``; a mismatch is an error."""
+    recorded = _recorded_embedder(store)
+    if flag is not None:
+        if recorded is not None and recorded != flag.value:
+            raise CLIError(
+                f"the store at {store} was built with the '{recorded}' embedder, not '{flag.value}': "
+                "similarities between vectors of two embedders mean nothing",
+                f"omit --embedder (the store's own is used) or use --embedder {recorded}")
+        return flag.value
+    if recorded is not None:
+        return recorded
+    env = os.environ.get("NLQL_EMBEDDER", "").strip().lower()
+    if env:
+        if env not in {e.value for e in EmbedderName}:
+            raise CLIError(f"NLQL_EMBEDDER={env!r} is not an embedder", "use minilm or hash")
+        return env
+    return EmbedderName.minilm.value
+
+
+def require_store(store: str) -> None:
+    """A directory store must exist: querying never creates one."""
+    if not _is_directory_store(store):
+        return
+    path = Path(store)
+    if path.is_file():
+        raise CLIError(f"{store} is a file, not an NLQL store directory")
+    if not (path / STORE_FILE).is_file():
+        raise CLIError(f"no NLQL store at {store}: run `nlql ingest … --store {store}` first",
+                       "nlql ingest notes/ --store DIR   (txt, md and jsonl files)")
+
+
+def open_engine(store: str, embedder: EmbedderName | None, *, create: bool = False) -> Engine:
+    """An engine over ``store``; unless ``create``, a directory store must already exist."""
+    if not create:
+        require_store(store)
+    name = choose_embedder(store, embedder)
+    from nlql.engine import Engine
+
+    engine = Engine(embedder=make_embedder(name), store=store)
+    engine.cli_embedder = name  # type: ignore[attr-defined]
+    return engine
+
+
+# -------------------------------------------------------------------------------- parameters
+
+
+def parse_param(text: str) -> tuple[str, Any]:
+    """``name=value``: the value is read as JSON when it is JSON (``5``, ``true``, ``["a","b"]``,
+    ``"2020"``), else taken as a string (``q=AI agents``)."""
+    name, sep, raw = text.partition("=")
+    name = name.strip().lstrip("$")
+    if not sep or not name:
+        raise typer.BadParameter(f"expected name=value, got {text!r}", param_hint="'--param'")
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        value = raw
+    return name, value
+
+
+def parse_params(items: Sequence[str] | None) -> dict[str, Any] | None:
+    if not items:
+        return None
+    return dict(parse_param(i) for i in items)
+
+
+def read_query(query: str) -> str:
+    """``-`` reads the query from stdin."""
+    if query == "-":
+        return sys.stdin.read()
+    return query
+
+
+# ------------------------------------------------------------------------------------ output
+
+
+def _json_default(value: Any) -> Any:
+    item = getattr(value, "item", None)
+    if callable(item):
+        return item()
+    iso = getattr(value, "isoformat", None)
+    if callable(iso):
+        return iso()
+    return str(value)
+
+
+def print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, ensure_ascii=False, indent=2, default=_json_default) + "\n")
+    sys.stdout.flush()
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return f"{value:.4f}" if abs(value) < 1e4 else f"{value:.4g}"
+    return str(value)
+
+
+def snippet(text: str, limit: int = SNIPPET_CHARS) -> str:
+    """One line of at most ``limit`` characters."""
+    flat = " ".join(text.split())
+    if len(flat) <= limit:
+        return flat
+    cut = flat.rfind(" ", 0, limit - 1)
+    return flat[: cut if cut > limit // 2 else limit - 1] + "…"
+
+
+def _meta_text(meta: dict[str, Any], doc_id: str = "", keys: int = 5) -> str:
+    """Up to ``keys`` metadata entries, one per line; a value equal to the document id is left out."""
+    items = [(k, v) for k, v in meta.items() if v != doc_id]
+    parts = []
+    for k, v in items[:keys]:
+        s = _fmt(v) if not isinstance(v, (dict, list)) else json.dumps(v, default=_json_default)
+        parts.append(f"{k}={s if len(s) <= 32 else s[:31] + '…'}")
+    if len(items) > keys:
+        parts.append(f"(+{len(items) - keys} more)")
+    return "\n".join(parts)
+
+
+def hits_table(hits: Hits, title: str | None = None) -> Table:
+    """A rich table: rank, id, scores, content snippet, key metadata."""
+    table = Table(title=title, title_justify="left", show_lines=True, expand=False)
+    table.add_column("#", justify="right", no_wrap=True)
+    table.add_column("id", no_wrap=True, max_width=28, overflow="ellipsis")
+    table.add_column("scores", no_wrap=True)
+    table.add_column("content", overflow="fold", ratio=1, min_width=30)
+    table.add_column("metadata", no_wrap=True, max_width=34, overflow="ellipsis")
+    for rank, h in enumerate(hits, start=1):
+        scores = "\n".join(f"{k} {_fmt(v)}" for k, v in h.scores.items())
+        content = snippet(h.content) + (" [truncated]" if h.truncated else "")
+        table.add_row(str(rank), Text(h.id), Text(scores), Text(content), Text(_meta_text(h.metadata, h.doc_id)))
+    return table
+
+
+def _stats_line(hits: Hits) -> str:
+    ms = sum(float(v) for v in hits.stats.get("timings_ms", {}).values())
+    parts = [f"{len(hits)} row{'s' if len(hits) != 1 else ''}", f"{ms:.1f} ms"]
+    if "candidates" in hits.stats:
+        parts.append(f"{hits.stats['candidates']} candidates")
+    if hits.stats.get("rounds", 1) > 1:
+        parts.append(f"{hits.stats['rounds']} recall rounds")
+    return " · ".join(parts)
+
+
+def print_hits(hits: Hits, console: Console | None = None, title: str | None = None) -> None:
+    console = console or out()
+    for w in hits.warnings:
+        err().print(Text("warning: ", style="yellow") + Text(w))
+    if not hits:
+        console.print(NO_RESULTS)
+        return
+    console.print(hits_table(hits, title))
+    console.print(Text(_stats_line(hits), style="dim"))
+
+
+def print_query(console: Console, query: str) -> None:
+    console.print(Syntax(query.strip(), "sql", theme="ansi_dark", background_color="default", word_wrap=True))
+
+
+# ------------------------------------------------------------------------------------ ingest
+
+
+@dataclasses.dataclass
+class Doc:
+    id: str
+    text: str
+    metadata: dict[str, Any]
+
+
+def expand_paths(paths: Sequence[Path]) -> list[Path]:
+    """Files as given, and every txt/md/jsonl file under a directory (hidden ones skipped), sorted."""
+    files: list[Path] = []
+    for p in paths:
+        if p.is_dir():
+            found = sorted(f for f in p.rglob("*") if f.is_file() and f.suffix.lower() in FILE_TYPES
+                           and not any(part.startswith(".") for part in f.relative_to(p).parts))
+            files.extend(found)
+        elif p.is_file():
+            if p.suffix.lower() not in FILE_TYPES:
+                raise CLIError(f"{p}: unsupported file type '{p.suffix or '(none)'}'",
+                               "nlql ingest reads .txt, .md and .jsonl files")
+            files.append(p)
+        else:
+            raise CLIError(f"{p}: no such file or directory")
+    return files
+
+
+def _posix(path: Path) -> str:
+    return path.as_posix()
+
+
+def _modified(path: Path) -> str:
+    return datetime.fromtimestamp(path.stat().st_mtime, tz=timezone.utc).replace(microsecond=0).isoformat()
+
+
+def _title(text: str, kind: str) -> str | None:
+    for line in text.splitlines():
+        s = line.strip()
+        if not s:
+            continue
+        if kind == "md":
+            if s.startswith("#"):
+                return s.lstrip("#").strip() or None
+            continue
+        return s[:120]
+    return None
+
+
+def read_text_file(path: Path, kind: str, split: Split) -> list[Doc]:
+    """A txt/md file as one document (``--split file``) or one per blank-line paragraph."""
+    text = path.read_text(encoding="utf-8-sig", errors="replace")
+    source = _posix(path)
+    meta: dict[str, Any] = {"source": source, "format": kind, "modified": _modified(path)}
+    title = _title(text, kind)
+    if title:
+        meta["title"] = title
+    if split is Split.file:
+        return [Doc(source, text, meta)] if text.strip() else []
+    docs = []
+    paragraphs = [p.strip() for p in text.replace("\r\n", "\n").split("\n\n")]
+    for n, para in enumerate((p for p in paragraphs if p), start=1):
+        docs.append(Doc(f"{source}:{n}", para, {**meta, "paragraph": n}))
+    return docs
+
+
+def read_jsonl_file(path: Path) -> list[Doc]:
+    """One document per line: ``text`` (or ``content``), optional ``id`` and ``metadata``; any other
+    top-level field is metadata too. A line without an id gets ``<path>:<line>``."""
+    source = _posix(path)
+    docs = []
+    with path.open(encoding="utf-8-sig", errors="replace") as fh:
+        for lineno, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except ValueError as exc:
+                raise CLIError(f"{source}:{lineno}: not valid JSON ({exc})") from None
+            if not isinstance(obj, dict):
+                raise CLIError(f"{source}:{lineno}: expected a JSON object, got {type(obj).__name__}")
+            key = "text" if "text" in obj else "content" if "content" in obj else None
+            if key is None or not isinstance(obj[key], str):
+                raise CLIError(f"{source}:{lineno}: needs a \"text\" string field",
+                               'each line looks like {"id": "a", "text": "…", "metadata": {…}}')
+            meta = obj.get("metadata") or {}
+            if not isinstance(meta, dict):
+                raise CLIError(f"{source}:{lineno}: \"metadata\" must be a JSON object")
+            meta = dict(meta)
+            for k, v in obj.items():
+                if k not in (key, "id", "metadata"):
+                    meta.setdefault(k, v)
+            doc_id = obj.get("id")
+            if doc_id is None:
+                doc_id = f"{source}:{lineno}"
+            elif not isinstance(doc_id, (str, int)) or isinstance(doc_id, bool):
+                raise CLIError(f"{source}:{lineno}: \"id\" must be a string or an integer")
+            if obj[key].strip():
+                docs.append(Doc(str(doc_id), obj[key], meta))
+    return docs
+
+
+def read_documents(paths: Sequence[Path], split: Split) -> list[Doc]:
+    docs: list[Doc] = []
+    for f in expand_paths(paths):
+        kind = FILE_TYPES[f.suffix.lower()]
+        docs.extend(read_jsonl_file(f) if kind == "jsonl" else read_text_file(f, kind, split))
+    return docs
+
+
+class _RateColumn(ProgressColumn):
+    """Documents per second: the recent rate while running, the overall rate at the end."""
+
+    def render(self, task: Task) -> Text:
+        speed = task.finished_speed or task.speed
+        if speed is None and task.elapsed:
+            speed = task.completed / task.elapsed
+        return Text("" if not speed else f"{speed:,.1f} docs/s", style="cyan")
+
+
+def ingest_documents(engine: Engine, docs: Sequence[Doc], batch_size: int = 64,
+                     progress: bool = True, label: str = "ingest") -> tuple[int, int, float]:
+    """Add ``docs`` in batches with a progress bar (rate, ETA) on stderr; (documents, sentences, seconds)."""
+    from nlql.text.split import split_sentences
+
+    start = time.perf_counter()
+    sentences = 0
+    columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), _RateColumn(),
+               TextColumn("eta"), TimeRemainingColumn(), TextColumn("elapsed"), TimeElapsedColumn()]
+    with Progress(*columns, console=err(), disable=not progress, transient=False) as bar:
+        task = bar.add_task(label, total=len(docs))
+        for lo in range(0, len(docs), batch_size):
+            part = docs[lo:lo + batch_size]
+            engine.add_texts([d.text for d in part], ids=[d.id for d in part],
+                             metadatas=[d.metadata for d in part], batch_size=batch_size)
+            sentences += sum(len(split_sentences(d.text)) for d in part)
+            bar.advance(task, len(part))
+    return len(docs), sentences, time.perf_counter() - start
+
+
+@app.command()
+def ingest(
+    paths: Annotated[list[Path], typer.Argument(help="txt, md or jsonl files, or directories of them.")],
+    store: Annotated[str, typer.Option("--store", "-s", help="Store directory (created if missing).")],
+    embedder: Annotated[EmbedderName | None, typer.Option(help="Embedding model [default: the store's, "
+                                                          "else NLQL_EMBEDDER, else minilm].")] = None,
+    split: Annotated[Split, typer.Option(help="txt/md: one document per file, or one per paragraph "
+                                              "(blank-line separated).")] = Split.file,
+    batch_size: Annotated[int, typer.Option(min=1, help="Documents embedded per batch.")] = 64,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+) -> None:
+    """Add documents to a store. txt/md: one document per file (id = its path; metadata source, format,
+    modified, title). jsonl: one per line with "text", optional "id" and "metadata"; other top-level
+    fields become metadata. The same id again replaces the document."""
+    with guard():
+        docs = read_documents(paths, split)
+        if not docs:
+            raise CLIError("nothing to ingest: no non-empty documents in " + ", ".join(map(str, paths)))
+        engine = open_engine(store, embedder, create=True)
+        try:
+            n_docs, n_sent, secs = ingest_documents(engine, docs, batch_size, progress=not quiet)
+            _record_embedder(store, engine.cli_embedder, int(engine.embedder.dim))  # type: ignore[attr-defined]
+            total = len(engine)
+        finally:
+            engine.close()
+        rate = n_docs / secs if secs > 0 else float("inf")
+        out().print(f"ingested {n_docs} documents, {n_sent} sentences in {secs:.1f} s ({rate:,.0f} docs/s); "
+                    f"{escape(store)} now holds {total} sentences", soft_wrap=True)
+
+
+# ------------------------------------------------------------------------------------- query
+
+
+def _with_limit(query: str, limit: int) -> Any:
+    """The parsed query with its LIMIT replaced by ``limit``."""
+    from nlql import ir
+    from nlql.parser import parse
+
+    q = parse(query)
+    return dataclasses.replace(q, limit=ir.Literal(limit))
+
+
+StoreOption = Annotated[str, typer.Option("--store", "-s", help="Store directory (or memory, qdrant, "
+                                          "chroma, faiss, hnswlib, postgresql://…).")]
+EmbedderOption = Annotated[EmbedderName | None, typer.Option(
+    help="Embedding model [default: the one that built the store, else NLQL_EMBEDDER, else minilm].")]
+ParamOption = Annotated[list[str] | None, typer.Option(
+    "--param", "-p", help="name=value for $name (value read as JSON if it is JSON). Repeatable.")]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON for machines.")]
+QueryArgument = Annotated[str, typer.Argument(metavar="QUERY",
+                                              help="An NLQL query ('-' reads it from stdin).")]
+
+
+@app.command()
+def query(
+    text: QueryArgument,
+    store: StoreOption,
+    embedder: EmbedderOption = None,
+    param: ParamOption = None,
+    as_json: JsonOption = False,
+    explain: Annotated[bool, typer.Option("--explain", help="Print the plan before the results.")] = False,
+    limit: Annotated[int | None, typer.Option("--limit", "-n", min=0,
+                                              help="Override the query's LIMIT.")] = None,
+    max_tokens: Annotated[int | None, typer.Option(min=1, help="Keep results within a token budget.")] = None,
+) -> None:
+    """Run a query and print the results as a table (or JSON)."""
+    source = read_query(text)
+    params = parse_params(param)
+    with guard(source):
+        engine = open_engine(store, embedder)
+        try:
+            q: Any = source if limit is None else _with_limit(source, limit)
+            plan = engine.explain(q, params=params) if explain else None
+            if plan is not None and not as_json:
+                out().print(Text(str(plan)))
+                out().print(Rule())
+            hits = engine.search(q, params=params, max_tokens=max_tokens)
+        finally:
+            engine.close()
+        if as_json:
+            data = hits.to_dict()
+            print_json({"explain": plan.to_dict(), **data} if plan is not None else data)
+        else:
+            print_hits(hits)
+
+
+@app.command()
+def explain(
+    text: QueryArgument,
+    store: Annotated[str, typer.Option("--store", "-s", help="Store to plan for (the plan depends on "
+                                       "its capabilities) [default: an empty in-memory store].")] = "memory",
+    embedder: EmbedderOption = None,
+    param: ParamOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Show how a query would run (recall, pushed and residual filters, order, limit) without running it."""
+    source = read_query(text)
+    params = parse_params(param)
+    with guard(source):
+        engine = open_engine(store, embedder)
+        try:
+            plan = engine.explain(source, params=params)
+        finally:
+            engine.close()
+        if as_json:
+            print_json(plan.to_dict())
+        else:
+            out().print(Text(str(plan)))
+
+
+@app.command()
+def check(
+    text: QueryArgument,
+    param: ParamOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Check a query without data: exit 0 when valid, 1 with every problem listed, 2 on a usage error."""
+    source = read_query(text)
+    params = parse_params(param)
+    with guard(source):
+        from nlql.agent import check_query
+        from nlql.embedders import HashEmbedder
+        from nlql.engine import Engine
+
+        engine = Engine(embedder=HashEmbedder(dim=8), store="memory", warm_up=False)
+        diags = check_query(engine, source, params)
+    if as_json:
+        print_json({"valid": not diags, "diagnostics": diags})
+    else:
+        console = out()
+        if not diags:
+            console.print("ok: the query is valid")
+        for i, d in enumerate(diags):
+            if i:
+                console.print()
+            console.print(Text(d["rendered"]))
+        if diags:
+            n = len(diags)
+            console.print(Text(f"{n} problem{'s' if n != 1 else ''}", style="bold red"))
+    raise typer.Exit(1 if diags else 0)
+
+
+# -------------------------------------------------------------------------------------- repl
+
+REPL_HELP = """\
+End a query with ';' or an empty line. Commands:
+  :explain QUERY   show the plan instead of running (QUERY may span lines, ending as usual)
+  :json            toggle JSON output
+  :param n=v       bind $n (value read as JSON if it is JSON); :params lists them; :clear drops them
+  :help            this text
+  :quit            leave (also :q, :exit, Ctrl-D)"""
+
+
+def _setup_readline() -> Any:
+    if not sys.stdin.isatty():
+        return None
+    try:
+        import readline
+    except ImportError:
+        return None
+    history = Path(os.environ.get("NLQL_HISTORY", Path.home() / ".nlql_history"))
+    try:
+        readline.read_history_file(history)
+    except OSError:
+        pass
+    readline.set_history_length(1000)
+
+    def save() -> None:
+        try:
+            readline.write_history_file(history)
+        except OSError:
+            pass
+
+    return save
+
+
+def run_repl_statement(engine: Engine, source: str, params: dict[str, Any], *, explain: bool,
+                       as_json: bool) -> None:
+    """Run (or explain) one statement, printing errors instead of raising."""
+    bound = params or None
+    try:
+        if explain:
+            plan = engine.explain(source, params=bound)
+            if as_json:
+                print_json(plan.to_dict())
+            else:
+                out().print(Text(str(plan)))
+            return
+        hits = engine.search(source, params=bound)
+    except NLQLError as exc:
+        err().print(Text(str(exc.with_source(source))))
+        return
+    if as_json:
+        print_json(hits.to_dict())
+    else:
+        print_hits(hits)
+
+
+@app.command()
+def repl(
+    store: StoreOption,
+    embedder: EmbedderOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """An interactive prompt: type queries, see tables; ':help' lists the commands."""
+    interactive = sys.stdin.isatty()
+    with guard():
+        engine = open_engine(store, embedder)
+    save_history = _setup_readline()
+    params: dict[str, Any] = {}
+    buffer: list[str] = []
+    explain_next = False
+    if interactive:
+        out().print(f"NLQL {__version__} · store {escape(store)} ({len(engine)} sentences) · "
+                    "end a query with ';' or an empty line · :help · :quit")
+    try:
+        while True:
+            prompt = ("nlql> " if not buffer else "  ..> ") if interactive else ""
+            try:
+                line = input(prompt)
+            except EOFError:
+                if buffer:
+                    run_repl_statement(engine, "\n".join(buffer), params, explain=explain_next, as_json=as_json)
+                break
+            except KeyboardInterrupt:
+                out().print("^C")
+                buffer, explain_next = [], False
+                continue
+            stripped = line.strip()
+            if not buffer and stripped.startswith(":"):
+                cmd, _, rest = stripped.partition(" ")
+                cmd = cmd.lower()
+                if cmd in (":quit", ":q", ":exit"):
+                    break
+                if cmd == ":help":
+                    out().print(Text(REPL_HELP))
+                elif cmd == ":json":
+                    as_json = not as_json
+                    out().print(f"json output {'on' if as_json else 'off'}")
+                elif cmd == ":param":
+                    try:
+                        k, v = parse_param(rest)
+                    except typer.BadParameter as exc:
+                        err().print(Text(f"error: {exc.message}"))
+                        continue
+                    params[k] = v
+                elif cmd == ":params":
+                    out().print(Text(json.dumps(params, ensure_ascii=False, default=_json_default)))
+                elif cmd == ":clear":
+                    params.clear()
+                elif cmd == ":explain":
+                    explain_next = True
+                    if rest.strip():
+                        line, stripped = rest, rest.strip()
+                    else:
+                        continue
+                else:
+                    err().print(Text(f"error: unknown command {cmd} (:help lists them)"))
+                    continue
+                if cmd != ":explain":
+                    continue
+            if not stripped and not buffer:
+                continue
+            if stripped:
+                buffer.append(line)
+            if not stripped or stripped.endswith(";"):
+                source = "\n".join(buffer)
+                buffer = []
+                try:
+                    run_repl_statement(engine, source, params, explain=explain_next, as_json=as_json)
+                except Exception as exc:  # noqa: BLE001 - keep the session alive on an internal error
+                    if STATE.debug:
+                        raise
+                    _print_error(f"{type(exc).__name__}: {exc}", "run with --debug for the traceback")
+                explain_next = False
+    finally:
+        if save_history is not None:
+            save_history()
+        engine.close()
+
+
+# -------------------------------------------------------------------------------------- demo
+
+DEMO_QUERIES: list[tuple[str, str, str]] = [
+    (
+        "Semantic search",
+        "The sentences closest in meaning to a question (cosine similarity of sentence embeddings).",
+        'SELECT SENTENCE\nLET rel = SIMILARITY(content, "turn a Python object into a JSON string")\nLIMIT 5',
+    ),
+    (
+        "Filtered by metadata",
+        "Functions of modules added in Python 3.4 or later. Old modules have no meta.year: the comparison "
+        "is UNKNOWN for them, so they are left out, as in SQL.",
+        'SELECT SENTENCE\nLET rel = SIMILARITY(content, "average of a list of numbers")\n'
+        'WHERE meta.year >= 2014 AND meta.kind == "function"\nLIMIT 5',
+    ),
+    (
+        "Hybrid: SIMILARITY + BM25 fused with RRF",
+        "Meaning and exact keywords, ranked together by reciprocal rank fusion.",
+        'SELECT SENTENCE\nLET sem = SIMILARITY(content, "create a temporary directory"),\n'
+        '    kw  = BM25(content, "temporary directory"),\n    score = RRF(sem, kw, k => 60)\n'
+        'ORDER BY score DESC\nLIMIT 5',
+    ),
+    (
+        "Whole documents",
+        "One row per docstring, scored by its best sentence; module docstrings only.",
+        'SELECT DOCUMENT\nLET rel = SIMILARITY(content, "run several tasks at the same time")\n'
+        'WHERE meta.kind == "module"\nLIMIT 3',
+    ),
+    (
+        "CONTAINS: exact text inside the ranking",
+        "Sentences that contain 'random' (a case-insensitive substring test), ranked by meaning.",
+        'SELECT SENTENCE\nLET rel = SIMILARITY(content, "generate a secure token")\n'
+        'WHERE content CONTAINS "random"\nLIMIT 5',
+    ),
+    (
+        "A window of context",
+        "The best sentence with one neighbour on each side, from two modules only.",
+        'SELECT SPAN(SENTENCE, window => 1)\nLET rel = SIMILARITY(content, "compare secrets without leaking timing")\n'
+        'WHERE meta.module IN ("hmac", "secrets")\nLIMIT 2',
+    ),
+]
+DEMO_EXPLAIN = 2  # index of the query whose plan is shown
+
+
+@app.command()
+def demo(
+    store: Annotated[str | None, typer.Option("--store", "-s", help="Keep the demo store in this "
+                                              "directory (reused when it exists) [default: in memory].")] = None,
+    embedder: Annotated[EmbedderName | None, typer.Option(
+        help="minilm: the real offline model; hash: fast, lexical only [default: the store's, else "
+             "NLQL_EMBEDDER, else minilm].")] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+) -> None:
+    """Ingest the bundled corpus (Python standard library docstrings) and run example queries."""
+    from nlql.data import load_demo
+
+    console = out()
+    with guard():
+        docs = [Doc(d["id"], d["text"], d["metadata"]) for d in load_demo()]
+        target = store or "memory"
+        reuse = store is not None and (Path(store) / STORE_FILE).is_file()
+        engine = open_engine(target, embedder, create=True)
+        try:
+            console.print(Rule(f"NLQL {__version__} demo"))
+            console.print(f"Corpus: {len(docs)} docstrings from the Python standard library (PSF licence), "
+                          f"embedder: {engine.cli_embedder}, store: {escape(target)}.",  # type: ignore[attr-defined]
+                          soft_wrap=True)
+            if reuse and len(engine) > 0:
+                console.print(f"Reusing {escape(target)} ({len(engine)} sentences).")
+            else:
+                n_docs, n_sent, secs = ingest_documents(engine, docs, 64, progress=not quiet, label="embedding")
+                _record_embedder(target, engine.cli_embedder, int(engine.embedder.dim))  # type: ignore[attr-defined]
+                console.print(f"ingested {n_docs} documents, {n_sent} sentences in {secs:.1f} s", soft_wrap=True)
+            for i, (title, why, q) in enumerate(DEMO_QUERIES, start=1):
+                console.print()
+                console.print(Rule(f"{i}. {title}", align="left"))
+                console.print(Text(why, style="italic"))
+                print_query(console, q)
+                print_hits(engine.search(q), console)
+                if i - 1 == DEMO_EXPLAIN:
+                    console.print(Text("How it runs (explain):", style="bold"))
+                    console.print(Text(str(engine.explain(q))))
+            console.print()
+            console.print(Rule("Next"))
+            console.print(Text(
+                "nlql ingest my-notes/ --store ./store          # txt, md, jsonl\n"
+                "nlql query 'SELECT SENTENCE LET rel = SIMILARITY(content, \"…\") LIMIT 5' --store ./store\n"
+                "nlql repl --store ./store                     # interactive\n"
+                "nlql mcp --store ./store                      # for agents (MCP over stdio)"))
+        finally:
+            engine.close()
+
+
+# --------------------------------------------------------------------------------------- mcp
+
+
+@app.command()
+def mcp(
+    store: StoreOption,
+    embedder: EmbedderOption = None,
+) -> None:
+    """Serve a store to agents over MCP (stdio): tools nlql_check, nlql_explain, nlql_search and the
+    resource nlql://language."""
+    with guard():
+        from nlql.agent import build_mcp_server
+
+        engine = open_engine(store, embedder)
+        try:
+            build_mcp_server(engine).run("stdio")
+        finally:
+            engine.close()
+
+
+# -------------------------------------------------------------------------------------- main
+
+
+def _hoist_debug(args: list[str]) -> list[str]:
+    """Accept ``--debug`` after the subcommand too (``nlql query … --debug``)."""
+    head = args[: args.index("--")] if "--" in args else args
+    if "--debug" in head[1:]:
+        i = head.index("--debug")
+        args = ["--debug", *args[:i], *args[i + 1:]]
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """The ``nlql`` entry point."""
+    args = _hoist_debug(list(sys.argv[1:] if argv is None else argv))
+    app(args=args, prog_name="nlql")
+
+
+if __name__ == "__main__":
+    main()

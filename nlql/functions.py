@@ -1,0 +1,140 @@
+"""The built-in functions: their signatures, for the checker now and the executor later (SPEC §5).
+
+>>> BUILTINS["RRF"].default("k")
+60
+>>> BUILTINS["SIMILARITY"].score, BUILTINS["LOWER"].returns
+(True, 'string')
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+__all__ = ["BUILTINS", "SCORE_FUNCTIONS", "TYPES", "FunctionSig", "parse_duration"]
+
+#: Value types the checker reasons about. ``score`` is a number produced by a score function.
+TYPES = ("number", "string", "datetime", "bool", "score", "list", "any")
+
+
+@dataclass(frozen=True, slots=True)
+class FunctionSig:
+    """What a built-in function accepts and returns.
+
+    Attributes:
+        name: Upper-case name, as stored in :class:`nlql.ir.Call`.
+        min_args: Fewest positional arguments.
+        max_args: Most positional arguments; None for variadic.
+        returns: Result type, one of :data:`TYPES` (``any`` when it depends on the arguments, as for IF).
+        score: True for the score functions (SIMILARITY, BM25, RRF, INTERLEAVE).
+        named: Allowed named arguments and their defaults, in documentation order.
+        arg_types: Expected type of each positional argument; the last one repeats for variadic functions.
+        doc: One line for docs and ``explain``.
+    """
+
+    name: str
+    min_args: int
+    max_args: int | None
+    returns: str
+    score: bool = False
+    named: tuple[tuple[str, Any], ...] = ()
+    arg_types: tuple[str, ...] = ()
+    doc: str = ""
+
+    @property
+    def named_args(self) -> tuple[str, ...]:
+        """Names of the allowed named arguments."""
+        return tuple(name for name, _ in self.named)
+
+    def default(self, name: str) -> Any:
+        """Default of a named argument.
+
+        Raises:
+            KeyError: ``name`` is not a named argument of this function.
+        """
+        for key, value in self.named:
+            if key == name:
+                return value
+        raise KeyError(name)
+
+    def arg_type(self, index: int) -> str:
+        """Expected type of the positional argument at ``index`` (``any`` if unconstrained)."""
+        if not self.arg_types:
+            return "any"
+        return self.arg_types[min(index, len(self.arg_types) - 1)]
+
+    def arity(self) -> str:
+        """The accepted argument count in words: ``"2 arguments"``, ``"at least 2 arguments"``, …"""
+        lo, hi = self.min_args, self.max_args
+        if hi is None:
+            return f"at least {lo} argument{'s' * (lo != 1)}"
+        if lo == hi:
+            return "no arguments" if lo == 0 else f"{lo} argument{'s' * (lo != 1)}"
+        return f"{lo} to {hi} arguments"
+
+
+def _sig(*args: Any, **kwargs: Any) -> tuple[str, FunctionSig]:
+    sig = FunctionSig(*args, **kwargs)
+    return sig.name, sig
+
+
+#: Every built-in function by upper-case name.
+BUILTINS: dict[str, FunctionSig] = dict([
+    _sig("SIMILARITY", 2, 2, "score", True, arg_types=("string", "string"),
+         doc="cosine similarity in [-1, 1] between content and a text (or the best of a list of texts)"),
+    _sig("BM25", 2, 2, "score", True, arg_types=("string", "string"),
+         doc="BM25 keyword score >= 0 of content for a text (k1=1.2, b=0.75)"),
+    _sig("RRF", 2, None, "score", True, named=(("k", 60), ("weights", None)), arg_types=("score",),
+         doc="reciprocal rank fusion: sum of w_i / (k + rank_i) over score bindings"),
+    _sig("INTERLEAVE", 2, None, "score", True, arg_types=("score",),
+         doc="round-robin fusion of score bindings; the value is 1/position"),
+    _sig("IF", 3, 3, "any", arg_types=("bool", "any", "any"),
+         doc="the second argument when the condition is TRUE, else the third"),
+    _sig("RECENCY", 1, 1, "number", named=(("half_life", "90d"),), arg_types=("datetime",),
+         doc="exponential decay in (0, 1] of a date's age, from the engine clock"),
+    _sig("LENGTH", 1, 1, "number", arg_types=("any",), doc="length of a string (characters) or a list"),
+    _sig("LOWER", 1, 1, "string", arg_types=("string",), doc="lower-case text"),
+    _sig("UPPER", 1, 1, "string", arg_types=("string",), doc="upper-case text"),
+    _sig("COUNT", 2, 2, "number", arg_types=("string", "string"),
+         doc="number of case-insensitive occurrences of a needle in a text"),
+    _sig("NOW", 0, 0, "datetime", doc="the engine clock, fixed for the whole query"),
+    _sig("DATE", 1, 1, "datetime", arg_types=("string",), doc="a date from an ISO-8601 string"),
+    _sig("TIMESTAMP", 1, 1, "datetime", arg_types=("string",), doc="a timestamp from an ISO-8601 string"),
+])
+
+#: Names of the score functions.
+SCORE_FUNCTIONS = frozenset(name for name, sig in BUILTINS.items() if sig.score)
+
+_DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]+)\s*\Z")
+_UNITS = {
+    "s": 1.0, "sec": 1.0, "secs": 1.0, "second": 1.0, "seconds": 1.0,
+    "m": 60.0, "min": 60.0, "mins": 60.0, "minute": 60.0, "minutes": 60.0,
+    "h": 3600.0, "hr": 3600.0, "hrs": 3600.0, "hour": 3600.0, "hours": 3600.0,
+    "d": 86400.0, "day": 86400.0, "days": 86400.0,
+    "w": 604800.0, "wk": 604800.0, "week": 604800.0, "weeks": 604800.0,
+    "y": 31536000.0, "yr": 31536000.0, "year": 31536000.0, "years": 31536000.0,
+}
+
+
+def parse_duration(text: str) -> timedelta | None:
+    """A duration such as ``"90d"``, ``"12h"``, ``"2 weeks"``; None if it is not one, or is zero.
+
+    Units: s, m (minutes), h, d, w, y (365 days), also spelled out.
+
+    >>> parse_duration("90d")
+    datetime.timedelta(days=90)
+    >>> parse_duration("soon") is None
+    True
+    """
+    match = _DURATION.match(text)
+    if not match:
+        return None
+    unit = _UNITS.get(match.group(2).lower())
+    if unit is None:
+        return None
+    seconds = float(match.group(1)) * unit
+    if not 0 < seconds < 1e12:
+        return None
+    return timedelta(seconds=seconds)

@@ -1,0 +1,597 @@
+"""Qdrant store: one point per sentence, cosine distance, filters pushed as a Qdrant ``Filter``.
+
+The same code serves Qdrant's local mode (``":memory:"`` or ``path=``, pure Python, for tests and small
+data) and a Qdrant server (``url=``); only the server API is used.
+
+Payload of a point (everything a re-attached store needs, no re-ingest)::
+
+    doc_id, position, content, uid ("<doc_id>#<position>"), start, end, tail, seq,
+    meta          the document metadata as given (returned to users)
+    _s _n _f _b _d _c _p   typed views of every metadata path (see nlql.stores._typed), nested by
+                  encoded key with the value under "_", e.g. meta.year -> _n.year._,
+                  meta["a.b"]["c"] -> _s.-a_2e_b.c._ (so a dict-valued key never passes for a view)
+    _n_doc_id, _c_content, ...   typed views of the built-in fields, where they differ from the field
+
+Point ids are UUIDv5 of ``(doc_id, position)``; ``doc_id`` has a keyword index (delete/replace by doc)
+and ``seq`` an integer index (``max_seq`` by ``order_by``).
+
+Pushdown. Qdrant's own comparisons differ from SPEC §6 (type-strict ``match``, ``Range`` blind to
+numeric strings, ``must_not`` matching missing keys, any-element matching on arrays, token-based
+``text``), so filters never touch ``meta`` directly: each leaf becomes comparisons on the typed views,
+which hold scalars only, with explicit presence tests for negations (SQL: ``ne`` excludes nulls).
+Float equality is ``Range(gte=v, lte=v)``; datetimes use ``DatetimeRange`` on canonical RFC 3339
+strings; CONTAINS is ``MatchSubstring`` on the casefolded view. Qdrant has no string range, so an
+ordering comparison against a string (``meta.name < "m"``) is pushed as a superset (the string view
+exists) and re-checked in the adapter with ``pyfilter``; explain shows it. LIKE and MATCH stay residual.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+
+from nlql import values as V
+from nlql.errors import BackendError, MissingDependencyError, NLQLError
+from nlql.stores import _typed as T
+from nlql.stores import pyfilter
+from nlql.stores.base import Capabilities, DocRecord, Filter, NativeFilter, Row, unit_id
+
+try:
+    from qdrant_client import QdrantClient
+    from qdrant_client import models as qm
+except ImportError:  # pragma: no cover - exercised only without the extra
+    QdrantClient = None  # type: ignore[assignment,misc]
+    qm = None  # type: ignore[assignment]
+
+try:
+    from qdrant_client.local.qdrant_local import QdrantLocal
+except ImportError:  # pragma: no cover - layout of other client versions
+    QdrantLocal = None  # type: ignore[assignment,misc]
+
+_NAMESPACE = uuid.UUID("8d0c6a53-2b9e-4d8e-9a57-6f1b0f3c1a77")
+_UPSERT_BATCH = 512
+_SCROLL_PAGE = 1024
+_INT64 = (-(2**63), 2**63 - 1)
+_ROW_FIELDS = ["doc_id", "position", "content", "seq", "start", "end", "tail", "meta", "_mj"]
+
+# built-in views that are the stored field itself (always present)
+_BUILTIN_KEYS = {
+    ("s", "doc_id"): "doc_id",
+    ("s", "content"): "content",
+    ("s", "id"): "uid",
+    ("n", "position"): "position",
+    ("f", "position"): "position",
+}
+
+_RANGE_OP = {"lt": "lt", "le": "lte", "gt": "gt", "ge": "gte"}
+
+_OPS = frozenset({
+    "eq", "ne", "lt", "le", "gt", "ge", "in", "not_in",
+    "is_null", "is_not_null", "contains", "not_contains",
+})
+
+
+def point_id(doc_id: str, position: int) -> str:
+    """The deterministic point id (a UUID string) of a sentence."""
+    return str(uuid.uuid5(_NAMESPACE, json.dumps([doc_id, position], ensure_ascii=True)))
+
+
+class QdrantStore:
+    """A :class:`~nlql.stores.base.Store` on Qdrant (local mode or server).
+
+    Args:
+        client: An existing ``QdrantClient``; the store never closes a client it did not create.
+        location: ``":memory:"`` (the default when nothing else is given) for an in-process store.
+        path: A directory for local persistent mode (locked by one client at a time).
+        url: A Qdrant server URL; ``api_key`` authenticates.
+        collection: The collection name.
+        exact: Search exactly (brute force, ``search_params.exact``); else HNSW with ``hnsw_ef``.
+        hnsw_ef: The HNSW beam width when not exact.
+
+    Raises:
+        MissingDependencyError: ``qdrant-client`` is not installed.
+    """
+
+    def __init__(
+        self,
+        client: Any = None,
+        *,
+        location: str | None = None,
+        path: str | None = None,
+        url: str | None = None,
+        api_key: str | None = None,
+        collection: str = "nlql",
+        exact: bool = True,
+        hnsw_ef: int = 128,
+    ) -> None:
+        if QdrantClient is None:
+            raise MissingDependencyError("qdrant", "qdrant-client")
+        self.collection = collection
+        self.exact = exact
+        self.hnsw_ef = hnsw_ef
+        self.capabilities = Capabilities(
+            NAME="qdrant",
+            OPS=_OPS,
+            FIELDS=frozenset({"meta", "doc_id", "id", "position", "content"}),
+            OR=True,
+            NESTED_KEYS=True,
+            NUMERIC_STRINGS=True,
+            FLOAT_EQUALITY=True,
+            DATETIMES=True,
+            EXACT=exact,
+            SCORE_THRESHOLD=True,
+        )
+        self.last_stats: dict[str, Any] = {}
+        self._owns_client = client is None
+        self._dim: int | None = None
+        self._max_seq = 0
+        with self._backend("connect"):
+            if client is not None:
+                self.client = client
+            elif url is not None:
+                self.client = QdrantClient(url=url, api_key=api_key)
+            elif path is not None:
+                self.client = QdrantClient(path=str(path))
+            else:
+                self.client = QdrantClient(location=location or ":memory:")
+        # local mode is always brute force and warns about search params; a server gets them
+        self._local = QdrantLocal is not None and isinstance(getattr(self.client, "_client", None), QdrantLocal)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    @contextmanager
+    def _backend(self, what: str) -> Iterator[None]:
+        """Turn driver failures into :class:`BackendError` naming the store and the operation."""
+        try:
+            yield
+        except NLQLError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - any driver failure is a backend error
+            raise BackendError("qdrant", f"{what} failed: {type(exc).__name__}: {exc}") from exc
+
+    def open(self, dim: int) -> None:
+        """Create the collection (cosine, ``dim``) and its payload indexes, or attach to an existing one.
+
+        Raises:
+            BackendError: The collection exists with another vector size or distance.
+        """
+        with self._backend("open"):
+            if self.client.collection_exists(self.collection):
+                info = self.client.get_collection(self.collection)
+                params = info.config.params.vectors
+                size = getattr(params, "size", None)
+                distance = getattr(params, "distance", None)
+                if size != dim or distance != qm.Distance.COSINE:
+                    raise BackendError(
+                        "qdrant",
+                        f"collection {self.collection!r} has vectors of size {size} ({distance}); "
+                        f"the embedder needs size {dim} (Cosine)",
+                    )
+            else:
+                self.client.create_collection(
+                    self.collection,
+                    vectors_config=qm.VectorParams(size=dim, distance=qm.Distance.COSINE),
+                )
+                self._create_indexes()
+            self._dim = dim
+            self._max_seq = self._read_max_seq()
+
+    def _create_indexes(self) -> None:
+        import warnings
+
+        with warnings.catch_warnings():  # local mode warns that payload indexes have no effect there
+            warnings.simplefilter("ignore")
+            self.client.create_payload_index(self.collection, "doc_id", field_schema=qm.PayloadSchemaType.KEYWORD)
+            self.client.create_payload_index(self.collection, "seq", field_schema=qm.PayloadSchemaType.INTEGER)
+
+    def _read_max_seq(self) -> int:
+        points, _ = self.client.scroll(
+            self.collection,
+            limit=1,
+            order_by=qm.OrderBy(key="seq", direction=qm.Direction.DESC),
+            with_payload=["seq"],
+        )
+        return int(points[0].payload["seq"]) if points else 0
+
+    def close(self) -> None:
+        """Release the client if this store created it (local mode unlocks its folder)."""
+        if self._owns_client and self.client is not None:
+            with self._backend("close"):
+                self.client.close()
+        self.client = None
+
+    # ------------------------------------------------------------------ writes
+
+    def upsert(self, docs: Sequence[DocRecord]) -> None:
+        """Write documents, replacing every stored document with the same ``doc_id``.
+
+        New points overwrite old ones at the same position (same point id); positions past the new
+        length are deleted afterwards (found by probing the point at position ``len(units)``: units are
+        numbered 0..n-1), so a reader never sees a document vanish mid-call. Qdrant has no
+        multi-point transactions: a failure mid-call raises :class:`BackendError`, and repeating the
+        call repairs the document.
+        """
+        latest: dict[str, DocRecord] = {}
+        for doc in docs:
+            latest[doc.doc_id] = doc
+        if not latest:
+            return
+        points: list[Any] = []
+        for doc in latest.values():
+            points.extend(self._points(doc))
+        with self._backend("upsert"):
+            for i in range(0, len(points), _UPSERT_BATCH):
+                self.client.upsert(self.collection, points=points[i : i + _UPSERT_BATCH], wait=True)
+            # positions are 0..n-1, so an older, longer version shows as a point at position n
+            probes = {point_id(d, len(doc.units)): d for d, doc in latest.items()}
+            found = self.client.retrieve(self.collection, ids=list(probes), with_payload=False)
+            longer = [probes[str(p.id)] for p in found]
+            for i in range(0, len(longer), 256):
+                stale: list[Any] = [
+                    qm.Filter(
+                        must=[qm.FieldCondition(key="doc_id", match=qm.MatchValue(value=d))],
+                        must_not=[qm.HasIdCondition(has_id=[point_id(d, u.position) for u in latest[d].units])],
+                    )
+                    for d in longer[i : i + 256]
+                ]
+                self.client.delete(
+                    self.collection, points_selector=qm.FilterSelector(filter=qm.Filter(should=stale)), wait=True
+                )
+        self._max_seq = max(self._max_seq, *(doc.seq for doc in latest.values()))
+
+    def _points(self, doc: DocRecord) -> list[Any]:
+        meta = V.normalize_metadata(doc.metadata or {})
+        base: dict[str, Any] = {"seq": doc.seq, "meta": meta}
+        if _needs_json(meta):  # ints outside int64 would not survive the server's JSON
+            base["_mj"] = json.dumps(meta)
+        base.update(_meta_views(meta))
+        vectors = np.asarray(doc.vectors, dtype=np.float32)
+        out = []
+        for unit, vec in zip(doc.units, vectors, strict=True):
+            payload = dict(base)
+            payload.update(
+                doc_id=doc.doc_id,
+                position=unit.position,
+                content=unit.content,
+                uid=unit_id(doc.doc_id, unit.position),
+                start=unit.start,
+                end=unit.end,
+                tail=unit.tail,
+            )
+            for field in ("doc_id", "id", "content"):
+                value = T.builtin_value(field, doc.doc_id, unit.position, unit.content)
+                for kind, view in T.scalar_views(value).items():
+                    if kind in ("n", "d", "c"):
+                        payload[f"_{kind}_{field}"] = _view_json(kind, view)
+            out.append(qm.PointStruct(id=point_id(doc.doc_id, unit.position), vector=vec.tolist(), payload=payload))
+        return out
+
+    def delete(self, doc_ids: Sequence[str]) -> int:
+        """Delete documents by id; returns how many of them existed."""
+        ids = list(dict.fromkeys(doc_ids))
+        if not ids:
+            return 0
+        with self._backend("delete"):
+            flt = qm.Filter(must=[qm.FieldCondition(key="doc_id", match=qm.MatchAny(any=ids))])
+            found = {p.payload["doc_id"] for p in self._scroll(flt, ["doc_id"])}
+            if found:
+                self.client.delete(self.collection, points_selector=qm.FilterSelector(filter=flt), wait=True)
+        return len(found)
+
+    # ------------------------------------------------------------------ reads
+
+    def count(self) -> int:
+        """The number of stored sentences."""
+        with self._backend("count"):
+            return int(self.client.count(self.collection, exact=True).count)
+
+    def max_seq(self) -> int:
+        """The largest ``seq`` stored (or written by this store); 0 when empty, as the built-in store."""
+        return self._max_seq
+
+    def _scroll(self, flt: Any, payload: Any, with_vectors: bool = False) -> Iterator[Any]:
+        offset = None
+        while True:
+            points, offset = self.client.scroll(
+                self.collection,
+                scroll_filter=flt,
+                limit=_SCROLL_PAGE,
+                offset=offset,
+                with_payload=payload,
+                with_vectors=with_vectors,
+            )
+            yield from points
+            if offset is None:
+                return
+
+    def compile_filter(self, flt: Filter) -> NativeFilter:
+        """Translate a pushed filter to a Qdrant ``Filter`` over the typed views.
+
+        ``NativeFilter.text`` is the filter as compact JSON; when a leaf needs the adapter's re-check it
+        is followed by ``then adapter check: …``. ``extra`` holds ``check`` (the filter to re-check, or
+        None) and ``empty`` (True when no row can pass).
+        """
+        node = T.lower_filter(flt)
+        check = flt if T.needs_check(node) else None
+        native_node = T.native_part(node)
+        if native_node == T.FALSE:
+            return NativeFilter(None, "FALSE (no row can pass)", {"check": None, "empty": True})
+        native = None
+        if native_node != T.TRUE:
+            cond = _render(native_node)
+            native = cond if isinstance(cond, qm.Filter) else qm.Filter(must=[cond])
+        text = native.model_dump_json(exclude_none=True) if native is not None else "{}"
+        if check is not None:
+            text += " then adapter check: " + "; ".join(sorted({_leaf_text(c) for c in T.opaque_leaves(node)}))
+        return NativeFilter(native, text, {"check": check, "empty": False})
+
+    def _candidates(self, flt: NativeFilter) -> list[tuple[int, int, str]]:
+        """``(seq, position, key)`` of every row passing ``flt`` (with the adapter re-check if needed)."""
+        check = flt.extra.get("check")
+        fields = _ROW_FIELDS if check is not None else ["seq", "position"]
+        out = []
+        for p in self._scroll(flt.native, fields):
+            if check is not None and not pyfilter.row_passes(check, _row(p)):
+                continue
+            out.append((int(p.payload["seq"]), int(p.payload["position"]), str(p.id)))
+        return out
+
+    def scan(self, flt: NativeFilter | None = None) -> list[Any]:
+        """Every key passing ``flt``, in insertion order (seq, position)."""
+        if flt is not None and flt.extra.get("empty"):
+            return []
+        with self._backend("scan"):
+            rows = self._candidates(flt if flt is not None else NativeFilter(None, "{}", {}))
+        rows.sort()
+        return [key for _, _, key in rows]
+
+    def knn(
+        self,
+        vectors: np.ndarray,
+        k: int,
+        flt: NativeFilter | None = None,
+        min_score: float | None = None,
+    ) -> list[list[tuple[Any, float]]]:
+        """Top-``k`` (key, cosine) per query among rows passing ``flt``, best first.
+
+        Ties on the score are broken by (seq, position). With a filter that needs the adapter re-check,
+        the passing keys are collected first and searched with a ``has_id`` condition. ``min_score`` is
+        sent as ``score_threshold`` (nudged down one ulp, as local mode's test is strict) and applied
+        again here as ``score >= min_score``.
+        """
+        queries = np.atleast_2d(np.asarray(vectors, dtype=np.float32))
+        if k <= 0 or (flt is not None and flt.extra.get("empty")):
+            return [[] for _ in range(len(queries))]
+        native = flt.native if flt is not None else None
+        path = "native"
+        with self._backend("knn"):
+            if flt is not None and flt.extra.get("check") is not None:
+                path = "checked"
+                keys: list[Any] = [key for _, _, key in self._candidates(flt)]
+                if not keys:
+                    self.last_stats = {"path": path, "rounds": 0, "candidates": 0}
+                    return [[] for _ in range(len(queries))]
+                native = qm.Filter(must=[qm.HasIdCondition(has_id=keys)])
+            if self._local:
+                params = None
+            elif self.exact or path == "checked":
+                params = qm.SearchParams(exact=True)
+            else:
+                params = qm.SearchParams(hnsw_ef=max(self.hnsw_ef, k))
+            threshold = None if min_score is None else math.nextafter(float(min_score), -math.inf)
+            out: list[list[tuple[Any, float]]] = []
+            rounds = 0
+            for q in queries:
+                hits, r = self._query(q, k, native, params, threshold)
+                rounds += r
+                if min_score is not None:
+                    hits = [h for h in hits if h[1] >= min_score]
+                out.append(hits)
+        self.last_stats = {"path": path, "rounds": rounds}
+        return out
+
+    def _query(
+        self, q: np.ndarray, k: int, native: Any, params: Any, threshold: float | None
+    ) -> tuple[list[tuple[Any, float]], int]:
+        """One query: widen the limit until the k-th score is not tied with the first one left out."""
+        limit = k + 1
+        rounds = 0
+        while True:
+            rounds += 1
+            res = self.client.query_points(
+                self.collection,
+                query=q.tolist(),
+                query_filter=native,
+                search_params=params,
+                limit=limit,
+                with_payload=["seq", "position"],
+                score_threshold=threshold,
+            ).points
+            if len(res) < limit or res[-1].score != res[k - 1].score:
+                break
+            limit *= 2
+        res = sorted(res, key=lambda p: (-p.score, int(p.payload["seq"]), int(p.payload["position"])))
+        return [(str(p.id), float(p.score)) for p in res[:k]], rounds
+
+    def fetch(self, keys: Sequence[Any]) -> list[Row]:
+        """Rows for keys, in the order given; unknown keys are skipped."""
+        if not keys:
+            return []
+        with self._backend("fetch"):
+            points = self.client.retrieve(self.collection, ids=[str(k) for k in keys], with_payload=_ROW_FIELDS)
+        by_id = {str(p.id): _row(p) for p in points}
+        return [by_id[str(k)] for k in keys if str(k) in by_id]
+
+    def document_rows(self, doc_ids: Sequence[str]) -> dict[str, list[Row]]:
+        """Every row of each document, by position; documents not stored are absent from the result."""
+        ids = list(dict.fromkeys(doc_ids))
+        if not ids:
+            return {}
+        out: dict[str, list[Row]] = {}
+        with self._backend("document_rows"):
+            flt = qm.Filter(must=[qm.FieldCondition(key="doc_id", match=qm.MatchAny(any=ids))])
+            for p in self._scroll(flt, _ROW_FIELDS):
+                row = _row(p)
+                out.setdefault(row.doc_id, []).append(row)
+        for rows in out.values():
+            rows.sort(key=lambda r: r.position)
+        return {d: out[d] for d in ids if d in out}
+
+    def similarities(self, vectors: np.ndarray, keys: Sequence[Any]) -> np.ndarray:
+        """A ``(len(vectors), len(keys))`` cosine matrix; NaN for keys not stored."""
+        queries = np.atleast_2d(np.asarray(vectors, dtype=np.float32))
+        mat = np.full((len(keys), queries.shape[1]), np.nan, dtype=np.float32)
+        if keys:
+            with self._backend("similarities"):
+                points = self.client.retrieve(
+                    self.collection, ids=[str(k) for k in keys], with_payload=False, with_vectors=True
+                )
+            index = {str(k): i for i, k in enumerate(keys)}
+            for p in points:
+                mat[index[str(p.id)]] = np.asarray(p.vector, dtype=np.float32)
+        mat = _normalise(mat)
+        return _normalise(queries) @ mat.T
+
+
+# ---------------------------------------------------------------------- payload helpers
+
+
+def _needs_json(value: Any) -> bool:
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):
+        return not (_INT64[0] <= value <= _INT64[1])
+    if isinstance(value, dict):
+        return any(_needs_json(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_needs_json(v) for v in value)
+    return False
+
+
+def _view_json(kind: str, view: Any) -> Any:
+    """A view value as stored: datetimes as RFC 3339 with microseconds and offset."""
+    if kind == "d":
+        return view.isoformat(timespec="microseconds")
+    return view
+
+
+def _meta_views(meta: dict[str, Any]) -> dict[str, Any]:
+    """The nested ``_s``/``_n``/… payload objects for one document's metadata."""
+    views: dict[str, dict[str, Any]] = {}
+    for path, value in T.walk_metadata(meta):
+        enc = T.encode_path(path)
+        for kind, view in T.scalar_views(value).items():
+            root = views.setdefault(f"_{kind}", {})
+            node = root
+            for part in enc[:-1]:
+                node = node.setdefault(part, {})
+            # every view sits under the mark, so a dict-valued path never looks like a present view
+            node.setdefault(enc[-1], {})[T.PRESENCE_MARK] = _view_json(kind, view)
+    return views
+
+
+def _row(point: Any) -> Row:
+    p = point.payload
+    meta = json.loads(p["_mj"]) if "_mj" in p else p.get("meta") or {}
+    return Row(
+        key=str(point.id),
+        doc_id=p["doc_id"],
+        position=int(p["position"]),
+        content=p["content"],
+        metadata=meta,
+        seq=int(p["seq"]),
+        start=int(p.get("start", 0)),
+        end=int(p.get("end", 0)),
+        tail=p.get("tail", ""),
+    )
+
+
+def _normalise(mat: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(mat, axis=1, keepdims=True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return mat / np.where(norms == 0, 1, norms)
+
+
+# ---------------------------------------------------------------------- filter rendering
+
+
+def _key(kind: str, path: tuple[str, ...]) -> str:
+    """The payload key of a view."""
+    if path[0] != "meta":
+        return _BUILTIN_KEYS.get((kind, path[0]), f"_{kind}_{path[0]}")
+    return f"_{kind}.{'.'.join(T.encode_path(path[1:]))}.{T.PRESENCE_MARK}"
+
+
+def _is_empty(key: str) -> Any:
+    return qm.IsEmptyCondition(is_empty=qm.PayloadField(key=key))
+
+
+def _present(kind: str, path: tuple[str, ...]) -> Any | None:
+    """A condition that the view exists, or None when it always does."""
+    if T.always_present(kind, path):
+        return None
+    if kind == "p":
+        return qm.FieldCondition(key=_key(kind, path), match=qm.MatchValue(value=True))
+    return qm.Filter(must_not=[_is_empty(_key(kind, path))])
+
+
+def _eq_cond(kind: str, path: tuple[str, ...], value: Any) -> Any:
+    key = _key(kind, path)
+    if kind in ("s", "b"):
+        return qm.FieldCondition(key=key, match=qm.MatchValue(value=value))
+    if kind == "d":
+        return qm.FieldCondition(key=key, range=qm.DatetimeRange(gte=value, lte=value))
+    return qm.FieldCondition(key=key, range=qm.Range(gte=value, lte=value))
+
+
+def _in_conds(kind: str, path: tuple[str, ...], values: tuple[Any, ...]) -> list[Any]:
+    """Conditions, one of which holds iff the view equals one of ``values``."""
+    if kind == "s" and len(values) > 1:
+        return [qm.FieldCondition(key=_key(kind, path), match=qm.MatchAny(any=list(values)))]
+    return [_eq_cond(kind, path, v) for v in values]
+
+
+def _render(node: T.VNode) -> Any:
+    """A view-level node as a Qdrant condition (constants are folded away before this)."""
+    if isinstance(node, T.Present):  # never an always-present view: lowering folds those to TRUE
+        return _present(node.kind, node.path)
+    if isinstance(node, T.Absent):
+        return _is_empty(_key(node.kind, node.path))
+    if isinstance(node, T.Cmp):
+        if node.op == "eq":
+            return _eq_cond(node.kind, node.path, node.value)
+        bound = {_RANGE_OP[node.op]: node.value}
+        rng = qm.DatetimeRange(**bound) if node.kind == "d" else qm.Range(**bound)
+        return qm.FieldCondition(key=_key(node.kind, node.path), range=rng)
+    if isinstance(node, T.InSet):
+        conds = _in_conds(node.kind, node.path, node.values)
+        return conds[0] if len(conds) == 1 else qm.Filter(should=conds)
+    if isinstance(node, T.NotIn):
+        present = [] if T.always_present(node.kind, node.path) else [_is_empty(_key(node.kind, node.path))]
+        return qm.Filter(must_not=present + _in_conds(node.kind, node.path, node.values))
+    if isinstance(node, T.Substr):
+        return qm.FieldCondition(key=_key("c", node.path), match=qm.MatchSubstring(substring=node.needle))
+    if isinstance(node, T.NotSubstr):
+        sub = qm.FieldCondition(key=_key("c", node.path), match=qm.MatchSubstring(substring=node.needle))
+        present = [] if T.always_present("c", node.path) else [_is_empty(_key("c", node.path))]
+        return qm.Filter(must_not=[*present, sub])
+    if isinstance(node, T.VAnd):
+        return qm.Filter(must=[_render(i) for i in node.items])
+    if isinstance(node, T.VOr):
+        return qm.Filter(should=[_render(i) for i in node.items])
+    raise TypeError(f"cannot render {node!r}")
+
+
+def _leaf_text(cond: Any) -> str:
+    value = cond.value.isoformat() if isinstance(cond.value, datetime) else cond.value
+    return f"{'.'.join(cond.path)} {cond.op} {json.dumps(value, ensure_ascii=False, default=str)}"
+
+
+__all__ = ["QdrantStore", "point_id"]

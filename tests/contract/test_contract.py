@@ -1,0 +1,213 @@
+"""One contract suite, every store: the same rows in the same order as the built-in store (SPEC §6).
+
+Each store is loaded with the same documents (mixed metadata types, nested keys, numeric strings, floats,
+dates, nulls, missing keys, non-identifier keys) and every query's result is compared with the built-in
+store's: ids in order, and scores to 1e-5. Approximate stores run with exact settings (Faiss flat,
+Qdrant exact, hnswlib/Chroma with an ef far above the data size).
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timezone
+
+import pytest
+
+from nlql import Engine
+from nlql.embedders import HashEmbedder
+
+CLOCK = datetime(2026, 11, 30, 15, 0, tzinfo=timezone.utc)
+STATUSES = ["published", "draft", "archived"]
+WORDS = ["agents", "tools", "memory", "retrieval", "cats", "dogs", "energy", "solar", "policy", "graphs",
+         "planning", "search", "vectors", "language", "games", "music", "river", "mountain"]
+
+
+def corpus() -> tuple[list[str], list[str], list[dict]]:
+    texts, ids, metas = [], [], []
+    for i in range(60):
+        w = [WORDS[(i * 7 + j * 3) % len(WORDS)] for j in range(5)]
+        sentences = [f"{w[0].capitalize()} and {w[1]} number {i}.", f"The {w[2]} of {w[3]} matters."]
+        if i % 3 == 0:
+            sentences.append(f"Finally {w[4]} appear in part {i}.")
+        texts.append(" ".join(sentences))
+        ids.append(f"doc-{i:02d}")
+        m: dict = {"status": STATUSES[i % 3], "n": i, "lang": ["en", "de", "fr"][i % 3 if i % 5 else 0]}
+        year = [2019, 2020, "2021", "2022", 2023.0, "n/a", None][i % 7]
+        if i % 11 != 0:
+            m["year"] = year
+        m["score"] = [0.25, 0.5, 0.75, 1.0][i % 4]
+        m["flag"] = i % 4 == 0
+        m["nested"] = {"a": {"b": i % 5}, "tag": f"t{i % 4}"}
+        m["date"] = f"2024-{(i % 12) + 1:02d}-{(i % 27) + 1:02d}T12:00:00Z"
+        m["content-type"] = "text/html" if i % 2 else "text/plain"
+        m["title"] = f"Title {w[0]} {i}"
+        if i % 13 == 0:
+            m["rare"] = "needle"
+        texts_ = texts
+        del texts_
+        metas.append(m)
+    return texts, ids, metas
+
+
+SIM = 'LET rel = SIMILARITY(content, "agents tools memory") '
+QUERIES: list[str] = [
+    "SELECT SENTENCE",
+    "SELECT SENTENCE LIMIT 7",
+    "SELECT SENTENCE LIMIT 5 OFFSET 3",
+    f"SELECT SENTENCE {SIM} ORDER BY rel DESC LIMIT 10",
+    f"SELECT SENTENCE {SIM} LIMIT 10",
+    f"SELECT SENTENCE {SIM} WHERE rel >= 0.3 ORDER BY rel DESC LIMIT 50",
+    f"SELECT SENTENCE {SIM} WHERE rel >= 0.2 AND meta.status == \"published\" ORDER BY rel DESC LIMIT 5",
+    f"SELECT SENTENCE {SIM} WHERE meta.rare == \"needle\" ORDER BY rel DESC LIMIT 10",
+    f"SELECT SENTENCE {SIM} WHERE meta.n == 42 ORDER BY rel DESC LIMIT 10",
+    f"SELECT SENTENCE {SIM} ORDER BY rel DESC LIMIT 5 OFFSET 5",
+    f"SELECT SENTENCE {SIM} ORDER BY rel ASC LIMIT 5",
+    'SELECT SENTENCE WHERE meta.status == "draft"',
+    'SELECT SENTENCE WHERE meta.status = "draft" LIMIT 4',
+    'SELECT SENTENCE WHERE meta.status != "draft"',
+    'SELECT SENTENCE WHERE meta.status <> "draft" AND meta.n < 20',
+    "SELECT SENTENCE WHERE meta.year == 2021",
+    'SELECT SENTENCE WHERE meta.year == "2020"',
+    "SELECT SENTENCE WHERE meta.year >= 2021",
+    "SELECT SENTENCE WHERE meta.year < 2021",
+    "SELECT SENTENCE WHERE meta.year != 2023",
+    "SELECT SENTENCE WHERE meta.year BETWEEN 2020 AND 2022",
+    "SELECT SENTENCE WHERE meta.year NOT BETWEEN 2020 AND 2022",
+    "SELECT SENTENCE WHERE meta.year IS NULL",
+    "SELECT SENTENCE WHERE meta.year IS NOT NULL",
+    "SELECT SENTENCE WHERE meta.year == null",
+    "SELECT SENTENCE WHERE meta.year != null",
+    'SELECT SENTENCE WHERE meta.year == "n/a"',
+    "SELECT SENTENCE WHERE meta.score > 0.5",
+    "SELECT SENTENCE WHERE meta.score == 0.25",
+    "SELECT SENTENCE WHERE meta.score != 0.75",
+    "SELECT SENTENCE WHERE meta.score IN (0.25, 1)",
+    "SELECT SENTENCE WHERE meta.flag == true",
+    "SELECT SENTENCE WHERE meta.flag != true",
+    "SELECT SENTENCE WHERE NOT meta.flag",
+    'SELECT SENTENCE WHERE meta.lang IN ("en", "de")',
+    'SELECT SENTENCE WHERE meta.lang NOT IN ("en", "de")',
+    'SELECT SENTENCE WHERE meta.status IN ("published") AND meta.lang NOT IN ("fr")',
+    "SELECT SENTENCE WHERE meta.nested.a.b == 3",
+    "SELECT SENTENCE WHERE meta.nested.a.b >= 3 AND meta.nested.tag == \"t1\"",
+    "SELECT SENTENCE WHERE meta.nested.missing IS NULL LIMIT 3",
+    'SELECT SENTENCE WHERE meta.`content-type` == "text/html" LIMIT 9',
+    "SELECT SENTENCE WHERE meta.date >= DATE '2024-06-01'",
+    "SELECT SENTENCE WHERE meta.date < TIMESTAMP '2024-03-15T00:00:00Z'",
+    "SELECT SENTENCE WHERE meta.date WITHIN (DATE '2024-02-01', DATE '2024-04-01')",
+    'SELECT SENTENCE WHERE meta.date WITHIN ("2024-02-01", "2024-04-01")',
+    'SELECT SENTENCE WHERE content CONTAINS "AGENTS"',
+    'SELECT SENTENCE WHERE content NOT CONTAINS "the"',
+    'SELECT SENTENCE WHERE meta.title CONTAINS "solar"',
+    'SELECT SENTENCE WHERE content LIKE "The %"',
+    'SELECT SENTENCE WHERE content LIKE "%number 1_."',
+    'SELECT SENTENCE WHERE meta.title NOT LIKE "Title a%"',
+    'SELECT SENTENCE WHERE content MATCH "number [0-9]{2}\\\\."',
+    'SELECT SENTENCE WHERE meta.title MATCH "^Title (cats|dogs)"',
+    'SELECT SENTENCE WHERE meta.status == "draft" OR meta.n < 5',
+    'SELECT SENTENCE WHERE NOT (meta.status == "draft" OR meta.year IS NULL)',
+    'SELECT SENTENCE WHERE (meta.n < 10 OR meta.n > 50) AND NOT meta.flag',
+    "SELECT SENTENCE WHERE doc_id == \"doc-07\"",
+    'SELECT SENTENCE WHERE position == 2',
+    'SELECT SENTENCE WHERE id == "doc-03#1"',
+    "SELECT SENTENCE WHERE LENGTH(content) > 30 LIMIT 8",
+    "SELECT SENTENCE ORDER BY meta.year DESC LIMIT 20",
+    "SELECT SENTENCE ORDER BY meta.year ASC NULLS FIRST LIMIT 20",
+    "SELECT SENTENCE ORDER BY meta.score DESC, meta.n ASC LIMIT 15",
+    "SELECT SENTENCE ORDER BY meta.title ASC LIMIT 10 OFFSET 10",
+    "SELECT DOCUMENT",
+    f"SELECT DOCUMENT {SIM} ORDER BY rel DESC LIMIT 5",
+    f"SELECT DOCUMENT {SIM} WHERE meta.status == \"archived\" ORDER BY rel DESC LIMIT 3",
+    'SELECT DOCUMENT WHERE content CONTAINS "finally" LIMIT 4',
+    "SELECT CHUNK LIMIT 6",
+    f"SELECT CHUNK {SIM} ORDER BY rel DESC LIMIT 4",
+    f"SELECT SPAN(SENTENCE, window => 1) {SIM} ORDER BY rel DESC LIMIT 4",
+    'SELECT SPAN(SENTENCE) WHERE content CONTAINS "matters" LIMIT 3',
+    'SELECT SENTENCE LET k = BM25(content, "agents memory") WHERE k > 0 ORDER BY k DESC LIMIT 10',
+    'SELECT SENTENCE LET s = SIMILARITY(content, "solar energy"), k = BM25(content, "solar energy"), '
+    'f = RRF(s, k, k => 60) ORDER BY f DESC LIMIT 10',
+    'SELECT SENTENCE LET s = SIMILARITY(content, "solar energy"), k = BM25(content, "solar energy"), '
+    'f = RRF(s, k, k => 60) WHERE meta.status == "published" ORDER BY f DESC LIMIT 10',
+    'SELECT SENTENCE LET s = 0.7 * SIMILARITY(content, "rag tools") + 0.3 * BM25(content, "tools") '
+    'ORDER BY s DESC LIMIT 5',
+    'SELECT SENTENCE LET rel = SIMILARITY(content, ["cats", "river"]) ORDER BY rel DESC LIMIT 6',
+    f"SELECT SENTENCE {SIM} WHERE meta.year >= 2021 AND meta.score > 0.3 ORDER BY rel DESC LIMIT 8",
+]
+
+
+def _store(name: str, request: pytest.FixtureRequest, tmp_path) -> object:  # type: ignore[no-untyped-def]
+    if name == "memory":
+        return "memory"
+    if name == "qdrant":
+        from nlql.stores.qdrant import QdrantStore
+
+        return QdrantStore(location=":memory:", collection="c" + uuid.uuid4().hex[:8], exact=True)
+    if name == "chroma":
+        from nlql.stores.chroma import ChromaStore
+
+        return ChromaStore(collection="c" + uuid.uuid4().hex[:8], hnsw_ef=1000)
+    if name == "faiss":
+        from nlql.stores.faiss import FaissStore
+
+        return FaissStore(index="flat")
+    if name == "hnswlib":
+        from nlql.stores.hnswlib import HnswlibStore
+
+        return HnswlibStore(ef_search=1000)
+    if name == "pgvector":
+        from nlql.stores.pgvector import PgVectorStore
+
+        return PgVectorStore(request.getfixturevalue("pg_module_dsn"), exact=True)
+    raise ValueError(name)
+
+
+STORES = ["qdrant", "chroma", "faiss", "hnswlib", "pgvector"]
+
+
+def _load(store: object) -> Engine:
+    e = Engine(embedder=HashEmbedder(dim=64), store=store, clock=lambda: CLOCK, chunk_chars=60, warm_up=False)
+    texts, ids, metas = corpus()
+    e.add_texts(texts[:30], ids=ids[:30], metadatas=metas[:30])
+    e.add_texts(texts[30:], ids=ids[30:], metadatas=metas[30:])
+    # replace one and delete one, so every store has been through both
+    e.add_text(texts[5] + " Revised.", id=ids[5], metadata=metas[5])
+    e.delete(ids[8])
+    return e
+
+
+@pytest.fixture(scope="module")
+def reference() -> Engine:
+    return _load("memory")
+
+
+@pytest.fixture(scope="module", params=STORES)
+def engine(request: pytest.FixtureRequest, tmp_path_factory) -> Engine:  # type: ignore[no-untyped-def]
+    store = _store(request.param, request, tmp_path_factory.mktemp(request.param))
+    e = _load(store)
+    yield e
+    e.close()
+
+
+def _rows(hits) -> list[tuple]:  # type: ignore[no-untyped-def]
+    return [(h.id, h.doc_id, h.position, h.content, h.metadata) for h in hits]
+
+
+@pytest.mark.parametrize("query", QUERIES)
+def test_same_rows_as_builtin(engine: Engine, reference: Engine, query: str) -> None:
+    want = reference.search(query)
+    got = engine.search(query)
+    assert _rows(got) == _rows(want), engine.explain(query)
+    for g, w in zip(got, want):
+        assert g.scores.keys() == w.scores.keys()
+        for k in w.scores:
+            if isinstance(w.scores[k], float):
+                assert g.scores[k] == pytest.approx(w.scores[k], abs=1e-5)
+
+
+def test_contract_has_enough_queries() -> None:
+    assert len(QUERIES) >= 60
+
+
+@pytest.mark.parametrize("query", QUERIES[:12])
+def test_builtin_answers_are_nontrivial(reference: Engine, query: str) -> None:
+    assert len(reference.search(query)) > 0

@@ -1,0 +1,442 @@
+"""ChromaStore (embedded): ingest, replace, delete, re-attach, knn, under-filling filters, and pushdown.
+
+The filter tests compare ``scan(compile_filter(f))`` with ``pyfilter.row_passes`` (the reference) over
+metadata of every awkward kind: ints, floats, numeric strings, plain strings, bools, nulls, missing keys,
+nested dicts, lists and ISO dates.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from datetime import date, datetime, timedelta, timezone
+from typing import Any
+
+import numpy as np
+import pytest
+
+pytest.importorskip("chromadb")
+
+from hypothesis import HealthCheck, event, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from nlql.errors import BackendError, MissingDependencyError  # noqa: E402
+from nlql.plan.pushdown import filter_pushable  # noqa: E402
+from nlql.stores import pyfilter  # noqa: E402
+from nlql.stores import chroma as cmod  # noqa: E402
+from nlql.stores.base import Cond, DocRecord, FAnd, FOr, UnitRecord  # noqa: E402
+from nlql.stores.chroma import ChromaStore  # noqa: E402
+
+DIM = 16
+MISSING = object()
+
+
+def unit_vectors(rng: np.random.Generator, n: int, dim: int = DIM) -> np.ndarray:
+    v = rng.normal(size=(n, dim)).astype(np.float32)
+    return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+def make_doc(doc_id: str, sentences: list[str], meta: dict[str, Any], seq: int, vectors: np.ndarray) -> DocRecord:
+    units, pos = [], 0
+    for p, s in enumerate(sentences):
+        units.append(UnitRecord(p, s, pos, pos + len(s), " " if p + 1 < len(sentences) else ""))
+        pos += len(s) + 1
+    return DocRecord(doc_id, " ".join(sentences), meta, units, vectors, seq)
+
+
+@pytest.fixture
+def store():
+    s = ChromaStore(collection="t")
+    s.open(DIM)
+    yield s
+    s.close()
+
+
+# ------------------------------------------------------------------------------ ingest / replace / delete
+
+
+def test_ingest_scan_fetch_roundtrip(store: ChromaStore) -> None:
+    rng = np.random.default_rng(0)
+    docs = [make_doc(f"d{i}", [f"First of {i}.", f"Second of {i}."], {"i": i, "tags": ["x", i]}, i + 1,
+                     unit_vectors(rng, 2)) for i in range(5)]
+    store.upsert(docs)
+    assert store.count() == 10
+    assert store.max_seq() == 5
+    rows = store.fetch(store.scan())
+    assert [(r.doc_id, r.position) for r in rows] == [(f"d{i}", p) for i in range(5) for p in range(2)]
+    first = rows[2]
+    assert (first.content, first.metadata, first.seq, first.start, first.end, first.tail) == (
+        "First of 1.", {"i": 1, "tags": ["x", 1]}, 2, 0, 11, " ")
+    assert first.id == "d1#0"
+    assert store.fetch([rows[3].key, "no-such-key", rows[0].key]) == [rows[3], rows[0]]
+
+
+def test_replace_by_id_leaves_no_stale_sentences(store: ChromaStore) -> None:
+    rng = np.random.default_rng(1)
+    store.upsert([make_doc("a", ["one.", "two.", "three."], {"v": 1}, 1, unit_vectors(rng, 3)),
+                  make_doc("b", ["bee."], {}, 2, unit_vectors(rng, 1))])
+    store.upsert([make_doc("a", ["only."], {"v": 2}, 3, unit_vectors(rng, 1))])
+    assert store.count() == 2
+    rows = store.document_rows(["a", "b", "nope"])
+    assert list(rows) == ["a", "b"]
+    assert [(r.content, r.metadata, r.seq) for r in rows["a"]] == [("only.", {"v": 2}, 3)]
+    assert [r.doc_id for r in store.fetch(store.scan())] == ["b", "a"]  # insertion order: seq
+
+
+def test_same_doc_twice_in_one_upsert_keeps_the_last(store: ChromaStore) -> None:
+    rng = np.random.default_rng(2)
+    store.upsert([make_doc("a", ["x.", "y."], {"n": 1}, 1, unit_vectors(rng, 2)),
+                  make_doc("a", ["z."], {"n": 2}, 2, unit_vectors(rng, 1))])
+    assert [(r.content, r.metadata) for r in store.document_rows(["a"])["a"]] == [("z.", {"n": 2})]
+
+
+def test_delete(store: ChromaStore) -> None:
+    rng = np.random.default_rng(3)
+    store.upsert([make_doc(f"d{i}", ["s.", "t."], {}, i + 1, unit_vectors(rng, 2)) for i in range(3)])
+    assert store.delete(["d1", "missing", "d1"]) == 1
+    assert store.count() == 4
+    assert store.delete([]) == 0
+    assert "d1" not in store.document_rows(["d1"])
+    assert store.knn(unit_vectors(rng, 1), 10)[0].__len__() == 4
+
+
+def test_reattach_on_the_same_path(tmp_path) -> None:
+    rng = np.random.default_rng(4)
+    vecs = unit_vectors(rng, 6)
+    first = ChromaStore(path=str(tmp_path / "q"))
+    first.open(DIM)
+    first.upsert([make_doc(f"d{i}", ["a.", "b."], {"i": i, "when": "2024-06-0%d" % (i + 1)}, i + 1,
+                           vecs[2 * i: 2 * i + 2]) for i in range(3)])
+    keys = first.scan()
+    before = first.knn(vecs[:1], 3)
+    first.close()  # releases the client; the next PersistentClient reads the folder afresh
+
+    second = ChromaStore(path=str(tmp_path / "q"))
+    second.open(DIM)
+    try:
+        assert second.count() == 6
+        assert second.max_seq() == 3
+        assert second.scan() == keys
+        assert [r.metadata["i"] for r in second.fetch(keys)] == [0, 0, 1, 1, 2, 2]
+        after = second.knn(vecs[:1], 3)
+        assert [k for k, _ in after[0]] == [k for k, _ in before[0]]
+        assert np.allclose([s for _, s in after[0]], [s for _, s in before[0]], atol=1e-6)
+        flt = second.compile_filter(Cond("ge", ("meta", "when"), date(2024, 6, 2)))
+        assert [r.doc_id for r in second.fetch(second.scan(flt))] == ["d1", "d1", "d2", "d2"]
+    finally:
+        second.close()
+
+
+def test_open_with_another_dimension_is_a_backend_error(store: ChromaStore) -> None:
+    rng = np.random.default_rng(11)
+    store.upsert([make_doc("a", ["x."], {}, 1, unit_vectors(rng, 1))])
+    other = ChromaStore(store.client, collection=store.collection_name)
+    with pytest.raises(BackendError, match="size 16"):
+        other.open(DIM + 1)
+
+
+def test_in_memory_stores_are_isolated() -> None:
+    rng = np.random.default_rng(12)
+    a, b = ChromaStore(), ChromaStore()
+    a.open(DIM)
+    b.open(DIM)
+    try:
+        a.upsert([make_doc("only-in-a", ["x."], {}, 1, unit_vectors(rng, 1))])
+        assert (a.count(), b.count()) == (1, 0)
+    finally:
+        a.close()
+        b.close()
+
+
+def test_missing_dependency(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cmod, "chromadb", None)
+    with pytest.raises(MissingDependencyError) as err:
+        ChromaStore()
+    assert "nlql[chroma]" in str(err.value)
+
+
+# ------------------------------------------------------------------------------ knn
+
+
+def _numpy_topk(q: np.ndarray, mat: np.ndarray, k: int) -> list[int]:
+    scores = mat @ q
+    return list(np.argsort(-scores, kind="stable")[:k])
+
+
+def test_knn_matches_numpy_brute_force(store: ChromaStore) -> None:
+    """HNSW with ef 200 over 300 points finds the exact top 10; scores are the stored vectors' cosine."""
+    rng = np.random.default_rng(5)
+    n = 300
+    vecs = unit_vectors(rng, n)
+    store.upsert([make_doc(f"d{i:03d}", [f"s{i}."], {"i": i}, i + 1, vecs[i:i + 1]) for i in range(n)])
+    key_of = {r.doc_id: r.key for r in store.fetch(store.scan())}
+    queries = unit_vectors(rng, 4)
+    results = store.knn(queries, 10)
+    for q, got in zip(queries, results, strict=True):
+        scores = vecs @ q
+        order = _numpy_topk(q, vecs, 11)
+        assert scores[order[9]] - scores[order[10]] > 1e-5  # well separated at the cut
+        assert [key for key, _ in got] == [key_of[f"d{i:03d}"] for i in order[:10]]
+        assert np.allclose([s for _, s in got], scores[order[:10]], atol=1e-5)
+
+
+def test_knn_ties_break_on_insertion_order(store: ChromaStore) -> None:
+    rng = np.random.default_rng(6)
+    v = unit_vectors(rng, 1)
+    other = unit_vectors(rng, 3)
+    docs = [make_doc(f"t{i}", ["dup."], {}, 10 - i, v) for i in range(4)]  # seq 10, 9, 8, 7
+    docs.append(make_doc("o", ["a.", "b.", "c."], {}, 1, other))
+    store.upsert(docs)
+    keys = {r.doc_id: r.key for r in store.fetch(store.scan())}
+    got = store.knn(v, 2)[0]
+    assert [key for key, _ in got] == [keys["t3"], keys["t2"]]
+    flt = store.compile_filter(Cond("eq", ("content",), "dup."))
+    assert [key for key, _ in store.knn(v, 3, flt)[0]] == [keys["t3"], keys["t2"], keys["t1"]]
+    assert store.last_stats["path"] == "exact"
+
+
+def test_knn_min_score_keeps_rows_at_or_above(store: ChromaStore) -> None:
+    rng = np.random.default_rng(7)
+    vecs = unit_vectors(rng, 50)
+    store.upsert([make_doc(f"d{i}", ["s."], {}, i + 1, vecs[i:i + 1]) for i in range(50)])
+    q = vecs[0]
+    scores = np.sort(vecs @ q)[::-1]
+    threshold = float((scores[5] + scores[6]) / 2)
+    got = store.knn(q[None, :], 20, min_score=threshold)[0]
+    assert len(got) == 6
+    assert all(s >= threshold for _, s in got)
+
+
+def test_filtered_knn_under_a_selective_filter_fills_k(store: ChromaStore) -> None:
+    rng = np.random.default_rng(8)
+    n = 1000
+    vecs = unit_vectors(rng, n)
+    store.upsert([
+        make_doc(f"d{i}", [f"s{i}."], {"g": "hit" if i in (7, 500, 999) else "miss", "i": i}, i + 1, vecs[i:i + 1])
+        for i in range(n)
+    ])
+    one = store.compile_filter(Cond("eq", ("meta", "i"), 500))  # 0.1 % selective
+    got = store.knn(vecs[:2], 10, one)
+    assert [len(g) for g in got] == [1, 1]
+    three = store.compile_filter(Cond("eq", ("meta", "g"), "hit"))
+    got = store.knn(vecs[:1], 5, three)[0]
+    assert sorted(r.doc_id for r in store.fetch([k for k, _ in got])) == ["d500", "d7", "d999"]
+    assert store.last_stats == {"path": "exact", "rounds": 1, "matches": 3}
+    # a filter that needs the adapter's re-check (string ordering) still fills k
+    checked = store.compile_filter(FAnd((Cond("eq", ("meta", "g"), "hit"), Cond("lt", ("meta", "g"), "i"))))
+    assert "adapter check" in checked.text
+    assert len(store.knn(vecs[:1], 5, checked)[0]) == 3
+
+
+@pytest.mark.parametrize("matching", [1, 3, 40])
+def test_hnsw_path_under_a_selective_filter_still_fills_k(store: ChromaStore, matching: int) -> None:
+    """Forced onto HNSW (no exact shortcut), a selective ``where`` must still give min(k, matches)."""
+    store.exact_limit = 0
+    rng = np.random.default_rng(13)
+    n = 1000
+    vecs = unit_vectors(rng, n)
+    hits = set(range(0, n, n // matching)[:matching])
+    store.upsert([make_doc(f"d{i}", [f"s{i}."], {"g": "hit" if i in hits else "miss"}, i + 1,
+                           vecs[i:i + 1]) for i in range(n)])
+    flt = store.compile_filter(Cond("eq", ("meta", "g"), "hit"))
+    for k in (1, 5, 10):
+        got = store.knn(vecs[3:5], k, flt)
+        assert [len(g) for g in got] == [min(k, matching)] * 2
+        assert store.last_stats["path"] in ("hnsw", "hnsw+exact")
+        assert store.last_stats["matches"] == matching
+        expected = sorted((float(vecs[i] @ vecs[3]), i) for i in hits)[::-1][:k]
+        assert [r.doc_id for r in store.fetch([key for key, _ in got[0]])] == [f"d{i}" for _, i in expected]
+
+
+def test_similarities(store: ChromaStore) -> None:
+    rng = np.random.default_rng(9)
+    vecs = unit_vectors(rng, 5)
+    store.upsert([make_doc(f"d{i}", ["s."], {}, i + 1, vecs[i:i + 1]) for i in range(5)])
+    keys = store.scan()
+    q = unit_vectors(rng, 2)
+    sims = store.similarities(q, [keys[3], keys[1], "no-such-key"])
+    assert sims.shape == (2, 3)
+    assert np.allclose(sims[:, :2], q @ vecs[[3, 1]].T, atol=1e-6)
+    assert np.isnan(sims[:, 2]).all()
+
+
+# ------------------------------------------------------------------------------ filter semantics
+
+VALUES: list[Any] = [
+    0, 1, -3, 2020, 2021, 2**53 + 1, 10**30, 0.5, 2020.0, -0.0, 1e300, 2020.5,
+    "2020", "2020.0", "0.5", "-3", "1e3", " 5", "abc", "ABC", "abd", "", "a.b", "Straße", "x\x00y",
+    "2024-06-01", "2024-06-01T10:00:00+02:00", "2024-06", "2024-06-01T08:00:00Z",
+    True, False, None, MISSING, {"x": 1}, [1, "2020"], [], {"x": "2020"}, ["abc"],
+]
+KEYS = ["a", "b", "c.d", "k y"]
+PATHS = [("meta", "a"), ("meta", "b"), ("meta", "c.d"), ("meta", "k y"), ("meta", "n", "x"), ("meta", "n"),
+         ("meta", "zz"), ("doc_id",), ("id",), ("position",), ("content",)]
+LITERALS: list[Any] = [v for v in VALUES if v is not MISSING and not isinstance(v, (dict, list))] + [
+    datetime(2024, 6, 1, 8, 0, tzinfo=timezone.utc), date(2024, 6, 1), datetime(2020, 1, 1),
+    datetime(2024, 6, 1, 10, 0, tzinfo=timezone(timedelta(hours=2))), float("nan"), float("inf"),
+    "doc7", "2024-06-05", "ss", "STRASSE", "a%", "%b%", "_bc", "^a", "[0-9]+",
+]
+
+
+def filter_dataset() -> list[DocRecord]:
+    r = random.Random(1234)
+    rng = np.random.default_rng(1234)
+    words = ["Alpha", "beta", "GAMMA", "straße", "2020", "x\x00y", "Tool use", "abc"]
+    docs = []
+    for i in range(70):
+        meta: dict[str, Any] = {}
+        for key in KEYS:
+            v = r.choice(VALUES)
+            if v is not MISSING:
+                meta[key] = v
+        nested = r.choice(VALUES)
+        if nested is not MISSING:
+            meta["n"] = {"x": nested} if r.random() < 0.8 else nested
+        doc_id = r.choice([f"doc{i}", str(2000 + i), f"2024-06-{1 + i % 28:02d}", f"D{i}.x"])
+        n_units = 1 + (i % 3 == 0)
+        sentences = [" ".join(r.choice(words) for _ in range(3)) for _ in range(n_units)]
+        docs.append(make_doc(f"{doc_id}", sentences, meta, i + 1, unit_vectors(rng, n_units)))
+    return docs
+
+
+@pytest.fixture(scope="module")
+def filter_store():
+    s = ChromaStore(collection="filters")
+    s.open(DIM)
+    docs = filter_dataset()
+    s.upsert(docs)
+    rows = s.fetch(s.scan())
+    yield s, rows, {r.key: v for r, v in zip(rows, _row_vectors(docs, rows), strict=True)}
+    s.close()
+
+
+def _row_vectors(docs: list[DocRecord], rows: list[Any]) -> list[np.ndarray]:
+    by = {(d.doc_id, u.position): d.vectors[j] for d in docs for j, u in enumerate(d.units)}
+    return [by[(r.doc_id, r.position)] for r in rows]
+
+
+OPS_BY_KIND = ["eq", "ne", "lt", "le", "gt", "ge", "in", "not_in", "is_null", "is_not_null",
+               "contains", "not_contains", "like", "not_like", "match", "not_match"]
+
+
+@st.composite
+def leaves(draw: st.DrawFn) -> Cond:
+    op = draw(st.sampled_from(OPS_BY_KIND))
+    path = draw(st.sampled_from(PATHS))
+    if op in ("is_null", "is_not_null"):
+        return Cond(op, path, None)
+    if op in ("in", "not_in"):
+        return Cond(op, path, tuple(draw(st.lists(st.sampled_from(LITERALS), max_size=4))))
+    if op in ("contains", "not_contains"):
+        return Cond(op, path, draw(st.sampled_from(["a", "B", "", "ss", "ß", "\x00", "20", "tool u", "2024-06"])))
+    if op in ("like", "not_like"):
+        return Cond(op, path, draw(st.sampled_from(["a%", "%b%", "_bc", "20%", "%", "abc"])))
+    if op in ("match", "not_match"):
+        return Cond(op, path, draw(st.sampled_from(["^a", "[0-9]+", "(?i)alpha", "c$"])))
+    return Cond(op, path, draw(st.sampled_from(LITERALS)))
+
+
+filters = st.recursive(
+    leaves(),
+    lambda children: st.one_of(
+        st.lists(children, min_size=1, max_size=3).map(lambda xs: FAnd(tuple(xs))),
+        st.lists(children, min_size=1, max_size=3).map(lambda xs: FOr(tuple(xs))),
+    ),
+    max_leaves=5,
+)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(flt=filters)
+def test_pushed_filters_mean_what_pyfilter_means(filter_store, flt) -> None:
+    store, rows, _ = filter_store
+    # every filter the planner may push must be exact; the store compiles the rest exactly too
+    event("pushable" if filter_pushable(store.capabilities, flt) else "not pushable")
+    native = store.compile_filter(flt)
+    expected = [r.key for r in rows if pyfilter.row_passes(flt, r)]
+    assert store.scan(native) == expected
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(flt=filters, k=st.sampled_from([1, 3, 10]))
+def test_filtered_knn_is_the_top_k_of_the_matching_rows(filter_store, flt, k) -> None:
+    store, rows, vectors = filter_store
+    q = unit_vectors(np.random.default_rng(k), 1)[0]
+    expected = {r.key: float(vectors[r.key] @ q) for r in rows if pyfilter.row_passes(flt, r)}
+    got = store.knn(q[None, :], k, store.compile_filter(flt))[0]
+    assert len(got) == min(k, len(expected))
+    assert all(key in expected and math.isclose(s, expected[key], abs_tol=1e-5) for key, s in got)
+    rest = [s for key, s in expected.items() if key not in dict(got)]
+    if got and rest:
+        assert got[-1][1] >= max(rest) - 1e-5
+
+
+def test_representative_filters_are_pushable_and_exact(filter_store) -> None:
+    store, rows, _ = filter_store
+    caps = store.capabilities
+    cases = [
+        Cond("eq", ("meta", "a"), 2020), Cond("eq", ("meta", "a"), "2020"), Cond("ne", ("meta", "b"), "abc"),
+        Cond("ge", ("meta", "n", "x"), 0.5), Cond("eq", ("meta", "c.d"), 0.5), Cond("in", ("meta", "k y"), (1, "abc", True)),
+        Cond("not_in", ("meta", "a"), (2020, "2020")), Cond("is_null", ("meta", "zz")), Cond("lt", ("meta", "a"), date(2025, 1, 1)),
+        Cond("contains", ("content",), "TOOL"), Cond("eq", ("doc_id",), 2005), Cond("lt", ("position",), "1"),
+        FOr((Cond("eq", ("meta", "a"), True), Cond("is_not_null", ("meta", "n")))),
+    ]
+    for flt in cases:
+        assert filter_pushable(caps, flt), flt
+        native = store.compile_filter(flt)
+        assert "adapter check" not in native.text, flt
+        assert store.scan(native) == [r.key for r in rows if pyfilter.row_passes(flt, r)], flt
+    assert not filter_pushable(caps, Cond("like", ("content",), "a%"))  # LIKE and MATCH stay residual
+
+
+def test_native_filter_text_is_deterministic_json(store: ChromaStore) -> None:
+    import json
+
+    flt = FAnd((Cond("ge", ("meta", "year"), 2020), Cond("in", ("meta", "lang"), ("en", "de")),
+                Cond("lt", ("meta", "when"), datetime(2024, 1, 1, tzinfo=timezone.utc))))
+    a, b = store.compile_filter(flt), store.compile_filter(flt)
+    assert a.text == b.text
+    parsed = json.loads(a.text)
+    assert parsed["where"]["$and"][:2] == [{"n.year": {"$gte": 2020.0}}, {"s.lang": {"$in": ["en", "de"]}}]
+    assert parsed["where_document"] is None
+    contains = store.compile_filter(FAnd((Cond("contains", ("content",), "Tool"), Cond("eq", ("meta", "a"), 1))))
+    assert json.loads(contains.text) == {"where": {"n.a": {"$eq": 1.0}}, "where_document": {"$contains": "tool"}}
+    empty = store.compile_filter(Cond("eq", ("meta", "year"), None))
+    assert empty.extra["empty"] and store.scan(empty) == [] and store.knn(np.ones((1, DIM)), 3, empty) == [[]]
+
+
+# ------------------------------------------------------------------------------ hostile values
+
+HOSTILE = ["'; DROP TABLE x; --", 'quo"te', "nul\x00byte", "ünï©ødé 🚀", "back\\slash", "y" * 10_000, "", " ",
+           "a.b[0]", "$where", "#x"]
+
+
+def test_hostile_values_round_trip(store: ChromaStore) -> None:
+    rng = np.random.default_rng(10)
+    meta = {
+        "key.with.dots": "v", "key with spaces": 1, 'quo"te': "'; DROP TABLE x; --", "nul\x00key": "nul\x00val",
+        "": "empty key", "$x": 1, "#x": 2, "a[0]": "bracket", "ünï": "🚀", "long": "z" * 10_000, "back\\": "\\",
+        "nested": {"a.b": {"c d": "deep", "list": [1, None, {"e": None}]}}, "none": None, "big": 2**70,
+        "neg0": -0.0, "f": 0.1,
+    }
+    docs = [make_doc(doc_id, [f"{doc_id} — content", "x\x00y 'quoted' \"dq\" \\"], meta, i + 1, unit_vectors(rng, 2))
+            for i, doc_id in enumerate(HOSTILE)]
+    store.upsert(docs)
+    rows = store.fetch(store.scan())
+    assert [(r.doc_id, r.position) for r in rows] == [(d, p) for d in HOSTILE for p in range(2)]
+    for r in rows:
+        assert r.metadata == meta and math.copysign(1, r.metadata["neg0"]) == -1
+        assert r.content == (f"{r.doc_id} — content" if r.position == 0 else "x\x00y 'quoted' \"dq\" \\")
+    assert list(store.document_rows(HOSTILE[::-1])) == HOSTILE[::-1]
+    for key, value in [('quo"te', "'; DROP TABLE x; --"), ("nul\x00key", "nul\x00val"), ("", "empty key"),
+                       ("key.with.dots", "v"), ("a[0]", "bracket"), ("long", "z" * 10_000)]:
+        assert len(store.scan(store.compile_filter(Cond("eq", ("meta", key), value)))) == 2 * len(HOSTILE)
+    assert len(store.scan(store.compile_filter(Cond("eq", ("meta", "nested", "a.b", "c d"), "DEEP")))) == 0
+    assert len(store.scan(store.compile_filter(Cond("eq", ("meta", "nested", "a.b", "c d"), "deep")))) == 22
+    for doc_id in HOSTILE:
+        assert [r.doc_id for r in store.fetch(store.scan(store.compile_filter(Cond("eq", ("doc_id",), doc_id))))] == [
+            doc_id, doc_id]
+    hits = store.scan(store.compile_filter(Cond("contains", ("content",), "X\x00Y 'QUOTED'")))
+    assert len(hits) == len(HOSTILE)
+    assert store.delete(["nul\x00byte", "'; DROP TABLE x; --"]) == 2
+    assert store.count() == 2 * (len(HOSTILE) - 2)

@@ -1,0 +1,558 @@
+"""PgVectorStore against a real PostgreSQL 16 + pgvector (pgserver), compared with nlql.values."""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+from datetime import date, datetime, timezone
+from typing import Any
+
+import numpy as np
+import pytest
+
+psycopg = pytest.importorskip("psycopg")
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from nlql import values as V  # noqa: E402
+from nlql.errors import BackendError, MissingDependencyError, NLQLTimeoutError  # noqa: E402
+from nlql.plan.pushdown import filter_pushable  # noqa: E402
+from nlql.stores.base import Cond, DocRecord, FAnd, Filter, FOr, Row, UnitRecord  # noqa: E402
+from nlql.stores.pgvector import (  # noqa: E402
+    PGVECTOR_OPS,
+    PgVectorStore,
+    escape_text,
+    flatten_metadata,
+    like_sql,
+    unescape_text,
+)
+from nlql.stores.pyfilter import row_passes  # noqa: E402
+
+DIM = 16
+UTC = timezone.utc
+
+
+def unit_vectors(rng: np.random.Generator, n: int, dim: int = DIM) -> np.ndarray:
+    v = rng.normal(size=(n, dim)).astype(np.float32)
+    return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+def make_doc(doc_id: str, sentences: list[str], metadata: dict[str, Any], seq: int,
+             vectors: np.ndarray) -> DocRecord:
+    units, offset = [], 0
+    for p, s in enumerate(sentences):
+        units.append(UnitRecord(position=p, content=s, start=offset, end=offset + len(s), tail=" "))
+        offset += len(s) + 1
+    return DocRecord(doc_id=doc_id, text=" ".join(sentences), metadata=metadata, units=units,
+                     vectors=vectors, seq=seq)
+
+
+def open_store(dsn: str, **kw: Any) -> PgVectorStore:
+    store = PgVectorStore(dsn, **kw)
+    store.open(DIM)
+    return store
+
+
+def row_tuple(r: Row) -> tuple[Any, ...]:
+    return (r.doc_id, r.position, r.content, r.metadata, r.seq, r.start, r.end, r.tail)
+
+
+# ------------------------------------------------------------------------------------ pure parts
+
+
+@given(st.text(alphabet=st.characters(codec=None, min_codepoint=0, max_codepoint=0x10FFFF,
+                                      categories=None), max_size=30))
+def test_escape_round_trips_any_string(s: str) -> None:
+    e = escape_text(s)
+    assert "\x00" not in e
+    assert unescape_text(e) == s
+    e.encode("utf-8")  # storable: no lone surrogate left
+
+
+_low = st.text(alphabet=st.sampled_from(["\x00", "\x01", "\x02", "\x08", "\t", "a", "b", "%", "_", "é"]),
+               max_size=8)
+
+
+@given(_low, _low)
+def test_escape_preserves_order_equality_and_substrings(a: str, b: str) -> None:
+    ea, eb = escape_text(a), escape_text(b)
+    assert (a < b) == (ea < eb)  # code-point order == COLLATE "C" byte order
+    assert (a == b) == (ea == eb)
+    assert (a in b) == (ea in eb)
+    assert (a.casefold() in b.casefold()) == (escape_text(a.casefold()) in escape_text(b.casefold()))
+
+
+def test_like_translation_shapes() -> None:
+    assert like_sql("a%b") == ("LIKE", "a%b")
+    assert like_sql("50\\%") == ("LIKE", "50\\%")
+    assert like_sql("trailing\\") == ("LIKE", "trailing\\\\")  # a lone trailing backslash is literal
+    op, rx = like_sql("a_c")
+    assert op == "~" and rx.startswith("^a") and rx.endswith("c$")
+
+
+def test_flattened_metadata_is_typed_by_values_module() -> None:
+    flat = flatten_metadata({"y": "2025", "d": "2024-06-01", "s": "Straße", "b": False, "big": 10**400,
+                             "n": None, "o": {"k": [1]}})
+    assert flat['["y"]'] == {"s": "2025", "n": 2025.0}
+    assert flat['["d"]']["t"] == 1717200000 * 10**6
+    assert flat['["s"]'] == {"s": "Straße", "f": "strasse"}
+    assert flat['["b"]'] == {"b": False}
+    assert flat['["big"]'] == {}  # present (IS NOT NULL) but never comparable
+    assert '["n"]' not in flat
+    assert flat['["o", "k"]'] == {}
+
+
+def test_capabilities_are_declared_honestly() -> None:
+    caps = PgVectorStore("postgresql://unused", exact=True).capabilities
+    assert caps.NAME == "pgvector"
+    assert "match" not in caps.OPS and "not_match" not in caps.OPS
+    assert caps.OR and caps.NESTED_KEYS and caps.NUMERIC_STRINGS and caps.FLOAT_EQUALITY and caps.DATETIMES
+    assert caps.EXACT and caps.SCORE_THRESHOLD
+    assert not PgVectorStore("postgresql://unused").capabilities.EXACT
+    assert PgVectorStore("postgresql://unused", hnsw=False).capabilities.EXACT
+
+
+def test_missing_psycopg_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "psycopg", None)
+    with pytest.raises(MissingDependencyError) as info:
+        PgVectorStore("postgresql://unused")
+    assert "nlql[pgvector]" in str(info.value)
+
+
+def test_compiled_filter_binds_every_value() -> None:
+    store = PgVectorStore("postgresql://unused")
+    evil = "'; DROP TABLE nlql_docs; --"
+    nf = store.compile_filter(FOr((Cond("eq", ("meta", evil), evil), Cond("like", ("content",), evil + "_"))))
+    assert "DROP" not in nf.text and "DROP" not in str(nf.native)
+    assert any(evil in str(p) for p in nf.extra["params"])
+    assert nf.text.count("%s") == len(nf.extra["params"])
+
+
+# ------------------------------------------------------------------------------ ingest and reads
+
+
+@pytest.fixture
+def store(pg_dsn: str) -> Any:
+    s = open_store(pg_dsn)
+    yield s
+    s.close()
+
+
+def small_corpus(rng: np.random.Generator) -> list[DocRecord]:
+    return [
+        make_doc("a", ["Alpha one.", "Alpha two.", "Alpha three."], {"k": 1, "tag": "x"}, 1, unit_vectors(rng, 3)),
+        make_doc("b", ["Beta one."], {"k": 2.5, "tag": "y", "deep": {"er": "2025"}}, 2, unit_vectors(rng, 1)),
+        make_doc("c", ["Gamma one.", "Gamma two."], {}, 3, unit_vectors(rng, 2)),
+    ]
+
+
+def test_ingest_fetch_and_document_rows(store: PgVectorStore) -> None:
+    rng = np.random.default_rng(1)
+    docs = small_corpus(rng)
+    store.upsert(docs)
+    assert store.count() == 6
+    assert store.max_seq() == 3
+    keys = store.scan()
+    rows = store.fetch(keys)
+    assert [(r.doc_id, r.position) for r in rows] == [("a", 0), ("a", 1), ("a", 2), ("b", 0), ("c", 0), ("c", 1)]
+    assert rows[3].metadata == {"k": 2.5, "tag": "y", "deep": {"er": "2025"}}
+    assert rows[1].content == "Alpha two." and rows[1].tail == " " and rows[1].start == 11
+    assert [r.key for r in store.fetch(keys[::-1])] == keys[::-1]
+    by_doc = store.document_rows(["c", "missing", "a"])
+    assert list(by_doc) == ["c", "a"]
+    assert [r.content for r in by_doc["a"]] == ["Alpha one.", "Alpha two.", "Alpha three."]
+    sims = store.similarities(docs[0].vectors[:2], keys[:3])
+    np.testing.assert_allclose(sims, docs[0].vectors[:2] @ docs[0].vectors.T, atol=1e-6)
+
+
+def test_upsert_replaces_by_id_without_stale_rows(store: PgVectorStore) -> None:
+    rng = np.random.default_rng(2)
+    store.upsert(small_corpus(rng))
+    store.upsert([make_doc("a", ["Only one now."], {"k": 9}, 4, unit_vectors(rng, 1))])
+    assert store.count() == 4
+    rows = store.document_rows(["a"])["a"]
+    assert [(r.content, r.metadata, r.seq) for r in rows] == [("Only one now.", {"k": 9}, 4)]
+    # the same id twice in one batch: the last one wins
+    store.upsert([make_doc("d", ["first"], {}, 5, unit_vectors(rng, 1)),
+                  make_doc("d", ["second", "third"], {}, 6, unit_vectors(rng, 2))])
+    assert [r.content for r in store.document_rows(["d"])["d"]] == ["second", "third"]
+    # a document without sentences still exists
+    store.upsert([make_doc("empty", [], {"e": 1}, 7, np.zeros((0, DIM), dtype=np.float32))])
+    assert store.document_rows(["empty"]) == {"empty": []}
+    assert store.max_seq() == 7
+
+
+def test_delete_returns_documents_deleted(store: PgVectorStore) -> None:
+    store.upsert(small_corpus(np.random.default_rng(3)))
+    assert store.delete(["a", "nope", "a"]) == 1
+    assert store.count() == 3
+    assert store.delete([]) == 0
+    assert store.delete(["b", "c"]) == 2
+    assert store.count() == 0 and store.scan() == []
+
+
+def test_reattach_sees_everything_and_checks_dim(pg_dsn: str) -> None:
+    rng = np.random.default_rng(4)
+    first = open_store(pg_dsn)
+    docs = small_corpus(rng)
+    first.upsert(docs)
+    expected = [row_tuple(r) for r in first.fetch(first.scan())]
+    first.close()
+    second = open_store(pg_dsn)
+    assert second.count() == 6 and second.max_seq() == 3
+    assert [row_tuple(r) for r in second.fetch(second.scan())] == expected
+    q = rng.normal(size=(1, DIM)).astype(np.float32)
+    assert second.knn(q, 3)[0]  # vectors came back too
+    with pytest.raises(BackendError, match="16-dimensional"):
+        PgVectorStore(pg_dsn).open(DIM + 1)
+    other = PgVectorStore(pg_dsn, table_prefix='we"ird; DROP TABLE nlql_docs; --')
+    other.open(DIM + 1)  # another prefix is another store
+    assert other.count() == 0 and second.count() == 6
+    second.close()
+    other.close()
+
+
+# -------------------------------------------------------------------------------------------- knn
+
+
+def brute_force(keys: list[int], seqpos: list[tuple[int, int]], matrix: np.ndarray, q: np.ndarray,
+                k: int) -> list[int]:
+    scores = matrix @ q
+    order = sorted(range(len(keys)), key=lambda i: (-scores[i], seqpos[i]))
+    return [keys[i] for i in order[:k]]
+
+
+def test_exact_knn_equals_numpy_brute_force(pg_dsn: str) -> None:
+    rng = np.random.default_rng(5)
+    vecs = unit_vectors(rng, 600)
+    vecs[7] = vecs[3]  # an exact tie: insertion order decides
+    vecs[300] = vecs[3]
+    docs = [make_doc(f"d{i:03d}", [f"s{j}" for j in range(6)], {"g": i % 7}, i, vecs[i * 6:(i + 1) * 6])
+            for i in range(100)]
+    store = open_store(pg_dsn, exact=True)
+    store.upsert(docs)
+    keys = store.scan()
+    seqpos = [(i // 6, i % 6) for i in range(600)]
+    queries = np.vstack([unit_vectors(rng, 8), vecs[3:4]])
+    got = store.knn(queries, 10)
+    assert store.last_stats["path"] == "exact"
+    for q, hits in zip(queries, got, strict=True):
+        assert [k for k, _ in hits] == brute_force(keys, seqpos, vecs, q, 10)
+        np.testing.assert_allclose([s for _, s in hits], np.sort(vecs @ q)[::-1][:10], atol=1e-5)
+    tied = [k for k, _ in got[-1][:3]]
+    assert tied == [keys[3], keys[7], keys[300]]
+    # with a filter and a threshold
+    flt = store.compile_filter(Cond("in", ("meta", "g"), (1, "3")))
+    sub = [i for i in range(600) if (i // 6) % 7 in (1, 3)]
+    for q, hits in zip(queries, store.knn(queries, 5, flt, min_score=0.2), strict=True):
+        want = [k for k in brute_force([keys[i] for i in sub], [seqpos[i] for i in sub], vecs[sub], q, 5)]
+        scores = {keys[i]: float(vecs[i] @ q) for i in sub}
+        assert [k for k, _ in hits] == [k for k in want if scores[k] >= 0.2]
+    store.close()
+
+
+@pytest.fixture(scope="module")
+def big_store(pg_module_dsn: str) -> Any:
+    """5,000 sentences; meta.rare is set on 5 of them (0.1%)."""
+    rng = np.random.default_rng(6)
+    centers = unit_vectors(rng, 20)
+    labels = rng.integers(0, 20, 5000)
+    vecs = centers[labels] + 0.3 * rng.normal(size=(5000, DIM)).astype(np.float32)
+    vecs = (vecs / np.linalg.norm(vecs, axis=1, keepdims=True)).astype(np.float32)
+    docs = []
+    for i in range(500):
+        meta: dict[str, Any] = {"bucket": i % 10}
+        if i % 100 == 0:
+            meta["rare"] = True
+        docs.append(make_doc(f"doc{i}", [f"sentence {j}" for j in range(10)], meta, i, vecs[i * 10:(i + 1) * 10]))
+    store = open_store(pg_module_dsn, index_threshold=0)  # the first knn builds the index
+    store.upsert(docs)
+    yield store, vecs
+    store.close()
+
+
+def test_selective_filter_returns_min_k_matches(big_store: Any, pg_module_dsn: str) -> None:
+    store, vecs = big_store
+    rare = store.compile_filter(Cond("eq", ("meta", "rare"), True))  # 5 docs × 10 sentences = 1%
+    one_doc = store.compile_filter(FAnd((Cond("eq", ("meta", "rare"), True), Cond("eq", ("position",), 3))))
+    q = vecs[:4]
+    for k in (3, 10, 80):
+        for res in store.knn(q, k, rare):
+            assert len(res) == min(k, 50)
+        for res in store.knn(q, k, one_doc):  # 5 rows: 0.1%
+            assert len(res) == min(k, 5)
+    assert store.last_stats["path"] == "exact"  # the count said: few rows match
+    # force the HNSW path (50 matches > 10·k): it must widen or fall back, never return a short list
+    forced = open_store(pg_module_dsn, exact_threshold=0, index_threshold=0, ef_search=4)
+    for res in forced.knn(q, 4, rare):
+        assert len(res) == 4
+    assert forced.last_stats["path"] in ("hnsw", "hnsw+exact", "mixed")
+    assert forced.last_stats["rounds"] > 1  # ef_search 4 under a 1% filter under-fills at first
+    exact = open_store(pg_module_dsn, exact=True)
+    for a, b in zip(forced.knn(q, 4, rare), exact.knn(q, 4, rare), strict=True):
+        assert [k for k, _ in a] == [k for k, _ in b]
+    forced.close()
+    exact.close()
+
+
+def test_index_is_built_lazily(pg_dsn: str) -> None:
+    rng = np.random.default_rng(12)
+    store = open_store(pg_dsn, index_threshold=50)
+    store.upsert([make_doc(f"d{i}", ["a", "b"], {}, i, unit_vectors(rng, 2)) for i in range(20)])
+    q = unit_vectors(rng, 1)
+    assert len(store.knn(q, 5)[0]) == 5
+    assert store.last_stats["path"] == "exact" and "no HNSW index" in store.last_stats["reason"]
+    assert store.build_index() is True and store.build_index() is False
+    assert len(store.knn(q, 5)[0]) == 5
+    assert store.last_stats["path"] == "hnsw"
+    other = open_store(pg_dsn, index_threshold=0)  # finds the index another store built
+    other.knn(q, 5)
+    assert "index_built" in other.last_stats and other.last_stats["index_built"] is False
+    assert other.last_stats["path"] == "hnsw"
+    store.close()
+    other.close()
+
+
+def test_hnsw_unfiltered_recall_and_threshold(big_store: Any) -> None:
+    store, vecs = big_store
+    keys = store.scan()
+    q = vecs[10:30]
+    got = store.knn(q, 10)
+    assert store.last_stats["path"] == "hnsw"
+    recall = np.mean([len({k for k, _ in hits} & {keys[i] for i in np.argsort(-(vecs @ v))[:10]}) / 10
+                      for v, hits in zip(q, got, strict=True)])
+    assert recall >= 0.9
+    for hits in store.knn(q, 50, min_score=0.9):
+        assert all(s >= 0.9 for _, s in hits)
+        assert [s for _, s in hits] == sorted((s for _, s in hits), reverse=True)
+    assert store.knn(q, 0) == [[] for _ in range(len(q))]
+
+
+# -------------------------------------------------------------------------- filters == nlql.values
+
+META_VALUES: list[Any] = [
+    0, 1, -3, 7, 2025, 2.5, 0.1, -0.0, 1e16, 10**20, 10**400, 2**53 + 1,
+    "2025", "0.10", "1e3", "-7", "٣", " 7", "abc", "ABC", "Abc", "Straße", "STRASSE", "", "a%b", "a_b",
+    "x\\y", "ǅ", "İstanbul", "2024-06-01", "2024-06-01T10:00:00Z", "2024-06-01 12:00:00+02:00",
+    "2024-06", "2024-13-01", "2023-12-31T23:59:59.999999", True, False, None, [1, 2], {"x": 1},
+]
+LITERALS: list[Any] = [
+    0, 1, 7, 2025, 2.5, 0.1, 1e16, 2**53, -3, float("inf"), 10**400, "2025", "7", "0.1", "abc", "ABC",
+    "a", "b", "straße", "", "٣", "x", True, False, None,
+    datetime(2024, 6, 1, tzinfo=UTC), datetime(2024, 6, 1, 10, 0), date(2024, 6, 1),
+    datetime(2023, 12, 31, 23, 59, 59, 999999, tzinfo=UTC),
+]
+PATTERNS = ["a%", "%b", "a_b", "A%", "%", "_", "%\\%%", "x\\\\y", "%ss%", "Str%", "2024-%", "%1", "", "\\",
+            "a\\_b", "__", "%2_"]
+NEEDLES = ["a", "A", "ss", "STRASSE", "%", "_", "\\", "", "20", "İ", "i̇", "ǆ", "x\\y", "TAN"]
+META_KEYS = ["i", "s", "m", "n", ("nest", "x"), ("nest",), "missing"]
+
+
+def build_filter_corpus(rng: np.random.Generator) -> list[DocRecord]:
+    docs = []
+    for i in range(60):
+        def pick() -> Any:
+            return META_VALUES[int(rng.integers(len(META_VALUES)))]
+        meta: dict[str, Any] = {}
+        for key in ("i", "s", "m"):
+            if rng.random() < 0.85:
+                meta[key] = pick()
+        meta["n"] = None
+        if rng.random() < 0.7:
+            meta["nest"] = {"x": pick()} if rng.random() < 0.8 else pick()
+        doc_id = ["2025", "doc-7", "Ábc", "2024-06-01", "x_y"][i % 5] + f"{i}" if i % 3 else str(i)
+        sentences = [str(pick()) if rng.random() < 0.3 else f"Sentence {j} of {doc_id} ß" for j in range(2)]
+        docs.append(make_doc(doc_id, sentences, meta, i + 1, unit_vectors(rng, 2)))
+    return docs
+
+
+@pytest.fixture(scope="module")
+def filter_store(pg_server: Any) -> Any:
+    dsn = pg_server.new_database()
+    store = open_store(dsn, exact=True)
+    store.upsert(build_filter_corpus(np.random.default_rng(7)))
+    rows = store.fetch(store.scan())
+    yield store, rows
+    store.close()
+
+
+def _path(p: Any) -> tuple[str, ...]:
+    if isinstance(p, tuple):
+        return ("meta", *p)
+    if p in ("doc_id", "id", "position", "content"):
+        return (p,)
+    return ("meta", p)
+
+
+paths = st.sampled_from([*META_KEYS, "doc_id", "id", "position", "content"]).map(_path)
+literal = st.sampled_from(LITERALS)
+
+
+@st.composite
+def leaves(draw: st.DrawFn) -> Cond:
+    op = draw(st.sampled_from(sorted(PGVECTOR_OPS)))
+    path = draw(paths)
+    if op in ("in", "not_in"):
+        value: Any = tuple(draw(st.lists(literal, max_size=4)))
+    elif op in ("is_null", "is_not_null"):
+        value = None
+    elif op in ("like", "not_like"):
+        value = draw(st.sampled_from(PATTERNS))
+    elif op in ("contains", "not_contains"):
+        value = draw(st.sampled_from(NEEDLES))
+    else:
+        value = draw(literal)
+    return Cond(op, path, value)
+
+
+filters = st.recursive(
+    leaves(),
+    lambda inner: st.one_of(st.lists(inner, max_size=3).map(lambda xs: FAnd(tuple(xs))),
+                            st.lists(inner, max_size=3).map(lambda xs: FOr(tuple(xs)))),
+    max_leaves=5,
+)
+
+
+def check_filter(store: PgVectorStore, rows: list[Row], flt: Filter) -> None:
+    assert filter_pushable(store.capabilities, flt)
+    want = [r.key for r in rows if row_passes(flt, r)]
+    assert store.scan(store.compile_filter(flt)) == want, flt
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(flt=filters)
+def test_random_filters_match_python_semantics(filter_store: Any, flt: Filter) -> None:
+    store, rows = filter_store
+    check_filter(store, rows, flt)
+
+
+@pytest.mark.parametrize("op", ["eq", "ne", "lt", "le", "gt", "ge"])
+def test_every_comparison_against_every_literal(filter_store: Any, op: str) -> None:
+    store, rows = filter_store
+    for key in [*META_KEYS, "doc_id", "id", "position", "content"]:
+        for lit in LITERALS:
+            check_filter(store, rows, Cond(op, _path(key), lit))
+
+
+def test_string_predicates_against_every_needle(filter_store: Any) -> None:
+    store, rows = filter_store
+    for key in [*META_KEYS, "doc_id", "id", "content"]:
+        for needle in NEEDLES:
+            check_filter(store, rows, Cond("contains", _path(key), needle))
+            check_filter(store, rows, Cond("not_contains", _path(key), needle))
+        for pattern in PATTERNS:
+            check_filter(store, rows, Cond("like", _path(key), pattern))
+            check_filter(store, rows, Cond("not_like", _path(key), pattern))
+        check_filter(store, rows, Cond("in", _path(key), ()))
+        check_filter(store, rows, Cond("not_in", _path(key), ("abc", 7, None)))
+        check_filter(store, rows, Cond("is_null", _path(key)))
+
+
+# ---------------------------------------------------------------------------------- hostile input
+
+HOSTILE = [
+    "'; DROP TABLE nlql_docs; --", "Robert'); DROP TABLE students;--", "nul\x00byte", "\x00", "\x01\x02\x08",
+    "$$dollar$$", "$tag$ quoted $tag$", "back\\slash\\", "\\x00", "%_%", "tab\tnew\nline\r", "😀 𝄞 ☃",
+    "ﬁ İ ß Σς", "x" * 10_000, "lone \ud800 surrogate", "\"double\"", "{}[]", "E'\\047'",
+]
+
+
+def test_hostile_values_round_trip_and_filter(pg_dsn: str) -> None:
+    rng = np.random.default_rng(8)
+    conn = psycopg.connect(pg_dsn, autocommit=True)
+    tables_before = conn.execute("SELECT count(*) FROM pg_tables").fetchone()[0]
+    store = open_store(pg_dsn, exact=True)
+    tables_before += 3  # the store's own tables
+    docs = []
+    for i, h in enumerate(HOSTILE):
+        meta = {h: h, "v": h, "nest": {h: {"k": h}}, "num": "1\x00"}
+        docs.append(make_doc(h, [h, f"{h} tail"], meta, i + 1, unit_vectors(rng, 2)))
+        docs[-1].units[0].tail = h
+        docs[-1].text = h + "\x00" + h
+    store.upsert(docs)
+    rows = store.fetch(store.scan())
+    assert len(rows) == 2 * len(HOSTILE)
+    for d in docs:
+        got = store.document_rows([d.doc_id])[d.doc_id]
+        assert [r.content for r in got] == [u.content for u in d.units]
+        assert got[0].tail == d.units[0].tail
+        assert got[0].metadata == d.metadata
+        assert got[0].doc_id == d.doc_id
+    for h in HOSTILE:
+        for flt in (Cond("eq", ("doc_id",), h), Cond("eq", ("meta", h), h), Cond("eq", ("meta", "nest", h, "k"), h),
+                    Cond("contains", ("content",), h), Cond("contains", ("meta", "v"), h.upper()),
+                    Cond("like", ("meta", "v"), h), Cond("like", ("content",), h + "%"),
+                    Cond("lt", ("meta", "v"), h), Cond("in", ("id",), (h + "#1", "x")),
+                    Cond("like", ("doc_id",), "%" + h[:3] + "_%")):
+            want = [r.key for r in rows if row_passes(flt, r)]
+            assert store.scan(store.compile_filter(flt)) == want, flt
+            if flt.op == "eq":
+                assert want
+    assert store.delete([HOSTILE[0], HOSTILE[2]]) == 2
+    assert conn.execute("SELECT count(*) FROM pg_tables").fetchone()[0] == tables_before
+    assert store.count() == 2 * (len(HOSTILE) - 2)
+    conn.close()
+    store.close()
+
+
+# ---------------------------------------------------------------------------------- robustness
+
+
+def test_concurrent_schema_creation(pg_server: Any) -> None:
+    dsn = pg_server.new_database(with_vector=False)  # CREATE EXTENSION races too
+    errors: list[BaseException] = []
+    stores: list[PgVectorStore] = []
+    barrier = threading.Barrier(4)
+
+    def worker() -> None:
+        try:
+            s = PgVectorStore(dsn)
+            barrier.wait()
+            s.open(DIM)
+            stores.append(s)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    rng = np.random.default_rng(9)
+    stores[0].upsert(small_corpus(rng))
+    assert all(s.count() == 6 for s in stores)
+    for s in stores:
+        s.close()
+
+
+def test_lost_connection_raises_then_reconnects(store: PgVectorStore, pg_dsn: str) -> None:
+    store.upsert(small_corpus(np.random.default_rng(10)))
+    pid = store._connection().info.backend_pid
+    with psycopg.connect(pg_dsn, autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", [pid])
+    with pytest.raises(BackendError, match="pgvector"):
+        store.count()
+    assert store.count() == 6  # reconnected with the kept dsn
+    assert len(store.knn(np.ones((1, DIM), dtype=np.float32), 2)[0]) == 2
+
+
+def test_statement_timeout(pg_dsn: str) -> None:
+    store = open_store(pg_dsn, statement_timeout_ms=50)
+    slow = psycopg.sql.SQL("SELECT count(*) FROM pg_sleep(1)")
+    with pytest.raises(NLQLTimeoutError, match="50 ms"):
+        store._guard(lambda: store._scalar(slow))
+    assert store.count() == 0  # the connection is still usable
+    store.close()
+
+
+def test_metadata_numbers_keep_their_type(store: PgVectorStore) -> None:
+    meta = {"f": 1e16, "i": 10**16, "tiny": 5e-324, "neg0": -0.0, "huge": 10**400, "nan": float("nan"),
+            "when": datetime(2024, 6, 1, tzinfo=UTC)}
+    store.upsert([make_doc("m", ["x"], meta, 1, unit_vectors(np.random.default_rng(11), 1))])
+    got = store.fetch(store.scan())[0].metadata
+    assert got == V.normalize_metadata(meta)
+    assert isinstance(got["f"], float) and isinstance(got["i"], int)
+    assert json.dumps(got["neg0"]) == "-0.0"

@@ -1,0 +1,272 @@
+"""The `nlql` command through its real entry point, in a subprocess (`python -m nlql`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SIM = 'SELECT SENTENCE LET rel = SIMILARITY(content, "{}") LIMIT {}'
+
+
+def nlql(*args: str, cwd: Path, stdin: str | None = None, env: dict[str, str] | None = None,
+         module: str = "nlql") -> subprocess.CompletedProcess[str]:
+    full_env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+                "HF_HUB_OFFLINE": "1", "COLUMNS": "200", **(env or {})}
+    full_env.pop("NLQL_DEBUG", None)
+    full_env.pop("NLQL_EMBEDDER", None)
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, env=full_env, text=True,
+                          input=stdin if stdin is not None else "", capture_output=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("corpus")
+    docs = root / "docs"
+    (docs / "sub").mkdir(parents=True)
+    (docs / "cats.md").write_text("# Cats\n\nCats sleep most of the day. They hunt at night.\n", encoding="utf-8")
+    (docs / "sub" / "agents.txt").write_text("Agents call tools to act in the world.\nThey plan first.\n",
+                                             encoding="utf-8")
+    (docs / "more.jsonl").write_text(
+        json.dumps({"id": "tax", "text": "Tax rules change every year.", "metadata": {"year": 2024},
+                    "lang": "en"}) + "\n\n"
+        + json.dumps({"text": "Le chat dort au soleil.", "lang": "fr"}) + "\n",
+        encoding="utf-8")
+    (docs / ".hidden.txt").write_text("never ingested", encoding="utf-8")
+    (docs / "notes.pdf").write_bytes(b"%PDF")  # not a supported type: skipped inside a directory
+    return root
+
+
+@pytest.fixture(scope="module")
+def store(corpus: Path) -> Path:
+    store = corpus / "store"
+    r = nlql("ingest", "docs", "--store", str(store), "--embedder", "hash", cwd=corpus)
+    assert r.returncode == 0, r.stderr
+    assert "ingested 4 documents" in r.stdout
+    assert "sentences" in r.stdout and " s " in r.stdout.replace("s (", "s  (")
+    assert "docs/s" in r.stderr  # the progress bar's rate column
+    return store
+
+
+def query_json(store: Path, q: str, *extra: str) -> dict[str, Any]:
+    r = nlql("query", q, "--store", str(store), "--json", *extra, cwd=store.parent)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+# ----------------------------------------------------------------------------------------- ingest
+
+
+def test_ingest_writes_a_store_that_remembers_its_embedder(store: Path) -> None:
+    assert (store / "nlql.sqlite").is_file()
+    assert json.loads((store / "nlql-cli.json").read_text())["embedder"] == "hash"
+
+
+def test_ingested_documents_have_ids_and_metadata_by_file_type(store: Path) -> None:
+    data = query_json(store, "SELECT DOCUMENT")
+    by_id = {h["id"]: h for h in data["hits"]}
+    assert set(by_id) == {"docs/cats.md", "docs/sub/agents.txt", "tax", "docs/more.jsonl:3"}
+    md = by_id["docs/cats.md"]["metadata"]
+    assert md["format"] == "md" and md["title"] == "Cats" and md["source"] == "docs/cats.md"
+    assert "modified" in md
+    assert by_id["tax"]["metadata"] == {"year": 2024, "lang": "en"}  # extra top-level field → metadata
+    assert by_id["docs/more.jsonl:3"]["metadata"] == {"lang": "fr"}
+
+
+def test_ingest_split_paragraph_makes_one_document_per_paragraph(tmp_path: Path) -> None:
+    (tmp_path / "a.md").write_text("# Title\n\nFirst paragraph.\n\nSecond one here.\n", encoding="utf-8")
+    store = tmp_path / "s"
+    r = nlql("ingest", "a.md", "--store", str(store), "--embedder", "hash", "--split", "paragraph", "-q",
+             cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "ingested 3 documents" in r.stdout
+    data = query_json(store, "SELECT DOCUMENT")
+    assert [h["id"] for h in data["hits"]] == ["a.md:1", "a.md:2", "a.md:3"]
+    assert data["hits"][2]["metadata"]["paragraph"] == 3
+
+
+def test_ingest_reports_bad_input_without_a_traceback(tmp_path: Path) -> None:
+    (tmp_path / "bad.jsonl").write_text('{"text": "ok"}\n{"id": 1}\n', encoding="utf-8")
+    (tmp_path / "x.pdf").write_bytes(b"%PDF")
+    cases = [
+        (["bad.jsonl"], 'bad.jsonl:2: needs a "text" string field'),
+        (["x.pdf"], "unsupported file type '.pdf'"),
+        (["missing.txt"], "missing.txt: no such file or directory"),
+    ]
+    for paths, message in cases:
+        r = nlql("ingest", *paths, "--store", str(tmp_path / "s"), "--embedder", "hash", cwd=tmp_path)
+        assert r.returncode == 1, (paths, r.stderr)
+        assert message in r.stderr
+        assert "Traceback" not in r.stderr
+
+
+def test_an_embedder_other_than_the_stores_is_refused(store: Path) -> None:
+    r = nlql("query", "SELECT SENTENCE", "--store", str(store), "--embedder", "minilm", cwd=store.parent)
+    assert r.returncode == 1
+    assert "built with the 'hash' embedder" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+# ------------------------------------------------------------------------------------------ query
+
+
+def test_query_json_output_parses_and_ranks(store: Path) -> None:
+    data = query_json(store, SIM.format("agents using tools", 2))
+    assert set(data) == {"hits", "stats", "warnings"}
+    top = data["hits"][0]
+    assert top["content"] == "Agents call tools to act in the world."
+    assert top["doc_id"] == "docs/sub/agents.txt" and top["unit"] == "SENTENCE"
+    assert isinstance(top["scores"]["rel"], float)
+    assert len(data["hits"]) == 2
+
+
+def test_query_table_shows_rank_id_scores_content_and_metadata(store: Path) -> None:
+    r = nlql("query", SIM.format("cats sleeping", 1), "--store", str(store), cwd=store.parent)
+    assert r.returncode == 0, r.stderr
+    assert "docs/cats.md#" in r.stdout
+    assert "rel 0." in r.stdout
+    assert "format=md" in r.stdout
+    assert "1 row" in r.stdout
+
+
+def test_query_params_limit_and_explain(store: Path) -> None:
+    q = "SELECT SENTENCE LET rel = SIMILARITY(content, $q) WHERE meta.year >= $y LIMIT 10"
+    data = query_json(store, q, "-p", "q=tax rules", "--param", "y=2020")
+    assert [h["doc_id"] for h in data["hits"]] == ["tax"]
+    data = query_json(store, "SELECT SENTENCE", "--limit", "2", "--explain")
+    assert len(data["hits"]) == 2
+    assert data["explain"]["limit"] == 2
+    r = nlql("query", "SELECT SENTENCE LIMIT 1", "--store", str(store), "--explain", cwd=store.parent)
+    assert r.returncode == 0
+    assert r.stdout.index("recall: scan") < r.stdout.index("#")
+
+
+def test_query_from_stdin(store: Path) -> None:
+    r = nlql("query", "-", "--store", str(store), "--json", cwd=store.parent,
+             stdin="SELECT DOCUMENT\nWHERE meta.lang == 'fr';\n")
+    assert r.returncode == 0, r.stderr
+    assert [h["content"] for h in json.loads(r.stdout)["hits"]] == ["Le chat dort au soleil."]
+
+
+def test_empty_results_say_so_plainly(store: Path) -> None:
+    r = nlql("query", 'SELECT SENTENCE WHERE content CONTAINS "zebra"', "--store", str(store), cwd=store.parent)
+    assert r.returncode == 0
+    assert r.stdout.strip() == "no matching content"
+    assert query_json(store, 'SELECT SENTENCE WHERE content CONTAINS "zebra"')["hits"] == []
+
+
+def test_a_bad_query_exits_1_with_a_caret_and_no_traceback(store: Path) -> None:
+    r = nlql("query", "SELECT SENTENCE\nWHERE rell >= 0.3", "--store", str(store), cwd=store.parent)
+    assert r.returncode == 1
+    assert "unknown name 'rell' at line 2, column 7" in r.stderr
+    assert "  2 | WHERE rell >= 0.3" in r.stderr
+    assert "    |       ^^^^" in r.stderr
+    assert "hint: did you mean" in r.stderr
+    assert "Traceback" not in r.stderr and r.stdout == ""
+
+
+def test_debug_shows_the_traceback(store: Path) -> None:
+    for args in (["--debug", "query", "SELECT SENTENCE WHERE x", "--store", str(store)],
+                 ["query", "SELECT SENTENCE WHERE x", "--store", str(store), "--debug"]):
+        r = nlql(*args, cwd=store.parent)
+        assert r.returncode == 1
+        assert "Traceback" in r.stderr and "CheckError" in r.stderr
+
+
+def test_a_missing_store_is_an_error_and_is_not_created(tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere"
+    r = nlql("query", "SELECT SENTENCE", "--store", str(missing), cwd=tmp_path)
+    assert r.returncode == 1
+    assert f"no NLQL store at {missing}: run `nlql ingest … --store {missing}` first" in r.stderr
+    assert "Traceback" not in r.stderr
+    assert not missing.exists()
+    (tmp_path / "empty").mkdir()
+    r = nlql("explain", "SELECT SENTENCE", "--store", str(tmp_path / "empty"), cwd=tmp_path)
+    assert r.returncode == 1 and "no NLQL store at" in r.stderr
+
+
+def test_module_entry_point_nlql_cli_works_too(store: Path) -> None:
+    r = nlql("query", "SELECT SENTENCE LIMIT 1", "--store", str(store), "--json", cwd=store.parent,
+             module="nlql.cli")
+    assert r.returncode == 0, r.stderr
+    assert len(json.loads(r.stdout)["hits"]) == 1
+
+
+# ---------------------------------------------------------------------------------------- explain
+
+
+def test_explain_text_and_json(store: Path) -> None:
+    q = 'SELECT SENTENCE LET rel = SIMILARITY(content, "x") WHERE meta.lang == "en" LIMIT 3'
+    r = nlql("explain", q, "--store", str(store), cwd=store.parent)
+    assert r.returncode == 0, r.stderr
+    assert "recall: knn on rel" in r.stdout and "pushed filter (memory)" in r.stdout
+    r = nlql("explain", q, "--json", cwd=store.parent)  # no store: an empty in-memory one
+    assert r.returncode == 0, r.stderr
+    plan = json.loads(r.stdout)
+    assert plan["limit"] == 3 and plan["recall"]["strategy"] == "knn"
+
+
+# ------------------------------------------------------------------------------------------ check
+
+
+def test_check_exit_codes(tmp_path: Path) -> None:
+    ok = nlql("check", 'SELECT SENTENCE LET rel = SIMILARITY(content, "x") WHERE rel > 0.2 LIMIT 3', cwd=tmp_path)
+    assert ok.returncode == 0 and "valid" in ok.stdout
+    bad = nlql("check", "SELECT SENTENCE WHERE rell >= 0.3 AND topic == 1", cwd=tmp_path)
+    assert bad.returncode == 1
+    assert bad.stdout.count("^") >= 2 and "2 problems" in bad.stdout
+    assert "Traceback" not in bad.stdout + bad.stderr
+    syntax = nlql("check", "SELECT SENTENCE LIMIT", cwd=tmp_path)
+    assert syntax.returncode == 1 and "^" in syntax.stdout
+    assert nlql("check", cwd=tmp_path).returncode == 2                       # missing query
+    assert nlql("check", "SELECT SENTENCE", "--nope", cwd=tmp_path).returncode == 2
+    assert nlql("check", "SELECT SENTENCE", "-p", "novalue", cwd=tmp_path).returncode == 2
+
+
+def test_check_json_and_params(tmp_path: Path) -> None:
+    r = nlql("check", "SELECT SENTENCE WHERE meta.d WITHIN 'blorp'", "--json", cwd=tmp_path)
+    assert r.returncode == 1
+    data = json.loads(r.stdout)
+    assert data["valid"] is False and data["diagnostics"][0]["column"] == 37
+    q = "SELECT SENTENCE LET r = SIMILARITY(content, $q) LIMIT 1"
+    assert nlql("check", q, cwd=tmp_path).returncode == 0                    # params not known: fine
+    assert nlql("check", q, "-p", "q=hello", cwd=tmp_path).returncode == 0
+    r = nlql("check", q, "-p", "z=1", "--json", cwd=tmp_path)
+    assert r.returncode == 1
+    messages = [d["message"] for d in json.loads(r.stdout)["diagnostics"]]
+    assert any("$q" in m for m in messages) and any("$z" in m for m in messages)
+    r = nlql("check", "-", "--json", cwd=tmp_path, stdin="SELECT DOCUMENT;")
+    assert r.returncode == 0 and json.loads(r.stdout) == {"valid": True, "diagnostics": []}
+
+
+# ------------------------------------------------------------------------------------------- repl
+
+
+def test_repl_reads_multi_line_queries_and_commands(store: Path) -> None:
+    script = "\n".join([
+        "SELECT SENTENCE",
+        "WHERE content CONTAINS 'tools';",          # ends with ;
+        ":explain SELECT SENTENCE LIMIT 1;",
+        "SELECT SENTENCE WHERE rell > 1",
+        "",                                          # an empty line ends a query too
+        ":param q=tax",
+        ":json",
+        "SELECT SENTENCE LET rel = SIMILARITY(content, $q) LIMIT 1;",
+        ":bogus",
+        ":quit",
+        "SELECT SENTENCE;",                          # never read
+    ]) + "\n"
+    r = nlql("repl", "--store", str(store), cwd=store.parent, stdin=script)
+    assert r.returncode == 0, r.stderr
+    assert "Agents call tools to act in the world." in r.stdout
+    assert "recall: scan" in r.stdout
+    assert "unknown name 'rell'" in r.stderr and "^^^^" in r.stderr
+    assert '"content": "Tax rules change every year."' in r.stdout
+    assert "unknown command :bogus" in r.stderr
+    assert "Traceback" not in r.stderr
