@@ -5,7 +5,10 @@ Run: ``.venv/bin/python bench/ann_stores.py [--n 100000] [--dim 384] [--queries 
 Vectors are clustered (random centres plus noise, unit length), because random vectors make HNSW look
 far worse than it is on embeddings (FIELD-NOTES). Filters are on a metadata bucket independent of the
 clusters: none, 10% (``bucket < 10``) and 1% (``bucket == 7``). Each store row reports the path its
-recall took (``last_stats``); the "forced" rows pin the path to show what the threshold chooses between.
+recall took (``last_stats``); the ``ann!`` rows force the index to show what the cost rule chooses
+between. ``warm ms`` is the median with the filter's caches (mask, sub-matrix, selector) built, ``cold
+ms`` the median of a first query after clearing them. The raw ``IndexFlatIP`` row (one OpenMP thread,
+``IDSelectorBitmap`` for filters) is what ``FaissStore(index="flat")`` would cost if it searched faiss.
 """
 
 from __future__ import annotations
@@ -51,13 +54,41 @@ def median_ms(fn: Callable[[np.ndarray], Any], queries: np.ndarray) -> float:
     return statistics.median(times) * 1000
 
 
+def cold_ms(store: MemoryStore, fn: Callable[[np.ndarray], Any], queries: np.ndarray, runs: int = 5) -> float:
+    times = []
+    for q in queries[:runs]:
+        store._sub_cache.clear()
+        if isinstance(store, AnnStore):
+            store._sel_cache.clear()
+        t = time.perf_counter()
+        fn(q[None, :])
+        times.append(time.perf_counter() - t)
+    return statistics.median(times) * 1000
+
+
+def raw_flat(data: np.ndarray, queries: np.ndarray, masks: dict[str, np.ndarray | None]) -> None:
+    import faiss
+
+    index = faiss.IndexFlatIP(data.shape[1])
+    index.add(data)
+    threads = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(1)
+    for name, mask in masks.items():
+        params = None
+        if mask is not None:
+            params = faiss.SearchParameters(sel=faiss.IDSelectorBitmap(np.packbits(mask, bitorder="little")))
+        ms = median_ms(lambda q, p=params: index.search(q, 10, params=p), queries)
+        print(f"{'':<22}{'':>9}  {name:<6}{'raw':>7}{ms:>11.2f}{'':>11}{1.0:>11.3f}")
+    faiss.omp_set_num_threads(threads)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=100_000)
     ap.add_argument("--dim", type=int, default=384)
     ap.add_argument("--queries", type=int, default=200)
     ap.add_argument("--centres", type=int, default=1000)
-    ap.add_argument("--noise", type=float, default=0.8)
+    ap.add_argument("--noise", type=float, default=1.5)
     args = ap.parse_args()
     rng = np.random.default_rng(0)
     allv = clustered(args.n + args.queries, args.dim, args.centres, args.noise, rng)
@@ -75,14 +106,18 @@ def main() -> None:
     t = time.perf_counter()
     ref.upsert(docs)
     print(f"n={args.n} dim={args.dim} centres={args.centres} noise={args.noise} k={k} queries={args.queries}")
-    print(f"{'store':<22}{'build s':>9}  {'filter':<6}{'path':>7}{'median ms':>11}{'recall@10':>11}")
+    print(f"{'store':<22}{'build s':>9}  {'filter':<6}{'path':>7}{'warm ms':>11}{'cold ms':>11}{'recall@10':>11}")
     print(f"{'memory (numpy exact)':<22}{time.perf_counter() - t:>9.1f}")
     truth: dict[str, list[set[int]]] = {}
     for name, cond in filters.items():
         nf = None if cond is None else ref.compile_filter(cond)
         truth[name] = [{key for key, _ in hits} for hits in ref.knn(queries, k, nf)]
         ms = median_ms(lambda q, nf=nf: ref.knn(q, k, nf), queries)
-        print(f"{'':<22}{'':>9}  {name:<6}{'exact':>7}{ms:>11.2f}{1.0:>11.3f}")
+        cold = cold_ms(ref, lambda q, nf=nf: ref.knn(q, k, nf), queries)
+        print(f"{'':<22}{'':>9}  {name:<6}{'exact':>7}{ms:>11.2f}{cold:>11.2f}{1.0:>11.3f}")
+    print("faiss IndexFlatIP raw")
+    raw_flat(data, queries, {name: None if c is None else ref.mask(ref.compile_filter(c))
+                             for name, c in filters.items()})
 
     stores: list[tuple[str, Callable[[], AnnStore]]] = [
         ("faiss flat", lambda: FaissStore(index="flat")),
@@ -96,13 +131,11 @@ def main() -> None:
         store.upsert(docs)
         build = time.perf_counter() - t
         print(f"{label:<22}{build:>9.1f}")
-        modes: list[tuple[str, float, int, int]] = [
-            ("auto", store.EXACT_FRACTION, store.EXACT_PER_K, store.EXACT_BUDGET)
-        ]
-        if not store.exact_index:
-            modes.append(("ann", 0.0, 0, 0))  # forced: always the index
-        for mode, frac, per_k, budget in modes:
-            store.EXACT_FRACTION, store.EXACT_PER_K, store.EXACT_BUDGET = frac, per_k, budget  # type: ignore[misc]
+        modes: list[tuple[str, int, int]] = [("auto", store.EXACT_ROWS, store.EXACT_PER_K)]
+        if store.index_origin != "none":
+            modes.append(("ann", 0, 0))  # forced: always the index
+        for mode, rows, per_k in modes:
+            store.EXACT_ROWS, store.EXACT_PER_K = rows, per_k  # type: ignore[misc]
             for name, cond in filters.items():
                 nf = None if cond is None else store.compile_filter(cond)
                 got = store.knn(queries, k, nf)
@@ -110,8 +143,10 @@ def main() -> None:
                 recall = np.mean([len({key for key, _ in g} & t_) / max(1, len(t_))
                                   for g, t_ in zip(got, truth[name], strict=True)])
                 ms = median_ms(lambda q, nf=nf, s=store: s.knn(q, k, nf), queries)
+                cold = cold_ms(store, lambda q, nf=nf, s=store: s.knn(q, k, nf), queries)
                 rounds = store.last_stats["rounds"]
-                print(f"{'':<22}{'':>9}  {name:<6}{path:>7}{ms:>11.2f}{recall:>11.3f}   rounds={rounds}")
+                print(f"{'':<22}{'':>9}  {name:<6}{path:>7}{ms:>11.2f}{cold:>11.2f}{recall:>11.3f}"
+                      f"   rounds={rounds}")
         store.close()
 
 

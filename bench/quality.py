@@ -371,24 +371,39 @@ def evaluate(ds: BeirSet, embedder: Any, methods: Sequence[str] = tuple(QUERIES)
         embedder.embed(texts)  # one batch: fills a cache, so per-query timings below are the engine's
     out: dict[str, Any] = {"n_queries": len(qids), "n_passages": len(doc_ids), "index_s": round(index_s, 2),
                            "methods": {}}
+    ranked_by: dict[str, list[list[str]]] = {}
     for method in methods:
         query = QUERIES[method].format(limit=limit)
-        sums = dict.fromkeys((m for m, _, _ in METRICS), 0.0)
         t = time.perf_counter()
-        for qid, text in zip(qids, texts, strict=True):
-            ranked = [h.doc_id for h in engine.search(query, params={"q": text})]
-            for name, fn, k in METRICS:
-                sums[name] += fn(ranked, ds.qrels[qid], k)
+        ranked_by[method] = [[h.doc_id for h in engine.search(query, params={"q": text})] for text in texts]
         elapsed = time.perf_counter() - t
         row: dict[str, Any] = {"query": query}
-        row.update({m: round(v / max(1, len(qids)), 4) for m, v in sums.items()})
+        for name, fn, k in METRICS:
+            total = sum(fn(r, ds.qrels[q], k) for q, r in zip(qids, ranked_by[method], strict=True))
+            row[name] = round(total / max(1, len(qids)), 4)
         row["ms_per_query"] = round(elapsed * 1000 / max(1, len(qids)), 2)
         out["methods"][method] = row
+    if "similarity" in ranked_by and "bm25" in ranked_by:
+        out["arms_top10"] = arms_overlap(qids, ds.qrels, ranked_by["similarity"], ranked_by["bm25"], 10)
     out["methods"]["rerank"] = {"query": "RRF as above + CrossEncoderReranker", "available": False,
                                 "note": "not available offline: no cross-encoder model ships in this "
                                         "environment and the network is closed"}
     engine.close()
     return out
+
+
+def arms_overlap(qids: Sequence[str], qrels: Mapping[str, Mapping[str, int]], sim: Sequence[Sequence[str]],
+                 bm25: Sequence[Sequence[str]], k: int) -> dict[str, Any]:
+    """How often each arm finds a relevant passage in its top k: both, only one, neither; and the
+    union (an oracle choosing the better arm per query), the ceiling a fusion could reach at k."""
+    counts = {"both": 0, "only_similarity": 0, "only_bm25": 0, "neither": 0}
+    for q, a, b in zip(qids, sim, bm25, strict=True):
+        rel = {d for d, g in qrels[q].items() if g > 0}
+        ia, ib = bool(rel.intersection(a[:k])), bool(rel.intersection(b[:k]))
+        key = "both" if ia and ib else "only_similarity" if ia else "only_bm25" if ib else "neither"
+        counts[key] += 1
+    n = max(1, len(qids))
+    return {"k": k, **counts, "union_hit_rate": round((n - counts["neither"]) / n, 4)}
 
 
 def verdict(result: Mapping[str, Any], metric: str) -> dict[str, Any]:

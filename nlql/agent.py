@@ -25,7 +25,7 @@ import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from nlql.errors import Diagnostic, MissingDependencyError, NLQLError, ParamError
+from nlql.errors import Diagnostic, MissingDependencyError, NLQLError
 
 if TYPE_CHECKING:
     from nlql.engine import Engine
@@ -289,13 +289,20 @@ def check_query(engine: Engine, query: str, params: Mapping[str, Any] | None = N
         return _jsonable(error_dict(exc, query)["diagnostics"])
     if diags:
         return _jsonable([_diag_dict(d, query) for d in diags])
+    if params is None and _has_params(query):
+        return []  # a plan needs the parameter values, which are not known yet
     try:
         engine.explain(query, params=_params(params))
     except NLQLError as exc:
-        if isinstance(exc, ParamError) and params is None:
-            return []  # parameters are not known yet: nothing to say about them
         return _jsonable(error_dict(exc, query)["diagnostics"])
     return []
+
+
+def _has_params(query: str) -> bool:
+    from nlql import ir
+    from nlql.parser import parse
+
+    return any(isinstance(n, ir.Param) for n in parse(query).walk())
 
 
 def explain_query(engine: Engine, query: str, params: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -336,7 +343,7 @@ def build_mcp_server(engine: Engine, name: str = "nlql") -> Any:
         from mcp.server.mcpserver import MCPServer as Server
     except ImportError:  # mcp 1.x
         try:
-            from mcp.server.fastmcp import FastMCP as Server  # type: ignore[no-redef]
+            from mcp.server.fastmcp import FastMCP as Server  # type: ignore[no-redef,attr-defined]
         except ImportError:
             raise MissingDependencyError("mcp", "mcp") from None
 

@@ -91,12 +91,14 @@ def check(
     """
     if isinstance(query, str):
         try:
-            query = parse(query)
+            q = parse(query)
         except NLQLError as exc:
             return exc.with_source(query).diagnostics
-    if not isinstance(query, Query):
+    elif isinstance(query, Query):
+        q = query
+    else:
         raise TypeError(f"check() needs query text or a Query, not {type(query).__name__}")
-    return _Checker(query, params, schema, functions).run()
+    return _Checker(q, params, schema, functions).run()
 
 
 def validate(
@@ -188,7 +190,9 @@ def _misnamed_kwarg(e: Node) -> bool:
     return isinstance(e, Compare) and e.op == "==" and isinstance(e.left, Ref) and e.left.name in ("k", "weights")
 
 
-def _short(node: Node) -> str:
+def _short(node: Node | None) -> str:
+    if node is None:
+        return "the value"
     try:
         text = render_expr(node)
     except (TypeError, ValueError):

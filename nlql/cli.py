@@ -35,7 +35,6 @@ from rich.progress import (
     MofNCompleteColumn,
     Progress,
     ProgressColumn,
-    SpinnerColumn,
     Task,
     TextColumn,
     TimeElapsedColumn,
@@ -565,7 +564,7 @@ def _with_limit(query: str, limit: int) -> Any:
     from nlql.parser import parse
 
     q = parse(query)
-    return dataclasses.replace(q, limit=ir.Literal(limit))
+    return dataclasses.replace(q, limit=ir.Literal(value=limit))
 
 
 StoreOption = Annotated[str, typer.Option("--store", "-s", help="Store directory (or memory, qdrant, "
@@ -624,6 +623,8 @@ def explain(
     """Show how a query would run (recall, pushed and residual filters, order, limit) without running it."""
     source = read_query(text)
     params = parse_params(param)
+    if store == "memory" and embedder is None:
+        embedder = EmbedderName.hash  # an empty store: nothing is embedded, so no model is needed
     with guard(source):
         engine = open_engine(store, embedder)
         try:

@@ -39,7 +39,7 @@ def _span() -> Any:
 class Node:
     """Base of every IR node. ``span`` locates the node in the query text (not part of equality)."""
 
-    span: Span | None = _span()
+    span: Span | None = field(default=None, compare=False, repr=False, kw_only=True)
 
     KIND: ClassVar[str] = "node"
 

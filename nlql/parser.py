@@ -25,7 +25,7 @@ import re
 from collections.abc import Iterable, Iterator
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from lark import Lark, Token, Tree
 from lark.exceptions import LarkError, UnexpectedCharacters, UnexpectedToken
@@ -123,14 +123,16 @@ class _Lexer(Lexer):
         while pos < end:
             m = match(text, pos)
             if m is None:
-                pos = self.skip(text, pos).end()
+                skipped = self.skip(text, pos)
+                assert skipped is not None  # the skip pattern also matches the empty string
+                pos = skipped.end()
                 line += text.count("\n", 0, pos) - line + 1
                 if pos < end:
                     line_start = text.rfind("\n", 0, pos) + 1
                     raise UnexpectedCharacters(text, pos, line, pos - line_start + 1, allowed=set(self.allowed),
                                                state=parser_state)
                 return
-            kind = m.lastgroup
+            kind = cast(str, m.lastgroup)
             start = m.start(kind)
             if start != pos:  # skipped whitespace or comments: count their newlines
                 newlines = text.count("\n", pos, start)
@@ -231,17 +233,14 @@ def _parse_cached(text: str, max_length: int, max_depth: int, max_list_items: in
 
 
 def _tok_span(tok: Token) -> Span:
-    return Span(tok.start_pos, tok.end_pos, tok.line, tok.column, tok.end_line, tok.end_column)
+    # Every token of _Lexer carries all six positions; Lark types them as optional.
+    return Span(tok.start_pos, tok.end_pos, tok.line, tok.column, tok.end_line, tok.end_column)  # type: ignore[arg-type]
 
 
-def _join(first: Span, last: Span) -> Span:
+def _join(first: Span | None, last: Span | None) -> Span:
+    """The span from ``first`` to ``last`` (the builder gives every node a span)."""
+    assert first is not None and last is not None
     return Span(first.start, last.end, first.line, first.column, last.end_line, last.end_column)
-
-
-def _span_of(item: Any) -> Span:
-    if isinstance(item, Token):
-        return _tok_span(item)
-    return item.span
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -482,7 +481,7 @@ class _Builder:
         if (
             isinstance(operand, Literal)
             and type(operand.value) in (int, float)
-            and self.text[operand.span.start] in "0123456789."
+            and self.text[_join(operand.span, operand.span).start] in "0123456789."
         ):
             return Literal(-operand.value, span=span)  # type: ignore[operator]
         return Unary("-", operand, span=span)
@@ -537,9 +536,10 @@ class _Builder:
 
     def _unicode_escape(self, tok: Token, body: str, j: int) -> tuple[str, int]:
         def bad(message: str, width: int) -> NLQLSyntaxError:
-            start = tok.start_pos + 1 + j
-            column = tok.column + 1 + j
-            span = Span(start, start + width, tok.line, column, tok.line, column + width)
+            token_span = _tok_span(tok)
+            start = token_span.start + 1 + j
+            column = token_span.column + 1 + j
+            span = Span(start, start + width, token_span.line, column, token_span.line, column + width)
             return self._error(message, span, "write \\u followed by exactly four hex digits, e.g. \\u00e9")
 
         digits = body[j + 2 : j + 6]
@@ -726,7 +726,7 @@ def _tokens_before(text: str, pos: int) -> list[Token]:
     out: list[Token] = []
     try:
         for tok in _lexer().tokens(text):
-            if tok.start_pos >= pos:
+            if _tok_span(tok).start >= pos:
                 break
             out.append(tok)
     except UnexpectedCharacters:
@@ -764,12 +764,12 @@ def _end_span(text: str, prev: list[Token]) -> Span:
     """A zero-width span just after the last token: where a truncated query stops."""
     if not prev:
         return Span.at(text, 0)
-    last = prev[-1]
-    return Span(last.end_pos, last.end_pos, last.end_line, last.end_column, last.end_line, last.end_column)
+    last = _tok_span(prev[-1])
+    return Span(last.end, last.end, last.end_line, last.end_column, last.end_line, last.end_column)
 
 
 def _char_error(text: str, exc: UnexpectedCharacters) -> NLQLSyntaxError:
-    pos = exc.pos_in_stream
+    pos = exc.pos_in_stream or 0
     char = text[pos]
     line_end = text.find("\n", pos)
     line_end = len(text) if line_end < 0 else line_end
@@ -805,7 +805,7 @@ def _char_error(text: str, exc: UnexpectedCharacters) -> NLQLSyntaxError:
 def _token_error(text: str, exc: UnexpectedToken) -> NLQLSyntaxError:
     tok: Token = exc.token
     at_end = tok.type == "$END"
-    pos = len(text) if at_end else tok.start_pos
+    pos = len(text) if at_end else _tok_span(tok).start
     prev = _tokens_before(text, pos)
     try:
         accepts = set(exc.accepts or exc.expected)

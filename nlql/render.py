@@ -157,7 +157,8 @@ def _strength(e: Node) -> int:
         return _NOT if e.op == "NOT" else _UNARY
     if isinstance(e, (Compare, In, Between, IsNull, TextMatch, Within)):
         return _PREDICATE
-    if isinstance(e, Literal) and type(e.value) in (int, float) and _number(e.value).startswith("-"):
+    if isinstance(e, Literal) and isinstance(e.value, (int, float)) and not isinstance(e.value, bool) \
+            and _number(e.value).startswith("-"):
         return _UNARY  # a negative number is read as unary minus: `x WITHIN -3` needs `(-3)`
     return _ATOM
 

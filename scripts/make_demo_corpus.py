@@ -95,7 +95,7 @@ MAX_CHARS = 1500      # per document: whole paragraphs up to this, else the firs
 MIN_CHARS = 60        # shorter docstrings say too little to be worth a document
 
 _ROLE = re.compile(r":[a-z]+(?::[a-z]+)?:`~?([^`<]+?)(?:\s*<[^>]+>)?`")
-_SIGNATURE = re.compile(r"^[A-Za-z_][\w.]*\(.*\)(\s*->\s*.+)?$")
+_SIGNATURE = re.compile(r"^[A-Za-z_][\w.]*\(.*\)(\s*-+>\s*.+)?$")
 _WS = re.compile(r"\s+")
 _EMPHASIS = re.compile(r"\*{1,2}([A-Za-z_][^*\n]*?)\*{1,2}")
 

@@ -15,6 +15,7 @@ import pytest
 pytest.importorskip("mcp")
 
 from mcp import Client, StdioServerParameters  # noqa: E402
+from mcp.types import TextResourceContents  # noqa: E402
 
 from nlql.agent import LANGUAGE_REFERENCE, build_mcp_server  # noqa: E402
 from nlql.embedders import HashEmbedder  # noqa: E402
@@ -132,7 +133,9 @@ def test_language_resource_is_the_reference(server: Any) -> None:
     async def go() -> str:
         async with Client(server) as client:
             res = await client.read_resource("nlql://language")
-            return res.contents[0].text
+            content = res.contents[0]
+            assert isinstance(content, TextResourceContents)
+            return content.text
 
     text = _run(go)
     assert text == LANGUAGE_REFERENCE

@@ -276,7 +276,7 @@ def test_every_node_has_a_span_covering_its_text(text: str) -> None:
         if isinstance(node, Literal) and isinstance(node.value, str):
             assert piece[1:-1] == node.value
         if isinstance(node, (Field, Ref)):
-            assert piece == getattr(node, "name")
+            assert piece == node.name
 
 
 def test_span_line_and_column() -> None:

@@ -105,7 +105,7 @@ queries = st.builds(
 )
 
 
-@_examples(600)
+@_examples(400)
 @given(queries)
 def test_render_parse_round_trip(q: Query) -> None:
     text = render(q)

@@ -18,15 +18,17 @@ presence test; numbers compare on the float views; Chroma has no string ordering
 on metadata, so those leaves push a superset (the string view exists) and are re-checked in the adapter,
 as is CONTAINS anywhere but directly under the top-level AND on ``content``. LIKE and MATCH stay residual.
 
-Chroma's HNSW under-fills selective filters; :meth:`ChromaStore.knn` first counts the rows passing the
-filter and searches them exactly when they are few, else widens ``n_results`` and falls back to the
-exact path, so it returns ``min(k, matches)``. ``last_stats`` records the path and rounds.
+Chroma's HNSW under-fills selective filters; :meth:`ChromaStore.knn` counts the rows passing the
+filter (when it returned fewer rows than asked) and searches them exactly when few, else widens
+``n_results`` and falls back to the exact path, so it returns ``min(k, matches)``. ``last_stats``
+records the path, rounds and matches.
 """
 
 from __future__ import annotations
 
 import json
 import uuid
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -365,82 +367,128 @@ class ChromaStore:
         flt: NativeFilter | None = None,
         min_score: float | None = None,
     ) -> list[list[tuple[Any, float]]]:
-        """Top-``k`` (key, cosine) per query among rows passing ``flt``, best first.
+        """Top-``k`` (key, cosine) per query among rows passing ``flt``, best first; min(k, matches) rows.
 
-        Unfiltered: HNSW. Filtered: the passing rows are listed first; up to ``exact_limit`` of them
-        are searched exactly (numpy over their stored vectors), more go to HNSW restricted by the
-        filter, widening ``n_results`` when Chroma returns fewer than ``min(k, matches)`` and falling
-        back to the exact path after a few rounds. Scores are recomputed as the cosine of the stored
-        vectors, ties broken by (seq, position). ``min_score``, if given, drops rows below it.
+        HNSW first (with the ``where`` filter). When Chroma returns fewer rows than asked, the matching
+        rows are counted; if HNSW gave fewer than ``min(k, matches)`` the search widens ``n_results``
+        (when matches exceed ``exact_limit``) and else, or after ``_MAX_ROUNDS``, goes exact: numpy over
+        the matching rows' stored vectors. A filter that needs the adapter's re-check lists the passing
+        ids first and searches them (exactly when few). Scores are cosine (1 - Chroma's cosine distance
+        on the HNSW path); ties are broken by (seq, position). ``min_score`` drops rows below it.
         """
         queries = _normalise(np.atleast_2d(np.asarray(vectors, dtype=np.float32)))
+        nq = len(queries)
         if k <= 0 or (flt is not None and flt.extra.get("empty")):
             self.last_stats = {"path": "empty", "rounds": 0}
-            return [[] for _ in range(len(queries))]
+            return [[] for _ in range(nq)]
+        native = flt.native if flt is not None and flt.native is not None else {}
+        where, where_document = native.get("where"), native.get("where_document")
+        check = flt.extra.get("check") if flt is not None else None
         with self._backend("knn"):
-            filtered = flt is not None and flt.native is not None and (
-                flt.native["where"] is not None or flt.native["where_document"] is not None
-                or flt.extra.get("check") is not None
-            )
-            if filtered:
-                ids = [rid for _, _, rid in self._candidates(flt)]
-                matches = len(ids)
+            if check is not None and flt is not None:
+                out = self._knn_checked(queries, k, flt)
             else:
-                ids = None
-                matches = int(self._col.count())
-            if matches == 0:
-                self.last_stats = {"path": "empty", "rounds": 0, "matches": 0}
-                return [[] for _ in range(len(queries))]
-            need = min(k, matches)
-            if ids is not None and self.exact_limit > 0 and matches <= max(self.exact_limit, 4 * k):
-                out = self._exact(queries, k, ids)
-                self.last_stats = {"path": "exact", "rounds": 1, "matches": matches}
-            else:
-                hnsw, rounds = self._hnsw(queries, k, need, matches, flt, ids)
-                self.last_stats = {"path": "hnsw" if hnsw is not None else "hnsw+exact",
-                                   "rounds": rounds, "matches": matches}
-                out = hnsw if hnsw is not None else self._exact(queries, k, ids)
+                out = self._knn_native(queries, k, where, where_document)
         if min_score is not None:
-            out = [[(key, s) for key, s in hits if s >= min_score] for hits in out]
+            out = [[(key, sc) for key, sc in hits if sc >= min_score] for hits in out]
         return out
 
-    def _hnsw(
-        self, queries: np.ndarray, k: int, need: int, matches: int, flt: NativeFilter | None, ids: list[str] | None
-    ) -> tuple[list[list[tuple[Any, float]]] | None, int]:
-        """HNSW with widening; None when it still under-fills after ``_MAX_ROUNDS``."""
-        n_results = min(matches, k + max(8, k // 4))
-        checked = flt is not None and flt.extra.get("check") is not None
-        kwargs: dict[str, Any] = {}
-        if checked:
-            kwargs["ids"] = ids
-        elif flt is not None and flt.native is not None:
-            kwargs["where"] = flt.native["where"]
-            kwargs["where_document"] = flt.native["where_document"]
-        for rounds in range(1, _MAX_ROUNDS + 1):
-            res = self._col.query(query_embeddings=queries, n_results=n_results,
-                                  include=["embeddings", "metadatas"], **kwargs)
-            if all(len(r) >= need for r in res["ids"]):
-                out = []
-                for qi, q in enumerate(queries):
-                    emb = _normalise(np.asarray(res["embeddings"][qi], dtype=np.float32))
-                    out.append(_rank(emb @ q, res["ids"][qi], res["metadatas"][qi], k))
-                return out, rounds
-            if n_results >= matches:
-                break
-            n_results = min(matches, n_results * 4)
-        return None, _MAX_ROUNDS
+    def _small(self, matches: int, k: int) -> bool:
+        return self.exact_limit > 0 and matches <= max(self.exact_limit, 4 * k)
 
-    def _exact(self, queries: np.ndarray, k: int, ids: list[str] | None) -> list[list[tuple[Any, float]]]:
-        """Brute force over ``ids`` (every row when None)."""
+    def _knn_native(self, queries: np.ndarray, k: int, where: Any, where_document: Any) -> list[list[tuple[Any, float]]]:
+        total = int(self._col.count())
+        if total == 0:
+            self.last_stats = {"path": "empty", "rounds": 0, "matches": 0}
+            return [[] for _ in range(len(queries))]
+        n_results = min(total, k + max(8, k // 4))
+        kwargs = {"where": where, "where_document": where_document}
+        res = self._query(queries, n_results, kwargs)
+        rounds = 1
+        if all(len(r) >= n_results for r in res):
+            self.last_stats = {"path": "hnsw", "rounds": rounds, "matches": None}
+            return [self._ranked(r, k) for r in res]
+        filtered = where is not None or where_document is not None
+        ids = self._ids(where, where_document) if filtered else None
+        matches = len(ids) if ids is not None else total
+        need = min(k, matches)
+        if all(len(r) >= need for r in res):
+            self.last_stats = {"path": "hnsw", "rounds": rounds, "matches": matches}
+            return [self._ranked(r, k) for r in res]
+        if not self._small(matches, k):
+            while rounds < _MAX_ROUNDS and n_results < matches:
+                rounds += 1
+                n_results = min(matches, n_results * 4)
+                res = self._query(queries, n_results, kwargs)
+                if all(len(r) >= need for r in res):
+                    self.last_stats = {"path": "hnsw", "rounds": rounds, "matches": matches}
+                    return [self._ranked(r, k) for r in res]
+        self.last_stats = {"path": "hnsw+exact", "rounds": rounds + 1, "matches": matches}
+        return self._exact(queries, k, where, where_document, None)
+
+    def _knn_checked(self, queries: np.ndarray, k: int, flt: NativeFilter) -> list[list[tuple[Any, float]]]:
+        ids = [rid for _, _, rid in self._candidates(flt)]
+        matches = len(ids)
+        if matches == 0:
+            self.last_stats = {"path": "empty", "rounds": 0, "matches": 0}
+            return [[] for _ in range(len(queries))]
+        need = min(k, matches)
+        rounds = 0
+        if not self._small(matches, k):
+            n_results = min(matches, k + max(8, k // 4))
+            while rounds < _MAX_ROUNDS:
+                rounds += 1
+                res = self._query(queries, n_results, {"ids": ids})
+                if all(len(r) >= need for r in res):
+                    self.last_stats = {"path": "hnsw", "rounds": rounds, "matches": matches}
+                    return [self._ranked(r, k) for r in res]
+                if n_results >= matches:
+                    break
+                n_results = min(matches, n_results * 4)
+        self.last_stats = {"path": "exact" if rounds == 0 else "hnsw+exact", "rounds": rounds + 1, "matches": matches}
+        return self._exact(queries, k, None, None, ids)
+
+    def _query(self, queries: np.ndarray, n_results: int, kwargs: dict[str, Any]) -> list[list[tuple[str, float]]]:
+        """Chroma HNSW: per query, ``(id, 1 - cosine distance)`` best first."""
+        res = self._col.query(query_embeddings=queries, n_results=n_results, include=["distances"], **kwargs)
+        return [
+            [(rid, 1.0 - float(d)) for rid, d in zip(ids, dists, strict=True)]
+            for ids, dists in zip(res["ids"], res["distances"], strict=True)
+        ]
+
+    def _ids(self, where: Any, where_document: Any) -> list[str]:
+        out: list[str] = []
+        offset = 0
+        while True:
+            res = self._col.get(where=where, where_document=where_document, limit=_PAGE, offset=offset, include=[])
+            out += res["ids"]
+            if len(res["ids"]) < _PAGE:
+                return out
+            offset += _PAGE
+
+    def _ranked(self, hits: list[tuple[str, float]], k: int) -> list[tuple[Any, float]]:
+        """The best ``k`` of score-sorted hits, equal scores ordered by (seq, position)."""
+        counts = Counter(sc for _, sc in hits[: k + 1])
+        tied = {sc for sc, n in counts.items() if n > 1}
+        if tied:
+            ids = [rid for rid, sc in hits if sc in tied]
+            metas = dict(zip(ids, self._col.get(ids=ids, include=["metadatas"])["metadatas"], strict=True))
+            hits = sorted(hits, key=lambda h: (-h[1], *((int(metas[h[0]]["seq"]), int(metas[h[0]]["position"]))
+                                                      if h[0] in metas else (0, 0))))
+        return list(hits[:k])
+
+    def _exact(
+        self, queries: np.ndarray, k: int, where: Any, where_document: Any, ids: list[str] | None
+    ) -> list[list[tuple[Any, float]]]:
+        """Brute force over the rows passing ``where``/``where_document`` (or over ``ids``)."""
         keys: list[str] = []
-        metas: list[dict[str, Any]] = []
         chunks: list[np.ndarray] = []
         if ids is None:
             offset = 0
             while True:
-                res = self._col.get(limit=_PAGE, offset=offset, include=["embeddings", "metadatas"])
+                res = self._col.get(where=where, where_document=where_document, limit=_PAGE, offset=offset,
+                                    include=["embeddings"])
                 keys += res["ids"]
-                metas += res["metadatas"]
                 if len(res["ids"]):
                     chunks.append(np.asarray(res["embeddings"], dtype=np.float32))
                 if len(res["ids"]) < _PAGE:
@@ -448,16 +496,20 @@ class ChromaStore:
                 offset += _PAGE
         else:
             for i in range(0, len(ids), _PAGE):
-                res = self._col.get(ids=ids[i : i + _PAGE], include=["embeddings", "metadatas"])
+                res = self._col.get(ids=ids[i : i + _PAGE], include=["embeddings"])
                 keys += res["ids"]
-                metas += res["metadatas"]
                 if len(res["ids"]):
                     chunks.append(np.asarray(res["embeddings"], dtype=np.float32))
         if not keys:
             return [[] for _ in range(len(queries))]
-        mat = _normalise(np.concatenate(chunks))
-        scores = queries @ mat.T
-        return [_rank(scores[qi], keys, metas, k) for qi in range(len(queries))]
+        scores = queries @ _normalise(np.concatenate(chunks)).T
+        out = []
+        for row in scores:
+            top = np.argsort(-row, kind="stable")[: k + 1]
+            cut = row[top[min(k, len(top)) - 1]]
+            pick = np.flatnonzero(row >= cut)  # the whole tie group at the cut
+            out.append(self._ranked([(keys[i], float(row[i])) for i in pick[np.argsort(-row[pick], kind="stable")]], k))
+        return out
 
     def fetch(self, keys: Sequence[Any]) -> list[Row]:
         """Rows for keys, in the order given; unknown keys are skipped."""
@@ -529,15 +581,6 @@ def _row(rid: str, meta: dict[str, Any]) -> Row:
         end=int(meta.get("end", 0)),
         tail=meta.get("tail", ""),
     )
-
-
-def _rank(scores: np.ndarray, keys: Sequence[str], metas: Sequence[dict[str, Any]], k: int) -> list[tuple[Any, float]]:
-    """Best ``k`` by score, ties by (seq, position)."""
-    order = sorted(
-        range(len(keys)),
-        key=lambda i: (-float(scores[i]), int(metas[i]["seq"]), int(metas[i]["position"])),
-    )
-    return [(keys[i], float(scores[i])) for i in order[:k]]
 
 
 def _normalise(mat: np.ndarray) -> np.ndarray:

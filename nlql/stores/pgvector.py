@@ -252,18 +252,18 @@ _NULL: _Frag = ("NULL::boolean", [])
 _SQL_OP = {"eq": "=", "ne": "<>", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 # one LIKE '_' over escaped text: a whole code word, or one character that is not part of one
 _ONE_CHAR = "(?:\x01[\x02-\x08]{4}|[^\x01-\x08])"
+_READS_DOCS = re.compile(r"\bd\.")
 
 
 class _Subject:
     """SQL views of one filter path: each is an expression that is NULL where the value lacks that type."""
 
     def __init__(self, base: str, base_params: list[Any], *, s: str | None, fold: str | None,
-                 n: str | None, t: str | None, b: str | None, exists: str, is_str: str | None,
-                 docs: bool) -> None:
+                 n: str | None, t: str | None, b: str | None, exists: str, is_str: str | None) -> None:
         self.base = base
         self.base_params = base_params
         self._views = {"s": s, "fold": fold, "n": n, "t": t, "b": b, "exists": exists, "is_str": is_str}
-        self.docs = docs
+        self.reads_docs = False  # set once a view over the documents table (alias d) is used
 
     def has(self, view: str) -> bool:
         return self._views[view] is not None
@@ -273,8 +273,10 @@ class _Subject:
         template = self._views[name]
         if template is None:
             return _NULL
-        count = template.count("{r}")
-        return template.replace("{r}", self.base), self.base_params * count
+        text = template.replace("{r}", self.base)
+        if _READS_DOCS.search(text):
+            self.reads_docs = True
+        return text, self.base_params * template.count("{r}")
 
     @property
     def always_str(self) -> bool:
@@ -294,22 +296,22 @@ def _subject(path: tuple[str, ...]) -> _Subject:
             "(d.mflat -> %s::text)", [path_key(path[1:])],
             s="({r} ->> 's')", fold="coalesce({r} ->> 'f', {r} ->> 's')",
             n="({r} -> 'n')::numeric", t="({r} -> 't')::numeric", b="({r} -> 'b')::boolean",
-            exists="({r} IS NOT NULL)", is_str="(({r} ->> 's') IS NOT NULL)", docs=True,
+            exists="({r} IS NOT NULL)", is_str="(({r} ->> 's') IS NOT NULL)",
         )
     if root == "doc_id":
         return _Subject("u.doc_id", [], s="u.doc_id", fold="coalesce(d.fold, u.doc_id)",
-                        n="d.num", t="d.ts::numeric", b=None, exists="TRUE", is_str="TRUE", docs=True)
+                        n="d.num", t="d.ts::numeric", b=None, exists="TRUE", is_str="TRUE")
     if root == "id":
         # "<doc_id>#<position>" is never a number nor an ISO date ('#' cannot occur in either)
         return _Subject("u.doc_id", [], s="(u.doc_id || '#' || u.position)",
                         fold="(coalesce(d.fold, u.doc_id) || '#' || u.position)",
-                        n=None, t=None, b=None, exists="TRUE", is_str="TRUE", docs=True)
+                        n=None, t=None, b=None, exists="TRUE", is_str="TRUE")
     if root == "content":
         return _Subject("u.content", [], s="u.content", fold="coalesce(u.fold, u.content)",
-                        n="u.num", t="u.ts::numeric", b=None, exists="TRUE", is_str="TRUE", docs=False)
+                        n="u.num", t="u.ts::numeric", b=None, exists="TRUE", is_str="TRUE")
     if root == "position":
         return _Subject("u.position", [], s=None, fold=None, n="u.position::numeric", t=None, b=None,
-                        exists="TRUE", is_str=None, docs=False)
+                        exists="TRUE", is_str=None)
     raise ValueError(f"unknown filter path {path!r}")
 
 
@@ -339,7 +341,9 @@ def _compare(subj: _Subject, op: str, v: Any) -> _Frag:
         str_part = None
         if subj.has("s"):
             s_sql, s_params = subj.view("s")
-            str_part = (f'({s_sql} COLLATE "C" {sql_op} %s::text)', [*s_params, escape_text(v)])
+            # code-point order for <, >; equality needs no collation (and keeps indexes usable)
+            collate = "" if op in ("eq", "ne") else ' COLLATE "C"'
+            str_part = (f"({s_sql}{collate} {sql_op} %s::text)", [*s_params, escape_text(v)])
         num_part = None
         if num is not None and subj.has("n") and not subj.always_str:
             num_part = _binop(subj.view("n"), sql_op, "%s::numeric", _decimal(num))
@@ -503,19 +507,24 @@ def _leaf(cond: Cond, docs: list[bool]) -> _Frag:
         raise UnsupportedError("pgvector", f"pushing the filter operator '{op}'",
                                hint="keep it in the residual filter")
     subj = _subject(cond.path)
-    if subj.docs:
+    frag = _leaf_sql(subj, op, cond.value)
+    if subj.reads_docs:
         docs[0] = True
+    return frag
+
+
+def _leaf_sql(subj: _Subject, op: str, value: Any) -> _Frag:
     if op == "is_null":
         sql, params = subj.view("exists")
         return f"(NOT {sql})", params
     if op == "is_not_null":
         return subj.view("exists")
     if op in _SQL_OP:
-        return _compare(subj, op, cond.value)
+        return _compare(subj, op, value)
     if op in ("in", "not_in"):
-        frag = _in_list(subj, tuple(cond.value))
+        frag = _in_list(subj, tuple(value))
     else:
-        frag = _string_test(subj, op.removeprefix("not_"), cond.value)
+        frag = _string_test(subj, op.removeprefix("not_"), value)
     if op.startswith("not_"):
         return f"(NOT {frag[0]})", frag[1]
     return frag
@@ -570,7 +579,7 @@ def _import_psycopg() -> Any:
     return psycopg
 
 
-def _register_vector(psycopg: Any, conn: Any, oid: int) -> None:
+def _register_vector(conn: Any, oid: int) -> None:
     """Binary dumper/loader for pgvector's ``vector`` on this connection only (no global state)."""
     from psycopg.adapt import Dumper, Loader
     from psycopg.pq import Format
@@ -608,8 +617,8 @@ class PgVectorStore:
     Args:
         dsn: A libpq connection string or URI (``"postgresql://user@host/db"``, pgserver's URI). Kept
             so that a lost connection is re-opened on the next call.
-        connection: An open psycopg 3 connection to use instead of ``dsn`` (best in autocommit mode;
-            it is not re-opened if lost unless ``dsn`` is also given).
+        connection: An open psycopg 3 connection in autocommit mode to use instead of ``dsn`` (the
+            store opens its own transactions; it is re-opened after a loss only if ``dsn`` is given).
         table_prefix: Prefix of the three tables (``<prefix>_docs``, ``_units``, ``_meta``).
         hnsw: Use an HNSW index (``vector_cosine_ops``); without it every knn is exact.
         ef_search: ``hnsw.ef_search`` for HNSW queries (raised to ``k`` when ``k`` is larger).
@@ -664,6 +673,9 @@ class PgVectorStore:
             EXACT=self.exact or not self.hnsw,
             SCORE_THRESHOLD=True,
         )
+        if connection is not None and not connection.autocommit:
+            raise ValueError("PgVectorStore needs a connection in autocommit mode "
+                             "(it opens its own transactions)")
         self._conn: Any = connection
         self._own_conn = connection is None
         self._vector_oid: int | None = None
@@ -700,7 +712,7 @@ class PgVectorStore:
             raise BackendError("pgvector", "the 'vector' extension is not installed in this database",
                                hint="CREATE EXTENSION vector (needs pgvector on the server)")
         self._vector_oid = int(row[0])
-        _register_vector(self._pg, conn, self._vector_oid)
+        _register_vector(conn, self._vector_oid)
 
     def _guard(self, fn: Callable[[], T]) -> T:
         """Run one operation under the lock, translating driver errors to NLQL errors."""
@@ -851,6 +863,10 @@ class PgVectorStore:
         with self._tx() as conn:
             conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", [_LOCK_NS, self.table_prefix])
             conn.execute(sql.SQL("DELETE FROM {} WHERE doc_id = ANY(%s::text[])").format(self._t_docs), [ids])
+            conn.execute(sql.SQL(
+                "INSERT INTO {meta} AS m (key, value) VALUES ('max_seq', %s) ON CONFLICT (key) DO UPDATE "
+                "SET value = greatest(m.value::bigint, excluded.value::bigint)::text"
+            ).format(meta=self._t_meta), [str(max(r[1] for r in doc_rows))])
             cur = conn.cursor()
             with cur.copy(sql.SQL(
                 "COPY {} (doc_id, seq, text, metadata, mflat, fold, num, ts) FROM STDIN (FORMAT BINARY)"
@@ -891,10 +907,12 @@ class PgVectorStore:
             self._pg.sql.SQL("SELECT count(*) FROM {}").format(self._t_units)))
 
     def max_seq(self) -> int:
-        """Largest document ``seq`` stored (0 when empty)."""
+        """Largest ``seq`` ever written (0 when nothing was); deleting a document does not lower it."""
         self._need_open()
-        return self._guard(lambda: self._scalar(
-            self._pg.sql.SQL("SELECT coalesce(max(seq), 0) FROM {}").format(self._t_docs)))
+        return self._guard(lambda: self._scalar(self._pg.sql.SQL(
+            "SELECT greatest((SELECT max(seq) FROM {docs}), "
+            "(SELECT value::bigint FROM {meta} WHERE key = 'max_seq'), 0)"
+        ).format(docs=self._t_docs, meta=self._t_meta)))
 
     def _scalar(self, query: Any, params: Sequence[Any] = ()) -> int:
         with self._tx() as conn:
@@ -922,7 +940,7 @@ class PgVectorStore:
         """Keys of every sentence passing ``flt``, in insertion order (seq, position)."""
         self._need_open()
         from_sql, params = self._from(flt)
-        query = self._pg.sql.SQL("SELECT u.key {} ORDER BY u.seq, u.position").format(from_sql)
+        query = self._pg.sql.SQL("SELECT u.key {} ORDER BY u.seq, u.position, u.key").format(from_sql)
 
         def run() -> list[Any]:
             with self._tx() as conn:
@@ -953,18 +971,23 @@ class PgVectorStore:
 
     def _knn(self, q: np.ndarray, k: int, flt: NativeFilter | None,
              min_score: float | None) -> list[list[tuple[Any, float]]]:
-        stats: dict[str, Any] = {"queries": len(q), "k": k, "matching": None}
+        stats: dict[str, Any] = {"queries": len(q), "k": k, "matches": None}
         exact, reason = self._exact_reason(k)
         if not exact and not self._index_ready:
             if time.monotonic() >= self._small_until:
                 with self._tx() as conn:
                     size = self._matching(conn, None, self.index_threshold)
                 if size >= self.index_threshold:
-                    stats["index_built"] = self._build_index()
+                    try:
+                        stats["index_built"] = self._build_index()
+                    except self._pg.errors.InsufficientPrivilege as exc:  # a read-only role: stay exact
+                        stats["index_error"] = _first_line(exc)
+                        self._small_until = time.monotonic() + 300.0
                 else:  # re-counted after our next write, or in a while (other engines may write)
                     self._small_until = time.monotonic() + 30.0
             if not self._index_ready:
-                exact, reason = True, f"fewer than {self.index_threshold} rows: no HNSW index yet"
+                exact, reason = True, (f"no HNSW index ({stats['index_error']})" if "index_error" in stats
+                                       else f"fewer than {self.index_threshold} rows: no HNSW index yet")
         results: list[list[tuple[Any, float]]] = []
         paths: list[str] = []
         rounds_max = 0
@@ -973,7 +996,7 @@ class PgVectorStore:
             if not exact and flt is not None:
                 cap = max(10 * k, self.exact_threshold)
                 matching = self._matching(conn, flt, cap)
-                stats["matching"] = matching if matching <= cap else f">{cap}"
+                stats["matches"] = matching if matching <= cap else None  # None: more than the cap
                 if matching <= cap:
                     exact, reason = True, f"filter matches {matching} rows (≤ {cap})"
             for vec in q:
@@ -995,7 +1018,7 @@ class PgVectorStore:
                         break  # the nearest ones already fall below the threshold
                     if matching is None:
                         matching = self._matching(conn, flt, 1 << 62)
-                    if fetched >= matching:
+                    if fetched >= matching:  # (a capped count exceeds k, so this never stops early)
                         break  # every matching row came back
                     if ef >= _EF_MAX:
                         rows = self._knn_query(conn, param, k, flt, min_score, ef=None)[0]
@@ -1008,6 +1031,7 @@ class PgVectorStore:
                 rounds_max = max(rounds_max, rounds)
                 stats["ef_search"] = max(stats.get("ef_search", 0), ef)
         stats["path"] = paths[0] if len(set(paths)) == 1 else "mixed"
+        stats["fallback"] = paths.count("hnsw+exact")
         stats["paths"] = paths
         stats["rounds"] = rounds_max
         if reason:
@@ -1062,7 +1086,7 @@ class PgVectorStore:
         if ef is None:
             # "+ 0" keeps the HNSW index from serving this ORDER BY: the scan is exact
             inner = sql.SQL("SELECT u.key, u.seq, u.position, (u.embedding <=> %s) + 0 AS dist {} "
-                            "ORDER BY dist, u.seq, u.position LIMIT %s").format(from_sql)
+                            "ORDER BY dist, u.seq, u.position, u.key LIMIT %s").format(from_sql)
         else:
             conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", [str(ef)])
             inner = sql.SQL("SELECT u.key, u.seq, u.position, u.embedding <=> %s AS dist {} "
@@ -1070,7 +1094,7 @@ class PgVectorStore:
         cond = sql.SQL("1 - c.dist >= %s") if min_score is not None else sql.SQL("TRUE")
         query = sql.SQL("WITH c AS MATERIALIZED ({inner}) "
                         "SELECT n.total, c.key, 1 - c.dist FROM (SELECT count(*) AS total FROM c) n "
-                        "LEFT JOIN c ON {cond} ORDER BY c.dist, c.seq, c.position").format(
+                        "LEFT JOIN c ON {cond} ORDER BY c.dist, c.seq, c.position, c.key").format(
                             inner=inner, cond=cond)
         args: list[Any] = [vec, *params, k]
         if min_score is not None:

@@ -22,8 +22,8 @@ from hypothesis import strategies as st  # noqa: E402
 
 from nlql.errors import BackendError, MissingDependencyError  # noqa: E402
 from nlql.plan.pushdown import filter_pushable  # noqa: E402
-from nlql.stores import pyfilter  # noqa: E402
 from nlql.stores import chroma as cmod  # noqa: E402
+from nlql.stores import pyfilter  # noqa: E402
 from nlql.stores.base import Cond, DocRecord, FAnd, FOr, UnitRecord  # noqa: E402
 from nlql.stores.chroma import ChromaStore  # noqa: E402
 
@@ -105,7 +105,7 @@ def test_reattach_on_the_same_path(tmp_path) -> None:
     vecs = unit_vectors(rng, 6)
     first = ChromaStore(path=str(tmp_path / "q"))
     first.open(DIM)
-    first.upsert([make_doc(f"d{i}", ["a.", "b."], {"i": i, "when": "2024-06-0%d" % (i + 1)}, i + 1,
+    first.upsert([make_doc(f"d{i}", ["a.", "b."], {"i": i, "when": f"2024-06-0{i + 1}"}, i + 1,
                            vecs[2 * i: 2 * i + 2]) for i in range(3)])
     keys = first.scan()
     before = first.knn(vecs[:1], 3)
@@ -190,7 +190,7 @@ def test_knn_ties_break_on_insertion_order(store: ChromaStore) -> None:
     keys = {r.doc_id: r.key for r in store.fetch(store.scan())}
     got = store.knn(v, 2)[0]
     assert [key for key, _ in got] == [keys["t3"], keys["t2"]]
-    flt = store.compile_filter(Cond("eq", ("content",), "dup."))
+    flt = store.compile_filter(Cond("lt", ("content",), "e"))  # string order: re-checked, searched exactly
     assert [key for key, _ in store.knn(v, 3, flt)[0]] == [keys["t3"], keys["t2"], keys["t1"]]
     assert store.last_stats["path"] == "exact"
 
@@ -221,7 +221,7 @@ def test_filtered_knn_under_a_selective_filter_fills_k(store: ChromaStore) -> No
     three = store.compile_filter(Cond("eq", ("meta", "g"), "hit"))
     got = store.knn(vecs[:1], 5, three)[0]
     assert sorted(r.doc_id for r in store.fetch([k for k, _ in got])) == ["d500", "d7", "d999"]
-    assert store.last_stats == {"path": "exact", "rounds": 1, "matches": 3}
+    assert store.last_stats == {"path": "hnsw", "rounds": 1, "matches": 3}  # asked 13, got all 3
     # a filter that needs the adapter's re-check (string ordering) still fills k
     checked = store.compile_filter(FAnd((Cond("eq", ("meta", "g"), "hit"), Cond("lt", ("meta", "g"), "i"))))
     assert "adapter check" in checked.text
@@ -243,7 +243,7 @@ def test_hnsw_path_under_a_selective_filter_still_fills_k(store: ChromaStore, ma
         got = store.knn(vecs[3:5], k, flt)
         assert [len(g) for g in got] == [min(k, matching)] * 2
         assert store.last_stats["path"] in ("hnsw", "hnsw+exact")
-        assert store.last_stats["matches"] == matching
+        assert store.last_stats["matches"] in (None, matching)  # None: HNSW returned all it was asked
         expected = sorted((float(vecs[i] @ vecs[3]), i) for i in hits)[::-1][:k]
         assert [r.doc_id for r in store.fetch([key for key, _ in got[0]])] == [f"d{i}" for _, i in expected]
 

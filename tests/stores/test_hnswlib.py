@@ -57,8 +57,7 @@ def pair(store: Any, docs: list[DocRecord], dim: int = DIM) -> MemoryStore:
 def force_index(store: HnswlibStore) -> None:
     """Never take the exact shortcut: every search goes through the graph (per instance)."""
     store.EXACT_PER_K = 0  # type: ignore[misc]
-    store.EXACT_FRACTION = 0.0  # type: ignore[misc]
-    store.EXACT_BUDGET = 0  # type: ignore[misc]
+    store.EXACT_ROWS = 0  # type: ignore[misc]
 
 
 @contextmanager
@@ -71,7 +70,7 @@ def forced(store: HnswlibStore, ef_search: int | None = None) -> Iterator[Hnswli
     try:
         yield store
     finally:
-        del store.EXACT_PER_K, store.EXACT_FRACTION, store.EXACT_BUDGET
+        del store.EXACT_PER_K, store.EXACT_ROWS
         store.ef_search = ef
 
 
@@ -336,3 +335,24 @@ def test_stale_damaged_or_different_index_is_rebuilt(tmp_path: Path) -> None:
     fourth = HnswlibStore(tmp_path, m=8)  # other build parameters: not reused
     assert fourth.index_origin == "built" and fourth.count() == 49
     fourth.close()
+
+
+def test_index_saved_by_a_stale_writer_is_not_reused(tmp_path: Path) -> None:
+    """Two objects on one directory: the one that closes last must not pass off its stale view."""
+    rng = np.random.default_rng(12)
+    data = unit(rng.standard_normal((12, DIM)))
+    first = HnswlibStore(tmp_path)
+    first.open(DIM)
+    first.upsert(docs_from(data[:10], [{} for _ in range(10)]))
+    first.close()
+    b, c = HnswlibStore(tmp_path), HnswlibStore(tmp_path)
+    assert b.index_origin == c.index_origin == "file"
+    c.upsert(docs_from(data[10:11], [{}], seq0=50, prefix="d"))  # d0 again: same size, new version
+    c.close()
+    b.upsert(docs_from(data[11:12], [{}], seq0=60, prefix="z"))  # b never saw c's d0
+    b.close()
+    d = HnswlibStore(tmp_path)
+    assert d.index_origin == "built" and d.count() == 11
+    force_index(d)
+    assert ident(d, d.knn(data[10:11], 1)[0]) == [("d0", 0)]
+    d.close()

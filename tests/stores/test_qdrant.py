@@ -105,7 +105,7 @@ def test_reattach_on_the_same_path(tmp_path) -> None:
     vecs = unit_vectors(rng, 6)
     first = QdrantStore(path=str(tmp_path / "q"))
     first.open(DIM)
-    first.upsert([make_doc(f"d{i}", ["a.", "b."], {"i": i, "when": "2024-06-0%d" % (i + 1)}, i + 1,
+    first.upsert([make_doc(f"d{i}", ["a.", "b."], {"i": i, "when": f"2024-06-0{i + 1}"}, i + 1,
                            vecs[2 * i: 2 * i + 2]) for i in range(3)])
     keys = first.scan()
     before = first.knn(vecs[:1], 3)
