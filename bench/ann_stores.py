@@ -89,6 +89,8 @@ def main() -> None:
     ap.add_argument("--queries", type=int, default=200)
     ap.add_argument("--centres", type=int, default=1000)
     ap.add_argument("--noise", type=float, default=1.5)
+    ap.add_argument("--stores", default="raw,flat,faiss-hnsw,hnswlib",
+                    help="comma list of: raw (IndexFlatIP alone), flat, faiss-hnsw, hnswlib")
     args = ap.parse_args()
     rng = np.random.default_rng(0)
     allv = clustered(args.n + args.queries, args.dim, args.centres, args.noise, rng)
@@ -115,16 +117,20 @@ def main() -> None:
         ms = median_ms(lambda q, nf=nf: ref.knn(q, k, nf), queries)
         cold = cold_ms(ref, lambda q, nf=nf: ref.knn(q, k, nf), queries)
         print(f"{'':<22}{'':>9}  {name:<6}{'exact':>7}{ms:>11.2f}{cold:>11.2f}{1.0:>11.3f}")
-    print("faiss IndexFlatIP raw")
-    raw_flat(data, queries, {name: None if c is None else ref.mask(ref.compile_filter(c))
-                             for name, c in filters.items()})
+    chosen = set(args.stores.split(","))
+    if "raw" in chosen:
+        print("faiss IndexFlatIP raw")
+        raw_flat(data, queries, {name: None if c is None else ref.mask(ref.compile_filter(c))
+                                 for name, c in filters.items()})
 
-    stores: list[tuple[str, Callable[[], AnnStore]]] = [
-        ("faiss flat", lambda: FaissStore(index="flat")),
-        ("faiss hnsw m32 ef128", lambda: FaissStore(index="hnsw")),
-        ("hnswlib m16 ef128", lambda: HnswlibStore()),
+    stores: list[tuple[str, str, Callable[[], AnnStore]]] = [
+        ("flat", "faiss flat", lambda: FaissStore(index="flat")),
+        ("faiss-hnsw", "faiss hnsw m32 ef128", lambda: FaissStore(index="hnsw")),
+        ("hnswlib", "hnswlib m16 ef128", lambda: HnswlibStore()),
     ]
-    for label, make in stores:
+    for key, label, make in stores:
+        if key not in chosen:
+            continue
         store = make()
         store.open(args.dim)
         t = time.perf_counter()

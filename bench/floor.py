@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The built-in store against the physical limit: plain numpy ``M @ q`` + ``argpartition`` (issue 7).
 
-At 100k and 1M one-sentence documents (HashEmbedder, dim 384, float32) it times, on the very matrix the
+At 10k, 100k and 1M one-sentence documents (HashEmbedder, dim 384, float32) it times, on the very matrix the
 store holds (``engine.store.matrix``):
 
 * the floor: ``M @ q`` + ``argpartition`` with numpy's default BLAS threads, and with one BLAS thread
@@ -15,7 +15,7 @@ store holds (``engine.store.matrix``):
 
 The store keeps float32 only: there is no float16 or int8 (quantised) variant to measure.
 
-    python bench/floor.py [--sizes 100000 1000000] [--repeat 30]
+    python bench/floor.py [--sizes 10000 100000 1000000] [--repeat 30]
 
 Writes bench/results/floor.json.
 """
@@ -118,7 +118,7 @@ def run(n: int, repeat: int) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--sizes", type=int, nargs="+", default=[100_000, 1_000_000])
+    ap.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
     ap.add_argument("--repeat", type=int, default=30)
     ap.add_argument("--out", type=Path, default=RESULTS / "floor.json")
     args = ap.parse_args(argv)

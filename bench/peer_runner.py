@@ -21,6 +21,7 @@ engines see bit-identical vectors and neither pays for embedding; a text it does
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 import sys
@@ -76,8 +77,10 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=None, help="add_documents(batch=…); default: the peer's")
     args = ap.parse_args()
 
-    import nlql
+    # the peer's ``nlql`` (this venv), never ours
     from nlql.model import Document
+
+    import nlql
 
     if getattr(nlql, "__version__", None) != "0.3.3":
         raise SystemExit(f"expected python-nlql 0.3.3, got {getattr(nlql, '__version__', '?')} "
@@ -98,7 +101,7 @@ def main() -> None:
 
     t = time.perf_counter()
     engine.add_documents(
-        (Document.from_text(text, id=str(i), metadata=meta) for i, (text, meta) in enumerate(zip(texts, metas))),
+        (Document.from_text(text, id=str(i), metadata=meta) for i, (text, meta) in enumerate(zip(texts, metas, strict=True))),
         **add_kwargs,
     )
     ingest_s = time.perf_counter() - t
@@ -119,7 +122,7 @@ def main() -> None:
         res = engine.search(q)
         out["rows"][name] = len(res)
         out["ids"][name] = [u.doc_id for u in res]
-        med, runs = median_ms(lambda q=q: engine.search(q), args.repeat)
+        med, runs = median_ms(functools.partial(engine.search, q), args.repeat)
         out["queries_ms"][name] = round(med, 3)
         out["runs_ms"][name] = [round(x, 3) for x in runs]
         print(f"peer n={len(texts)} {name}: {med:.2f} ms", file=sys.stderr, flush=True)

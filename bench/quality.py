@@ -30,7 +30,6 @@ Writes bench/results/quality.json.
 from __future__ import annotations
 
 import argparse
-import ast
 import hashlib
 import importlib
 import inspect

@@ -21,6 +21,7 @@ Writes bench/results/trace.json.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import statistics
 import sys
@@ -99,7 +100,7 @@ def trace_store(store: str, n: int, repeat: int) -> dict[str, Any]:
     stages = {s: round(statistics.median(v), 3) for s, v in per_stage.items()}
     wall = statistics.median(walls)
     outside = max(0.0, wall - sum(stages.values()))
-    arms = {name: round(median_ms(lambda q=q: engine.search(q, params=params), repeat), 3)
+    arms = {name: round(median_ms(functools.partial(engine.search, q, params=params), repeat), 3)
             for name, q in ARMS.items()}
     engine.close()
     return {
@@ -111,11 +112,14 @@ def trace_store(store: str, n: int, repeat: int) -> dict[str, Any]:
     }
 
 
-def minilm_query_embed_ms(repeat: int) -> float | None:
-    """Median time to embed one short query with all-MiniLM-L6-v2 on this CPU (model load excluded)."""
+def minilm_query_embed_ms(repeat: int) -> dict[str, float] | None:
+    """Median time to embed one short query with all-MiniLM-L6-v2 on this CPU (model load excluded),
+    with torch's default threads and with one thread (on a busy 2-core machine they differ a lot)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     try:
+        import torch
+
         from nlql.embedders import SentenceTransformerEmbedder
 
         emb = SentenceTransformerEmbedder()
@@ -123,10 +127,17 @@ def minilm_query_embed_ms(repeat: int) -> float | None:
     except Exception as exc:  # noqa: BLE001 - optional extra line in the trace
         log(f"[trace] MiniLM not available: {exc}")
         return None
-    return round(median_ms(lambda: emb.embed([QUERY_TEXT]), max(5, repeat)), 3)
+    threads = torch.get_num_threads()
+    out = {f"default_{threads}_threads": round(median_ms(lambda: emb.embed([QUERY_TEXT]), max(5, repeat)), 3)}
+    torch.set_num_threads(1)
+    try:
+        out["one_thread"] = round(median_ms(lambda: emb.embed([QUERY_TEXT]), max(5, repeat), warmup=3), 3)
+    finally:
+        torch.set_num_threads(threads)
+    return out
 
 
-def print_trace(r: dict[str, Any], minilm_ms: float | None) -> None:
+def print_trace(r: dict[str, Any], minilm_ms: dict[str, float] | None) -> None:
     wall = r["wall_ms"] or 1.0
     print(f"hybrid query @ {r['n']:,} sentences, store={r['store']} "
           f"(median of {r['repeat']} runs, warm-up excluded)")
@@ -142,8 +153,8 @@ def print_trace(r: dict[str, Any], minilm_ms: float | None) -> None:
     print(f"  {'total (wall)':<22}{r['wall_ms']:>10.3f}{1:>8.0%}")
     for name, ms in r["arms_alone_ms"].items():
         print(f"  {name:<22}{ms:>10.3f}")
-    if minilm_ms is not None:
-        print(f"  {'embed with MiniLM':<22}{minilm_ms:>10.3f}          one query, measured separately")
+    for name, ms in (minilm_ms or {}).items():
+        print(f"  {'MiniLM embed, ' + name:<22}{ms:>10.3f}  one query, measured separately")
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

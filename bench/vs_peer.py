@@ -23,6 +23,7 @@ Writes bench/results/vs_peer.json.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import subprocess
@@ -182,7 +183,7 @@ def run_ours(data: Dataset, repeat: int, ingest_runs: int = 3) -> dict[str, Any]
         hits = engine.search(q)
         out["rows"][name] = len(hits)
         out["ids"][name] = [h.doc_id for h in hits]
-        med, runs = timed_runs(lambda q=q: engine.search(q), repeat)
+        med, runs = timed_runs(functools.partial(engine.search, q), repeat)
         out["queries_ms"][name] = round(med, 3)
         out["runs_ms"][name] = [round(x, 3) for x in runs]
     return out

@@ -45,7 +45,7 @@ from nlql.ir import (
     Unit,
     Within,
 )
-from nlql.parser import parse
+from nlql.parser import MAX_DEPTH, MAX_LIST_ITEMS, parse
 from nlql.render import quote_key, render_expr
 from nlql.span import Span
 
@@ -154,6 +154,40 @@ def _value_type(value: Any) -> str | None:
     return None
 
 
+def _param_problem(value: Any) -> tuple[str, str] | None:
+    """(problem, hint) when a bound value can never be used; the limits are the parser's (SPEC §8).
+
+    Walks iteratively, so a list nested 100,000 deep is reported, not recursed into.
+    """
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        v, depth = stack.pop()
+        if isinstance(v, float) and not math.isfinite(v):
+            return "must be a finite number, not " + repr(v), "pass null for a missing value"
+        if isinstance(v, int) and not isinstance(v, bool) and abs(v) >= _MAX_PARAM_INT:
+            return "is too large a number", "numbers must be below 1e308"
+        if isinstance(v, (list, tuple)):
+            if depth >= MAX_DEPTH:
+                return f"is nested more than {MAX_DEPTH} levels deep", "pass a flat list"
+            if len(v) > MAX_LIST_ITEMS:
+                return (f"has {len(v):,} items; the limit is {MAX_LIST_ITEMS:,}",
+                        "filter on a shared metadata value instead of listing every item")
+            stack.extend((x, depth + 1) for x in v)
+    return None
+
+
+_MAX_PARAM_INT = 10**308  # the parser's limit for integer literals
+
+
+def _show(value: Any) -> str:
+    """A short repr of a user's value for a message (10**5000 or a deeply nested list has none)."""
+    try:
+        text = repr(value)
+    except (ValueError, RecursionError):
+        return f"a {type(value).__name__}"
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def _is_number_text(text: str) -> bool:
     try:
         return math.isfinite(float(text))
@@ -209,7 +243,15 @@ class _Checker:
         functions: Mapping[str, int | None] | None,
     ) -> None:
         self.query = query
+        if params is not None and not isinstance(params, Mapping):
+            raise TypeError(f"params must be a mapping of parameter names to values, not {type(params).__name__}")
         self.params = None if params is None else {str(k).lstrip("$"): v for k, v in params.items()}
+        # values that can never be used (NaN, 1e400, a 10-million-item list): reported once where used
+        self.bad_params: dict[str, tuple[str, str]] = {}
+        for name, value in (self.params or {}).items():
+            problem = _param_problem(value)
+            if problem is not None:
+                self.bad_params[name] = problem
         self.schema = {k: _SCHEMA_TYPES.get(str(v).lower(), "any") for k, v in (schema or {}).items()}
         self.functions = {k.upper(): v for k, v in (functions or {}).items()}
         self.diagnostics: list[Diagnostic] = []
@@ -238,6 +280,9 @@ class _Checker:
             self._count(q.limit, "LIMIT")
         if q.offset is not None:
             self._count(q.offset, "OFFSET")
+        for name, (problem, hint) in self.bad_params.items():
+            if name in self.used_params and name not in self.missing_reported:
+                self._report(None, f"parameter ${name} {problem}", hint, code="limit")
         if self.params is not None:
             for name in self.params:
                 if name not in self.used_params:
@@ -256,7 +301,8 @@ class _Checker:
         if unit.kind != "SPAN":
             return
         if unit.base not in ("SENTENCE", "CHUNK"):
-            self._report(unit, f"SPAN works over SENTENCE or CHUNK, not {unit.base}",
+            what = f"not {unit.base}" if unit.base else "but has no base"
+            self._report(unit, f"SPAN works over SENTENCE or CHUNK, {what}",
                          "write SPAN(SENTENCE, window => 2)", code="unit")
         if unit.window is not None:
             self._count(unit.window, "the SPAN window")
@@ -268,7 +314,7 @@ class _Checker:
             value = self._param_value(e)
             if value is _UNBOUND:
                 return
-            shown = f"{what} ${e.name} is {value!r}; it"
+            shown = f"{what} ${e.name} is {_show(value)}; it"
         elif isinstance(e, Literal):
             value = e.value
             shown = what
@@ -379,6 +425,10 @@ class _Checker:
 
     def _param(self, p: Param) -> None:
         self.used_params.add(p.name)
+        bad = self.bad_params.get(p.name)
+        if bad is not None and p.name not in self.missing_reported:
+            self.missing_reported.add(p.name)
+            self._report(p, f"parameter ${p.name} {bad[0]}", bad[1], code="limit")
         if self.params is None or p.name in self.params or p.name in self.missing_reported:
             return
         self.missing_reported.add(p.name)
@@ -386,11 +436,19 @@ class _Checker:
                      code="param")
 
     def _param_value(self, p: Param) -> Any:
-        if self.params is None or p.name not in self.params:
+        if self.params is None or p.name not in self.params or p.name in self.bad_params:
             return _UNBOUND
         return self.params[p.name]
 
     # ----------------------------------------------------------------------------------- expressions
+
+    def _list_ok(self, e: ListExpr) -> bool:
+        """The parser's list-length limit, for IR that did not come from text (``Query.from_dict``)."""
+        if len(e.items) <= MAX_LIST_ITEMS:
+            return True
+        self._report(e, f"the list has {len(e.items):,} items; the limit is {MAX_LIST_ITEMS:,}",
+                     "filter on a shared metadata value instead of listing every item", code="limit")
+        return False
 
     def _condition(self, e: Node, t: str, where: str) -> None:
         if t in _NOT_CONDITIONS:
@@ -435,6 +493,8 @@ class _Checker:
             self._unknown_name(e)
             return "any"
         if isinstance(e, ListExpr):
+            if not self._list_ok(e):
+                return "list"
             for item in e.items:
                 self._expr(item, d)
             return "list"
@@ -464,6 +524,8 @@ class _Checker:
         if isinstance(e, In):
             t = self._expr(e.expr, d)
             if isinstance(e.options, ListExpr):
+                if not self._list_ok(e.options):
+                    return "bool"
                 for item in e.options.items:
                     self._comparable(item, e.expr, t, item, self._expr(item, d))
             else:

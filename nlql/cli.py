@@ -246,24 +246,22 @@ def require_store(store: str) -> None:
     """A directory store must exist: querying never creates one."""
     if not _is_directory_store(store):
         return
-    path = Path(store)
-    if path.is_file():
-        raise CLIError(f"{store} is a file, not an NLQL store directory")
-    if not (path / STORE_FILE).is_file():
+    if not (Path(store) / STORE_FILE).is_file():
         raise CLIError(f"no NLQL store at {store}: run `nlql ingest … --store {store}` first",
                        "nlql ingest notes/ --store DIR   (txt, md and jsonl files)")
 
 
-def open_engine(store: str, embedder: EmbedderName | None, *, create: bool = False) -> Engine:
-    """An engine over ``store``; unless ``create``, a directory store must already exist."""
+def open_engine(store: str, embedder: EmbedderName | None, *, create: bool = False) -> tuple[Engine, str]:
+    """An engine over ``store`` and the name of its embedder; unless ``create``, a directory store must
+    already exist."""
+    if _is_directory_store(store) and Path(store).is_file():
+        raise CLIError(f"{store} is a file, not an NLQL store directory")
     if not create:
         require_store(store)
     name = choose_embedder(store, embedder)
     from nlql.engine import Engine
 
-    engine = Engine(embedder=make_embedder(name), store=store)
-    engine.cli_embedder = name  # type: ignore[attr-defined]
-    return engine
+    return Engine(embedder=make_embedder(name), store=store), name
 
 
 # -------------------------------------------------------------------------------- parameters
@@ -355,7 +353,9 @@ def hits_table(hits: Hits, title: str | None = None) -> Table:
     table.add_column("metadata", no_wrap=True, max_width=34, overflow="ellipsis")
     for rank, h in enumerate(hits, start=1):
         scores = "\n".join(f"{k} {_fmt(v)}" for k, v in h.scores.items())
-        content = snippet(h.content) + (" [truncated]" if h.truncated else "")
+        # a span's hit sentence sits in the middle of its window: show the whole window
+        limit = SNIPPET_CHARS * 3 if h.unit in ("SENTENCE", "SPAN") else SNIPPET_CHARS
+        content = snippet(h.content, limit) + (" [truncated]" if h.truncated else "")
         table.add_row(str(rank), Text(h.id), Text(scores), Text(content), Text(_meta_text(h.metadata, h.doc_id)))
     return table
 
@@ -543,10 +543,10 @@ def ingest(
         docs = read_documents(paths, split)
         if not docs:
             raise CLIError("nothing to ingest: no non-empty documents in " + ", ".join(map(str, paths)))
-        engine = open_engine(store, embedder, create=True)
+        engine, embedder_name = open_engine(store, embedder, create=True)
         try:
             n_docs, n_sent, secs = ingest_documents(engine, docs, batch_size, progress=not quiet)
-            _record_embedder(store, engine.cli_embedder, int(engine.embedder.dim))  # type: ignore[attr-defined]
+            _record_embedder(store, embedder_name, int(engine.embedder.dim))
             total = len(engine)
         finally:
             engine.close()
@@ -594,7 +594,7 @@ def query(
     source = read_query(text)
     params = parse_params(param)
     with guard(source):
-        engine = open_engine(store, embedder)
+        engine, _ = open_engine(store, embedder)
         try:
             q: Any = source if limit is None else _with_limit(source, limit)
             plan = engine.explain(q, params=params) if explain else None
@@ -626,7 +626,7 @@ def explain(
     if store == "memory" and embedder is None:
         embedder = EmbedderName.hash  # an empty store: nothing is embedded, so no model is needed
     with guard(source):
-        engine = open_engine(store, embedder)
+        engine, _ = open_engine(store, embedder)
         try:
             plan = engine.explain(source, params=params)
         finally:
@@ -734,7 +734,7 @@ def repl(
     """An interactive prompt: type queries, see tables; ':help' lists the commands."""
     interactive = sys.stdin.isatty()
     with guard():
-        engine = open_engine(store, embedder)
+        engine, _ = open_engine(store, embedder)
     save_history = _setup_readline()
     params: dict[str, Any] = {}
     buffer: list[str] = []
@@ -844,9 +844,9 @@ DEMO_QUERIES: list[tuple[str, str, str]] = [
     ),
     (
         "A window of context",
-        "The best sentence with one neighbour on each side, from two modules only.",
-        'SELECT SPAN(SENTENCE, window => 1)\nLET rel = SIMILARITY(content, "compare secrets without leaking timing")\n'
-        'WHERE meta.module IN ("hmac", "secrets")\nLIMIT 2',
+        "The best sentences of two docstrings, each with one neighbour on either side.",
+        'SELECT SPAN(SENTENCE, window => 1)\nLET rel = SIMILARITY(content, "pretty-print nested data with indentation")\n'
+        'WHERE meta.name IN ("json.dumps", "pprint.pformat")\nLIMIT 2',
     ),
 ]
 DEMO_EXPLAIN = 2  # index of the query whose plan is shown
@@ -869,17 +869,17 @@ def demo(
         docs = [Doc(d["id"], d["text"], d["metadata"]) for d in load_demo()]
         target = store or "memory"
         reuse = store is not None and (Path(store) / STORE_FILE).is_file()
-        engine = open_engine(target, embedder, create=True)
+        engine, embedder_name = open_engine(target, embedder, create=True)
         try:
             console.print(Rule(f"NLQL {__version__} demo"))
             console.print(f"Corpus: {len(docs)} docstrings from the Python standard library (PSF licence), "
-                          f"embedder: {engine.cli_embedder}, store: {escape(target)}.",  # type: ignore[attr-defined]
+                          f"embedder: {embedder_name}, store: {escape(target)}.",
                           soft_wrap=True)
             if reuse and len(engine) > 0:
                 console.print(f"Reusing {escape(target)} ({len(engine)} sentences).")
             else:
                 n_docs, n_sent, secs = ingest_documents(engine, docs, 64, progress=not quiet, label="embedding")
-                _record_embedder(target, engine.cli_embedder, int(engine.embedder.dim))  # type: ignore[attr-defined]
+                _record_embedder(target, embedder_name, int(engine.embedder.dim))
                 console.print(f"ingested {n_docs} documents, {n_sent} sentences in {secs:.1f} s", soft_wrap=True)
             for i, (title, why, q) in enumerate(DEMO_QUERIES, start=1):
                 console.print()
@@ -914,7 +914,7 @@ def mcp(
     with guard():
         from nlql.agent import build_mcp_server
 
-        engine = open_engine(store, embedder)
+        engine, _ = open_engine(store, embedder)
         try:
             build_mcp_server(engine).run("stdio")
         finally:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -15,7 +16,7 @@ import numpy as np
 
 from nlql import ir
 from nlql import values as V
-from nlql.errors import BackendError, Diagnostic, NLQLError, NLQLSyntaxError
+from nlql.errors import BackendError, Diagnostic, LimitError, NLQLError
 from nlql.execute.bm25 import BM25Sidecar
 from nlql.execute.executor import Executor
 from nlql.execute.results import Hits
@@ -25,6 +26,50 @@ from nlql.plan.planner import build_plan
 from nlql.stores.base import DocRecord, Store, UnitRecord
 
 STORE_NAMES = ("memory", "qdrant", "chroma", "faiss", "hnswlib")
+
+# An int needs this many bits before Python refuses to write it as text (4,300 digits): JSON and every
+# store's serialiser fail on such a value, so ingest refuses it up front, before anything is written.
+_MAX_INT_BITS = 14_000
+
+
+def _params(params: Any) -> dict[str, Any] | None:
+    """``params`` as a dict; anything but a mapping (or None) is a programming error."""
+    if params is None:
+        return None
+    if not isinstance(params, Mapping):
+        raise TypeError(f"params must be a mapping of parameter names to values, not {type(params).__name__}")
+    return dict(params)
+
+
+def _too_deep(exc: BaseException) -> LimitError:
+    return LimitError(f"the query is too deeply nested to process here ({type(exc).__name__})",
+                      hint="simplify the query, or split long chains of LET bindings")
+
+
+def _check_metadata(meta: Any) -> dict[str, Any]:
+    """The metadata of one document as a dict, refusing what no store can write (see docs/reliability.md).
+
+    Raises:
+        TypeError: ``meta`` is not a mapping.
+        ValueError: it holds an integer too large to write as text (over ~4,200 digits).
+    """
+    if meta is None:
+        return {}
+    if not isinstance(meta, Mapping):
+        raise TypeError(f"metadata must be a mapping (a dict), not {type(meta).__name__}")
+    out = dict(meta)
+    stack: list[tuple[Any, int]] = [(out, 0)]
+    while stack:  # iterative and depth-bounded like normalize_metadata (which cuts at 32 levels)
+        value, depth = stack.pop()
+        if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > _MAX_INT_BITS:
+            raise ValueError("metadata holds an integer too large to store (over 4,000 digits)")
+        if depth > 33:
+            continue
+        if isinstance(value, Mapping):
+            stack.extend((v, depth + 1) for v in value.values())
+        elif isinstance(value, (list, tuple, set, frozenset)):
+            stack.extend((v, depth + 1) for v in value)
+    return out
 
 
 class _RWLock:
@@ -185,6 +230,8 @@ class Engine:
         for t in texts:
             if not isinstance(t, str):
                 raise TypeError(f"texts must be strings, not {type(t).__name__}")
+        # validated in full before the first write, so a bad entry leaves nothing half-added
+        checked = [_check_metadata(m) for m in metadatas] if metadatas is not None else None
         out_ids = [str(i) if i is not None else uuid.uuid4().hex
                    for i in (ids if ids is not None else [None] * n)]
         bar = None
@@ -207,7 +254,7 @@ class Engine:
                     nxt = spans[p + 1][0] if p + 1 < len(spans) else e
                     units.append(UnitRecord(p, text[s:e], s, e, text[e:nxt]))
                     sentences.append(text[s:e])
-                meta = V.normalize_metadata(dict(metadatas[i] or {})) if metadatas is not None else {}
+                meta = V.normalize_metadata(checked[i]) if checked is not None else {}
                 docs.append((out_ids[i], text, meta, units))
             vecs = self._embed_documents(sentences)
             records = []
@@ -275,16 +322,25 @@ class Engine:
         """Every problem in a query at once; [] when it is valid."""
         from nlql.check import check as _check
 
-        return _check(query, params=params, schema=schema, functions=self._arity)
+        try:
+            return _check(query, params=_params(params), schema=schema, functions=self._arity)
+        except RecursionError as exc:
+            return _too_deep(exc).diagnostics
 
     def _prepare(self, query: str | ir.Query, params: Mapping[str, Any] | None) -> tuple[ir.Query, str | None]:
         from nlql.check import validate
 
         source = query if isinstance(query, str) else None
-        q = validate(query, params=dict(params or {}), functions=self._arity)
+        q = validate(query, params=params or {}, functions=self._arity)
         return q, source
 
     def _plan(self, query: str | ir.Query, params: Mapping[str, Any] | None, reranker: Any = None) -> Any:
+        try:
+            return self._plan_unguarded(query, _params(params), reranker)
+        except RecursionError as exc:  # a hand-built IR, a long LET chain or a caller deep in its stack
+            raise _too_deep(exc) from None
+
+    def _plan_unguarded(self, query: str | ir.Query, params: Mapping[str, Any] | None, reranker: Any) -> Any:
         q, source = self._prepare(query, params)
         rr = reranker if reranker is not None else self.reranker
         rerank = None
@@ -294,7 +350,7 @@ class Engine:
         try:
             return build_plan(q, params=params, store=self.store, now=self._now(),
                               functions=self._functions, rerank=rerank, rerank_factor=self.rerank_factor,
-                              limit_ceiling=self.limit_ceiling)
+                              limit_ceiling=self.limit_ceiling, analyzer=self._bm25.analyzer)
         except NLQLError as exc:
             if source is not None:
                 exc.with_source(source)
@@ -307,7 +363,9 @@ class Engine:
     def explain(self, query: str | ir.Query, params: Mapping[str, Any] | None = None) -> Explain:
         """The plan, before anything runs: ``str()`` is a text tree, ``to_dict()`` the fields of SPEC §7."""
         plan = self._plan(query, params)
-        return Explain(plan)
+        from nlql.sql import explain_sql
+
+        return Explain(plan, sql=explain_sql(plan, self.store))
 
     def search(
         self,
@@ -318,7 +376,15 @@ class Engine:
         timeout: float | None = None,
         max_tokens: int | None = None,
     ) -> Hits:
-        """Run a query. Returns :class:`~nlql.execute.results.Hits` (a list of hits with stats, warnings)."""
+        """Run a query. Returns :class:`~nlql.execute.results.Hits` (a list of hits with stats, warnings).
+
+        Raises:
+            NLQLError: Anything wrong with the query or its parameter values, a store failure
+                (:class:`~nlql.errors.BackendError`) or a timeout with no result yet.
+            TypeError, ValueError: A programming error in the arguments themselves (a query that is not a
+                string or Query, params that are not a mapping, a non-numeric ``timeout``, …).
+        """
+        _check_run_args(timeout, max_tokens)
         source = query if isinstance(query, str) else None
         rr = reranker if reranker is not None else self.reranker
         with self._lock.read():
@@ -332,7 +398,7 @@ class Engine:
                     exc.with_source(source)
                 raise
             except (RecursionError, MemoryError) as exc:
-                raise NLQLSyntaxError(f"the query is too complex to run: {type(exc).__name__}") from exc
+                raise _too_deep(exc) from None
             except Exception as exc:
                 raise BackendError(self.store.capabilities.NAME, f"search failed: {exc}") from exc
 
@@ -355,6 +421,16 @@ class Engine:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def _check_run_args(timeout: Any, max_tokens: Any) -> None:
+    if timeout is not None:
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+            raise TypeError(f"timeout must be a number of seconds or None, not {type(timeout).__name__}")
+        if math.isnan(timeout):
+            raise ValueError("timeout must be a number of seconds, not NaN")
+    if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int)):
+        raise TypeError(f"max_tokens must be an int or None, not {type(max_tokens).__name__}")
 
 
 def ids_of(hits: Iterable[Any]) -> list[str]:

@@ -13,7 +13,7 @@ def _fusion(plan: Plan) -> list[dict[str, Any]]:
     out = []
     for s in plan.scores:
         if s.kind == "RRF":
-            terms = " + ".join(f"{w:g}/({s.k:g} + rank_{a})" for a, w in zip(s.arms, s.weights))
+            terms = " + ".join(f"{w:g}/({s.k:g} + rank_{a})" for a, w in zip(s.arms, s.weights, strict=False))
             out.append({"binding": s.slot, "method": "RRF", "k": s.k, "weights": list(s.weights),
                         "arms": list(s.arms), "arm_depth": plan.arm_depth,
                         "formula": f"{s.slot} = {terms}; a row absent from an arm adds 0"})
@@ -22,6 +22,31 @@ def _fusion(plan: Plan) -> list[dict[str, Any]]:
                         "arm_depth": plan.arm_depth,
                         "formula": f"{s.slot} = 1/position in round-robin over {', '.join(s.arms)}"})
     return out
+
+
+def _block(text: str, indent: str) -> list[str]:
+    return [indent + line for line in text.split("\n")]
+
+
+def _sql_lines(sql: dict[str, Any]) -> list[str]:
+    """The ``sql`` section of a lowered plan (see :func:`nlql.sql.explain_sql`)."""
+    lines = [f"sql ({sql['dialect']}):"]
+    if sql.get("semantic_arms"):
+        lines.append(f"  semantic arms: {sql['semantic_arms']}")
+    for arm in sql["arms"]:
+        lines.append(f"  arm {arm['binding']} ({arm['kind']}, k={arm['k']}):")
+        lines.extend(_block(arm["sql"], "    "))
+    f = sql["fusion"]
+    lines.append(f"  fusion: {f['formula']}")
+    lines.extend(_block(f["sql"], "    "))
+    if sql.get("bm25"):
+        b = sql["bm25"]
+        lines.append(f"  bm25: {b['formula']}, k1={b['k1']:g}, b={b['b']:g}")
+    lines.append(f"  statement ({sql['rows']} rows, late materialisation):")
+    lines.extend(_block(sql["statement"], "    "))
+    lines.append("  parameters (values redacted):")
+    lines.extend("    " + p for p in sql["params"])
+    return lines
 
 
 class Explain:
@@ -66,6 +91,8 @@ class Explain:
             "rerank": p.rerank,
             "fusion": _fusion(p),
         }
+        if p.lowering is not None:
+            out["lowering"] = dict(p.lowering)
         if self.sql is not None:
             out["sql"] = self.sql
         if self.store_notes:
@@ -108,7 +135,15 @@ class Explain:
         lines.append(f"limit: {d['limit'] if d['limit'] is not None else 'all'} offset: {d['offset']}")
         if d["rerank"]:
             lines.append("rerank: " + json.dumps(d["rerank"], sort_keys=True))
-        if self.sql:
+        low = d.get("lowering")
+        if low is not None:
+            if low["strategy"] == "sql":
+                lines.append(f"lowering: sql ({low['reason']})")
+            else:
+                lines.append(f"lowering: engine (arm by arm) because {low['reason']}")
+        if self.sql and "statement" in self.sql:
+            lines.extend(_sql_lines(self.sql))
+        elif self.sql:
             lines.append("sql:")
             for name, text in self.sql.items():
                 lines.append(f"  {name}: {text}")

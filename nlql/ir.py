@@ -348,13 +348,27 @@ def _fail(message: str, path: str) -> IRValidationError:
     return IRValidationError(message, path)
 
 
+def _show(value: Any) -> str:
+    """A short repr of a bad value for a message (some values cannot be shown: 10**5000, deep lists)."""
+    try:
+        text = repr(value)
+    except (ValueError, RecursionError):
+        return f"a {type(value).__name__}"
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def from_dict(data: Any, path: str = "$", expect: type[Node] | tuple[type[Node], ...] | None = None) -> Node:
     """Deserialise one node, validating every field; errors name the JSON path."""
-    # Iterative depth guard: the recursion below is bounded by this.
-    return _from_dict(data, path, expect, 0)
+    # The recursion below is bounded by _MAX_DEPTH; a caller already deep in its own stack can still run
+    # out of Python frames first, and that is the same mistake (too deep) reported the same way.
+    try:
+        return _from_dict(data, path, expect, 0)
+    except RecursionError:
+        raise _fail("expression nested too deeply to read here", path) from None
 
 
 _MAX_DEPTH = 200
+_MAX_INT = 10**308  # the parser's limit for integer literals
 
 
 def _from_dict(data: Any, path: str, expect: Any, depth: int) -> Node:
@@ -364,7 +378,7 @@ def _from_dict(data: Any, path: str, expect: Any, depth: int) -> Node:
         raise _fail(f"expected an object, got {type(data).__name__}", path)
     kind = data.get("node")
     if not isinstance(kind, str) or kind not in NODE_TYPES:
-        raise _fail(f"unknown or missing node type {kind!r}", path + ".node")
+        raise _fail(f"unknown or missing node type {_show(kind)}", path + ".node")
     cls = NODE_TYPES[kind]
     if expect is not None and not issubclass(cls, expect):
         names = expect.__name__ if isinstance(expect, type) else "expression"
@@ -372,7 +386,7 @@ def _from_dict(data: Any, path: str, expect: Any, depth: int) -> Node:
     fields = {f.name: f for f in dataclasses.fields(cls) if f.name != "span"}
     for key in data:
         if key != "node" and key not in fields:
-            raise _fail(f"unknown field {key!r} for {kind}", f"{path}.{key}")
+            raise _fail(f"unknown field {_show(key)} for {kind}", f"{path}.{_show(key)}")
     kwargs: dict[str, Any] = {}
     for name, f in fields.items():
         sub = f"{path}.{name}"
@@ -414,13 +428,15 @@ def _field_from_json(cls: type[Node], name: str, value: Any, path: str, depth: i
         if value is None and (kind, name) == ("Unit", "base"):
             return None
         if value not in enum:
-            raise _fail(f"expected one of {', '.join(enum)}, got {value!r}", path)
+            raise _fail(f"expected one of {', '.join(enum)}, got {_show(value)}", path)
         return value
     if kind == "Literal" and name == "value":
         if value is not None and not isinstance(value, (bool, int, float, str)):
             raise _fail(f"a literal must be a string, number, boolean or null, not {type(value).__name__}", path)
         if isinstance(value, float) and not math.isfinite(value):
             raise _fail("a literal number must be finite", path)
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= _MAX_INT:
+            raise _fail("a literal number is too large (numbers must be below 1e308)", path)
         return value
     if name in ("negated", "descending"):
         return _expect_bool(value, path)

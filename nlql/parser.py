@@ -1,7 +1,7 @@
 """Query text → IR. The only module that imports Lark.
 
-Lark parses (LALR, basic lexer) into a plain parse tree; an iterative builder then turns the tree into
-the frozen IR of :mod:`nlql.ir`, with a :class:`~nlql.span.Span` on every node. Building after parsing
+Lark parses (LALR, fed by the small regex lexer below) into a plain parse tree; an iterative builder
+turns it into the frozen IR of :mod:`nlql.ir`, with a :class:`~nlql.span.Span` on every node. Building after parsing
 (rather than inside ``Lark(...)``) keeps positions intact and lets the builder enforce the nesting limit
 without recursion, so a 10,000-deep parenthesis is a clean :class:`~nlql.errors.LimitError`.
 
@@ -22,7 +22,7 @@ import difflib
 import functools
 import math
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from importlib import resources
 from pathlib import Path
 from typing import Any, cast
@@ -69,6 +69,7 @@ MAX_DEPTH = 200
 MAX_LIST_ITEMS = 10_000
 
 _CACHE_SIZE = 1024
+_CACHE_MAX_CHARS = 10_000
 # The largest integer literal kept exact; beyond the float range a number is an error, not inf.
 _MAX_INT_DIGITS = 308
 
@@ -93,8 +94,8 @@ def grammar_path() -> Path:
 class _Lexer(Lexer):
     """One compiled alternation over every terminal, in Lark's own precedence order.
 
-    Same tokens as Lark's basic lexer, about twice as fast: one ``match`` per token and line counting
-    only where a newline can occur (inside whitespace and comments).
+    The same tokens as Lark's basic lexer with fewer regex calls: whitespace and comments are consumed
+    by the same ``match`` as the token after them, and lines are counted only where a newline can occur.
     """
 
     __future_interface__ = 2
@@ -126,7 +127,7 @@ class _Lexer(Lexer):
                 skipped = self.skip(text, pos)
                 assert skipped is not None  # the skip pattern also matches the empty string
                 pos = skipped.end()
-                line += text.count("\n", 0, pos) - line + 1
+                line = text.count("\n", 0, pos) + 1
                 if pos < end:
                     line_start = text.rfind("\n", 0, pos) + 1
                     raise UnexpectedCharacters(text, pos, line, pos - line_start + 1, allowed=set(self.allowed),
@@ -175,7 +176,8 @@ def parse(
 ) -> Query:
     """Parse NLQL text into a :class:`~nlql.ir.Query` with a span on every node.
 
-    Results are cached by text (the IR is immutable, so sharing is safe); repeats are near-free.
+    Results are cached by text (the IR is immutable, so sharing is safe), so repeats are near-free;
+    texts over 10,000 characters are parsed every time rather than kept.
 
     Args:
         text: The query.
@@ -196,12 +198,14 @@ def parse(
     """
     if not isinstance(text, str):
         raise TypeError(f"parse() needs the query as a str, not {type(text).__name__}")
-    return _parse_cached(
-        text,
+    limits = (
         MAX_LENGTH if max_length is None else max_length,
         MAX_DEPTH if max_depth is None else max_depth,
         MAX_LIST_ITEMS if max_list_items is None else max_list_items,
     )
+    if len(text) > _CACHE_MAX_CHARS:  # rare giant queries are not worth keeping in memory
+        return _parse_uncached(text, *limits)
+    return _parse_cached(text, *limits)
 
 
 def clear_cache() -> None:
@@ -209,8 +213,7 @@ def clear_cache() -> None:
     _parse_cached.cache_clear()
 
 
-@functools.lru_cache(maxsize=_CACHE_SIZE)
-def _parse_cached(text: str, max_length: int, max_depth: int, max_list_items: int) -> Query:
+def _parse_uncached(text: str, max_length: int, max_depth: int, max_list_items: int) -> Query:
     if len(text) > max_length:
         raise LimitError(
             f"the query is {len(text):,} characters long; the limit is {max_length:,}",
@@ -227,6 +230,9 @@ def _parse_cached(text: str, max_length: int, max_depth: int, max_list_items: in
     except LarkError as exc:  # pragma: no cover - every Lark error above is handled; keep the promise
         raise NLQLSyntaxError(f"not a valid query ({type(exc).__name__})", Span.at(text, 0), text) from None
     return _Builder(text, max_depth, max_list_items).build(tree)
+
+
+_parse_cached = functools.lru_cache(maxsize=_CACHE_SIZE)(_parse_uncached)
 
 
 # --------------------------------------------------------------------------------------- tree → IR
@@ -267,7 +273,7 @@ class _Clause:
 
     tag: str
     value: Any
-    span: Span
+    span: Span | None
 
 
 _COMPARE = {"=": "==", "==": "==", "!=": "!=", "<>": "!=", "<": "<", "<=": "<=", ">": ">", ">=": ">="}
@@ -290,7 +296,7 @@ class _Builder:
         self.max_list_items = max_list_items
 
     def build(self, root: Tree) -> Query:
-        handlers = {name: getattr(self, method) for name, method in _HANDLERS.items()}
+        handlers = _HANDLERS
         max_depth = self.max_depth
         values: list[Any] = []
         # (item, depth, leaving): a Tree is visited twice, entering (children pushed) and leaving.
@@ -304,7 +310,7 @@ class _Builder:
                     del values[-n:]
                 else:
                     args = []
-                values.append(handlers[item.data](args))
+                values.append(handlers[item.data](self, args))
             elif isinstance(item, Tree):
                 if item.data not in _FLAT_RULES:
                     depth += 1
@@ -481,7 +487,8 @@ class _Builder:
         if (
             isinstance(operand, Literal)
             and type(operand.value) in (int, float)
-            and self.text[_join(operand.span, operand.span).start] in "0123456789."
+            and operand.span is not None
+            and self.text[operand.span.start] in "0123456789."
         ):
             return Literal(-operand.value, span=span)  # type: ignore[operator]
         return Unary("-", operand, span=span)
@@ -635,7 +642,10 @@ class _Builder:
         return ListExpr(tuple(items), span=span)
 
 
-_HANDLERS = {name[3:]: name for name in dir(_Builder) if name.startswith("on_")}
+# Rule name → handler, resolved once: `on_compare` handles the `compare` rule.
+_HANDLERS: dict[str, Callable[[_Builder, list[Any]], Any]] = {
+    name[3:]: getattr(_Builder, name) for name in dir(_Builder) if name.startswith("on_")
+}
 
 # ------------------------------------------------------------------------------------ syntax errors
 
@@ -812,7 +822,10 @@ def _token_error(text: str, exc: UnexpectedToken) -> NLQLSyntaxError:
     except LarkError:  # pragma: no cover - accepts() only re-feeds tokens
         accepts = set(exc.expected)
     span = _end_span(text, prev) if at_end else _tok_span(tok)
-    message, hint, span = _explain(text, tok, prev, accepts, span)
+    try:
+        message, hint, span = _explain(text, tok, prev, accepts, span)
+    except (IndexError, KeyError, ValueError, AttributeError):  # pragma: no cover - never hide the error itself
+        message, hint = f"unexpected {_show(tok)}", None
     return NLQLSyntaxError(message, span, text, hint)
 
 

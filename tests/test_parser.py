@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -448,6 +450,23 @@ def test_grammar_file_locations() -> None:
     assert grammar_path().read_text() == (ROOT / "grammar" / "nlql.lark").read_text()
     pyproject = (ROOT / "pyproject.toml").read_text()
     assert '"grammar/nlql.lark" = "nlql/grammar/nlql.lark"' in pyproject
+
+
+def test_grammar_has_no_conflicts() -> None:
+    from lark import Lark
+
+    # strict=True turns any shift/reduce or reduce/reduce conflict into a GrammarError.
+    Lark(grammar_path().read_text(), parser="lalr", lexer=parser_module._Lexer, strict=True)
+
+
+def test_packaged_grammar_is_preferred(tmp_path: Path) -> None:
+    """In an installed wheel the grammar sits at nlql/grammar/nlql.lark inside the package."""
+    shutil.copytree(ROOT / "nlql", tmp_path / "nlql", ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp_path / "nlql" / "grammar").mkdir()
+    shutil.copy(ROOT / "grammar" / "nlql.lark", tmp_path / "nlql" / "grammar" / "nlql.lark")
+    code = "from nlql.parser import grammar_path, parse; print(grammar_path()); parse('SELECT SENTENCE LIMIT 1')"
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=True)
+    assert Path(out.stdout.strip()) == tmp_path / "nlql" / "grammar" / "nlql.lark"
 
 
 def test_only_the_parser_imports_lark() -> None:

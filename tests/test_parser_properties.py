@@ -1,6 +1,6 @@
 """Property tests: render/parse round trip over generated IR, and fuzzing that only NLQLErrors escape.
 
-A few thousand examples in CI; ``NLQL_DEEP=1`` (or ``pytest --deep``) runs 100,000 per fuzz test.
+A few thousand examples in CI; with the environment variable ``NLQL_DEEP=1`` each test runs 100,000.
 """
 
 from __future__ import annotations

@@ -84,14 +84,16 @@ class Executor:
                 need = max(need, rerank_factor * need)
 
         units: list[Unit]
-        if plan.recall.kind == "knn":
+        if plan.lowered is not None:  # one SQL statement ran the arms and the fusion (lower_hybrid)
+            units = self._lowered(plan, qv, stats)
+        elif plan.recall.kind == "knn":
             units = self._knn(plan, qv, residual, need, stats, deadline, warnings)
         else:
             units = self._full(plan, qv, residual, need, stats, deadline, warnings, fast_ok=reranker is None)
 
         t = time.perf_counter()
         fusion = [s for s in plan.scores if s.kind in ("RRF", "INTERLEAVE")]
-        if fusion:
+        if fusion and plan.lowered is None:
             units = self._fuse(plan, fusion, units, env)
             stats.add("fuse", (time.perf_counter() - t) * 1000)
         if late:
@@ -184,6 +186,18 @@ class Executor:
         if isinstance(last, dict) and last:
             stats.counts["store"] = dict(last)
         return units
+
+    def _lowered(self, plan: Plan, qv: dict[str, np.ndarray], stats: Stats) -> list[Unit]:
+        """Rows of a lowered plan, scored by the store's statement (ORDER BY/LIMIT/hits stay shared)."""
+        t = time.perf_counter()
+        got = self.store.run_lowered(plan.lowered, qv)  # type: ignore[attr-defined]
+        stats.add("recall", (time.perf_counter() - t) * 1000)
+        stats.counts.update({"rounds": 1, "candidates": len(got)})
+        last = getattr(self.store, "last_stats", None)
+        if isinstance(last, dict) and last:
+            stats.counts["store"] = dict(last)
+        return [Unit(RowContext(r.content, r.id, r.doc_id, r.position, r.metadata, dict(scores), {}, r.seq), [r])
+                for r, scores in got]
 
     def _full(self, plan: Plan, qv: dict[str, np.ndarray], residual: list[RowFn], need: int | None,
               stats: Stats, deadline: _Deadline, warnings: list[str], fast_ok: bool) -> list[Unit]:

@@ -78,3 +78,7 @@ class Plan:
     arm_depth: int | None
     warnings: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # set by lower_hybrid for hybrid plans (BM25 / RRF / INTERLEAVE): the statement a SQL store runs
+    # instead of arm-by-arm execution (nlql.sql.nodes.Lowered), and {"strategy", "reason"} for explain
+    lowered: Any = None
+    lowering: dict[str, str] | None = None

@@ -13,6 +13,7 @@ from nlql.plan.bind_params import bind_params
 from nlql.plan.choose_recall import choose_recall
 from nlql.plan.decide_overfetch import decide_overfetch
 from nlql.plan.dedupe_scores import dedupe_scores
+from nlql.plan.lower_hybrid import lower_hybrid
 from nlql.plan.nodes import ARM_DEPTH_FACTOR, ARM_DEPTH_MIN, OrderSpec, Plan
 from nlql.plan.order_residual import order_residual
 from nlql.plan.resolve_periods import resolve_periods
@@ -66,8 +67,9 @@ def build_plan(
     rerank: dict[str, Any] | None = None,
     rerank_factor: int | None = None,
     limit_ceiling: int | None = None,
+    analyzer: Any = None,
 ) -> Plan:
-    """Plan a checked query for one store."""
+    """Plan a checked query for one store (``analyzer``: the engine's BM25 analyzer, for lowering)."""
     canonical = render(query)
     bound = bind_params(query, params)
     specs, slots, binding_slots = dedupe_scores(bound)
@@ -112,4 +114,4 @@ def build_plan(
         fusion_residual=late, recall=recall, order=order, limit=limit, offset=offset, rerank=rerank,
         periods=periods, now=now, store=caps.NAME, arm_depth=arm_depth,
     )
-    return plan
+    return lower_hybrid(plan, store, analyzer)

@@ -16,8 +16,10 @@ matching nodes), so recall guarantees ``min(k, matches)`` rows:
   fraction ``f = matches / live`` of the rows costs about ``EXACT_ROWS / f`` row reads (non-matching
   nodes are walked too, and hnswlib calls Python for each). So: exact when ``matches ≤ EXACT_PER_K·k``
   or ``matches² ≤ EXACT_ROWS·live`` — every filter up to ~45% selectivity at 100k rows, ~14% at 1M,
-  and no filter at all below ``EXACT_ROWS`` rows. (Measured at 100k × 384 on 2 busy cores: a 10%
-  filter took 0.5 ms exact, 22 ms through Faiss HNSW and 17 ms through hnswlib.)
+  and no filter at all below ``EXACT_ROWS`` rows. (Measured at 100k × 384 on 2 busy cores, see
+  ``bench/ann_stores.py``: a 10% filter took 0.3–0.6 ms exact — 2–10 ms the first time, while the
+  sub-matrix is gathered — against 11 ms through Faiss HNSW and 18 ms through hnswlib; 1%: 0.1 ms
+  against 23 ms and 95 ms.)
 - otherwise the index is asked for ``k'`` rows under the selector, and while a query comes back short
   ``k'`` and ``ef`` double; a query still short when ``k'`` covers every match (or after
   ``MAX_ROUNDS``) is answered on the exact path.
@@ -411,7 +413,7 @@ class AnnStore(MemoryStore):
             return False
         try:
             n_labels, key_label = self._saved_labels(meta)
-        except (KeyError, TypeError, ValueError):  # a sidecar of another shape: rebuild
+        except (AttributeError, KeyError, TypeError, ValueError):  # a sidecar of another shape: rebuild
             return False
         if key_label is None:
             return False

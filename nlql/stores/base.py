@@ -96,6 +96,7 @@ class Capabilities:
     SCORE_THRESHOLD: bool = False             # knn(min_score=…) applied inside recall
     FULL_SCORES: bool = False                 # score_all(): one pass over every row (exact matrix)
     BM25: bool = False                        # native BM25 with the engine's analyzer/formula
+    SQL_ARMS: bool = False                    # runs a lowered hybrid plan as one statement (store.dialect)
 
     def can_push(self, cond: Cond) -> bool:
         """Whether this leaf can be pushed with identical semantics."""

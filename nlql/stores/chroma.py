@@ -103,7 +103,8 @@ class ChromaStore:
             in-memory client is used. In-memory Chroma clients share one state per process, so an
             in-memory store gets a collection of its own (``<collection>-<random>``), dropped on close.
         collection: The collection name (3–512 characters of ``[A-Za-z0-9._-]``).
-        hnsw_ef: HNSW ``ef_search`` (and at least ``ef_construction``).
+        hnsw_ef: HNSW ``ef_search`` (re-applied when attaching); a new collection is built with
+            ``ef_construction = max(200, hnsw_ef)``.
 
     Raises:
         MissingDependencyError: ``chromadb`` is not installed.
@@ -178,6 +179,8 @@ class ChromaStore:
             if hnsw.get("space", "cosine") != "cosine":
                 raise BackendError("chroma", f"collection {self.collection_name!r} uses space {hnsw.get('space')!r}, "
                                    "NLQL needs 'cosine'")
+            if hnsw.get("ef_search", self.hnsw_ef) != self.hnsw_ef:  # a query-time setting: adopt ours
+                self._col.modify(configuration={"hnsw": {"ef_search": self.hnsw_ef}})
             if self._col.count() > 0:
                 peek = self._col.get(limit=1, include=["embeddings"])
                 size = len(peek["embeddings"][0])
@@ -195,7 +198,7 @@ class ChromaStore:
         if self.client is None:
             return
         with self._backend("close"):
-            if self._temporary:
+            if self._temporary and self._col is not None:
                 self.client.delete_collection(self.collection_name)
             if self._owns_client:
                 self.client.close()

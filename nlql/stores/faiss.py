@@ -12,12 +12,14 @@ filters; the first round therefore starts at ``efSearch / selectivity`` and the 
 widens from there (or answers exactly).
 
 ``index="flat"`` is exact search, answered by the built-in store's product over the float32 matrix
-rather than by an ``IndexFlatIP``: measured here (100k × 384, one query) the numpy product with its
-per-filter sub-matrix cache took 5.4 / 0.24 / 0.04 ms with no / a 10% / a 1% filter against 6.0 /
-0.87 / 0.31 ms for ``IndexFlatIP`` with an ``IDSelectorBitmap``, and only the same arithmetic makes the
-answer bit-identical to the built-in store (BLAS scores of identical vectors can differ in the last
-bit depending on their row, which decides their order; faiss cannot reproduce that). Flat therefore
-keeps no second copy of the vectors and writes no index file.
+rather than by an ``IndexFlatIP``. Only the same arithmetic makes the answer bit-identical to the
+built-in store, as SPEC §6 requires of exact mode: BLAS scores of identical vectors (a repeated
+sentence) can differ in the last bit depending on their row, and that decides their order, which no
+other arithmetic reproduces. It is also faster once a filter's sub-matrix is cached — measured at
+100k × 384, one query: 5.4 / 0.24 / 0.04 ms with no / a 10% / a 1% filter against 6.0 / 0.87 / 0.31 ms
+for ``IndexFlatIP`` with an ``IDSelectorBitmap`` (one OpenMP thread) — though not the first time a broad
+filter is seen (10%: 3–7 ms while the sub-matrix is gathered, against 0.9 ms). Flat therefore keeps no
+second copy of the vectors and writes no index file.
 
 Module name note: ``import faiss`` below is an absolute import and finds the real package, never this
 module (``nlql.stores.faiss``).
@@ -136,11 +138,11 @@ class FaissStore(AnnStore):
         params = faiss.SearchParametersHNSW(efSearch=max(ef, k))
         if selector is not None:
             params.sel = selector
-        # A few queries run on one OpenMP thread: with more, faiss's threads fight OpenBLAS's spinning
-        # ones (measured on 2 cores: 8–18 ms instead of 0.1–1 ms per query). The setting is per calling
-        # thread in libgomp, and restored afterwards.
+        # Small batches (one query, or a multi-query expansion) run on one OpenMP thread: with more,
+        # faiss's threads fight OpenBLAS's spinning ones (measured on 2 cores: 8–18 ms instead of
+        # 0.1–1 ms per query). The setting is per calling thread in libgomp, and restored afterwards.
         threads = faiss.omp_get_max_threads()
-        if len(queries) <= 4:
+        if len(queries) < 16:
             faiss.omp_set_num_threads(1)
         try:
             sims, labels = self._index.search(queries, k, params=params)

@@ -74,7 +74,7 @@ import re
 import struct
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import date, datetime, timedelta, timezone
 from decimal import Decimal
@@ -84,6 +84,7 @@ import numpy as np
 
 from nlql import values as V
 from nlql.errors import BackendError, MissingDependencyError, NLQLTimeoutError, UnsupportedError
+from nlql.sql.binder import Binder, Fragment, Param, join, sql, template
 from nlql.stores.base import (
     OPS,
     Capabilities,
@@ -246,9 +247,11 @@ def _shadow(s: str) -> tuple[str | None, Decimal | None, int | None]:
 
 
 # ------------------------------------------------------------------------------- filter compiler
+# Fragments carry their values as Param parts (nlql.sql.binder): the text never holds a value, and
+# the placeholders are numbered only when the whole statement is rendered.
 
-_Frag = tuple[str, list[Any]]
-_NULL: _Frag = ("NULL::boolean", [])
+_Frag = Fragment
+_NULL: _Frag = sql("NULL::boolean")
 _SQL_OP = {"eq": "=", "ne": "<>", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 # one LIKE '_' over escaped text: a whole code word, or one character that is not part of one
 _ONE_CHAR = "(?:\x01[\x02-\x08]{4}|[^\x01-\x08])"
@@ -258,10 +261,9 @@ _READS_DOCS = re.compile(r"\bd\.")
 class _Subject:
     """SQL views of one filter path: each is an expression that is NULL where the value lacks that type."""
 
-    def __init__(self, base: str, base_params: list[Any], *, s: str | None, fold: str | None,
-                 n: str | None, t: str | None, b: str | None, exists: str, is_str: str | None) -> None:
+    def __init__(self, base: _Frag, *, s: str | None, fold: str | None, n: str | None, t: str | None,
+                 b: str | None, exists: str, is_str: str | None) -> None:
         self.base = base
-        self.base_params = base_params
         self._views = {"s": s, "fold": fold, "n": n, "t": t, "b": b, "exists": exists, "is_str": is_str}
         self.reads_docs = False  # set once a view over the documents table (alias d) is used
 
@@ -269,14 +271,14 @@ class _Subject:
         return self._views[view] is not None
 
     def view(self, name: str) -> _Frag:
-        """A view as SQL; ``{r}`` in its template is the base expression (with its own parameters)."""
-        template = self._views[name]
-        if template is None:
+        """A view as SQL; ``{r}`` in its template is the base expression (with its own values)."""
+        text = self._views[name]
+        if text is None:
             return _NULL
-        text = template.replace("{r}", self.base)
-        if _READS_DOCS.search(text):
+        frag = template(text, r=self.base)
+        if _READS_DOCS.search(frag.text_only()):
             self.reads_docs = True
-        return text, self.base_params * template.count("{r}")
+        return frag
 
     @property
     def always_str(self) -> bool:
@@ -293,30 +295,30 @@ def _subject(path: tuple[str, ...]) -> _Subject:
         if len(path) < 2:
             raise ValueError(f"metadata path needs a key: {path!r}")
         return _Subject(
-            "(d.mflat -> %s::text)", [path_key(path[1:])],
+            sql("(d.mflat -> ", Param(path_key(path[1:]), "text", "metadata path"), ")"),
             s="({r} ->> 's')", fold="coalesce({r} ->> 'f', {r} ->> 's')",
             n="({r} -> 'n')::numeric", t="({r} -> 't')::numeric", b="({r} -> 'b')::boolean",
             exists="({r} IS NOT NULL)", is_str="(({r} ->> 's') IS NOT NULL)",
         )
     if root == "doc_id":
-        return _Subject("u.doc_id", [], s="u.doc_id", fold="coalesce(d.fold, u.doc_id)",
+        return _Subject(sql("u.doc_id"), s="u.doc_id", fold="coalesce(d.fold, u.doc_id)",
                         n="d.num", t="d.ts::numeric", b=None, exists="TRUE", is_str="TRUE")
     if root == "id":
         # "<doc_id>#<position>" is never a number nor an ISO date ('#' cannot occur in either)
-        return _Subject("u.doc_id", [], s="(u.doc_id || '#' || u.position)",
+        return _Subject(sql("u.doc_id"), s="(u.doc_id || '#' || u.position)",
                         fold="(coalesce(d.fold, u.doc_id) || '#' || u.position)",
                         n=None, t=None, b=None, exists="TRUE", is_str="TRUE")
     if root == "content":
-        return _Subject("u.content", [], s="u.content", fold="coalesce(u.fold, u.content)",
+        return _Subject(sql("u.content"), s="u.content", fold="coalesce(u.fold, u.content)",
                         n="u.num", t="u.ts::numeric", b=None, exists="TRUE", is_str="TRUE")
     if root == "position":
-        return _Subject("u.position", [], s=None, fold=None, n="u.position::numeric", t=None, b=None,
+        return _Subject(sql("u.position"), s=None, fold=None, n="u.position::numeric", t=None, b=None,
                         exists="TRUE", is_str=None)
     raise ValueError(f"unknown filter path {path!r}")
 
 
-def _binop(left: _Frag, op: str, placeholder: str, value: Any) -> _Frag:
-    return f"({left[0]} {op} {placeholder})", [*left[1], value]
+def _binop(left: _Frag, op: str, cast: str, value: Any) -> _Frag:
+    return sql("(", left, f" {op} ", Param(value, cast), ")")
 
 
 def _compare(subj: _Subject, op: str, v: Any) -> _Frag:
@@ -325,37 +327,34 @@ def _compare(subj: _Subject, op: str, v: Any) -> _Frag:
     if V.is_null(v):
         return _NULL
     if isinstance(v, bool):
-        return _binop(subj.view("b"), sql_op, "%s::boolean", v) if subj.has("b") else _NULL
+        return _binop(subj.view("b"), sql_op, "boolean", v) if subj.has("b") else _NULL
     if isinstance(v, (datetime, date)):
         dt = V.as_datetime(v)
         if dt is None or not subj.has("t"):
             return _NULL
-        return _binop(subj.view("t"), sql_op, "%s::numeric", Decimal(_micros(dt)))
+        return _binop(subj.view("t"), sql_op, "numeric", Decimal(_micros(dt)))
     if V.is_number(v):
         f = V.as_number(v)
         if f is None or not subj.has("n"):
             return _NULL
-        return _binop(subj.view("n"), sql_op, "%s::numeric", _decimal(f))
+        return _binop(subj.view("n"), sql_op, "numeric", _decimal(f))
     if isinstance(v, str):
         num = V.numeric_string(v)
         str_part = None
         if subj.has("s"):
-            s_sql, s_params = subj.view("s")
             # code-point order for <, >; equality needs no collation (and keeps indexes usable)
             collate = "" if op in ("eq", "ne") else ' COLLATE "C"'
-            str_part = (f"({s_sql}{collate} {sql_op} %s::text)", [*s_params, escape_text(v)])
+            str_part = sql("(", subj.view("s"), f"{collate} {sql_op} ", Param(escape_text(v), "text"), ")")
         num_part = None
         if num is not None and subj.has("n") and not subj.always_str:
-            num_part = _binop(subj.view("n"), sql_op, "%s::numeric", _decimal(num))
+            num_part = _binop(subj.view("n"), sql_op, "numeric", _decimal(num))
         if str_part is not None and subj.always_str:
             return str_part
         if str_part is None:
             return num_part or _NULL
         if num_part is None:
             return str_part  # NULL for a non-string value: a non-numeric string never compares with it
-        is_str = subj.view("is_str")
-        return (f"(CASE WHEN {is_str[0]} THEN {str_part[0]} ELSE {num_part[0]} END)",
-                [*is_str[1], *str_part[1], *num_part[1]])
+        return sql("(CASE WHEN ", subj.view("is_str"), " THEN ", str_part, " ELSE ", num_part, " END)")
     return _NULL
 
 
@@ -399,8 +398,7 @@ def _in_list(subj: _Subject, options: Sequence[Any]) -> _Frag:
     def any_of(view: str, cast: str, values: list[Any]) -> _Frag:
         if not subj.has(view):
             return _NULL
-        sql, params = subj.view(view)
-        return f"({sql} = ANY(%s::{cast}[]))", [*params, values]
+        return sql("(", subj.view(view), " = ANY(", Param(values, f"{cast}[]"), "))")
 
     if bools:
         parts.append(any_of("b", "boolean", bools))
@@ -414,21 +412,18 @@ def _in_list(subj: _Subject, options: Sequence[Any]) -> _Frag:
         if str_nums and subj.has("n"):
             non_str = any_of("n", "numeric", str_nums)
             if plain_strs:
-                non_str = (f"({non_str[0]} OR NULL)", non_str[1])
+                non_str = sql("(", non_str, " OR NULL)")
         if subj.always_str:
             parts.append(str_any)
         elif subj.never_str:
             parts.append(non_str)
         else:
-            is_str = subj.view("is_str")
-            parts.append((f"(CASE WHEN {is_str[0]} THEN {str_any[0]} ELSE {non_str[0]} END)",
-                          [*is_str[1], *str_any[1], *non_str[1]]))
+            parts.append(sql("(CASE WHEN ", subj.view("is_str"), " THEN ", str_any, " ELSE ", non_str, " END)"))
     if unknown:
         parts.append(_NULL)
     if not parts:
-        exists = subj.view("exists")
-        return f"(CASE WHEN {exists[0]} THEN FALSE END)", exists[1]
-    return "(" + " OR ".join(p[0] for p in parts) + ")", [x for p in parts for x in p[1]]
+        return sql("(CASE WHEN ", subj.view("exists"), " THEN FALSE END)")
+    return sql("(", join(" OR ", parts), ")")
 
 
 def _like_tokens(pattern: str) -> list[tuple[str, str]]:
@@ -492,13 +487,11 @@ def _string_test(subj: _Subject, op: str, v: Any) -> _Frag:
     if op == "contains":
         if not subj.has("fold"):
             return _NULL
-        sql, params = subj.view("fold")
-        return f"(strpos({sql}, %s::text) > 0)", [*params, escape_text(v.casefold())]
+        return sql("(strpos(", subj.view("fold"), ", ", Param(escape_text(v.casefold()), "text"), ") > 0)")
     if not subj.has("s"):
         return _NULL
-    sql, params = subj.view("s")
     operator, pattern = like_sql(v)
-    return f"({sql} {operator} %s::text)", [*params, pattern]
+    return sql("(", subj.view("s"), f" {operator} ", Param(pattern, "text"), ")")
 
 
 def _leaf(cond: Cond, docs: list[bool]) -> _Frag:
@@ -515,8 +508,7 @@ def _leaf(cond: Cond, docs: list[bool]) -> _Frag:
 
 def _leaf_sql(subj: _Subject, op: str, value: Any) -> _Frag:
     if op == "is_null":
-        sql, params = subj.view("exists")
-        return f"(NOT {sql})", params
+        return sql("(NOT ", subj.view("exists"), ")")
     if op == "is_not_null":
         return subj.view("exists")
     if op in _SQL_OP:
@@ -526,7 +518,7 @@ def _leaf_sql(subj: _Subject, op: str, value: Any) -> _Frag:
     else:
         frag = _string_test(subj, op.removeprefix("not_"), value)
     if op.startswith("not_"):
-        return f"(NOT {frag[0]})", frag[1]
+        return sql("(NOT ", frag, ")")
     return frag
 
 
@@ -535,22 +527,34 @@ def _tree(flt: Filter, docs: list[bool]) -> _Frag:
         return _leaf(flt, docs)
     if isinstance(flt, (FAnd, FOr)):
         if not flt.items:
-            return ("TRUE", []) if isinstance(flt, FAnd) else ("FALSE", [])
-        parts = [_tree(item, docs) for item in flt.items]
+            return sql("TRUE") if isinstance(flt, FAnd) else sql("FALSE")
         joiner = " AND " if isinstance(flt, FAnd) else " OR "
-        return "(" + joiner.join(p[0] for p in parts) + ")", [x for p in parts for x in p[1]]
+        return sql("(", join(joiner, [_tree(item, docs) for item in flt.items]), ")")
     raise TypeError(f"not a filter: {flt!r}")
+
+
+def filter_sql(flt: Filter) -> tuple[Fragment, bool]:
+    """A filter tree as a SQL boolean fragment over ``u`` (units) and ``d`` (docs), and whether it
+    reads the documents table. Values are :class:`~nlql.sql.binder.Param` parts, never text."""
+    docs = [False]
+    frag = _tree(flt, docs)
+    labelled = tuple(Param(p.value, p.cast, p.label or "filter value") if isinstance(p, Param) else p
+                     for p in frag.parts)
+    return Fragment(labelled), docs[0]
 
 
 def compile_where(flt: Filter) -> NativeFilter:
     """A filter tree as a parameterised SQL boolean over ``u`` (units) and ``d`` (docs).
 
-    ``native`` and ``text`` are the fragment with ``%s`` placeholders; ``extra["params"]`` the values
-    in order; ``extra["docs"]`` whether the fragment reads the documents table.
+    ``native`` and ``text`` are the fragment with psycopg ``%s`` placeholders; ``extra["params"]`` the
+    values in order; ``extra["docs"]`` whether the fragment reads the documents table;
+    ``extra["fragment"]`` the unrendered fragment (for statements numbered by a dialect's binder).
     """
-    docs = [False]
-    sql, params = _tree(flt, docs)
-    return NativeFilter(native=sql, text=sql, extra={"params": params, "docs": docs[0]})
+    frag, docs = filter_sql(flt)
+    binder = Binder(style="pyformat")
+    text = binder.render(frag)
+    return NativeFilter(native=text, text=text,
+                        extra={"params": binder.values, "docs": docs, "fragment": frag})
 
 
 # ------------------------------------------------------------------------------ psycopg glue
@@ -606,6 +610,7 @@ def _register_vector(conn: Any, oid: int) -> None:
 
 
 T = TypeVar("T")
+_Terms = dict[tuple[str, int], list[tuple[str, int]]]  # (escaped doc id, position) -> [(term, tf)]
 
 
 # ------------------------------------------------------------------------------------- the store
@@ -619,7 +624,8 @@ class PgVectorStore:
             so that a lost connection is re-opened on the next call.
         connection: An open psycopg 3 connection in autocommit mode to use instead of ``dsn`` (the
             store opens its own transactions; it is re-opened after a loss only if ``dsn`` is given).
-        table_prefix: Prefix of the three tables (``<prefix>_docs``, ``_units``, ``_meta``).
+        table_prefix: Prefix of the tables (``<prefix>_docs``, ``_units``, ``_meta``, and with ``bm25``
+            ``_terms`` and ``_bm25``).
         hnsw: Use an HNSW index (``vector_cosine_ops``); without it every knn is exact.
         ef_search: ``hnsw.ef_search`` for HNSW queries (raised to ``k`` when ``k`` is larger).
         exact: Always answer knn with an exact scan (declares ``Capabilities.EXACT``).
@@ -633,6 +639,12 @@ class PgVectorStore:
             :meth:`build_index`) when the table holds at least this many sentences; below it every knn
             is an exact scan. Building after loading is ~3.5× faster than maintaining the index row
             by row, and ingestion without the index runs at ~39k sentences/s instead of ~1.1k.
+        bm25: Keep BM25 term statistics at ingest (``<prefix>_terms``: unit key, term, tf; each unit's
+            term count; ``<prefix>_bm25``: N and the total length), so hybrid plans run as one SQL
+            statement (``Capabilities.SQL_ARMS``, :attr:`dialect`).
+        analyzer: The :class:`~nlql.text.analyzer.Analyzer` whose terms are stored (default
+            ``Analyzer()``, the engine's default). It must equal the engine's analyzer for hybrid plans
+            to run in SQL; opening a table built with another analyzer rebuilds the term table.
 
     Raises:
         MissingDependencyError: psycopg 3 is not installed (``pip install 'nlql[pgvector]'``).
@@ -641,7 +653,8 @@ class PgVectorStore:
     def __init__(self, dsn: str | None = None, *, connection: Any = None, table_prefix: str = "nlql",
                  hnsw: bool = True, ef_search: int = 100, exact: bool = False, m: int = 16,
                  ef_construction: int = 64, statement_timeout_ms: int | None = None,
-                 exact_threshold: int = 20_000, index_threshold: int = 20_000) -> None:
+                 exact_threshold: int = 20_000, index_threshold: int = 20_000, bm25: bool = True,
+                 analyzer: Any = None) -> None:
         self._pg = _import_psycopg()
         if dsn is None and connection is None:
             raise ValueError("PgVectorStore needs a dsn or a connection")
@@ -672,7 +685,16 @@ class PgVectorStore:
             DATETIMES=True,
             EXACT=self.exact or not self.hnsw,
             SCORE_THRESHOLD=True,
+            BM25=bool(bm25),
+            SQL_ARMS=bool(bm25),
         )
+        from nlql.text.analyzer import Analyzer
+
+        self.bm25 = bool(bm25)
+        self.analyzer = analyzer if analyzer is not None else Analyzer()
+        from nlql.sql.postgres import PostgresDialect
+
+        self.dialect: PostgresDialect | None = PostgresDialect(table_prefix) if self.bm25 else None
         if connection is not None and not connection.autocommit:
             raise ValueError("PgVectorStore needs a connection in autocommit mode "
                              "(it opens its own transactions)")
@@ -684,6 +706,8 @@ class PgVectorStore:
         self._t_docs = sql.Identifier(f"{table_prefix}_docs")
         self._t_units = sql.Identifier(f"{table_prefix}_units")
         self._t_meta = sql.Identifier(f"{table_prefix}_meta")
+        self._t_terms = sql.Identifier(f"{table_prefix}_terms")
+        self._t_bm25 = sql.Identifier(f"{table_prefix}_bm25")
 
     # ------------------------------------------------------------------------------ connections
 
@@ -773,6 +797,8 @@ class PgVectorStore:
         sql = self._pg.sql
         with self._tx() as conn:
             conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext('schema'))", [_LOCK_NS])
+            # then the writers' lock, before any table lock: writers take it first too, so no cycle
+            conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", [_LOCK_NS, self.table_prefix])
             if conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'vector'").fetchone() is None:
                 conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
             conn.execute(sql.SQL("CREATE TABLE IF NOT EXISTS {} (key text PRIMARY KEY, value text NOT NULL)")
@@ -803,12 +829,118 @@ class PgVectorStore:
                 " position int NOT NULL, content text NOT NULL,"
                 " start int NOT NULL, \"end\" int NOT NULL, tail text NOT NULL, seq bigint NOT NULL,"
                 " fold text, num numeric, ts bigint,"
-                " embedding vector({dim}) NOT NULL)"
+                " embedding vector({dim}) NOT NULL, nterms int NOT NULL DEFAULT 0)"
             ).format(units=self._t_units, docs=self._t_docs, dim=sql.SQL(str(dim))))
             conn.execute(sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} (doc_id, position)").format(
                 sql.Identifier(f"{self.table_prefix}_units_doc"), self._t_units))
+            if self.bm25:
+                # tables of a schema written before BM25 statistics existed gain them here
+                has = conn.execute("SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass(%s) "
+                                   "AND attname = 'nterms' AND NOT attisdropped",
+                                   [self._t_units.as_string(conn)]).fetchone()
+                if has is None:
+                    conn.execute(sql.SQL("ALTER TABLE {} ADD COLUMN nterms int NOT NULL DEFAULT 0")
+                                 .format(self._t_units))
+                conn.execute(sql.SQL(
+                    "CREATE TABLE IF NOT EXISTS {} (term text NOT NULL, key bigint NOT NULL,"
+                    " tf int NOT NULL, PRIMARY KEY (term, key))").format(self._t_terms))
+                conn.execute(sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} (key)").format(
+                    sql.Identifier(f"{self.table_prefix}_terms_key"), self._t_terms))
+                conn.execute(sql.SQL(
+                    "CREATE TABLE IF NOT EXISTS {} (one boolean PRIMARY KEY DEFAULT true CHECK (one),"
+                    " n bigint NOT NULL, total_len bigint NOT NULL)").format(self._t_bm25))
+                self._sync_terms(conn)
         self._attach_types(self._connection())
         self.dim = dim
+
+    # ------------------------------------------------------------------------------ BM25 terms
+
+    def _analyzer_config(self) -> str:
+        return json.dumps(self.analyzer.config(), sort_keys=True)
+
+    def _terms_of(self, content: str) -> tuple[int, list[tuple[str, int]]]:
+        """(number of terms, [(escaped term, tf)]) of one sentence, by the store's analyzer."""
+        terms = self.analyzer.terms(content)
+        counts: dict[str, int] = {}
+        for t in terms:
+            counts[t] = counts.get(t, 0) + 1
+        return len(terms), [(escape_text(t), c) for t, c in counts.items()]
+
+    def _sync_terms(self, conn: Any) -> None:
+        """Rebuild the term table when it was written by another analyzer (or never written).
+
+        Runs inside :meth:`open`'s transaction, which holds the schema and the writers' locks.
+        """
+        sql = self._pg.sql
+        config = self._analyzer_config()
+        row = conn.execute(sql.SQL("SELECT value FROM {} WHERE key = 'analyzer'").format(self._t_meta)).fetchone()
+        if row is not None and row[0] == config:
+            return
+        conn.execute("SELECT set_config('statement_timeout', '0', true)")  # a rebuild takes a while, once
+        self._reindex_terms(conn)
+        conn.execute(sql.SQL("INSERT INTO {} (key, value) VALUES ('analyzer', %s) ON CONFLICT (key) "
+                             "DO UPDATE SET value = excluded.value").format(self._t_meta), [config])
+        if self.statement_timeout_ms:
+            conn.execute("SELECT set_config('statement_timeout', %s, true)", [str(int(self.statement_timeout_ms))])
+
+    def _reindex_terms(self, conn: Any) -> None:
+        sql = self._pg.sql
+        conn.execute(sql.SQL("DELETE FROM {}").format(self._t_terms))
+        conn.execute("CREATE TEMP TABLE nlql_tmp_nterms (key bigint, n int) ON COMMIT DROP")
+        total_n = total_len = 0
+        with conn.cursor(name="nlql_reindex") as src, conn.cursor() as dst:
+            src.execute(sql.SQL("SELECT key, content FROM {}").format(self._t_units))
+            while True:
+                batch = src.fetchmany(5000)
+                if not batch:
+                    break
+                with dst.copy(sql.SQL("COPY {} (term, key, tf) FROM STDIN (FORMAT BINARY)")
+                              .format(self._t_terms)) as copy:
+                    copy.set_types(["text", "int8", "int4"])
+                    lens = []
+                    for key, content in batch:
+                        n, terms = self._terms_of(unescape_text(content))
+                        lens.append((key, n))
+                        total_len += n
+                        for term, tf in terms:
+                            copy.write_row((term, key, tf))
+                with dst.copy("COPY nlql_tmp_nterms (key, n) FROM STDIN (FORMAT BINARY)") as copy:
+                    copy.set_types(["int8", "int4"])
+                    for r in lens:
+                        copy.write_row(r)
+                total_n += len(batch)
+        conn.execute(sql.SQL("UPDATE {} u SET nterms = t.n FROM nlql_tmp_nterms t WHERE u.key = t.key")
+                     .format(self._t_units))
+        conn.execute(sql.SQL("DELETE FROM {}").format(self._t_bm25))
+        conn.execute(sql.SQL("INSERT INTO {} (one, n, total_len) VALUES (true, %s, %s)").format(self._t_bm25),
+                     [total_n, total_len])
+
+    def _forget_terms(self, conn: Any, ids: list[str]) -> None:
+        """Remove the term rows and statistics of these documents' sentences (before deleting them)."""
+        sql = self._pg.sql
+        conn.execute(sql.SQL(
+            "UPDATE {bm} b SET n = b.n - o.c, total_len = b.total_len - o.s FROM "
+            "(SELECT count(*) AS c, coalesce(sum(nterms), 0) AS s FROM {units} WHERE doc_id = ANY(%s::text[])) o"
+        ).format(bm=self._t_bm25, units=self._t_units), [ids])
+        conn.execute(sql.SQL("DELETE FROM {terms} t USING {units} u WHERE t.key = u.key "
+                             "AND u.doc_id = ANY(%s::text[])").format(terms=self._t_terms, units=self._t_units),
+                     [ids])
+
+    def _write_terms(self, conn: Any, ids: list[str], term_rows: _Terms, added_n: int, added_len: int) -> None:
+        """Insert the term rows of freshly copied sentences (keys come from the identity column)."""
+        sql = self._pg.sql
+        cur = conn.cursor()
+        if term_rows:
+            keys = cur.execute(sql.SQL("SELECT doc_id, position, key FROM {} WHERE doc_id = ANY(%s::text[])")
+                               .format(self._t_units), [ids]).fetchall()
+            with cur.copy(sql.SQL("COPY {} (term, key, tf) FROM STDIN (FORMAT BINARY)")
+                          .format(self._t_terms)) as copy:
+                copy.set_types(["text", "int8", "int4"])
+                for doc_id, position, key in keys:
+                    for term, tf in term_rows.get((doc_id, position), ()):
+                        copy.write_row((term, key, tf))
+        conn.execute(sql.SQL("UPDATE {} SET n = n + %s, total_len = total_len + %s").format(self._t_bm25),
+                     [added_n, added_len])
 
     # ---------------------------------------------------------------------------------- writing
 
@@ -821,13 +953,16 @@ class PgVectorStore:
             latest[d.doc_id] = d
         if not latest:
             return
-        doc_rows, unit_rows = self._prepare(list(latest.values()))
+        doc_rows, unit_rows, terms = self._prepare(list(latest.values()))
         ids = [r[0] for r in doc_rows]
-        self._guard(lambda: self._write(ids, doc_rows, unit_rows))
+        self._guard(lambda: self._write(ids, doc_rows, unit_rows, terms))
         self._small_until = 0.0
 
-    def _prepare(self, docs: list[DocRecord]) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+    def _prepare(self, docs: list[DocRecord]) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]], _Terms]:
+        """(document rows, unit rows, term rows by (escaped doc id, position)) ready to COPY."""
         from psycopg.types.json import Jsonb
+
+        terms_of: _Terms = {}
 
         assert self.dim is not None
         header = struct.pack(">HH", self.dim, 0)
@@ -852,16 +987,21 @@ class PgVectorStore:
             big = vecs.astype(">f4")
             for i, u in enumerate(d.units):
                 cfold, cnum, cts = _shadow(u.content)
+                nterms = 0
+                if self.bm25:
+                    nterms, terms_of[(doc_id, int(u.position))] = self._terms_of(u.content)
                 unit_rows.append((doc_id, int(u.position), escape_text(u.content), int(u.start), int(u.end),
                                   escape_text(u.tail), int(d.seq), cfold, cnum, cts,
-                                  header + big[i].tobytes()))
-        return doc_rows, unit_rows
+                                  header + big[i].tobytes(), nterms))
+        return doc_rows, unit_rows, terms_of
 
-    def _write(self, ids: list[str], doc_rows: list[tuple[Any, ...]],
-               unit_rows: list[tuple[Any, ...]]) -> None:
+    def _write(self, ids: list[str], doc_rows: list[tuple[Any, ...]], unit_rows: list[tuple[Any, ...]],
+               terms: _Terms) -> None:
         sql = self._pg.sql
         with self._tx() as conn:
             conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", [_LOCK_NS, self.table_prefix])
+            if self.bm25:
+                self._forget_terms(conn, ids)
             conn.execute(sql.SQL("DELETE FROM {} WHERE doc_id = ANY(%s::text[])").format(self._t_docs), [ids])
             conn.execute(sql.SQL(
                 "INSERT INTO {meta} AS m (key, value) VALUES ('max_seq', %s) ON CONFLICT (key) DO UPDATE "
@@ -876,13 +1016,15 @@ class PgVectorStore:
                     copy.write_row(r)
             if unit_rows:
                 with cur.copy(sql.SQL(
-                    "COPY {} (doc_id, position, content, start, \"end\", tail, seq, fold, num, ts, embedding)"
-                    " FROM STDIN (FORMAT BINARY)"
+                    "COPY {} (doc_id, position, content, start, \"end\", tail, seq, fold, num, ts, embedding,"
+                    " nterms) FROM STDIN (FORMAT BINARY)"
                 ).format(self._t_units)) as copy:
                     copy.set_types(["text", "int4", "text", "int4", "int4", "text", "int8", "text", "numeric",
-                                    "int8", self._vector_oid])
+                                    "int8", self._vector_oid, "int4"])
                     for r in unit_rows:
                         copy.write_row(r)
+            if self.bm25:
+                self._write_terms(conn, ids, terms, len(unit_rows), sum(r[-1] for r in unit_rows))
 
     def delete(self, doc_ids: Sequence[str]) -> int:
         """Delete documents (and their sentences); returns how many documents existed."""
@@ -894,6 +1036,8 @@ class PgVectorStore:
         def run() -> int:
             with self._tx() as conn:
                 conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", [_LOCK_NS, self.table_prefix])
+                if self.bm25:
+                    self._forget_terms(conn, ids)
                 cur = conn.execute(self._pg.sql.SQL("DELETE FROM {} WHERE doc_id = ANY(%s::text[])")
                                    .format(self._t_docs), [ids])
                 return int(cur.rowcount)
@@ -972,22 +1116,7 @@ class PgVectorStore:
     def _knn(self, q: np.ndarray, k: int, flt: NativeFilter | None,
              min_score: float | None) -> list[list[tuple[Any, float]]]:
         stats: dict[str, Any] = {"queries": len(q), "k": k, "matches": None}
-        exact, reason = self._exact_reason(k)
-        if not exact and not self._index_ready:
-            if time.monotonic() >= self._small_until:
-                with self._tx() as conn:
-                    size = self._matching(conn, None, self.index_threshold)
-                if size >= self.index_threshold:
-                    try:
-                        stats["index_built"] = self._build_index()
-                    except self._pg.errors.InsufficientPrivilege as exc:  # a read-only role: stay exact
-                        stats["index_error"] = _first_line(exc)
-                        self._small_until = time.monotonic() + 300.0
-                else:  # re-counted after our next write, or in a while (other engines may write)
-                    self._small_until = time.monotonic() + 30.0
-            if not self._index_ready:
-                exact, reason = True, (f"no HNSW index ({stats['index_error']})" if "index_error" in stats
-                                       else f"fewer than {self.index_threshold} rows: no HNSW index yet")
+        exact, reason = self._index_or_exact(k, stats)
         results: list[list[tuple[Any, float]]] = []
         paths: list[str] = []
         rounds_max = 0
@@ -1038,6 +1167,126 @@ class PgVectorStore:
             stats["reason"] = reason
         self.last_stats = stats
         return results
+
+    def _index_or_exact(self, k: int, stats: dict[str, Any]) -> tuple[bool, str]:
+        """(exact?, why) for a top-``k`` search, building the HNSW index once the table is large enough."""
+        exact, reason = self._exact_reason(k)
+        if not exact and not self._index_ready:
+            if time.monotonic() >= self._small_until:
+                with self._tx() as conn:
+                    size = self._matching(conn, None, self.index_threshold)
+                if size >= self.index_threshold:
+                    try:
+                        stats["index_built"] = self._build_index()
+                    except self._pg.errors.InsufficientPrivilege as exc:  # a read-only role: stay exact
+                        stats["index_error"] = _first_line(exc)
+                        self._small_until = time.monotonic() + 300.0
+                else:  # re-counted after our next write, or in a while (other engines may write)
+                    self._small_until = time.monotonic() + 30.0
+            if not self._index_ready:
+                exact, reason = True, (f"no HNSW index ({stats['index_error']})" if "index_error" in stats
+                                       else f"fewer than {self.index_threshold} rows: no HNSW index yet")
+        return exact, reason
+
+    # ------------------------------------------------------------------------------ hybrid SQL
+
+    def run_lowered(self, lowered: Any, vectors: Mapping[str, np.ndarray]) -> list[tuple[Row, dict[str, float]]]:
+        """Run a lowered hybrid plan (:class:`~nlql.sql.nodes.Lowered`) as one statement.
+
+        Args:
+            lowered: What :mod:`nlql.plan.lower_hybrid` built.
+            vectors: Per SIMILARITY slot, its normalised query vectors (one row per text).
+
+        Returns:
+            The surviving rows, best first, each with its scores: every SIMILARITY/BM25 slot and the
+            fusion slot. ``last_stats`` says which semantic path ran (``exact``/``index``), the rows
+            per arm and the rounds.
+
+        Raises:
+            UnsupportedError: the store was opened with ``bm25=False``.
+        """
+        self._need_open()
+        if self.dialect is None:
+            raise UnsupportedError("pgvector", "hybrid SQL without BM25 statistics",
+                                   hint="open PgVectorStore with bm25=True")
+        from nlql.sql.nodes import SimilarityScore
+
+        slots: dict[str, Any] = {}
+        for s in lowered.scores:
+            if isinstance(s, SimilarityScore):
+                mat = np.atleast_2d(np.asarray(vectors[s.slot], dtype=np.float32))
+                if mat.shape[0] < s.n_vectors or mat.shape[1] != self.dim:
+                    raise ValueError(f"{s.slot}: expected {s.n_vectors}×{self.dim} query vectors, got {mat.shape}")
+                for i in range(s.n_vectors):
+                    slots[s.vector_key(i)] = _Vector(_vector_bytes(mat[i]))
+        return self._guard(lambda: self._run_lowered(lowered, slots))
+
+    def _run_lowered(self, lowered: Any, slots: dict[str, Any]) -> list[tuple[Row, dict[str, float]]]:
+        assert self.dialect is not None
+        sem = lowered.semantic_arms
+        stats: dict[str, Any] = {"path": "sql", "depth": lowered.depth, "rounds": 0}
+        exact, reason = True, "no semantic arm"
+        if sem:
+            exact, reason = self._index_or_exact(lowered.depth, stats)
+            sem_slots = {a.slot for a in sem}
+            if not exact and any(t.slot not in sem_slots or not t.lower_bound for t in lowered.thresholds):
+                exact, reason = True, "score conditions inside the semantic arm: an index scan would under-fill"
+            if not exact and lowered.filter is not None:
+                cap = max(10 * lowered.depth, self.exact_threshold)
+                with self._tx() as conn:
+                    matching = self._matching(conn, self.compile_filter(lowered.filter), cap)
+                stats["matches"] = matching if matching <= cap else None
+                if matching <= cap:
+                    exact, reason = True, f"filter matches {matching} rows (≤ {cap})"
+        ef = max(self.ef_search, lowered.depth)
+        while True:
+            stats["rounds"] += 1
+            mode = "exact" if exact else "index"
+            compiled = self.dialect.compile(lowered, mode)
+            with self._tx() as conn:
+                if mode == "index":
+                    conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", [str(ef)])
+                    stats["ef_search"] = ef
+                cur = self._pg.RawCursor(conn)
+                raw = cur.execute(compiled.text, compiled.params(slots), prepare=False).fetchall()
+                underfilled = False
+                if mode == "index":
+                    underfilled = self._underfilled(conn, lowered, raw)
+            if not underfilled:
+                break
+            if ef >= _EF_MAX or not raw:
+                exact, reason = True, "the index scan under-filled an arm: exact fallback"
+            else:
+                ef = min(2 * ef, _EF_MAX)
+        stats["mode"] = mode
+        stats["reason"] = reason
+        n_scores = len(compiled.columns)
+        arm_rows = list(raw[0][10 + n_scores + 1]) if raw else []
+        stats["arm_rows"] = {a.binding: int(n) for a, n in zip(lowered.fusion.arms, arm_rows, strict=False)}
+        self.last_stats = stats
+        built = self._build_rows([r[:10] for r in raw])
+        single = lowered.fusion.method == "SINGLE"
+        out: list[tuple[Row, dict[str, float]]] = []
+        for (_, row), r in zip(built, raw, strict=True):
+            assert row is not None
+            scores = {slot: float(v) for slot, v in zip(compiled.columns, r[10:10 + n_scores], strict=True)}
+            if not single:
+                scores[lowered.fusion.slot] = float(r[10 + n_scores])
+            out.append((row, scores))
+        return out
+
+    def _underfilled(self, conn: Any, lowered: Any, raw: list[tuple[Any, ...]]) -> bool:
+        """Whether an index-served semantic arm returned fewer rows than its depth while more match."""
+        if not raw:
+            return True  # nothing came back at all: let the exact scan confirm it
+        n_scores = len(lowered.scores)
+        counts = list(raw[0][10 + n_scores + 1])
+        short = [n for a, n in zip(lowered.fusion.arms, counts, strict=False)
+                 if a.kind == "semantic" and n < lowered.depth]
+        if not short:
+            return False
+        flt = self.compile_filter(lowered.filter) if lowered.filter is not None else None
+        return self._matching(conn, flt, lowered.depth) > min(short)
 
     def _exact_reason(self, k: int) -> tuple[bool, str]:
         if self.exact:

@@ -362,9 +362,11 @@ class QdrantStore:
         """Top-``k`` (key, cosine) per query among rows passing ``flt``, best first.
 
         Ties on the score are broken by (seq, position). With a filter that needs the adapter re-check,
-        the passing keys are collected first and searched with a ``has_id`` condition. ``min_score`` is
-        sent as ``score_threshold`` (nudged down one ulp, as local mode's test is strict) and applied
-        again here as ``score >= min_score``.
+        the passing keys are collected first and searched with a ``has_id`` condition. When not
+        ``exact`` (HNSW on a server), a filtered query that returns fewer than ``k`` rows is checked
+        against ``count`` and searched exactly if it under-filled, so it returns ``min(k, matches)``.
+        ``min_score`` is sent as ``score_threshold`` (nudged down one ulp, as local mode's test is
+        strict) and applied again here as ``score >= min_score``.
         """
         queries = np.atleast_2d(np.asarray(vectors, dtype=np.float32))
         if k <= 0 or (flt is not None and flt.extra.get("empty")):
@@ -386,39 +388,46 @@ class QdrantStore:
             else:
                 params = qm.SearchParams(hnsw_ef=max(self.hnsw_ef, k))
             threshold = None if min_score is None else math.nextafter(float(min_score), -math.inf)
+            # one batched round trip; only a query whose k-th score ties the next one is widened alone
+            limit = k + 1
+            responses = self.client.query_batch_points(
+                self.collection,
+                requests=[
+                    qm.QueryRequest(query=q.tolist(), filter=native, params=params, limit=limit,
+                                    with_payload=["seq", "position"], score_threshold=threshold)
+                    for q in queries
+                ],
+            )
             out: list[list[tuple[Any, float]]] = []
-            rounds = 0
-            for q in queries:
-                hits, r = self._query(q, k, native, params, threshold)
-                rounds += r
+            rounds = 1
+            points = [resp.points for resp in responses]
+            if native is not None and not (self.exact or self._local) and any(len(res) < k for res in points):
+                # HNSW with a filter on unindexed views may under-fill: count, and search short ones exactly
+                matches = int(self.client.count(self.collection, count_filter=native, exact=True).count)
+                short = [i for i, res in enumerate(points) if len(res) < min(k, matches)]
+                if short:
+                    path, params, rounds = "native+exact", qm.SearchParams(exact=True), 2
+                    for i in short:
+                        points[i] = self.client.query_points(
+                            self.collection, query=queries[i].tolist(), query_filter=native, search_params=params,
+                            limit=limit, with_payload=["seq", "position"], score_threshold=threshold,
+                        ).points
+            for q, res in zip(queries, points, strict=True):
+                lim = limit
+                while len(res) == lim and res[-1].score == res[k - 1].score:
+                    lim *= 2
+                    rounds += 1
+                    res = self.client.query_points(
+                        self.collection, query=q.tolist(), query_filter=native, search_params=params, limit=lim,
+                        with_payload=["seq", "position"], score_threshold=threshold,
+                    ).points
+                res = sorted(res, key=lambda p: (-p.score, int(p.payload["seq"]), int(p.payload["position"])))
+                hits = [(str(p.id), float(p.score)) for p in res[:k]]
                 if min_score is not None:
                     hits = [h for h in hits if h[1] >= min_score]
                 out.append(hits)
         self.last_stats = {"path": path, "rounds": rounds}
         return out
-
-    def _query(
-        self, q: np.ndarray, k: int, native: Any, params: Any, threshold: float | None
-    ) -> tuple[list[tuple[Any, float]], int]:
-        """One query: widen the limit until the k-th score is not tied with the first one left out."""
-        limit = k + 1
-        rounds = 0
-        while True:
-            rounds += 1
-            res = self.client.query_points(
-                self.collection,
-                query=q.tolist(),
-                query_filter=native,
-                search_params=params,
-                limit=limit,
-                with_payload=["seq", "position"],
-                score_threshold=threshold,
-            ).points
-            if len(res) < limit or res[-1].score != res[k - 1].score:
-                break
-            limit *= 2
-        res = sorted(res, key=lambda p: (-p.score, int(p.payload["seq"]), int(p.payload["position"])))
-        return [(str(p.id), float(p.score)) for p in res[:k]], rounds
 
     def fetch(self, keys: Sequence[Any]) -> list[Row]:
         """Rows for keys, in the order given; unknown keys are skipped."""

@@ -299,6 +299,13 @@ def filter_dataset() -> list[DocRecord]:
     return docs
 
 
+class FilterFixture(tuple):
+    """(store, rows, vectors by key), with a short repr for hypothesis reports."""
+
+    def __repr__(self) -> str:
+        return f"FilterFixture({len(self[1])} rows)"
+
+
 @pytest.fixture(scope="module")
 def filter_store():
     s = ChromaStore(collection="filters")
@@ -306,7 +313,7 @@ def filter_store():
     docs = filter_dataset()
     s.upsert(docs)
     rows = s.fetch(s.scan())
-    yield s, rows, {r.key: v for r, v in zip(rows, _row_vectors(docs, rows), strict=True)}
+    yield FilterFixture((s, rows, {r.key: v for r, v in zip(rows, _row_vectors(docs, rows), strict=True)}))
     s.close()
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -335,6 +336,13 @@ def test_stale_damaged_or_different_index_is_rebuilt(tmp_path: Path) -> None:
     fourth = HnswlibStore(tmp_path, m=8)  # other build parameters: not reused
     assert fourth.index_origin == "built" and fourth.count() == 49
     fourth.close()
+    side = tmp_path / "index.bin.json"
+    meta = json.loads(side.read_text())
+    assert HnswlibStore(tmp_path, m=8).index_origin == "file"
+    side.write_text(json.dumps({**meta, "docs": ["not", "a", "mapping"]}))  # valid token, wrong shape
+    fifth = HnswlibStore(tmp_path, m=8)
+    assert fifth.index_origin == "built" and ident(fifth, fifth.knn(data[5:6], 1)[0]) == [("d5", 0)]
+    fifth.close()
 
 
 def test_index_saved_by_a_stale_writer_is_not_reused(tmp_path: Path) -> None:

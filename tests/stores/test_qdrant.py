@@ -209,6 +209,25 @@ def test_filtered_knn_under_a_selective_filter_fills_k(store: QdrantStore) -> No
     assert len(store.knn(vecs[:1], 5, checked)[0]) == 3
 
 
+def test_hnsw_mode_declares_inexact_and_still_fills_k() -> None:
+    import warnings
+
+    s = QdrantStore(exact=False, hnsw_ef=64)
+    s.open(DIM)
+    s._local = False  # take the server code path (search params, under-fill check) on the local client
+    try:
+        assert s.capabilities.EXACT is False
+        rng = np.random.default_rng(14)
+        vecs = unit_vectors(rng, 40)
+        s.upsert([make_doc(f"d{i}", ["s."], {"i": i}, i + 1, vecs[i:i + 1]) for i in range(40)])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            got = s.knn(vecs[:2], 5, s.compile_filter(Cond("lt", ("meta", "i"), 3)))
+        assert [len(g) for g in got] == [3, 3]
+    finally:
+        s.close()
+
+
 def test_similarities(store: QdrantStore) -> None:
     rng = np.random.default_rng(9)
     vecs = unit_vectors(rng, 5)
@@ -260,6 +279,13 @@ def filter_dataset() -> list[DocRecord]:
     return docs
 
 
+class FilterFixture(tuple):
+    """(store, rows, vectors by key), with a short repr for hypothesis reports."""
+
+    def __repr__(self) -> str:
+        return f"FilterFixture({len(self[1])} rows)"
+
+
 @pytest.fixture(scope="module")
 def filter_store():
     s = QdrantStore(collection="filters")
@@ -267,7 +293,7 @@ def filter_store():
     docs = filter_dataset()
     s.upsert(docs)
     rows = s.fetch(s.scan())
-    yield s, rows, {r.key: v for r, v in zip(rows, _row_vectors(docs, rows), strict=True)}
+    yield FilterFixture((s, rows, {r.key: v for r, v in zip(rows, _row_vectors(docs, rows), strict=True)}))
     s.close()
 
 

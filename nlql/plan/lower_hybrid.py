@@ -1,0 +1,164 @@
+"""Pass: decide whether a hybrid plan runs as one SQL statement on the store, and build it.
+
+A plan with a BM25, RRF or INTERLEAVE score is *lowered* (``plan.lowered`` set to a
+:class:`~nlql.sql.nodes.Lowered`) when all of these hold; otherwise the engine runs it arm by arm and
+``plan.lowering["reason"]`` says which rule failed (explain prints it):
+
+1. the store declares ``Capabilities.SQL_ARMS`` and has a ``dialect``;
+2. the unit is SENTENCE or SPAN(SENTENCE) (the statement ranks sentences);
+3. there is a LIMIT (arms are cut at ``plan.arm_depth``);
+4. at most one fusion score; every arm is a binding that is exactly one SIMILARITY or BM25 call;
+5. ORDER BY is one key, DESC: the fusion binding, or (no fusion) a BM25 binding, written or implicit;
+6. the whole WHERE is pushed, except score conditions ``score op number`` (op one of > >= < <=) on a
+   SIMILARITY, BM25 or the fusion binding, which the statement applies to every arm before its LIMIT
+   (and on the fusion score after fusion);
+7. BM25 terms come from the same analyzer on both sides (the store's term table was built with the
+   engine's analyzer);
+8. the dialect's capability flags cover the plan (:meth:`~nlql.sql.dialect.Dialect.missing_feature`).
+
+Everything else — the bindings' values, ORDER BY, OFFSET/LIMIT, hits — stays the engine's shared code,
+so both paths give the same rows in the same order with the same scores.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nlql import ir
+from nlql.plan.nodes import Plan, ScoreSpec
+from nlql.render import render_expr
+from nlql.sql.nodes import Arm, Fusion, KeywordScore, Lowered, Score, SimilarityScore, Threshold
+
+__all__ = ["lower_hybrid"]
+
+_FLIP = {">": "<", ">=": "<=", "<": ">", "<=": ">="}
+_OPS = (">", ">=", "<", "<=")
+
+
+def _slot_of(expr: ir.Expr, plan: Plan) -> str | None:
+    if isinstance(expr, ir.Ref):
+        return plan.binding_slots.get(expr.name)
+    if isinstance(expr, ir.Call):
+        return plan.slots.get(expr)
+    return None
+
+
+def _threshold(expr: ir.Expr, plan: Plan, kinds: dict[str, str]) -> Threshold | None:
+    """``score op number`` / ``number op score`` on a score slot, else None."""
+    if not isinstance(expr, ir.Compare) or expr.op not in _OPS:
+        return None
+    op, score, other = expr.op, expr.left, expr.right
+    slot = _slot_of(score, plan)
+    if slot is None:
+        op, score, other = _FLIP[op], expr.right, expr.left
+        slot = _slot_of(score, plan)
+    if slot is None or slot not in kinds:
+        return None
+    if not isinstance(other, ir.Literal) or isinstance(other.value, bool) or not isinstance(
+            other.value, (int, float)):
+        return None
+    kind = kinds[slot]
+    return Threshold(slot, "FUSED" if kind in ("RRF", "INTERLEAVE") else kind, op, float(other.value),
+                     render_expr(expr))
+
+
+def _engine(plan: Plan, why: str) -> Plan:
+    plan.lowered = None
+    plan.lowering = {"strategy": "engine", "reason": why}
+    return plan
+
+
+def lower_hybrid(plan: Plan, store: Any, analyzer: Any = None) -> Plan:
+    """Set ``plan.lowered``/``plan.lowering`` for hybrid plans (see the module docstring).
+
+    Args:
+        plan: A finished plan.
+        store: The store it runs on (``capabilities.SQL_ARMS``, ``dialect``, ``analyzer`` are read).
+        analyzer: The engine's BM25 analyzer (``None`` is the default :class:`~nlql.text.analyzer.Analyzer`).
+    """
+    if not any(s.kind in ("BM25", "RRF", "INTERLEAVE") for s in plan.scores):
+        return plan
+    caps = store.capabilities
+    dialect = getattr(store, "dialect", None)
+    if not getattr(caps, "SQL_ARMS", False) or dialect is None:
+        return _engine(plan, f"the {caps.NAME} store has no SQL dialect")
+    unit = plan.unit
+    if unit.kind not in dialect.UNITS or (unit.kind == "SPAN" and unit.base == "CHUNK"):
+        shown = unit.kind if unit.kind != "SPAN" else f"SPAN({unit.base})"
+        return _engine(plan, f"{shown} rows group sentences (the statement ranks sentences)")
+    if plan.limit is None or plan.arm_depth is None:
+        return _engine(plan, "there is no LIMIT (every row is ranked)")
+    by_slot: dict[str, ScoreSpec] = {s.slot: s for s in plan.scores}
+    fusions = [s for s in plan.scores if s.kind in ("RRF", "INTERLEAVE")]
+    if len(fusions) > 1:
+        return _engine(plan, "the query has more than one fusion score")
+    if len(plan.order) != 1:
+        return _engine(plan, f"ORDER BY has {len(plan.order)} keys (the statement orders by one score)"
+                       if plan.order else "there is no score to order by")
+    key = plan.order[0]
+    order_slot = _slot_of(key.expr, plan)
+    if fusions:
+        spec = fusions[0]
+        if order_slot != spec.slot or not key.descending:
+            return _engine(plan, f"ORDER BY {key.label}{' DESC' if key.descending else ' ASC'} is not "
+                                 f"the fusion score {spec.slot} DESC")
+        arms = []
+        for name in spec.arms:
+            slot = plan.binding_slots.get(name)
+            kind = by_slot[slot].kind if slot in by_slot else None
+            if slot is None or kind not in ("SIMILARITY", "BM25"):
+                return _engine(plan, f"arm {name} is not exactly one SIMILARITY or BM25 call")
+            arms.append(Arm(name, slot, "semantic" if kind == "SIMILARITY" else "bm25"))
+        if len(spec.weights) != len(arms):
+            return _engine(plan, "RRF weights do not match its arms")
+        fusion = Fusion(spec.kind, spec.slot, tuple(arms), k=spec.k, weights=spec.weights)
+    else:
+        if order_slot is None or by_slot[order_slot].kind != "BM25" or not key.descending:
+            return _engine(plan, f"ORDER BY {key.label} is not a fusion or BM25 score DESC")
+        binding = key.label if isinstance(key.expr, ir.Ref) else order_slot
+        fusion = Fusion("SINGLE", order_slot, (Arm(binding, order_slot, "bm25"),))
+
+    kinds = {s.slot: s.kind for s in plan.scores}
+    thresholds: list[Threshold] = []
+    for c in plan.residual:
+        t = _threshold(c, plan, kinds)
+        if t is None or t.kind == "FUSED":
+            return _engine(plan, f"WHERE {render_expr(c)} is evaluated by the engine (not pushed)")
+        thresholds.append(t)
+    fused: list[Threshold] = []
+    for c in plan.fusion_residual:
+        t = _threshold(c, plan, kinds)
+        if t is None or t.slot != fusion.slot:
+            return _engine(plan, f"WHERE {render_expr(c)} is evaluated by the engine after fusion")
+        fused.append(t)
+    if fusion.method == "SINGLE":
+        own = [t for t in thresholds if t.slot == fusion.slot]
+        fusion = Fusion("SINGLE", fusion.slot, fusion.arms, fill=all(t.holds(0.0) for t in own))
+
+    from nlql.text.analyzer import Analyzer
+
+    engine_an = analyzer if analyzer is not None else Analyzer()
+    scores: list[Score] = []
+    for s in plan.scores:
+        if s.kind == "SIMILARITY":
+            if not s.texts:
+                return _engine(plan, f"{s.label} has no text to embed")
+            scores.append(SimilarityScore(s.slot, len(s.texts), s.label))
+        elif s.kind == "BM25":
+            store_an = getattr(store, "analyzer", None)
+            if store_an != engine_an:
+                return _engine(plan, f"the store's BM25 terms use {store_an!r}, the engine {engine_an!r}")
+            terms = tuple(dict.fromkeys(engine_an.terms(" ".join(s.texts))))
+            scores.append(KeywordScore(s.slot, terms, s.label))
+
+    fetch = plan.limit + plan.offset
+    if plan.rerank:
+        fetch = max(fetch, int(plan.rerank.get("factor") or 1) * fetch)
+    lowered = Lowered(scores=tuple(scores), fusion=fusion, filter=plan.pushed, thresholds=tuple(thresholds),
+                      fused_thresholds=tuple(fused), depth=plan.arm_depth, fetch=max(fetch, 0))
+    why = dialect.missing_feature(lowered)
+    if why is not None:
+        return _engine(plan, why)
+    plan.lowered = lowered
+    plan.lowering = {"strategy": "sql", "reason": f"one statement on {dialect.NAME}", "dialect": dialect.NAME}
+    return plan
