@@ -65,7 +65,7 @@ _A = {
 }
 _NUMERIC = frozenset({"number", "score"})
 _NOT_CONDITIONS = frozenset({"number", "score", "string", "datetime", "list"})
-_MAX_DEPTH = 400  # hand-built IR deeper than this is reported, not recursed into
+_MAX_DEPTH = 250  # hand-built IR deeper than this is reported, not recursed into (the parser stops at 200)
 
 
 def check(
@@ -259,7 +259,6 @@ class _Checker:
         for b in query.bindings:
             self.bindings.setdefault(b.name, b)
         self.types: dict[str, str] = {}
-        self.pending: set[str] = set()
         self.score_memo: dict[str, bool] = {}
         self.used_params: set[str] = set()
         self.missing_reported: set[str] = set()
@@ -344,19 +343,27 @@ class _Checker:
             elif lower == "meta":
                 self._report(b, "'meta' cannot be a binding name", "it starts metadata paths: meta.<key>",
                              code="binding")
-        self._cycles()
+        # Bindings are checked dependencies first, iteratively: a chain of thousands of bindings
+        # (a → b → c …) never recurses, and a Ref just looks up the type of an already checked binding.
+        for name in self._dependency_order():
+            expr = self.bindings[name].expr
+            self.types[name] = self._expr(expr)
+            self.score_memo[name] = self._is_score(expr)
         for b in self.query.bindings:
-            if self.bindings[b.name] is b:
-                self._binding_type(b.name)
-            else:
+            if self.bindings[b.name] is not b:
                 self._expr(b.expr)
 
-    def _cycles(self) -> None:
-        """Report each cycle among bindings once (a self-reference is a cycle of one)."""
+    def _dependency_order(self) -> list[str]:
+        """Binding names, each after the bindings it uses; reports each cycle once on the way.
+
+        A binding in a cycle comes after the others of its cycle that were reached first; its uses of
+        them see the type ``any`` (the cycle is already an error).
+        """
         graph = {name: [r for r in b.expr.walk() if isinstance(r, Ref) and r.name in self.bindings]
                  for name, b in self.bindings.items()}
         state: dict[str, int] = {}  # 1 = on the current path, 2 = done
         reported: set[frozenset[str]] = set()
+        order: list[str] = []
         for root in graph:
             if state.get(root):
                 continue
@@ -366,7 +373,9 @@ class _Checker:
             while iters:
                 ref = next(iters[-1], None)
                 if ref is None:
-                    state[path.pop()] = 2
+                    done = path.pop()
+                    state[done] = 2
+                    order.append(done)
                     iters.pop()
                     continue
                 target = ref.name
@@ -379,7 +388,10 @@ class _Checker:
                             self._report(ref, f"binding '{target}' refers to itself",
                                          "a binding cannot use its own value", code="cycle")
                         else:
-                            chain = " → ".join([*cycle, target])
+                            shown = cycle if len(cycle) <= 6 else [*cycle[:3], "…", *cycle[-2:]]
+                            chain = " → ".join([*shown, target])
+                            if len(cycle) > 6:
+                                chain += f" ({len(cycle)} bindings)"
                             self._report(ref, f"bindings refer to each other in a cycle: {chain}",
                                          "break the cycle: a binding may only use bindings that do not use it",
                                          code="cycle")
@@ -387,38 +399,23 @@ class _Checker:
                     state[target] = 1
                     path.append(target)
                     iters.append(iter(graph[target]))
+        return order
 
-    def _binding_type(self, name: str) -> str:
-        if name in self.types:
-            return self.types[name]
-        if name in self.pending:  # a cycle, already reported
-            return "any"
-        self.pending.add(name)
-        t = self._expr(self.bindings[name].expr)
-        self.pending.discard(name)
-        self.types[name] = t
-        return t
-
-    def _is_score(self, e: Node, seen: frozenset[str] = frozenset()) -> bool:
+    def _is_score(self, e: Node) -> bool:
         """Whether an expression is a score: a score call, a score binding, or arithmetic over one."""
         if isinstance(e, Call):
             name = e.name.upper()
             if name in SCORE_FUNCTIONS:
                 return True
             if name == "IF" and len(e.args) == 3:
-                return self._is_score(e.args[1], seen) or self._is_score(e.args[2], seen)
+                return self._is_score(e.args[1]) or self._is_score(e.args[2])
             return False
         if isinstance(e, Ref):
-            b = self.bindings.get(e.name)
-            if b is None or e.name in seen:
-                return False
-            if e.name not in self.score_memo:
-                self.score_memo[e.name] = self._is_score(b.expr, seen | {e.name})
-            return self.score_memo[e.name]
+            return self.score_memo.get(e.name, False)
         if isinstance(e, Binary) and e.op in ("+", "-", "*", "/"):
-            return self._is_score(e.left, seen) or self._is_score(e.right, seen)
+            return self._is_score(e.left) or self._is_score(e.right)
         if isinstance(e, Unary) and e.op == "-":
-            return self._is_score(e.operand, seen)
+            return self._is_score(e.operand)
         return False
 
     # ------------------------------------------------------------------------------------ parameters
@@ -489,7 +486,7 @@ class _Checker:
             return self.schema.get(".".join(e.keys), "any")
         if isinstance(e, Ref):
             if e.name in self.bindings:
-                return self._binding_type(e.name)
+                return self.types.get(e.name, "any")
             self._unknown_name(e)
             return "any"
         if isinstance(e, ListExpr):

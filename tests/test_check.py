@@ -458,3 +458,13 @@ def test_parse_duration(text: str, seconds: float) -> None:
 @pytest.mark.parametrize("text", ["", "soon", "0d", "5 parsecs", "-3d", "1e9y"])
 def test_parse_duration_rejects(text: str) -> None:
     assert parse_duration(text) is None
+
+
+def test_long_binding_chains_do_not_recurse() -> None:
+    n = 5000
+    chain = ", ".join(f"a{i} = a{i + 1} + 1" for i in range(n))
+    text = f"SELECT SENTENCE LET {chain}, a{n} = SIMILARITY(content, 'x'), f = RRF(a0, a{n}) WHERE a0 > 'x'"
+    assert messages(text) == ["cannot compare a score with a string"], "types flow through 5,000 bindings"
+    loop = ", ".join(f"a{i} = a{i - 1} + 1" for i in range(1, n)) + f", a0 = a{n - 1}"
+    [d] = check(f"SELECT SENTENCE LET {loop}")
+    assert d.message == f"bindings refer to each other in a cycle: a1 → a0 → a{n - 1} → … → a3 → a2 → a1 ({n} bindings)"

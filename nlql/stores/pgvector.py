@@ -7,7 +7,7 @@ database: the schema is created under an advisory lock and a second store on the
 
 Schema (``<p>`` is ``table_prefix``, default ``nlql``)::
 
-    <p>_meta   (key text PRIMARY KEY, value text)                 -- 'dim', 'schema'
+    <p>_meta   (key text PRIMARY KEY, value text)                 -- 'dim', 'schema', 'max_seq', 'analyzer'
     <p>_docs   (doc_id text PRIMARY KEY, seq bigint, text text,
                 metadata json,          -- the metadata exactly as given (JSON text, see below)
                 mflat jsonb,            -- typed, flattened view of the metadata used by filters
@@ -16,9 +16,15 @@ Schema (``<p>`` is ``table_prefix``, default ``nlql``)::
     <p>_units  (key bigint identity PRIMARY KEY, doc_id text REFERENCES <p>_docs ON DELETE CASCADE,
                 position int, content text, start int, "end" int, tail text, seq bigint,
                 fold text, num numeric, ts bigint,               -- content casefolded / as number / as date
-                embedding vector(dim))
+                embedding vector(dim), nterms int)                -- nterms: the sentence's BM25 length
     index <p>_units_doc (doc_id, position)
     index <p>_units_hnsw USING hnsw (embedding vector_cosine_ops)   -- once the table is large enough
+    <p>_terms  (term text, key bigint, tf int, PRIMARY KEY (term, key)) + index (key)   -- bm25=True
+    <p>_bm25   (n bigint, total_len bigint)                         -- one row: N and the total length
+
+The BM25 tables are written in the same transaction as the rows (terms from the store's ``analyzer``,
+computed in Python), so a hybrid plan can run as one statement (:mod:`nlql.sql.postgres`,
+:meth:`PgVectorStore.run_lowered`).
 
 Why ``metadata`` is ``json`` and not ``jsonb``: ``jsonb`` rejects ``\\u0000`` and rewrites numbers
 (``1e16`` comes back as the integer ``10000000000000000``), so a float would return as an int. ``json``

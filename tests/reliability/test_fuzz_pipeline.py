@@ -192,11 +192,16 @@ def _cond_leaf(value: st.SearchStrategy[str]) -> st.SearchStrategy[str]:
     )
 
 
-def _condition() -> st.SearchStrategy[str]:
-    return st.recursive(_cond_leaf(_value_expr()), lambda inner: st.one_of(
+def _condition(value: st.SearchStrategy[str]) -> st.SearchStrategy[str]:
+    return st.recursive(_cond_leaf(value), lambda inner: st.one_of(
         st.tuples(inner, st.sampled_from(["AND", "OR"]), inner).map(lambda t: f"({t[0]} {t[1]} {t[2]})"),
         inner.map(lambda x: f"NOT {x}"),
     ), max_leaves=5)
+
+
+# built once: constructing recursive strategies per draw costs more than running the query
+VALUE_EXPR = _value_expr()
+CONDITION = _condition(VALUE_EXPR)
 
 
 @st.composite
@@ -219,9 +224,9 @@ def generated_queries(draw: st.DrawFn) -> str:
     if lets:
         parts.append("LET " + ", ".join(lets))
     if draw(st.booleans()):
-        parts.append("WHERE " + draw(_condition()))
+        parts.append("WHERE " + draw(CONDITION))
     if draw(st.booleans()):
-        keys = draw(st.lists(st.tuples(_value_expr(), st.sampled_from(["", " ASC", " DESC"]),
+        keys = draw(st.lists(st.tuples(VALUE_EXPR, st.sampled_from(["", " ASC", " DESC"]),
                                        st.sampled_from(["", " NULLS FIRST", " NULLS LAST"])), min_size=1, max_size=3))
         parts.append("ORDER BY " + ", ".join(f"{e}{d}{n}" for e, d, n in keys))
     if draw(st.booleans()):

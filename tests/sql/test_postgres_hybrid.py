@@ -328,3 +328,57 @@ def test_store_without_bm25_runs_arm_by_arm(pg_dsn: str, reference: Engine) -> N
     assert "has no SQL dialect" in e.explain(q).to_dict()["lowering"]["reason"]
     assert _ids(e.search(q)) == _ids(reference.search(q))
     e.close()
+
+
+# -------------------------------------------------------------------------- random combinations
+
+FILTERS = ["", 'meta.status == "published"', 'meta.lang IN ("de", "fr")', "meta.n < 45",
+           'meta.date WITHIN "the past 3 weeks"', "meta.year >= 2021 OR meta.author IS NULL",
+           'content CONTAINS "the"', "NOT meta.n BETWEEN 20 AND 70"]
+
+
+def random_query(rng: random.Random) -> str:
+    words = rng.sample(VOCAB, 4)
+    sem_text, kw_text = " ".join(words[:2]), " ".join(words[rng.randint(0, 2):rng.randint(3, 4)])
+    conds = [c for c in rng.sample(FILTERS, 2) if c]
+    kind = rng.choice(["rrf", "rrf_w", "interleave", "single"])
+    if rng.random() < 0.3:
+        conds.append(f"sem >= {rng.choice([0.0, 0.1, 0.2])}")
+    if rng.random() < 0.2:
+        conds.append(f"kw > {rng.choice([0, 0.5, 2])}")
+    where = " AND ".join(f"({c})" for c in conds)
+    tail = f"LIMIT {rng.randint(1, 15)}" + (f" OFFSET {rng.randint(1, 10)}" if rng.random() < 0.4 else "")
+    if kind == "single":
+        w = f" WHERE {where}" if where else ""
+        return (f'SELECT SENTENCE LET kw = BM25(content, "{kw_text}"), sem = SIMILARITY(content, "{sem_text}")'
+                f"{w} ORDER BY kw DESC {tail}")
+    fuse = {"rrf": f"RRF(sem, kw, k => {rng.choice([1, 10, 60])})",
+            "rrf_w": f"RRF(kw, sem, weights => [{rng.choice([0.5, 1, 3])}, {rng.choice([0.2, 1])}])",
+            "interleave": rng.choice(["INTERLEAVE(sem, kw)", "INTERLEAVE(kw, sem)"])}[kind]
+    return _q(sem_text, kw_text, fuse, where, tail)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_random_hybrid_queries_agree(pg: Engine, reference: Engine, seed: int) -> None:
+    rng = random.Random(1000 + seed)
+    lowered = 0
+    for _ in range(15):
+        q = random_query(rng)
+        want, got = reference.search(q), pg.search(q)
+        assert _ids(got) == _ids(want), q
+        for g, w in zip(got, want, strict=True):
+            for k, v in w.scores.items():
+                assert g.scores[k] == pytest.approx(v, abs=1e-6), (q, g.id, k)
+        lowered += got.stats.get("store", {}).get("path") == "sql"
+    assert lowered == 15
+
+
+def test_rerank_after_the_statement(pg: Engine, reference: Engine) -> None:
+    from nlql.rerankers import FakeReranker
+
+    q = _q("solar grid", "solar grid battery", tail="LIMIT 4 OFFSET 1")
+    want = reference.search(q, reranker=FakeReranker())
+    got = pg.search(q, reranker=FakeReranker())
+    assert got.stats["store"]["path"] == "sql"
+    assert _ids(got) == _ids(want)
+    assert [h.scores["rerank"] for h in got] == [h.scores["rerank"] for h in want]
