@@ -14,9 +14,11 @@ ms`` the median of a first query after clearing them. The raw ``IndexFlatIP`` ro
 from __future__ import annotations
 
 import argparse
+import importlib
 import statistics
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -67,8 +69,7 @@ def cold_ms(store: MemoryStore, fn: Callable[[np.ndarray], Any], queries: np.nda
 
 
 def raw_flat(data: np.ndarray, queries: np.ndarray, masks: dict[str, np.ndarray | None]) -> None:
-    import faiss
-
+    faiss: Any = importlib.import_module("faiss")
     index = faiss.IndexFlatIP(data.shape[1])
     index.add(data)
     threads = faiss.omp_get_max_threads()
@@ -77,7 +78,7 @@ def raw_flat(data: np.ndarray, queries: np.ndarray, masks: dict[str, np.ndarray 
         params = None
         if mask is not None:
             params = faiss.SearchParameters(sel=faiss.IDSelectorBitmap(np.packbits(mask, bitorder="little")))
-        ms = median_ms(lambda q, p=params: index.search(q, 10, params=p), queries)
+        ms = median_ms(partial(index.search, k=10, params=params), queries)
         print(f"{'':<22}{'':>9}  {name:<6}{'raw':>7}{ms:>11.2f}{'':>11}{1.0:>11.3f}")
     faiss.omp_set_num_threads(threads)
 
@@ -114,8 +115,9 @@ def main() -> None:
     for name, cond in filters.items():
         nf = None if cond is None else ref.compile_filter(cond)
         truth[name] = [{key for key, _ in hits} for hits in ref.knn(queries, k, nf)]
-        ms = median_ms(lambda q, nf=nf: ref.knn(q, k, nf), queries)
-        cold = cold_ms(ref, lambda q, nf=nf: ref.knn(q, k, nf), queries)
+        search = partial(ref.knn, k=k, flt=nf)
+        ms = median_ms(search, queries)
+        cold = cold_ms(ref, search, queries)
         print(f"{'':<22}{'':>9}  {name:<6}{'exact':>7}{ms:>11.2f}{cold:>11.2f}{1.0:>11.3f}")
     chosen = set(args.stores.split(","))
     if "raw" in chosen:
@@ -148,8 +150,9 @@ def main() -> None:
                 path = store.last_stats["path"] if mode == "auto" else "ann!"
                 recall = np.mean([len({key for key, _ in g} & t_) / max(1, len(t_))
                                   for g, t_ in zip(got, truth[name], strict=True)])
-                ms = median_ms(lambda q, nf=nf, s=store: s.knn(q, k, nf), queries)
-                cold = cold_ms(store, lambda q, nf=nf, s=store: s.knn(q, k, nf), queries)
+                search = partial(store.knn, k=k, flt=nf)
+                ms = median_ms(search, queries)
+                cold = cold_ms(store, search, queries)
                 rounds = store.last_stats["rounds"]
                 print(f"{'':<22}{'':>9}  {name:<6}{path:>7}{ms:>11.2f}{cold:>11.2f}{recall:>11.3f}"
                       f"   rounds={rounds}")

@@ -73,6 +73,16 @@ def machine_info() -> dict[str, Any]:
     return info
 
 
+def stamp_end(results: dict[str, Any], started: float) -> None:
+    """Record the load average at the end and the wall time of the script (``started``: perf_counter)."""
+    machine = results.setdefault("machine", {})
+    try:
+        machine["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        pass
+    results["wall_s"] = round(time.perf_counter() - started, 1)
+
+
 def write_json(path: Path, data: dict[str, Any]) -> None:
     """Write ``data`` as indented JSON, creating the directory."""
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.common import RESULTS, QueryMemo, log, machine_info, median_ms, write_json  # noqa: E402
+from bench.common import RESULTS, QueryMemo, log, machine_info, median_ms, stamp_end, write_json  # noqa: E402
 from bench.corpus import synthetic_corpus  # noqa: E402
 
 QUERY_TEXT = "renewable energy policy"
@@ -122,6 +122,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--repeat", type=int, default=30)
     ap.add_argument("--out", type=Path, default=RESULTS / "floor.json")
     args = ap.parse_args(argv)
+    started = time.perf_counter()
     results: dict[str, Any] = {
         "title": "Built-in store vs the numpy floor (exact fp32 top-10, dim 384)",
         "machine": machine_info(),
@@ -145,6 +146,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
               f"{r['ms']['engine_similarity_only']:.2f} ms  canonical {r['ms']['engine_canonical']:.2f} ms "
               f"(filtered floor {r['ms']['numpy_filtered_one_thread']:.2f})  recall@10 {r['recall_at_10_vs_numpy']}")
         gc.collect()
+    stamp_end(results, started)
     write_json(args.out, results)
     log(f"wrote {args.out}")
     return results

@@ -49,7 +49,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.common import CACHE, RESULTS, log, machine_info, write_json  # noqa: E402
+from bench.common import CACHE, RESULTS, log, machine_info, stamp_end, write_json  # noqa: E402
 
 STDLIB_SET = ROOT / "bench" / "data" / "stdlib-known-item"
 LIMIT = 100
@@ -431,6 +431,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--out", type=Path, default=RESULTS / "quality.json")
     args = ap.parse_args(argv)
 
+    started = time.perf_counter()
     ds = load_beir(args.beir, args.split) if args.beir else load_stdlib_set(args.build)
     if args.limit:
         ds = ds.subset(args.limit)
@@ -449,6 +450,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "verdict": [verdict(result, m) for m in headline],
         "total_s": round(time.perf_counter() - t, 1),
     }
+    stamp_end(out, started)
     write_json(args.out, out)
     print(f"{ds.name}: {result['n_queries']} queries over {result['n_passages']} passages ({args.embedder})")
     for method, row in result["methods"].items():

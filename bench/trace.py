@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.common import RESULTS, QueryMemo, log, machine_info, median_ms, write_json  # noqa: E402
+from bench.common import RESULTS, QueryMemo, log, machine_info, median_ms, stamp_end, write_json  # noqa: E402
 from bench.corpus import synthetic_corpus  # noqa: E402
 
 QUERY_TEXT = "renewable energy policy"
@@ -165,6 +165,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--no-minilm", action="store_true", help="skip the separate MiniLM query-embedding timing")
     ap.add_argument("--out", type=Path, default=RESULTS / "trace.json")
     args = ap.parse_args(argv)
+    started = time.perf_counter()
     traces = []
     for store in stores_to_trace(args.store):
         log(f"[trace] {_label(store)} n={args.n}")
@@ -174,6 +175,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print_trace(r, minilm)
     out = {"title": f"Per-stage trace of one hybrid query at {args.n:,} sentences", "machine": machine_info(),
            "traces": traces, "minilm_query_embed_ms": minilm}
+    stamp_end(out, started)
     write_json(args.out, out)
     log(f"wrote {args.out}")
     return out

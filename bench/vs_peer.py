@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.common import CACHE, RESULTS, LookupEmbedder, log, machine_info, timed_runs, write_json  # noqa: E402
+from bench.common import CACHE, RESULTS, LookupEmbedder, log, machine_info, stamp_end, timed_runs, write_json  # noqa: E402
 from bench.corpus import synthetic_corpus  # noqa: E402
 
 PEER_PACKAGE = "python-nlql==0.3.3"
@@ -241,6 +241,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     repeat = args.repeat or profile["repeat"]
     peer_repeat = args.peer_repeat or profile["peer_repeat"]
 
+    started = time.perf_counter()
     python = ensure_peer()
     results: dict[str, Any] = {
         "title": "NLQL vs python-nlql 0.3.3 (built-in stores, same corpus, same vectors)",
@@ -290,6 +291,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                  "ingest_x": r["ingest"], "canonical_x": r["canonical"]}
     else:
         results["goals_100k"] = {"note": "the peer was not run at 100k in this profile (use --full)"}
+    stamp_end(results, started)
     write_json(args.out, results)
     log(f"wrote {args.out}")
     return results

@@ -21,6 +21,22 @@ _NUMERIC = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
 _ISO_DATE = re.compile(r"\d{4}-\d{2}(?:-\d{2})?(?:[T ].*)?")
 
 
+SCORE_DECIMALS = 6
+
+
+def round_scores(scores: Any) -> Any:
+    """Round cosine scores to ``SCORE_DECIMALS`` places (in place for float arrays; returns the array).
+
+    float32 dot products carry ~1e-7 noise that depends on the BLAS kernel, the row's position and the
+    store (pgvector computes in float4): rounding makes equal texts tie exactly, so ties break on
+    insertion order, and every store reports the same score.
+    """
+    import numpy as np
+
+    return np.round(scores, SCORE_DECIMALS, out=scores) if isinstance(scores, np.ndarray) else round(
+        float(scores), SCORE_DECIMALS)
+
+
 def is_null(v: Any) -> bool:
     """Null for NLQL: None, a missing key, or a float NaN."""
     return v is None or (isinstance(v, float) and math.isnan(v))

@@ -76,6 +76,9 @@ class Executor:
         t = time.perf_counter()
         qv = self._embed(plan)
         stats.add("embed", (time.perf_counter() - t) * 1000)
+        if qv and deadline.expired():  # the embedding used the budget up: nothing recalled, nothing to return
+            raise NLQLTimeoutError(f"the search ran out of time ({timeout} s) while embedding the query",
+                                   hint="raise timeout= or use a faster embedder")
 
         need = None
         if plan.limit is not None:
@@ -98,7 +101,7 @@ class Executor:
             stats.add("fuse", (time.perf_counter() - t) * 1000)
         if late:
             t = time.perf_counter()
-            units = [u for u in units if all(truth(f(u.ctx)) is True for f in late)]
+            units = self._filter(units, late, deadline, warnings)
             stats.add("filter", (time.perf_counter() - t) * 1000)
 
         t = time.perf_counter()
@@ -106,7 +109,9 @@ class Executor:
         stats.add("order", (time.perf_counter() - t) * 1000)
         stats.counts["matches_seen"] = len(units)
 
-        if reranker is not None and units:
+        if reranker is not None and units and deadline.expired():
+            warnings.append("rerank skipped: the search ran out of time before it; results are in recall order")
+        elif reranker is not None and units:
             t = time.perf_counter()
             units = self._rerank(plan, units, reranker, rerank_query, need, warnings)
             stats.add("rerank", (time.perf_counter() - t) * 1000)
@@ -115,7 +120,7 @@ class Executor:
         if plan.limit is not None:
             page = page[: plan.limit]
         t = time.perf_counter()
-        hits = self._hits(plan, page, env)
+        hits = self._hits(plan, page, env, warnings)
         stats.add("materialize", (time.perf_counter() - t) * 1000)
         if max_tokens is not None:
             hits = pack_tokens(hits, max_tokens, warnings)
@@ -123,7 +128,8 @@ class Executor:
             if not hits:
                 raise NLQLTimeoutError(f"the search ran out of time ({timeout} s) before finding any row",
                                        hint="raise timeout= or narrow the query")
-            warnings.append(f"timeout after {timeout} s: results may be incomplete")
+            if not any(w.startswith("timeout") for w in warnings):
+                warnings.append(f"timeout after {timeout} s: results may be incomplete")
         stats.counts["returned"] = len(hits)
         return Hits(hits, stats.to_dict(), warnings)
 
@@ -161,7 +167,15 @@ class Executor:
         while True:
             rounds += 1
             t = time.perf_counter()
-            lists = self.store.knn(qv[slot], k, plan.native, min_score=min_score)
+            try:
+                lists = self.store.knn(qv[slot], k, plan.native, min_score=min_score)
+            except NLQLTimeoutError:
+                if rounds == 1:
+                    raise
+                # a wider round hit the store's own statement timeout: keep what the last round found
+                warnings.append("timeout while widening recall: the store timed out; "
+                                "fewer rows than LIMIT may be returned")
+                break
             stats.add("recall", (time.perf_counter() - t) * 1000)
             seen: dict[Any, float] = {}
             for lst in lists:
@@ -173,12 +187,13 @@ class Executor:
             exhausted = all(len(lst) < k for lst in lists) or k >= total
             t = time.perf_counter()
             units = self._units(plan, keys, qv, None, restrict=set(keys))
-            units = self._filter(units, residual)
+            units = self._filter(units, residual, deadline, warnings)
             stats.add("filter", (time.perf_counter() - t) * 1000)
             if len(units) >= need or exhausted:
                 break
             if deadline.expired():
-                warnings.append("timeout while widening recall: fewer rows than LIMIT may be returned")
+                if not any(w.startswith("timeout") for w in warnings):
+                    warnings.append("timeout while widening recall: fewer rows than LIMIT may be returned")
                 break
             k *= WIDEN_FACTOR
         stats.counts.update({"rounds": rounds, "candidates": candidates, "recall_k": k})
@@ -239,7 +254,7 @@ class Executor:
         else:
             units = self._units(plan, list(keys_arr), qv,
                                 {s: v for s, v in sentence_scores.items()})
-            units = self._filter(units, residual)
+            units = self._filter(units, residual, deadline, warnings)
         stats.add("filter", (time.perf_counter() - t) * 1000)
         return units
 
@@ -275,7 +290,7 @@ class Executor:
         for i in range(0, len(keys), SIM_BATCH):
             part = keys[i:i + SIM_BATCH]
             out[i:i + len(part)] = np.asarray(self.store.similarities(vectors, part)).max(axis=0)
-        return out
+        return V.round_scores(out)
 
     # ------------------------------------------------------------------------------------- units
 
@@ -349,10 +364,24 @@ class Executor:
         return out
 
     @staticmethod
-    def _filter(units: list[Unit], residual: list[RowFn]) -> list[Unit]:
+    def _filter(units: list[Unit], residual: list[RowFn], deadline: _Deadline | None = None,
+                warnings: list[str] | None = None) -> list[Unit]:
+        """Units passing every residual predicate; stops (with a warning) when the deadline passes."""
         if not residual:
             return units
-        return [u for u in units if all(truth(f(u.ctx)) is True for f in residual)]
+        if deadline is None or deadline.end is None:
+            return [u for u in units if all(truth(f(u.ctx)) is True for f in residual)]
+        out = []
+        for i, u in enumerate(units):
+            # checked per row: a slow user function in WHERE is where a search spends its time
+            if deadline.expired():
+                if warnings is not None:
+                    warnings.append(f"timeout while filtering: {len(units) - i} of {len(units)} candidate rows "
+                                    "were not checked; results may be incomplete")
+                break
+            if all(truth(f(u.ctx)) is True for f in residual):
+                out.append(u)
+        return out
 
     # ------------------------------------------------------------------------------------ fusion
 
@@ -463,11 +492,22 @@ class Executor:
         p = u.ctx.position
         return join_rows([r for r in doc if p - w <= r.position <= p + w])
 
-    def _hits(self, plan: Plan, page: list[Unit], env: Env) -> list[Hit]:
+    def _hits(self, plan: Plan, page: list[Unit], env: Env, warnings: list[str]) -> list[Hit]:
         if plan.unit.kind == "SPAN" and plan.unit.base != "CHUNK" and page:
             docs = self.store.document_rows(list(dict.fromkeys(u.ctx.doc_id for u in page)))
+            changed = 0
             for u in page:
-                u.extra["doc_rows"] = docs.get(u.ctx.doc_id, u.rows)
+                rows = docs.get(u.ctx.doc_id, u.rows)
+                # Another process may have replaced the document since recall (a shared database has no
+                # engine lock): a window from the new version around a sentence of the old one would be
+                # a torn hit, so the hit keeps its own sentence only.
+                if any(r.seq != u.ctx.seq for r in rows):
+                    rows = u.rows
+                    changed += 1
+                u.extra["doc_rows"] = rows
+            if changed:
+                warnings.append(f"{changed} document(s) changed while the query ran: "
+                                      "their SPAN hits show the hit sentence without its window")
         names = [b.name for b in plan.query.bindings]
         out = []
         for u in page:

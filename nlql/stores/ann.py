@@ -51,7 +51,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from nlql.stores.base import DocRecord, NativeFilter
-from nlql.stores.memory import MatrixStore, MemoryStore
+from nlql.stores.memory import MatrixStore, MemoryStore, matmul_t
 
 
 class AnnStore(MemoryStore):
@@ -341,7 +341,7 @@ class AnnStore(MemoryStore):
         keys = np.unique(keys)
         if len(keys) == 0:
             return []
-        scores = (np.atleast_2d(q) @ self.matrix[keys].T)[0]
+        scores = matmul_t(np.atleast_2d(q), self.matrix[keys])[0]
         if min_score is not None:
             keep = scores >= min_score
             keys, scores = keys[keep], scores[keep]

@@ -21,6 +21,7 @@ import numpy as np
 from nlql.stores.base import Capabilities, DocRecord, Filter, NativeFilter, Row
 from nlql.stores.doclog import DocLog
 from nlql.stores.table import RowTable
+from nlql.values import round_scores
 
 _ALL_OPS = frozenset({
     "eq", "ne", "lt", "le", "gt", "ge", "in", "not_in", "is_null", "is_not_null",
@@ -64,7 +65,8 @@ def _blas_one_thread() -> Any:
 def matmul_t(vectors: np.ndarray, sub: np.ndarray) -> np.ndarray:
     """``vectors @ sub.T`` laid out (batch, N), computed with single-threaded BLAS."""
     with _blas_one_thread():
-        return np.atleast_2d(vectors.astype(np.float32, copy=False) @ sub.T)
+        out = np.atleast_2d(vectors.astype(np.float32, copy=False) @ sub.T)
+    return round_scores(out)
 
 
 def describe_filter(flt: Filter) -> str:
