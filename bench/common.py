@@ -8,7 +8,7 @@ import platform
 import statistics
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -141,3 +141,19 @@ class QueryMemo:
             for t, v in zip(missing, np.asarray(self.inner.embed(missing), dtype=np.float32), strict=True):
                 self._memo[t] = v
         return np.stack([self._memo[t] for t in items]) if items else np.zeros((0, self.dim), np.float32)
+
+
+def interleaved_runs(fns: Mapping[str, Callable[[], Any]], repeat: int, warmup: int = 1) -> dict[str, list[float]]:
+    """Time several functions round-robin (a, b, c, a, b, c, …): every function's samples are spread over
+    the whole measurement window, so a burst of load from another process does not land on one of them
+    only. ``warmup`` unmeasured rounds first. Returns every run in ms, per name."""
+    for _ in range(warmup):
+        for fn in fns.values():
+            fn()
+    runs: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(max(1, repeat)):
+        for name, fn in fns.items():
+            t = time.perf_counter()
+            fn()
+            runs[name].append((time.perf_counter() - t) * 1000)
+    return runs

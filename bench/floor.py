@@ -23,7 +23,9 @@ Writes bench/results/floor.json.
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -35,7 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.common import RESULTS, QueryMemo, log, machine_info, median_ms, stamp_end, write_json  # noqa: E402
+from bench.common import RESULTS, QueryMemo, interleaved_runs, log, machine_info, stamp_end, write_json  # noqa: E402
 from bench.corpus import synthetic_corpus  # noqa: E402
 
 QUERY_TEXT = "renewable energy policy"
@@ -87,14 +89,16 @@ def run(n: int, repeat: int) -> dict[str, Any]:
 
     out: dict[str, Any] = {"n": n, "dim": 384, "dtype": "float32", "matrix_mb": round(mat.nbytes / 2**20, 1),
                            "build_s": round(build_s, 1), "filtered_rows": int(published.sum())}
-    ms = {
-        "numpy_default": median_ms(floor_default, repeat),
-        "numpy_one_thread": median_ms(floor_one, repeat),
-        "numpy_filtered_one_thread": median_ms(floor_filtered, repeat),
-        "store_knn": median_ms(store_knn, repeat),
-        "engine_similarity_only": median_ms(lambda: engine.search(SIMILARITY_ONLY), repeat),
-        "engine_canonical": median_ms(lambda: engine.search(CANONICAL), repeat),
-    }
+    # timed round-robin, so a burst of load from another process is shared by all of them
+    runs = interleaved_runs({
+        "numpy_default": floor_default,
+        "numpy_one_thread": floor_one,
+        "numpy_filtered_one_thread": floor_filtered,
+        "store_knn": store_knn,
+        "engine_similarity_only": functools.partial(engine.search, SIMILARITY_ONLY),
+        "engine_canonical": functools.partial(engine.search, CANONICAL),
+    }, repeat)
+    ms = {k: statistics.median(v) for k, v in runs.items()}
     out["ms"] = {k: round(v, 3) for k, v in ms.items()}
     floor = min(ms["numpy_default"], ms["numpy_one_thread"])
     out["floor_ms"] = round(floor, 3)
@@ -130,7 +134,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "floor": "numpy M @ q + argpartition on engine.store.matrix; default BLAS threads and one thread "
                      "(threadpoolctl); floor = the smaller",
             "filtered_floor": "the same on a prebuilt sub-matrix of status == 'published' rows, one thread",
-            "engine": "engine.search end to end, query embedding memoised; median after a warm-up run",
+            "engine": "engine.search end to end, query embedding memoised",
+            "timing": "all six measured round-robin (interleaved), median of the runs after one warm-up round",
             "queries": {"similarity_only": SIMILARITY_ONLY, "canonical": CANONICAL},
             "variants": "float32 only: the built-in store has no float16 or int8 variant",
         },

@@ -26,7 +26,7 @@ import json
 import statistics
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -56,16 +56,6 @@ class LookupEmbedder:
         except KeyError as exc:  # the peer changed a text (normaliser/splitter): vectors would differ
             raise SystemExit(f"peer asked for a vector of an unknown text: {exc.args[0]!r}") from None
         return self._vectors[rows]
-
-
-def median_ms(fn: Callable[[], Any], repeat: int) -> tuple[float, list[float]]:
-    fn()  # warm-up, excluded
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t) * 1000)
-    return statistics.median(times), times
 
 
 def main() -> None:
@@ -122,10 +112,20 @@ def main() -> None:
         res = engine.search(q)
         out["rows"][name] = len(res)
         out["ids"][name] = [u.doc_id for u in res]
-        med, runs = median_ms(functools.partial(engine.search, q), args.repeat)
-        out["queries_ms"][name] = round(med, 3)
-        out["runs_ms"][name] = [round(x, 3) for x in runs]
-        print(f"peer n={len(texts)} {name}: {med:.2f} ms", file=sys.stderr, flush=True)
+    # timed round-robin over the queries (as vs_peer.py times ours), after one unmeasured round
+    calls = {name: functools.partial(engine.search, q) for name, q in queries["peer"].items()}
+    for fn in calls.values():
+        fn()
+    runs: dict[str, list[float]] = {name: [] for name in calls}
+    for _ in range(max(1, args.repeat)):
+        for name, fn in calls.items():
+            t = time.perf_counter()
+            fn()
+            runs[name].append((time.perf_counter() - t) * 1000)
+    for name, r in runs.items():
+        out["queries_ms"][name] = round(statistics.median(r), 3)
+        out["runs_ms"][name] = [round(x, 3) for x in r]
+        print(f"peer n={len(texts)} {name}: {statistics.median(r):.2f} ms", file=sys.stderr, flush=True)
     json.dump(out, sys.stdout)
 
 

@@ -154,8 +154,8 @@ def _value_type(value: Any) -> str | None:
     return None
 
 
-def _param_problem(value: Any) -> tuple[str, str] | None:
-    """(problem, hint) when a bound value can never be used; the limits are the parser's (SPEC §8).
+def _param_problem(value: Any) -> tuple[str, str, str] | None:
+    """(problem, hint, code) when a bound value can never be used; the limits are the parser's (SPEC §8).
 
     Walks iteratively, so a list nested 100,000 deep is reported, not recursed into.
     """
@@ -163,15 +163,15 @@ def _param_problem(value: Any) -> tuple[str, str] | None:
     while stack:
         v, depth = stack.pop()
         if isinstance(v, float) and not math.isfinite(v):
-            return "must be a finite number, not " + repr(v), "pass null for a missing value"
+            return "must be a finite number, not " + repr(v), "pass null for a missing value", "param"
         if isinstance(v, int) and not isinstance(v, bool) and abs(v) >= _MAX_PARAM_INT:
-            return "is too large a number", "numbers must be below 1e308"
+            return "is too large a number", "numbers must be below 1e308", "limit"
         if isinstance(v, (list, tuple)):
             if depth >= MAX_DEPTH:
-                return f"is nested more than {MAX_DEPTH} levels deep", "pass a flat list"
+                return f"is nested more than {MAX_DEPTH} levels deep", "pass a flat list", "limit"
             if len(v) > MAX_LIST_ITEMS:
                 return (f"has {len(v):,} items; the limit is {MAX_LIST_ITEMS:,}",
-                        "filter on a shared metadata value instead of listing every item")
+                        "filter on a shared metadata value instead of listing every item", "limit")
             stack.extend((x, depth + 1) for x in v)
     return None
 
@@ -247,7 +247,7 @@ class _Checker:
             raise TypeError(f"params must be a mapping of parameter names to values, not {type(params).__name__}")
         self.params = None if params is None else {str(k).lstrip("$"): v for k, v in params.items()}
         # values that can never be used (NaN, 1e400, a 10-million-item list): reported once where used
-        self.bad_params: dict[str, tuple[str, str]] = {}
+        self.bad_params: dict[str, tuple[str, str, str]] = {}
         for name, value in (self.params or {}).items():
             problem = _param_problem(value)
             if problem is not None:
@@ -279,9 +279,9 @@ class _Checker:
             self._count(q.limit, "LIMIT")
         if q.offset is not None:
             self._count(q.offset, "OFFSET")
-        for name, (problem, hint) in self.bad_params.items():
+        for name, (problem, hint, code) in self.bad_params.items():
             if name in self.used_params and name not in self.missing_reported:
-                self._report(None, f"parameter ${name} {problem}", hint, code="limit")
+                self._report(None, f"parameter ${name} {problem}", hint, code=code)
         if self.params is not None:
             for name in self.params:
                 if name not in self.used_params:
@@ -425,7 +425,7 @@ class _Checker:
         bad = self.bad_params.get(p.name)
         if bad is not None and p.name not in self.missing_reported:
             self.missing_reported.add(p.name)
-            self._report(p, f"parameter ${p.name} {bad[0]}", bad[1], code="limit")
+            self._report(p, f"parameter ${p.name} {bad[0]}", bad[1], code=bad[2])
         if self.params is None or p.name in self.params or p.name in self.missing_reported:
             return
         self.missing_reported.add(p.name)

@@ -38,7 +38,8 @@ def _params(params: Any) -> dict[str, Any] | None:
         return None
     if not isinstance(params, Mapping):
         raise TypeError(f"params must be a mapping of parameter names to values, not {type(params).__name__}")
-    return dict(params)
+    # names as check() reads them: a positional parameter may be given as 1 or "1"
+    return {str(k): v for k, v in params.items()}
 
 
 def _too_deep(exc: BaseException) -> LimitError:

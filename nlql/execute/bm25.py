@@ -25,6 +25,7 @@ class BM25Sidecar:
         self._index: Any = None
         self._ids: dict[str, int] = {}
         self._doc_ids: dict[str, list[tuple[str, int]]] = {}
+        self._rev: dict[int, tuple[str, int]] = {}
         self._next = 0
         self._lock = threading.Lock()
 
@@ -48,6 +49,7 @@ class BM25Sidecar:
             self._next += 1
             uid = unit_id(doc_id, position)
             self._ids[uid] = i
+            self._rev[i] = (doc_id, position)
             self._doc_ids.setdefault(doc_id, []).append((uid, i))
             ids.append(i)
             texts.append(content)
@@ -71,9 +73,18 @@ class BM25Sidecar:
         for d in doc_ids:
             for uid, i in self._doc_ids.pop(d, ()):
                 del self._ids[uid]
+                del self._rev[i]
                 gone.append(i)
         if gone:
             self._index.remove(gone)
+
+    def matches(self, text: str) -> tuple[list[tuple[str, int]], np.ndarray]:
+        """Every row that contains a term of ``text``: its (doc_id, position) and BM25 score."""
+        with self._lock:
+            if self._index is None:
+                self._build()
+            ids, values = self._index.score(text)
+            return [self._rev[int(i)] for i in ids], np.asarray(values, dtype=np.float64)
 
     def scores(self, text: str, keys: Sequence[Any], rows: Sequence[Row]) -> np.ndarray:
         """BM25 of ``text`` for each row (0.0 where no query term occurs)."""

@@ -247,6 +247,10 @@ class Executor:
                 keys_arr = keys_arr[keep]
                 sentence_scores = {k: v[keep] for k, v in sentence_scores.items()}
         t = time.perf_counter()
+        pruned = self._prune_arms(plan, keys_arr, sentence_scores, need)
+        if pruned is not None:
+            keys_arr, sentence_scores = pruned
+            stats.counts["pruned_to"] = int(len(keys_arr))
         fast = self._fast_top(plan, keys_arr, sentence_scores, residual, need) if fast_ok else None
         if fast is not None:
             keys_list, scores = fast
@@ -257,6 +261,69 @@ class Executor:
             units = self._filter(units, residual, deadline, warnings)
         stats.add("filter", (time.perf_counter() - t) * 1000)
         return units
+
+    def _prune_arms(self, plan: Plan, keys: np.ndarray, scores: dict[str, np.ndarray],
+                    need: int | None) -> tuple[np.ndarray, dict[str, np.ndarray]] | None:
+        """Keep only the rows that can reach the page, before any row is fetched (table stores).
+
+        Applies when the rows are sentences, WHERE left nothing but similarity thresholds (already
+        applied above) and the first sort key is, descending, either a fusion of bare SIMILARITY/BM25
+        arms — then only each arm's top ``arm_depth`` rows can be ranked at all — or one BM25 score —
+        then only its top ``need`` rows (and ties) can be on the page. Both are exact: the rows dropped
+        could not have been returned.
+        """
+        table = getattr(self.store, "table", None)
+        if (table is None or need is None or not plan.residual_is_thresholds or plan.fusion_residual
+                or plan.unit.kind not in ("SENTENCE", "SPAN") or plan.unit.base == "CHUNK"
+                or not plan.order or not plan.order[0].descending or len(keys) == 0):
+            return None
+        first = plan.order[0].expr
+        slot = plan.binding_slots.get(first.name) if isinstance(first, ir.Ref) else None
+        spec = next((s for s in plan.scores if s.slot == slot), None)
+        if spec is None:
+            return None
+        keys = keys.astype(np.int64)
+        by_slot = {s.slot: s for s in plan.scores}
+        if spec.kind == "BM25":
+            bm = self._bm25_over(spec, keys)
+            if bm is None or int(np.count_nonzero(bm > 0)) < need:
+                return None
+            keep = _top_rows(bm, table.seq[keys], table.pos[keys], need, ties=True)
+        elif spec.kind in ("RRF", "INTERLEAVE") and plan.arm_depth is not None:
+            parts = []
+            for arm in spec.arms:
+                arm_spec = by_slot.get(plan.binding_slots.get(arm, ""))
+                if arm_spec is None or arm_spec.kind not in ("SIMILARITY", "BM25"):
+                    return None
+                if arm_spec.kind == "SIMILARITY":
+                    arm_scores = scores.get(arm_spec.slot)
+                    eligible = None
+                else:
+                    arm_scores = self._bm25_over(arm_spec, keys)
+                    eligible = arm_scores > 0 if arm_scores is not None else None
+                if arm_scores is None:
+                    return None
+                parts.append(_top_rows(arm_scores, table.seq[keys], table.pos[keys], plan.arm_depth,
+                                       ties=False, eligible=eligible))
+            keep = np.unique(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
+        else:
+            return None
+        return keys[keep], {k: v[keep] for k, v in scores.items()}
+
+    def _bm25_over(self, spec: ScoreSpec, keys: np.ndarray) -> np.ndarray | None:
+        """BM25 of ``spec`` for each key of a table store, without fetching rows (0.0 = no term)."""
+        table = getattr(self.store, "table", None)
+        matches = getattr(self.bm25, "matches", None)
+        if table is None or matches is None:
+            return None
+        found, values = matches(" ".join(spec.texts))
+        full = np.zeros(table.size, dtype=np.float64)
+        doc_rows = table.doc_rows
+        for (doc_id, position), v in zip(found, values):
+            rows = doc_rows.get(doc_id)
+            if rows is not None and position < len(rows):
+                full[rows[position]] = v
+        return full[keys]
 
     def _fast_top(self, plan: Plan, keys: np.ndarray, scores: dict[str, np.ndarray],
                   residual: list[RowFn], need: int | None) -> tuple[list[Any], dict[str, np.ndarray]] | None:
@@ -523,6 +590,19 @@ class Executor:
                 content=self._unit_text(plan, u), metadata=copy.deepcopy(u.ctx.metadata), scores=scores,
             ))
         return out
+
+
+def _top_rows(scores: np.ndarray, seq: np.ndarray, pos: np.ndarray, n: int, *, ties: bool,
+              eligible: np.ndarray | None = None) -> np.ndarray:
+    """Indices of the ``n`` best rows by (score desc, seq, position); with ``ties``, every row tied
+    with the n-th score too."""
+    idx = np.arange(len(scores)) if eligible is None else np.flatnonzero(eligible)
+    if len(idx) > n:
+        sub = scores[idx]
+        kth = np.partition(-sub, n - 1)[n - 1]
+        idx = idx[-sub <= kth]  # all rows at least as good as the n-th (ties included)
+    order = np.lexsort((pos[idx], seq[idx], -scores[idx]))
+    return idx[order] if ties else idx[order[:n]]
 
 
 def _jsonable(v: Any) -> Any:

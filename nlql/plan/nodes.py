@@ -76,6 +76,7 @@ class Plan:
     now: datetime
     store: str
     arm_depth: int | None
+    residual_is_thresholds: bool = False  # every residual conjunct is a similarity threshold
     warnings: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     # set by lower_hybrid for hybrid plans (BM25 / RRF / INTERLEAVE): the statement a SQL store runs

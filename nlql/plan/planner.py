@@ -17,7 +17,7 @@ from nlql.plan.lower_hybrid import lower_hybrid
 from nlql.plan.nodes import ARM_DEPTH_FACTOR, ARM_DEPTH_MIN, OrderSpec, Plan
 from nlql.plan.order_residual import order_residual
 from nlql.plan.resolve_periods import resolve_periods
-from nlql.plan.split_filters import split_filters
+from nlql.plan.split_filters import split_filters, threshold_of
 from nlql.render import render, render_expr
 from nlql.stores.base import Store
 
@@ -81,6 +81,8 @@ def build_plan(
     fusion = _fusion_bindings(bound)
     pushed, residual, late, thresholds = split_filters(
         bound.where, caps, env, bound.unit, binding_slots, sim_slots, fusion)
+    residual_is_thresholds = all(
+        threshold_of(c, env, binding_slots, sim_slots) is not None for c in residual)
     residual = order_residual(residual)
 
     order: list[OrderSpec] = []
@@ -113,5 +115,6 @@ def build_plan(
         binding_slots=binding_slots, pushed=pushed, native=native, residual=residual,
         fusion_residual=late, recall=recall, order=order, limit=limit, offset=offset, rerank=rerank,
         periods=periods, now=now, store=caps.NAME, arm_depth=arm_depth,
+        residual_is_thresholds=residual_is_thresholds,
     )
     return lower_hybrid(plan, store, analyzer)

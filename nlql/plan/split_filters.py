@@ -140,7 +140,7 @@ class _Converter:
         return None
 
 
-def _threshold(expr: ir.Expr, env: Env, binding_slots: dict[str, str],
+def threshold_of(expr: ir.Expr, env: Env, binding_slots: dict[str, str],
                sim_slots: dict[ir.Call, str]) -> tuple[str, float] | None:
     """``rel >= 0.3`` / ``0.3 <= rel`` / ``rel > 0.3`` on a SIMILARITY score → (slot, min score)."""
     if not isinstance(expr, ir.Compare):
@@ -184,7 +184,7 @@ def split_filters(
                 isinstance(n, ir.Call) and n.name in ("RRF", "INTERLEAVE") for n in c.walk()):
             late.append(c)
             continue
-        th = _threshold(c, env, binding_slots, sim_slots)
+        th = threshold_of(c, env, binding_slots, sim_slots)
         if th is not None:
             slot, value = th
             thresholds[slot] = max(value, thresholds.get(slot, value))

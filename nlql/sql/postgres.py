@@ -248,11 +248,15 @@ class PostgresDialect(Dialect):
 
     def similarity_expr(self, s: SimilarityScore, st: _Build) -> Fragment:
         """Cosine similarity of ``u.embedding`` (the max over several query vectors)."""
-        items = [sql("1 - (u.embedding <=> ", self._vector(s, i), ")") for i in range(s.n_vectors)]
-        return items[0] if len(items) == 1 else sql("greatest(", join(", ", items), ")")
+        return sql("1 - ", self.distance_expr(s))
 
-    def distance_expr(self, s: SimilarityScore) -> Fragment:
+    def distance_expr(self, s: SimilarityScore, raw: bool = False) -> Fragment:
+        """Cosine distance (the min over several query vectors). pgvector gives NaN for a zero vector,
+        where SPEC's cosine (and numpy) gives 0: so NaN reads as distance 1, unless ``raw`` (the
+        bare operator an HNSW index can serve)."""
         items = [sql("u.embedding <=> ", self._vector(s, i)) for i in range(s.n_vectors)]
+        if not raw:
+            items = [sql("coalesce(nullif(", d, ", 'NaN'::float8), 1::float8)") for d in items]
         return items[0] if len(items) == 1 else sql("least(", join(", ", items), ")")
 
     def keyword_scores(self, k: KeywordScore, st: _Build) -> Fragment:
@@ -296,9 +300,8 @@ class PostgresDialect(Dialect):
         inside = [t for t in own if not t.lower_bound]
         distance = self.distance_expr(s)
         if st.mode == "index" and s.n_vectors == 1:
-            order = sql("dist")
-        else:  # "+ 0" keeps the HNSW index from serving the scan: exact, ties on insertion order
-            distance = sql("(", distance, ") + 0")
+            order = self.distance_expr(s, raw=True)  # the bare operator, served by the HNSW index
+        else:  # an expression the index cannot serve: exact, ties on insertion order
             order = sql("dist, u.seq, u.position, u.key")
         where = self._shared(st, arm.slot, extra=[self.transform(t, st) for t in inside])
         return template(self.SEMANTIC_ARM, name=name, distance=distance, units=self.units,

@@ -4,11 +4,17 @@ Used by the built-in store for ``store="<path>"`` and by Faiss/hnswlib for the c
 they keep beside their index. Each ``write`` is one SQLite transaction in WAL mode, so a process killed
 at any instant leaves the file holding exactly the documents whose write returned, each one whole.
 Embeddings are stored as float32 bytes and never recomputed on reopen.
+
+SQLite text must be valid UTF-8, but a Python string may hold lone surrogates (``"\\ud800"``), which
+the in-RAM store accepts. Such a string (a doc id or a text) is stored as a BLOB of its
+``surrogatepass`` UTF-8 bytes instead, and the JSON columns escape them (``\\ud800``); every other
+string is stored as plain text, so the file stays readable and earlier files need no migration.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
@@ -31,6 +37,23 @@ CREATE TABLE IF NOT EXISTS docs (
 CREATE INDEX IF NOT EXISTS docs_seq ON docs(seq);
 CREATE TABLE IF NOT EXISTS info (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _text(s: str) -> str | bytes:
+    """A string as SQLite can bind it (see the module docstring)."""
+    return s.encode("utf-8", "surrogatepass") if _SURROGATE.search(s) else s
+
+
+def _untext(v: str | bytes) -> str:
+    return v.decode("utf-8", "surrogatepass") if isinstance(v, bytes) else v
+
+
+def _json(obj: object) -> str:
+    text = json.dumps(obj, ensure_ascii=False, allow_nan=False)
+    return json.dumps(obj, ensure_ascii=True, allow_nan=False) if _SURROGATE.search(text) else text
 
 
 class DocLog:
@@ -57,10 +80,9 @@ class DocLog:
         """Replace/insert ``docs`` and delete ``delete`` ids, atomically."""
         rows = [
             (
-                d.doc_id, d.seq, d.text,
-                json.dumps(d.metadata, ensure_ascii=False, allow_nan=False),
-                json.dumps([[u.position, u.content, u.start, u.end, u.tail] for u in d.units],
-                           ensure_ascii=False),
+                _text(d.doc_id), d.seq, _text(d.text),
+                _json(d.metadata),
+                _json([[u.position, u.content, u.start, u.end, u.tail] for u in d.units]),
                 int(d.vectors.shape[1]) if d.vectors.ndim == 2 else 0,
                 np.ascontiguousarray(d.vectors, dtype=np.float32).tobytes(),
             )
@@ -70,7 +92,7 @@ class DocLog:
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 if delete:
-                    self._db.executemany("DELETE FROM docs WHERE doc_id = ?", [(d,) for d in delete])
+                    self._db.executemany("DELETE FROM docs WHERE doc_id = ?", [(_text(d),) for d in delete])
                 self._db.executemany(
                     "INSERT OR REPLACE INTO docs(doc_id, seq, text, metadata, units, dim, vectors) "
                     "VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -90,7 +112,7 @@ class DocLog:
             vecs = np.frombuffer(blob, dtype=np.float32)
             vecs = vecs.reshape(-1, dim) if dim else vecs.reshape(0, 0)
             yield DocRecord(
-                doc_id=doc_id, text=text, metadata=json.loads(metadata),
+                doc_id=_untext(doc_id), text=_untext(text), metadata=json.loads(metadata),
                 units=[UnitRecord(p, c, s, e, t) for p, c, s, e, t in json.loads(units)],
                 vectors=vecs, seq=int(seq),
             )

@@ -921,6 +921,10 @@ class PgVectorStore:
         conn.execute(sql.SQL("INSERT INTO {} (one, n, total_len) VALUES (true, %s, %s)").format(self._t_bm25),
                      [total_n, total_len])
 
+    def _stale_terms(self, conn: Any) -> None:
+        """A write without BM25 statistics: the next store opened with ``bm25=True`` rebuilds them."""
+        conn.execute(self._pg.sql.SQL("DELETE FROM {} WHERE key = 'analyzer'").format(self._t_meta))
+
     def _forget_terms(self, conn: Any, ids: list[str]) -> None:
         """Remove the term rows and statistics of these documents' sentences (before deleting them)."""
         sql = self._pg.sql
@@ -1008,6 +1012,8 @@ class PgVectorStore:
             conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", [_LOCK_NS, self.table_prefix])
             if self.bm25:
                 self._forget_terms(conn, ids)
+            else:
+                self._stale_terms(conn)
             conn.execute(sql.SQL("DELETE FROM {} WHERE doc_id = ANY(%s::text[])").format(self._t_docs), [ids])
             conn.execute(sql.SQL(
                 "INSERT INTO {meta} AS m (key, value) VALUES ('max_seq', %s) ON CONFLICT (key) DO UPDATE "
@@ -1044,6 +1050,8 @@ class PgVectorStore:
                 conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", [_LOCK_NS, self.table_prefix])
                 if self.bm25:
                     self._forget_terms(conn, ids)
+                else:
+                    self._stale_terms(conn)
                 cur = conn.execute(self._pg.sql.SQL("DELETE FROM {} WHERE doc_id = ANY(%s::text[])")
                                    .format(self._t_docs), [ids])
                 return int(cur.rowcount)

@@ -19,9 +19,9 @@ Op = tuple[str, list[tuple[str, int]]]  # ("add" | "delete", [(doc_id, version),
 
 
 def text_of(doc_id: str, version: int) -> str:
-    """The text of one version of a document: 2 to 40 sentences, each naming the id and version."""
+    """The text of one version of a document: 2 to 30 sentences, each naming the id and version."""
     rng = random.Random(f"{doc_id}/{version}")
-    n = rng.randint(2, 40)
+    n = rng.randint(2, 30)
     words = ["alpha", "beta", "gamma", "delta", "solar", "river", "agents", "tools"]
     return " ".join(
         f"Doc {doc_id} v{version} sentence {j} talks about {rng.choice(words)} and {rng.choice(words)}."

@@ -19,6 +19,7 @@ import math
 import sys
 from datetime import date, datetime, timezone
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -387,7 +388,7 @@ def _assert_probes(engine: Engine, expected: list[Any]) -> None:
 
 
 def test_random_query_text(fuzz_engine: Engine, expected_probes: list[Any], deep: bool) -> None:
-    @_fuzz_settings(deep, 300, fuzz_engine)
+    @_fuzz_settings(deep, 150, fuzz_engine)
     @given(text=query_texts(), params=param_maps())
     def run(text: str, params: dict[Any, Any] | None) -> None:
         _all_entry_points(fuzz_engine, text, params)
@@ -399,7 +400,7 @@ def test_random_query_text(fuzz_engine: Engine, expected_probes: list[Any], deep
 def test_generated_queries(fuzz_engine: Engine, expected_probes: list[Any], deep: bool) -> None:
     outcomes = {"answered": 0, "refused": 0}
 
-    @_fuzz_settings(deep, 300, fuzz_engine)
+    @_fuzz_settings(deep, 150, fuzz_engine)
     @given(text=generated_queries(), params=generated_params())
     def run(text: str, params: dict[str, Any]) -> None:
         used = {k: v for k, v in params.items() if f"${k}" in text}
@@ -414,7 +415,7 @@ def test_generated_queries(fuzz_engine: Engine, expected_probes: list[Any], deep
 
 
 def test_random_ir_json(fuzz_engine: Engine, expected_probes: list[Any], deep: bool) -> None:
-    @_fuzz_settings(deep, 200, fuzz_engine)
+    @_fuzz_settings(deep, 100, fuzz_engine)
     @given(data=ir_dicts(), params=param_maps())
     def run(data: Any, params: dict[Any, Any] | None) -> None:
         q = _only_nlql(Query.from_dict, data)
@@ -430,7 +431,7 @@ def test_random_ir_json(fuzz_engine: Engine, expected_probes: list[Any], deep: b
 def test_random_param_values(fuzz_engine: Engine, expected_probes: list[Any], deep: bool) -> None:
     query = st.sampled_from([s for s in SEEDS if "$" in s])
 
-    @_fuzz_settings(deep, 200, fuzz_engine)
+    @_fuzz_settings(deep, 100, fuzz_engine)
     @given(q=query, p=values(), q2=values(), one=values(), extra=st.booleans())
     def run(q: str, p: Any, q2: Any, one: Any, extra: bool) -> None:
         params: dict[str, Any] = {"p": p, "q": q2, "1": one}
@@ -454,7 +455,7 @@ def test_random_metadata_at_ingest(fuzz_engine: Engine, expected_probes: list[An
     texts = st.one_of(st.text(max_size=40), st.sampled_from(["Plain text. Two sentences.", "\x00 NUL. ok",
                                                              "\ud800 lone surrogate.", "   ", ""]))
 
-    @_fuzz_settings(deep, 150, fuzz_engine)
+    @_fuzz_settings(deep, 80, fuzz_engine)
     @given(text=texts, meta=metadatas())
     def run(text: str, meta: Any) -> None:
         doc_id = f"fuzz-{next(counter)}"
@@ -475,6 +476,47 @@ def test_random_metadata_at_ingest(fuzz_engine: Engine, expected_probes: list[An
             assert same(hits[0].metadata, want), (hits[0].metadata, want)
         fuzz_engine.delete(doc_id)
         _assert_probes(fuzz_engine, expected_probes)
+
+    run()
+
+
+def test_persistent_store_round_trips_odd_values(tmp_path: Path, deep: bool) -> None:
+    """What the built-in store accepts in RAM, its persistent form keeps across a reopen, exactly."""
+    directory = str(tmp_path / "store")
+    texts = st.one_of(st.text(min_size=1, max_size=30),
+                      st.sampled_from(["\ud800 lone surrogate. \udfff", "NUL \x00 inside.", "\ufeff\u202e rtl."]))
+    ids = st.one_of(st.text(min_size=1, max_size=10), st.sampled_from(["\ud800", "a\x00b", "\udfff\ud800"]))
+    docs: dict[str, tuple[str, Any]] = {}
+
+    @settings(max_examples=200 if deep_mode(deep) else 25, deadline=None, derandomize=not deep_mode(deep),
+              database=None, suppress_health_check=list(HealthCheck))
+    @given(text=texts, doc_id=ids, meta=metadatas())
+    def run(text: str, doc_id: str, meta: Any) -> None:
+        in_ram = make_engine("memory")
+        try:
+            in_ram.add_text(text, id=doc_id, metadata=meta)
+        except (TypeError, ValueError) as exc:
+            refused: type[Exception] | None = type(exc)
+        else:
+            refused = None
+        engine = make_engine(directory)
+        try:
+            if refused is not None:
+                with pytest.raises(refused):
+                    engine.add_text(text, id=doc_id, metadata=meta)
+                return
+            engine.add_text(text, id=doc_id, metadata=meta)
+        finally:
+            engine.close()
+        docs[doc_id] = (text, V.normalize_metadata(dict(meta or {})))
+        reopened = make_engine(directory)
+        for d, (t, m) in docs.items():
+            hits = reopened.search("SELECT DOCUMENT WHERE doc_id == $d", params={"d": d})
+            visible = _visible_text(t)
+            assert [h.content for h in hits] == ([] if visible is None else [visible]), repr(d)
+            if hits:
+                assert same(hits[0].metadata, m)
+        reopened.close()
 
     run()
 
@@ -677,6 +719,14 @@ def test_huge_integer_literal_in_ir_json(small_engine: Engine) -> None:
     data["where"]["right"]["value"] = 10**5000
     with pytest.raises(IRValidationError, match="too large"):
         Query.from_dict(data)
+
+
+def test_positional_params_given_as_int_keys(small_engine: Engine) -> None:
+    """check() accepts {1: …} for $1 (documented); search() and explain() must agree with it."""
+    q = "SELECT DOCUMENT WHERE meta.n == $1 OR meta.n == $2"
+    assert small_engine.check(q, params={1: 3, "2": 4}) == []
+    assert [h.id for h in small_engine.search(q, params={1: 3, "2": 4})] == ["doc-03", "doc-04"]
+    small_engine.explain(q, params={1: 3, 2: 4})
 
 
 def test_dates_and_odd_values_in_params_are_fine(small_engine: Engine) -> None:

@@ -168,8 +168,8 @@ def _queries(h: str) -> list[tuple[str, dict[str, Any] | None]]:
         ("SELECT SENTENCE WHERE content CONTAINS $v OR meta.k == $v OR meta.k IN $l OR content LIKE $like "
          "OR doc_id == $d ORDER BY doc_id, position", {"v": h, "l": [h, "x"], "like": like, "d": short}),
         ("SELECT SENTENCE WHERE meta.k >= $v AND meta.k NOT IN $l1 ORDER BY meta.k LIMIT 5", {"v": h, "l1": [h]}),
-        ("SELECT DOCUMENT LET s = SIMILARITY(content, $v), b = BM25(content, $v), f = RRF(s, b) "
-         "ORDER BY f DESC LIMIT 3", {"v": h}),
+        ("SELECT SENTENCE LET s = SIMILARITY(content, $v) ORDER BY s DESC LIMIT 3", {"v": h}),
+        ("SELECT SENTENCE LET b = BM25(content, $v) WHERE b > 0 ORDER BY b DESC LIMIT 3", {"v": h}),
         ("SELECT SENTENCE WHERE meta.k WITHIN $v", {"v": h}),
         (f"SELECT DOCUMENT WHERE (meta.{key} == 'v' AND meta.nested.{key}.x IS NOT NULL) "
          f"OR meta.{key} != 'v' LIMIT 3", None),
@@ -254,6 +254,16 @@ def test_no_user_value_in_sql_text(setup: Any) -> None:
         assert not bad, bad[:5]
 
 
+def test_the_capture_catches_a_formatted_value(pg_dsn: str) -> None:
+    """Control: a value formatted into SQL text (the bug the test above hunts) is caught; a bound one not."""
+    log: list[str] = []
+    with psycopg.connect(pg_dsn, autocommit=True, cursor_factory=_capturing_cursor(log)) as conn:
+        conn.execute("SELECT %s::text", [MARK + _BASE[0]])
+        assert not [f for s in log for f in _fragments() if f in s]
+        conn.execute(sql.SQL("SELECT {}::text").format(sql.Literal(MARK + "x")))
+        assert [f for s in log for f in _fragments() if f in s]
+
+
 _LOG_STATEMENT = re.compile(r"LOG:\s+(?:statement|execute [^:]*):\s(.*)")
 
 
@@ -278,4 +288,32 @@ def test_pgvector_keeps_ids_of_any_length_or_says_why(pg_dsn: str) -> None:
     assert [h.id for h in engine.search("SELECT DOCUMENT")][0] == "keep"
     engine.add_text("Still works.", id="after")
     assert len(engine.search("SELECT DOCUMENT WHERE doc_id IN ('keep', 'after')")) == 2
+    engine.close()
+
+
+PATH_KEYS = ["a.b", "a", "", "$", "[0]", "a[0]", "a[]", "*", "a.*", "..", ".", " ", "\x00", "\ud800", "ключ", "a\\.b",
+             "`", "@", "has space", "x:y", "[", "a[", "$.a", "null", "'", '"', "%s", "->>", "?"]
+
+
+@pytest.mark.parametrize("store", ["qdrant", "pgvector"])
+def test_metadata_key_metacharacters(store: str, request: pytest.FixtureRequest) -> None:
+    """Keys that mean something in JSON paths or payload filters name exactly one key on every store."""
+    from relhelp import make_engine, make_store
+
+    def build(backend: Any) -> Engine:
+        e = make_engine(backend)
+        for i, k in enumerate(PATH_KEYS):
+            e.add_text(f"Doc {i} text.", id=f"k{i}", metadata={k: f"v{i}", "n": i})
+        e.add_text("Nested doc.", id="nested", metadata={"a": {"b": "nested", "[0]": "br", "": "empty"}, "n": 100})
+        e.add_text("List doc.", id="list", metadata={"a": ["x", {"b": "inlist"}], "n": 101})
+        return e
+
+    reference, engine = build("memory"), build(make_store(store, request, dsn_fixture="pg_dsn"))
+    for i, k in enumerate(PATH_KEYS):
+        key = quote_key(k)
+        for q in (f"SELECT DOCUMENT WHERE meta.{key} == 'v{i}'", f"SELECT DOCUMENT WHERE meta.{key} IS NOT NULL",
+                  f"SELECT DOCUMENT WHERE meta.{key} IS NULL", f"SELECT DOCUMENT WHERE meta.{key} != 'zz'",
+                  f"SELECT DOCUMENT WHERE meta.a.{key} IS NOT NULL", f"SELECT DOCUMENT WHERE meta.{key} CONTAINS 'V'",
+                  f"SELECT DOCUMENT WHERE meta.{key} IN ('v{i}', 'nested') OR meta.a.{key} == 'nested'"):
+            assert _run(engine, q, None) == _run(reference, q, None), (repr(k), q)
     engine.close()

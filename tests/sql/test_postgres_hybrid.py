@@ -109,6 +109,7 @@ QUERIES: list[tuple[str, str]] = [
     (_q("the report", "the report", where='content CONTAINS "new" AND meta.lang != "de"'), "sql"),
     (_q("energy", "energy", where='content LIKE "The %"'), "sql"),
     (_q("energy", "nothingmatches"), "sql"),
+    (_q("!!!", "solar", where="sem >= 0"), "sql"),  # a zero query vector: cosine 0 everywhere
     (_q("energy", "energy", where='meta.status == "no such status"'), "sql"),
     ('SELECT SENTENCE LET a = SIMILARITY(content, "cats"), b = SIMILARITY(content, ["dogs", "river"]), '
      'kw = BM25(content, "cats river"), f = RRF(a, b, kw, weights => [1, 0.5, 2]) ORDER BY f DESC LIMIT 12', "sql"),
@@ -382,3 +383,25 @@ def test_rerank_after_the_statement(pg: Engine, reference: Engine) -> None:
     assert got.stats["store"]["path"] == "sql"
     assert _ids(got) == _ids(want)
     assert [h.scores["rerank"] for h in got] == [h.scores["rerank"] for h in want]
+
+
+def test_writes_without_bm25_are_caught_up_on_reopen(pg_dsn: str) -> None:
+    texts, ids, metas = corpus()
+    q = 'SELECT SENTENCE LET kw = BM25(content, "solar grid") ORDER BY kw DESC LIMIT 20'
+    first = load(PgVectorStore(pg_dsn, exact=True))
+    first.close()
+    plain = Engine(embedder=HashEmbedder(dim=64), store=PgVectorStore(pg_dsn, exact=True, bm25=False),
+                   clock=lambda: CLOCK, warm_up=False)
+    plain.add_text("Solar grid solar grid news.", id="late")  # written without term statistics
+    plain.delete(ids[20])
+    plain.close()
+    again = Engine(embedder=HashEmbedder(dim=64), store=PgVectorStore(pg_dsn, exact=True), clock=lambda: CLOCK,
+                   warm_up=False)  # re-open: the term table is rebuilt
+    ref = load("memory")
+    ref.add_text("Solar grid solar grid news.", id="late")
+    ref.delete(ids[20])
+    got, want = again.search(q), ref.search(q)
+    assert got.stats["store"]["path"] == "sql"
+    assert _ids(got) == _ids(want)
+    assert [h.scores["kw"] for h in got] == pytest.approx([h.scores["kw"] for h in want], abs=1e-6)
+    again.close()
