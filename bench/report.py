@@ -188,9 +188,11 @@ def section_vs_peer(d: Mapping[str, Any]) -> str:
     out = ["## 1. Against python-nlql 0.3.3",
            f"Profile `{d.get('profile', '?')}`; {_load_text(d.get('machine'))}. Same corpus, same vectors "
            "(our `HashEmbedder(dim=384)` computed once and looked up by both engines, so neither pays for "
-           "embedding), both engines' exact built-in stores, medians after a warm-up run, one process "
-           "each, one after the other on the same machine. Ratios are peer / ours from the same run "
-           "(bigger = NLQL faster)."]
+           "embedding), both engines' exact built-in stores. Query latency: medians after a warm-up round, "
+           "the five queries timed round-robin; ingest: ours the median of 3 fresh engines, the peer's one "
+           "run. Ours ran in this process, then the peer in its own venv, on the same machine. Ratios are "
+           "peer / ours from the same run (bigger = NLQL faster); the last column checks both return the "
+           "same 10 documents."]
     for run in d.get("runs", []):
         n, ours, peer = run["n"], run.get("ours"), run.get("peer")
         rows: list[list[Any]] = []
@@ -227,12 +229,22 @@ def section_vs_peer(d: Mapping[str, Any]) -> str:
     return "\n\n".join(out)
 
 
+def _winners(d: Mapping[str, Any]) -> str:
+    one = [f"{r['n']:,}" for r in d.get("runs", []) if r["ms"]["numpy_one_thread"] <= r["ms"]["numpy_default"]]
+    many = [f"{r['n']:,}" for r in d.get("runs", []) if r["ms"]["numpy_one_thread"] > r["ms"]["numpy_default"]]
+    if not one or not many:
+        return ""
+    return (f" (which one wins depends on what else is running: in this run one thread won at {', '.join(one)} "
+            f"rows, the default at {', '.join(many)})")
+
+
 def section_floor(d: Mapping[str, Any]) -> str:
     out = ["## 2. Against the physical limit (numpy)",
            f"{_load_text(d.get('machine'))}. The floor is plain numpy `M @ q` + `argpartition` on the "
            "store's own matrix (`engine.store.matrix`), with numpy's default BLAS threads and with one "
            "thread (threadpoolctl); the floor is the smaller. On this busy 2-core machine a "
-           "multi-threaded gemv waits for a time slice, which is why the store itself runs single-threaded. "
+           "multi-threaded gemv often waits for a time slice, which is why the store itself runs "
+           f"single-threaded{_winners(d)}. "
            "The filtered floor is the same on a prebuilt sub-matrix of the `status == \"published\"` rows "
            "(about 25%). `store.knn` is the store's own exact top-10; `search` is `engine.search` end to end "
            "with the query embedding memoised."]
@@ -357,8 +369,9 @@ def machine_section(results: Mapping[str, Mapping[str, Any]]) -> str:
         rows.append(["1-minute load average, start → end of each script", "; ".join(loads)])
     return ("## Machine\n\n" + md_table(["", ""], rows, "ll")
             + "\n\nThe machine is shared: other jobs ran during these measurements (see the load averages; "
-              "2 cores). Absolute figures are noisy, typically 2–3× slower than on an idle machine; the "
-              "ratios come from the same run, but the two engines ran one after the other, not interleaved.")
+              "2 cores). Single figures moved by up to 2–3× between runs while this page was being made; "
+              "each script times its variants round-robin so a burst hits all of them, and ratios come from "
+              "the same run.")
 
 
 def reproduce_section(run_all: Mapping[str, Any] | None) -> str:

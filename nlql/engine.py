@@ -48,29 +48,33 @@ def _too_deep(exc: BaseException) -> LimitError:
 
 
 def _check_metadata(meta: Any) -> dict[str, Any]:
-    """The metadata of one document as a dict, refusing what no store can write (see docs/reliability.md).
+    """The metadata of one document, normalised, refusing what no store can write (docs/reliability.md).
 
     Raises:
         TypeError: ``meta`` is not a mapping.
-        ValueError: it holds an integer too large to write as text (over ~4,200 digits).
+        ValueError: it holds an integer (value or key) too large to write as text (over ~4,200 digits).
     """
     if meta is None:
         return {}
     if not isinstance(meta, Mapping):
         raise TypeError(f"metadata must be a mapping (a dict), not {type(meta).__name__}")
     out = dict(meta)
-    stack: list[tuple[Any, int]] = [(out, 0)]
-    while stack:  # iterative and depth-bounded like normalize_metadata (which cuts at 32 levels)
-        value, depth = stack.pop()
+    stack: list[Any] = [out]
+    seen: set[int] = set()
+    while stack:  # iterative, and a container that holds itself is walked once
+        value = stack.pop()
         if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > _MAX_INT_BITS:
-            raise ValueError("metadata holds an integer too large to store (over 4,000 digits)")
-        if depth > 33:
-            continue
-        if isinstance(value, Mapping):
-            stack.extend((v, depth + 1) for v in value.values())
-        elif isinstance(value, (list, tuple, set, frozenset)):
-            stack.extend((v, depth + 1) for v in value)
-    return out
+            raise ValueError("metadata holds an integer too large to store (over 4,200 digits)")
+        if isinstance(value, (Mapping, list, tuple, set, frozenset)):
+            if id(value) in seen:
+                continue
+            seen.add(id(value))
+            if isinstance(value, Mapping):
+                stack.extend(value.keys())
+                stack.extend(value.values())
+            else:
+                stack.extend(value)
+    return V.normalize_metadata(out)
 
 
 class _RWLock:
@@ -231,7 +235,7 @@ class Engine:
         for t in texts:
             if not isinstance(t, str):
                 raise TypeError(f"texts must be strings, not {type(t).__name__}")
-        # validated in full before the first write, so a bad entry leaves nothing half-added
+        # validated and normalised in full before the first write, so a bad entry leaves nothing half-added
         checked = [_check_metadata(m) for m in metadatas] if metadatas is not None else None
         out_ids = [str(i) if i is not None else uuid.uuid4().hex
                    for i in (ids if ids is not None else [None] * n)]
@@ -255,7 +259,7 @@ class Engine:
                     nxt = spans[p + 1][0] if p + 1 < len(spans) else e
                     units.append(UnitRecord(p, text[s:e], s, e, text[e:nxt]))
                     sentences.append(text[s:e])
-                meta = V.normalize_metadata(checked[i]) if checked is not None else {}
+                meta = checked[i] if checked is not None else {}
                 docs.append((out_ids[i], text, meta, units))
             vecs = self._embed_documents(sentences)
             records = []
