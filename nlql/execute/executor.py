@@ -369,8 +369,12 @@ class Executor:
         if not keys:
             return []
         if grouped:
-            first_rows = self.store.fetch(keys)
-            doc_ids = list(dict.fromkeys(r.doc_id for r in first_rows))
+            table = getattr(self.store, "table", None)
+            if table is not None:  # a table store knows each key's document without building rows
+                names = table.doc_ids
+                doc_ids = list(dict.fromkeys(names[int(k)] for k in keys))
+            else:
+                doc_ids = list(dict.fromkeys(r.doc_id for r in self.store.fetch(keys)))
             by_doc = self.store.document_rows(doc_ids)
             rows = [r for d in doc_ids for r in by_doc.get(d, [])]
             scores = self._score_rows(plan, [r.key for r in rows], rows, qv, None)

@@ -249,6 +249,7 @@ class RowTable:
         self._columns: dict[tuple[str, ...], Column] = {}
         self._row_columns: dict[str, Column] = {}
         self._folded: list[str] | None = None
+        self._row_cache: dict[int, Row] = {}
         self._max_seq = 0
 
     # ------------------------------------------------------------------------------------- mutation
@@ -341,6 +342,7 @@ class RowTable:
         self._columns.clear()
         self._row_columns.clear()
         self._folded = None
+        self._row_cache.clear()
 
     @property
     def max_seq(self) -> int:
@@ -349,13 +351,18 @@ class RowTable:
     # -------------------------------------------------------------------------------------- reading
 
     def row(self, key: int) -> Row:
+        """The stored row (cached until the next write; callers must not mutate it)."""
         k = int(key)
-        doc_id = self.doc_ids[k]
-        return Row(
-            key=k, doc_id=doc_id, position=self.positions[k], content=self.contents[k],
+        cached = self._row_cache.get(k)
+        if cached is not None:
+            return cached
+        row = Row(
+            key=k, doc_id=self.doc_ids[k], position=self.positions[k], content=self.contents[k],
             metadata=self.doc_meta[int(self.row_doc[k])], seq=int(self.seq[k]),
             start=self.starts[k], end=self.ends[k], tail=self.tails[k],
         )
+        self._row_cache[k] = row
+        return row
 
     def rows(self, keys: Iterable[int]) -> list[Row]:
         return [self.row(k) for k in keys]
