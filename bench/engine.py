@@ -107,22 +107,38 @@ def run(n: int, repeat: int) -> dict:
 
 
 def model_overhead(n: int) -> dict:
-    """Ingest overhead with the real MiniLM model: add_texts time vs the embedder alone, same texts."""
+    """Ingest overhead with the real MiniLM model.
+
+    The engine's own work (splitting, batching, storing) is timed by ingesting the same texts with an
+    embedder that looks the model's vectors up, so the ratio does not depend on how busy the machine
+    was while the model ran; ``add_texts_s`` (real model end to end) is reported alongside.
+    """
     from nlql.embedders import SentenceTransformerEmbedder
 
     texts, metas = synthetic_corpus(n, seed=7)
     emb = SentenceTransformerEmbedder()
     emb.embed(["warm up the model"])
     t = time.perf_counter()
-    emb.embed(texts)
+    vectors = emb.embed(texts)
     embed_s = time.perf_counter() - t
-    engine = Engine(embedder=emb, warm_up=False)
+    lookup = {tx: v for tx, v in zip(texts, vectors)}
+
+    class Lookup:
+        dim = emb.dim
+
+        def embed(self, batch):  # noqa: ANN001 - bench helper
+            return np.stack([lookup[tx] for tx in batch])
+
+    engine = Engine(embedder=Lookup(), warm_up=False)
     t = time.perf_counter()
     engine.add_texts(texts, metadatas=metas, batch_size=256)
+    engine_s = time.perf_counter() - t
+    real = Engine(embedder=emb, warm_up=False)
+    t = time.perf_counter()
+    real.add_texts(texts, metadatas=metas, batch_size=256)
     ingest_s = time.perf_counter() - t
-    overhead = (ingest_s - embed_s) / embed_s
-    return {"n": n, "embedder_alone_s": round(embed_s, 3), "add_texts_s": round(ingest_s, 3),
-            "engine_overhead_pct": round(100 * overhead, 1)}
+    return {"n": n, "embedder_alone_s": round(embed_s, 3), "engine_without_embedding_s": round(engine_s, 3),
+            "add_texts_s": round(ingest_s, 3), "engine_overhead_pct": round(100 * engine_s / embed_s, 2)}
 
 
 def main() -> None:
@@ -147,8 +163,9 @@ def main() -> None:
     if args.model:
         m = model_overhead(args.model)
         results["model_overhead"] = m
-        print(f"MiniLM, {m['n']} texts: embedder alone {m['embedder_alone_s']}s, add_texts "
-              f"{m['add_texts_s']}s, engine overhead {m['engine_overhead_pct']}%")
+        print(f"MiniLM, {m['n']} texts: embedder alone {m['embedder_alone_s']}s, engine without "
+              f"embedding {m['engine_without_embedding_s']}s ({m['engine_overhead_pct']}% of the "
+              f"embedder), add_texts end to end {m['add_texts_s']}s")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(results, indent=2))
     print(f"wrote {args.out}")

@@ -223,6 +223,7 @@ def measure(engine: Engine, shape: str, texts: Sequence[str], reference: dict[st
     rows: list[int] = []
     full = True
     paths: Counter[str] = Counter()
+    rounds = 0
     per_text = budget_s / max(1, len(texts))
     for text in texts:
         q = SHAPES[shape].format(text=text)
@@ -232,6 +233,7 @@ def measure(engine: Engine, shape: str, texts: Sequence[str], reference: dict[st
         ids = [h.id for h in hits]
         rows.append(len(ids))
         paths[_path(hits)] += 1
+        rounds = max(rounds, int((hits.stats.get("store") or {}).get("rounds") or 0))
         if reference is not None:
             want = reference[text]
             recalls.append(len(set(ids) & set(want)) / len(want) if want else 1.0)
@@ -248,6 +250,7 @@ def measure(engine: Engine, shape: str, texts: Sequence[str], reference: dict[st
         "rows": min(rows),
         "full": full,
         "path": ", ".join(f"{p}×{c}" if len(paths) > 1 else p for p, c in paths.most_common()),
+        "rounds": rounds,
         "runs": len(samples),
     }
     return out

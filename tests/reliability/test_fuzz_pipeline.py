@@ -384,7 +384,7 @@ def _all_entry_points(engine: Engine, query: Any, params: Any) -> None:
 
 
 def _assert_probes(engine: Engine, expected: list[Any]) -> None:
-    for q, want in zip(PROBES, expected):
+    for q, want in zip(PROBES, expected, strict=True):
         assert answer(engine, q) == want, f"probe changed after an error: {q}"
 
 
