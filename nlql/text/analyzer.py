@@ -36,16 +36,20 @@ STEMMER_ALIASES: dict[str, str] = {
 
 def _load_stemmer(name: str) -> tuple[Callable[[list[str]], list[str]], str]:
     """Return (stemWords function, backend name) for a Snowball algorithm name."""
+    known: list[str] = []
     try:
         import Stemmer  # PyStemmer
 
-        if name in Stemmer.algorithms():
+        known = list(Stemmer.algorithms())
+        if name in known:
             return Stemmer.Stemmer(name).stemWords, "PyStemmer"
     except ImportError:
         pass
     try:
         import snowballstemmer
-    except ImportError as exc:  # pragma: no cover - snowballstemmer is a light, common dependency
+    except ImportError as exc:
+        if known:  # PyStemmer is there and does not know the name: a user mistake, not a missing package
+            raise ValueError(f"unknown stemmer {name!r}; choose one of {', '.join(sorted(known))}") from None
         raise ImportError("stemming needs PyStemmer or snowballstemmer: pip install 'nlql[stem]'") from exc
     if name not in snowballstemmer.algorithms():
         raise ValueError(
