@@ -3,10 +3,10 @@
 
     python bench/run_all.py            # --quick (default): must finish in < 10 minutes here
     python bench/run_all.py --full     # + python-nlql at 100k (its quadratic ingest takes minutes),
-                                       #   more repeats, and bench/engine.py
+                                       #   more repeats, bench/engine.py, bench/hybrid.py, bench/stores.py
 
 Steps, each in its own process (so memory is returned between them; a failed step is recorded and the
-rest still run): vs_peer, floor, quality, trace, [engine], then report (JSON → markdown + PNG plots).
+rest still run): vs_peer, floor, quality, trace, [engine, hybrid, stores], then report (JSON → markdown + PNG plots).
 Results go to bench/results/*.json; the step log to bench/results/run_all.json.
 """
 
@@ -42,6 +42,8 @@ PROFILES: dict[str, list[tuple[str, str, list[str]]]] = {
         ("quality", "quality.py", ["--embedder", "minilm"]),
         ("trace", "trace.py", ["--n", "100000", "--repeat", "7"]),
         ("engine", "engine.py", ["--sizes", "10000", "100000", "--repeat", "30"]),
+        ("hybrid", "hybrid.py", ["--n", "100000"]),
+        ("stores", "stores.py", ["--n", "100000"]),  # every store at 100k: about 10 minutes
     ],
 }
 
