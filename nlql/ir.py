@@ -31,10 +31,6 @@ TEXT_OPS = ("CONTAINS", "LIKE", "MATCH")
 TYPED_LITERALS = ("DATE", "TIMESTAMP")
 
 
-def _span() -> Any:
-    return field(default=None, compare=False, repr=False, kw_only=True)
-
-
 @dataclass(frozen=True, slots=True)
 class Node:
     """Base of every IR node. ``span`` locates the node in the query text (not part of equality)."""
@@ -468,7 +464,7 @@ def _field_from_json(cls: type[Node], name: str, value: Any, path: str, depth: i
             if not isinstance(value, list):
                 raise _fail("expected a list of order keys", path)
             return tuple(_from_dict(v, f"{path}[{i}]", OrderKey, depth + 1) for i, v in enumerate(value))
-    if isinstance(getattr(cls, "__dataclass_fields__")[name].type, str) and "Expr" in cls.__dataclass_fields__[name].type:
+    if isinstance(cls.__dataclass_fields__[name].type, str) and "Expr" in cls.__dataclass_fields__[name].type:
         if value is None and "None" in cls.__dataclass_fields__[name].type:
             return None
         return _expr(value, path, depth)
