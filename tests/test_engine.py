@@ -306,3 +306,33 @@ def test_rrf_fuses_arms(people: Engine) -> None:
 
 def test_vector_matrix_is_float32(people: Engine) -> None:
     assert people.store.matrix.dtype == np.float32
+
+
+@pytest.mark.parametrize("query", [
+    'SELECT SENTENCE LET s = SIMILARITY(content, "topic 7 energy"), k = BM25(content, "topic 7 energy"), '
+    'f = RRF(s, k, k => 60) ORDER BY f DESC LIMIT 7',
+    'SELECT SENTENCE LET s = SIMILARITY(content, "topic 7"), k = BM25(content, "topic 7"), '
+    'f = INTERLEAVE(s, k) WHERE meta.n < 900 ORDER BY f DESC LIMIT 9 OFFSET 2',
+    'SELECT SENTENCE LET k = BM25(content, "document topic 7") ORDER BY k DESC LIMIT 12',
+    'SELECT SENTENCE LET s = 0.7 * SIMILARITY(content, "topic 3") + 0.3 * BM25(content, "topic 3") '
+    'ORDER BY s DESC LIMIT 8',
+    'SELECT SENTENCE LET s = SIMILARITY(content, "topic 3"), t = -s / 2 + BM25(content, "number 5") '
+    'WHERE s >= 0.1 ORDER BY t DESC LIMIT 6',
+])
+def test_arm_pruning_is_exact(query: str) -> None:
+    """Pruning candidates before rows are built gives exactly the unpruned answer."""
+    e = make()
+    texts = [f"document number {i} about topic {i % 50} and energy {i % 7}" for i in range(1500)]
+    e.add_texts(texts, ids=[str(i) for i in range(1500)], metadatas=[{"n": i} for i in range(1500)])
+    pruned = e.search(query)
+    assert "pruned_to" in pruned.stats
+    # an always-true residual the store cannot push disables pruning: the plain path
+    e.register_function("YES", lambda x: True, arity=1)
+    if " WHERE " in query:
+        plain_q = query.replace(" WHERE ", " WHERE YES(content) AND ")
+    else:
+        plain_q = query.replace(" ORDER BY ", " WHERE YES(content) ORDER BY ")
+    plain = e.search(plain_q)
+    assert "pruned_to" not in plain.stats
+    assert [(h.id, h.scores) for h in pruned] == [(h.id, h.scores) for h in plain]
+    assert len(pruned) > 0

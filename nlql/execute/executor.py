@@ -268,9 +268,9 @@ class Executor:
 
         Applies when the rows are sentences, WHERE left nothing but similarity thresholds (already
         applied above) and the first sort key is, descending, either a fusion of bare SIMILARITY/BM25
-        arms — then only each arm's top ``arm_depth`` rows can be ranked at all — or one BM25 score —
-        then only its top ``need`` rows (and ties) can be on the page. Both are exact: the rows dropped
-        could not have been returned.
+        arms — then only each arm's top ``arm_depth`` rows can be ranked at all — or one BM25 score or
+        arithmetic over scores — then only its top ``need`` rows (and ties) can be on the page. All
+        are exact: the rows dropped could not have been returned.
         """
         table = getattr(self.store, "table", None)
         if (table is None or need is None or not plan.residual_is_thresholds or plan.fusion_residual
@@ -280,10 +280,14 @@ class Executor:
         first = plan.order[0].expr
         slot = plan.binding_slots.get(first.name) if isinstance(first, ir.Ref) else None
         spec = next((s for s in plan.scores if s.slot == slot), None)
-        if spec is None:
-            return None
         keys = keys.astype(np.int64)
         by_slot = {s.slot: s for s in plan.scores}
+        if spec is None:  # arithmetic over scores, e.g. 0.7 * SIMILARITY(…) + 0.3 * BM25(…)
+            values = self._score_arithmetic(plan, first, keys, scores, by_slot, 0)
+            if values is None or bool(np.isnan(values).any()):
+                return None
+            keep = _top_rows(values, table.seq[keys], table.pos[keys], need, ties=True)
+            return keys[keep], {k: v[keep] for k, v in scores.items()}
         if spec.kind == "BM25":
             bm = self._bm25_over(spec, keys)
             if bm is None or int(np.count_nonzero(bm > 0)) < need:
@@ -309,6 +313,48 @@ class Executor:
         else:
             return None
         return keys[keep], {k: v[keep] for k, v in scores.items()}
+
+    def _score_arithmetic(self, plan: Plan, expr: ir.Expr, keys: np.ndarray, scores: dict[str, np.ndarray],
+                          by_slot: dict[str, ScoreSpec], depth: int) -> np.ndarray | None:
+        """An expression of numbers, ``+ - * /`` and SIMILARITY/BM25 scores, as a float64 vector over
+        ``keys`` — the same double arithmetic the row evaluator does — or None if it is anything else."""
+        if depth > 32:
+            return None
+        if isinstance(expr, ir.Literal):
+            v = expr.value
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                return None
+            return np.full(len(keys), float(v))
+        slot = None
+        if isinstance(expr, ir.Ref):
+            slot = plan.binding_slots.get(expr.name)
+            if slot is None:
+                b = plan.query.binding(expr.name)
+                return None if b is None else self._score_arithmetic(plan, b.expr, keys, scores, by_slot, depth + 1)
+        elif isinstance(expr, ir.Call):
+            slot = plan.slots.get(expr)
+        if slot is not None:
+            spec = by_slot.get(slot)
+            if spec is None:
+                return None
+            if spec.kind == "SIMILARITY":
+                arr = scores.get(slot)
+                return None if arr is None else arr.astype(np.float64)
+            if spec.kind == "BM25":
+                return self._bm25_over(spec, keys)
+            return None
+        if isinstance(expr, ir.Unary) and expr.op == "-":
+            inner = self._score_arithmetic(plan, expr.operand, keys, scores, by_slot, depth + 1)
+            return None if inner is None else 0.0 - inner
+        if isinstance(expr, ir.Binary) and expr.op in ("+", "-", "*", "/"):
+            a = self._score_arithmetic(plan, expr.left, keys, scores, by_slot, depth + 1)
+            b = self._score_arithmetic(plan, expr.right, keys, scores, by_slot, depth + 1)
+            if a is None or b is None or (expr.op == "/" and bool((b == 0).any())):
+                return None
+            with np.errstate(all="ignore"):
+                out = {"+": np.add, "-": np.subtract, "*": np.multiply, "/": np.divide}[expr.op](a, b)
+            return out if bool(np.isfinite(out).all()) else None
+        return None
 
     def _bm25_over(self, spec: ScoreSpec, keys: np.ndarray) -> np.ndarray | None:
         """BM25 of ``spec`` for each key of a table store, without fetching rows (0.0 = no term)."""

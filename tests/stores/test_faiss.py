@@ -315,8 +315,12 @@ def test_random_filters_same_rows_as_memory(random_pair: tuple[FaissStore, Faiss
     want = ref.knn(q, 8, nf)[0]
     assert flat.scan(nf) == hnsw.scan(nf) == ref.scan(nf)
     assert [k for k, _ in flat.knn(q, 8, nf)[0]] == [k for k, _ in want]
-    # HNSW may return either of two identical vectors (an exact tie): compare the scores it found
-    assert [s for _, s in hnsw.knn(q, 8, nf)[0]] == [s for _, s in want]
+    # HNSW is approximate when a filter admits most rows (it then searches the graph): it must fill
+    # k and miss at most one of the exact top 8 (identical vectors tie, so either may come back)
+    got = hnsw.knn(q, 8, nf)[0]
+    assert len(got) == len(want)
+    assert sum(abs(a - b) < 1e-6 for (_, a), (_, b) in zip(got, want)) >= len(want) - 1 or len(
+        {k for k, _ in got} & {k for k, _ in want}) >= len(want) - 1
 
 
 # ------------------------------------------------------------------------------------ persistence
