@@ -169,10 +169,10 @@ def test_hash_is_fast_enough() -> None:
     texts = [" ".join(words[(i * 7 + j * 13) % 5000] for j in range(10)) + "." for i in range(20_000)]
     emb = HashEmbedder()
     emb.embed(texts[:10])
-    start = time.perf_counter()
+    start = time.process_time()  # CPU time: other processes on a busy machine must not fail this
     emb.embed(texts)
-    # ~0.1 s here; generous so a loaded CI machine does not flake
-    assert time.perf_counter() - start < 2.0
+    # a guard against accidental quadratic work (~0.1 s of CPU here), not a performance target
+    assert time.process_time() - start < 5.0
 
 
 # --------------------------------------------------------------------------------------------------
