@@ -12,11 +12,14 @@ UNKNOWN rows never pass; ``ne``/``not_in``/``not_contains`` therefore exclude ro
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol, Union, runtime_checkable
 
 import numpy as np
+
+from nlql.errors import BackendError, NLQLError
 
 # Leaf operators of the pushed-filter language.
 OPS = frozenset({
@@ -193,3 +196,17 @@ class Store(Protocol):
     def document_rows(self, doc_ids: Sequence[str]) -> dict[str, list[Row]]: ...
     def similarities(self, vectors: np.ndarray, keys: Sequence[Any]) -> np.ndarray: ...
     def close(self) -> None: ...
+
+
+@contextmanager
+def backend_errors(store: str, what: str) -> Iterator[None]:
+    """Turn a driver's failure into a :class:`BackendError` naming the store and the operation.
+
+    NLQL errors pass through unchanged.
+    """
+    try:
+        yield
+    except NLQLError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any driver failure is a backend error
+        raise BackendError(store, f"{what} failed: {type(exc).__name__}: {exc}") from exc

@@ -30,16 +30,16 @@ import json
 import uuid
 from collections import Counter
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from typing import Any
 
 import numpy as np
 
 from nlql import values as V
-from nlql.errors import BackendError, MissingDependencyError, NLQLError
+from nlql.errors import BackendError, MissingDependencyError
 from nlql.stores import _typed as T
 from nlql.stores import pyfilter
-from nlql.stores.base import Capabilities, Cond, DocRecord, Filter, NativeFilter, Row, unit_id
+from nlql.stores.base import Capabilities, Cond, DocRecord, Filter, NativeFilter, Row, backend_errors, unit_id
 
 try:
     import chromadb
@@ -151,15 +151,9 @@ class ChromaStore:
 
     # ------------------------------------------------------------------ lifecycle
 
-    @contextmanager
-    def _backend(self, what: str) -> Iterator[None]:
+    def _backend(self, what: str) -> AbstractContextManager[None]:
         """Turn driver failures into :class:`BackendError` naming the store and the operation."""
-        try:
-            yield
-        except NLQLError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - any driver failure is a backend error
-            raise BackendError("chroma", f"{what} failed: {type(exc).__name__}: {exc}") from exc
+        return backend_errors("chroma", what)
 
     def open(self, dim: int) -> None:
         """Create the collection (cosine HNSW) or attach to an existing one.
