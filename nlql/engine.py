@@ -6,7 +6,7 @@ import asyncio
 import math
 import threading
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
@@ -436,8 +436,3 @@ def _check_run_args(timeout: Any, max_tokens: Any) -> None:
             raise ValueError("timeout must be a number of seconds, not NaN")
     if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int)):
         raise TypeError(f"max_tokens must be an int or None, not {type(max_tokens).__name__}")
-
-
-def ids_of(hits: Iterable[Any]) -> list[str]:
-    """The ids of a result list (handy in tests and notebooks)."""
-    return [h.id for h in hits]
