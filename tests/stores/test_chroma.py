@@ -8,15 +8,21 @@ nested dicts, lists and ISO dates.
 from __future__ import annotations
 
 import math
-import random
-from datetime import date, datetime, timedelta, timezone
-from typing import Any
+from datetime import date, datetime, timezone
 
 import numpy as np
 import pytest
 
 pytest.importorskip("chromadb")
 
+from adapter_kit import (  # noqa: E402
+    DIM,
+    HOSTILE,
+    filter_fixture,
+    filters,
+    make_doc,
+    unit_vectors,
+)
 from hypothesis import HealthCheck, event, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
@@ -24,24 +30,8 @@ from nlql.errors import BackendError, MissingDependencyError  # noqa: E402
 from nlql.plan.pushdown import filter_pushable  # noqa: E402
 from nlql.stores import chroma as cmod  # noqa: E402
 from nlql.stores import pyfilter  # noqa: E402
-from nlql.stores.base import Cond, DocRecord, FAnd, FOr, UnitRecord  # noqa: E402
+from nlql.stores.base import Cond, FAnd, FOr  # noqa: E402
 from nlql.stores.chroma import ChromaStore  # noqa: E402
-
-DIM = 16
-MISSING = object()
-
-
-def unit_vectors(rng: np.random.Generator, n: int, dim: int = DIM) -> np.ndarray:
-    v = rng.normal(size=(n, dim)).astype(np.float32)
-    return v / np.linalg.norm(v, axis=1, keepdims=True)
-
-
-def make_doc(doc_id: str, sentences: list[str], meta: dict[str, Any], seq: int, vectors: np.ndarray) -> DocRecord:
-    units, pos = [], 0
-    for p, s in enumerate(sentences):
-        units.append(UnitRecord(p, s, pos, pos + len(s), " " if p + 1 < len(sentences) else ""))
-        pos += len(s) + 1
-    return DocRecord(doc_id, " ".join(sentences), meta, units, vectors, seq)
 
 
 @pytest.fixture
@@ -262,95 +252,10 @@ def test_similarities(store: ChromaStore) -> None:
 
 # ------------------------------------------------------------------------------ filter semantics
 
-VALUES: list[Any] = [
-    0, 1, -3, 2020, 2021, 2**53 + 1, 10**30, 0.5, 2020.0, -0.0, 1e300, 2020.5,
-    "2020", "2020.0", "0.5", "-3", "1e3", " 5", "abc", "ABC", "abd", "", "a.b", "Straße", "x\x00y",
-    "2024-06-01", "2024-06-01T10:00:00+02:00", "2024-06", "2024-06-01T08:00:00Z",
-    True, False, None, MISSING, {"x": 1}, [1, "2020"], [], {"x": "2020"}, ["abc"],
-]
-KEYS = ["a", "b", "c.d", "k y"]
-PATHS = [("meta", "a"), ("meta", "b"), ("meta", "c.d"), ("meta", "k y"), ("meta", "n", "x"), ("meta", "n"),
-         ("meta", "zz"), ("doc_id",), ("id",), ("position",), ("content",)]
-LITERALS: list[Any] = [v for v in VALUES if v is not MISSING and not isinstance(v, (dict, list))] + [
-    datetime(2024, 6, 1, 8, 0, tzinfo=timezone.utc), date(2024, 6, 1), datetime(2020, 1, 1),
-    datetime(2024, 6, 1, 10, 0, tzinfo=timezone(timedelta(hours=2))), float("nan"), float("inf"),
-    "doc7", "2024-06-05", "ss", "STRASSE", "a%", "%b%", "_bc", "^a", "[0-9]+",
-]
-
-
-def filter_dataset() -> list[DocRecord]:
-    r = random.Random(1234)
-    rng = np.random.default_rng(1234)
-    words = ["Alpha", "beta", "GAMMA", "straße", "2020", "x\x00y", "Tool use", "abc"]
-    docs = []
-    for i in range(70):
-        meta: dict[str, Any] = {}
-        for key in KEYS:
-            v = r.choice(VALUES)
-            if v is not MISSING:
-                meta[key] = v
-        nested = r.choice(VALUES)
-        if nested is not MISSING:
-            meta["n"] = {"x": nested} if r.random() < 0.8 else nested
-        doc_id = r.choice([f"doc{i}", str(2000 + i), f"2024-06-{1 + i % 28:02d}", f"D{i}.x"])
-        n_units = 1 + (i % 3 == 0)
-        sentences = [" ".join(r.choice(words) for _ in range(3)) for _ in range(n_units)]
-        docs.append(make_doc(f"{doc_id}", sentences, meta, i + 1, unit_vectors(rng, n_units)))
-    return docs
-
-
-class FilterFixture(tuple):
-    """(store, rows, vectors by key), with a short repr for hypothesis reports."""
-
-    def __repr__(self) -> str:
-        return f"FilterFixture({len(self[1])} rows)"
-
-
 @pytest.fixture(scope="module")
 def filter_store():
-    s = ChromaStore(collection="filters")
-    s.open(DIM)
-    docs = filter_dataset()
-    s.upsert(docs)
-    rows = s.fetch(s.scan())
-    yield FilterFixture((s, rows, {r.key: v for r, v in zip(rows, _row_vectors(docs, rows), strict=True)}))
-    s.close()
+    yield from filter_fixture(ChromaStore(collection="filters"))
 
-
-def _row_vectors(docs: list[DocRecord], rows: list[Any]) -> list[np.ndarray]:
-    by = {(d.doc_id, u.position): d.vectors[j] for d in docs for j, u in enumerate(d.units)}
-    return [by[(r.doc_id, r.position)] for r in rows]
-
-
-OPS_BY_KIND = ["eq", "ne", "lt", "le", "gt", "ge", "in", "not_in", "is_null", "is_not_null",
-               "contains", "not_contains", "like", "not_like", "match", "not_match"]
-
-
-@st.composite
-def leaves(draw: st.DrawFn) -> Cond:
-    op = draw(st.sampled_from(OPS_BY_KIND))
-    path = draw(st.sampled_from(PATHS))
-    if op in ("is_null", "is_not_null"):
-        return Cond(op, path, None)
-    if op in ("in", "not_in"):
-        return Cond(op, path, tuple(draw(st.lists(st.sampled_from(LITERALS), max_size=4))))
-    if op in ("contains", "not_contains"):
-        return Cond(op, path, draw(st.sampled_from(["a", "B", "", "ss", "ß", "\x00", "20", "tool u", "2024-06"])))
-    if op in ("like", "not_like"):
-        return Cond(op, path, draw(st.sampled_from(["a%", "%b%", "_bc", "20%", "%", "abc"])))
-    if op in ("match", "not_match"):
-        return Cond(op, path, draw(st.sampled_from(["^a", "[0-9]+", "(?i)alpha", "c$"])))
-    return Cond(op, path, draw(st.sampled_from(LITERALS)))
-
-
-filters = st.recursive(
-    leaves(),
-    lambda children: st.one_of(
-        st.lists(children, min_size=1, max_size=3).map(lambda xs: FAnd(tuple(xs))),
-        st.lists(children, min_size=1, max_size=3).map(lambda xs: FOr(tuple(xs))),
-    ),
-    max_leaves=5,
-)
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -413,9 +318,6 @@ def test_native_filter_text_is_deterministic_json(store: ChromaStore) -> None:
 
 
 # ------------------------------------------------------------------------------ hostile values
-
-HOSTILE = ["'; DROP TABLE x; --", 'quo"te', "nul\x00byte", "ünï©ødé 🚀", "back\\slash", "y" * 10_000, "", " ",
-           "a.b[0]", "$where", "#x"]
 
 
 def test_hostile_values_round_trip(store: ChromaStore) -> None:
