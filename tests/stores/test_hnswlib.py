@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -19,75 +17,25 @@ from nlql.stores.base import Cond, DocRecord, FAnd, Filter, FOr, UnitRecord
 from nlql.stores.memory import MEMORY_CAPABILITIES, MemoryStore
 
 pytest.importorskip("hnswlib")
+from ann_kit import (  # noqa: E402
+    DIM,
+    clustered,
+    clustered_reference,
+    docs_from,
+    force_index,
+    forced,
+    ident,
+    pair,
+    unit,
+)
+
 from nlql.stores.hnswlib import HnswlibStore  # noqa: E402
-
-DIM = 16
-
-
-def unit(v: np.ndarray) -> np.ndarray:
-    v = np.atleast_2d(np.asarray(v, dtype=np.float32))
-    return v / np.linalg.norm(v, axis=1, keepdims=True)
-
-
-def docs_from(vectors: np.ndarray, metas: list[dict[str, Any]], *, per_doc: int = 1, seq0: int = 1,
-              prefix: str = "d") -> list[DocRecord]:
-    out = []
-    for i in range(len(vectors) // per_doc):
-        vs = vectors[i * per_doc : (i + 1) * per_doc]
-        units = [UnitRecord(p, f"{prefix}{i} s{p}", 0, 1) for p in range(per_doc)]
-        out.append(DocRecord(f"{prefix}{i}", " ".join(u.content for u in units), metas[i], units, vs,
-                             seq=seq0 + i))
-    return out
-
-
-def clustered(n: int, dim: int, centres: int, rng: np.random.Generator, noise: float = 0.8) -> np.ndarray:
-    c = unit(rng.standard_normal((centres, dim)))
-    x = c[rng.integers(0, centres, n)] + rng.standard_normal((n, dim)).astype(np.float32) * (noise / dim**0.5)
-    return unit(x)
-
-
-def pair(store: Any, docs: list[DocRecord], dim: int = DIM) -> MemoryStore:
-    """Ingest the same documents into ``store`` and a reference MemoryStore (same keys)."""
-    ref = MemoryStore()
-    for s in (ref, store):
-        s.open(dim)
-        s.upsert(docs)
-    return ref
-
-
-def force_index(store: HnswlibStore) -> None:
-    """Never take the exact shortcut: every search goes through the graph (per instance)."""
-    store.EXACT_PER_K = 0  # type: ignore[misc]
-    store.EXACT_ROWS = 0  # type: ignore[misc]
-
-
-@contextmanager
-def forced(store: HnswlibStore, ef_search: int | None = None) -> Iterator[HnswlibStore]:
-    """Temporarily force the index path (and an ef_search) on a shared store."""
-    ef = store.ef_search
-    force_index(store)
-    if ef_search is not None:
-        store.ef_search = ef_search
-    try:
-        yield store
-    finally:
-        del store.EXACT_PER_K, store.EXACT_ROWS
-        store.ef_search = ef
 
 
 @pytest.fixture(scope="module")
 def clustered_pair() -> tuple[HnswlibStore, MemoryStore, np.ndarray]:
-    """5,000 vectors around 50 centres (dim 64), 5 of them tagged "rare"; built once per module."""
-    rng = np.random.default_rng(3)
-    vecs = clustered(5050, 64, 50, rng)
-    metas = [{"tag": "rare" if i % 1000 == 17 else "common", "b": i % 50} for i in range(5000)]
-    store = HnswlibStore()
-    ref = pair(store, docs_from(vecs[:5000], metas), dim=64)
-    return store, ref, vecs[5000:]
-
-
-def ident(store: Any, hits: list[tuple[Any, float]]) -> list[tuple[str, int]]:
-    return [(r.doc_id, r.position) for r in store.fetch([k for k, _ in hits])]
+    """5,000 clustered vectors (dim 64), 5 tagged "rare"; built once per module."""
+    return clustered_reference(HnswlibStore())  # type: ignore[return-value]
 
 
 def keys(hits: list[list[tuple[Any, float]]]) -> list[list[int]]:
