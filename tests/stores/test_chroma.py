@@ -18,19 +18,13 @@ pytest.importorskip("chromadb")
 from adapter_kit import (  # noqa: E402
     DIM,
     HOSTILE,
-    filter_fixture,
-    filters,
     make_doc,
     unit_vectors,
 )
-from hypothesis import HealthCheck, event, given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
 
 from nlql.errors import BackendError, MissingDependencyError  # noqa: E402
-from nlql.plan.pushdown import filter_pushable  # noqa: E402
 from nlql.stores import chroma as cmod  # noqa: E402
-from nlql.stores import pyfilter  # noqa: E402
-from nlql.stores.base import Cond, FAnd, FOr  # noqa: E402
+from nlql.stores.base import Cond, FAnd  # noqa: E402
 from nlql.stores.chroma import ChromaStore  # noqa: E402
 
 
@@ -191,69 +185,6 @@ def test_hnsw_path_under_a_selective_filter_still_fills_k(store: ChromaStore, ma
         assert store.last_stats["matches"] in (None, matching)  # None: HNSW returned all it was asked
         expected = sorted((float(vecs[i] @ vecs[3]), i) for i in hits)[::-1][:k]
         assert [r.doc_id for r in store.fetch([key for key, _ in got[0]])] == [f"d{i}" for _, i in expected]
-
-
-def test_similarities(store: ChromaStore) -> None:
-    rng = np.random.default_rng(9)
-    vecs = unit_vectors(rng, 5)
-    store.upsert([make_doc(f"d{i}", ["s."], {}, i + 1, vecs[i:i + 1]) for i in range(5)])
-    keys = store.scan()
-    q = unit_vectors(rng, 2)
-    sims = store.similarities(q, [keys[3], keys[1], "no-such-key"])
-    assert sims.shape == (2, 3)
-    assert np.allclose(sims[:, :2], q @ vecs[[3, 1]].T, atol=1e-6)
-    assert np.isnan(sims[:, 2]).all()
-
-
-# ------------------------------------------------------------------------------ filter semantics
-
-@pytest.fixture(scope="module")
-def filter_store():
-    yield from filter_fixture(ChromaStore(collection="filters"))
-
-
-
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(flt=filters)
-def test_pushed_filters_mean_what_pyfilter_means(filter_store, flt) -> None:
-    store, rows, _ = filter_store
-    # every filter the planner may push must be exact; the store compiles the rest exactly too
-    event("pushable" if filter_pushable(store.capabilities, flt) else "not pushable")
-    native = store.compile_filter(flt)
-    expected = [r.key for r in rows if pyfilter.row_passes(flt, r)]
-    assert store.scan(native) == expected
-
-
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(flt=filters, k=st.sampled_from([1, 3, 10]))
-def test_filtered_knn_is_the_top_k_of_the_matching_rows(filter_store, flt, k) -> None:
-    store, rows, vectors = filter_store
-    q = unit_vectors(np.random.default_rng(k), 1)[0]
-    expected = {r.key: float(vectors[r.key] @ q) for r in rows if pyfilter.row_passes(flt, r)}
-    got = store.knn(q[None, :], k, store.compile_filter(flt))[0]
-    assert len(got) == min(k, len(expected))
-    assert all(key in expected and math.isclose(s, expected[key], abs_tol=1e-5) for key, s in got)
-    rest = [s for key, s in expected.items() if key not in dict(got)]
-    if got and rest:
-        assert got[-1][1] >= max(rest) - 1e-5
-
-
-def test_representative_filters_are_pushable_and_exact(filter_store) -> None:
-    store, rows, _ = filter_store
-    caps = store.capabilities
-    cases = [
-        Cond("eq", ("meta", "a"), 2020), Cond("eq", ("meta", "a"), "2020"), Cond("ne", ("meta", "b"), "abc"),
-        Cond("ge", ("meta", "n", "x"), 0.5), Cond("eq", ("meta", "c.d"), 0.5), Cond("in", ("meta", "k y"), (1, "abc", True)),
-        Cond("not_in", ("meta", "a"), (2020, "2020")), Cond("is_null", ("meta", "zz")), Cond("lt", ("meta", "a"), date(2025, 1, 1)),
-        Cond("contains", ("content",), "TOOL"), Cond("eq", ("doc_id",), 2005), Cond("lt", ("position",), "1"),
-        FOr((Cond("eq", ("meta", "a"), True), Cond("is_not_null", ("meta", "n")))),
-    ]
-    for flt in cases:
-        assert filter_pushable(caps, flt), flt
-        native = store.compile_filter(flt)
-        assert "adapter check" not in native.text, flt
-        assert store.scan(native) == [r.key for r in rows if pyfilter.row_passes(flt, r)], flt
-    assert not filter_pushable(caps, Cond("like", ("content",), "a%"))  # LIKE and MATCH stay residual
 
 
 def test_native_filter_text_is_deterministic_json(store: ChromaStore) -> None:
