@@ -23,8 +23,9 @@ from typing import Any
 
 import numpy as np
 
+from nlql.pushdown import Cond
 from nlql.stores.ann import AnnStore
-from nlql.stores.base import Cond, DocRecord, UnitRecord
+from nlql.stores.base import DocRecord, UnitRecord
 from nlql.stores.faiss import FaissStore
 from nlql.stores.hnswlib import HnswlibStore
 from nlql.stores.memory import MemoryStore

@@ -56,8 +56,6 @@ if TYPE_CHECKING:
 STORE_FILE = "nlql.sqlite"
 #: Beside it, the CLI records which embedder built the store, so later commands use the same one.
 CLI_FILE = "nlql-cli.json"
-#: Store names and URL schemes that are not directories (passed to the engine as they are).
-NAMED_STORES = ("memory", "qdrant", "chroma", "faiss", "hnswlib")
 FILE_TYPES = {".txt": "txt", ".text": "txt", ".md": "md", ".markdown": "md", ".jsonl": "jsonl"}
 SNIPPET_CHARS = 240
 NO_RESULTS = "no matching content"
@@ -201,7 +199,9 @@ def make_embedder(name: str) -> Any:
 
 
 def _is_directory_store(store: str) -> bool:
-    return store not in NAMED_STORES and "://" not in store
+    from nlql.stores import store_names
+
+    return store not in store_names() and "://" not in store
 
 
 def _recorded_embedder(store: str) -> str | None:
@@ -567,8 +567,15 @@ def _with_limit(query: str, limit: int) -> Any:
     return dataclasses.replace(q, limit=ir.Literal(value=limit))
 
 
-StoreOption = Annotated[str, typer.Option("--store", "-s", help="Store directory (or memory, qdrant, "
-                                          "chroma, faiss, hnswlib, postgresql://…).")]
+def _store_help() -> str:
+    from nlql.stores import REGISTRY
+
+    names = ", ".join(e.name for e in REGISTRY if not e.schemes)
+    urls = ", ".join(f"{s}://…" for e in REGISTRY for s in e.schemes[:1])
+    return f"Store directory (or {names}, {urls})."
+
+
+StoreOption = Annotated[str, typer.Option("--store", "-s", help=_store_help())]
 EmbedderOption = Annotated[EmbedderName | None, typer.Option(
     help="Embedding model [default: the one that built the store, else NLQL_EMBEDDER, else minilm].")]
 ParamOption = Annotated[list[str] | None, typer.Option(

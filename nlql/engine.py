@@ -23,9 +23,8 @@ from nlql.execute.results import Hits
 from nlql.execute.units import DEFAULT_CHUNK_CHARS
 from nlql.explain import Explain
 from nlql.plan.planner import build_plan
+from nlql.stores import open_store
 from nlql.stores.base import DocRecord, Store, UnitRecord
-
-STORE_NAMES = ("memory", "qdrant", "chroma", "faiss", "hnswlib")
 
 # An int needs this many bits before Python refuses to write it as text (4,300 digits): JSON and every
 # store's serialiser fail on such a value, so ingest refuses it up front, before anything is written.
@@ -114,40 +113,6 @@ class _RWLock:
             with self._cond:
                 self._writer = False
                 self._cond.notify_all()
-
-
-def open_store(store: str | Path | Store) -> Store:
-    """A store from a name, a directory path, a ``postgresql://`` URL, or a store object."""
-    if not isinstance(store, (str, Path)):
-        return store
-    name = str(store)
-    if name == "memory":
-        from nlql.stores.memory import MemoryStore
-
-        return MemoryStore()
-    if name.startswith(("postgresql://", "postgres://")):
-        from nlql.stores.pgvector import PgVectorStore
-
-        return PgVectorStore(name)
-    if name == "qdrant":
-        from nlql.stores.qdrant import QdrantStore
-
-        return QdrantStore()
-    if name == "chroma":
-        from nlql.stores.chroma import ChromaStore
-
-        return ChromaStore()
-    if name == "faiss":
-        from nlql.stores.faiss import FaissStore
-
-        return FaissStore()
-    if name == "hnswlib":
-        from nlql.stores.hnswlib import HnswlibStore
-
-        return HnswlibStore()
-    from nlql.stores.memory import MemoryStore
-
-    return MemoryStore(name)
 
 
 def _system_clock() -> datetime:
@@ -411,12 +376,6 @@ class Engine:
                       **kwargs: Any) -> Hits:
         """:meth:`search` in a worker thread, so the event loop keeps running."""
         return await asyncio.to_thread(self.search, query, params, **kwargs)
-
-    def tool_schema(self) -> dict[str, Any]:
-        """An OpenAI/Anthropic-style function tool definition that teaches the language compactly."""
-        from nlql.agent import tool_schema
-
-        return tool_schema()
 
     def close(self) -> None:
         self.store.close()

@@ -59,4 +59,10 @@ def pg_dsn(pg_server) -> str:  # type: ignore[no-untyped-def]
 def pg_module_dsn(pg_server) -> str:  # type: ignore[no-untyped-def]
     """DSN of a fresh database (with pgvector) shared by one test module."""
     return str(pg_server.new_database())
+
+
+@pytest.fixture(scope="module")
+def pgvector_module_url(pg_module_dsn) -> str:  # type: ignore[no-untyped-def]
+    """The registry's name for a fresh server database: what the contract suite opens by URL."""
+    return pg_module_dsn
 # ------------------------------------------------------------------------------ end of pgvector fixtures

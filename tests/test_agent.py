@@ -67,10 +67,6 @@ def test_tool_schema_styles_match_the_apis() -> None:
         tool_schema(style="nope")
 
 
-def test_engine_tool_schema_is_the_same(engine: Engine) -> None:
-    assert engine.tool_schema() == tool_schema()
-
-
 def test_description_teaches_the_language_compactly() -> None:
     d = TOOL_DESCRIPTION
     assert len(d) < 4000

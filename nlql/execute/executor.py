@@ -19,7 +19,7 @@ import numpy as np
 from nlql import ir
 from nlql import values as V
 from nlql.errors import NLQLTimeoutError
-from nlql.execute.evaluate import Env, RowContext, RowFn, compile_expr, truth
+from nlql.evaluate import Env, RowContext, RowFn, compile_expr, truth
 from nlql.execute.results import Hit, Hits, Stats
 from nlql.execute.units import chunk_rows, join_rows
 from nlql.plan.nodes import Plan, ScoreSpec

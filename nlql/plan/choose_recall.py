@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from nlql import ir
 from nlql.plan.nodes import OrderSpec, Recall, ScoreSpec
-from nlql.stores.base import Capabilities
+from nlql.pushdown import Capabilities
 
 
 def _sim_slot(expr: ir.Expr, specs: dict[str, ScoreSpec], binding_slots: dict[str, str],

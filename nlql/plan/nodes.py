@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from nlql import ir
-from nlql.stores.base import Filter, NativeFilter
+from nlql.pushdown import Filter, NativeFilter
 
 SCORE_FUNCTIONS = ("SIMILARITY", "BM25", "RRF", "INTERLEAVE")
 ARM_DEPTH_MIN = 100      # rows per fusion arm, at least

@@ -8,7 +8,7 @@ from typing import Any
 
 from nlql import ir
 from nlql.errors import PlanError
-from nlql.execute.evaluate import Env
+from nlql.evaluate import Env
 from nlql.plan.bind_params import bind_params
 from nlql.plan.choose_recall import choose_recall
 from nlql.plan.decide_overfetch import decide_overfetch

@@ -12,9 +12,8 @@ from datetime import datetime
 from typing import Any
 
 from nlql import ir
-from nlql.execute.evaluate import Env, constant_value
-from nlql.plan.pushdown import filter_pushable
-from nlql.stores.base import Capabilities, Cond, FAnd, Filter, FOr
+from nlql.evaluate import Env, constant_value
+from nlql.pushdown import Capabilities, Cond, FAnd, Filter, FOr, filter_pushable
 
 _FLIP = {"==": "==", "!=": "!=", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
 _OPS = {"==": "eq", "!=": "ne", "<": "lt", "<=": "le", ">": "gt", ">=": "ge"}

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from nlql.stores.base import Filter
+from nlql.pushdown import Filter
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,7 @@ from datetime import date, datetime, timedelta, timezone
 from typing import Any, Union
 
 from nlql import values as V
-from nlql.stores.base import Cond, FAnd, Filter, FOr
+from nlql.pushdown import Cond, FAnd, Filter, FOr
 
 BUILTINS = ("doc_id", "id", "position", "content")
 KINDS = ("s", "n", "f", "b", "d", "c", "p")

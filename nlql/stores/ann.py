@@ -50,7 +50,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from nlql.stores.base import DocRecord, NativeFilter
+from nlql.pushdown import NativeFilter
+from nlql.stores.base import DocRecord
 from nlql.stores.memory import MatrixStore, MemoryStore, matmul_t
 
 

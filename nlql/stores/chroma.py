@@ -37,9 +37,10 @@ import numpy as np
 
 from nlql import values as V
 from nlql.errors import BackendError, MissingDependencyError
+from nlql.pushdown import Capabilities, Cond, Filter, NativeFilter
 from nlql.stores import _typed as T
 from nlql.stores import pyfilter
-from nlql.stores.base import Capabilities, Cond, DocRecord, Filter, NativeFilter, Row, backend_errors, unit_id
+from nlql.stores.base import DocRecord, Row, backend_errors, unit_id
 
 try:
     import chromadb

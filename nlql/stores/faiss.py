@@ -34,8 +34,8 @@ from typing import Any
 import numpy as np
 
 from nlql.errors import MissingDependencyError
+from nlql.pushdown import Filter, NativeFilter
 from nlql.stores.ann import AnnStore
-from nlql.stores.base import Filter, NativeFilter
 from nlql.stores.memory import MEMORY_CAPABILITIES, describe_filter
 
 INDEX_TYPES = ("flat", "hnsw")

@@ -18,7 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from nlql.stores.base import Capabilities, DocRecord, Filter, NativeFilter, Row
+from nlql.pushdown import Capabilities, Filter, NativeFilter
+from nlql.stores.base import DocRecord, Row
 from nlql.stores.doclog import DocLog
 from nlql.stores.table import RowTable
 from nlql.values import round_scores
@@ -71,7 +72,7 @@ def matmul_t(vectors: np.ndarray, sub: np.ndarray) -> np.ndarray:
 
 def describe_filter(flt: Filter) -> str:
     """A compact, deterministic text form of a pushed filter (used by Python-evaluated stores)."""
-    from nlql.stores.base import Cond, FAnd
+    from nlql.pushdown import Cond, FAnd
 
     if isinstance(flt, Cond):
         path = ".".join(flt.path)

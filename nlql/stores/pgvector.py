@@ -90,18 +90,9 @@ import numpy as np
 
 from nlql import values as V
 from nlql.errors import BackendError, MissingDependencyError, NLQLTimeoutError, UnsupportedError
+from nlql.pushdown import OPS, Capabilities, Cond, FAnd, Filter, FOr, NativeFilter
 from nlql.sql.binder import Binder, Fragment, Param, join, sql, template
-from nlql.stores.base import (
-    OPS,
-    Capabilities,
-    Cond,
-    DocRecord,
-    FAnd,
-    Filter,
-    FOr,
-    NativeFilter,
-    Row,
-)
+from nlql.stores.base import DocRecord, Row
 
 __all__ = [
     "PGVECTOR_OPS",

@@ -11,7 +11,8 @@ from collections.abc import Callable
 from typing import Any
 
 from nlql import values as V
-from nlql.stores.base import Cond, FAnd, Filter, FOr, Row
+from nlql.pushdown import Cond, FAnd, Filter, FOr
+from nlql.stores.base import Row
 
 
 def row_value(row: Row, path: tuple[str, ...]) -> Any:

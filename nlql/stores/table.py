@@ -20,7 +20,8 @@ from typing import Any
 import numpy as np
 
 from nlql import values as V
-from nlql.stores.base import Cond, DocRecord, FAnd, Filter, FOr, Row, unit_id
+from nlql.pushdown import Cond, FAnd, Filter, FOr
+from nlql.stores.base import DocRecord, Row, unit_id
 from nlql.stores.pyfilter import eval_cond
 
 K_NULL, K_NUM, K_STR, K_BOOL, K_OTHER = 0, 1, 2, 3, 4

@@ -8,6 +8,7 @@ Qdrant exact, hnswlib/Chroma with an ef far above the data size).
 
 from __future__ import annotations
 
+import inspect
 import uuid
 from datetime import datetime, timezone
 
@@ -15,6 +16,7 @@ import pytest
 
 from nlql import Engine
 from nlql.embedders import HashEmbedder
+from nlql.stores import REGISTRY, entry
 
 CLOCK = datetime(2026, 11, 30, 15, 0, tzinfo=timezone.utc)
 STATUSES = ["published", "draft", "archived"]
@@ -136,32 +138,19 @@ QUERIES: list[str] = [
 
 
 def _store(name: str, request: pytest.FixtureRequest, tmp_path) -> object:  # type: ignore[no-untyped-def]
+    """A fresh store in exact mode, built from its registry row (``nlql.stores.REGISTRY``)."""
     if name == "memory":
         return "memory"
-    if name == "qdrant":
-        from nlql.stores.qdrant import QdrantStore
-
-        return QdrantStore(location=":memory:", collection="c" + uuid.uuid4().hex[:8], exact=True)
-    if name == "chroma":
-        from nlql.stores.chroma import ChromaStore
-
-        return ChromaStore(collection="c" + uuid.uuid4().hex[:8], hnsw_ef=1000)
-    if name == "faiss":
-        from nlql.stores.faiss import FaissStore
-
-        return FaissStore(index="flat")
-    if name == "hnswlib":
-        from nlql.stores.hnswlib import HnswlibStore
-
-        return HnswlibStore(ef_search=1000)
-    if name == "pgvector":
-        from nlql.stores.pgvector import PgVectorStore
-
-        return PgVectorStore(request.getfixturevalue("pg_module_dsn"), exact=True)
-    raise ValueError(name)
+    e = entry(name)
+    options = dict(e.exact)
+    if "collection" in inspect.signature(e.load()).parameters:
+        options["collection"] = "c" + uuid.uuid4().hex[:8]
+    if e.schemes:  # a server store: a fresh database of the test server
+        return e.create(request.getfixturevalue(f"{name}_module_url"), **options)
+    return e.create(**options)
 
 
-STORES = ["qdrant", "chroma", "faiss", "hnswlib", "pgvector"]
+STORES = [e.name for e in REGISTRY if e.name != "memory"]
 
 
 def _load(store: object) -> Engine:

@@ -11,7 +11,8 @@ from typing import Any
 import numpy as np
 from hypothesis import strategies as st
 
-from nlql.stores.base import Cond, DocRecord, FAnd, FOr, UnitRecord
+from nlql.pushdown import Cond, FAnd, FOr
+from nlql.stores.base import DocRecord, UnitRecord
 
 DIM = 16
 MISSING = object()

@@ -13,9 +13,8 @@ from adapter_kit import DIM, filter_fixture, filters, make_doc, unit_vectors
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from nlql.plan.pushdown import filter_pushable
+from nlql.pushdown import Cond, FOr, filter_pushable
 from nlql.stores import pyfilter
-from nlql.stores.base import Cond, FOr
 
 # a well-formed key that names no stored row, in each store's key format
 UNKNOWN_KEY = {"qdrant": "00000000-0000-0000-0000-000000000000", "chroma": "no-such-key"}

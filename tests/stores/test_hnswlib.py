@@ -13,7 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from nlql.errors import MissingDependencyError
-from nlql.stores.base import Cond, DocRecord, FAnd, Filter, FOr, UnitRecord
+from nlql.pushdown import Cond, FAnd, Filter, FOr
+from nlql.stores.base import DocRecord, UnitRecord
 from nlql.stores.memory import MEMORY_CAPABILITIES, MemoryStore
 
 pytest.importorskip("hnswlib")

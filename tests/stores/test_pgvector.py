@@ -18,8 +18,8 @@ from hypothesis import strategies as st  # noqa: E402
 
 from nlql import values as V  # noqa: E402
 from nlql.errors import BackendError, MissingDependencyError, NLQLTimeoutError, UnsupportedError  # noqa: E402
-from nlql.plan.pushdown import filter_pushable  # noqa: E402
-from nlql.stores.base import Cond, DocRecord, FAnd, Filter, FOr, Row, UnitRecord  # noqa: E402
+from nlql.pushdown import Cond, FAnd, Filter, FOr, filter_pushable  # noqa: E402
+from nlql.stores.base import DocRecord, Row, UnitRecord  # noqa: E402
 from nlql.stores.pgvector import (  # noqa: E402
     PGVECTOR_OPS,
     PgVectorStore,

@@ -1,0 +1,159 @@
+"""The pushdown contract between the planner and the stores: the pushed-filter language, what a store
+declares it can do (:class:`Capabilities`), a compiled filter (:class:`NativeFilter`) and the rules
+that decide which leaves a store can evaluate with exactly NLQL's semantics.
+
+Neutral ground: the planner and every store import this module; it imports neither.
+
+Pushed filters arrive as a small normalised tree (:class:`Cond`, :class:`FAnd`, :class:`FOr`) with
+parameters bound and NOT pushed into the leaves, so a store translates leaves and never sees NOT.
+Leaf semantics are SPEC §6's (SQL three-valued logic): a leaf on a missing or null key is UNKNOWN, and
+UNKNOWN rows never pass; ``ne``/``not_in``/``not_contains`` therefore exclude rows that lack the key.
+The rules read a store's :class:`Capabilities` as data; nothing is probed at run time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import date, datetime
+from typing import Any, Union
+
+from nlql import values as V
+
+# Leaf operators of the pushed-filter language.
+OPS = frozenset({
+    "eq", "ne", "lt", "le", "gt", "ge",        # value: scalar (str | int | float | bool | datetime)
+    "in", "not_in",                             # value: tuple of scalars
+    "is_null", "is_not_null",                   # value: None
+    "contains", "not_contains",                 # value: str (case-insensitive substring)
+    "like", "not_like",                         # value: str (SQL LIKE, case-sensitive, whole string)
+    "match", "not_match",                       # value: str (Python regex search)
+})
+
+
+@dataclass(frozen=True, slots=True)
+class Cond:
+    """A leaf predicate: ``path op value``.
+
+    ``path`` is ``("meta", key, subkey, …)`` for metadata, or ``("doc_id",)``, ``("id",)``,
+    ``("position",)``, ``("content",)`` for built-in fields.
+    """
+
+    op: str
+    path: tuple[str, ...]
+    value: Any = None
+
+    @property
+    def is_meta(self) -> bool:
+        return self.path[0] == "meta"
+
+    @property
+    def meta_keys(self) -> tuple[str, ...]:
+        return self.path[1:]
+
+
+@dataclass(frozen=True, slots=True)
+class FAnd:
+    items: tuple[Filter, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class FOr:
+    items: tuple[Filter, ...]
+
+
+Filter = Union[Cond, FAnd, FOr]
+
+
+def filter_leaves(f: Filter) -> list[Cond]:
+    """Every leaf of a filter tree."""
+    out: list[Cond] = []
+    stack: list[Filter] = [f]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, Cond):
+            out.append(node)
+        else:
+            stack.extend(node.items)
+    return out
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a store can evaluate natively, with exactly NLQL's semantics. Read by the planner.
+
+    Anything a store cannot push with identical semantics stays residual (evaluated by the engine)
+    and explain says so.
+    """
+
+    NAME: str
+    OPS: frozenset[str] = frozenset()        # leaf ops it pushes
+    FIELDS: frozenset[str] = frozenset({"meta"})  # path roots it pushes: meta, doc_id, id, position, content
+    OR: bool = False                          # can push FOr
+    NESTED_KEYS: bool = False                 # meta.a.b (len(meta_keys) > 1)
+    NUMERIC_STRINGS: bool = False             # "2025" compares numerically with 2025 in pushed leaves
+    FLOAT_EQUALITY: bool = False              # eq/ne/in with non-integral floats
+    DATETIMES: bool = False                   # leaves whose value is a datetime (ISO strings compared as dates)
+    EXACT: bool = True                        # knn returns the exact top-k for the pushed filter
+    SCORE_THRESHOLD: bool = False             # knn(min_score=…) applied inside recall
+    FULL_SCORES: bool = False                 # score_all(): one pass over every row (exact matrix)
+    BM25: bool = False                        # native BM25 with the engine's analyzer/formula
+    SQL_ARMS: bool = False                    # runs a lowered hybrid plan as one statement (store.dialect)
+
+
+@dataclass(slots=True)
+class NativeFilter:
+    """A filter compiled into a store's own language; ``text`` is what explain shows."""
+
+    native: Any
+    text: str
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _scalars(cond: Cond) -> list[Any]:
+    if cond.op in ("in", "not_in"):
+        return list(cond.value)
+    if cond.op in ("is_null", "is_not_null"):
+        return []
+    return [cond.value]
+
+
+def leaf_pushable(caps: Capabilities, cond: Cond) -> bool:
+    """Whether ``caps`` declares everything this leaf needs.
+
+    A leaf needs: its op in ``OPS``; its path root in ``FIELDS``; ``NESTED_KEYS`` for ``meta.a.b``;
+    ``NUMERIC_STRINGS`` when a value is a number or a numeric string (stored strings like "2025" must
+    compare numerically); ``FLOAT_EQUALITY`` for equality on non-integral floats; ``DATETIMES`` for
+    datetime values.
+    """
+    if cond.op not in caps.OPS:
+        return False
+    if cond.path[0] not in caps.FIELDS:
+        return False
+    if cond.path[0] == "meta" and len(cond.path) > 2 and not caps.NESTED_KEYS:
+        return False
+    for v in _scalars(cond):
+        if isinstance(v, (datetime, date)):
+            if not caps.DATETIMES:
+                return False
+        elif isinstance(v, bool) or v is None:
+            continue
+        elif V.is_number(v) or (isinstance(v, str) and V.numeric_string(v) is not None):
+            if cond.path[0] == "meta" and not caps.NUMERIC_STRINGS:
+                return False
+            if (
+                cond.op in ("eq", "ne", "in", "not_in")
+                and isinstance(v, float)
+                and not float(v).is_integer()
+                and not caps.FLOAT_EQUALITY
+            ):
+                return False
+    return True
+
+
+def filter_pushable(caps: Capabilities, flt: Filter) -> bool:
+    """A whole tree: every leaf pushable, and ``OR`` declared if the tree has a disjunction."""
+    if isinstance(flt, Cond):
+        return leaf_pushable(caps, flt)
+    if isinstance(flt, FOr) and not caps.OR:
+        return False
+    return all(filter_pushable(caps, item) for item in flt.items)
