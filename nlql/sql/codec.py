@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from typing import Any
@@ -131,7 +131,7 @@ def to_decimal(f: float) -> Decimal:
     return Decimal(repr(f))
 
 
-def _typed(v: Any) -> dict[str, Any]:
+def _typed(v: Any, escape: Callable[[str], str] = escape_text) -> dict[str, Any]:
     """The typed record of one non-null value (see the module docstring)."""
     if isinstance(v, bool):
         return {"b": v}
@@ -139,10 +139,10 @@ def _typed(v: Any) -> dict[str, Any]:
         f = V.as_number(v)
         return {"n": f} if f is not None else {}
     if isinstance(v, str):
-        rec: dict[str, Any] = {"s": escape_text(v)}
+        rec: dict[str, Any] = {"s": escape(v)}
         folded = v.casefold()
         if folded != v:
-            rec["f"] = escape_text(folded)
+            rec["f"] = escape(folded)
         num = V.numeric_string(v)
         if num is not None:
             rec["n"] = num
@@ -158,8 +158,10 @@ def path_key(keys: Sequence[str]) -> str:
     return json.dumps(list(keys), ensure_ascii=True)
 
 
-def flatten_metadata(metadata: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Every non-null value reachable through dicts, by path key, as a typed record.
+def flatten_metadata(metadata: dict[str, Any], escape: Callable[[str], str] = escape_text
+                     ) -> dict[str, dict[str, Any]]:
+    """Every non-null value reachable through dicts, by path key, as a typed record (strings written
+    with ``escape``: :func:`escape_text` by default).
 
     >>> flatten_metadata({"year": "2025", "a": {"b": True}})
     {'["year"]': {'s': '2025', 'n': 2025.0}, '["a"]': {}, '["a", "b"]': {'b': True}}
@@ -172,7 +174,7 @@ def flatten_metadata(metadata: dict[str, Any]) -> dict[str, dict[str, Any]]:
             if V.is_null(v):
                 continue
             path = (*prefix, str(k))
-            out[path_key(path)] = _typed(v)
+            out[path_key(path)] = _typed(v, escape)
             if isinstance(v, dict):
                 stack.append((path, v))
     return out
@@ -193,13 +195,13 @@ def exact_json(obj: Any) -> str:
 Shadow = tuple[str | None, float | None, int | None]
 
 
-def shadow(s: str) -> Shadow:
+def shadow(s: str, escape: Callable[[str], str] = escape_text) -> Shadow:
     """(escaped casefold if different, number, µs) of a built-in string field (doc_id, content)."""
     folded = s.casefold()
     num = V.numeric_string(s)
     dt = V.iso_datetime(s)
     return (
-        escape_text(folded) if folded != s else None,
+        escape(folded) if folded != s else None,
         num,
         micros(dt) if dt is not None else None,
     )
