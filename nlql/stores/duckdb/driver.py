@@ -84,6 +84,8 @@ def parse_url(url: str) -> dict[str, Any]:
     if parts.scheme.lower() != "duckdb":
         raise NLQLError(f"not a DuckDB store URL: {url!r}", hint="write duckdb:///path/file.duckdb")
     path = unquote((parts.netloc or "") + (parts.path or "")) or None
+    if path is not None and path.startswith("//"):  # duckdb:///{absolute path} has four slashes
+        path = path[1:]
     if path in (":memory:", "/:memory:"):
         path = None
     query = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
