@@ -26,6 +26,7 @@ float equality all mean in SQL exactly what they mean in Python.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Callable, Sequence
@@ -155,6 +156,11 @@ def _typed(v: Any, escape: Callable[[str], str] = escape_text) -> dict[str, Any]
 
 def path_key(keys: Sequence[str]) -> str:
     """The key of a metadata path in the flattened record: its JSON list, ASCII only (NUL-free, injective)."""
+    return _path_key(tuple(keys))
+
+
+@functools.lru_cache(maxsize=8192)
+def _path_key(keys: tuple[str, ...]) -> str:  # the same few keys come back for every document
     return json.dumps(list(keys), ensure_ascii=True)
 
 
