@@ -585,6 +585,14 @@ QueryArgument = Annotated[str, typer.Argument(metavar="QUERY",
                                               help="An NLQL query ('-' reads it from stdin).")]
 
 
+class OutputFormat(str, Enum):
+    """What ``nlql query --format`` prints."""
+
+    table = "table"
+    csv = "csv"
+    jsonl = "jsonl"
+
+
 @app.command()
 def query(
     text: QueryArgument,
@@ -596,26 +604,66 @@ def query(
     limit: Annotated[int | None, typer.Option("--limit", "-n", min=0,
                                               help="Override the query's LIMIT.")] = None,
     max_tokens: Annotated[int | None, typer.Option(min=1, help="Keep results within a token budget.")] = None,
+    fmt: Annotated[OutputFormat | None, typer.Option(
+        "--format", "-f", help="table (for people), csv (one row per hit, flat metadata columns) or jsonl "
+                               "(one JSON object per hit) [default: table].")] = None,
 ) -> None:
-    """Run a query and print the results as a table (or JSON)."""
+    """Run a query and print the results as a table, CSV, JSON lines (or JSON)."""
     source = read_query(text)
     params = parse_params(param)
+    if as_json and fmt is not None:
+        raise typer.BadParameter("use --json or --format, not both", param_hint="'--format'")
+    rows = fmt in (OutputFormat.csv, OutputFormat.jsonl)
     with guard(source):
         engine, _ = open_engine(store, embedder)
         try:
             q: Any = source if limit is None else _with_limit(source, limit)
             plan = engine.explain(q, params=params) if explain else None
             if plan is not None and not as_json:
-                out().print(Text(str(plan)))
-                out().print(Rule())
+                console = err() if rows else out()  # keep stdout parseable for csv and jsonl
+                console.print(Text(str(plan)))
+                console.print(Rule())
             hits = engine.search(q, params=params, max_tokens=max_tokens)
         finally:
             engine.close()
         if as_json:
             data = hits.to_dict()
             print_json({"explain": plan.to_dict(), **data} if plan is not None else data)
+        elif rows:
+            for w in hits.warnings:
+                err().print(Text("warning: ", style="yellow") + Text(w))
+            write_rows(hits, fmt, sys.stdout)  # type: ignore[arg-type]
         else:
             print_hits(hits)
+
+
+def _csv_cell(value: Any) -> Any:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, dict)):
+        return json.dumps(value, ensure_ascii=False, default=_json_default)
+    return value
+
+
+def write_rows(hits: Hits, fmt: OutputFormat, stream: Any) -> None:
+    """``csv``: a header and one row per hit, the columns of ``hits.to_pandas()`` (null is an empty cell,
+    lists are JSON); ``jsonl``: one ``hit.to_dict()`` per line."""
+    if fmt is OutputFormat.jsonl:
+        for h in hits:
+            stream.write(json.dumps(h.to_dict(), ensure_ascii=False, default=_json_default) + "\n")
+    else:
+        import csv
+
+        from nlql.execute.frames import columns
+
+        cols = columns(hits)
+        writer = csv.writer(stream, lineterminator="\n")
+        writer.writerow([c.name for c in cols])
+        for i in range(len(hits)):
+            writer.writerow([_csv_cell(c.values[i]) for c in cols])
+    stream.flush()
 
 
 @app.command()
