@@ -7,6 +7,7 @@
     nlql repl --store ./store                           # end a query with ';' or an empty line
     nlql demo                                           # the bundled corpus with the real model
     nlql mcp --store ./store                            # an MCP server over stdio
+    nlql serve --store ./store                          # HTTP API + web playground on 127.0.0.1:8000
 
 Output for people goes through rich; ``--json`` prints plain JSON for machines. Errors never show a
 Python traceback unless ``--debug`` (or ``NLQL_DEBUG=1``): an NLQL error prints its message, the query
@@ -972,6 +973,67 @@ def mcp(
         engine, _ = open_engine(store, embedder)
         try:
             build_mcp_server(engine).run("stdio")
+        finally:
+            engine.close()
+
+
+# ------------------------------------------------------------------------------------- serve
+
+
+@app.command()
+def serve(
+    store: Annotated[str | None, typer.Option("--store", "-s", help=_store_help() + " Required unless --demo.")]
+    = None,
+    embedder: EmbedderOption = None,
+    demo: Annotated[bool, typer.Option("--demo", help="Serve the bundled demo corpus (in memory unless --store "
+                                                      "names a directory, which is filled once).")] = False,
+    host: Annotated[str, typer.Option(help="Address to bind. Anything but a loopback address needs a token.")]
+    = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=0, max=65535, help="TCP port.")] = 8000,
+    token: Annotated[str | None, typer.Option(envvar="NLQL_TOKEN", show_envvar=True,
+                                              help="Bearer token every API request must send.")] = None,
+    timeout: Annotated[float, typer.Option(min=0.001, help="Deadline of one request, in seconds.")] = 30.0,
+    max_body_bytes: Annotated[int, typer.Option(min=1, help="Largest request body.")] = 256 * 1024,
+    max_query_chars: Annotated[int, typer.Option(min=1, help="Longest query.")] = 10_000,
+    workers: Annotated[int, typer.Option(min=1, help="Threads that run engine calls.")] = 16,
+    no_playground: Annotated[bool, typer.Option("--no-playground", help="Do not serve the web playground.")]
+    = False,
+    log_level: Annotated[str, typer.Option(help="uvicorn's log level.")] = "info",
+) -> None:
+    """Serve a store over HTTP: POST /search, /explain, /check, GET /health, /openapi.json, and a web
+    playground at /. Binds 127.0.0.1 unless --host says otherwise (then --token is required)."""
+    with guard():
+        try:
+            from nlql.serve import ServeConfig, ServeConfigError
+            from nlql.serve import serve as run_server
+        except ImportError as exc:
+            raise CLIError(str(exc), "pip install 'nlql[serve]'") from None
+        config = ServeConfig(host=host, port=port, token=token or None, max_body_bytes=max_body_bytes,
+                             max_query_chars=max_query_chars, timeout=timeout, workers=workers,
+                             playground=not no_playground)
+        try:
+            config.validate()
+        except ServeConfigError as exc:
+            raise CLIError(str(exc), "nlql serve --host 0.0.0.0 --token \"$(openssl rand -hex 16)\"") from None
+        if store is None and not demo:
+            raise CLIError("nlql serve needs --store DIR (or --demo for the bundled corpus)")
+        if demo:
+            from nlql.data import load_demo
+
+            target = store or "memory"
+            engine, name = open_engine(target, embedder, create=True)
+            if len(engine) == 0:
+                docs = [Doc(d["id"], d["text"], d["metadata"]) for d in load_demo()]
+                ingest_documents(engine, docs, 64, progress=sys.stderr.isatty(), label="embedding")
+                _record_embedder(target, name, int(engine.embedder.dim))
+        else:
+            engine, name = open_engine(store, embedder)  # type: ignore[arg-type]
+        try:
+            shown = f"[{host}]" if ":" in host else host
+            err().print(f"NLQL {__version__} serving {escape(store or 'the demo corpus')} ({len(engine)} sentences, "
+                        f"embedder {name}) on http://{shown}:{port}/"
+                        + ("" if token else " (no token: loopback only)"), soft_wrap=True)
+            run_server(engine, config, log_level=log_level)
         finally:
             engine.close()
 
