@@ -995,6 +995,8 @@ def serve(
     timeout: Annotated[float, typer.Option(min=0.001, help="Deadline of one request, in seconds.")] = 30.0,
     max_body_bytes: Annotated[int, typer.Option(min=1, help="Largest request body.")] = 256 * 1024,
     max_query_chars: Annotated[int, typer.Option(min=1, help="Longest query.")] = 10_000,
+    max_rows: Annotated[int, typer.Option(min=1, help="Most hits in one response (more: an error asking "
+                                                      "for LIMIT).")] = 10_000,
     workers: Annotated[int, typer.Option(min=1, help="Threads that run engine calls.")] = 16,
     no_playground: Annotated[bool, typer.Option("--no-playground", help="Do not serve the web playground.")]
     = False,
@@ -1009,7 +1011,8 @@ def serve(
         except ImportError as exc:
             raise CLIError(str(exc), "pip install 'nlql[serve]'") from None
         config = ServeConfig(host=host, port=port, token=token or None, max_body_bytes=max_body_bytes,
-                             max_query_chars=max_query_chars, timeout=timeout, workers=workers,
+                             max_query_chars=max_query_chars, max_rows=max_rows, timeout=timeout,
+                             workers=workers,
                              playground=not no_playground)
         try:
             config.validate()

@@ -171,6 +171,15 @@ def test_a_long_query_is_refused(client: httpx.Client) -> None:
     assert "2,000" in err["message"]
 
 
+def test_too_many_rows_is_an_error_not_a_silent_cut(engine: Engine) -> None:
+    with BackgroundServer(engine, ServeConfig(port=0, max_rows=100)) as s:
+        r = httpx.post(s.url + "/search", json={"query": "SELECT SENTENCE"}, timeout=30)
+        err = _error(r, 400, "limit")
+        assert f"{len(engine):,} rows" in err["message"] and "LIMIT" in err["hint"]
+        r = httpx.post(s.url + "/search", json={"query": "SELECT SENTENCE LIMIT 100 OFFSET 100"}, timeout=30)
+        assert r.status_code == 200 and len(r.json()["hits"]) == 100
+
+
 def test_unknown_routes_and_methods_are_json(client: httpx.Client) -> None:
     _error(client.get("/nope"), 404, "request")
     _error(client.get("/search"), 405, "request")

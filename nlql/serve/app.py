@@ -78,6 +78,8 @@ class ServeConfig:
         max_body_bytes: Largest request body accepted (413 beyond).
         max_query_chars: Longest query (or question) accepted (400, kind ``limit``, beyond).
         timeout: Deadline of one request in seconds; a request may ask for less, never more (504 beyond).
+        max_rows: Most hits one response carries: a search that matches more (a query without LIMIT on a
+            big store) is refused (400, kind ``limit``) rather than cut short silently.
         workers: Threads that run engine calls; requests beyond wait for a free one.
         allowed_hosts: ``Host`` header values accepted; default: loopback names when bound to loopback
             (which stops DNS-rebinding pages from reading a local server), any host otherwise.
@@ -90,6 +92,7 @@ class ServeConfig:
     max_body_bytes: int = 256 * 1024
     max_query_chars: int = 10_000
     timeout: float = 30.0
+    max_rows: int = 10_000
     workers: int = 16
     allowed_hosts: tuple[str, ...] | None = None
     playground: bool = True
@@ -102,7 +105,7 @@ class ServeConfig:
                 "store; pass --token (or set NLQL_TOKEN), or bind 127.0.0.1")
         if self.token is not None and (len(self.token) < 8 or any(c.isspace() for c in self.token)):
             raise ServeConfigError("the token must be at least 8 characters without spaces")
-        for name in ("max_body_bytes", "max_query_chars", "workers"):
+        for name in ("max_body_bytes", "max_query_chars", "max_rows", "workers"):
             if int(getattr(self, name)) < 1:
                 raise ServeConfigError(f"{name} must be at least 1")
         if not (isinstance(self.timeout, (int, float)) and math.isfinite(self.timeout) and self.timeout > 0):
@@ -322,7 +325,14 @@ class _Api:
         deadline = self._deadline(data)
         hits = await self._run(partial(self.engine.search, query, params=self._params(data), timeout=deadline,
                                        max_tokens=max_tokens), deadline)
+        self._check_rows(len(hits))
         return JSONResponse(_jsonable(hits.to_dict()))
+
+    def _check_rows(self, n: int) -> None:
+        if n > self.config.max_rows:
+            raise RequestError(400, "limit", f"the query matched {n:,} rows, more than this server sends in one "
+                               f"response ({self.config.max_rows:,})",
+                               f"add LIMIT (at most {self.config.max_rows:,}) and page with OFFSET")
 
     async def explain(self, request: Request) -> Response:
         from nlql.agent import _jsonable
@@ -355,6 +365,7 @@ class _Api:
         deadline = self._deadline(data)
         hits = await self._run(partial(self.engine.ask, question, params=self._params(data),  # type: ignore[attr-defined]
                                        timeout=deadline), deadline)
+        self._check_rows(len(hits))
         out = _jsonable(hits.to_dict())
         route = getattr(hits, "route", None)
         if route is not None:
