@@ -4,11 +4,14 @@
 The server is the real command, ``nlql serve --demo --embedder hash``, in its own process: the bundled
 demo corpus (Python standard-library docstrings, 1,698 sentences) in the built-in memory store with the
 hash embedder (384 dims), so the figures are the HTTP stack, the thread pool and the engine, not a
-neural model. Clients are asyncio tasks sharing one ``httpx.AsyncClient`` in this process, each sending
-its next request as soon as the last one is answered (closed loop); four query shapes rotate (semantic,
+neural model. Each client is a thread of this process with its own ``httpx.Client`` (one keep-alive
+connection), sending its next request as soon as the last one is answered (closed loop; httpx's
+``AsyncClient`` pool, tried first, became the bottleneck at 32 clients); four query shapes rotate (semantic,
 hybrid RRF, filtered semantic, BM25). Per concurrency level: a warm-up, then ``--seconds`` of requests;
 requests/s is answered requests over that window, p50/p99 are per-request latencies seen by the client.
-Client and server share the machine's cores, as they would on one host.
+Client and server share the machine's cores, as they would on one host. Each level also records the CPU
+each side got (CPU seconds per wall second) and the server's CPU per answered request, the figure that
+bounds throughput on an idle machine (about cores / CPU per request, less the GIL's serialisation).
 
     python bench/serve.py [--clients 1 8 32] [--seconds 10] [--out bench/results/serve.json]
 """
@@ -16,12 +19,13 @@ Client and server share the machine's cores, as they would on one host.
 from __future__ import annotations
 
 import argparse
-import asyncio
+import itertools
 import os
 import socket
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -81,42 +85,59 @@ def _body(i: int) -> tuple[str, dict[str, Any]]:
     return name, {"query": template.format(w=WORDS[(i // len(QUERIES)) % len(WORDS)])}
 
 
-async def load(url: str, clients: int, seconds: float, warmup: float) -> dict[str, Any]:
+def _process_cpu_s(pid: int) -> float | None:
+    """User + system CPU seconds of a process so far (Linux /proc), or None elsewhere."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def load(url: str, clients: int, seconds: float, warmup: float, server_pid: int) -> dict[str, Any]:
     import httpx
 
     latencies: list[float] = []
     per_shape: dict[str, list[float]] = {name: [] for name, _ in QUERIES}
-    errors = 0
-    counter = 0
-    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
-    async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as client:
-        measuring = False
-        stop_at = 0.0
+    errors = [0]
+    counter = itertools.count()
+    phase = {"measuring": False, "stop_at": time.perf_counter() + warmup}
+    barrier = threading.Barrier(clients + 1)
 
-        async def worker() -> None:
-            nonlocal counter, errors
-            while time.perf_counter() < stop_at:
-                i = counter
-                counter += 1
-                name, body = _body(i)
-                t = time.perf_counter()
-                r = await client.post("/search", json=body)
-                ms = (time.perf_counter() - t) * 1000
-                if not measuring:
-                    continue
-                if r.status_code != 200:
-                    errors += 1
-                    continue
-                latencies.append(ms)
-                per_shape[name].append(ms)
+    def worker() -> None:
+        # one thread and one keep-alive connection per client; the GIL is released while it waits
+        with httpx.Client(base_url=url, timeout=60) as client:
+            for measuring in (False, True):
+                barrier.wait()
+                while time.perf_counter() < phase["stop_at"]:
+                    name, body = _body(next(counter))
+                    t = time.perf_counter()
+                    r = client.post("/search", json=body)
+                    ms = (time.perf_counter() - t) * 1000
+                    if not measuring:
+                        continue
+                    if r.status_code != 200:
+                        errors[0] += 1
+                        continue
+                    latencies.append(ms)
+                    per_shape[name].append(ms)
+                barrier.wait()
 
-        stop_at = time.perf_counter() + warmup
-        await asyncio.gather(*(worker() for _ in range(clients)))
-        measuring = True
-        start = time.perf_counter()
-        stop_at = start + seconds
-        await asyncio.gather(*(worker() for _ in range(clients)))
-        elapsed = time.perf_counter() - start
+    threads = [threading.Thread(target=worker, daemon=True) for _ in range(clients)]
+    for t in threads:
+        t.start()
+    barrier.wait()  # warm-up starts
+    barrier.wait()  # warm-up done
+    start = time.perf_counter()
+    phase["stop_at"] = start + seconds
+    cpu0, server0 = time.process_time(), _process_cpu_s(server_pid)
+    barrier.wait()  # measuring starts
+    barrier.wait()  # measuring done
+    elapsed = time.perf_counter() - start
+    client_cpu, server1 = time.process_time() - cpu0, _process_cpu_s(server_pid)
+    for t in threads:
+        t.join()
+    errors_n = errors[0]
 
     def pct(xs: list[float], q: float) -> float | None:
         if not xs:
@@ -127,13 +148,20 @@ async def load(url: str, clients: int, seconds: float, warmup: float) -> dict[st
     return {
         "clients": clients,
         "requests": len(latencies),
-        "errors": errors,
+        "errors": errors_n,
         "seconds": round(elapsed, 2),
         "requests_per_s": round(len(latencies) / elapsed, 1),
         "p50_ms": pct(latencies, 0.50),
         "p99_ms": pct(latencies, 0.99),
         "mean_ms": round(statistics.fmean(latencies), 2) if latencies else None,
         **{f"p50_{name}_ms": pct(xs, 0.50) for name, xs in per_shape.items()},
+        # CPU used per second of wall time: how much of the 2 cores each side got
+        "client_cpu_per_s": round(client_cpu / elapsed, 2),
+        "server_cpu_per_s": round((server1 - server0) / elapsed, 2) if server0 is not None and server1 is not None
+        else None,
+        # the server's CPU per answered request: what the figures would be bounded by on an idle machine
+        "server_cpu_ms_per_request": round((server1 - server0) * 1000 / max(1, len(latencies)), 2)
+        if server0 is not None and server1 is not None else None,
     }
 
 
@@ -182,9 +210,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         log(f"[serve] server up: {health.get('sentences')} sentences; clients {args.clients}")
         runs = []
         for c in args.clients:
-            run = asyncio.run(load(url, c, args.seconds, args.warmup))
+            run = load(url, c, args.seconds, args.warmup, proc.pid)
             log(f"[serve] {c:>3} clients: {run['requests_per_s']:>7.1f} req/s  p50 {run['p50_ms']} ms  "
-                f"p99 {run['p99_ms']} ms  errors {run['errors']}")
+                f"p99 {run['p99_ms']} ms  errors {run['errors']}  cpu/s client {run['client_cpu_per_s']} "
+                f"server {run['server_cpu_per_s']}")
             runs.append(run)
         reference = direct(min(args.seconds, 5.0))
         log(f"[serve] engine.search in-process, one at a time: p50 {reference['p50_ms']} ms")
@@ -205,14 +234,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "description": (
             "`nlql serve --demo --embedder hash` (the demo corpus, {n:,} sentences, built-in memory store, "
             "**hash embedder**, 384 dims; {w} engine threads) in its own process; closed-loop clients in one "
-            "asyncio process with httpx on the same machine; four query shapes rotating (semantic, hybrid "
-            "RRF, filtered, BM25), LIMIT 10. {s:g} s measured per level after {wu:g} s of warm-up."
+            "process (one thread and one httpx keep-alive connection per client) on the same machine; four "
+            "query shapes rotating (semantic, hybrid RRF, filtered, BM25), LIMIT 10. {s:g} s measured per level after {wu:g} s of warm-up."
         ).format(n=int(health.get("sentences", 0)), w=args.workers, s=args.seconds, wu=args.warmup),
         "machine": machine,
         "embedder": "hash (HashEmbedder, dim 384)",
         "store": "memory (the demo corpus)",
         "server": f"uvicorn {uvicorn.__version__}, starlette {starlette.__version__}, {args.workers} workers",
-        "client": f"httpx {httpx.__version__} AsyncClient, closed loop",
+        "client": f"httpx {httpx.__version__} Client per thread, closed loop",
         "engine_search_in_process": reference,
         "runs": runs,
     }
