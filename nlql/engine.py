@@ -17,8 +17,8 @@ import numpy as np
 from nlql import ir
 from nlql import values as V
 from nlql.errors import BackendError, Diagnostic, LimitError, NLQLError
-from nlql.execute.bm25 import BM25Sidecar
 from nlql.execute.executor import Executor
+from nlql.execute.keywords import BM25Sidecar
 from nlql.execute.results import Hits
 from nlql.execute.units import DEFAULT_CHUNK_CHARS
 from nlql.explain import Explain

@@ -30,8 +30,8 @@ SIM_BATCH = 8192
 
 
 @dataclass
-class Unit:
-    """One candidate result row while the query runs."""
+class Candidate:
+    """One candidate result row while the query runs (a sentence, chunk, span or document)."""
 
     ctx: RowContext
     rows: list[Row]                 # the sentences of this unit (one for SENTENCE/SPAN)
@@ -86,7 +86,7 @@ class Executor:
             if reranker is not None:
                 need = max(need, rerank_factor * need)
 
-        units: list[Unit]
+        units: list[Candidate]
         if plan.lowered is not None:  # one SQL statement ran the arms and the fusion (lower_hybrid)
             units = self._lowered(plan, qv, stats)
         elif plan.recall.kind == "knn":
@@ -154,7 +154,7 @@ class Executor:
     # ------------------------------------------------------------------------------------ recall
 
     def _knn(self, plan: Plan, qv: dict[str, np.ndarray], residual: list[RowFn], need: int | None,
-             stats: Stats, deadline: _Deadline, warnings: list[str]) -> list[Unit]:
+             stats: Stats, deadline: _Deadline, warnings: list[str]) -> list[Candidate]:
         slot = plan.recall.slot
         assert slot is not None and need is not None
         caps = self.store.capabilities
@@ -162,7 +162,7 @@ class Executor:
         k = max(1, plan.recall.k or need)
         total = self.store.count()
         rounds = 0
-        units: list[Unit] = []
+        units: list[Candidate] = []
         candidates = 0
         while True:
             rounds += 1
@@ -202,7 +202,7 @@ class Executor:
             stats.counts["store"] = dict(last)
         return units
 
-    def _lowered(self, plan: Plan, qv: dict[str, np.ndarray], stats: Stats) -> list[Unit]:
+    def _lowered(self, plan: Plan, qv: dict[str, np.ndarray], stats: Stats) -> list[Candidate]:
         """Rows of a lowered plan, scored by the store's statement (ORDER BY/LIMIT/hits stay shared)."""
         t = time.perf_counter()
         got = self.store.run_lowered(plan.lowered, qv)  # type: ignore[attr-defined]
@@ -211,11 +211,11 @@ class Executor:
         last = getattr(self.store, "last_stats", None)
         if isinstance(last, dict) and last:
             stats.counts["store"] = dict(last)
-        return [Unit(RowContext(r.content, r.id, r.doc_id, r.position, r.metadata, dict(scores), {}, r.seq), [r])
+        return [Candidate(RowContext(r.content, r.id, r.doc_id, r.position, r.metadata, dict(scores), {}, r.seq), [r])
                 for r, scores in got]
 
     def _full(self, plan: Plan, qv: dict[str, np.ndarray], residual: list[RowFn], need: int | None,
-              stats: Stats, deadline: _Deadline, warnings: list[str], fast_ok: bool) -> list[Unit]:
+              stats: Stats, deadline: _Deadline, warnings: list[str], fast_ok: bool) -> list[Candidate]:
         t = time.perf_counter()
         sim_slots = [s.slot for s in plan.scores if s.kind == "SIMILARITY"]
         score_all = getattr(self.store, "score_all", None)
@@ -408,7 +408,7 @@ class Executor:
     # ------------------------------------------------------------------------------------- units
 
     def _units(self, plan: Plan, keys: list[Any], qv: dict[str, np.ndarray],
-               sentence_scores: dict[str, np.ndarray] | None, restrict: set[Any] | None = None) -> list[Unit]:
+               sentence_scores: dict[str, np.ndarray] | None, restrict: set[Any] | None = None) -> list[Candidate]:
         """Fetch rows, score them, and group them into units of the selected kind."""
         kind = plan.unit.kind
         grouped = kind in ("DOCUMENT", "CHUNK") or (kind == "SPAN" and plan.unit.base == "CHUNK")
@@ -434,7 +434,7 @@ class Executor:
         for i, r in enumerate(rows):
             ctx = RowContext(r.content, r.id, r.doc_id, r.position, r.metadata,
                              {n: float(c[i]) for n, c in zip(names, cols)}, {}, r.seq)
-            out.append(Unit(ctx, [r]))
+            out.append(Candidate(ctx, [r]))
         return out
 
     def _score_rows(self, plan: Plan, keys: list[Any], rows: list[Row], qv: dict[str, np.ndarray],
@@ -451,9 +451,9 @@ class Executor:
         return out
 
     def _group(self, plan: Plan, doc_ids: list[str], by_doc: dict[str, list[Row]],
-               score_of: dict[int, dict[str, float]], restrict: set[Any] | None) -> list[Unit]:
+               score_of: dict[int, dict[str, float]], restrict: set[Any] | None) -> list[Candidate]:
         kind = plan.unit.kind
-        out: list[Unit] = []
+        out: list[Candidate] = []
         for d in doc_ids:
             rows = by_doc.get(d)
             if not rows:
@@ -477,12 +477,12 @@ class Executor:
                 else:
                     ctx = RowContext(join_rows(grp), f"{d}#chunk{ci}", d, ci, first.metadata, scores, {},
                                      first.seq)
-                out.append(Unit(ctx, grp, ci, groups))
+                out.append(Candidate(ctx, grp, ci, groups))
         return out
 
     @staticmethod
-    def _filter(units: list[Unit], residual: list[RowFn], deadline: _Deadline | None = None,
-                warnings: list[str] | None = None) -> list[Unit]:
+    def _filter(units: list[Candidate], residual: list[RowFn], deadline: _Deadline | None = None,
+                warnings: list[str] | None = None) -> list[Candidate]:
         """Units passing every residual predicate; stops (with a warning) when the deadline passes."""
         if not residual:
             return units
@@ -502,7 +502,7 @@ class Executor:
 
     # ------------------------------------------------------------------------------------ fusion
 
-    def _fuse(self, plan: Plan, specs: list[ScoreSpec], units: list[Unit], env: Env) -> list[Unit]:
+    def _fuse(self, plan: Plan, specs: list[ScoreSpec], units: list[Candidate], env: Env) -> list[Candidate]:
         """RRF / INTERLEAVE over arms ranked among the units that passed WHERE (arm depth applied)."""
         in_any: set[int] = set()
         for spec in specs:
@@ -551,7 +551,7 @@ class Executor:
 
     # ------------------------------------------------------------------------------------- order
 
-    def _order(self, plan: Plan, units: list[Unit], env: Env) -> list[Unit]:
+    def _order(self, plan: Plan, units: list[Candidate], env: Env) -> list[Candidate]:
         units = sorted(units, key=lambda u: (u.ctx.seq, u.ctx.position))
         for spec in reversed(plan.order):
             fn = compile_expr(spec.expr, env)
@@ -561,7 +561,7 @@ class Executor:
             else:
                 null_rank = 0 if spec.nulls_first else 2
 
-            def key(item: tuple[Any, Unit], _nr: int = null_rank) -> tuple[int, Any]:
+            def key(item: tuple[Any, Candidate], _nr: int = null_rank) -> tuple[int, Any]:
                 v = item[0]
                 if V.is_null(v):
                     return (_nr, (0, 0))
@@ -572,8 +572,8 @@ class Executor:
 
     # ------------------------------------------------------------------------------------ rerank
 
-    def _rerank(self, plan: Plan, units: list[Unit], reranker: Any, rerank_query: str | None,
-                need: int | None, warnings: list[str]) -> list[Unit]:
+    def _rerank(self, plan: Plan, units: list[Candidate], reranker: Any, rerank_query: str | None,
+                need: int | None, warnings: list[str]) -> list[Candidate]:
         query = rerank_query
         if query is None:
             for s in plan.scores:
@@ -596,7 +596,7 @@ class Executor:
 
     # -------------------------------------------------------------------------------------- hits
 
-    def _unit_text(self, plan: Plan, u: Unit) -> str:
+    def _unit_text(self, plan: Plan, u: Candidate) -> str:
         if plan.unit.kind != "SPAN":
             return u.ctx.content
         w = plan.window
@@ -609,7 +609,7 @@ class Executor:
         p = u.ctx.position
         return join_rows([r for r in doc if p - w <= r.position <= p + w])
 
-    def _hits(self, plan: Plan, page: list[Unit], env: Env, warnings: list[str]) -> list[Hit]:
+    def _hits(self, plan: Plan, page: list[Candidate], env: Env, warnings: list[str]) -> list[Hit]:
         if plan.unit.kind == "SPAN" and plan.unit.base != "CHUNK" and page:
             docs = self.store.document_rows(list(dict.fromkeys(u.ctx.doc_id for u in page)))
             changed = 0
@@ -695,4 +695,4 @@ def pack_tokens(hits: list[Hit], max_tokens: int, warnings: list[str]) -> list[H
     return out
 
 
-__all__ = ["Executor", "Unit", "pack_tokens", "unit_id"]
+__all__ = ["Candidate", "Executor", "pack_tokens", "unit_id"]
