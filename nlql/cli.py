@@ -635,7 +635,7 @@ def _csv_cell(value: Any) -> Any:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (list, dict)):
-        return json.dumps(value, ensure_ascii=False, default=_json_default)
+        return json.dumps(value, ensure_ascii=False, default=json_default)
     return value
 
 
@@ -644,7 +644,7 @@ def write_rows(hits: Hits, fmt: OutputFormat, stream: Any) -> None:
     lists are JSON); ``jsonl``: one ``hit.to_dict()`` per line."""
     if fmt is OutputFormat.jsonl:
         for h in hits:
-            stream.write(json.dumps(h.to_dict(), ensure_ascii=False, default=_json_default) + "\n")
+            stream.write(json.dumps(h.to_dict(), ensure_ascii=False, default=json_default) + "\n")
     else:
         import csv
 

@@ -155,7 +155,7 @@ def _request_error(exc: RequestError) -> JSONResponse:
 
 
 def _nlql_error(exc: NLQLError, source: str | None) -> JSONResponse:
-    from nlql.agent import _jsonable, error_dict
+    from nlql.agent import error_dict
 
     return JSONResponse({"error": _jsonable(error_dict(exc, source))}, status_code=STATUS.get(exc.kind, 400))
 
@@ -312,8 +312,6 @@ class _Api:
     # ---------------------------------------------------------------- endpoints
 
     async def search(self, request: Request) -> Response:
-        from nlql.agent import _jsonable
-
         data = await self._body(request)
         self._fields(data, {"query", "params", "timeout", "max_tokens"})
         query = self._text(data, "query")
@@ -335,8 +333,6 @@ class _Api:
                                f"add LIMIT (at most {self.config.max_rows:,}) and page with OFFSET")
 
     async def explain(self, request: Request) -> Response:
-        from nlql.agent import _jsonable
-
         data = await self._body(request)
         self._fields(data, {"query", "params", "timeout"})
         query = self._text(data, "query")
@@ -357,8 +353,6 @@ class _Api:
         return JSONResponse({"valid": not diags, "diagnostics": diags})
 
     async def ask(self, request: Request) -> Response:
-        from nlql.agent import _jsonable
-
         data = await self._body(request)
         self._fields(data, {"question", "params", "timeout"})
         question = self._text(data, "question")
@@ -373,8 +367,6 @@ class _Api:
         return JSONResponse(out)
 
     async def schema(self, request: Request) -> Response:
-        from nlql.agent import _jsonable
-
         value = await self._run(self.engine.schema, self.config.timeout)  # type: ignore[attr-defined]
         return JSONResponse(_jsonable(_as_dict(value)))
 
@@ -403,6 +395,15 @@ _PAGE_HEADERS = {
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "no-referrer",
 }
+
+
+def _jsonable(value: Any) -> Any:
+    """A deep copy that JSON accepts: datetimes as ISO text, numpy scalars as numbers, NaN as null."""
+    from nlql.values import json_default
+
+    text = json.dumps(value, default=json_default, ensure_ascii=False)
+    # NaN and infinities are not JSON; an engine value should never be one, but a response must parse
+    return json.loads(text, parse_constant=lambda _: None)
 
 
 def _as_dict(value: Any) -> Any:
