@@ -989,6 +989,9 @@ def serve(
     max_rows: Annotated[int, typer.Option(min=1, help="Most hits in one response (more: an error asking "
                                                       "for LIMIT).")] = 10_000,
     workers: Annotated[int, typer.Option(min=1, help="Threads that run engine calls.")] = 16,
+    allow_host: Annotated[list[str] | None, typer.Option(
+        "--allow-host", help="A Host header name to accept besides the loopback names (e.g. the public name a "
+                             "reverse proxy forwards); '*' accepts any. Repeatable.")] = None,
     no_playground: Annotated[bool, typer.Option("--no-playground", help="Do not serve the web playground.")]
     = False,
     log_level: Annotated[str, typer.Option(help="uvicorn's log level.")] = "info",
@@ -1003,8 +1006,9 @@ def serve(
             raise CLIError(str(exc), "pip install 'nlql[serve]'") from None
         config = ServeConfig(host=host, port=port, token=token or None, max_body_bytes=max_body_bytes,
                              max_query_chars=max_query_chars, max_rows=max_rows, timeout=timeout,
-                             workers=workers,
-                             playground=not no_playground)
+                             workers=workers, playground=not no_playground,
+                             allowed_hosts=None if not allow_host else
+                             (*allow_host, "127.0.0.1", "localhost", "::1", "[::1]", host))
         try:
             config.validate()
         except ServeConfigError as exc:

@@ -191,6 +191,15 @@ def test_a_foreign_host_header_is_refused(client: httpx.Client) -> None:
     assert "Host" in err["message"]
 
 
+def test_a_proxied_name_can_be_allowed(engine: Engine) -> None:
+    with BackgroundServer(engine, ServeConfig(port=0, allowed_hosts=("search.example.org", "127.0.0.1"))) as s:
+        assert httpx.get(s.url + "/health", headers={"Host": "search.example.org"}).status_code == 200
+        assert httpx.get(s.url + "/health").status_code == 200
+        assert httpx.get(s.url + "/health", headers={"Host": "other.example"}).status_code == 400
+    with BackgroundServer(engine, ServeConfig(port=0, allowed_hosts=("*",))) as s:
+        assert httpx.get(s.url + "/health", headers={"Host": "anything.example"}).status_code == 200
+
+
 def test_openapi_describes_exactly_the_served_routes(client: httpx.Client, server: BackgroundServer,
                                                      engine: Engine) -> None:
     doc = client.get("/openapi.json").json()

@@ -81,8 +81,9 @@ class ServeConfig:
         max_rows: Most hits one response carries: a search that matches more (a query without LIMIT on a
             big store) is refused (400, kind ``limit``) rather than cut short silently.
         workers: Threads that run engine calls; requests beyond wait for a free one.
-        allowed_hosts: ``Host`` header values accepted; default: loopback names when bound to loopback
-            (which stops DNS-rebinding pages from reading a local server), any host otherwise.
+        allowed_hosts: ``Host`` header names accepted (without port; ``"*"``: any); default: loopback
+            names when bound to loopback (which stops DNS-rebinding pages from reading a local server),
+            any host otherwise. Behind a reverse proxy that forwards its public name, list that name.
         playground: Serve the web playground at ``/``.
     """
 
@@ -115,7 +116,8 @@ class ServeConfig:
     def hosts(self) -> set[str] | None:
         """The accepted ``Host`` names (without port), or None for any."""
         if self.allowed_hosts is not None:
-            return {h.lower() for h in self.allowed_hosts}
+            names = {h.strip().lower() for h in self.allowed_hosts}
+            return None if "*" in names else names
         if is_loopback(self.host):
             return {"127.0.0.1", "localhost", "::1", "[::1]", self.host.lower()}
         return None
