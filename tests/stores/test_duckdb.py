@@ -449,3 +449,19 @@ def test_read_in_place_errors_are_clear(tmp_path: Path) -> None:
         DuckDBStore.from_table(conn, "holes", text="body", vector="emb", id="id").open(DIM)
     with pytest.raises(NLQLError, match="needs text="):
         DuckDBStore(table="docs", connection=conn)
+
+
+def test_no_extension_is_installed_or_loaded_at_run_time() -> None:
+    """Everything NLQL runs is built into DuckDB: connections it opens may not fetch an extension."""
+    e = Engine(embedder=HashEmbedder(dim=DIM), store="duckdb", clock=lambda: CLOCK, warm_up=False)
+    e.add_texts(["Zebra stripes.", "Cats nap in the sun."], ids=["z", "c"], metadatas=[{"y": "2024-01-02"}, {}])
+    for q in ('SELECT SENTENCE LET s = SIMILARITY(content, "zebra"), k = BM25(content, "zebra"), f = RRF(s, k) '
+              "WHERE meta.y >= DATE '2024-01-01' OR content LIKE 'C_ts%' ORDER BY f DESC LIMIT 2",
+              'SELECT SENTENCE LET k = BM25(content, "cats") WHERE k > 0'):
+        assert e.search(q)
+    conn = e.store._conn  # type: ignore[attr-defined]
+    assert conn.execute("SELECT current_setting('autoinstall_known_extensions'), "
+                        "current_setting('autoload_known_extensions')").fetchone() == (False, False)
+    loaded = {r[0] for r in conn.execute("SELECT extension_name FROM duckdb_extensions() WHERE loaded").fetchall()}
+    assert "vss" not in loaded and "fts" not in loaded
+    e.close()

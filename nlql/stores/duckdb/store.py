@@ -35,6 +35,8 @@ __all__ = ["DuckDBStore", "from_url"]
 
 T = TypeVar("T")
 SCHEMA_VERSION = "1"
+# NLQL uses only what is built into DuckDB: never install or load an extension behind the user's back
+NO_DOWNLOADS = {"autoinstall_known_extensions": False, "autoload_known_extensions": False}
 ROW_COLUMNS = ("u.key, u.doc_id, u.position, u.content, u.seq, u.start, u.\"end\", u.tail, "
                "d.metadata AS metadata, d.doc_id AS document")
 
@@ -139,13 +141,13 @@ class DuckDBStore:
     def _connect(self) -> Any:
         target = self.path if self.path is not None else ":memory:"
         try:
-            return self._duck.connect(target, read_only=self.read_only and self.path is not None)
+            return self._duck.connect(target, read_only=self.read_only and self.path is not None, config=NO_DOWNLOADS)
         except self._duck.Error as exc:
             if self.path is not None and not self.read_only and _permission_denied(exc):
                 # a file we may read but not write: searches work, writes say why they cannot
                 self.read_only = True
                 try:
-                    return self._duck.connect(target, read_only=True)
+                    return self._duck.connect(target, read_only=True, config=NO_DOWNLOADS)
                 except self._duck.Error as again:
                     exc = again
             raise BackendError("duckdb", f"cannot open {target}: {_first_line(exc)}",
