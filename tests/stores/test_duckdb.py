@@ -7,8 +7,8 @@ in place (``DuckDBStore.from_table``); both must agree with the built-in store r
 from __future__ import annotations
 
 import hashlib
-import re
 import json
+import re
 import sys
 from datetime import date, datetime, timezone
 from pathlib import Path
