@@ -21,7 +21,9 @@ What it drops: single letters (``A``, ``I``); words with an underscore (identifi
 weekdays, months, titles such as ``Dr``, ``None``/``True``/``False``, and the commonest function
 words of Spanish, French, German and Italian), which also splits a run (``Monday Russell`` →
 ``Russell``); and, for the first word of the sentence only, the words of :data:`INITIAL_STOPWORDS`
-(common words capitalised only because they open the sentence: ``Return``, ``Support``, ``Most``).
+(common words capitalised only because they open the sentence or a clause after a colon:
+``Return``, ``Support``, ``Most``); a sentence-opening single word followed by a determiner
+(``Copy the list``, ``Encode a string``) is an instruction, not a name.
 Runs longer than :data:`MAX_NAME_TOKENS` words (Title Case headings) are not names.
 
 Known limits (rules, not a model): a sentence-initial common word that is not in the lists is taken
@@ -144,6 +146,9 @@ novembre dicembre io tu lui lei noi voi loro mio mia tuo tua suo sua questo ques
 STOPWORDS: frozenset[str] = frozenset(
     " ".join((_WEEKDAYS, _MONTHS, _EN, _ES, _FR, _DE, _IT)).split()
 )
+# All-caps words are checked against the English words only: "IT", "THE" are shouted English,
+# but "ESA" is an agency, not Spanish "esa".
+_ACRONYM_STOPWORDS: frozenset[str] = frozenset(" ".join((_WEEKDAYS, _MONTHS, _EN)).split())
 
 #: Common words that open sentences; dropped when they are the first word of the sentence.
 INITIAL_STOPWORDS: frozenset[str] = frozenset("""
@@ -239,6 +244,7 @@ class RuleEntityExtractor:
     def __init__(self, stopwords: Iterable[str] | None = None, initial_stopwords: Iterable[str] | None = None,
                  *, acronyms: bool = True, max_tokens: int = MAX_NAME_TOKENS) -> None:
         self.stopwords = STOPWORDS if stopwords is None else frozenset(w.casefold() for w in stopwords)
+        self._acronym_stopwords = _ACRONYM_STOPWORDS if stopwords is None else self.stopwords
         self.initial_stopwords = (INITIAL_STOPWORDS if initial_stopwords is None
                                   else frozenset(w.casefold() for w in initial_stopwords))
         self.acronyms = bool(acronyms)
@@ -254,10 +260,13 @@ class RuleEntityExtractor:
         out: list[str] = []
         seen: set[str] = set()
         stop, initial_stop, acronyms = self.stopwords, self.initial_stopwords, self.acronyms
+        caps_stop = self._acronym_stopwords
         for m in _run_pattern().finditer(text):
             run = m.group()
             start = m.start()
-            first = start == 0 or (start <= 8 and not text[:start].strip(_LEAD))
+            # "first": opening the sentence, or a clause after a colon ("The typing module: Support for …")
+            first = (start == 0 or (start <= 8 and not text[:start].strip(_LEAD))
+                     or text[start - 2:start] == ": ")
             if first and " " not in run and "\t" not in run and "\u00a0" not in run:
                 # The sentence opens with one capitalised word: a name only if it is followed by
                 # something other than a determiner ("Copy the list" is an instruction).
@@ -267,8 +276,9 @@ class RuleEntityExtractor:
             if " " not in run and "\t" not in run and "\u00a0" not in run:  # one word: the common case
                 w = run[:-2] if run.endswith(_POSSESSIVE_ENDS) else run
                 low = w.casefold()
-                if (len(w) < 2 or low in stop or (first and low in initial_stop)
-                        or (not acronyms and w.isupper()) or low in seen):
+                caps = w.isupper()
+                if (len(w) < 2 or low in (caps_stop if caps else stop) or (first and low in initial_stop)
+                        or (not acronyms and caps) or low in seen):
                     continue
                 seen.add(low)
                 out.append(w)
@@ -285,8 +295,9 @@ class RuleEntityExtractor:
                 if possessive:
                     w = w[:-2]
                 low = w.casefold()
-                if (len(w) < 2 or low in stop or (i == 0 and first and low in initial_stop)
-                        or (not acronyms and w.isupper())):
+                caps = w.isupper()
+                if (len(w) < 2 or low in (caps_stop if caps else stop) or (i == 0 and first and low in initial_stop)
+                        or (not acronyms and caps)):
                     if current:
                         segments.append(current)
                     current = []
