@@ -211,7 +211,7 @@ def _run_pattern() -> re.Pattern[str]:
                 up = _upper_class()
                 rest = r"(?:[^\W_]|['’\-](?=[^\W_]))*"
                 particle = "|".join(_PARTICLES)
-                sep = rf"[ \t\u00a0](?:(?:{particle})[ \t\u00a0])?"
+                sep = rf" (?:(?:{particle}) )?"
                 # The upper-case letter is matched first and the look-behind checked after it (two
                 # characters wide): a word must not continue a lower-case word or an identifier
                 # (nothing inside "iPhone" or "re_Match"). Testing the class first is 3x faster.
@@ -220,6 +220,7 @@ def _run_pattern() -> re.Pattern[str]:
 
 
 _POSSESSIVE_ENDS = ("'s", "’s", "'S", "’S")
+_RUN_CACHE = 65536  # runs remembered per extractor
 # After a sentence-initial word, these mean the word is a verb in the imperative ("Copy the list",
 # "Encode a string", "Calculating the mean"), not a name.
 _DETERMINERS = frozenset("a an the this that these those all each every any some its their our your my his "
@@ -249,6 +250,7 @@ class RuleEntityExtractor:
                                   else frozenset(w.casefold() for w in initial_stopwords))
         self.acronyms = bool(acronyms)
         self.max_tokens = int(max_tokens)
+        self._runs: dict[tuple[str, bool], tuple[tuple[str, str], ...]] = {}
 
     def __call__(self, text: str) -> list[str]:
         return self.extract(text)
@@ -259,69 +261,70 @@ class RuleEntityExtractor:
             raise TypeError(f"an extractor takes text, not {type(text).__name__}")
         out: list[str] = []
         seen: set[str] = set()
-        stop, initial_stop, acronyms = self.stopwords, self.initial_stopwords, self.acronyms
-        caps_stop = self._acronym_stopwords
+        cache = self._runs
         for m in _run_pattern().finditer(text):
             run = m.group()
             start = m.start()
             # "first": opening the sentence, or a clause after a colon ("The typing module: Support for …")
             first = (start == 0 or (start <= 8 and not text[:start].strip(_LEAD))
                      or text[start - 2:start] == ": ")
-            if first and " " not in run and "\t" not in run and "\u00a0" not in run:
+            if first and " " not in run:
                 # The sentence opens with one capitalised word: a name only if it is followed by
                 # something other than a determiner ("Copy the list" is an instruction).
-                nxt = text[m.end():m.end() + 8].lstrip(" \t").split(" ", 1)[0].casefold()
+                end = m.end()
+                nxt = text[end:end + 8].lstrip(" \t").split(" ", 1)[0].casefold()
                 if nxt in _DETERMINERS:
                     continue
-            if " " not in run and "\t" not in run and "\u00a0" not in run:  # one word: the common case
-                w = run[:-2] if run.endswith(_POSSESSIVE_ENDS) else run
-                low = w.casefold()
-                caps = w.isupper()
-                if (len(w) < 2 or low in (caps_stop if caps else stop) or (first and low in initial_stop)
-                        or (not acronyms and caps) or low in seen):
-                    continue
-                seen.add(low)
-                out.append(w)
-                continue
-            words = run.replace("\t", " ").replace("\u00a0", " ").split(" ")
-            current: list[str] = []
-            segments: list[list[str]] = []
-            for i, w in enumerate(words):
-                if w in _PARTICLES:  # only between two capitalised words, by construction of the regex
-                    if current:
-                        current.append(w)
-                    continue
-                possessive = w.endswith(_POSSESSIVE_ENDS)
-                if possessive:
-                    w = w[:-2]
-                low = w.casefold()
-                caps = w.isupper()
-                if (len(w) < 2 or low in (caps_stop if caps else stop) or (i == 0 and first and low in initial_stop)
-                        or (not acronyms and caps)):
-                    if current:
-                        segments.append(current)
-                    current = []
-                else:
-                    current.append(w)
-                if possessive and current:
-                    segments.append(current)
-                    current = []
-            if current:
-                segments.append(current)
-            for seg in segments:
-                while seg and seg[-1] in _PARTICLES:  # a particle never ends or starts a name
-                    seg.pop()
-                while seg and seg[0] in _PARTICLES:
-                    seg.pop(0)
-                if not seg or len(seg) > self.max_tokens:
-                    continue
-                name = " ".join(seg)
-                low = name.casefold()
-                if low in seen:
-                    continue
-                seen.add(low)
-                out.append(name)
+            # Names repeat across a corpus (Zipf), so what a run yields is remembered.
+            names = cache.get((run, first))
+            if names is None:
+                names = self._names_of_run(run, first)
+                if len(cache) >= _RUN_CACHE:
+                    cache.clear()
+                cache[(run, first)] = names
+            for name, low in names:
+                if low not in seen:
+                    seen.add(low)
+                    out.append(name)
         return out
+
+    def _names_of_run(self, run: str, first: bool) -> tuple[tuple[str, str], ...]:
+        """The (name, casefolded name) pairs one run of capitalised words yields."""
+        stop, caps_stop, initial_stop = self.stopwords, self._acronym_stopwords, self.initial_stopwords
+        current: list[str] = []
+        segments: list[list[str]] = []
+        for i, w in enumerate(run.split(" ")):
+            if w in _PARTICLES:  # only between two capitalised words, by construction of the regex
+                if current:
+                    current.append(w)
+                continue
+            possessive = w.endswith(_POSSESSIVE_ENDS)
+            if possessive:
+                w = w[:-2]
+            low = w.casefold()
+            caps = w.isupper()
+            if (len(w) < 2 or low in (caps_stop if caps else stop) or (i == 0 and first and low in initial_stop)
+                    or (not self.acronyms and caps)):
+                if current:
+                    segments.append(current)
+                current = []
+            else:
+                current.append(w)
+            if possessive and current:
+                segments.append(current)
+                current = []
+        if current:
+            segments.append(current)
+        names = []
+        for seg in segments:
+            while seg and seg[-1] in _PARTICLES:  # a particle never ends or starts a name
+                seg.pop()
+            while seg and seg[0] in _PARTICLES:
+                seg.pop(0)
+            if seg and len(seg) <= self.max_tokens:
+                name = " ".join(seg)
+                names.append((name, name.casefold()))
+        return tuple(names)
 
     def extract_many(self, texts: Sequence[str]) -> list[list[str]]:
         """``extract`` for each text."""

@@ -53,7 +53,6 @@ from __future__ import annotations
 import math
 import threading
 from array import array
-from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -84,6 +83,7 @@ __all__ = [
 
 _END = None  # trie key of "a name ends here" (no token is None)
 _DETAIL = 10  # entities listed per hop in explain
+_FULL_PASS = 4  # one pass over all links once activated entities hold more than 1/4 of them
 
 
 def sentence_entities(names: Iterable[str]) -> list[tuple[str, str]]:
@@ -96,14 +96,24 @@ def sentence_entities(names: Iterable[str]) -> list[tuple[str, str]]:
     [('russell', 'Russell'), ('g e moore', 'G. E. Moore')]
     """
     out: dict[str, str] = {}
+    cache = _KEYS
     for name in names:
-        if not isinstance(name, str):
-            raise TypeError(f"an entity name must be a string, not {type(name).__name__}")
-        toks = entity_tokens(name)
-        if not toks or len(toks) > MAX_NAME_TOKENS:
-            continue
-        out.setdefault(" ".join(toks), name.strip())
+        key = cache.get(name)
+        if key is None:
+            if not isinstance(name, str):
+                raise TypeError(f"an entity name must be a string, not {type(name).__name__}")
+            toks = entity_tokens(name)
+            key = " ".join(toks) if 0 < len(toks) <= MAX_NAME_TOKENS else ""
+            if len(cache) >= _KEY_CACHE:
+                cache.clear()
+            cache[name] = key
+        if key and key not in out:
+            out[key] = name.strip()
     return list(out.items())
+
+
+_KEY_CACHE = 65536
+_KEYS: dict[str, str] = {}  # name → key ("" when not a usable name); names repeat across a corpus
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,7 +138,6 @@ class HopDetail:
         return {"hop": self.hop, "count": self.count, "top": [[n, v] for n, v in self.top]}
 
 
-@dataclass(frozen=True)
 class Activation:
     """The result of :meth:`EntityGraph.activate`.
 
@@ -139,24 +148,55 @@ class Activation:
         max_weight: The largest edge weight ``W`` (0 in a graph without edges).
         found: The entities found in the text (activation 1.0), in text order.
         per_hop: Hop 0 (the found entities) and every later hop: what it raised.
-        entities: Every activated entity's key → activation.
-        doc_ids: The activated sentences' documents (object array), in insertion order.
-        positions: Their positions (int64).
-        seqs: Their documents' ``seq`` (int64): the insertion order the rows are sorted by.
-        values: Their activation (float64, in (0, 1]).
+        values: The activated sentences' activation (float64, in (0, 1]), in insertion order (document
+            ``seq``, then position); ``doc_ids``, ``positions`` and ``seqs`` say which sentences they are.
     """
 
-    text: str
-    hops: int
-    decay: float
-    max_weight: int
-    found: tuple[FoundEntity, ...]
-    per_hop: tuple[HopDetail, ...]
-    entities: dict[str, float]
-    doc_ids: np.ndarray
-    positions: np.ndarray
-    seqs: np.ndarray
-    values: np.ndarray
+    __slots__ = ("text", "hops", "decay", "max_weight", "found", "per_hop", "values", "_slots", "_snap",
+                 "_entity_ids", "_entity_values", "_entities")
+
+    def __init__(self, text: str, hops: int, decay: float, max_weight: int, found: tuple[FoundEntity, ...],
+                 per_hop: tuple[HopDetail, ...], slots: np.ndarray, values: np.ndarray, entity_ids: np.ndarray,
+                 entity_values: np.ndarray, snapshot: _Compiled) -> None:
+        self.text, self.hops, self.decay, self.max_weight = text, hops, decay, max_weight
+        self.found, self.per_hop = found, per_hop
+        self.values = values
+        self._slots, self._snap = slots, snapshot
+        self._entity_ids, self._entity_values = entity_ids, entity_values
+        self._entities: dict[str, float] | None = None
+
+    @property
+    def doc_ids(self) -> np.ndarray:
+        """The activated sentences' documents (an object array)."""
+        return self._snap.slot_doc[self._slots]
+
+    @property
+    def positions(self) -> np.ndarray:
+        """The activated sentences' positions (int64)."""
+        return self._snap.slot_pos[self._slots]
+
+    @property
+    def seqs(self) -> np.ndarray:
+        """The activated sentences' documents' ``seq`` (int64)."""
+        return self._snap.slot_seq[self._slots]
+
+    def rows(self, indices: np.ndarray | Sequence[int]) -> list[tuple[str, int]]:
+        """``(doc_id, position)`` of some rows (e.g. ``top(k)``), without touching the others."""
+        slots = self._slots[np.asarray(indices, dtype=np.int64)]
+        return list(zip(self._snap.slot_doc[slots].tolist(), self._snap.slot_pos[slots].tolist()))
+
+    @property
+    def entities(self) -> dict[str, float]:
+        """Every activated entity's key → activation (built on first use)."""
+        if self._entities is None:
+            keys = self._snap.keys
+            self._entities = {keys[e]: v for e, v in zip(self._entity_ids.tolist(), self._entity_values.tolist())}
+        return self._entities
+
+    @property
+    def entity_count(self) -> int:
+        """How many entities are activated."""
+        return int(self._entity_ids.shape[0])
 
     def __len__(self) -> int:
         return int(self.values.shape[0])
@@ -171,13 +211,16 @@ class Activation:
 
     def top(self, k: int) -> np.ndarray:
         """Indices (into the row arrays) of the ``k`` best rows: value descending, then insertion order."""
-        if k <= 0 or not len(self):
+        n = len(self)
+        if k <= 0 or not n:
             return np.zeros(0, dtype=np.int64)
-        if k >= len(self):
-            return np.lexsort((self.positions, self.seqs, -self.values))
-        kth = np.partition(-self.values, k - 1)[k - 1]
-        cand = np.flatnonzero(-self.values <= kth)  # every row tied with the k-th stays in the race
-        order = np.lexsort((self.positions[cand], self.seqs[cand], -self.values[cand]))
+        if k < n:
+            kth = np.partition(-self.values, k - 1)[k - 1]
+            cand = np.flatnonzero(-self.values <= kth)  # every row tied with the k-th stays in the race
+        else:
+            cand = np.arange(n)
+        # rows are in insertion order already, so a stable sort on the value alone breaks ties on it
+        order = np.argsort(-self.values[cand], kind="stable")
         return cand[order[:k]]
 
     def to_dict(self) -> dict[str, Any]:
@@ -189,7 +232,7 @@ class Activation:
             "max_weight": self.max_weight,
             "found": [e.name for e in self.found],
             "per_hop": [h.to_dict() for h in self.per_hop],
-            "entities": len(self.entities),
+            "entities": self.entity_count,
             "rows": len(self),
         }
 
@@ -205,20 +248,41 @@ class Activation:
         return lines
 
 
-@dataclass(frozen=True)
+@dataclass
 class _Compiled:
-    """An immutable snapshot of the graph as arrays (what queries read)."""
+    """A snapshot of the graph as arrays (what queries read); never changed once built, except the
+    display-name memo."""
 
-    live: np.ndarray  # entity id → live (named by some live sentence)
+    keys: list[str]  # entity id → key (a copy: later writes do not change it)
+    live: np.ndarray  # entity id → named by some live sentence
     adj_ptr: np.ndarray  # CSR entity → neighbours
     adj_idx: np.ndarray
     adj_w: np.ndarray  # float64 weights
     max_weight: int
-    ent_ptr: np.ndarray  # CSR entity → sentence slots
+    ent_ptr: np.ndarray  # CSR entity → live links (sentence slot, spelling), slots ascending
     ent_slots: np.ndarray
+    ent_names: np.ndarray  # name id of each link
+    names: list[str]  # name id → spelling
+    link_slot: np.ndarray  # every live link's sentence slot (ascending) …
+    link_eid: np.ndarray  # … and entity
     slot_doc: np.ndarray  # object
     slot_pos: np.ndarray
     slot_seq: np.ndarray
+    in_order: bool
+    display: dict[int, str] = field(default_factory=dict)
+
+    def display_name(self, e: int) -> str:
+        """The commonest live spelling of entity ``e`` (ties: the smallest string)."""
+        name = self.display.get(e)
+        if name is None:
+            lo, hi = self.ent_ptr[e], self.ent_ptr[e + 1]
+            if lo == hi:
+                return self.keys[e]
+            ids, counts = np.unique(self.ent_names[lo:hi], return_counts=True)
+            best = counts.max()
+            name = min(self.names[i] for i in ids[counts == best].tolist())
+            self.display[e] = name
+        return name
 
 
 def check_spread(hops: Any, decay: Any) -> tuple[int, float]:
@@ -236,7 +300,10 @@ def check_spread(hops: Any, decay: Any) -> tuple[int, float]:
 class EntityGraph:
     """Entities, the sentences that name them and their co-occurrence, per document (see the module doc).
 
-    Thread-safe: writes and compilation hold an internal lock; a query works on an immutable snapshot.
+    Writes only append to flat buffers (a sentence slot, and one ``(slot, spelling id)`` link per name)
+    or mark slots dead; the first query after writes compiles the live links into CSR arrays with
+    numpy (normalising each new spelling once). Thread-safe: writes and compilation hold an internal
+    lock; a query works on an immutable snapshot.
     """
 
     def __init__(self) -> None:
@@ -244,27 +311,24 @@ class EntityGraph:
         self._reset()
 
     def _reset(self) -> None:
+        # spellings and entity keys, both interned; ids are never reused (until compaction)
+        self._name_id: dict[str, int] = {}
+        self._names: list[str] = []
+        self._name_eid: list[int] = []  # name id → entity id (-1: not a usable name), filled at compile
         self._key_eid: dict[str, int] = {}
         self._eid_key: list[str] = []
-        self._df: list[int] = []  # live sentences naming each entity
-        self._spell: list[Counter[str]] = []  # live spellings of each entity
         self._trie: dict[Any, Any] = {}
         # per sentence slot (insertion order)
         self._slot_doc: list[str] = []
         self._slot_pos = array("q")
         self._slot_seq = array("q")
         self._slot_alive = bytearray()
-        self._slot_eids: list[tuple[int, ...]] = []
-        self._slot_names: list[tuple[str, ...]] = []
-        # append-only link buffers: (slot, entity) and (slot, a, b) with a < b
         self._link_slot = array("q")
-        self._link_eid = array("q")
-        self._pair_slot = array("q")
-        self._pair_a = array("q")
-        self._pair_b = array("q")
-        self._doc_slots: dict[str, list[int]] = {}
+        self._link_name = array("q")
+        self._doc_slots: dict[str, tuple[int, int]] = {}  # doc → (first slot, slots): a document's are contiguous
         self._doc_seq: dict[str, int] = {}
         self._next_seq = 1
+        self._in_order = True  # slot order is (seq, position) order
         self._dead = 0
         self._compiled: _Compiled | None = None
 
@@ -278,41 +342,57 @@ class EntityGraph:
             sentences: Its sentences' entity names (sentences without names may be left out).
             seq: The document's insertion order (ties among equal activations break on it, then on
                 position); by default one more than any seen so far.
+
+        Raises:
+            TypeError: a name is not a string (nothing is added).
         """
-        items = [(int(p), sentence_entities(names)) for p, names in sentences]
+        self.add_many([(doc_id, sentences, seq)])
+
+    def add_many(self, docs: Iterable[tuple[str, Iterable[tuple[int, Iterable[str]]], int | None]]) -> None:
+        """:meth:`add` for several ``(doc_id, sentences, seq)`` at once (one lock, one invalidation)."""
+        prepared = []
+        for doc_id, sentences, seq in docs:
+            items = []
+            for p, names in sentences:
+                clean = []
+                for n in names:
+                    if not isinstance(n, str):
+                        raise TypeError(f"an entity name must be a string, not {type(n).__name__}")
+                    clean.append(n.strip())
+                items.append((int(p), clean))
+            items.sort(key=lambda item: item[0])
+            prepared.append((doc_id, items, seq))
         with self._lock:
-            self._remove_locked(doc_id)
-            if seq is None:
-                seq = self._next_seq
-            seq = int(seq)
-            self._next_seq = max(self._next_seq, seq + 1)
-            slots: list[int] = []
-            for position, pairs in items:
-                if not pairs:
-                    continue
-                slot = len(self._slot_doc)
-                eids = tuple(self._intern(k) for k, _ in pairs)
-                names = tuple(n for _, n in pairs)
-                self._slot_doc.append(doc_id)
-                self._slot_pos.append(position)
-                self._slot_seq.append(seq)
-                self._slot_alive.append(1)
-                self._slot_eids.append(eids)
-                self._slot_names.append(names)
-                for e, n in zip(eids, names):
-                    self._df[e] += 1
-                    self._spell[e][n] += 1
-                    self._link_slot.append(slot)
-                    self._link_eid.append(e)
-                ordered = sorted(eids)
-                for i, a in enumerate(ordered):
-                    for b in ordered[i + 1:]:
-                        self._pair_slot.append(slot)
-                        self._pair_a.append(a)
-                        self._pair_b.append(b)
-                slots.append(slot)
-            self._doc_slots[doc_id] = slots
-            self._doc_seq[doc_id] = seq
+            name_id, names = self._name_id, self._names
+            slot_doc, slot_pos, slot_seq, alive = self._slot_doc, self._slot_pos, self._slot_seq, self._slot_alive
+            link_slot: list[int] = []
+            link_name: list[int] = []
+            for doc_id, items, seq in prepared:
+                self._remove_locked(doc_id)
+                seq = self._next_seq if seq is None else int(seq)
+                if seq < self._next_seq - 1 or (seq == self._next_seq - 1 and self._doc_seq):
+                    self._in_order = False  # slots no longer follow (seq, position): queries sort
+                self._next_seq = max(self._next_seq, seq + 1)
+                first = len(slot_doc)
+                for position, sentence_names in items:
+                    if not sentence_names:
+                        continue
+                    slot = len(slot_doc)
+                    slot_doc.append(doc_id)
+                    slot_pos.append(position)
+                    slot_seq.append(seq)
+                    alive.append(1)
+                    for n in sentence_names:
+                        i = name_id.get(n)
+                        if i is None:
+                            i = name_id[n] = len(names)
+                            names.append(n)
+                        link_slot.append(slot)
+                        link_name.append(i)
+                self._doc_slots[doc_id] = (first, len(slot_doc) - first)
+                self._doc_seq[doc_id] = seq
+            self._link_slot.extend(link_slot)
+            self._link_name.extend(link_name)
             self._compiled = None
 
     def remove(self, doc_id: str) -> bool:
@@ -327,99 +407,77 @@ class EntityGraph:
             return found
 
     def _remove_locked(self, doc_id: str) -> bool:
-        slots = self._doc_slots.pop(doc_id, None)
-        if slots is None:
+        span = self._doc_slots.pop(doc_id, None)
+        if span is None:
             return False
         del self._doc_seq[doc_id]
-        for slot in slots:
-            self._slot_alive[slot] = 0
-            for e, n in zip(self._slot_eids[slot], self._slot_names[slot]):
-                self._df[e] -= 1
-                spell = self._spell[e]
-                spell[n] -= 1
-                if not spell[n]:
-                    del spell[n]
-        self._dead += len(slots)
+        first, n = span
+        self._slot_alive[first:first + n] = bytes(n)
+        self._dead += n
         return True
 
-    def _intern(self, key: str) -> int:
-        e = self._key_eid.get(key)
-        if e is None:
-            e = len(self._eid_key)
-            self._key_eid[key] = e
-            self._eid_key.append(key)
-            self._df.append(0)
-            self._spell.append(Counter())
-            node = self._trie
-            for tok in key.split(" "):
-                node = node.setdefault(tok, {})
-            node[_END] = e
-        return e
-
     def _compact(self) -> None:
-        """Rebuild from the live sentences only (renumbers slots and entities, order kept)."""
-        rows = list(self._iter_rows())
-        seqs = dict(self._doc_seq)
-        docs = list(self._doc_slots)
-        next_seq = self._next_seq
-        self._reset()
-        self._load(rows, seqs, docs)
-        self._next_seq = max(self._next_seq, next_seq)
+        """Drop dead slots and their links (slot numbers change, their order does not)."""
+        alive = np.frombuffer(bytes(self._slot_alive), dtype=np.uint8).astype(bool)
+        new_slot = np.cumsum(alive) - 1
+        link_slot = np.array(self._link_slot, dtype=np.int64)
+        link_name = np.array(self._link_name, dtype=np.int64)
+        keep = alive[link_slot] if link_slot.size else np.zeros(0, dtype=bool)
+        self._link_slot = array("q", new_slot[link_slot[keep]].tolist())
+        self._link_name = array("q", link_name[keep].tolist())
+        live_slots = np.flatnonzero(alive)
+        self._slot_doc = [self._slot_doc[i] for i in live_slots.tolist()]
+        self._slot_pos = array("q", np.array(self._slot_pos, dtype=np.int64)[live_slots].tolist())
+        self._slot_seq = array("q", np.array(self._slot_seq, dtype=np.int64)[live_slots].tolist())
+        self._slot_alive = bytearray(b"\x01" * len(self._slot_doc))
+        renumber = new_slot.tolist()
+        self._doc_slots = {d: ((renumber[f] if n else 0), n) for d, (f, n) in self._doc_slots.items()}
+        self._dead = 0
 
     # ---------------------------------------------------------------------------- persistence
 
-    def _iter_rows(self) -> Iterator[tuple[str, int, int, str]]:
-        alive = self._slot_alive
-        for slot, doc in enumerate(self._slot_doc):
-            if alive[slot]:
-                pos, seq = self._slot_pos[slot], self._slot_seq[slot]
-                for name in self._slot_names[slot]:
-                    yield doc, seq, pos, name
-
     def to_rows(self) -> list[tuple[str, int, int, str]]:
-        """The whole graph as ``(doc_id, seq, position, name)`` rows, one per (sentence, entity).
+        """The whole graph as ``(doc_id, seq, position, name)`` rows, one per (sentence, name given).
 
         Everything else (keys, weights, known names) is derived, so this is all a store must keep.
         """
         with self._lock:
-            return list(self._iter_rows())
+            alive = self._slot_alive
+            out = []
+            docs, pos, seq, names = self._slot_doc, self._slot_pos, self._slot_seq, self._names
+            for s, n in zip(self._link_slot, self._link_name):
+                if alive[s]:
+                    out.append((docs[s], seq[s], pos[s], names[n]))
+            return out
 
     @classmethod
     def from_rows(cls, rows: Iterable[tuple[str, int, int, str]]) -> EntityGraph:
         """Rebuild a graph from :meth:`to_rows` output (in any order)."""
-        g = cls()
-        with g._lock:
-            g._load(list(rows), None, None)
-        return g
-
-    def _load(self, rows: list[tuple[str, int, int, str]], seqs: dict[str, int] | None,
-              docs: list[str] | None) -> None:
         by_doc: dict[str, tuple[int, dict[int, list[str]]]] = {}
         for doc, seq, pos, name in rows:
             entry = by_doc.get(doc)
             if entry is None:
                 entry = by_doc[doc] = (int(seq), {})
             entry[1].setdefault(int(pos), []).append(name)
-        if docs is not None:  # documents that name no entity are remembered too
-            for d in docs:
-                by_doc.setdefault(d, ((seqs or {}).get(d, 0), {}))
-        for doc in sorted(by_doc, key=lambda d: by_doc[d][0]):
-            seq, sentences = by_doc[doc]
-            self.add(doc, sorted(sentences.items()), seq=seq)
+        g = cls()
+        docs = sorted(by_doc, key=lambda d: by_doc[d][0])
+        for lo in range(0, len(docs), 4096):  # in slices: one huge batch of small lists taxes the GC
+            g.add_many([(d, list(by_doc[d][1].items()), by_doc[d][0]) for d in docs[lo:lo + 4096]])
+        return g
 
     # -------------------------------------------------------------------------------- reading
 
     def __len__(self) -> int:
         """The number of known entities (named by at least one live sentence)."""
-        with self._lock:
-            return sum(1 for d in self._df if d > 0)
+        return int(self._snapshot().live.sum())
 
     def __contains__(self, name: object) -> bool:
         if not isinstance(name, str):
             return False
+        snap = self._snapshot()
         with self._lock:
             e = self._key_eid.get(" ".join(entity_tokens(name)))
-            return e is not None and self._df[e] > 0
+        return e is not None and e < snap.live.shape[0] and bool(snap.live[e])
 
     @property
     def documents(self) -> int:
@@ -428,16 +486,12 @@ class EntityGraph:
 
     def display_name(self, key: str) -> str:
         """The spelling shown for an entity: its commonest live spelling (ties: the smallest string)."""
+        snap = self._snapshot()
         with self._lock:
             e = self._key_eid.get(key)
-            if e is None or not self._spell[e]:
-                return key
-            return self._display(e)
-
-    def _display(self, e: int) -> str:
-        spell = self._spell[e]
-        best = max(spell.values())
-        return min(n for n, c in spell.items() if c == best)
+        if e is None or e >= snap.live.shape[0]:
+            return key
+        return snap.display_name(e)
 
     def weight(self, a: str, b: str) -> int:
         """The co-occurrence weight of two entity names (0 when not linked)."""
@@ -445,7 +499,7 @@ class EntityGraph:
         with self._lock:
             ea = self._key_eid.get(" ".join(entity_tokens(a)))
             eb = self._key_eid.get(" ".join(entity_tokens(b)))
-        if ea is None or eb is None or ea == eb or ea >= snap.live.shape[0]:
+        if ea is None or eb is None or ea == eb or max(ea, eb) >= snap.live.shape[0]:
             return 0
         lo, hi = snap.adj_ptr[ea], snap.adj_ptr[ea + 1]
         hit = np.flatnonzero(snap.adj_idx[lo:hi] == eb)
@@ -454,25 +508,19 @@ class EntityGraph:
     def edges(self) -> dict[tuple[str, str], int]:
         """Every edge once, ``{(key_a, key_b): weight}`` with ``key_a < key_b`` (for tests and tools)."""
         snap = self._snapshot()
-        with self._lock:
-            keys = list(self._eid_key)
-        out: dict[tuple[str, str], int] = {}
+        keys = snap.keys
         src = np.repeat(np.arange(snap.adj_ptr.shape[0] - 1), np.diff(snap.adj_ptr))
-        for a, b, w in zip(src.tolist(), snap.adj_idx.tolist(), snap.adj_w.tolist()):
-            ka, kb = keys[a], keys[b]
-            if ka < kb:
-                out[(ka, kb)] = int(w)
-        return out
+        return {(keys[a], keys[b]): int(w) for a, b, w in zip(src.tolist(), snap.adj_idx.tolist(), snap.adj_w.tolist())
+                if keys[a] < keys[b]}
 
     def entity_sentences(self) -> dict[str, set[tuple[str, int]]]:
         """``{key: {(doc_id, position), …}}`` for every known entity (for tests and tools)."""
-        with self._lock:
-            out: dict[str, set[tuple[str, int]]] = {}
-            for slot, doc in enumerate(self._slot_doc):
-                if self._slot_alive[slot]:
-                    for e in self._slot_eids[slot]:
-                        out.setdefault(self._eid_key[e], set()).add((doc, self._slot_pos[slot]))
-            return out
+        snap = self._snapshot()
+        out: dict[str, set[tuple[str, int]]] = {}
+        for e in np.flatnonzero(snap.live).tolist():
+            slots = snap.ent_slots[snap.ent_ptr[e]:snap.ent_ptr[e + 1]]
+            out[snap.keys[e]] = set(zip(snap.slot_doc[slots].tolist(), snap.slot_pos[slots].tolist()))
+        return out
 
     def _snapshot(self) -> _Compiled:
         snap = self._compiled
@@ -483,36 +531,72 @@ class EntityGraph:
                 self._compiled = self._compile()
             return self._compiled
 
-    def _compile(self) -> _Compiled:
-        from scipy.sparse import csr_matrix
+    def _intern_names(self) -> np.ndarray:
+        """Entity id of every spelling (normalising the new ones, once each)."""
+        name_eid, key_eid = self._name_eid, self._key_eid
+        for n in self._names[len(name_eid):]:
+            toks = entity_tokens(n)
+            if not toks or len(toks) > MAX_NAME_TOKENS:
+                name_eid.append(-1)
+                continue
+            key = " ".join(toks)
+            e = key_eid.get(key)
+            if e is None:
+                e = key_eid[key] = len(self._eid_key)
+                self._eid_key.append(key)
+                node = self._trie
+                for tok in toks:
+                    node = node.setdefault(tok, {})
+                node[_END] = e
+            name_eid.append(e)
+        return np.array(name_eid, dtype=np.int64)
 
+    def _compile(self) -> _Compiled:
+        name_eid = self._intern_names()
         n_ent = len(self._eid_key)
         alive = np.frombuffer(bytes(self._slot_alive), dtype=np.uint8).astype(bool)
-        live = np.asarray(self._df, dtype=np.int64) > 0 if n_ent else np.zeros(0, dtype=bool)
         link_slot = np.array(self._link_slot, dtype=np.int64)
-        link_eid = np.array(self._link_eid, dtype=np.int64)
-        keep = alive[link_slot] if link_slot.size else np.zeros(0, dtype=bool)
-        link_slot, link_eid = link_slot[keep], link_eid[keep]
-        order = np.argsort(link_eid, kind="stable")  # slots stay ascending within an entity
-        ent_slots = link_slot[order]
+        link_name = np.array(self._link_name, dtype=np.int64)
+        link_eid = name_eid[link_name] if link_name.size else link_name
+        keep = (alive[link_slot] & (link_eid >= 0)) if link_slot.size else np.zeros(0, dtype=bool)
+        link_slot, link_name, link_eid = link_slot[keep], link_name[keep], link_eid[keep]
+        # one link per (sentence, entity): the first spelling given wins; slots stay ascending
+        pair_key = link_slot * max(1, n_ent) + link_eid
+        _, first = np.unique(pair_key, return_index=True)
+        first.sort()
+        link_slot, link_name, link_eid = link_slot[first], link_name[first], link_eid[first]
+        # entity → links (stable: slots ascending within an entity)
+        order = np.argsort(link_eid, kind="stable")
         ent_ptr = np.zeros(n_ent + 1, dtype=np.int64)
         if n_ent:
             np.cumsum(np.bincount(link_eid, minlength=n_ent), out=ent_ptr[1:])
-        pair_slot = np.array(self._pair_slot, dtype=np.int64)
-        keep = alive[pair_slot] if pair_slot.size else np.zeros(0, dtype=bool)
-        a = np.array(self._pair_a, dtype=np.int64)[keep]
-        b = np.array(self._pair_b, dtype=np.int64)[keep]
-        adj = csr_matrix((np.ones(2 * a.size, dtype=np.float64), (np.concatenate((a, b)), np.concatenate((b, a)))),
-                         shape=(n_ent, n_ent))
-        adj.sum_duplicates()
-        max_weight = int(adj.data.max()) if adj.nnz else 0
+        live = np.diff(ent_ptr) > 0
+        # co-occurrence: every pair of links of one sentence (links are grouped by slot, ascending)
+        if link_slot.size:
+            change = np.flatnonzero(np.diff(link_slot)) + 1
+            group_end = np.repeat(np.concatenate((change, [link_slot.size])),
+                                  np.diff(np.concatenate(([0], change, [link_slot.size]))))
+            idx = np.arange(link_slot.size)
+            partners = _ranges(idx + 1, group_end)
+            sources = np.repeat(idx, group_end - idx - 1)
+            a, b = link_eid[sources], link_eid[partners]
+        else:
+            a = b = np.zeros(0, dtype=np.int64)
+        # CSR adjacency, both directions; a weight is how often the (sorted) pair key repeats
+        pair_keys, weights = np.unique(np.concatenate((a * n_ent + b, b * n_ent + a)), return_counts=True)
+        adj_ptr = np.zeros(n_ent + 1, dtype=np.int64)
+        if n_ent:
+            np.cumsum(np.bincount(pair_keys // n_ent, minlength=n_ent), out=adj_ptr[1:])
         return _Compiled(
-            live=live,
-            adj_ptr=adj.indptr.astype(np.int64), adj_idx=adj.indices.astype(np.int64), adj_w=adj.data,
-            max_weight=max_weight, ent_ptr=ent_ptr, ent_slots=ent_slots,
+            keys=list(self._eid_key), live=live,
+            adj_ptr=adj_ptr, adj_idx=(pair_keys % max(1, n_ent)).astype(np.int64), adj_w=weights.astype(np.float64),
+            max_weight=int(weights.max()) if weights.size else 0,
+            ent_ptr=ent_ptr, ent_slots=link_slot[order], ent_names=link_name[order], names=list(self._names),
+            link_slot=link_slot, link_eid=link_eid,
             slot_doc=np.array(self._slot_doc, dtype=object),
             slot_pos=np.array(self._slot_pos, dtype=np.int64),
             slot_seq=np.array(self._slot_seq, dtype=np.int64),
+            in_order=self._in_order,
         )
 
     # -------------------------------------------------------------------------------- queries
@@ -521,34 +605,39 @@ class EntityGraph:
         """The known entities named in ``text`` (casefolded, whole words, longest matches), in text order."""
         if not isinstance(text, str):
             raise TypeError(f"GRAPH looks for entities in text, not {type(text).__name__}")
-        toks = token_spans(text)
         with self._lock:
-            df = self._df
-            matches: list[tuple[int, int, int]] = []
-            trie = self._trie
-            n = len(toks)
-            for i in range(n):
-                node = trie.get(toks[i][0])
-                j = i + 1
-                while node is not None:
-                    e = node.get(_END)
-                    if e is not None and df[e] > 0:
-                        matches.append((i, j, e))
-                    if j >= n or j - i >= MAX_NAME_TOKENS:
-                        break
-                    node = node.get(toks[j][0])
-                    j += 1
-            # Keep an occurrence unless a longer one contains it: sorted by start, longest first, it
-            # is contained exactly when an earlier one in this order reaches as far.
-            matches.sort(key=lambda m: (m[0], -m[1]))
-            reach = -1
-            kept: dict[int, tuple[int, int]] = {}
-            for i, j, e in matches:
-                if reach < j:
-                    kept.setdefault(e, (i, j))
-                reach = max(reach, j)
-            return [FoundEntity(self._eid_key[e], self._display(e), toks[i][1], toks[j - 1][2])
-                    for e, (i, j) in sorted(kept.items(), key=lambda kv: kv[1])]
+            snap = self._snapshot()
+            return self._find(text, snap)
+
+    def _find(self, text: str, snap: _Compiled) -> list[FoundEntity]:
+        toks = token_spans(text)
+        live = snap.live
+        n_live = live.shape[0]
+        matches: list[tuple[int, int, int]] = []
+        trie = self._trie
+        n = len(toks)
+        for i in range(n):
+            node = trie.get(toks[i][0])
+            j = i + 1
+            while node is not None:
+                e = node.get(_END)
+                if e is not None and e < n_live and live[e]:
+                    matches.append((i, j, e))
+                if j >= n or j - i >= MAX_NAME_TOKENS:
+                    break
+                node = node.get(toks[j][0])
+                j += 1
+        # Keep an occurrence unless a longer one contains it: sorted by start, longest first, it is
+        # contained exactly when an earlier one in this order reaches as far.
+        matches.sort(key=lambda m: (m[0], -m[1]))
+        reach = -1
+        kept: dict[int, tuple[int, int]] = {}
+        for i, j, e in matches:
+            if reach < j:
+                kept.setdefault(e, (i, j))
+            reach = max(reach, j)
+        return [FoundEntity(snap.keys[e], snap.display_name(e), toks[i][1], toks[j - 1][2])
+                for e, (i, j) in sorted(kept.items(), key=lambda kv: kv[1])]
 
     def activate(self, text: str, hops: int = 1, decay: float = 0.5) -> Activation:
         """Spreading activation from the entities found in ``text`` (see the module docstring).
@@ -558,9 +647,11 @@ class EntityGraph:
             TypeError: ``text`` is not a string.
         """
         hops, decay = check_spread(hops, decay)
+        if not isinstance(text, str):
+            raise TypeError(f"GRAPH looks for entities in text, not {type(text).__name__}")
         with self._lock:  # the snapshot and the entities found come from the same state
             snap = self._snapshot()
-            found = self.find(text)
+            found = self._find(text, snap)
             seeds = np.array([self._key_eid[f.key] for f in found], dtype=np.int64)
         n_ent = snap.live.shape[0]
         act = np.zeros(n_ent, dtype=np.float64)
@@ -571,7 +662,8 @@ class EntityGraph:
         W = float(snap.max_weight)
         for _ in range(hops):
             if frontier.size == 0 or W == 0.0:
-                raised_at.append(frontier[:0])
+                frontier = frontier[:0]
+                raised_at.append(frontier)
                 raised_val.append(np.zeros(0))
                 continue
             starts, ends = snap.adj_ptr[frontier], snap.adj_ptr[frontier + 1]
@@ -584,36 +676,36 @@ class EntityGraph:
             frontier = np.flatnonzero(best > act)
             act[frontier] = best[frontier]
             raised_at.append(frontier)
-            raised_val.append(act[frontier].copy())
+            raised_val.append(act[frontier])
         active = np.flatnonzero(act > 0)
         starts, ends = snap.ent_ptr[active], snap.ent_ptr[active + 1]
-        idx = _ranges(starts, ends)
-        slots = snap.ent_slots[idx]
+        reached = int((ends - starts).sum())
         row_best = np.zeros(snap.slot_pos.shape[0], dtype=np.float64)
-        if slots.size:
-            np.maximum.at(row_best, slots, np.repeat(act[active], ends - starts))
+        if reached * _FULL_PASS > snap.link_eid.shape[0]:
+            # many sentences reached: one pass over every link is cheaper than gathering most of them
+            np.maximum.at(row_best, snap.link_slot, act[snap.link_eid])
+        elif reached:
+            np.maximum.at(row_best, snap.ent_slots[_ranges(starts, ends)], np.repeat(act[active], ends - starts))
         hit = np.flatnonzero(row_best > 0)
-        # slots are in write order; a replaced document is written anew with a later seq
-        order = np.lexsort((snap.slot_pos[hit], snap.slot_seq[hit]))
-        hit = hit[order]
-        with self._lock:
-            keys = self._eid_key
-            entities = {keys[e]: float(act[e]) for e in active.tolist()}
-            per_hop = []
-            for h, (ids, vals) in enumerate(zip(raised_at, raised_val)):
-                if ids.size > _DETAIL:  # only rows tied with the tenth best can make the list
-                    cut = np.partition(-vals, _DETAIL - 1)[_DETAIL - 1]
-                    keep = -vals <= cut
-                    ids, vals = ids[keep], vals[keep]
-                # ties break on the key in code-point order, as PostgreSQL's COLLATE "C" does
-                best = sorted(zip((-vals).tolist(), (keys[e] for e in ids.tolist()), ids.tolist()))[:_DETAIL]
-                top = tuple((self._display(e), -v) for v, _, e in best)
-                per_hop.append(HopDetail(h, int(raised_at[h].size), top))
+        values = row_best[hit]
+        if not snap.in_order:  # documents were written out of seq order: sort by (seq, position)
+            order = np.lexsort((snap.slot_pos[hit], snap.slot_seq[hit]))
+            hit, values = hit[order], values[order]
+        keys = snap.keys
+        per_hop = []
+        for h, (ids, vals) in enumerate(zip(raised_at, raised_val)):
+            count = int(ids.size)
+            if count > _DETAIL:  # only rows tied with the tenth best can make the list
+                cut = np.partition(-vals, _DETAIL - 1)[_DETAIL - 1]
+                keep = -vals <= cut
+                ids, vals = ids[keep], vals[keep]
+            # ties break on the key in code-point order, as PostgreSQL's COLLATE "C" does
+            best_few = sorted(zip((-vals).tolist(), (keys[e] for e in ids.tolist()), ids.tolist()))[:_DETAIL]
+            per_hop.append(HopDetail(h, count, tuple((snap.display_name(e), -v) for v, _, e in best_few)))
         return Activation(
             text=text, hops=hops, decay=decay, max_weight=snap.max_weight, found=tuple(found),
-            per_hop=tuple(per_hop), entities=entities,
-            doc_ids=snap.slot_doc[hit], positions=snap.slot_pos[hit], seqs=snap.slot_seq[hit],
-            values=row_best[hit],
+            per_hop=tuple(per_hop), slots=hit, values=values, entity_ids=active, entity_values=act[active],
+            snapshot=snap,
         )
 
     def values_for(self, activation: Activation, pairs: Sequence[tuple[str, int]]) -> np.ndarray:

@@ -400,3 +400,22 @@ def test_postgres_statements_bind_every_value(pg_dsn: str) -> None:
         for stmt in (postgres_activation("t", hostile), *postgres_add("t", [("x", [(0, [hostile])])])):
             assert "DROP" not in stmt.text_only()
         assert entity_key(hostile) in {e for (e,) in conn.execute('SELECT entity FROM "t_entity_links"')}
+
+
+@settings(max_examples=60, deadline=None)
+@given(docs_st, question_st, st.integers(0, 3))
+def test_both_ways_of_reaching_sentences_agree(docs, question, hops) -> None:  # type: ignore[no-untyped-def]
+    import nlql.text.graph as graph_module
+
+    g = build(docs)
+    saved = graph_module._FULL_PASS
+    try:
+        graph_module._FULL_PASS = 0  # always gather the activated entities' sentences
+        gathered = g.activate(question, hops=hops)
+        graph_module._FULL_PASS = 10**9  # always one pass over every link
+        scanned = g.activate(question, hops=hops)
+    finally:
+        graph_module._FULL_PASS = saved
+    assert gathered.pairs() == scanned.pairs() and gathered.values.tolist() == scanned.values.tolist()
+    idx = scanned.top(3)
+    assert scanned.rows(idx) == [scanned.pairs()[i] for i in idx.tolist()]
