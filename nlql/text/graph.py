@@ -53,7 +53,7 @@ from __future__ import annotations
 import math
 import threading
 from array import array
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
