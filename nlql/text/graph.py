@@ -806,6 +806,8 @@ def postgres_schema(prefix: str = "nlql") -> list[str]:
         f"CREATE INDEX IF NOT EXISTS {_q(prefix + '_entity_links_entity')} ON {links} (entity)",
         f"CREATE TABLE IF NOT EXISTS {edges} (a text NOT NULL, b text NOT NULL, weight bigint NOT NULL, "
         "PRIMARY KEY (a, b))",
+        # max(weight) is read by every activation: an index makes it one descent instead of a scan
+        f"CREATE INDEX IF NOT EXISTS {_q(prefix + '_entity_edges_weight')} ON {edges} (weight)",
     ]
 
 
@@ -894,7 +896,8 @@ def _activation_ctes(prefix: str, text: str, hops: int, decay: float) -> tuple[s
 
 
 def postgres_activation(prefix: str, text: str, hops: int = 1, decay: float = 0.5) -> SqlStatement:
-    """One statement computing GRAPH(text, hops, decay) per sentence: rows ``(doc_id, position, activation)``.
+    """One statement computing GRAPH(text, hops, decay) per sentence: rows ``(doc_id, position, activation)``
+    in no particular order (sorting 100k activated rows would cost more than computing them).
 
     The same activation as :meth:`EntityGraph.activate`, bit for bit (the same float operations in the
     same order). The SQL layer can take everything before the final ``SELECT`` as CTEs of a hybrid
@@ -906,7 +909,7 @@ def postgres_activation(prefix: str, text: str, hops: int = 1, decay: float = 0.
         *_activation_ctes(prefix, text, hops, decay),
         f", graph_rows AS (SELECT l.doc_id, l.position, max(a.act) AS activation FROM {links} l "
         f"JOIN act{hops} a ON a.entity = l.entity GROUP BY l.doc_id, l.position) "
-        "SELECT doc_id, position, activation FROM graph_rows ORDER BY doc_id, position",
+        "SELECT doc_id, position, activation FROM graph_rows",
     ))
 
 
