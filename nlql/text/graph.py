@@ -214,14 +214,18 @@ class Activation:
         n = len(self)
         if k <= 0 or not n:
             return np.zeros(0, dtype=np.int64)
+        values = self.values
         if k < n:
-            kth = np.partition(-self.values, k - 1)[k - 1]
-            cand = np.flatnonzero(-self.values <= kth)  # every row tied with the k-th stays in the race
+            kth = -np.partition(-values, k - 1)[k - 1]
+            above = np.flatnonzero(values > kth)
+            # rows are in insertion order, so the first rows tied with the k-th are the ones to keep
+            tied = np.flatnonzero(values == kth)[: k - above.size]
+            cand = np.concatenate((above, tied))
+            cand.sort()
         else:
             cand = np.arange(n)
-        # rows are in insertion order already, so a stable sort on the value alone breaks ties on it
-        order = np.argsort(-self.values[cand], kind="stable")
-        return cand[order[:k]]
+        # a stable sort on the value alone keeps insertion order among ties
+        return cand[np.argsort(-values[cand], kind="stable")]
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready summary for explain: entities found, activation per hop, rows reached."""

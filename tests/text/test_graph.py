@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from nlql.text.entities import MAX_NAME_TOKENS, entity_key, token_spans
 from nlql.text.graph import (
     SQLITE_SCHEMA,
+    Activation,
     EntityGraph,
     check_spread,
     postgres_activation,
@@ -419,3 +420,17 @@ def test_both_ways_of_reaching_sentences_agree(docs, question, hops) -> None:  #
     assert gathered.pairs() == scanned.pairs() and gathered.values.tolist() == scanned.values.tolist()
     idx = scanned.top(3)
     assert scanned.rows(idx) == [scanned.pairs()[i] for i in idx.tolist()]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.sampled_from([0.25, 0.5, 1.0, 0.125]), max_size=40), st.integers(0, 45))
+def test_top_k_is_the_stable_sort_prefix(values, k) -> None:  # type: ignore[no-untyped-def]
+    g = EntityGraph()
+    for i in range(len(values)):
+        g.add(f"d{i}", [(0, ["Seed"])])
+    fake = np.array(values, dtype=np.float64)
+    a = Activation("Seed", 0, 0.5, 0, (), (), np.arange(fake.size), fake, np.zeros(0, np.int64), np.zeros(0),
+                   g._snapshot())
+    expected = sorted(range(fake.size), key=lambda i: (-fake[i], i))[:k]
+    assert a.top(k).tolist() == expected
+    assert a.rows(a.top(k)) == [(f"d{i}", 0) for i in expected]
