@@ -172,7 +172,8 @@ class Engine:
             raise
         except Exception as exc:  # a driver error while opening: name the store
             raise BackendError(self.store.capabilities.NAME, f"cannot open the store: {exc}") from exc
-        self._bm25 = BM25Sidecar(self.store, analyzer)
+        own_bm25 = getattr(self.store, "keyword_index", None)  # BM25 kept in the store itself (SPEC §10)
+        self._bm25 = (own_bm25(analyzer) if own_bm25 is not None else None) or BM25Sidecar(self.store, analyzer)
         self._executor = Executor(self.store, self._embed_queries, self._bm25, self._functions, chunk_chars,
                                   on_arm_error=on_arm_error)
         if warm_up:
