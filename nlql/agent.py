@@ -196,6 +196,9 @@ def _input_schema() -> dict[str, Any]:
             "max_tokens": {"type": "integer", "minimum": 1,
                            "description": "Optional budget: keep hits in rank order while their "
                                           "estimated tokens fit (the top hit is truncated if needed)."},
+            "timeout": {"type": "number", "exclusiveMinimum": 0,
+                        "description": "Optional deadline in seconds for the whole search: what is complete "
+                                       "by then comes back with a warning."},
         },
         "required": ["query"],
         "additionalProperties": False,
@@ -306,10 +309,11 @@ def explain_query(engine: Engine, query: str, params: Mapping[str, Any] | None =
 
 
 def search_query(engine: Engine, query: str, params: Mapping[str, Any] | None = None,
-                 max_tokens: int | None = None) -> dict[str, Any]:
-    """``Hits.to_dict()`` (hits, stats, warnings), or ``{"hits": [], ..., "error": {...}}`` for a bad query."""
+                 max_tokens: int | None = None, timeout: float | None = None) -> dict[str, Any]:
+    """``Hits.to_dict()`` (hits, stats, warnings), or ``{"hits": [], ..., "error": {...}}`` for a bad query
+    (a search that timed out with nothing found included)."""
     try:
-        hits = engine.search(query, params=_params(params), max_tokens=max_tokens)
+        hits = engine.search(query, params=_params(params), max_tokens=max_tokens, timeout=timeout)
     except NLQLError as exc:
         return {"hits": [], "stats": {}, "warnings": [], "error": _jsonable(error_dict(exc, query))}
     return _jsonable(hits.to_dict())
@@ -323,7 +327,7 @@ def build_mcp_server(engine: Engine, name: str = "nlql") -> Any:
 
     Tools: ``nlql_check(query, params=None)`` → list of diagnostics (``[]`` when valid),
     ``nlql_explain(query, params=None)`` → plan text and dict, ``nlql_search(query, params=None,
-    max_tokens=None)`` → hits. None of them raises for a bad query; the error comes back as data.
+    max_tokens=None, timeout=None)`` → hits. None of them raises for a bad query; the error comes back as data.
     Resource: ``nlql://language``, the compact language reference (markdown). Serve it over stdio
     with ``server.run("stdio")`` (what ``nlql mcp --store DIR`` does).
 
@@ -354,8 +358,8 @@ def build_mcp_server(engine: Engine, name: str = "nlql") -> Any:
 
     @server.tool(name="nlql_search", description=TOOL_DESCRIPTION)
     def nlql_search(query: str, params: dict[str, Any] | None = None,
-                    max_tokens: int | None = None) -> dict[str, Any]:
-        return search_query(engine, query, params, max_tokens)
+                    max_tokens: int | None = None, timeout: float | None = None) -> dict[str, Any]:
+        return search_query(engine, query, params, max_tokens, timeout)
 
     @server.resource("nlql://language", name="nlql-language", title="NLQL language reference",
                      description="Clauses, units, functions, operators, NULL rules and examples.",

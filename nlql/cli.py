@@ -587,6 +587,8 @@ def query(
     limit: Annotated[int | None, typer.Option("--limit", "-n", min=0,
                                               help="Override the query's LIMIT.")] = None,
     max_tokens: Annotated[int | None, typer.Option(min=1, help="Keep results within a token budget.")] = None,
+    timeout: Annotated[float | None, typer.Option(min=0.001, help="Deadline in seconds for the whole search "
+                                                  "(what is complete by then, with a warning).")] = None,
 ) -> None:
     """Run a query and print the results as a table (or JSON)."""
     source = read_query(text)
@@ -599,7 +601,7 @@ def query(
             if plan is not None and not as_json:
                 out().print(Text(str(plan)))
                 out().print(Rule())
-            hits = engine.search(q, params=params, max_tokens=max_tokens)
+            hits = engine.search(q, params=params, max_tokens=max_tokens, timeout=timeout)
         finally:
             engine.close()
         if as_json:

@@ -108,12 +108,11 @@ class Executor:
         stats.add("materialize", (time.perf_counter() - t) * 1000)
         if max_tokens is not None:
             out = pack_tokens(out, max_tokens, run.warnings)
-        if run.deadline.expired() or run.failed:
-            if not out and run.deadline.expired():
+        if deadline.expired():
+            if not out and not run.failed:  # (a degraded search answers from the arms it kept)
                 raise NLQLTimeoutError(f"the search ran out of time ({timeout} s) before finding any row",
                                        hint="raise timeout= or narrow the query")
-            if deadline.expired():
-                run.warn_timeout(f"timeout after {timeout} s: results may be incomplete")
+            run.warn_timeout(f"timeout after {timeout} s: results may be incomplete")
         if run.failed:
             stats.counts["dropped_arms"] = sorted(
                 spec.arms[i] for spec in plan.fusions for i in run.dropped_arms.get(spec.slot, ()))

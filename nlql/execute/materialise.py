@@ -155,7 +155,7 @@ def unit_text(run: Search, u: Candidate) -> str:
 def hits(run: Search, page: list[Candidate]) -> list[Hit]:
     """New hit objects for a page (never the stored ones): content, metadata copy, every binding's value."""
     plan, env = run.plan, run.env
-    if plan.unit.kind == "SPAN" and plan.unit.base != "CHUNK" and page:
+    if plan.unit.kind == "SPAN" and plan.unit.rows_are_sentences and page:
         docs = run.store.document_rows(list(dict.fromkeys(u.ctx.doc_id for u in page)))
         changed = 0
         for u in page:

@@ -17,7 +17,7 @@ Every choice is exact. ``plan.fast_path_reason`` says why a table store got no f
 from __future__ import annotations
 
 from nlql import ir
-from nlql.plan.nodes import FUSION_FUNCTIONS, Plan, ScoreSpec
+from nlql.plan.nodes import FUSION_FUNCTIONS, TEXT_SCORES, Plan, ScoreSpec
 from nlql.pushdown import Capabilities, FastArm, FastPath, Formula
 
 __all__ = ["choose_fastpath", "score_formula"]
@@ -79,7 +79,7 @@ def choose_fastpath(plan: Plan, caps: Capabilities) -> Plan:
         arms = []
         for name, expr in zip(spec.arms, spec.arm_exprs):
             arm = plan.spec(plan.slot_of(expr))
-            if arm is None or arm.kind not in ("SIMILARITY", "BM25"):
+            if arm is None or arm.kind not in TEXT_SCORES:
                 return _none(plan, f"arm {name} is not exactly one SIMILARITY or BM25 call")
             arms.append(FastArm(arm.slot, arm.kind, arm.min))
         return _set(plan, FastPath("fusion", arms=tuple(arms), depth=spec.window,
@@ -110,7 +110,7 @@ def score_formula(plan: Plan, expr: ir.Expr, depth: int = 0) -> Formula | None:
     slot = plan.slot_of(expr)
     if slot is not None:
         spec: ScoreSpec | None = plan.spec(slot)
-        return Formula("slot", slot) if spec is not None and spec.kind in ("SIMILARITY", "BM25") else None
+        return Formula("slot", slot) if spec is not None and spec.kind in TEXT_SCORES else None
     if isinstance(expr, ir.Ref):
         b = plan.query.binding(expr.name)
         return None if b is None else score_formula(plan, b.expr, depth + 1)

@@ -149,13 +149,3 @@ class Plan:
     def fusions(self) -> list[ScoreSpec]:
         """The RRF / INTERLEAVE scores."""
         return [s for s in self.scores if s.kind in FUSION_FUNCTIONS]
-
-    @property
-    def need(self) -> int | None:
-        """Rows the page needs before OFFSET is cut: LIMIT + OFFSET, times the rerank factor (None: all)."""
-        if self.limit is None:
-            return None
-        need = self.limit + self.offset
-        if self.rerank:
-            need = max(need, int(self.rerank.get("factor") or 1) * need)
-        return need

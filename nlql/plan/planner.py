@@ -108,7 +108,7 @@ def build_plan(
         residual_is_thresholds=residual_is_thresholds,
     )
     with_min = [s.label for s in specs if s.min is not None]
-    if with_min and any(s.kind in ("BM25", *FUSION_FUNCTIONS) for s in specs):
+    if with_min and any(s.kind == "BM25" or s.kind in FUSION_FUNCTIONS for s in specs):
         # the SQL lowering has no arm-local thresholds yet: the engine runs such plans arm by arm
         plan.lowering = {"strategy": "engine", "reason": f"{with_min[0]} has an arm-local min => "
                                                          "(evaluated by the engine)"}
