@@ -88,10 +88,10 @@ go wherever a literal does and are bound with `params={"name": value}`; a missin
 
 | function | value |
 |---|---|
-| `SIMILARITY(content, "text")` | cosine in [-1, 1]; with a list of texts, the best of them |
-| `BM25(content, "words")` | keyword score >= 0 (OR over terms); rows matching no term have no BM25 rank |
-| `RRF(a, b, ... [, k => 60] [, weights => [w1, w2]])` | reciprocal rank fusion of bindings a, b: sum of w/(k + rank) |
-| `INTERLEAVE(a, b, ...)` | round-robin fusion of rankings (value 1/position) |
+| `SIMILARITY(content, "text" [, min => 0.3])` | cosine in [-1, 1]; with a list of texts, the best of them; NULL below min (out of that arm only) |
+| `BM25(content, "words" [, min => 1.0])` | keyword score >= 0 (OR over terms); rows matching no term have no BM25 rank |
+| `RRF(a, b, ... [, k => 60] [, weights => [w1, w2]] [, window => n])` | reciprocal rank fusion of arms a, b (scores or any numbers, e.g. RECENCY(meta.date)): sum of w/(k + rank) |
+| `INTERLEAVE(a, b, ... [, window => n])` | round-robin fusion of rankings (value 1/position) |
 | `IF(cond, a, b)` | a when cond is TRUE, else b (UNKNOWN takes b) |
 | `RECENCY(meta.date [, half_life => "90d"])` | exponential decay in (0, 1]; null date gives null |
 | `LENGTH(x)`, `LOWER(x)`, `UPPER(x)`, `COUNT(content, "needle")` | scalars |
@@ -151,8 +151,9 @@ SPAN(SENTENCE, window => k) (hit sentence + k neighbours).
 Names: content, id, doc_id, position, meta.key (meta.a.b; meta.`odd-key`), LET bindings. \
 A bare unknown name is an error: write meta.topic, not topic.
 Score functions (use in LET): SIMILARITY(content, "text" | ["t1", "t2"]) cosine in [-1, 1]; \
-BM25(content, "words") keyword score; RRF(a, b, k => 60, weights => [1, 1]) fuses bindings a, b; \
-INTERLEAVE(a, b). Others: IF(c, a, b), RECENCY(meta.date, half_life => "90d"), LENGTH, LOWER, UPPER, \
+BM25(content, "words") keyword score (min => x on either: NULL below x); RRF(a, b, k => 60, \
+weights => [1, 1], window => 100) fuses arms (scores or numbers like RECENCY(meta.date)); INTERLEAVE(a, b). \
+Others: IF(c, a, b), RECENCY(meta.date, half_life => "90d"), LENGTH, LOWER, UPPER, \
 COUNT(content, "x"), NOW(), DATE("2024-01-01"), TIMESTAMP(...).
 Operators: OR, AND, NOT; = == != <> < <= > >=; + - * /; [NOT] IN (a, b); [NOT] BETWEEN a AND b; \
 IS [NOT] NULL; [NOT] CONTAINS "s" (case-insensitive); [NOT] LIKE "a%" (case-sensitive); \
