@@ -18,6 +18,7 @@ from nlql import ir
 from nlql import values as V
 from nlql.errors import BackendError, Diagnostic, LimitError, NLQLError
 from nlql.execute.executor import Executor
+from nlql.execute.graph import GraphSidecar
 from nlql.execute.keywords import BM25Sidecar
 from nlql.execute.results import Hits
 from nlql.execute.units import DEFAULT_CHUNK_CHARS
@@ -73,6 +74,9 @@ def _check_metadata(meta: Any) -> dict[str, Any]:
                 stack.extend(value.values())
             else:
                 stack.extend(value)
+    names = out.get("entities")
+    if names is not None and (not isinstance(names, (list, tuple)) or not all(isinstance(n, str) for n in names)):
+        raise ValueError('metadata["entities"] must be a list of entity names (strings)')
     return V.normalize_metadata(out)
 
 
@@ -115,6 +119,10 @@ class _RWLock:
                 self._cond.notify_all()
 
 
+#: ``Engine(entity_extractor=…)`` not given: the built-in rule-based extractor.
+_DEFAULT: Any = object()
+
+
 def _system_clock() -> datetime:
     return datetime.now(timezone.utc)
 
@@ -145,6 +153,7 @@ class Engine:
         warm_up: bool = True,
         on_arm_error: str = "raise",
         default_timeout: float | None = None,
+        entity_extractor: Callable[[str], Sequence[str]] | None | Any = _DEFAULT,
     ) -> None:
         if on_arm_error not in ("raise", "degrade"):
             raise ValueError(f"on_arm_error must be 'raise' or 'degrade', not {on_arm_error!r}")
@@ -174,8 +183,17 @@ class Engine:
             raise BackendError(self.store.capabilities.NAME, f"cannot open the store: {exc}") from exc
         own_bm25 = getattr(self.store, "keyword_index", None)  # BM25 kept in the store itself (SPEC §10)
         self._bm25 = (own_bm25(analyzer) if own_bm25 is not None else None) or BM25Sidecar(self.store, analyzer)
+        if entity_extractor is _DEFAULT:
+            from nlql.text.entities import RuleEntityExtractor
+
+            entity_extractor = RuleEntityExtractor()
+        elif entity_extractor is not None and not callable(entity_extractor):
+            raise TypeError("entity_extractor must be a callable text -> list[str], or None")
+        self.entity_extractor = entity_extractor
+        # the entity graph behind GRAPH: built from the store's rows the first time a query uses GRAPH
+        self._graph = GraphSidecar(self.store, entity_extractor)
         self._executor = Executor(self.store, self._embed_queries, self._bm25, self._functions, chunk_chars,
-                                  on_arm_error=on_arm_error)
+                                  on_arm_error=on_arm_error, graph=self._graph)
         if warm_up:
             try:
                 from nlql.text.temporal import warm_up as _warm
@@ -257,12 +275,14 @@ class Engine:
             with self._lock.write():
                 self._call_store("upsert", records)
                 self._bm25.on_upsert(records)
+                self._graph.on_upsert(records)
 
     def delete(self, doc_id: str) -> bool:
         """Delete a document and all its sentences; True if it existed."""
         with self._write_mutex, self._lock.write():
             n = self._call_store("delete", [doc_id])
             self._bm25.on_delete([doc_id])
+            self._graph.on_delete([doc_id])
             return bool(n)
 
     def _call_store(self, method: str, *args: Any) -> Any:
@@ -338,10 +358,12 @@ class Engine:
 
     def explain(self, query: str | ir.Query, params: Mapping[str, Any] | None = None) -> Explain:
         """The plan, before anything runs: ``str()`` is a text tree, ``to_dict()`` the fields of SPEC §7."""
-        plan = self._plan(query, params)
         from nlql.sql import explain_sql
 
-        return Explain(plan, sql=explain_sql(plan, self.store))
+        with self._lock.read():
+            plan = self._plan(query, params)
+            graphs = {key: self._graph.activate(*key) for key in dict.fromkeys(plan.graphs.values())}
+        return Explain(plan, sql=explain_sql(plan, self.store), graphs=graphs)
 
     def search(
         self,
