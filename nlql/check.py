@@ -90,7 +90,9 @@ def check(
             None means "not known yet": nothing is said about parameters. A mapping (even empty) means
             these are all the parameters: a missing or unused one is a problem, and values are checked.
         schema: Metadata key → type (``number``, ``string``, ``date``, ``bool``, ``list``), used for
-            type errors such as ``meta.year == "abc"``. Dotted keys name nested paths.
+            type errors such as ``meta.year == "abc"``. Dotted keys name nested paths. Or a
+            :class:`nlql.schema.Schema` (``engine.schema()``, kept from an earlier session): a valid query
+            then gets its data warnings (``severity="warning"``: unknown keys, types never seen).
         functions: User functions registered on an engine: name → arity (None for variadic).
 
     Returns:
@@ -106,6 +108,13 @@ def check(
         q = query
     else:
         raise TypeError(f"check() needs query text or a Query, not {type(query).__name__}")
+    from nlql.schema import Schema, data_warnings
+
+    if isinstance(schema, Schema):
+        diags = _Checker(q, params, None, functions).run()
+        if any(d.severity == "error" for d in diags):
+            return diags
+        return sorted([*diags, *data_warnings(q, schema)], key=lambda d: (d.line == 0, d.line, d.column))
     return _Checker(q, params, schema, functions).run()
 
 

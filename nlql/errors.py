@@ -25,6 +25,7 @@ class Diagnostic:
     hint: str | None = None
     span: Span | None = field(default=None, compare=False)
     code: str = "error"
+    severity: str = "error"  # "error" (the query cannot run) or "warning" (it runs; see the message)
 
     def render(self, source: str | None) -> str:
         """The diagnostic as text: message, location, source line with caret, hint."""
@@ -38,6 +39,7 @@ class Diagnostic:
             "message": self.message,
             "hint": self.hint,
             "code": self.code,
+            "severity": self.severity,
         }
         if self.span is not None:
             out["start"] = self.span.start
