@@ -270,11 +270,11 @@ def sample_summary(store: Any, sample: int = DEFAULT_SAMPLE) -> DataSummary:
     step = 512
     for lo in range(0, sentences, step):
         for r in store.fetch(keys[lo:lo + step]):
-            rows_read += 1
             if r.doc_id not in seen:
                 if len(seen) >= sample:
                     break
                 seen[r.doc_id] = r.metadata
+            rows_read += 1
         else:
             continue
         break
@@ -289,13 +289,18 @@ def sample_summary(store: Any, sample: int = DEFAULT_SAMPLE) -> DataSummary:
 # ------------------------------------------------------------------------------------------ warnings
 
 
-def _edit_distance(a: str, b: str) -> int:
+def edit_distance(a: str, b: str) -> int:
+    """Edits (insert, delete, substitute, swap two neighbours) turning ``a`` into ``b``."""
+    before: list[int] = []
     prev = list(range(len(b) + 1))
     for i, ca in enumerate(a, 1):
         cur = [i]
         for j, cb in enumerate(b, 1):
-            cur.append(min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (ca != cb)))
-        prev = cur
+            d = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (ca != cb))
+            if i > 1 and j > 1 and ca == b[j - 2] and a[i - 2] == cb:
+                d = min(d, before[j - 2] + 1)
+            cur.append(d)
+        before, prev = prev, cur
     return prev[-1]
 
 
@@ -306,7 +311,7 @@ def closest(name: str, candidates: Iterable[str], max_ratio: float = 0.4) -> str
     pick = None
     low = name.lower()
     for i, c in enumerate(candidates):
-        d = _edit_distance(low, c.lower())
+        d = edit_distance(low, c.lower())
         limit = max(1, min(3, int(max_ratio * max(len(name), len(c)))))
         if d <= limit and (best is None or (d, i) < best):
             best, pick = (d, i), c
