@@ -640,14 +640,18 @@ class _Checker:
         if name.lower() == "meta":
             self._report(ref, "'meta' needs a key", "write meta.<key>, e.g. meta.author", code="name")
             return
-        close = difflib.get_close_matches(name, [*self.bindings, *BUILTIN_FIELDS], n=1, cutoff=0.75)
-        if close:
-            hint = f"did you mean '{close[0]}'?"
-        elif name.upper() in BUILTINS or name.upper() in self.functions:
+        from nlql.schema import closest
+
+        # one ranking by edit distance over bindings, built-in fields and metadata keys; ties go to the
+        # earlier group, so `rr` with a binding `r` suggests r, not meta.rr
+        names = [*self.bindings, *BUILTIN_FIELDS]
+        best = closest(name, [*names, *self.schema])
+        if name.upper() in BUILTINS or name.upper() in self.functions:
             hint = f"did you mean {name.upper()}(…)? functions need parentheses"
+        elif best is not None and best in names:
+            hint = f"did you mean '{best}'?"
         else:
-            keys = difflib.get_close_matches(name, list(self.schema), n=1, cutoff=0.75)
-            key = keys[0] if keys else name
+            key = best if best is not None else name
             hint = f"did you mean meta.{'.'.join(quote_key(k) for k in key.split('.'))}?"
         self._report(ref, f"unknown name '{name}'", hint, code="name")
 

@@ -39,8 +39,9 @@ class Diagnostic:
             "message": self.message,
             "hint": self.hint,
             "code": self.code,
-            "severity": self.severity,
         }
+        if self.severity != "error":  # errors keep the shape they always had
+            out["severity"] = self.severity
         if self.span is not None:
             out["start"] = self.span.start
             out["end"] = self.span.end

@@ -136,7 +136,9 @@ def test_check_with_a_schema_needs_no_store(name: str) -> None:
 
 def test_diagnostic_severity_defaults_to_error() -> None:
     d = Diagnostic(1, 1, "m")
-    assert d.severity == "error" and d.to_dict()["severity"] == "error"
+    assert d.severity == "error" and "severity" not in d.to_dict()  # the error shape is unchanged
+    w = Diagnostic(1, 1, "m", severity="warning")
+    assert w.to_dict()["severity"] == "warning"
 
 
 def test_directory_store_rebuilds_the_summary_on_reopen(tmp_path: Any) -> None:
