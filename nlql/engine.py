@@ -346,7 +346,7 @@ class Engine:
             try:
                 from nlql.schema import build_schema
 
-                cached = (self._writes, now, build_schema(self.store, self.embedder, self._bm25.analyzer))
+                cached = (self._writes, now, build_schema(self.store, self.embedder, self._bm25.analyzer, 200))
             except Exception:  # noqa: BLE001 - warnings are advice: never fail a query over them
                 return []
             self._schema_cache = cached
