@@ -16,7 +16,6 @@ Neutral ground: imported by the stores, the checker and the engine; imports none
 
 from __future__ import annotations
 
-import difflib
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence

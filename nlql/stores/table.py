@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 
 from nlql import values as V
-from nlql.schema import MetaSummary
 from nlql.pushdown import Cond, FAnd, Filter, FOr
+from nlql.schema import MetaSummary
 from nlql.stores.base import DocRecord, Row, unit_id
 from nlql.stores.pyfilter import eval_cond
 
