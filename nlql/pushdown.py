@@ -101,6 +101,7 @@ class Capabilities:
     FULL_SCORES: bool = False                 # ScoresAll: score_all(), one pass over every row (exact matrix)
     SQL_ARMS: bool = False                    # RunsLowered: run_lowered(), a hybrid plan as one statement
     FAST_PATH: bool = False                   # TablePaths: fast_select() and key_documents() over row numbers
+    DESCRIBES_DATA: bool = False              # DescribesData: describe_data(), sizes and metadata keys (schema)
 
 
 @dataclass(slots=True)
