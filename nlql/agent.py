@@ -31,9 +31,11 @@ if TYPE_CHECKING:
     from nlql.engine import Engine
 
 __all__ = [
+    "ASK_DESCRIPTION",
     "LANGUAGE_REFERENCE",
     "MCP_INSTRUCTIONS",
     "TOOL_DESCRIPTION",
+    "ask_question",
     "build_mcp_server",
     "check_query",
     "error_dict",
@@ -324,6 +326,36 @@ def search_query(engine: Engine, query: str, params: Mapping[str, Any] | None = 
     return _jsonable(hits.to_dict())
 
 
+#: What ``nlql_ask`` tells a model.
+ASK_DESCRIPTION = """\
+Answer a question in plain words: the question is routed to an intent (entity: "who mentioned X", \
+temporal: "when did ...", "last week", conceptual: "what is X", general: the rest) and that intent's NLQL \
+query runs with the question bound as $q, $rewrites and $keywords. Returns hits plus "route": the intent, \
+the rule that matched, the NLQL query and its params, so you can refine the query and run it with \
+nlql_search(query, params). No hits means the collection holds nothing about the question (see warnings)."""
+
+
+def ask_question(engine: Engine, question: str, params: Mapping[str, Any] | None = None,
+                 max_tokens: int | None = None) -> dict[str, Any]:
+    """``engine.ask`` as data: hits, stats, warnings and ``route`` (intent, rule, query, params), or
+    ``{"hits": [], ..., "error": {...}}`` when the question cannot be answered as asked."""
+    if not isinstance(question, str):
+        return {"hits": [], "stats": {}, "warnings": [], "route": None,
+                "error": {"kind": "usage", "message": "the question must be a string", "line": 0, "column": 0,
+                          "hint": None, "rendered": "the question must be a string", "diagnostics": []}}
+    try:
+        hits = engine.ask(question, params=_params(params), max_tokens=max_tokens)
+    except NLQLError as exc:
+        route: Any = None
+        try:
+            route = engine.route(question).to_dict()
+        except NLQLError:
+            pass
+        return {"hits": [], "stats": {}, "warnings": [], "route": _jsonable(route),
+                "error": _jsonable(error_dict(exc, route["query"] if route else None))}
+    return _jsonable(hits.to_dict())
+
+
 # ------------------------------------------------------------------------------------------- MCP
 
 
@@ -332,7 +364,8 @@ def build_mcp_server(engine: Engine, name: str = "nlql") -> Any:
 
     Tools: ``nlql_check(query, params=None)`` → list of diagnostics (``[]`` when valid),
     ``nlql_explain(query, params=None)`` → plan text and dict, ``nlql_search(query, params=None,
-    max_tokens=None)`` → hits. None of them raises for a bad query; the error comes back as data.
+    max_tokens=None)`` → hits, ``nlql_ask(question, params=None, max_tokens=None)`` → hits and the routed
+    query. None of them raises for a bad query; the error comes back as data.
     Resource: ``nlql://language``, the compact language reference (markdown). Serve it over stdio
     with ``server.run("stdio")`` (what ``nlql mcp --store DIR`` does).
 
@@ -365,6 +398,11 @@ def build_mcp_server(engine: Engine, name: str = "nlql") -> Any:
     def nlql_search(query: str, params: dict[str, Any] | None = None,
                     max_tokens: int | None = None) -> dict[str, Any]:
         return search_query(engine, query, params, max_tokens)
+
+    @server.tool(name="nlql_ask", description=ASK_DESCRIPTION)
+    def nlql_ask(question: str, params: dict[str, Any] | None = None,
+                 max_tokens: int | None = None) -> dict[str, Any]:
+        return ask_question(engine, question, params, max_tokens)
 
     @server.resource("nlql://language", name="nlql-language", title="NLQL language reference",
                      description="Clauses, units, functions, operators, NULL rules and examples.",
