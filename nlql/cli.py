@@ -653,6 +653,9 @@ def ask(
         route = hits.route
         console.print(Text(f"intent: {route.intent}", style="bold"))
         if not explain:
+            for name in sorted(route.params):
+                console.print(Text(f"${name} = " + json.dumps(route.params[name], ensure_ascii=False,
+                                                               default=_json_default), style="dim"))
             print_query(console, route.query)
         from nlql.route import nothing_about
 

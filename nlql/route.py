@@ -365,12 +365,12 @@ class Router:
 
     def describe(self) -> str:
         """The rules and templates as markdown (what docs/routing.md prints for the default router)."""
-        lines = ["| # | intent | rule (regex, case-insensitive) |", "|---|---|---|"]
+        width = max([len(r.intent) for r in self.rules] + [len(GENERAL)])
+        lines = ["```text", f"{'#':<3} {'intent':<{width}}  regex (case-insensitive, searched anywhere in the question)"]
         for i, r in enumerate(self.rules, 1):
-            pattern = r.pattern.replace("|", "\\|")
-            lines.append(f"| {i} | {r.intent} | `{pattern}` |")
-        lines.append(f"| | {GENERAL} | no rule matched |")
-        for intent in sorted(self.templates, key=lambda i: (INTENTS.index(i) if i in INTENTS else 99, i)):
+            lines.append(f"{i:<3} {r.intent:<{width}}  {r.pattern}")
+        lines += [f"{'-':<3} {GENERAL:<{width}}  (no rule matched)", "```"]
+        for intent in sorted(self.templates, key=lambda i: (INTENTS.index(i) if i in INTENTS else len(INTENTS), i)):
             lines += ["", f"Template `{intent}`:", "", "```sql", self.templates[intent], "```"]
         return "\n".join(lines)
 
@@ -447,6 +447,10 @@ def default_router() -> Router:
 
 
 def render_default_router() -> str:
-    """The default router's rules and templates as markdown (the block docs/routing.md holds)."""
-    return default_router().describe()
+    """The default router's rules, templates and stopwords as markdown (the block docs/routing.md holds)."""
+    import textwrap
+
+    words = textwrap.fill(" ".join(sorted(STOPWORDS)), width=100)
+    return (default_router().describe() + f"\n\nWords left out of `$keywords` (besides what the rule matched; "
+            f"{len(STOPWORDS)}):\n\n```text\n{words}\n```")
 

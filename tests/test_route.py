@@ -337,3 +337,20 @@ def test_default_templates_are_data_in_one_place() -> None:
     for intent, text in DEFAULT_TEMPLATES.items():
         assert nlql.check(text) == [], intent
         assert default_router().templates[intent] == text
+
+
+@pytest.mark.model
+def test_with_the_real_model_ask_finds_paraphrases_and_admits_ignorance() -> None:
+    from nlql.embedders import SentenceTransformerEmbedder
+
+    e = Engine(embedder=SentenceTransformerEmbedder(), warm_up=False)
+    e.add_texts([DOCS["witt"], DOCS["cats"], "Solar panels produce less energy in winter. The budget covers "
+                 "new panels.", "Tax rules change every year. File your return before April."],
+                ids=["witt", "cats", "solar", "tax"])
+    assert e.ask("Who mentioned Wittgenstein?")[0].doc_id == "witt"
+    # no keyword in common: found by meaning alone (cosine above the floor)
+    solar = e.ask("photovoltaic output during the cold season")
+    assert [h.doc_id for h in solar] == ["solar"] and solar[0].scores["kw"] == 0
+    for question in ("What is quantum chromodynamics?", "how do I bake sourdough bread?"):
+        hits = e.ask(question)
+        assert len(hits) == 0 and any("holds nothing" in w for w in hits.warnings), question
