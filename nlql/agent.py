@@ -334,16 +334,13 @@ def ask_question(engine: Engine, question: str, params: Mapping[str, Any] | None
         return {"hits": [], "stats": {}, "warnings": [], "route": None,
                 "error": {"kind": "usage", "message": "the question must be a string", "line": 0, "column": 0,
                           "hint": None, "rendered": "the question must be a string", "diagnostics": []}}
+    route: Any = None
     try:
-        hits = engine.ask(question, params=_params(params), max_tokens=max_tokens)
+        route = engine.route(question)
+        hits = engine.ask(route, params=_params(params), max_tokens=max_tokens)
     except NLQLError as exc:
-        route: Any = None
-        try:
-            route = engine.route(question).to_dict()
-        except NLQLError:
-            pass
-        return {"hits": [], "stats": {}, "warnings": [], "route": _jsonable(route),
-                "error": _jsonable(error_dict(exc, route["query"] if route else None))}
+        return {"hits": [], "stats": {}, "warnings": [], "route": _jsonable(route.to_dict() if route else None),
+                "error": _jsonable(error_dict(exc, route.query if route else None))}
     return _jsonable(hits.to_dict())
 
 

@@ -629,8 +629,9 @@ def ask(
     with guard():
         engine, _ = open_engine(store, embedder)
         try:
-            plan = engine.explain(engine.route(text), params=params) if explain else None
-            hits = engine.ask(text, params=params, max_tokens=max_tokens)
+            route = engine.route(text)  # once: a rewriter (an LLM) is not called twice for --explain
+            plan = engine.explain(route, params=params) if explain else None
+            hits = engine.ask(route, params=params, max_tokens=max_tokens)
         finally:
             engine.close()
         if as_json:
@@ -646,7 +647,7 @@ def ask(
         if not explain:
             for name in sorted(route.params):
                 console.print(Text(f"${name} = " + json.dumps(route.params[name], ensure_ascii=False,
-                                                               default=_json_default), style="dim"))
+                                                               default=json_default), style="dim"))
             print_query(console, route.query)
         from nlql.route import nothing_about
 

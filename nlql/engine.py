@@ -399,16 +399,19 @@ class Engine:
         Nothing runs: ``engine.search(route.query, params=route.params)`` is what :meth:`ask` runs.
         """
         chosen = router if router is not None else self.router if self.router is not None else default_router()
+        if not callable(getattr(chosen, "route", None)):
+            raise TypeError(f"router must be an nlql.Router, not {type(chosen).__name__}")
         return chosen.route(question)
 
-    def ask(self, question: str, router: Router | None = None, params: Mapping[str, Any] | None = None,
+    def ask(self, question: str | Route, router: Router | None = None, params: Mapping[str, Any] | None = None,
             timeout: float | None = None, *, max_tokens: int | None = None) -> Hits:
         """Answer a question: route it (:meth:`route`), then search with the routed query.
 
         ``params`` binds the template's own parameters beyond ``$q``/``$rewrites``/``$keywords``; one the
         routed template does not use is left out, with a warning. ``timeout`` covers the rewriter and the
         search. The hits carry ``hits.route``; ``hits.warnings`` says when the rewriter failed and when
-        the store holds nothing about the question (no rows: an honest empty, never a guess).
+        the store holds nothing about the question (no rows: an honest empty, never a guess). A
+        :class:`~nlql.route.Route` already made by :meth:`route` runs as it is (no second rewrite).
 
         Raises:
             NLQLError: As :meth:`search`; a :class:`~nlql.errors.RouteError` for an empty question or a
@@ -416,7 +419,9 @@ class Engine:
         """
         _check_run_args(timeout, max_tokens)
         started = time.monotonic()
-        route = self._bind_route(self.route(question, router), params)
+        routed = question if isinstance(question, Route) else self.route(question, router)
+        question = routed.question
+        route = self._bind_route(routed, params)
         if timeout is not None:
             timeout = max(0.0, timeout - (time.monotonic() - started))
         hits = self.search(route.query, params=route.params, timeout=timeout, max_tokens=max_tokens)

@@ -354,3 +354,20 @@ def test_with_the_real_model_ask_finds_paraphrases_and_admits_ignorance() -> Non
     for question in ("What is quantum chromodynamics?", "how do I bake sourdough bread?"):
         hits = e.ask(question)
         assert len(hits) == 0 and any("holds nothing" in w for w in hits.warnings), question
+
+
+def test_ask_of_a_route_runs_it_without_rewriting_again(engine: Engine) -> None:
+    calls: list[str] = []
+
+    def rewriter(question: str) -> list[str]:
+        calls.append(question)
+        return [question, "language games"]
+
+    router = Router(rewriter=rewriter)
+    route = engine.route("what is meaning?", router=router)
+    hits = engine.ask(route)
+    assert calls == ["what is meaning?"]
+    assert hits.route == route and hits[0].doc_id == "witt"
+    assert str(engine.explain(route)).startswith("intent: conceptual\n") and calls == ["what is meaning?"]
+    with pytest.raises(TypeError):
+        engine.route("cats", router="mine")  # type: ignore[arg-type]
