@@ -32,9 +32,11 @@ if TYPE_CHECKING:
     from nlql.engine import Engine
 
 __all__ = [
+    "ASK_DESCRIPTION",
     "LANGUAGE_REFERENCE",
     "MCP_INSTRUCTIONS",
     "TOOL_DESCRIPTION",
+    "ask_question",
     "build_mcp_server",
     "check_query",
     "error_dict",
@@ -369,6 +371,33 @@ def search_query(engine: Engine, query: str, params: Mapping[str, Any] | None = 
     return _jsonable(hits.to_dict())
 
 
+#: What ``nlql_ask`` tells a model.
+ASK_DESCRIPTION = """\
+Answer a question in plain words: the question is routed to an intent (entity: "who mentioned X", \
+temporal: "when did ...", "last week", conceptual: "what is X", general: the rest) and that intent's NLQL \
+query runs with the question bound as $q, $rewrites and $keywords. Returns hits plus "route": the intent, \
+the rule that matched, the NLQL query and its params, so you can refine the query and run it with \
+nlql_search(query, params). No hits means the collection holds nothing about the question (see warnings)."""
+
+
+def ask_question(engine: Engine, question: str, params: Mapping[str, Any] | None = None,
+                 max_tokens: int | None = None) -> dict[str, Any]:
+    """``engine.ask`` as data: hits, stats, warnings and ``route`` (intent, rule, query, params), or
+    ``{"hits": [], ..., "error": {...}}`` when the question cannot be answered as asked."""
+    if not isinstance(question, str):
+        return {"hits": [], "stats": {}, "warnings": [], "route": None,
+                "error": {"kind": "usage", "message": "the question must be a string", "line": 0, "column": 0,
+                          "hint": None, "rendered": "the question must be a string", "diagnostics": []}}
+    route: Any = None
+    try:
+        route = engine.route(question)
+        hits = engine.ask(route, params=_params(params), max_tokens=max_tokens)
+    except NLQLError as exc:
+        return {"hits": [], "stats": {}, "warnings": [], "route": _jsonable(route.to_dict() if route else None),
+                "error": _jsonable(error_dict(exc, route.query if route else None))}
+    return _jsonable(hits.to_dict())
+
+
 # ------------------------------------------------------------------------------------------- MCP
 
 
@@ -380,7 +409,7 @@ def build_mcp_server(engine: Engine, name: str = "nlql") -> Any:
     ``nlql_check(query, params=None)`` → "valid" or the diagnostics with carets (structured: the list,
     ``[]`` when valid); ``nlql_explain(query, params=None, include_plan=False)`` → the readable plan
     (the plan dict only with ``include_plan``); ``nlql_search(query, params=None, max_tokens=None)`` →
-    hits. None of them raises for a bad query: the error comes back as data. A bad argument (a wrong
+    hits; ``nlql_ask(question, params=None, max_tokens=None)`` → hits and the routed query. None of them raises for a bad query: the error comes back as data. A bad argument (a wrong
     type, ``max_tokens=0``) is a tool error naming the argument. Resources: ``nlql://language``, the
     compact language reference (markdown), and ``nlql://schema``, the store's schema as text. The server
     reports the package version. Serve it over stdio with ``server.run("stdio")`` (what ``nlql mcp
@@ -464,6 +493,17 @@ def build_mcp_server(engine: Engine, name: str = "nlql") -> Any:
         except (TypeError, ValueError) as exc:
             raise ToolError(f"bad argument: {exc}") from None
         return result(hits_text(out), out)
+
+    @server.tool(name="nlql_ask", description=ASK_DESCRIPTION)
+    def nlql_ask(question: str, params: dict[str, Any] | None = None,
+                 max_tokens: int | None = None):  # noqa: ANN202 - a CallToolResult, passed through as is
+        argument("question", question, str, "a string (a question in plain words)", optional=False)
+        argument("params", params, dict, "an object of parameter values")
+        argument("max_tokens", max_tokens, int, "a positive integer", minimum=1)
+        out = ask_question(engine, question, params, max_tokens)
+        route = out.get("route") or {}
+        head = f"intent: {route.get('intent')}\nquery: {route.get('query')}\n\n" if route else ""
+        return result(head + hits_text(out), out)
 
     @server.resource("nlql://language", name="nlql-language", title="NLQL language reference",
                      description="Clauses, units, functions, operators, NULL rules and examples.",
