@@ -90,7 +90,9 @@ def check(
             None means "not known yet": nothing is said about parameters. A mapping (even empty) means
             these are all the parameters: a missing or unused one is a problem, and values are checked.
         schema: Metadata key → type (``number``, ``string``, ``date``, ``bool``, ``list``), used for
-            type errors such as ``meta.year == "abc"``. Dotted keys name nested paths.
+            type errors such as ``meta.year == "abc"``. Dotted keys name nested paths. Or a
+            :class:`nlql.schema.Schema` (``engine.schema()``, kept from an earlier session): a valid query
+            then gets its data warnings (``severity="warning"``: unknown keys, types never seen).
         functions: User functions registered on an engine: name → arity (None for variadic).
 
     Returns:
@@ -106,6 +108,13 @@ def check(
         q = query
     else:
         raise TypeError(f"check() needs query text or a Query, not {type(query).__name__}")
+    from nlql.schema import Schema, data_warnings
+
+    if isinstance(schema, Schema):
+        diags = _Checker(q, params, None, functions).run()
+        if any(d.severity == "error" for d in diags):
+            return diags
+        return sorted([*diags, *data_warnings(q, schema)], key=lambda d: (d.line == 0, d.line, d.column))
     return _Checker(q, params, schema, functions).run()
 
 
@@ -631,14 +640,18 @@ class _Checker:
         if name.lower() == "meta":
             self._report(ref, "'meta' needs a key", "write meta.<key>, e.g. meta.author", code="name")
             return
-        close = difflib.get_close_matches(name, [*self.bindings, *BUILTIN_FIELDS], n=1, cutoff=0.75)
-        if close:
-            hint = f"did you mean '{close[0]}'?"
-        elif name.upper() in BUILTINS or name.upper() in self.functions:
+        from nlql.schema import closest
+
+        # one ranking by edit distance over bindings, built-in fields and metadata keys; ties go to the
+        # earlier group, so `rr` with a binding `r` suggests r, not meta.rr
+        names = [*self.bindings, *BUILTIN_FIELDS]
+        best = closest(name, [*names, *self.schema])
+        if name.upper() in BUILTINS or name.upper() in self.functions:
             hint = f"did you mean {name.upper()}(…)? functions need parentheses"
+        elif best is not None and best in names:
+            hint = f"did you mean '{best}'?"
         else:
-            keys = difflib.get_close_matches(name, list(self.schema), n=1, cutoff=0.75)
-            key = keys[0] if keys else name
+            key = best if best is not None else name
             hint = f"did you mean meta.{'.'.join(quote_key(k) for k in key.split('.'))}?"
         self._report(ref, f"unknown name '{name}'", hint, code="name")
 

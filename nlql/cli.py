@@ -718,6 +718,58 @@ def check(
     raise typer.Exit(1 if diags else 0)
 
 
+def schema_table(schema: Any) -> Table:
+    """The store's metadata keys as a rich table (types, documents, common values)."""
+    title = (f"{schema.store}: {schema.documents} documents, {schema.sentences} sentences"
+             + (f" (keys from a sample of {schema.sampled})" if schema.sampled is not None else ""))
+    table = Table(title=title, title_justify="left")
+    table.add_column("key")
+    table.add_column("types")
+    table.add_column("documents", justify="right")
+    table.add_column("common values")
+    for k in schema.keys:
+        types = ", ".join(k.types if len(k.types) == 1 else (f"{t} ({n})" for t, n in k.types.items()))
+        values = ", ".join(f"{json.dumps(v, ensure_ascii=False)} ({n})" for v, n in k.values)
+        table.add_row(escape(f"meta.{k.name}"), types, str(k.documents), escape(snippet(values, 60)))
+    return table
+
+
+def print_schema(schema: Any, console: Console | None = None) -> None:
+    console = console or out()
+    if schema.embedder:
+        console.print(Text("embedder: " + ", ".join(f"{k}={v}" for k, v in schema.embedder.items())))
+    if schema.analyzer:
+        console.print(Text("analyzer: " + ", ".join(f"{k}={v}" for k, v in sorted(schema.analyzer.items()))))
+    if schema.keys:
+        console.print(schema_table(schema))
+    else:
+        console.print(Text(f"{schema.store}: {schema.documents} documents, {schema.sentences} sentences, "
+                           "no metadata keys"))
+
+
+@app.command()
+def schema(
+    store: StoreOption,
+    embedder: EmbedderOption = None,
+    sample: Annotated[int, typer.Option(min=1, help="Documents a large server store samples for the keys.")]
+    = 1000,
+    as_json: JsonOption = False,
+) -> None:
+    """What a store holds: documents, sentences, embedder, analyzer, and every metadata key with its
+    types, how many documents have it and common values (read it before writing filters)."""
+    with guard():
+        require_store(store)
+        engine, _ = open_engine(store, embedder)
+        try:
+            result = engine.schema(sample=sample)
+        finally:
+            engine.close()
+    if as_json:
+        print_json(result.to_dict())
+    else:
+        print_schema(result)
+
+
 # -------------------------------------------------------------------------------------- repl
 
 REPL_HELP = """\
@@ -725,6 +777,7 @@ End a query with ';' or an empty line. Commands:
   :explain QUERY   show the plan instead of running (QUERY may span lines, ending as usual)
   :json            toggle JSON output
   :param n=v       bind $n (value read as JSON if it is JSON); :params lists them; :clear drops them
+  :schema          the store's documents, sentences and metadata keys (types, counts, common values)
   :help            this text
   :quit            leave (also :q, :exit, Ctrl-D)"""
 
@@ -752,6 +805,30 @@ def _setup_readline() -> Any:
     return save
 
 
+def _one_history_entry(lines: int, source: str) -> None:
+    """Replace the last ``lines`` readline history entries (one per typed line) with one: the statement."""
+    if lines < 2 or not sys.stdin.isatty():
+        return
+    try:
+        import readline
+    except ImportError:
+        return
+    n = readline.get_current_history_length()
+    if n < lines:
+        return
+    for i in range(lines):
+        readline.remove_history_item(n - 1 - i)
+    readline.add_history(" ".join(part.strip() for part in source.splitlines() if part.strip()))
+
+
+def params_text(params: dict[str, Any]) -> str:
+    """What ``:params`` prints: each bound parameter, or that none is."""
+    if not params:
+        return "no parameters bound (:param name=value binds one)"
+    lines = [f"${k} = {json.dumps(v, ensure_ascii=False, default=json_default)}" for k, v in params.items()]
+    return "\n".join(lines) + "\n(:clear drops them)"
+
+
 def run_repl_statement(engine: Engine, source: str, params: dict[str, Any], *, explain: bool,
                        as_json: bool) -> None:
     """Run (or explain) one statement, printing errors instead of raising."""
@@ -767,6 +844,9 @@ def run_repl_statement(engine: Engine, source: str, params: dict[str, Any], *, e
         hits = engine.search(source, params=bound)
     except NLQLError as exc:
         err().print(Text(str(exc.with_source(source))))
+        if any(d.message.startswith("unused parameter") for d in exc.diagnostics):
+            err().print(Text("parameters bound with :param stay bound for every query: "
+                             ":params lists them, :clear drops them"))
         return
     if as_json:
         print_json(hits.to_dict())
@@ -823,7 +903,12 @@ def repl(
                         continue
                     params[k] = v
                 elif cmd == ":params":
-                    out().print(Text(json.dumps(params, ensure_ascii=False, default=json_default)))
+                    out().print(Text(params_text(params)))
+                elif cmd == ":schema":
+                    try:
+                        print_schema(engine.schema())
+                    except NLQLError as exc:
+                        err().print(Text(str(exc)))
                 elif cmd == ":clear":
                     params.clear()
                 elif cmd == ":explain":
@@ -843,6 +928,7 @@ def repl(
                 buffer.append(line)
             if not stripped or stripped.endswith(";"):
                 source = "\n".join(buffer)
+                _one_history_entry(len(buffer), source)
                 buffer = []
                 try:
                     run_repl_statement(engine, source, params, explain=explain_next, as_json=as_json)
@@ -958,8 +1044,8 @@ def mcp(
     store: StoreOption,
     embedder: EmbedderOption = None,
 ) -> None:
-    """Serve a store to agents over MCP (stdio): tools nlql_check, nlql_explain, nlql_search and the
-    resource nlql://language."""
+    """Serve a store to agents over MCP (stdio): tools nlql_schema, nlql_check, nlql_explain,
+    nlql_search and the resources nlql://language and nlql://schema."""
     with guard():
         from nlql.agent import build_mcp_server
 

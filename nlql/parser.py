@@ -969,6 +969,9 @@ def _describe_token_error(  # noqa: C901 - one flat list of named cases reads be
         what = "list items" if bracket.type == "LSQB" else "arguments"
         return f"missing comma between {what}", None, span
     if clause == "_ORDER" and kind in _OPERAND_STARTS and "_COMMA" in accepts and not opened:
+        guess = _close(tok.value, [_word(t) for t in accepts if t in _KEYWORD_TERMINALS]) if kind == "NAME" else None
+        if guess:  # ORDER BY rel LIMT 5: a misspelt keyword, not a second sort key
+            return f"unknown word '{tok.value}'", f"did you mean {guess}?", span
         return "missing comma between sort keys", "separate sort keys with commas: ORDER BY a DESC, b", span
     if "_AND" in accepts and _pending_between(prev):
         return "expected AND in BETWEEN", "write x BETWEEN low AND high", span

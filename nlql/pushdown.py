@@ -102,6 +102,7 @@ class Capabilities:
     SQL_ARMS: bool = False                    # RunsLowered: run_lowered(), a hybrid plan as one statement
     FAST_PATH: bool = False                   # TablePaths: fast_select() and key_documents() over row numbers
     DEADLINE: bool = False                    # bounds its backend calls by nlql.deadline.remaining()
+    DESCRIBES_DATA: bool = False              # DescribesData: describe_data(), sizes and metadata keys (schema)
 
 
 @dataclass(slots=True)

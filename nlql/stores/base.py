@@ -85,7 +85,7 @@ class Store(Protocol):
 
     Optional protocols, each declared by a ``Capabilities`` flag and called only when declared:
     :class:`ScoresAll` (``FULL_SCORES``), :class:`RunsLowered` (``SQL_ARMS``), :class:`TablePaths`
-    (``FAST_PATH``).
+    (``FAST_PATH``), :class:`DescribesData` (``DESCRIBES_DATA``).
     """
 
     capabilities: Capabilities
@@ -147,6 +147,15 @@ class TablePaths(Protocol):
 
     def key_documents(self, keys: Sequence[Any]) -> list[str]:
         """The distinct documents of ``keys``, in the order first met, without building rows."""
+        ...
+
+
+class DescribesData(Protocol):
+    """``Capabilities.DESCRIBES_DATA``: the store's sizes and metadata keys without a full scan per call
+    (kept at write time, or read from a bounded sample it names), for ``engine.schema()``."""
+
+    def describe_data(self, sample: int) -> Any:
+        """A :class:`nlql.schema.DataSummary`; a sampled one reads at most ``sample`` documents."""
         ...
 
 

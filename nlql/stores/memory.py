@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from nlql.pushdown import Capabilities, FastPath, Filter, NativeFilter
+from nlql.schema import DataSummary
 from nlql.stores import fastpath
 from nlql.stores.base import Bm25Matches, DocRecord, Row
 from nlql.stores.doclog import DocLog
@@ -43,6 +44,7 @@ MEMORY_CAPABILITIES = Capabilities(
     SCORE_THRESHOLD=True,
     FULL_SCORES=True,
     FAST_PATH=True,
+    DESCRIBES_DATA=True,
 )
 
 
@@ -245,6 +247,12 @@ class MatrixStore:
         """The distinct documents of ``keys`` in the order first met, without building rows."""
         names = self.table.doc_ids
         return list(dict.fromkeys(names[int(k)] for k in keys))
+
+    def describe_data(self, sample: int) -> DataSummary:
+        """Sizes and metadata keys, kept by the table at write time (exact; ``sample`` is not needed)."""
+        with self._lock:
+            t = self.table
+            return DataSummary(len(t.doc_slot), len(t), t.summary.keys())
 
     def close(self) -> None:
         pass

@@ -15,6 +15,7 @@ from nlql import deadline
 from nlql import values as V
 from nlql.errors import BackendError, NLQLTimeoutError
 from nlql.pushdown import Filter, NativeFilter
+from nlql.schema import DataSummary, MetaSummary
 from nlql.sql.binder import Fragment, Param, sql
 from nlql.sql.codec import (
     compact_json,
@@ -109,7 +110,7 @@ class PgVectorStore(SchemaMixin, TermsMixin, KnnMixin):
                                        semantic_mode="exact" if exact_only else "index")
         self.capabilities = self.dialect.capabilities(
             NAME="pgvector", EXACT=exact_only, SCORE_THRESHOLD=True, BM25=self.bm25, SQL_ARMS=self.bm25,
-            DEADLINE=True)
+            DEADLINE=True, DESCRIBES_DATA=True)
         if connection is not None and not connection.autocommit:
             raise ValueError("PgVectorStore needs a connection in autocommit mode "
                              "(it opens its own transactions)")
@@ -330,6 +331,26 @@ class PgVectorStore(SchemaMixin, TermsMixin, KnnMixin):
                 self._run(conn, self.dialect.put_meta("info", key, escape_text(value)))
 
         self._guard(run)
+
+    def describe_data(self, sample: int) -> DataSummary:
+        """Sizes (``count(*)`` of both tables) and the metadata keys of at most ``sample`` documents
+        (``LIMIT``: the first in storage order, no sort and no full read of the documents table)."""
+        self._need_open()
+        d = self.dialect
+        n = max(1, int(sample))
+
+        def run() -> DataSummary:
+            with self._tx() as conn:
+                docs = int(self._run(conn, sql("SELECT count(*) FROM ", d.docs)).fetchone()[0])
+                units = int(self._run(conn, sql("SELECT count(*) FROM ", d.units)).fetchone()[0])
+                metas = [json.loads(r[0]) for r in self._run(
+                    conn, sql("SELECT metadata::text FROM ", d.docs, " LIMIT ", Param(n, "bigint"))).fetchall()]
+            keys = MetaSummary.of(metas).keys()
+            if len(metas) >= docs:
+                return DataSummary(docs, units, keys)
+            return DataSummary(docs, units, keys, len(metas), f"first {len(metas)} documents in storage order")
+
+        return self._guard(run)
 
     # ---------------------------------------------------------------------------------- reading
 
