@@ -600,6 +600,8 @@ def query(
     fmt: Annotated[OutputFormat | None, typer.Option(
         "--format", "-f", help="table (for people), csv (one row per hit, flat metadata columns) or jsonl "
                                "(one JSON object per hit) [default: table].")] = None,
+    timeout: Annotated[float | None, typer.Option(min=0.001, help="Deadline in seconds for the whole search "
+                                                  "(what is complete by then, with a warning).")] = None,
 ) -> None:
     """Run a query and print the results as a table, CSV, JSON lines (or JSON)."""
     source = read_query(text)
@@ -616,7 +618,7 @@ def query(
                 console = err() if rows else out()  # keep stdout parseable for csv and jsonl
                 console.print(Text(str(plan)))
                 console.print(Rule())
-            hits = engine.search(q, params=params, max_tokens=max_tokens)
+            hits = engine.search(q, params=params, max_tokens=max_tokens, timeout=timeout)
         finally:
             engine.close()
         if as_json:

@@ -147,8 +147,15 @@ class Engine:
         analyzer: Any = None,
         limit_ceiling: int = 100_000,
         warm_up: bool = True,
+        on_arm_error: str = "raise",
+        default_timeout: float | None = None,
         router: Router | None = None,
     ) -> None:
+        if on_arm_error not in ("raise", "degrade"):
+            raise ValueError(f"on_arm_error must be 'raise' or 'degrade', not {on_arm_error!r}")
+        _check_run_args(default_timeout, None)
+        self.on_arm_error = on_arm_error
+        self.default_timeout = default_timeout
         if embedder is None:
             from nlql.embedders import SentenceTransformerEmbedder
 
@@ -177,7 +184,8 @@ class Engine:
             raise BackendError(self.store.capabilities.NAME, f"cannot open the store: {exc}") from exc
         own_bm25 = getattr(self.store, "keyword_index", None)  # BM25 kept in the store itself (SPEC §10)
         self._bm25 = (own_bm25(analyzer) if own_bm25 is not None else None) or BM25Sidecar(self.store, analyzer)
-        self._executor = Executor(self.store, self._embed_queries, self._bm25, self._functions, chunk_chars)
+        self._executor = Executor(self.store, self._embed_queries, self._bm25, self._functions, chunk_chars,
+                                  on_arm_error=on_arm_error)
         if warm_up:
             try:
                 from nlql.text.temporal import warm_up as _warm
@@ -360,12 +368,11 @@ class Engine:
             self._schema_cache = cached
         return data_warnings(q, cached[2])
 
-    def _prepare(self, query: str | ir.Query, params: Mapping[str, Any] | None) -> tuple[ir.Query, str | None]:
-        from nlql.check import validate
+    def _prepare(self, query: str | ir.Query, params: Mapping[str, Any] | None) -> tuple[Any, str | None]:
+        from nlql.check import check_query
 
         source = query if isinstance(query, str) else None
-        q = validate(query, params=params or {}, functions=self._arity)
-        return q, source
+        return check_query(query, params=params or {}, functions=self._arity), source
 
     def _plan(self, query: str | ir.Query, params: Mapping[str, Any] | None, reranker: Any = None) -> Any:
         try:
@@ -417,6 +424,10 @@ class Engine:
     ) -> Hits:
         """Run a query. Returns :class:`~nlql.execute.results.Hits` (a list of hits with stats, warnings).
 
+        ``timeout`` (default ``Engine(default_timeout=…)``) is one deadline for the whole search; stores
+        that declare ``Capabilities.DEADLINE`` bound their calls by the time left. At the deadline the
+        search returns what is complete, with a warning, or raises :class:`~nlql.errors.NLQLTimeoutError`.
+
         Raises:
             NLQLError: Anything wrong with the query or its parameter values, a store failure
                 (:class:`~nlql.errors.BackendError`) or a timeout with no result yet.
@@ -424,6 +435,8 @@ class Engine:
                 string or Query, params that are not a mapping, a non-numeric ``timeout``, …).
         """
         _check_run_args(timeout, max_tokens)
+        if timeout is None:
+            timeout = self.default_timeout
         source = query if isinstance(query, str) else None
         rr = reranker if reranker is not None else self.reranker
         with self._lock.read():
