@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 from datetime import date, datetime, timezone
 from functools import lru_cache
 from typing import Any
@@ -84,21 +85,24 @@ def exact_number(v: Any) -> int | float | None:
 
     Python compares ints with ints and with floats exactly, so ``2**53 + 1 != 2**53`` (SPEC §6).
     """
-    if is_number(v):
-        if isinstance(v, int):
-            return int(v) if v.bit_length() <= 1024 and math.isfinite(_float_or_inf(v)) else None
-        f = float(v)
-        return f if math.isfinite(f) else None
-    if isinstance(v, str):
+    t = type(v)
+    if t is int:
+        return v if -_FLOAT_MAX <= v <= _FLOAT_MAX else None  # an exact int-float comparison
+    if t is float:
+        return v if math.isfinite(v) else None
+    if t is str:
         return _numeric_exact(v)
-    return None
+    if isinstance(v, bool) or not isinstance(v, (int, float, str)):
+        return None
+    if isinstance(v, str):
+        return _numeric_exact(str(v))
+    if isinstance(v, int):
+        return int(v) if -_FLOAT_MAX <= v <= _FLOAT_MAX else None
+    f = float(v)
+    return f if math.isfinite(f) else None
 
 
-def _float_or_inf(v: int) -> float:
-    try:
-        return float(v)
-    except OverflowError:
-        return math.inf
+_FLOAT_MAX = sys.float_info.max
 
 
 _INTEGER = re.compile(r"[+-]?\d+")

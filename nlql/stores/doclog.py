@@ -202,8 +202,13 @@ class DocLog:
         try:
             db.execute("SELECT count(*) FROM sqlite_master").fetchone()
         except sqlite3.OperationalError:
-            # a WAL file on a read-only medium without its -shm file: nothing can change it there
+            # a WAL file on a read-only medium without its -shm file: nothing can change it there, but
+            # reading it as immutable would skip what its -wal holds, so that is refused
             db.close()
+            wal = path.with_name(path.name + "-wal")
+            if wal.exists() and wal.stat().st_size > 0:
+                raise _error(path, f"cannot be read here: {wal.name} holds committed writes but {path.name}-shm "
+                             "is missing and the medium is read-only (copy the directory somewhere writable)")
             db = sqlite3.connect(uri + "&immutable=1", uri=True, check_same_thread=False,
                                  isolation_level=None)
             db.execute("SELECT count(*) FROM sqlite_master").fetchone()
