@@ -105,7 +105,7 @@ Arithmetic mixes scores: `LET s = 0.7 * SIMILARITY(content, "rag") + 0.3 * BM25(
 `OR` < `AND` < `NOT` < predicates < `+ -` < `* /` < unary `-`.
 Predicates: `= == != <> < <= > >=`, `[NOT] IN (a, b)`, `[NOT] BETWEEN a AND b`, `IS [NOT] NULL`,
 `[NOT] CONTAINS "s"` (case-insensitive substring), `[NOT] LIKE "a%_"` (SQL LIKE, case-sensitive, whole
-string), `[NOT] MATCH "regex"` (Python regex search), `WITHIN "last week"` (calendar periods such as
+string; a backslash escapes `%`, `_` and itself), `[NOT] MATCH "regex"` (Python regex search), `WITHIN "last week"` (calendar periods such as
 "yesterday", "last month", "the past 3 days") or `WITHIN (a, b)`.
 
 ## NULL rules (as SQL)

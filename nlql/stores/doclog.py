@@ -208,7 +208,7 @@ class DocLog:
             wal = path.with_name(path.name + "-wal")
             if wal.exists() and wal.stat().st_size > 0:
                 raise _error(path, f"cannot be read here: {wal.name} holds committed writes but {path.name}-shm "
-                             "is missing and the medium is read-only (copy the directory somewhere writable)")
+                             "is missing and the medium is read-only (copy the directory somewhere writable)") from None
             db = sqlite3.connect(uri + "&immutable=1", uri=True, check_same_thread=False,
                                  isolation_level=None)
             db.execute("SELECT count(*) FROM sqlite_master").fetchone()
