@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from nlql.errors import Diagnostic, MissingDependencyError, NLQLError
+from nlql.values import json_default
 
 if TYPE_CHECKING:
     from nlql.engine import Engine
@@ -169,14 +170,19 @@ SELECT DOCUMENT LET sem = SIMILARITY(content, "tax rules"), kw = BM25(content, "
 s = RRF(sem, kw) ORDER BY s DESC LIMIT 10
 SELECT SPAN(SENTENCE, window => 1) LET rel = SIMILARITY(content, $q) WHERE meta.year >= 2020 AND \
 content CONTAINS "tool" LIMIT 3
-Tip: call nlql_check first (it returns every error with line, column and a hint; [] means valid), \
-and nlql_explain to see the plan, then nlql_search. Always set LIMIT."""
+Before writing a WHERE on meta.*, call nlql_schema (or read the resource nlql://schema): it lists every \
+metadata key with its types, how many documents have it and common values. \
+Tip: call nlql_check first (it returns every error with line, column and a hint; [] means valid; \
+a warning such as an unknown key does not stop the query), and nlql_explain to see the plan, then \
+nlql_search. Always set LIMIT."""
 
 #: Instructions an MCP client shows the model when it connects.
 MCP_INSTRUCTIONS = (
-    "NLQL searches a text collection. Write a query, call nlql_check until it returns [] (each "
-    "problem has line, column, message and hint), optionally nlql_explain to see the plan, then "
-    "nlql_search. The full language reference is the resource nlql://language."
+    "NLQL searches a text collection. Call nlql_schema first to learn the metadata keys, their types "
+    "and values. Write a query, call nlql_check until it says valid (each problem has line, column, "
+    "message and hint; fix warnings too: a key no document has matches nothing), optionally "
+    "nlql_explain to see the plan, then nlql_search. The full language reference is the resource "
+    "nlql://language; the store's schema is nlql://schema."
 )
 
 _PARAMS_SCHEMA: dict[str, Any] = {
@@ -235,7 +241,7 @@ def tool_schema(style: str = "generic") -> dict[str, Any]:
 def _jsonable(value: Any) -> Any:
     """A deep copy of ``value`` that strict JSON accepts: datetimes and numpy scalars become text and
     numbers, and NaN or infinite floats (a score of NaN, say) become null, as JSON has no such number."""
-    return json.loads(json.dumps(_finite(value), default=_json_default, allow_nan=False))
+    return json.loads(json.dumps(_finite(value), default=json_default, allow_nan=False))
 
 
 def _finite(value: Any) -> Any:
@@ -277,15 +283,6 @@ def _finite_scalar(value: Any) -> Any:
             return None
     return value
 
-
-def _json_default(value: Any) -> Any:
-    item = getattr(value, "item", None)  # numpy scalars
-    if callable(item):
-        return item()
-    iso = getattr(value, "isoformat", None)
-    if callable(iso):
-        return iso()
-    return str(value)
 
 
 def _diag_dict(d: Diagnostic, source: str | None) -> dict[str, Any]:
@@ -329,15 +326,59 @@ def check_query(engine: Engine, query: str, params: Mapping[str, Any] | None = N
         diags = engine.check(query, params=_params(params))
     except NLQLError as exc:
         return _jsonable(error_dict(exc, query)["diagnostics"])
-    if diags:
-        return _jsonable([_diag_dict(d, query) for d in diags])
+    found = _jsonable([_diag_dict(d, query) for d in diags])
+    if any(d.severity == "error" for d in diags):
+        return found
     if params is None and _has_params(query):
-        return []  # a plan needs the parameter values, which are not known yet
+        return found  # a plan needs the parameter values, which are not known yet
     try:
         engine.explain(query, params=_params(params))
     except NLQLError as exc:
-        return _jsonable(error_dict(exc, query)["diagnostics"])
-    return []
+        return _jsonable(error_dict(exc, query)["diagnostics"]) + found
+    return found
+
+
+def check_text(diagnostics: list[dict[str, Any]]) -> str:
+    """What ``nlql_check`` says as text: ``valid``, or each problem rendered with its caret."""
+    errors = [d for d in diagnostics if d.get("severity", "error") == "error"]
+    warnings = [d for d in diagnostics if d.get("severity", "error") != "error"]
+    parts = []
+    if not errors:
+        parts.append("valid" if not warnings else f"valid, with {len(warnings)} warning(s):")
+    else:
+        parts.append(f"{len(errors)} error(s):")
+    for d in [*errors, *warnings]:
+        tag = "warning: " if d in warnings else "error: "
+        parts.append(tag + str(d.get("rendered") or d.get("message")))
+    return "\n\n".join(parts)
+
+
+def hits_text(result: dict[str, Any]) -> str:
+    """A search result (``search_query``'s dict) as readable text: an error, or one block per hit."""
+    if "error" in result:
+        return "error: " + str(result["error"].get("rendered") or result["error"].get("message"))
+    lines = []
+    for w in result.get("warnings", []):
+        lines.append(f"warning: {w}")
+    hits = result.get("hits", [])
+    if not hits:
+        lines.append("no hits")
+    for i, h in enumerate(hits, 1):
+        scores = ", ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}"
+                           for k, v in h.get("scores", {}).items())
+        meta = json.dumps(h.get("metadata", {}), ensure_ascii=False, sort_keys=True)
+        lines.append(f"{i}. {h['id']} ({h['unit']}{', ' + scores if scores else ''}) meta={meta}")
+        lines.append(f"   {h['content']}")
+    return "\n".join(lines)
+
+
+def schema_query(engine: Engine, sample: int = 1000) -> dict[str, Any]:
+    """``engine.schema(sample).to_dict()`` plus its text form under ``"text"``, or ``{"error": ...}``."""
+    try:
+        schema = engine.schema(sample=sample)
+    except NLQLError as exc:
+        return {"error": _jsonable(error_dict(exc))}
+    return {**_jsonable(schema.to_dict()), "text": schema.to_text()}
 
 
 def _has_params(query: str) -> bool:
@@ -347,13 +388,18 @@ def _has_params(query: str) -> bool:
     return any(isinstance(n, ir.Param) for n in parse(query).walk())
 
 
-def explain_query(engine: Engine, query: str, params: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """``{"ok": True, "text": <plan tree>, "plan": <plan dict>}`` or ``{"ok": False, "error": {...}}``."""
+def explain_query(engine: Engine, query: str, params: Mapping[str, Any] | None = None,
+                  include_plan: bool = True) -> dict[str, Any]:
+    """``{"ok": True, "text": <plan tree>, "plan": <plan dict>}`` or ``{"ok": False, "error": {...}}``
+    (``include_plan=False`` leaves the plan dict out)."""
     try:
         plan = engine.explain(query, params=_params(params))
     except NLQLError as exc:
         return {"ok": False, "error": _jsonable(error_dict(exc, query))}
-    return {"ok": True, "text": str(plan), "plan": _jsonable(plan.to_dict())}
+    out: dict[str, Any] = {"ok": True, "text": str(plan)}
+    if include_plan:
+        out["plan"] = _jsonable(plan.to_dict())
+    return out
 
 
 def search_query(engine: Engine, query: str, params: Mapping[str, Any] | None = None,
@@ -381,41 +427,95 @@ def _usage_error(exc: Exception) -> dict[str, Any]:
 def build_mcp_server(engine: Engine, name: str = "nlql") -> Any:
     """An MCP server (the SDK's ``MCPServer``, formerly ``FastMCP``) exposing one engine.
 
-    Tools: ``nlql_check(query, params=None)`` → list of diagnostics (``[]`` when valid),
-    ``nlql_explain(query, params=None)`` → plan text and dict, ``nlql_search(query, params=None,
-    max_tokens=None)`` → hits. None of them raises for a bad query; the error comes back as data.
-    Resource: ``nlql://language``, the compact language reference (markdown). Serve it over stdio
-    with ``server.run("stdio")`` (what ``nlql mcp --store DIR`` does).
+    Tools (each returns readable text content and the same result as structured content):
+    ``nlql_schema(sample=1000)`` → the store's size, embedder, analyzer and metadata keys;
+    ``nlql_check(query, params=None)`` → "valid" or the diagnostics with carets (structured: the list,
+    ``[]`` when valid); ``nlql_explain(query, params=None, include_plan=False)`` → the readable plan
+    (the plan dict only with ``include_plan``); ``nlql_search(query, params=None, max_tokens=None)`` →
+    hits. None of them raises for a bad query: the error comes back as data. A bad argument (a wrong
+    type, ``max_tokens=0``) is a tool error naming the argument. Resources: ``nlql://language``, the
+    compact language reference (markdown), and ``nlql://schema``, the store's schema as text. The server
+    reports the package version. Serve it over stdio with ``server.run("stdio")`` (what ``nlql mcp
+    --store DIR`` does).
 
     Raises:
         MissingDependencyError: The ``mcp`` package is not installed (``pip install 'nlql[mcp]'``).
     """
     try:
         from mcp.server.mcpserver import MCPServer as Server
+        from mcp.server.mcpserver.exceptions import ToolError
     except ImportError:  # mcp 1.x
         try:
             from mcp.server.fastmcp import FastMCP as Server  # type: ignore[no-redef,attr-defined]
+            from mcp.server.fastmcp.exceptions import ToolError  # type: ignore[no-redef]
         except ImportError:
             raise MissingDependencyError("mcp", "mcp") from None
+    from mcp.types import CallToolResult, TextContent
 
-    server = Server(name, instructions=MCP_INSTRUCTIONS)
+    from nlql import __version__
+
+    try:
+        server = Server(name, instructions=MCP_INSTRUCTIONS, version=__version__)
+    except TypeError:  # an SDK without the version argument
+        server = Server(name, instructions=MCP_INSTRUCTIONS)
+
+    def result(text: str, structured: Any) -> Any:
+        data = structured if isinstance(structured, dict) else {"result": structured}
+        return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=data)
+
+    def argument(name: str, value: Any, kind: type | tuple[type, ...], what: str, optional: bool = True,
+                 minimum: int | None = None) -> None:
+        if value is None and optional:
+            return
+        if isinstance(value, bool) and kind is not bool or not isinstance(value, kind):
+            raise ToolError(f"argument {name!r} must be {what}, not {type(value).__name__}")
+        if minimum is not None and value < minimum:
+            raise ToolError(f"argument {name!r} must be at least {minimum}, not {value}")
+
+    def common(query: Any, params: Any) -> None:
+        argument("query", query, str, "a string (an NLQL query)", optional=False)
+        argument("params", params, dict, 'an object of parameter values, e.g. {"q": "text"}')
+
+    @server.tool(name="nlql_schema")
+    def nlql_schema(sample: int = 1000):  # noqa: ANN202 - a CallToolResult, passed through as is
+        """What the store holds: documents, sentences, the embedder and analyzer, and every metadata key
+        with its types, how many documents have it and common values. Read it before writing a WHERE
+        on meta.* (a key no document has matches nothing)."""
+        argument("sample", sample, int, "an integer (documents to sample on a large store)", minimum=1)
+        out = schema_query(engine, sample)
+        text = out.get("text") or "error: " + str(out.get("error", {}).get("rendered"))
+        return result(text, out)
 
     @server.tool(name="nlql_check")
-    def nlql_check(query: str, params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-        """Check an NLQL query without running it. Returns every problem at once (line, column,
-        message, hint, rendered with a caret); an empty list means the query is valid."""
-        return check_query(engine, query, params)
+    def nlql_check(query: str, params: dict[str, Any] | None = None):  # noqa: ANN202 - a CallToolResult, passed through as is
+        """Check an NLQL query without running it. Says "valid", or every problem at once (line, column,
+        message, hint, rendered with a caret); warnings (e.g. a metadata key no document has, with
+        did-you-mean over the real keys) do not stop the query but usually mean no rows."""
+        common(query, params)
+        diags = check_query(engine, query, params)
+        return result(check_text(diags), diags)
 
     @server.tool(name="nlql_explain")
-    def nlql_explain(query: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+    def nlql_explain(query: str, params: dict[str, Any] | None = None,
+                     include_plan: bool = False):  # noqa: ANN202 - a CallToolResult, passed through as is
         """Show how an NLQL query would run (recall strategy, pushed and residual filters, order,
-        limit) without running it: {"ok", "text", "plan"} or {"ok": false, "error"}."""
-        return explain_query(engine, query, params)
+        limit) without running it, as a readable plan; include_plan=true adds the plan as data."""
+        common(query, params)
+        argument("include_plan", include_plan, bool, "true or false", optional=False)
+        out = explain_query(engine, query, params, include_plan=include_plan)
+        text = out["text"] if out["ok"] else "error: " + str(out["error"].get("rendered"))
+        return result(text, out)
 
     @server.tool(name="nlql_search", description=TOOL_DESCRIPTION)
     def nlql_search(query: str, params: dict[str, Any] | None = None,
-                    max_tokens: int | None = None) -> dict[str, Any]:
-        return search_query(engine, query, params, max_tokens)
+                    max_tokens: int | None = None):  # noqa: ANN202 - a CallToolResult, passed through as is
+        common(query, params)
+        argument("max_tokens", max_tokens, int, "a positive integer", minimum=1)
+        try:
+            out = search_query(engine, query, params, max_tokens)
+        except (TypeError, ValueError) as exc:
+            raise ToolError(f"bad argument: {exc}") from None
+        return result(hits_text(out), out)
 
     @server.resource("nlql://language", name="nlql-language", title="NLQL language reference",
                      description="Clauses, units, functions, operators, NULL rules and examples.",
@@ -423,5 +523,12 @@ def build_mcp_server(engine: Engine, name: str = "nlql") -> Any:
     def language() -> str:
         return LANGUAGE_REFERENCE
 
-    return server
+    @server.resource("nlql://schema", name="nlql-schema", title="The store's schema",
+                     description="Documents, sentences, embedder, analyzer and every metadata key with its "
+                                 "types, document count and common values.",
+                     mime_type="text/plain")
+    def schema_resource() -> str:
+        out = schema_query(engine)
+        return str(out.get("text") or out.get("error"))
 
+    return server

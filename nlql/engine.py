@@ -17,8 +17,8 @@ import numpy as np
 from nlql import ir
 from nlql import values as V
 from nlql.errors import BackendError, Diagnostic, EmbedderError, LimitError, NLQLError
-from nlql.execute.bm25 import BM25Sidecar
 from nlql.execute.executor import Executor
+from nlql.execute.keywords import BM25Sidecar
 from nlql.execute.results import Hits
 from nlql.execute.units import DEFAULT_CHUNK_CHARS
 from nlql.explain import Explain
@@ -179,6 +179,8 @@ class Engine:
         self._arity: dict[str, int | None] = {}
         self._lock = _RWLock()
         self._write_mutex = threading.Lock()
+        self._schema_cache: tuple[int, float, Any] | None = None  # (writes, when, Schema) for data warnings
+        self._writes = 0
         try:
             self.store.open(dim)
         except NLQLError:
@@ -187,7 +189,8 @@ class Engine:
             where = f" at {store}" if isinstance(store, (str, Path)) else ""
             raise BackendError(self.store.capabilities.NAME,
                                f"cannot open the store{where}: {type(exc).__name__}: {exc}") from exc
-        self._bm25 = BM25Sidecar(self.store, analyzer)
+        own_bm25 = getattr(self.store, "keyword_index", None)  # BM25 kept in the store itself (SPEC §10)
+        self._bm25 = (own_bm25(analyzer) if own_bm25 is not None else None) or BM25Sidecar(self.store, analyzer)
         self._executor = Executor(self.store, self._embed_queries, self._bm25, self._functions, chunk_chars)
         if warm_up:
             try:
@@ -298,6 +301,7 @@ class Engine:
             for r in records:
                 seq += 1
                 r.seq = seq  # a store shared between processes allocates its own inside its write
+            self._writes += 1
             self._call_store("upsert", records)
             self._bm25.on_upsert(records)
             self._catch_up()  # what the write itself found committed by others
@@ -307,6 +311,7 @@ class Engine:
         key = doc_id_of(doc_id)
         with self._write_mutex, self._lock.write():
             self._catch_up()
+            self._writes += 1
             n = self._call_store("delete", [key])
             self._bm25.on_delete([key])
             self._catch_up()
@@ -334,6 +339,7 @@ class Engine:
             return
         changes = self._call_store("sync")
         if changes:
+            self._writes += 1  # what is derived from the data (schema warnings) is stale too
             if changes.deleted:
                 self._bm25.on_delete(changes.deleted)
             if changes.docs:
@@ -353,9 +359,7 @@ class Engine:
         dim = int(self.embedder.dim)
         if not sentences:
             return np.zeros((0, dim), dtype=np.float32)
-        mat = _embed(self.embedder, sentences, dim)
-        norms = np.linalg.norm(mat, axis=1, keepdims=True)
-        return np.ascontiguousarray(np.divide(mat, norms, out=np.zeros_like(mat), where=norms > 0))
+        return V.normalize_rows(_embed(self.embedder, sentences, dim), zero_invalid=True)
 
     def _embed_queries(self, texts: Sequence[str]) -> np.ndarray:
         return _embed(self.embedder, list(texts), int(self.embedder.dim))
@@ -374,13 +378,65 @@ class Engine:
 
     def check(self, query: str | ir.Query, params: Mapping[str, Any] | None = None,
               schema: Mapping[str, str] | None = None) -> list[Diagnostic]:
-        """Every problem in a query at once; [] when it is valid."""
+        """Every problem in a query at once; [] when it is valid and reads only keys the data has.
+
+        Besides errors (``severity="error"``), warnings from the data (``severity="warning"``, see
+        :meth:`schema`): a metadata key no document has, a comparison whose type no value has.
+        """
         from nlql.check import check as _check
 
         try:
-            return _check(query, params=_params(params), schema=schema, functions=self._arity)
+            diags = _check(query, params=_params(params), schema=schema, functions=self._arity)
         except RecursionError as exc:
             return _too_deep(exc).diagnostics
+        if any(d.severity == "error" for d in diags):
+            return diags
+        from nlql.parser import parse
+
+        try:
+            q = query if isinstance(query, ir.Query) else parse(query)
+        except NLQLError:
+            return diags
+        return sorted([*diags, *self._data_warnings(q)], key=lambda d: (d.line == 0, d.line, d.column))
+
+    def schema(self, sample: int = 1000) -> Any:
+        """What the store holds: documents, sentences, embedder, analyzer and every metadata key with the
+        types seen, how many documents have it and its common values (:class:`nlql.schema.Schema`).
+
+        The built-in store keeps the counts at write time (exact, no scan); a store declaring
+        ``DESCRIBES_DATA`` answers from at most ``sample`` documents and says so (``schema.sampled``);
+        any other store is sampled through the Store API.
+        """
+        from nlql.schema import build_schema
+
+        with self._lock.read():
+            try:
+                return build_schema(self.store, self.embedder, self._bm25.analyzer, int(sample))
+            except NLQLError:
+                raise
+            except Exception as exc:
+                raise BackendError(self.store.capabilities.NAME, f"schema failed: {exc}") from exc
+
+    def _data_warnings(self, q: ir.Query) -> list[Diagnostic]:
+        """Warnings from the data for a valid query; never raises (a schema that cannot be read warns nothing)."""
+        import time
+
+        from nlql.schema import data_warnings
+
+        if not any(isinstance(n, ir.Meta) for n in q.walk()):
+            return []
+        now = time.monotonic()
+        cached = self._schema_cache
+        # kept until this engine writes, and at most 5 s (another process may write a shared store)
+        if cached is None or cached[0] != self._writes or now - cached[1] > 5.0:
+            try:
+                from nlql.schema import build_schema
+
+                cached = (self._writes, now, build_schema(self.store, self.embedder, self._bm25.analyzer, 200))
+            except Exception:  # noqa: BLE001 - warnings are advice: never fail a query over them
+                return []
+            self._schema_cache = cached
+        return data_warnings(q, cached[2])
 
     def _prepare(self, query: str | ir.Query, params: Mapping[str, Any] | None) -> tuple[ir.Query, str | None]:
         from nlql.check import validate
@@ -448,9 +504,13 @@ class Engine:
         with self._lock.read(), deadline_scope(timeout):
             plan = self._plan(query, params, rr)
             try:
-                return self._executor.run(plan, reranker=rr, rerank_query=rerank_query,
+                hits = self._executor.run(plan, reranker=rr, rerank_query=rerank_query,
                                           rerank_factor=self.rerank_factor, timeout=timeout,
                                           max_tokens=max_tokens)
+                from nlql.schema import warning_text
+
+                hits.warnings[:0] = [warning_text(d) for d in self._data_warnings(plan.query)]
+                return hits
             except NLQLError as exc:
                 if source is not None:
                     exc.with_source(source)

@@ -25,6 +25,7 @@ class Diagnostic:
     hint: str | None = None
     span: Span | None = field(default=None, compare=False)
     code: str = "error"
+    severity: str = "error"  # "error" (the query cannot run) or "warning" (it runs; see the message)
 
     def render(self, source: str | None) -> str:
         """The diagnostic as text: message, location, source line with caret, hint."""
@@ -39,6 +40,8 @@ class Diagnostic:
             "hint": self.hint,
             "code": self.code,
         }
+        if self.severity != "error":  # errors keep the shape they always had
+            out["severity"] = self.severity
         if self.span is not None:
             out["start"] = self.span.start
             out["end"] = self.span.end

@@ -881,13 +881,13 @@ def _token_error(text: str, exc: UnexpectedToken) -> NLQLSyntaxError:
         accepts = set(exc.expected)
     span = _end_span(text, prev) if at_end else _tok_span(tok)
     try:
-        message, hint, span = _explain(text, tok, prev, accepts, span)
+        message, hint, span = _describe_token_error(text, tok, prev, accepts, span)
     except (IndexError, KeyError, ValueError, AttributeError):  # pragma: no cover - never hide the error itself
         message, hint = f"unexpected {_show(tok)}", None
     return NLQLSyntaxError(message, span, text, hint)
 
 
-def _explain(  # noqa: C901 - one flat list of named cases reads best
+def _describe_token_error(  # noqa: C901 - one flat list of named cases reads best
     text: str, tok: Token, prev: list[Token], accepts: set[str], span: Span
 ) -> tuple[str, str | None, Span]:
     kind = tok.type
@@ -1027,6 +1027,9 @@ def _explain(  # noqa: C901 - one flat list of named cases reads best
         what = "list items" if bracket.type == "LSQB" else "arguments"
         return f"missing comma between {what}", None, span
     if clause == "_ORDER" and kind in _OPERAND_STARTS and "_COMMA" in accepts and not opened:
+        guess = _close(tok.value, [_word(t) for t in accepts if t in _KEYWORD_TERMINALS]) if kind == "NAME" else None
+        if guess:  # ORDER BY rel LIMT 5: a misspelt keyword, not a second sort key
+            return f"unknown word '{tok.value}'", f"did you mean {guess}?", span
         return "missing comma between sort keys", "separate sort keys with commas: ORDER BY a DESC, b", span
     if "_AND" in accepts and _pending_between(prev):
         return "expected AND in BETWEEN", "write x BETWEEN low AND high", span

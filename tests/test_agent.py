@@ -94,7 +94,8 @@ def test_every_example_is_a_valid_query(engine: Engine, source: str) -> None:
     assert len(examples) >= 3
     for q in examples:
         params = {"q": "agents"} if "$q" in q else None
-        assert check_query(engine, q, params) == [], q
+        # warnings (a key this small collection lacks) are allowed; errors are not
+        assert [d for d in check_query(engine, q, params) if d.get("severity", "error") == "error"] == [], q
         assert "error" not in search_query(engine, q, params), q
 
 

@@ -460,8 +460,8 @@ class QdrantStore:
             index = {str(k): i for i, k in enumerate(keys)}
             for p in points:
                 mat[index[str(p.id)]] = np.asarray(p.vector, dtype=np.float32)
-        mat = _normalise(mat)
-        return _normalise(queries) @ mat.T
+        mat = V.normalize_rows(mat)
+        return V.normalize_rows(queries) @ mat.T
 
 
 # ---------------------------------------------------------------------- payload helpers
@@ -525,12 +525,6 @@ def _row(point: Any) -> Row:
         end=int(p.get("end", 0)),
         tail=p.get("tail", ""),
     )
-
-
-def _normalise(mat: np.ndarray) -> np.ndarray:
-    norms = np.linalg.norm(mat, axis=1, keepdims=True)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return mat / np.where(norms == 0, 1, norms)
 
 
 # ---------------------------------------------------------------------- filter rendering

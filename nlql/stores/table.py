@@ -21,6 +21,7 @@ import numpy as np
 from nlql import values as V
 from nlql.patterns import matcher_for
 from nlql.pushdown import Cond, FAnd, Filter, FOr
+from nlql.schema import MetaSummary
 from nlql.stores.base import DocRecord, Row, unit_id
 from nlql.stores.pyfilter import eval_cond
 
@@ -246,6 +247,7 @@ class RowTable:
         self.doc_meta: list[dict[str, Any]] = []
         self.doc_slot: dict[str, int] = {}           # live doc_id -> slot
         self.doc_rows: dict[str, list[int]] = {}     # live doc_id -> row keys by position
+        self.summary = MetaSummary()                 # metadata keys of the live documents (nlql.schema)
         self.version = 0
         self._columns: dict[tuple[str, ...], Column] = {}
         self._row_columns: dict[str, Column] = {}
@@ -277,6 +279,7 @@ class RowTable:
         for d in docs:
             slot = len(self.doc_meta)
             self.doc_meta.append(d.metadata)
+            self.summary.add(d.metadata)
             self.doc_slot[d.doc_id] = slot
             keys = []
             for u in d.units:
@@ -307,7 +310,7 @@ class RowTable:
             keys = self.doc_rows.pop(doc_id, None)
             if keys is None:
                 continue
-            del self.doc_slot[doc_id]
+            self.summary.remove(self.doc_meta[self.doc_slot.pop(doc_id)])
             if keys:
                 self.alive[np.asarray(keys, dtype=np.int64)] = False
             removed += 1
