@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -107,7 +108,7 @@ Arithmetic mixes scores: `LET s = 0.7 * SIMILARITY(content, "rag") + 0.3 * BM25(
 `OR` < `AND` < `NOT` < predicates < `+ -` < `* /` < unary `-`.
 Predicates: `= == != <> < <= > >=`, `[NOT] IN (a, b)`, `[NOT] BETWEEN a AND b`, `IS [NOT] NULL`,
 `[NOT] CONTAINS "s"` (case-insensitive substring), `[NOT] LIKE "a%_"` (SQL LIKE, case-sensitive, whole
-string), `[NOT] MATCH "regex"` (Python regex search), `WITHIN "last week"` (calendar periods such as
+string; a backslash escapes `%`, `_` and itself), `[NOT] MATCH "regex"` (Python regex search), `WITHIN "last week"` (calendar periods such as
 "yesterday", "last month", "the past 3 days") or `WITHIN (a, b)`.
 
 ## NULL rules (as SQL)
@@ -244,8 +245,50 @@ def tool_schema(style: str = "generic") -> dict[str, Any]:
 
 
 def _jsonable(value: Any) -> Any:
-    """A deep copy of ``value`` that ``json.dumps`` accepts (datetimes and numpy scalars become text/numbers)."""
-    return json.loads(json.dumps(value, default=json_default, allow_nan=False))
+    """A deep copy of ``value`` that strict JSON accepts: datetimes and numpy scalars become text and
+    numbers, and NaN or infinite floats (a score of NaN, say) become null, as JSON has no such number."""
+    return json.loads(json.dumps(_finite(value), default=json_default, allow_nan=False))
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with every non-finite float replaced by None (iterative: any nesting)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if not isinstance(value, (dict, list, tuple)):
+        return _finite_scalar(value)
+    root: list[Any] = [value]
+    stack: list[tuple[Any, Any, Any]] = [(root, 0, value)]  # (container, key, value to convert)
+    while stack:
+        parent, key, item = stack.pop()
+        if isinstance(item, dict):
+            copy_: Any = {}
+            parent[key] = copy_
+            for k, v in item.items():
+                copy_[k] = None
+                stack.append((copy_, k, v))
+        elif isinstance(item, (list, tuple)):
+            copy_ = [None] * len(item)
+            parent[key] = copy_
+            for i, v in enumerate(item):
+                stack.append((copy_, i, v))
+        else:
+            parent[key] = _finite_scalar(item)
+    return root[0]
+
+
+def _finite_scalar(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    item = getattr(value, "item", None)  # numpy scalars
+    if callable(item) and not isinstance(value, (str, bytes)):
+        try:
+            value = item()
+        except Exception:  # noqa: BLE001 - not a scalar after all
+            return value
+        if isinstance(value, float) and not math.isfinite(value):
+            return None
+    return value
+
 
 
 def _diag_dict(d: Diagnostic, source: str | None) -> dict[str, Any]:
@@ -373,7 +416,16 @@ def search_query(engine: Engine, query: str, params: Mapping[str, Any] | None = 
         hits = engine.search(query, params=_params(params), max_tokens=max_tokens, timeout=timeout)
     except NLQLError as exc:
         return {"hits": [], "stats": {}, "warnings": [], "error": _jsonable(error_dict(exc, query))}
+    except (TypeError, ValueError) as exc:  # an argument the engine refuses (max_tokens=-1, …): as data too
+        return {"hits": [], "stats": {}, "warnings": [], "error": _usage_error(exc)}
     return _jsonable(hits.to_dict())
+
+
+def _usage_error(exc: Exception) -> dict[str, Any]:
+    message = str(exc)
+    return {"kind": "usage", "message": message, "line": 0, "column": 0, "hint": None, "rendered": message,
+            "diagnostics": [{"line": 0, "column": 0, "message": message, "hint": None, "code": "usage",
+                             "rendered": message}]}
 
 
 #: What ``nlql_ask`` tells a model.

@@ -240,3 +240,13 @@ class MissingDependencyError(NLQLError, ImportError):
             f"the '{module}' package is not installed (needed by nlql[{extra}])",
             hint=f"pip install 'nlql[{extra}]'",
         )
+
+
+class EmbedderError(NLQLError):
+    """The embedder failed or returned something that is not one finite vector per text. Names it."""
+
+    kind = "embedder"
+
+    def __init__(self, embedder: str, message: str, hint: str | None = None) -> None:
+        super().__init__(f"embedder {embedder}: {message}", None, None, hint)
+        self.embedder = embedder
