@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -32,9 +33,11 @@ if TYPE_CHECKING:
     from nlql.engine import Engine
 
 __all__ = [
+    "ASK_DESCRIPTION",
     "LANGUAGE_REFERENCE",
     "MCP_INSTRUCTIONS",
     "TOOL_DESCRIPTION",
+    "ask_question",
     "build_mcp_server",
     "check_query",
     "error_dict",
@@ -107,7 +110,7 @@ Arithmetic mixes scores: `LET s = 0.7 * SIMILARITY(content, "rag") + 0.3 * BM25(
 `OR` < `AND` < `NOT` < predicates < `+ -` < `* /` < unary `-`.
 Predicates: `= == != <> < <= > >=`, `[NOT] IN (a, b)`, `[NOT] BETWEEN a AND b`, `IS [NOT] NULL`,
 `[NOT] CONTAINS "s"` (case-insensitive substring), `[NOT] LIKE "a%_"` (SQL LIKE, case-sensitive, whole
-string), `[NOT] MATCH "regex"` (Python regex search), `WITHIN "last week"` (calendar periods such as
+string; a backslash escapes `%`, `_` and itself), `[NOT] MATCH "regex"` (Python regex search), `WITHIN "last week"` (calendar periods such as
 "yesterday", "last month", "the past 3 days") or `WITHIN (a, b)`.
 
 ## NULL rules (as SQL)
@@ -246,8 +249,50 @@ def tool_schema(style: str = "generic") -> dict[str, Any]:
 
 
 def _jsonable(value: Any) -> Any:
-    """A deep copy of ``value`` that ``json.dumps`` accepts (datetimes and numpy scalars become text/numbers)."""
-    return json.loads(json.dumps(value, default=json_default, allow_nan=False))
+    """A deep copy of ``value`` that strict JSON accepts: datetimes and numpy scalars become text and
+    numbers, and NaN or infinite floats (a score of NaN, say) become null, as JSON has no such number."""
+    return json.loads(json.dumps(_finite(value), default=json_default, allow_nan=False))
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with every non-finite float replaced by None (iterative: any nesting)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if not isinstance(value, (dict, list, tuple)):
+        return _finite_scalar(value)
+    root: list[Any] = [value]
+    stack: list[tuple[Any, Any, Any]] = [(root, 0, value)]  # (container, key, value to convert)
+    while stack:
+        parent, key, item = stack.pop()
+        if isinstance(item, dict):
+            copy_: Any = {}
+            parent[key] = copy_
+            for k, v in item.items():
+                copy_[k] = None
+                stack.append((copy_, k, v))
+        elif isinstance(item, (list, tuple)):
+            copy_ = [None] * len(item)
+            parent[key] = copy_
+            for i, v in enumerate(item):
+                stack.append((copy_, i, v))
+        else:
+            parent[key] = _finite_scalar(item)
+    return root[0]
+
+
+def _finite_scalar(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    item = getattr(value, "item", None)  # numpy scalars
+    if callable(item) and not isinstance(value, (str, bytes)):
+        try:
+            value = item()
+        except Exception:  # noqa: BLE001 - not a scalar after all
+            return value
+        if isinstance(value, float) and not math.isfinite(value):
+            return None
+    return value
+
 
 
 def _diag_dict(d: Diagnostic, source: str | None) -> dict[str, Any]:
@@ -375,6 +420,42 @@ def search_query(engine: Engine, query: str, params: Mapping[str, Any] | None = 
         hits = engine.search(query, params=_params(params), max_tokens=max_tokens, timeout=timeout)
     except NLQLError as exc:
         return {"hits": [], "stats": {}, "warnings": [], "error": _jsonable(error_dict(exc, query))}
+    except (TypeError, ValueError) as exc:  # an argument the engine refuses (max_tokens=-1, …): as data too
+        return {"hits": [], "stats": {}, "warnings": [], "error": _usage_error(exc)}
+    return _jsonable(hits.to_dict())
+
+
+def _usage_error(exc: Exception) -> dict[str, Any]:
+    message = str(exc)
+    return {"kind": "usage", "message": message, "line": 0, "column": 0, "hint": None, "rendered": message,
+            "diagnostics": [{"line": 0, "column": 0, "message": message, "hint": None, "code": "usage",
+                             "rendered": message}]}
+
+
+#: What ``nlql_ask`` tells a model.
+ASK_DESCRIPTION = """\
+Answer a question in plain words: the question is routed to an intent (entity: "who mentioned X", \
+temporal: "when did ...", "last week", conceptual: "what is X", general: the rest) and that intent's NLQL \
+query runs with the question bound as $q, $rewrites and $keywords. Returns hits plus "route": the intent, \
+the rule that matched, the NLQL query and its params, so you can refine the query and run it with \
+nlql_search(query, params). No hits means the collection holds nothing about the question (see warnings)."""
+
+
+def ask_question(engine: Engine, question: str, params: Mapping[str, Any] | None = None,
+                 max_tokens: int | None = None) -> dict[str, Any]:
+    """``engine.ask`` as data: hits, stats, warnings and ``route`` (intent, rule, query, params), or
+    ``{"hits": [], ..., "error": {...}}`` when the question cannot be answered as asked."""
+    if not isinstance(question, str):
+        return {"hits": [], "stats": {}, "warnings": [], "route": None,
+                "error": {"kind": "usage", "message": "the question must be a string", "line": 0, "column": 0,
+                          "hint": None, "rendered": "the question must be a string", "diagnostics": []}}
+    route: Any = None
+    try:
+        route = engine.route(question)
+        hits = engine.ask(route, params=_params(params), max_tokens=max_tokens)
+    except NLQLError as exc:
+        return {"hits": [], "stats": {}, "warnings": [], "route": _jsonable(route.to_dict() if route else None),
+                "error": _jsonable(error_dict(exc, route.query if route else None))}
     return _jsonable(hits.to_dict())
 
 
@@ -389,8 +470,9 @@ def build_mcp_server(engine: Engine, name: str = "nlql") -> Any:
     ``nlql_check(query, params=None)`` → "valid" or the diagnostics with carets (structured: the list,
     ``[]`` when valid); ``nlql_explain(query, params=None, include_plan=False)`` → the readable plan
     (the plan dict only with ``include_plan``); ``nlql_search(query, params=None, max_tokens=None,
-    timeout=None)`` → hits. None of them raises for a bad query: the error comes back as data. A bad
-    argument (a wrong type, ``max_tokens=0``) is a tool error naming the argument. Resources: ``nlql://language``, the
+    timeout=None)`` → hits; ``nlql_ask(question, params=None, max_tokens=None)`` → hits and the routed
+    query. None of them raises for a bad query: the error comes back as data. A bad argument (a wrong
+    type, ``max_tokens=0``) is a tool error naming the argument. Resources: ``nlql://language``, the
     compact language reference (markdown), and ``nlql://schema``, the store's schema as text. The server
     reports the package version. Serve it over stdio with ``server.run("stdio")`` (what ``nlql mcp
     --store DIR`` does).
@@ -465,16 +547,28 @@ def build_mcp_server(engine: Engine, name: str = "nlql") -> Any:
 
     @server.tool(name="nlql_search", description=TOOL_DESCRIPTION)
     def nlql_search(query: str, params: dict[str, Any] | None = None,
-                    max_tokens: int | None = None,
-                    timeout: float | None = None):  # noqa: ANN202 - a CallToolResult, passed through as is
+                    max_tokens: int | None = None, timeout: float | None = None):  # noqa: ANN202 - a CallToolResult
         common(query, params)
         argument("max_tokens", max_tokens, int, "a positive integer", minimum=1)
         argument("timeout", timeout, (int, float), "a number of seconds")
+        if timeout is not None and not timeout > 0:
+            raise ToolError(f"argument 'timeout' must be a positive number of seconds, not {timeout}")
         try:
             out = search_query(engine, query, params, max_tokens, timeout)
         except (TypeError, ValueError) as exc:
             raise ToolError(f"bad argument: {exc}") from None
         return result(hits_text(out), out)
+
+    @server.tool(name="nlql_ask", description=ASK_DESCRIPTION)
+    def nlql_ask(question: str, params: dict[str, Any] | None = None,
+                 max_tokens: int | None = None):  # noqa: ANN202 - a CallToolResult, passed through as is
+        argument("question", question, str, "a string (a question in plain words)", optional=False)
+        argument("params", params, dict, "an object of parameter values")
+        argument("max_tokens", max_tokens, int, "a positive integer", minimum=1)
+        out = ask_question(engine, question, params, max_tokens)
+        route = out.get("route") or {}
+        head = f"intent: {route.get('intent')}\nquery: {route.get('query')}\n\n" if route else ""
+        return result(head + hits_text(out), out)
 
     @server.resource("nlql://language", name="nlql-language", title="NLQL language reference",
                      description="Clauses, units, functions, operators, NULL rules and examples.",

@@ -17,6 +17,7 @@ from nlql import ir
 from nlql import values as V
 from nlql.errors import EvaluationError
 from nlql.functions import BUILTINS, parse_duration
+from nlql.patterns import Regex, compile_regex
 
 RowFn = Callable[["RowContext"], Any]
 
@@ -45,7 +46,7 @@ class Env:
     binding_exprs: Mapping[str, ir.Expr]
     functions: Mapping[str, Callable[..., Any]]
     periods: Mapping[ir.Node, tuple[datetime, datetime]]
-    regexes: dict[str, re.Pattern[str]] = field(default_factory=dict)
+    regexes: dict[str, Regex] = field(default_factory=dict)
     compiled_bindings: dict[str, RowFn] = field(default_factory=dict)
     # GRAPH: call -> (text, hops, decay), and (text, hops, decay) -> {(doc_id, position): activation},
     # filled by the executor before rows are evaluated (lazily: a GRAPH call asks for its values)
@@ -268,7 +269,7 @@ def _compile_text_match(expr: ir.TextMatch, env: Env) -> RowFn:
             rx = env.regexes.get(p)
             if rx is None:
                 try:
-                    rx = env.regexes[p] = re.compile(p)
+                    rx = env.regexes[p] = compile_regex(p)  # RE2 where the pattern allows: linear time
                 except re.error:
                     return None
             return V.match(value(ctx), rx)

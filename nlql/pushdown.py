@@ -103,6 +103,7 @@ class Capabilities:
     FAST_PATH: bool = False                   # TablePaths: fast_select() and key_documents() over row numbers
     DEADLINE: bool = False                    # bounds its backend calls by nlql.deadline.remaining()
     DESCRIBES_DATA: bool = False              # DescribesData: describe_data(), sizes and metadata keys (schema)
+    EXACT_INTS: bool = False                  # compares numbers at or beyond 2^53 exactly (not as float64)
 
 
 @dataclass(slots=True)
@@ -128,7 +129,8 @@ def leaf_pushable(caps: Capabilities, cond: Cond) -> bool:
     A leaf needs: its op in ``OPS``; its path root in ``FIELDS``; ``NESTED_KEYS`` for ``meta.a.b``;
     ``NUMERIC_STRINGS`` when a value is a number or a numeric string (stored strings like "2025" must
     compare numerically); ``FLOAT_EQUALITY`` for equality on non-integral floats; ``DATETIMES`` for
-    datetime values.
+    datetime values; ``EXACT_INTS`` for a number (or numeric string) at or beyond 2^53 in magnitude,
+    where float64 views cannot tell ``2**53`` from ``2**53 + 1`` (SPEC §6: integers compare exactly).
     """
     if cond.op not in caps.OPS:
         return False
@@ -144,6 +146,8 @@ def leaf_pushable(caps: Capabilities, cond: Cond) -> bool:
             continue
         elif V.is_number(v) or (isinstance(v, str) and V.numeric_string(v) is not None):
             if cond.path[0] == "meta" and not caps.NUMERIC_STRINGS:
+                return False
+            if not caps.EXACT_INTS and V.needs_exact(v):
                 return False
             if (
                 cond.op in ("eq", "ne", "in", "not_in")

@@ -342,7 +342,7 @@ class QdrantStore:
         if native_node != T.TRUE:
             cond = _render(native_node)
             native = cond if isinstance(cond, qm.Filter) else qm.Filter(must=[cond])
-        text = native.model_dump_json(exclude_none=True) if native is not None else "{}"
+        text = _filter_json(native) if native is not None else "{}"
         if check is not None:
             text += " then adapter check: " + "; ".join(sorted({_leaf_text(c) for c in T.opaque_leaves(node)}))
         return NativeFilter(native, text, {"check": check, "empty": False})
@@ -488,6 +488,16 @@ class QdrantStore:
 
 
 # ---------------------------------------------------------------------- payload helpers
+
+
+def _filter_json(native: Any) -> str:
+    """A Qdrant filter as compact JSON for explain; a lone surrogate (not UTF-8, so pydantic refuses
+    it) is written as its ``\\udXXX`` escape."""
+    try:
+        return str(native.model_dump_json(exclude_none=True))
+    except Exception:  # noqa: BLE001 - pydantic's serialisation error on a surrogate
+        return json.dumps(native.model_dump(mode="python", exclude_none=True), ensure_ascii=True,
+                          separators=(",", ":"), default=str)
 
 
 def _needs_json(value: Any) -> bool:

@@ -251,7 +251,8 @@ class PgVectorStore(SchemaMixin, TermsMixin, KnnMixin):
                 self._forget_terms(conn, ids)
             else:
                 self._stale_terms(conn)
-            self._run(conn, d.delete_documents(ids))
+            for statement in d.delete_documents(ids):
+                self._run(conn, statement)
             self._run(conn, d.put_meta("meta", "max_seq", str(max(r[1] for r in doc_rows)), keep_max=True))
             cur = conn.cursor()
             with cur.copy(d.bulk_load("docs", ["doc_id", "seq", "text", "metadata", "mflat", "fold", "num",
@@ -283,7 +284,11 @@ class PgVectorStore(SchemaMixin, TermsMixin, KnnMixin):
                     self._forget_terms(conn, ids)
                 else:
                     self._stale_terms(conn)
-                return int(self._run(conn, self.dialect.delete_documents(ids)).rowcount)
+                cur = None
+                for statement in self.dialect.delete_documents(ids):
+                    cur = self._run(conn, statement)
+                assert cur is not None
+                return int(cur.rowcount)
 
         return self._guard(run)
 
