@@ -98,6 +98,7 @@ class Capabilities:
     FULL_SCORES: bool = False                 # score_all(): one pass over every row (exact matrix)
     BM25: bool = False                        # native BM25 with the engine's analyzer/formula
     SQL_ARMS: bool = False                    # runs a lowered hybrid plan as one statement (store.dialect)
+    KEYWORD_STATS: bool = False               # BM25 statistics kept in the store: bm25_matches/bm25_scores
 
 
 @dataclass(slots=True)

@@ -99,6 +99,23 @@ class Store(Protocol):
     def close(self) -> None: ...
 
 
+class KeywordStats(Protocol):
+    """Optional protocol of a store declaring ``Capabilities.KEYWORD_STATS``: BM25 kept in the store.
+
+    The store writes each sentence's terms (by its ``analyzer``, which must equal the engine's) with the
+    row, and scores SPEC §5's BM25 from what it keeps, so the engine holds no keyword index:
+    - ``bm25_matches(text)``: every row containing a term of ``text`` as ``(doc_id, position)`` pairs
+      and their float64 scores (> 0);
+    - ``bm25_scores(text, rows)``: the score of each given row (0.0 where no term occurs), with the
+      statistics (N, document frequencies, average length) of all rows.
+    """
+
+    analyzer: Any
+
+    def bm25_matches(self, text: str) -> tuple[list[tuple[str, int]], np.ndarray]: ...
+    def bm25_scores(self, text: str, rows: Sequence[Row]) -> np.ndarray: ...
+
+
 @contextmanager
 def backend_errors(store: str, what: str) -> Iterator[None]:
     """Turn a driver's failure into a :class:`BackendError` naming the store and the operation.
