@@ -20,7 +20,7 @@ Collections (``<c>`` is ``collection``)::
 
 Strings are stored so that any Python string survives: ``rec`` is ASCII JSON (lone surrogates and NUL
 included); the views in ``v`` hold strings through :func:`escape`, an equality- and substring-preserving
-code that keeps them valid UTF-8 and free of control characters U+0000–U+0008.
+code that keeps them valid UTF-8 and free of NUL (its code words use U+0001–U+0008).
 
 **Filters.** Every leaf is lowered onto the typed views (:mod:`nlql.stores._typed`) and rendered as a
 Milvus boolean expression. Values are written by a strict literal encoder (:func:`literal`): strings
@@ -90,7 +90,7 @@ _INFO_DIM = 2
 
 
 def escape(s: str) -> str:
-    """A string as valid UTF-8 without U+0000–U+0008: equality-, substring- and LIKE-preserving.
+    """A string as valid UTF-8 without NUL: equality-, substring- and LIKE-preserving.
 
     U+0000–U+0008 and the surrogates U+D800–U+DFFF become ``\\x01`` followed by four base-7 digits
     written as U+0002–U+0008; every other character is kept. The code is prefix-free and its
@@ -147,8 +147,8 @@ def literal(value: Any) -> str:
                 out.append("\\r")
             elif c == "\t":
                 out.append("\\t")
-            elif o <= 8 or 0xD800 <= o <= 0xDFFF:
-                raise ValueError("unescaped control character or surrogate in a Milvus string literal")
+            elif o == 0 or 0xD800 <= o <= 0xDFFF:
+                raise ValueError("unescaped NUL or surrogate in a Milvus string literal")
             else:
                 out.append(c)
         out.append('"')
@@ -392,7 +392,7 @@ class MilvusStore:
             sp = self.client.prepare_index_params()
             sp.add_index(field, index_type="INVERTED")
             try:
-                self.client.create_index(self.collection, sp)
+                self.client.create_index(self.collection, sp, sync=False)
             except Exception:  # noqa: BLE001 - an optimisation only; filters work without it
                 pass
 
