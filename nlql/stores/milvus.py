@@ -302,6 +302,14 @@ class MilvusStore:
                     self.client = MilvusClient(**kwargs)
                 except ImportError as exc:  # a .db path without milvus-lite
                     raise MissingDependencyError("milvus", "milvus-lite") from exc
+                except Exception as exc:
+                    if _is_local(self.uri):
+                        raise BackendError(
+                            "milvus", f"cannot open Milvus Lite file {self.uri!r}: {exc}",
+                            hint="Milvus Lite allows one process per file; to share it, run "
+                                 "`milvus-lite server --data-dir DIR --port 19530` and open "
+                                 "milvus+http://127.0.0.1:19530") from exc
+                    raise
 
     def _caps(self, keyword_stats: bool) -> Capabilities:
         return Capabilities(
@@ -766,6 +774,10 @@ class MilvusStore:
 
 
 # ---------------------------------------------------------------------- helpers
+
+
+def _is_local(uri: str) -> bool:
+    return "://" not in uri
 
 
 def _row(r: dict[str, Any]) -> Row:
