@@ -20,6 +20,7 @@ from nlql import ir
 from nlql import values as V
 from nlql.errors import NLQLTimeoutError
 from nlql.evaluate import Env, RowContext, RowFn, compile_expr, truth
+from nlql.execute import keyword_recall
 from nlql.execute.results import Hit, Hits, Stats
 from nlql.execute.units import chunk_rows, join_rows
 from nlql.plan.nodes import Plan, ScoreSpec
@@ -233,7 +234,12 @@ class Executor:
             else:
                 keys_arr = np.asarray(self.store.scan(plan.native))
         else:
-            keys_arr = np.asarray(self.store.scan(plan.native), dtype=object)
+            narrowed = None
+            if self.store.capabilities.KEYWORD_STATS and getattr(self.bm25, "in_store", False):
+                narrowed = keyword_recall.narrow(plan, self.store, qv, need)  # BM25 kept in the store
+                if narrowed is not None:
+                    stats.counts["keyword_recall"] = len(narrowed)
+            keys_arr = np.asarray(narrowed if narrowed is not None else self.store.scan(plan.native), dtype=object)
             for s in sim_slots:
                 sentence_scores[s] = self._similarities(qv[s], list(keys_arr))
         stats.add("recall", (time.perf_counter() - t) * 1000)

@@ -107,13 +107,16 @@ class KeywordStats(Protocol):
     - ``bm25_matches(text)``: every row containing a term of ``text`` as ``(doc_id, position)`` pairs
       and their float64 scores (> 0);
     - ``bm25_scores(text, rows)``: the score of each given row (0.0 where no term occurs), with the
-      statistics (N, document frequencies, average length) of all rows.
+      statistics (N, document frequencies, average length) of all rows;
+    - ``bm25_candidates(text, flt)``: store keys and scores of the rows passing a compiled filter that
+      hold a term (the executor narrows recall with it: :mod:`nlql.execute.keyword_recall`).
     """
 
     analyzer: Any
 
     def bm25_matches(self, text: str) -> tuple[list[tuple[str, int]], np.ndarray]: ...
     def bm25_scores(self, text: str, rows: Sequence[Row]) -> np.ndarray: ...
+    def bm25_candidates(self, text: str, flt: NativeFilter | None) -> tuple[list[Any], np.ndarray]: ...
 
 
 @contextmanager

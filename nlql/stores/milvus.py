@@ -750,6 +750,32 @@ class MilvusStore:
         ids = [(json.loads(r["rec"])["d"], int(r["position"])) for r in rows]
         return ids, scores
 
+    def bm25_candidates(self, text: str, flt: NativeFilter | None = None) -> tuple[list[str], np.ndarray]:
+        """Keys and BM25 scores (> 0) of the rows passing ``flt`` that hold a term of ``text``.
+
+        Document frequencies are over all rows (counted per term when a filter narrows the rows read).
+        """
+        qkeys = _terms.query_keys(self.analyzer.terms(text))
+        if not qkeys or (flt is not None and flt.extra.get("empty")):
+            return [], np.zeros(0, dtype=np.float64)
+        check = flt.extra.get("check") if flt is not None else None
+        native = flt.native if flt is not None else None
+        expr = f"array_contains_any(terms, [{', '.join(literal(t) for t in qkeys)}])"
+        if native:
+            expr += f" and ({native})"
+        fields = ["key", "terms", "tfs", "nterms"] + (["rec", "position", "seq"] if check is not None else [])
+        with self._backend("bm25"):
+            totals = self._totals()
+            rows = self._query_all(expr, fields)
+            if check is not None:
+                rows = [r for r in rows if pyfilter.row_passes(check, _row(r))]
+            if native or check is not None:
+                df = {t: self._count(f"array_contains(terms, {literal(t)})") for t in qkeys}
+            else:
+                df = _terms.document_frequencies(qkeys, (r["terms"] for r in rows))
+        scores = _terms.bm25_scores(qkeys, [(r["terms"], r["tfs"], int(r["nterms"])) for r in rows], df, totals)
+        return [r["key"] for r in rows], scores
+
     def bm25_scores(self, text: str, rows: Sequence[Row]) -> np.ndarray:
         """BM25 of ``text`` for each row (0.0 where no query term occurs); statistics over all rows."""
         qkeys = _terms.query_keys(self.analyzer.terms(text))

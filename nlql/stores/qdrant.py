@@ -248,6 +248,29 @@ class QdrantStore:
         scores = _terms.bm25_scores(qkeys, rows, df, totals)
         return [(p.payload["doc_id"], int(p.payload["position"])) for p in points], scores
 
+    def bm25_candidates(self, text: str, flt: NativeFilter | None = None) -> tuple[list[str], np.ndarray]:
+        """Point ids and BM25 scores (> 0) of the points passing ``flt`` that hold a term of ``text``."""
+        qkeys = _terms.query_keys(self.analyzer.terms(text))
+        if not qkeys or (flt is not None and flt.extra.get("empty")):
+            return [], np.zeros(0, dtype=np.float64)
+        check = flt.extra.get("check") if flt is not None else None
+        native = flt.native if flt is not None else None
+        terms = qm.FieldCondition(key="terms", match=qm.MatchAny(any=qkeys))
+        fields = ["terms", "tfs", "nterms"] + (_ROW_FIELDS if check is not None else [])
+        with self._backend("bm25"):
+            totals = self._totals()
+            cond = qm.Filter(must=[terms] + ([native] if native is not None else []))
+            points = list(self._scroll(cond, fields))
+            if check is not None:
+                points = [p for p in points if pyfilter.row_passes(check, _row(p))]
+            if native is not None or check is not None:
+                df = {t: int(self.client.count(self.collection, exact=True, count_filter=qm.Filter(
+                    must=[qm.FieldCondition(key="terms", match=qm.MatchValue(value=t))])).count) for t in qkeys}
+            else:
+                df = _terms.document_frequencies(qkeys, (p.payload["terms"] for p in points))
+        rows = [(p.payload["terms"], p.payload["tfs"], int(p.payload["nterms"])) for p in points]
+        return [str(p.id) for p in points], _terms.bm25_scores(qkeys, rows, df, totals)
+
     def bm25_scores(self, text: str, rows: Sequence[Row]) -> np.ndarray:
         """BM25 of ``text`` for each row (0.0 where no query term occurs); statistics over all points."""
         qkeys = _terms.query_keys(self.analyzer.terms(text))
