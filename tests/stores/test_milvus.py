@@ -223,3 +223,47 @@ def test_real_minilm_on_milvus(tmp_path: Path) -> None:
                      "f = RRF(s, k) ORDER BY f DESC LIMIT 1")
     assert fused[0].doc_id == "stocks"
     e.close()
+
+
+NARROW_QUERIES = [
+    ('SELECT SENTENCE LET kw = BM25(content, "zebra stripes") WHERE kw > 0 ORDER BY kw DESC LIMIT 3', True),
+    ('SELECT SENTENCE LET kw = BM25(content, "zebra") ORDER BY kw DESC LIMIT 2', True),
+    ('SELECT SENTENCE LET kw = BM25(content, "zebra") ORDER BY kw DESC LIMIT 40', False),  # too few matches
+    ('SELECT SENTENCE LET kw = BM25(content, "stripes") WHERE meta.g == 1 AND kw >= 0 ORDER BY kw DESC LIMIT 2',
+     True),
+    ('SELECT SENTENCE LET kw = BM25(content, "stripes") WHERE meta.name < "m" ORDER BY kw DESC LIMIT 2', True),
+    ('SELECT SENTENCE LET kw = BM25(content, "stripes") WHERE meta.name LIKE "a%" ORDER BY kw DESC LIMIT 2',
+     False),
+    ('SELECT SENTENCE LET s = SIMILARITY(content, "zebra"), kw = BM25(content, "stripes zebra"), '
+     "f = RRF(s, kw) ORDER BY f DESC LIMIT 4", True),
+    ('SELECT SENTENCE LET s = SIMILARITY(content, ["zebra", "cats"]), kw = BM25(content, "stripes"), '
+     'f = INTERLEAVE(kw, s) WHERE meta.g != 0 ORDER BY f DESC LIMIT 3', True),
+]
+
+
+@pytest.fixture(scope="module")
+def narrow_pair(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    texts = ["Zebra stripes here.", "Stripes, stripes.", "A zebra.", "Cats sleep.", "Zebra stripes here.",
+             "Plain text.", "Stripes of a zebra and more zebra.", "Stripes."] * 3
+    metas = [{"g": i % 3, "name": "abcdefghijklmnopqrstuvwx"[i]} for i in range(len(texts))]
+    ids = [f"n{i:02d}" for i in range(len(texts))]
+    got = _engine(MilvusStore(str(tmp_path_factory.mktemp("narrow") / "n.db")))
+    want = _engine("memory")
+    for e in (got, want):
+        e.add_texts(texts, ids=ids, metadatas=metas)
+    yield got, want
+    got.close()
+
+
+@pytest.mark.parametrize(("query", "narrowed"), NARROW_QUERIES)
+def test_keyword_recall_reads_only_what_can_rank_and_answers_the_same(narrow_pair, query: str,
+                                                                      narrowed: bool) -> None:
+    got_engine, want_engine = narrow_pair
+    got, want = got_engine.search(query), want_engine.search(query)
+    assert [h.id for h in got] == [h.id for h in want]
+    for g, w in zip(got, want):
+        for k, v in w.scores.items():
+            assert g.scores[k] == pytest.approx(v, rel=1e-9, abs=1e-12)
+    assert ("keyword_recall" in got.stats) == narrowed, got.stats
+    if narrowed and "ORDER BY kw DESC" in query:
+        assert got.stats["keyword_recall"] < got_engine.store.count()  # not every row was read
