@@ -68,7 +68,7 @@ def narrow(plan: Any, store: Any, qv: dict[str, np.ndarray], need: int | None) -
         assert isinstance(first, ir.Ref)
         if not all(_is_threshold_on(c, first.name) for c in plan.residual):
             return None
-        keys, scores = store.bm25_candidates(" ".join(spec.texts), plan.native)
+        keys, scores = store.bm25_candidates(" ".join(spec.texts), plan.native, need)
         if len(keys) < need:
             return None
         return _top(keys, np.asarray(scores, dtype=np.float64), need)
@@ -82,7 +82,7 @@ def narrow(plan: Any, store: Any, qv: dict[str, np.ndarray], need: int | None) -
                 for lst in store.knn(qv[arm_spec.slot], plan.arm_depth, plan.native):
                     out.update((key, None) for key, _ in lst)
             else:
-                keys, scores = store.bm25_candidates(" ".join(arm_spec.texts), plan.native)
+                keys, scores = store.bm25_candidates(" ".join(arm_spec.texts), plan.native, plan.arm_depth)
                 out.update((k, None) for k in _top(keys, np.asarray(scores, dtype=np.float64), plan.arm_depth))
         return list(out)
     return None

@@ -108,15 +108,17 @@ class KeywordStats(Protocol):
       and their float64 scores (> 0);
     - ``bm25_scores(text, rows)``: the score of each given row (0.0 where no term occurs), with the
       statistics (N, document frequencies, average length) of all rows;
-    - ``bm25_candidates(text, flt)``: store keys and scores of the rows passing a compiled filter that
-      hold a term (the executor narrows recall with it: :mod:`nlql.execute.keyword_recall`).
+    - ``bm25_candidates(text, flt, n)``: store keys and scores of the rows passing a compiled filter that
+      hold a term, at least every row that can be among the ``n`` best (ties kept) — a store may
+      return all of them; the executor narrows recall with it (:mod:`nlql.execute.keyword_recall`).
     """
 
     analyzer: Any
 
     def bm25_matches(self, text: str) -> tuple[list[tuple[str, int]], np.ndarray]: ...
     def bm25_scores(self, text: str, rows: Sequence[Row]) -> np.ndarray: ...
-    def bm25_candidates(self, text: str, flt: NativeFilter | None) -> tuple[list[Any], np.ndarray]: ...
+    def bm25_candidates(self, text: str, flt: NativeFilter | None,
+                        n: int | None = None) -> tuple[list[Any], np.ndarray]: ...
 
 
 @contextmanager

@@ -283,6 +283,7 @@ class MilvusStore:
         self._mine = {"n": 0, "len": 0, "seq": 0}
         self._write_lock = threading.Lock()
         self._dim: int | None = None
+        self._sparse = False
         self.last_stats: dict[str, Any] = {}
         self.capabilities = self._caps(keyword_stats=True)
         self._owns_client = client is None
@@ -352,6 +353,8 @@ class MilvusStore:
             else:
                 self._create_units(dim)
             c.load_collection(self.collection)
+            fields = {f["name"] for f in c.describe_collection(self.collection)["fields"]}
+            self._sparse = "sp" in fields
             self._dim = dim
             config = json.dumps(self.analyzer.config(), sort_keys=True)
             stored = self.get_info("analyzer")
@@ -387,6 +390,7 @@ class MilvusStore:
                     max_length=_terms.MAX_TERM_BYTES + 1)
         s.add_field("tfs", DataType.ARRAY, element_type=DataType.INT64, max_capacity=_MAX_TERMS)
         s.add_field("vec", DataType.FLOAT_VECTOR, dim=dim)
+        s.add_field("sp", DataType.SPARSE_FLOAT_VECTOR)
         s.add_field("v", DataType.JSON)
         s.add_field("rec", DataType.VARCHAR, max_length=_MAX_VARCHAR)
         ip = self.client.prepare_index_params()
@@ -395,6 +399,7 @@ class MilvusStore:
         else:
             ip.add_index("vec", index_type="HNSW", metric_type="COSINE",
                          params={"M": self.hnsw_m, "efConstruction": self.hnsw_ef_construction})
+        ip.add_index("sp", index_type="SPARSE_INVERTED_INDEX", metric_type="IP")
         self.client.create_collection(self.collection, schema=s, index_params=ip)
         for field in ("dkey", "terms"):  # scalar indexes where the server has them (Milvus Lite: none on ARRAY)
             sp = self.client.prepare_index_params()
@@ -463,6 +468,7 @@ class MilvusStore:
             rows.append({
                 "key": row_key(doc.doc_id, unit.position), "dkey": dkey, "position": unit.position,
                 "seq": doc.seq, "nterms": length, "terms": terms, "tfs": tfs, "vec": vec.tolist(),
+                "sp": _sparse(terms, tfs, length),
                 "v": _views(meta, doc.doc_id, unit.position, unit.content), "rec": rec,
             })
             total += length
@@ -750,14 +756,24 @@ class MilvusStore:
         ids = [(json.loads(r["rec"])["d"], int(r["position"])) for r in rows]
         return ids, scores
 
-    def bm25_candidates(self, text: str, flt: NativeFilter | None = None) -> tuple[list[str], np.ndarray]:
+    def bm25_candidates(self, text: str, flt: NativeFilter | None = None,
+                        n: int | None = None) -> tuple[list[str], np.ndarray]:
         """Keys and BM25 scores (> 0) of the rows passing ``flt`` that hold a term of ``text``.
 
-        Document frequencies are over all rows (counted per term when a filter narrows the rows read).
+        With ``n``: a set of such rows that provably contains the ``n`` best (ties kept), read by the
+        sparse-vector search and widened until the bound closes (see :func:`_sparse`); else every row.
+        Document frequencies are over all rows (counted per term when fewer rows are read).
         """
         qkeys = _terms.query_keys(self.analyzer.terms(text))
         if not qkeys or (flt is not None and flt.extra.get("empty")):
             return [], np.zeros(0, dtype=np.float64)
+        if n is not None and self._sparse:
+            with self._backend("bm25"):
+                return self._bm25_top(qkeys, flt, n)
+        return self._bm25_all(qkeys, flt)
+
+    def _bm25_all(self, qkeys: list[str], flt: NativeFilter | None) -> tuple[list[str], np.ndarray]:
+        """Every row passing ``flt`` that holds a query term, with its BM25 score."""
         check = flt.extra.get("check") if flt is not None else None
         native = flt.native if flt is not None else None
         expr = f"array_contains_any(terms, [{', '.join(literal(t) for t in qkeys)}])"
@@ -775,6 +791,48 @@ class MilvusStore:
                 df = _terms.document_frequencies(qkeys, (r["terms"] for r in rows))
         scores = _terms.bm25_scores(qkeys, [(r["terms"], r["tfs"], int(r["nterms"])) for r in rows], df, totals)
         return [r["key"] for r in rows], scores
+
+    def _bm25_top(self, qkeys: list[str], flt: NativeFilter | None, n: int) -> tuple[list[str], np.ndarray]:
+        """The proven top ``n`` by BM25 (ties kept) among rows passing ``flt`` (see :func:`_sparse`)."""
+        totals = self._totals()
+        df = {t: self._count(f"array_contains(terms, {literal(t)})") for t in qkeys}
+        live = [t for t in qkeys if df[t] > 0]
+        if not live or totals.n <= 0:
+            return [], np.zeros(0, dtype=np.float64)
+        idf = {t: float(np.log1p((totals.n - df[t] + 0.5) / (df[t] + 0.5))) for t in live}
+        query: dict[int, float] = {}
+        for t in live:
+            query[_dim(t)] = query.get(_dim(t), 0.0) + idf[t]
+        ratio = max(1.0, (totals.total_len / totals.n) / _REF_AVGLEN) * (1 + 1e-5)  # float32 slack
+        check = flt.extra.get("check") if flt is not None else None
+        expr = (flt.native or "") if flt is not None else ""
+        fields = ["terms", "tfs", "nterms"] + (["rec", "position", "seq"] if check is not None else [])
+        limit = min(max(4 * n, 64), _MAX_TOPK)
+        rounds = 0
+        while True:
+            rounds += 1
+            hits = self.client.search(self.collection, data=[query], anns_field="sp", limit=limit, filter=expr,
+                                      output_fields=fields, search_params={"metric_type": "IP"})[0]
+            rows = [(h["key"] if "key" in h else h["id"], h["entity"], float(h["distance"])) for h in hits]
+            exhausted = len(rows) < limit
+            if check is not None:
+                rows = [r for r in rows if pyfilter.row_passes(check, _row({"key": r[0], **r[1]}))]
+            scores = _terms.bm25_scores(live, [(e["terms"], e["tfs"], int(e["nterms"])) for _, e, _ in rows],
+                                        df, totals)
+            keep = scores > 0
+            keys = [r[0] for r, k in zip(rows, keep) if k]
+            scores = scores[keep]
+            if exhausted:
+                break
+            bound = ratio * float(hits[-1]["distance"])  # hits are best first: no unread row scores above
+            if len(scores) >= n and float(np.sort(scores)[-n]) > bound:
+                break
+            if limit >= _MAX_TOPK:
+                return self._bm25_all(qkeys, flt)  # the bound did not close within the top-k window
+            limit = min(limit * 4, _MAX_TOPK)
+        self.last_stats = {"path": "bm25-sparse", "rounds": rounds, "read": limit}
+        order = np.argsort(-scores, kind="stable")
+        return [keys[i] for i in order], scores[order]
 
     def bm25_scores(self, text: str, rows: Sequence[Row]) -> np.ndarray:
         """BM25 of ``text`` for each row (0.0 where no query term occurs); statistics over all rows."""
@@ -800,6 +858,36 @@ class MilvusStore:
 
 
 # ---------------------------------------------------------------------- helpers
+
+
+_REF_AVGLEN = 32.0
+_NO_TERM_DIM = 2**32 - 2
+
+
+def _dim(term_key: str) -> int:
+    """The sparse-vector dimension of a term key (a hash; collisions only cost widening)."""
+    return int(hashlib.sha1(term_key.encode("utf-8")).hexdigest()[:8], 16) % _NO_TERM_DIM
+
+
+def _sparse(terms: Sequence[str], tfs: Sequence[int], length: int) -> dict[int, float]:
+    """A sentence's BM25 term weights at a fixed reference average length, as a sparse vector.
+
+    ``w(t) = tf·(k1+1) / (tf + k1·(1 − b + b·len/A₀))`` with ``A₀ = 32``. For query weights ``idf(t)``
+    the sparse inner product ``S₀`` and the true score ``S`` (at the current average length ``A``)
+    satisfy ``S ≤ max(1, A/A₀)·S₀`` term by term (the ratio of the two saturations is at most ``A/A₀``,
+    approached as ``len → ∞``, and at most 1 when ``A ≤ A₀``). So when the ``n``-th best true score
+    among the rows read exceeds that factor times the smallest ``S₀`` read, no unread row can reach
+    the top ``n``: the search is widened until it does. Hash collisions only raise ``S₀``.
+    """
+    if not terms:
+        return {_NO_TERM_DIM: 1.0}
+    k1, b = _terms.K1, _terms.B
+    norm = k1 * (1.0 - b + b * length / _REF_AVGLEN)
+    out: dict[int, float] = {}
+    for t, tf in zip(terms, tfs):
+        d = _dim(t)
+        out[d] = out.get(d, 0.0) + tf * (k1 + 1.0) / (tf + norm)
+    return out
 
 
 def _is_local(uri: str) -> bool:

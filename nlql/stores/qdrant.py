@@ -248,8 +248,12 @@ class QdrantStore:
         scores = _terms.bm25_scores(qkeys, rows, df, totals)
         return [(p.payload["doc_id"], int(p.payload["position"])) for p in points], scores
 
-    def bm25_candidates(self, text: str, flt: NativeFilter | None = None) -> tuple[list[str], np.ndarray]:
-        """Point ids and BM25 scores (> 0) of the points passing ``flt`` that hold a term of ``text``."""
+    def bm25_candidates(self, text: str, flt: NativeFilter | None = None,
+                        n: int | None = None) -> tuple[list[str], np.ndarray]:
+        """Point ids and BM25 scores (> 0) of the points passing ``flt`` that hold a term of ``text``.
+
+        Every such point is read (``n``, the number the caller needs, is not used to read fewer).
+        """
         qkeys = _terms.query_keys(self.analyzer.terms(text))
         if not qkeys or (flt is not None and flt.extra.get("empty")):
             return [], np.zeros(0, dtype=np.float64)
