@@ -267,3 +267,22 @@ def test_keyword_recall_reads_only_what_can_rank_and_answers_the_same(narrow_pai
     assert ("keyword_recall" in got.stats) == narrowed, got.stats
     if narrowed and "ORDER BY kw DESC" in query:
         assert got.stats["keyword_recall"] < got_engine.store.count()  # not every row was read
+
+
+def test_bm25_top_n_bound_holds_when_sentences_are_longer_than_the_reference(tmp_path: Path) -> None:
+    # average length ~70 terms > A0 = 32: the bound factor exceeds 1 and the sparse search must widen
+    import random
+
+    rng = random.Random(5)
+    words = [f"w{i}" for i in range(40)]
+    texts = [" ".join(rng.choice(words) for _ in range(rng.randrange(5, 140))) + "." for _ in range(300)]
+    got, want = _engine(MilvusStore(str(tmp_path / "long.db"))), _engine("memory")
+    for e in (got, want):
+        e.add_texts(texts, ids=[f"l{i}" for i in range(len(texts))])
+    for q in ["w1", "w2 w3", "w39 w0 w7"]:
+        query = f'SELECT SENTENCE LET kw = BM25(content, "{q}") ORDER BY kw DESC LIMIT 5'
+        g, w = got.search(query), want.search(query)
+        assert [h.id for h in g] == [h.id for h in w]
+        assert [h.scores["kw"] for h in g] == pytest.approx([h.scores["kw"] for h in w], rel=1e-9)
+        assert got.store.last_stats["path"] == "bm25-sparse"
+    got.close()
