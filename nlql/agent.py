@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from nlql.errors import Diagnostic, MissingDependencyError, NLQLError
+from nlql.values import json_default
 
 if TYPE_CHECKING:
     from nlql.engine import Engine
@@ -233,17 +234,7 @@ def tool_schema(style: str = "generic") -> dict[str, Any]:
 
 def _jsonable(value: Any) -> Any:
     """A deep copy of ``value`` that ``json.dumps`` accepts (datetimes and numpy scalars become text/numbers)."""
-    return json.loads(json.dumps(value, default=_json_default, allow_nan=False))
-
-
-def _json_default(value: Any) -> Any:
-    item = getattr(value, "item", None)  # numpy scalars
-    if callable(item):
-        return item()
-    iso = getattr(value, "isoformat", None)
-    if callable(iso):
-        return iso()
-    return str(value)
+    return json.loads(json.dumps(value, default=json_default, allow_nan=False))
 
 
 def _diag_dict(d: Diagnostic, source: str | None) -> dict[str, Any]:

@@ -17,11 +17,19 @@ import difflib
 import math
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Any
 
 from nlql.errors import CheckError, Diagnostic, NLQLError
-from nlql.functions import BUILTINS, SCORE_FUNCTIONS, FunctionSig, parse_duration
+from nlql.functions import (
+    BUILTINS,
+    FUSION_FUNCTIONS,
+    SCORE_FUNCTIONS,
+    TEXT_SCORES,
+    FunctionSig,
+    parse_duration,
+)
 from nlql.ir import (
     BUILTIN_FIELDS,
     Between,
@@ -49,7 +57,7 @@ from nlql.parser import MAX_DEPTH, MAX_LIST_ITEMS, parse
 from nlql.render import quote_key, render_expr
 from nlql.span import Span
 
-__all__ = ["check", "validate"]
+__all__ = ["BindingFacts", "CheckedQuery", "check", "check_query", "validate"]
 
 _SCHEMA_TYPES = {
     "number": "number", "int": "number", "integer": "number", "float": "number", "double": "number",
@@ -101,13 +109,49 @@ def check(
     return _Checker(q, params, schema, functions).run()
 
 
-def validate(
+@dataclass(frozen=True)
+class BindingFacts:
+    """What the checker found out about one LET binding; the planner reads it instead of re-deriving.
+
+    Attributes:
+        name: The binding's name.
+        type: Its checker type: ``number``, ``score``, ``string``, ``datetime``, ``bool``, ``list`` or ``any``.
+        score: Its value is a score: a score call, a score binding, or arithmetic / IF over one. A
+            comparison of a score (``SIMILARITY(…) > 2``) is a boolean, not a score.
+        fusion: It reads a fusion score (RRF / INTERLEAVE), itself or through another binding.
+    """
+
+    name: str
+    type: str
+    score: bool
+    fusion: bool
+
+
+@dataclass(frozen=True)
+class CheckedQuery:
+    """A query that passed :func:`check`, with the facts found on the way (what :func:`check_query` returns)."""
+
+    query: Query
+    bindings: Mapping[str, BindingFacts]  # in LET order
+
+    @property
+    def score_bindings(self) -> tuple[str, ...]:
+        """Bindings whose value is a score, in LET order (the first one is the default ORDER BY)."""
+        return tuple(n for n, b in self.bindings.items() if b.score)
+
+    @property
+    def fusion_bindings(self) -> frozenset[str]:
+        """Bindings that read a fusion score (their conditions apply after fusion)."""
+        return frozenset(n for n, b in self.bindings.items() if b.fusion)
+
+
+def check_query(
     query: str | Query,
     params: Mapping[Any, Any] | None = None,
     schema: Mapping[str, str] | None = None,
     functions: Mapping[str, int | None] | None = None,
-) -> Query:
-    """Parse and check a query for execution; raise on any problem.
+) -> CheckedQuery:
+    """Parse and check a query for execution; raise on any problem; return it with its facts.
 
     Unlike :func:`check`, parameters are always enforced: ``params=None`` means none are bound, so a
     ``$param`` in the query is an error.
@@ -119,7 +163,7 @@ def validate(
         functions: User functions (name → arity), as for :func:`check`.
 
     Returns:
-        The parsed query.
+        The parsed query and each binding's type and score-ness (:class:`CheckedQuery`).
 
     Raises:
         NLQLSyntaxError: The text does not parse.
@@ -128,10 +172,30 @@ def validate(
     """
     source = query if isinstance(query, str) else None
     q = parse(query) if isinstance(query, str) else query
-    diagnostics = check(q, params if params is not None else {}, schema, functions)
+    if not isinstance(q, Query):
+        raise TypeError(f"check_query() needs query text or a Query, not {type(query).__name__}")
+    checker = _Checker(q, params if params is not None else {}, schema, functions)
+    diagnostics = checker.run()
     if diagnostics:
         raise CheckError(diagnostics, source)
-    return q
+    return checker.facts()
+
+
+def validate(
+    query: str | Query,
+    params: Mapping[Any, Any] | None = None,
+    schema: Mapping[str, str] | None = None,
+    functions: Mapping[str, int | None] | None = None,
+) -> Query:
+    """Parse and check a query for execution; raise on any problem (:func:`check_query` without the facts).
+
+    Returns:
+        The parsed query.
+
+    Raises:
+        NLQLSyntaxError, LimitError, CheckError: As :func:`check_query`.
+    """
+    return check_query(query, params, schema, functions).query
 
 
 # -------------------------------------------------------------------------------------------- helpers
@@ -288,6 +352,22 @@ class _Checker:
                     self._report(None, f"unused parameter ${name}", "remove it from params or use it in the query",
                                  code="param")
         return sorted(self.diagnostics, key=lambda d: (d.span is None, d.span.start if d.span else 0))
+
+    def facts(self) -> CheckedQuery:
+        """The binding facts of a checked query (call after :meth:`run`)."""
+        fusion = {name for name, b in self.bindings.items()
+                  if any(isinstance(n, Call) and n.name.upper() in FUSION_FUNCTIONS for n in b.expr.walk())}
+        changed = True
+        while changed:  # a binding that uses a fusion binding reads a fusion score too
+            changed = False
+            for name, b in self.bindings.items():
+                if name not in fusion and any(isinstance(n, Ref) and n.name in fusion for n in b.expr.walk()):
+                    fusion.add(name)
+                    changed = True
+        facts = {name: BindingFacts(name, self.types.get(name, "any"), self.score_memo.get(name, False),
+                                    name in fusion)
+                 for name in self.bindings}
+        return CheckedQuery(self.query, facts)
 
     def _report(self, node: Node | Span | None, message: str, hint: str | None = None, code: str = "check") -> None:
         span = node if isinstance(node, Span) or node is None else node.span
@@ -677,13 +757,13 @@ class _Checker:
             self._report(e, f"{name} takes {sig.arity()}, got {n}", _ARITY_HINTS.get(name), code="arity")
         self._kwargs(e, sig)
         # `RRF(a, b, k = 60)` is a mistyped named argument: reported once, by _fusion, not as unknown name k.
-        types = ["any" if name in ("RRF", "INTERLEAVE") and _misnamed_kwarg(arg) else self._expr(arg, d)
+        types = ["any" if name in FUSION_FUNCTIONS and _misnamed_kwarg(arg) else self._expr(arg, d)
                  for arg in e.args]
         for _, value in e.kwargs:
             self._expr(value, d)
-        if name in ("SIMILARITY", "BM25"):
+        if name in TEXT_SCORES:
             self._score_call(e, name)
-        elif name in ("RRF", "INTERLEAVE"):
+        elif name in FUSION_FUNCTIONS:
             self._fusion(e, name)
         elif name == "IF":
             if n == 3:

@@ -47,6 +47,7 @@ from rich.text import Text
 
 from nlql import __version__
 from nlql.errors import NLQLError
+from nlql.values import json_default
 
 if TYPE_CHECKING:
     from nlql.engine import Engine
@@ -297,18 +298,8 @@ def read_query(query: str) -> str:
 # ------------------------------------------------------------------------------------ output
 
 
-def _json_default(value: Any) -> Any:
-    item = getattr(value, "item", None)
-    if callable(item):
-        return item()
-    iso = getattr(value, "isoformat", None)
-    if callable(iso):
-        return iso()
-    return str(value)
-
-
 def print_json(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, ensure_ascii=False, indent=2, default=_json_default) + "\n")
+    sys.stdout.write(json.dumps(data, ensure_ascii=False, indent=2, default=json_default) + "\n")
     sys.stdout.flush()
 
 
@@ -336,7 +327,7 @@ def _meta_text(meta: dict[str, Any], doc_id: str = "", keys: int = 5) -> str:
     items = [(k, v) for k, v in meta.items() if v != doc_id]
     parts = []
     for k, v in items[:keys]:
-        s = _fmt(v) if not isinstance(v, (dict, list)) else json.dumps(v, default=_json_default)
+        s = _fmt(v) if not isinstance(v, (dict, list)) else json.dumps(v, default=json_default)
         parts.append(f"{k}={s if len(s) <= 32 else s[:31] + '…'}")
     if len(items) > keys:
         parts.append(f"(+{len(items) - keys} more)")
@@ -781,7 +772,7 @@ def repl(
                         continue
                     params[k] = v
                 elif cmd == ":params":
-                    out().print(Text(json.dumps(params, ensure_ascii=False, default=_json_default)))
+                    out().print(Text(json.dumps(params, ensure_ascii=False, default=json_default)))
                 elif cmd == ":clear":
                     params.clear()
                 elif cmd == ":explain":

@@ -17,8 +17,8 @@ import numpy as np
 from nlql import ir
 from nlql import values as V
 from nlql.errors import BackendError, Diagnostic, LimitError, NLQLError
-from nlql.execute.bm25 import BM25Sidecar
 from nlql.execute.executor import Executor
+from nlql.execute.keywords import BM25Sidecar
 from nlql.execute.results import Hits
 from nlql.execute.units import DEFAULT_CHUNK_CHARS
 from nlql.explain import Explain
@@ -165,7 +165,8 @@ class Engine:
             raise
         except Exception as exc:  # a driver error while opening: name the store
             raise BackendError(self.store.capabilities.NAME, f"cannot open the store: {exc}") from exc
-        self._bm25 = BM25Sidecar(self.store, analyzer)
+        own_bm25 = getattr(self.store, "keyword_index", None)  # BM25 kept in the store itself (SPEC §10)
+        self._bm25 = (own_bm25(analyzer) if own_bm25 is not None else None) or BM25Sidecar(self.store, analyzer)
         self._executor = Executor(self.store, self._embed_queries, self._bm25, self._functions, chunk_chars)
         if warm_up:
             try:
@@ -269,9 +270,7 @@ class Engine:
     def _embed_documents(self, sentences: list[str]) -> np.ndarray:
         if not sentences:
             return np.zeros((0, int(self.embedder.dim)), dtype=np.float32)
-        mat = np.asarray(self.embedder.embed(sentences), dtype=np.float32)
-        norms = np.linalg.norm(mat, axis=1, keepdims=True)
-        return np.ascontiguousarray(np.divide(mat, norms, out=np.zeros_like(mat), where=norms > 0))
+        return V.normalize_rows(self.embedder.embed(sentences), zero_invalid=True)
 
     def _embed_queries(self, texts: Sequence[str]) -> np.ndarray:
         return np.asarray(self.embedder.embed(list(texts)), dtype=np.float32)

@@ -91,6 +91,10 @@ class Explain:
             "rerank": p.rerank,
             "fusion": _fusion(p),
         }
+        if p.fast_path is not None:
+            out["fast_path"] = {"kind": p.fast_path.kind, "description": p.fast_path.describe()}
+        elif p.fast_path_reason:
+            out["fast_path"] = {"kind": None, "description": f"none: {p.fast_path_reason}"}
         if p.lowering is not None:
             out["lowering"] = dict(p.lowering)
         if self.sql is not None:
@@ -135,6 +139,8 @@ class Explain:
         lines.append(f"limit: {d['limit'] if d['limit'] is not None else 'all'} offset: {d['offset']}")
         if d["rerank"]:
             lines.append("rerank: " + json.dumps(d["rerank"], sort_keys=True))
+        if "fast_path" in d:
+            lines.append(f"fast path ({d['store']} table): {d['fast_path']['description']}")
         low = d.get("lowering")
         if low is not None:
             if low["strategy"] == "sql":

@@ -823,13 +823,13 @@ def _token_error(text: str, exc: UnexpectedToken) -> NLQLSyntaxError:
         accepts = set(exc.expected)
     span = _end_span(text, prev) if at_end else _tok_span(tok)
     try:
-        message, hint, span = _explain(text, tok, prev, accepts, span)
+        message, hint, span = _describe_token_error(text, tok, prev, accepts, span)
     except (IndexError, KeyError, ValueError, AttributeError):  # pragma: no cover - never hide the error itself
         message, hint = f"unexpected {_show(tok)}", None
     return NLQLSyntaxError(message, span, text, hint)
 
 
-def _explain(  # noqa: C901 - one flat list of named cases reads best
+def _describe_token_error(  # noqa: C901 - one flat list of named cases reads best
     text: str, tok: Token, prev: list[Token], accepts: set[str], span: Span
 ) -> tuple[str, str | None, Span]:
     kind = tok.type

@@ -282,3 +282,50 @@ def normalize_metadata(value: Any, _depth: int = 0) -> Any:
         except Exception:  # noqa: BLE001 - fall through to str
             pass
     return str(value)
+
+
+def json_default(value: Any) -> Any:
+    """``json.dumps(..., default=json_default)``: numpy scalars become numbers, dates ISO text, the rest str.
+
+    The one JSON fallback for results, explain output and tool answers.
+
+    >>> import json, datetime
+    >>> json.dumps({"d": datetime.date(2024, 6, 1)}, default=json_default)
+    '{"d": "2024-06-01"}'
+    """
+    item = getattr(value, "item", None)  # numpy scalars
+    if callable(item):
+        return item()
+    iso = getattr(value, "isoformat", None)
+    if callable(iso):
+        return iso()
+    return str(value)
+
+
+def jsonable_scalar(value: Any) -> Any:
+    """A score or binding value as plain data: datetimes as ISO text, numpy scalars as Python numbers."""
+    if isinstance(value, (datetime, date)):
+        return value.isoformat()
+    item = getattr(value, "item", None)
+    if callable(item) and type(value).__module__ == "numpy":
+        return item()
+    return value
+
+
+def normalize_rows(mat: Any, *, zero_invalid: bool = False) -> Any:
+    """The rows of ``mat`` scaled to unit L2 length, as float32: the one normaliser of engine and stores.
+
+    Zero rows stay zero. A row holding NaN stays NaN (stores mark missing vectors that way), unless
+    ``zero_invalid``: then it becomes zero (the engine's reading of an embedder's bad output).
+
+    >>> [[round(float(x), 3) for x in row] for row in normalize_rows([[3.0, 4.0], [0.0, 0.0]])]
+    [[0.6, 0.8], [0.0, 0.0]]
+    """
+    import numpy as np
+
+    arr = np.atleast_2d(np.asarray(mat, dtype=np.float32))
+    norms = np.linalg.norm(arr, axis=1, keepdims=True)
+    if zero_invalid:
+        return np.divide(arr, norms, out=np.zeros_like(arr), where=norms > 0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.ascontiguousarray(arr / np.where(norms == 0, np.float32(1), norms))

@@ -2,8 +2,8 @@
 
 Without it, a query ordered by BM25 (or by a fusion with a BM25 arm) on a store other than the built-in
 one scans the store and fetches every row to score it in the engine, so per-query work grows with the
-corpus. For a store declaring ``Capabilities.KEYWORD_STATS`` (its ``bm25_candidates`` returns the keys
-and scores of the rows passing the pushed filter that hold a query term), the candidates are narrowed
+corpus. For a store declaring ``Capabilities.KEYWORD_STATS`` (its keyword index's ``candidates`` returns
+the keys and scores of the rows passing the pushed filter that hold a query term), they are narrowed
 before any row is fetched, in the two cases where that is exact (the rows left out could not be on the
 page):
 
@@ -27,12 +27,6 @@ import numpy as np
 from nlql import ir
 
 
-def _slot(plan: Any, expr: ir.Expr) -> str | None:
-    if isinstance(expr, ir.Ref):
-        return plan.binding_slots.get(expr.name)
-    return None
-
-
 def _is_threshold_on(expr: ir.Expr, name: str) -> bool:
     """``name > c`` or ``name >= c`` with a number c ≥ 0 (every passing row holds a query term)."""
     if not isinstance(expr, ir.Compare) or expr.op not in (">", ">="):
@@ -52,14 +46,14 @@ def _top(keys: list[Any], scores: np.ndarray, n: int) -> list[Any]:
     return [k for k, s in zip(keys, scores) if s >= cut]
 
 
-def narrow(plan: Any, store: Any, qv: dict[str, np.ndarray], need: int | None) -> list[Any] | None:
-    """Candidate keys for ``plan`` on a ``KEYWORD_STATS`` store, or None when only the full path is exact."""
+def narrow(plan: Any, store: Any, index: Any, qv: dict[str, np.ndarray], need: int | None) -> list[Any] | None:
+    """Candidate keys for ``plan`` on a ``KEYWORD_STATS`` store (``index``: its keyword index), or None
+    when only the full path is exact."""
     if (need is None or plan.fusion_residual or plan.recall.min_score or not plan.order
-            or not plan.order[0].descending or plan.unit.kind not in ("SENTENCE", "SPAN")
-            or plan.unit.base == "CHUNK"):
+            or not plan.order[0].descending or not plan.unit.rows_are_sentences):
         return None
     first = plan.order[0].expr
-    slot = _slot(plan, first)
+    slot = plan.binding_slots.get(first.name) if isinstance(first, ir.Ref) else None
     by_slot = {s.slot: s for s in plan.scores}
     spec = by_slot.get(slot) if slot is not None else None
     if spec is None:
@@ -68,7 +62,7 @@ def narrow(plan: Any, store: Any, qv: dict[str, np.ndarray], need: int | None) -
         assert isinstance(first, ir.Ref)
         if not all(_is_threshold_on(c, first.name) for c in plan.residual):
             return None
-        keys, scores = store.bm25_candidates(" ".join(spec.texts), plan.native, need)
+        keys, scores = index.candidates(" ".join(spec.texts), plan.native, need)
         if len(keys) < need:
             return None
         return _top(keys, np.asarray(scores, dtype=np.float64), need)
@@ -82,7 +76,7 @@ def narrow(plan: Any, store: Any, qv: dict[str, np.ndarray], need: int | None) -
                 for lst in store.knn(qv[arm_spec.slot], plan.arm_depth, plan.native):
                     out.update((key, None) for key, _ in lst)
             else:
-                keys, scores = store.bm25_candidates(" ".join(arm_spec.texts), plan.native, plan.arm_depth)
+                keys, scores = index.candidates(" ".join(arm_spec.texts), plan.native, plan.arm_depth)
                 out.update((k, None) for k in _top(keys, np.asarray(scores, dtype=np.float64), plan.arm_depth))
         return list(out)
     return None

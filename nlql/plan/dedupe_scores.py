@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from nlql import ir
-from nlql.plan.nodes import ScoreSpec
+from nlql.plan.nodes import SCORE_FUNCTIONS, TEXT_SCORES, ScoreSpec
 from nlql.render import render_expr
 
 
@@ -24,17 +24,16 @@ def dedupe_scores(query: ir.Query) -> tuple[list[ScoreSpec], dict[ir.Call, str],
     specs: list[ScoreSpec] = []
     slots: dict[ir.Call, str] = {}
     binding_slots: dict[str, str] = {}
-    bare = {b.name: b.expr for b in query.bindings}
 
     def visit(node: ir.Node, preferred: str | None) -> None:
         for sub in node.walk():
-            if isinstance(sub, ir.Call) and sub.name in ("SIMILARITY", "BM25", "RRF", "INTERLEAVE"):
+            if isinstance(sub, ir.Call) and sub.name in SCORE_FUNCTIONS:
                 if sub in slots:
                     continue
                 slot = preferred if (preferred and sub is node) else f"_{sub.name.lower()}{len(specs)}"
                 slots[sub] = slot
                 label = render_expr(sub)
-                if sub.name in ("SIMILARITY", "BM25"):
+                if sub.name in TEXT_SCORES:
                     specs.append(ScoreSpec(slot, sub.name, sub, texts=_texts(sub.args[1]), label=label))
                 else:
                     arms = tuple(a.name for a in sub.args if isinstance(a, ir.Ref))
@@ -53,5 +52,4 @@ def dedupe_scores(query: ir.Query) -> tuple[list[ScoreSpec], dict[ir.Call, str],
     for part in (query.where, *(k.expr for k in query.order_by)):
         if part is not None:
             visit(part, None)
-    del bare
     return specs, slots, binding_slots

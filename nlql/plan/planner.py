@@ -7,9 +7,11 @@ from datetime import datetime
 from typing import Any
 
 from nlql import ir
+from nlql.check import CheckedQuery, check_query
 from nlql.errors import PlanError
 from nlql.evaluate import Env
 from nlql.plan.bind_params import bind_params
+from nlql.plan.choose_fastpath import choose_fastpath
 from nlql.plan.choose_recall import choose_recall
 from nlql.plan.decide_overfetch import decide_overfetch
 from nlql.plan.dedupe_scores import dedupe_scores
@@ -34,31 +36,8 @@ def _int_value(expr: ir.Expr | None, what: str) -> int | None:
     raise PlanError(f"{what} must be a non-negative integer", expr.span)
 
 
-def _score_bindings(query: ir.Query) -> list[str]:
-    """Bindings whose value is a score (contains SIMILARITY/BM25/RRF/INTERLEAVE), in LET order."""
-    out = []
-    for b in query.bindings:
-        if any(isinstance(n, ir.Call) and n.name in ("SIMILARITY", "BM25", "RRF", "INTERLEAVE")
-               for n in b.expr.walk()):
-            out.append(b.name)
-    return out
-
-
-def _fusion_bindings(query: ir.Query) -> set[str]:
-    direct = {b.name for b in query.bindings
-              if any(isinstance(n, ir.Call) and n.name in ("RRF", "INTERLEAVE") for n in b.expr.walk())}
-    changed = True
-    while changed:  # bindings that use a fusion binding read a fusion score too
-        changed = False
-        for b in query.bindings:
-            if b.name not in direct and any(isinstance(n, ir.Ref) and n.name in direct for n in b.expr.walk()):
-                direct.add(b.name)
-                changed = True
-    return direct
-
-
 def build_plan(
-    query: ir.Query,
+    query: CheckedQuery | ir.Query,
     *,
     params: Mapping[str, Any] | None,
     store: Store,
@@ -69,7 +48,14 @@ def build_plan(
     limit_ceiling: int | None = None,
     analyzer: Any = None,
 ) -> Plan:
-    """Plan a checked query for one store (``analyzer``: the engine's BM25 analyzer, for lowering)."""
+    """Plan a checked query for one store (``analyzer``: the engine's BM25 analyzer, for lowering).
+
+    A plain :class:`~nlql.ir.Query` is checked first; a :class:`~nlql.check.CheckedQuery` (what
+    :func:`~nlql.check.check_query` returns) brings the facts the checker found, which the passes read.
+    """
+    checked = query if isinstance(query, CheckedQuery) else check_query(
+        query, params, functions={name: None for name in functions})
+    query = checked.query
     canonical = render(query)
     bound = bind_params(query, params)
     specs, slots, binding_slots = dedupe_scores(bound)
@@ -78,19 +64,17 @@ def build_plan(
               functions=dict(functions), periods=periods)
     caps = store.capabilities
     sim_slots = {c: s for c, s in slots.items() if c.name == "SIMILARITY"}
-    fusion = _fusion_bindings(bound)
     pushed, residual, late, thresholds = split_filters(
-        bound.where, caps, env, bound.unit, binding_slots, sim_slots, fusion)
-    residual_is_thresholds = all(
-        threshold_of(c, env, binding_slots, sim_slots) is not None for c in residual)
+        bound.where, caps, env, bound.unit, binding_slots, sim_slots, checked.fusion_bindings)
+    residual_is_thresholds = all(threshold_of(c, binding_slots, sim_slots) is not None for c in residual)
     residual = order_residual(residual)
 
     order: list[OrderSpec] = []
     for key in bound.order_by:
         nulls_first = bool(key.nulls_first) if key.nulls_first is not None else False
         order.append(OrderSpec(key.expr, key.descending, nulls_first, render_expr(key.expr)))
-    if not order:
-        scored = _score_bindings(bound)
+    if not order:  # SPEC §6: the first score binding, descending (a comparison of a score is no score)
+        scored = checked.score_bindings
         if scored:
             order.append(OrderSpec(ir.Ref(scored[0]), True, False, scored[0], implicit=True))
 
@@ -117,4 +101,5 @@ def build_plan(
         periods=periods, now=now, store=caps.NAME, arm_depth=arm_depth,
         residual_is_thresholds=residual_is_thresholds,
     )
-    return lower_hybrid(plan, store, analyzer)
+    plan = lower_hybrid(plan, store, analyzer)
+    return choose_fastpath(plan, caps)

@@ -21,6 +21,7 @@ import hashlib
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -116,5 +117,51 @@ def document_frequencies(qkeys: Sequence[str], rows: Iterable[Sequence[str]]) ->
     return df
 
 
-__all__ = ["B", "K1", "Totals", "bm25_scores", "document_frequencies", "query_keys", "sentence_terms",
+class StoreKeywordIndex:
+    """The engine's BM25 source for a store that keeps BM25 itself: every score read from the store.
+
+    It has the interface of the engine's in-process index (``matches``, ``scores``, ``on_upsert``,
+    ``on_delete``) and keeps no state, so writes of any process are visible to the next query.
+    ``candidates`` is what recall narrows with (:mod:`nlql.execute.keyword_recall`).
+    """
+
+    built = True
+    in_store = True
+
+    def __init__(self, store: Any, analyzer: Any = None) -> None:
+        self.store = store
+        self.analyzer = analyzer  # what the engine passed (None: the default analyzer)
+
+    def on_upsert(self, docs: Sequence[Any]) -> None:
+        """Nothing to do: the store wrote the terms with the rows."""
+
+    def on_delete(self, doc_ids: Sequence[str]) -> None:
+        """Nothing to do: the store removed the terms with the rows."""
+
+    def matches(self, text: str) -> tuple[list[tuple[str, int]], np.ndarray]:
+        """Every row that contains a term of ``text``: its (doc_id, position) and BM25 score."""
+        out: tuple[list[tuple[str, int]], np.ndarray] = self.store.bm25_matches(text)
+        return out
+
+    def scores(self, text: str, keys: Sequence[Any], rows: Sequence[Any]) -> np.ndarray:
+        """BM25 of ``text`` for each row (0.0 where no query term occurs)."""
+        out: np.ndarray = self.store.bm25_scores(text, rows)
+        return out
+
+    def candidates(self, text: str, flt: Any, n: int | None) -> tuple[list[Any], np.ndarray]:
+        """Store keys and scores of rows passing ``flt`` holding a term: at least the ``n`` best."""
+        out: tuple[list[Any], np.ndarray] = self.store.bm25_candidates(text, flt, n)
+        return out
+
+
+def keyword_index(store: Any, analyzer: Any) -> StoreKeywordIndex | None:
+    """The store's own BM25 source if its terms were written by ``analyzer`` (None: the default)."""
+    from nlql.text.analyzer import Analyzer
+
+    if not store.capabilities.KEYWORD_STATS or (analyzer if analyzer is not None else Analyzer()) != store.analyzer:
+        return None
+    return StoreKeywordIndex(store, analyzer)
+
+
+__all__ = ["B", "K1", "StoreKeywordIndex", "keyword_index", "Totals", "bm25_scores", "document_frequencies", "query_keys", "sentence_terms",
            "term_key"]

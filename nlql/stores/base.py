@@ -7,7 +7,7 @@ WHERE its ``Capabilities`` (in :mod:`nlql.pushdown`) say it can evaluate with ex
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
@@ -15,7 +15,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from nlql.errors import BackendError, NLQLError
-from nlql.pushdown import Capabilities, Filter, NativeFilter
+from nlql.pushdown import Capabilities, FastPath, Filter, NativeFilter
 
 
 @dataclass(slots=True)
@@ -80,9 +80,16 @@ class Store(Protocol):
       Ties are broken by (seq, position) ascending when ``EXACT``.
     - ``scan`` returns every key passing ``flt`` in insertion order (seq, position).
     - ``similarities(vectors, keys)`` returns a (len(vectors), len(keys)) cosine matrix.
+    - ``last_stats`` says what the last ``knn`` / ``run_lowered`` call did (path, rounds, …), for
+      ``hits.stats["store"]``; it may stay empty.
+
+    Optional protocols, each declared by a ``Capabilities`` flag and called only when declared:
+    :class:`ScoresAll` (``FULL_SCORES``), :class:`RunsLowered` (``SQL_ARMS``), :class:`TablePaths`
+    (``FAST_PATH``).
     """
 
     capabilities: Capabilities
+    last_stats: dict[str, Any]
 
     def open(self, dim: int) -> None: ...
     def upsert(self, docs: Sequence[DocRecord]) -> None: ...
@@ -99,24 +106,66 @@ class Store(Protocol):
     def close(self) -> None: ...
 
 
-class KeywordStats(Protocol):
-    """Optional protocol of a store declaring ``Capabilities.KEYWORD_STATS``: BM25 kept in the store.
+class ScoresAll(Protocol):
+    """``Capabilities.FULL_SCORES``: every row passing a filter scored in one pass (an exact matrix)."""
 
-    The store writes each sentence's terms (by its ``analyzer``, which must equal the engine's) with the
-    row, and scores SPEC §5's BM25 from what it keeps, so the engine holds no keyword index:
-    - ``bm25_matches(text)``: every row containing a term of ``text`` as ``(doc_id, position)`` pairs
-      and their float64 scores (> 0);
-    - ``bm25_scores(text, rows)``: the score of each given row (0.0 where no term occurs), with the
-      statistics (N, document frequencies, average length) of all rows;
+    def score_all(self, vectors: np.ndarray, flt: NativeFilter | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(keys, scores of shape (len(vectors), len(keys))) over every live row passing ``flt``."""
+        ...
+
+
+class RunsLowered(Protocol):
+    """``Capabilities.SQL_ARMS``: a hybrid plan lowered to one statement (:mod:`nlql.plan.lower_hybrid`)."""
+
+    dialect: Any
+
+    def run_lowered(self, lowered: Any, vectors: Mapping[str, np.ndarray]) -> list[tuple[Row, dict[str, float]]]:
+        """The statement's rows, best first, each with its score per slot."""
+        ...
+
+
+#: What a BM25 index answers for a query text: every (doc_id, position) matching a term, and its score.
+Bm25Matches = Callable[[str], tuple[list[tuple[str, int]], np.ndarray]]
+
+
+class TablePaths(Protocol):
+    """``Capabilities.FAST_PATH``: keys are row numbers of an in-process table, so pages and documents
+    can be picked with numpy before any row is built (:mod:`nlql.stores.fastpath`)."""
+
+    def fast_select(self, path: FastPath, keys: np.ndarray, scores: Mapping[str, np.ndarray], need: int,
+                    bm25: Bm25Matches) -> tuple[np.ndarray, dict[str, np.ndarray]] | None:
+        """The keys (and their slice of ``scores``) that ``path`` selects among ``keys``, or None to decline.
+
+        Args:
+            path: The planner's choice (:class:`~nlql.pushdown.FastPath`).
+            keys: Candidate keys (pushed filter and in-recall thresholds already applied).
+            scores: Sentence scores per SIMILARITY slot, aligned with ``keys``.
+            need: Rows the page needs (LIMIT + OFFSET, times the rerank factor).
+            bm25: The engine's BM25 matches, for the BM25 slots the path reads.
+        """
+        ...
+
+    def key_documents(self, keys: Sequence[Any]) -> list[str]:
+        """The distinct documents of ``keys``, in the order first met, without building rows."""
+        ...
+
+
+class KeywordStats(Protocol):
+    """``Capabilities.KEYWORD_STATS``: BM25 kept in the store itself (SPEC §10), so the engine holds none.
+
+    The store writes each sentence's terms (by its ``analyzer``) with the row and scores SPEC §5's BM25
+    from what it keeps:
+    - ``keyword_index(analyzer)``: the engine's BM25 source for this store (``matches``, ``scores``,
+      no-op ``on_upsert``/``on_delete``), or None when ``analyzer`` is not the one the terms were
+      written with (the engine then keeps its own index);
     - ``bm25_candidates(text, flt, n)``: store keys and scores of the rows passing a compiled filter that
-      hold a term, at least every row that can be among the ``n`` best (ties kept) — a store may
-      return all of them; the executor narrows recall with it (:mod:`nlql.execute.keyword_recall`).
+      hold a term of ``text``, at least every row that can be among the ``n`` best (ties kept); recall
+      narrows with it before any row is fetched (:mod:`nlql.execute.keyword_recall`).
     """
 
     analyzer: Any
 
-    def bm25_matches(self, text: str) -> tuple[list[tuple[str, int]], np.ndarray]: ...
-    def bm25_scores(self, text: str, rows: Sequence[Row]) -> np.ndarray: ...
+    def keyword_index(self, analyzer: Any = None) -> Any: ...
     def bm25_candidates(self, text: str, flt: NativeFilter | None,
                         n: int | None = None) -> tuple[list[Any], np.ndarray]: ...
 

@@ -374,7 +374,7 @@ class ChromaStore:
         ids first and searches them (exactly when few). Scores are cosine (1 - Chroma's cosine distance
         on the HNSW path); ties are broken by (seq, position). ``min_score`` drops rows below it.
         """
-        queries = _normalise(np.atleast_2d(np.asarray(vectors, dtype=np.float32)))
+        queries = V.normalize_rows(np.atleast_2d(np.asarray(vectors, dtype=np.float32)))
         nq = len(queries)
         if k <= 0 or (flt is not None and flt.extra.get("empty")):
             self.last_stats = {"path": "empty", "rounds": 0}
@@ -500,7 +500,7 @@ class ChromaStore:
                     chunks.append(np.asarray(res["embeddings"], dtype=np.float32))
         if not keys:
             return [[] for _ in range(len(queries))]
-        scores = queries @ _normalise(np.concatenate(chunks)).T
+        scores = queries @ V.normalize_rows(np.concatenate(chunks)).T
         out = []
         for row in scores:
             top = np.argsort(-row, kind="stable")[: k + 1]
@@ -535,7 +535,7 @@ class ChromaStore:
 
     def similarities(self, vectors: np.ndarray, keys: Sequence[Any]) -> np.ndarray:
         """A ``(len(vectors), len(keys))`` cosine matrix; NaN for keys not stored."""
-        queries = _normalise(np.atleast_2d(np.asarray(vectors, dtype=np.float32)))
+        queries = V.normalize_rows(np.atleast_2d(np.asarray(vectors, dtype=np.float32)))
         mat = np.full((len(keys), queries.shape[1]), np.nan, dtype=np.float32)
         index = {str(k): i for i, k in enumerate(keys)}
         wanted = list(index)
@@ -544,7 +544,7 @@ class ChromaStore:
                 res = self._col.get(ids=wanted[i : i + _PAGE], include=["embeddings"])
                 for rid, emb in zip(res["ids"], res["embeddings"], strict=True):
                     mat[index[rid]] = np.asarray(emb, dtype=np.float32)
-        return queries @ _normalise(mat).T
+        return queries @ V.normalize_rows(mat).T
 
 
 # ---------------------------------------------------------------------- record helpers
@@ -579,12 +579,6 @@ def _row(rid: str, meta: dict[str, Any]) -> Row:
         end=int(meta.get("end", 0)),
         tail=meta.get("tail", ""),
     )
-
-
-def _normalise(mat: np.ndarray) -> np.ndarray:
-    norms = np.linalg.norm(mat, axis=1, keepdims=True)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return mat / np.where(norms == 0, 1, norms)
 
 
 def _in_where(key: str, values: list[str]) -> dict[str, Any]:

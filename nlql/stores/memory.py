@@ -18,8 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from nlql.pushdown import Capabilities, Filter, NativeFilter
-from nlql.stores.base import DocRecord, Row
+from nlql.pushdown import Capabilities, FastPath, Filter, NativeFilter
+from nlql.stores import fastpath
+from nlql.stores.base import Bm25Matches, DocRecord, Row
 from nlql.stores.doclog import DocLog
 from nlql.stores.table import RowTable
 from nlql.values import round_scores
@@ -41,6 +42,7 @@ MEMORY_CAPABILITIES = Capabilities(
     EXACT=True,
     SCORE_THRESHOLD=True,
     FULL_SCORES=True,
+    FAST_PATH=True,
 )
 
 
@@ -94,6 +96,7 @@ class MatrixStore:
         self._matrix = np.zeros((0, 0), dtype=np.float32)
         self._sub_cache: OrderedDict[tuple[int, Any], tuple[np.ndarray, np.ndarray]] = OrderedDict()
         self._lock = threading.RLock()
+        self.last_stats: dict[str, Any] = {}
 
     # -------------------------------------------------------------------------------------- writing
 
@@ -231,6 +234,17 @@ class MatrixStore:
         with self._lock:
             idx = np.asarray(keys, dtype=np.int64)
             return matmul_t(vectors, self.matrix[idx])
+
+    def fast_select(self, path: FastPath, keys: np.ndarray, scores: Any, need: int,
+                    bm25: Bm25Matches) -> tuple[np.ndarray, dict[str, np.ndarray]] | None:
+        """The table fast paths (:mod:`nlql.stores.fastpath`)."""
+        with self._lock:
+            return fastpath.select(self.table, path, keys, scores, need, bm25)
+
+    def key_documents(self, keys: Sequence[Any]) -> list[str]:
+        """The distinct documents of ``keys`` in the order first met, without building rows."""
+        names = self.table.doc_ids
+        return list(dict.fromkeys(names[int(k)] for k in keys))
 
     def close(self) -> None:
         pass

@@ -742,6 +742,10 @@ class MilvusStore:
 
     # ------------------------------------------------------------------ BM25 from stored terms
 
+    def keyword_index(self, analyzer: Any = None) -> _terms.StoreKeywordIndex | None:
+        """The engine's BM25 source when this store keeps terms for the engine's analyzer, else None."""
+        return _terms.keyword_index(self, analyzer)
+
     def bm25_matches(self, text: str) -> tuple[list[tuple[str, int]], np.ndarray]:
         """Every row containing a term of ``text``: its (doc_id, position) and BM25 score (> 0)."""
         qkeys = _terms.query_keys(self.analyzer.terms(text))

@@ -234,6 +234,10 @@ class QdrantStore:
         self.client.upsert(self.stats_collection, points=[qm.PointStruct(
             id=self._writer, vector=[1.0], payload={"kind": "stats", **self._mine})], wait=True)
 
+    def keyword_index(self, analyzer: Any = None) -> _terms.StoreKeywordIndex | None:
+        """The engine's BM25 source when this store keeps terms for the engine's analyzer, else None."""
+        return _terms.keyword_index(self, analyzer)
+
     def bm25_matches(self, text: str) -> tuple[list[tuple[str, int]], np.ndarray]:
         """Every point holding a term of ``text``: its (doc_id, position) and BM25 score (> 0)."""
         qkeys = _terms.query_keys(self.analyzer.terms(text))
@@ -585,8 +589,8 @@ class QdrantStore:
             index = {str(k): i for i, k in enumerate(keys)}
             for p in points:
                 mat[index[str(p.id)]] = np.asarray(p.vector, dtype=np.float32)
-        mat = _normalise(mat)
-        return _normalise(queries) @ mat.T
+        mat = V.normalize_rows(mat)
+        return V.normalize_rows(queries) @ mat.T
 
 
 # ---------------------------------------------------------------------- payload helpers
@@ -640,12 +644,6 @@ def _row(point: Any) -> Row:
         end=int(p.get("end", 0)),
         tail=p.get("tail", ""),
     )
-
-
-def _normalise(mat: np.ndarray) -> np.ndarray:
-    norms = np.linalg.norm(mat, axis=1, keepdims=True)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return mat / np.where(norms == 0, 1, norms)
 
 
 # ---------------------------------------------------------------------- filter rendering

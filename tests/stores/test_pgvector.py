@@ -495,7 +495,7 @@ def test_hostile_values_round_trip_and_filter(pg_dsn: str) -> None:
     conn = psycopg.connect(pg_dsn, autocommit=True)
     tables_before = conn.execute("SELECT count(*) FROM pg_tables").fetchone()[0]
     store = open_store(pg_dsn, exact=True)
-    tables_before += 5  # the store's own tables (docs, units, meta; BM25: terms, bm25)
+    tables_before += 6  # the store's own tables (docs, units, meta, info; BM25: terms, bm25)
     docs = []
     for i, h in enumerate(HOSTILE):
         meta = {h: h, "v": h, "nest": {h: {"k": h}}, "num": "1\x00"}
@@ -600,3 +600,132 @@ def test_metadata_numbers_keep_their_type(store: PgVectorStore) -> None:
     assert got == V.normalize_metadata(meta)
     assert isinstance(got["f"], float) and isinstance(got["i"], int)
     assert json.dumps(got["neg0"]) == "-0.0"
+
+
+# ------------------------------------------------------------------- several processes, one database
+
+_CHILD = r'''
+import json, sys
+from datetime import datetime, timezone
+from nlql import Engine
+from nlql.embedders import HashEmbedder
+from nlql.stores.pgvector import PgVectorStore
+
+engine = Engine(embedder=HashEmbedder(dim=16), store=PgVectorStore(sys.argv[1], exact=True, table_prefix="two"),
+                clock=lambda: datetime(2026, 1, 5, tzinfo=timezone.utc), warm_up=False)
+for line in sys.stdin:
+    query = json.loads(line)
+    hits = engine.search(query)
+    print(json.dumps([[h.id, h.scores] for h in hits]), flush=True)
+'''
+
+TWO_PROCESS_QUERIES = [
+    'SELECT SENTENCE LET kw = BM25(content, "zebra stripes") WHERE kw > 0 ORDER BY kw DESC',  # issue 16's query
+    'SELECT SENTENCE LET kw = BM25(content, "zebra stripes") ORDER BY kw DESC LIMIT 5',  # one SQL statement
+    'SELECT DOCUMENT LET kw = BM25(content, "zebra stripes") WHERE kw > 0 ORDER BY kw DESC',
+    'SELECT SENTENCE LET s = 0.5 * SIMILARITY(content, "zebra") + BM25(content, "stripes") ORDER BY s DESC LIMIT 4',
+    'SELECT SENTENCE LET a = SIMILARITY(content, "zebra"), k = BM25(content, "zebra stripes"), f = RRF(a, k) '
+    'ORDER BY f DESC LIMIT 4',
+]
+
+
+def test_second_process_sees_writes_at_once_with_identical_bm25(pg_dsn: str) -> None:
+    """Issue 16: an engine in another process on the same database answers from the tables, not from
+    what it saw first: new and deleted documents and the changed BM25 statistics show at once."""
+    import os
+    import subprocess
+    from pathlib import Path
+
+    from nlql import Engine
+    from nlql.embedders import HashEmbedder
+
+    clock = datetime(2026, 1, 5, tzinfo=UTC)
+    writer = Engine(embedder=HashEmbedder(dim=16), store=PgVectorStore(pg_dsn, exact=True, table_prefix="two"),
+                    clock=lambda: clock, warm_up=False)
+    reference = Engine(embedder=HashEmbedder(dim=16), clock=lambda: clock, warm_up=False)
+    first = [("z1", "Zebra stripes confuse flies. Horses have none."), ("z2", "A zebra crossing has stripes.")]
+    later = [("z3", "Stripes, stripes and more zebra stripes."), ("z4", "The zebra is striped. No stripes here?")]
+    for e in (writer, reference):
+        for doc_id, text in first:
+            e.add_text(text, id=doc_id)
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
+    child = subprocess.Popen([sys.executable, "-c", _CHILD, pg_dsn], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             text=True, env=env, cwd=str(root))
+    try:
+        def ask(query: str) -> list[list[Any]]:
+            assert child.stdin is not None and child.stdout is not None
+            child.stdin.write(json.dumps(query) + "\n")
+            child.stdin.flush()
+            line = child.stdout.readline()
+            assert line, "the second engine process died"
+            out: list[list[Any]] = json.loads(line)
+            return out
+
+        def local(e: Engine, query: str) -> list[list[Any]]:
+            return [[h.id, h.scores] for h in e.search(query)]
+
+        before = {q: ask(q) for q in TWO_PROCESS_QUERIES}
+        assert [r[0] for r in before[TWO_PROCESS_QUERIES[0]]] == ["z1#0", "z2#0"]
+        for e in (writer, reference):
+            for doc_id, text in later:
+                e.add_text(text, id=doc_id)
+            e.delete("z2")
+        for q in TWO_PROCESS_QUERIES:
+            got, mine, want = ask(q), local(writer, q), local(reference, q)
+            assert got == mine, q  # the same rows and bit-identical scores in both processes
+            assert [r[0] for r in got] == [r[0] for r in want], q
+            for (_, g), (_, w) in zip(got, want):
+                assert g.keys() == w.keys()
+                for k in w:
+                    assert g[k] == pytest.approx(w[k], abs=1e-6), (q, k)
+            assert got != before[q], q
+        # BM25 read from the term tables scores exactly as the built-in index does
+        assert ask(TWO_PROCESS_QUERIES[0]) == local(reference, TWO_PROCESS_QUERIES[0])
+        ids = {r[0] for r in ask(TWO_PROCESS_QUERIES[0])}
+        assert ids == {"z1#0", "z3#0", "z4#0", "z4#1"}
+    finally:
+        if child.stdin is not None:
+            child.stdin.close()
+        child.wait(timeout=60)
+        writer.close()
+
+
+@pytest.mark.parametrize("prefix", ["p%s", "50%_off", "%(x)s%%"])
+def test_table_prefix_with_percent_runs_every_statement(pg_dsn: str, prefix: str) -> None:
+    """Issue 20: a ``%`` in ``table_prefix`` broke hybrid SQL ("3 placeholders but 2 parameters")."""
+    from nlql import Engine
+    from nlql.embedders import HashEmbedder
+
+    store = PgVectorStore(pg_dsn, exact=True, table_prefix=prefix)
+    e = Engine(embedder=HashEmbedder(dim=16), store=store, warm_up=False)
+    e.add_text("Zebra stripes are nice. Cats too.", id="a", metadata={"k": "v%"})
+    e.add_text("Another zebra.", id="b")
+    hybrid = ('SELECT SENTENCE LET s = SIMILARITY(content, "zebra"), k = BM25(content, "zebra"), f = RRF(s, k) '
+              'WHERE meta.k LIKE "v%" ORDER BY f DESC LIMIT 3')
+    assert [h.id for h in e.search(hybrid)] == ["a#0", "a#1"]
+    assert len(e.search('SELECT SENTENCE LET k = BM25(content, "zebra") WHERE k > 0')) == 2
+    assert e.delete("b") and store.count() == 2
+    store.set_info("k", "v")
+    tables = psycopg.connect(pg_dsn, autocommit=True).execute(
+        "SELECT tablename FROM pg_tables WHERE tablename LIKE %s ORDER BY 1", [prefix.replace("%", "\\%") + "\\_%"]
+    ).fetchall()
+    assert [t[0] for t in tables] == [f"{prefix}_{s}" for s in ("bm25", "docs", "info", "meta", "terms", "units")]
+    e.close()
+
+
+def test_info_record_persists_and_is_shared(pg_dsn: str) -> None:
+    store = open_store(pg_dsn, table_prefix="inf")
+    assert store.get_info("embedder") is None
+    store.set_info("embedder", '{"name": "HashEmbedder", "dim": 16}')
+    store.set_info("analyzer", "x\x00y")  # any text round-trips (NUL included)
+    store.set_info("embedder", "replaced")
+    other = open_store(pg_dsn, table_prefix="inf")  # another store on the same tables sees it at once
+    assert other.get_info("embedder") == "replaced" and other.get_info("analyzer") == "x\x00y"
+    assert open_store(pg_dsn, table_prefix="inf2").get_info("embedder") is None  # per table prefix
+    with pytest.raises(ValueError):
+        store.set_info("", "v")
+    with pytest.raises(TypeError):
+        store.set_info("k", 5)  # type: ignore[arg-type]
+    store.close()
+    other.close()

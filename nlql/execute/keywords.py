@@ -1,12 +1,9 @@
-"""BM25 beside any store: one engine-owned index so BM25 ranks the same on every backend.
+"""Keyword scoring beside any store: one engine-owned BM25 index, so BM25 ranks the same on every backend
+(the index and formula themselves are :mod:`nlql.text.bm25`).
 
 Rows are identified by their unit id (``doc_id#position``), which every store can give back, so the
 index is independent of store-internal keys. It is built lazily from the store on first use (this is
 also how a re-attached store gets it) and then kept in step by the engine's writes.
-
-A store that keeps BM25 statistics itself (``Capabilities.KEYWORD_STATS``: ``bm25_matches`` and
-``bm25_scores``, terms by the same analyzer) is asked instead, and the engine holds nothing: every
-engine on that store sees every other engine's writes at once (SPEC §10).
 """
 
 from __future__ import annotations
@@ -36,15 +33,6 @@ class BM25Sidecar:
     @property
     def built(self) -> bool:
         return self._index is not None
-
-    @property
-    def in_store(self) -> bool:
-        """Whether BM25 is scored by the store from statistics it keeps (nothing held here)."""
-        if not self.store.capabilities.KEYWORD_STATS:
-            return False
-        from nlql.text.analyzer import Analyzer
-
-        return getattr(self.store, "analyzer", None) == (self.analyzer if self.analyzer is not None else Analyzer())
 
     def _build(self) -> None:
         from nlql.text.bm25 import BM25Index
@@ -93,8 +81,6 @@ class BM25Sidecar:
 
     def matches(self, text: str) -> tuple[list[tuple[str, int]], np.ndarray]:
         """Every row that contains a term of ``text``: its (doc_id, position) and BM25 score."""
-        if self.in_store:
-            return self.store.bm25_matches(text)  # type: ignore[attr-defined]
         with self._lock:
             if self._index is None:
                 self._build()
@@ -103,8 +89,6 @@ class BM25Sidecar:
 
     def scores(self, text: str, keys: Sequence[Any], rows: Sequence[Row]) -> np.ndarray:
         """BM25 of ``text`` for each row (0.0 where no query term occurs)."""
-        if self.in_store:
-            return self.store.bm25_scores(text, rows)  # type: ignore[attr-defined]
         with self._lock:
             if self._index is None:
                 self._build()
