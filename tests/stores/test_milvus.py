@@ -20,8 +20,10 @@ from adapter_kit import HOSTILE, make_doc, unit_vectors  # noqa: E402
 from nlql import Engine  # noqa: E402
 from nlql.embedders import HashEmbedder  # noqa: E402
 from nlql.errors import BackendError, NLQLError  # noqa: E402
+from nlql.execute.keywords import BM25Sidecar  # noqa: E402
 from nlql.pushdown import Cond, FAnd  # noqa: E402
 from nlql.stores import pyfilter  # noqa: E402
+from nlql.stores._terms import StoreKeywordIndex  # noqa: E402
 from nlql.stores.milvus import MilvusStore, escape, from_url, literal  # noqa: E402
 from nlql.text.analyzer import Analyzer  # noqa: E402
 
@@ -110,7 +112,7 @@ def test_bm25_is_read_from_the_store_and_equals_the_builtin(tmp_path: Path) -> N
         for g, w in zip(got, want):
             for k, v in w.scores.items():
                 assert g.scores[k] == pytest.approx(v, rel=1e-12, abs=1e-12)
-    assert e._bm25.in_store and not e._bm25.built  # the engine built no keyword index
+    assert isinstance(e._bm25, StoreKeywordIndex)  # the engine holds no keyword index
     e.close()
 
 
@@ -122,7 +124,8 @@ def test_another_analyzer_keeps_bm25_in_the_engine(tmp_path: Path) -> None:
     e.close()
     other = _engine(MilvusStore(path, analyzer=Analyzer(stopwords=["a"])))
     assert not other.store.capabilities.KEYWORD_STATS  # terms on disk are the default analyzer's
-    assert _rows(other.search(BM25_Q)) == want and other._bm25.built  # so the engine scores BM25
+    assert _rows(other.search(BM25_Q)) == want
+    assert isinstance(other._bm25, BM25Sidecar) and other._bm25.built  # so the engine scores BM25
     other.close()
     again = _engine(MilvusStore(path))
     assert again.store.capabilities.KEYWORD_STATS and _rows(again.search(BM25_Q)) == want

@@ -26,6 +26,7 @@ import pytest
 
 from nlql import Engine
 from nlql.embedders import HashEmbedder
+from nlql.stores._terms import StoreKeywordIndex
 
 BM25_Q = 'SELECT SENTENCE LET kw = BM25(content, "zebra stripes") WHERE kw > 0 ORDER BY kw DESC'
 QUERIES = [
@@ -169,7 +170,7 @@ def test_two_processes_on_one_milvus(milvus_server: str) -> None:
     b = Child(milvus_server)
     try:
         _exercise(a, b)
-        assert not a.engine._bm25.built  # nothing corpus-sized in the engine
+        assert isinstance(a.engine._bm25, StoreKeywordIndex)  # nothing corpus-sized in the engine
     finally:
         b.close()
         a.close()
@@ -184,6 +185,6 @@ def test_two_engines_on_one_qdrant() -> None:
     client = QdrantClient(location=":memory:")
     a, b = Local(QdrantStore(client, collection="two")), Local(QdrantStore(client, collection="two"))
     _exercise(a, b)
-    assert not a.engine._bm25.built and not b.engine._bm25.built
+    assert isinstance(a.engine._bm25, StoreKeywordIndex) and isinstance(b.engine._bm25, StoreKeywordIndex)
     a.close()
     b.close()
