@@ -59,10 +59,11 @@ class Totals:
     n: int = 0
     total_len: int = 0
     max_seq: int = 0
+    signature: Any = None  # identifies the state of every writer record (changes with every write)
 
     @classmethod
-    def sum(cls, records: Iterable[Mapping[str, int]]) -> Totals:
-        out = cls()
+    def sum(cls, records: Iterable[Mapping[str, int]], signature: Any = None) -> Totals:
+        out = cls(signature=signature)
         for r in records:
             out.n += int(r.get("n", 0))
             out.total_len += int(r.get("len", 0))

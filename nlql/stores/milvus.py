@@ -284,6 +284,7 @@ class MilvusStore:
         self._write_lock = threading.Lock()
         self._dim: int | None = None
         self._sparse = False
+        self._df_memo: dict[tuple[str, Any], int] = {}
         self.last_stats: dict[str, Any] = {}
         self.capabilities = self._caps(keyword_stats=True)
         self._owns_client = client is None
@@ -440,7 +441,25 @@ class MilvusStore:
 
     def _totals(self) -> _terms.Totals:
         rows = self.client.query(self.info_collection, filter='kind == "stats"', output_fields=["val"])
-        return _terms.Totals.sum(json.loads(r["val"]) for r in rows)
+        return _terms.Totals.sum((json.loads(r["val"]) for r in rows), signature=tuple(sorted(r["val"] for r in rows)))
+
+    def _df(self, qkeys: Sequence[str], totals: _terms.Totals) -> dict[str, int]:
+        """Rows holding each term, counted in the store; memoised per state of the writer records.
+
+        Every write changes some writer's record (its ``seq`` at least), so a count taken under the
+        same records is still exact; the memo is bounded (no growth with the corpus).
+        """
+        out: dict[str, int] = {}
+        for t in qkeys:
+            key = (t, totals.signature)
+            got = self._df_memo.get(key)
+            if got is None:
+                got = self._count(f"array_contains(terms, {literal(t)})")
+                if len(self._df_memo) >= 1024:
+                    self._df_memo.clear()
+                self._df_memo[key] = got
+            out[t] = got
+        return out
 
     def _bump(self, dn: int, dlen: int, seq: int) -> None:
         self._mine["n"] += dn
@@ -790,7 +809,7 @@ class MilvusStore:
             if check is not None:
                 rows = [r for r in rows if pyfilter.row_passes(check, _row(r))]
             if native or check is not None:
-                df = {t: self._count(f"array_contains(terms, {literal(t)})") for t in qkeys}
+                df = self._df(qkeys, totals)
             else:
                 df = _terms.document_frequencies(qkeys, (r["terms"] for r in rows))
         scores = _terms.bm25_scores(qkeys, [(r["terms"], r["tfs"], int(r["nterms"])) for r in rows], df, totals)
@@ -799,7 +818,7 @@ class MilvusStore:
     def _bm25_top(self, qkeys: list[str], flt: NativeFilter | None, n: int) -> tuple[list[str], np.ndarray]:
         """The proven top ``n`` by BM25 (ties kept) among rows passing ``flt`` (see :func:`_sparse`)."""
         totals = self._totals()
-        df = {t: self._count(f"array_contains(terms, {literal(t)})") for t in qkeys}
+        df = self._df(qkeys, totals)
         live = [t for t in qkeys if df[t] > 0]
         if not live or totals.n <= 0:
             return [], np.zeros(0, dtype=np.float64)
@@ -847,7 +866,7 @@ class MilvusStore:
         contains = f"array_contains_any(terms, [{', '.join(literal(t) for t in qkeys)}])"
         with self._backend("bm25"):
             totals = self._totals()
-            df = {t: self._count(f"array_contains(terms, {literal(t)})") for t in qkeys}
+            df = self._df(qkeys, totals)
             wanted = list(dict.fromkeys(row_key(r.doc_id, r.position) for r in rows))
             got: dict[str, tuple[list[str], list[int], int]] = {}
             for i in range(0, len(wanted), _READ_BATCH):
