@@ -18,6 +18,10 @@ Collections (``<c>`` is ``collection``)::
                kind "info": get_info/set_info records (dim, analyzer, embedder, …)
                kind "stats": one record per writer: sentences, total length, largest seq
 
+Both collections are created with ``consistency_level="Strong"``, so on a Milvus server or cluster
+every read sees every write acknowledged before it, from any client (SPEC §10; Milvus' default,
+"Bounded", may serve reads a few seconds stale).
+
 Strings are stored so that any Python string survives: ``rec`` is ASCII JSON (lone surrogates and NUL
 included); the views in ``v`` hold strings through :func:`escape`, an equality- and substring-preserving
 code that keeps them valid UTF-8 and free of NUL (its code words use U+0001–U+0008).
@@ -378,7 +382,7 @@ class MilvusStore:
         s.add_field("_v", DataType.FLOAT_VECTOR, dim=_INFO_DIM)
         ip = self.client.prepare_index_params()
         ip.add_index("_v", index_type="FLAT", metric_type="L2")
-        self.client.create_collection(self.info_collection, schema=s, index_params=ip)
+        self.client.create_collection(self.info_collection, schema=s, index_params=ip, consistency_level="Strong")
 
     def _create_units(self, dim: int) -> None:
         s = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
@@ -401,7 +405,7 @@ class MilvusStore:
             ip.add_index("vec", index_type="HNSW", metric_type="COSINE",
                          params={"M": self.hnsw_m, "efConstruction": self.hnsw_ef_construction})
         ip.add_index("sp", index_type="SPARSE_INVERTED_INDEX", metric_type="IP")
-        self.client.create_collection(self.collection, schema=s, index_params=ip)
+        self.client.create_collection(self.collection, schema=s, index_params=ip, consistency_level="Strong")
         for field in ("dkey", "terms"):  # scalar indexes where the server has them (Milvus Lite: none on ARRAY)
             sp = self.client.prepare_index_params()
             sp.add_index(field, index_type="INVERTED")
