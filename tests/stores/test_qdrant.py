@@ -25,7 +25,7 @@ from adapter_kit import (  # noqa: E402
 from nlql.errors import BackendError, MissingDependencyError  # noqa: E402
 from nlql.pushdown import Cond
 from nlql.stores import qdrant as qmod  # noqa: E402
-from nlql.stores.base import FAnd  # noqa: E402
+from nlql.pushdown import FAnd  # noqa: E402
 from nlql.stores.qdrant import QdrantStore  # noqa: E402
 
 
