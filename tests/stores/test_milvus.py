@@ -289,3 +289,22 @@ def test_bm25_top_n_bound_holds_when_sentences_are_longer_than_the_reference(tmp
         assert [h.scores["kw"] for h in g] == pytest.approx([h.scores["kw"] for h in w], rel=1e-9)
         assert got.store.last_stats["path"] == "bm25-sparse"
     got.close()
+
+
+def test_bm25_reads_what_the_page_needs(tmp_path: Path) -> None:
+    # scores that do not tie: the sparse search reads one window of rows whatever the corpus size
+    import random
+
+    rng = random.Random(1)
+    words = [f"w{i}" for i in range(300)]
+    e = _engine(MilvusStore(str(tmp_path / "reads.db")))
+    query = 'SELECT SENTENCE LET kw = BM25(content, "w7 w100 w250") WHERE kw > 0 ORDER BY kw DESC LIMIT 10'
+    reads = []
+    for lo, hi in ((0, 500), (500, 2000)):
+        e.add_texts([" ".join(rng.choice(words) for _ in range(rng.randrange(4, 30))) + "." for _ in range(lo, hi)],
+                    ids=[f"d{i}" for i in range(lo, hi)])
+        hits = e.search(query)
+        assert len(hits) == 10
+        reads.append((e.store.last_stats["read"], hits.stats["keyword_recall"]))
+    assert reads[0][0] == reads[1][0] == 64 and all(c <= 20 for _, c in reads), reads
+    e.close()
