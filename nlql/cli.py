@@ -7,6 +7,7 @@
     nlql repl --store ./store                           # end a query with ';' or an empty line
     nlql demo                                           # the bundled corpus with the real model
     nlql mcp --store ./store                            # an MCP server over stdio
+    nlql serve --store ./store                          # HTTP API + web playground on 127.0.0.1:8000
 
 Output for people goes through rich; ``--json`` prints plain JSON for machines. Errors never show a
 Python traceback unless ``--debug`` (or ``NLQL_DEBUG=1``): an NLQL error prints its message, the query
@@ -576,6 +577,14 @@ QueryArgument = Annotated[str, typer.Argument(metavar="QUERY",
                                               help="An NLQL query ('-' reads it from stdin).")]
 
 
+class OutputFormat(str, Enum):
+    """What ``nlql query --format`` prints."""
+
+    table = "table"
+    csv = "csv"
+    jsonl = "jsonl"
+
+
 @app.command()
 def query(
     text: QueryArgument,
@@ -587,26 +596,66 @@ def query(
     limit: Annotated[int | None, typer.Option("--limit", "-n", min=0,
                                               help="Override the query's LIMIT.")] = None,
     max_tokens: Annotated[int | None, typer.Option(min=1, help="Keep results within a token budget.")] = None,
+    fmt: Annotated[OutputFormat | None, typer.Option(
+        "--format", "-f", help="table (for people), csv (one row per hit, flat metadata columns) or jsonl "
+                               "(one JSON object per hit) [default: table].")] = None,
 ) -> None:
-    """Run a query and print the results as a table (or JSON)."""
+    """Run a query and print the results as a table, CSV, JSON lines (or JSON)."""
     source = read_query(text)
     params = parse_params(param)
+    if as_json and fmt is not None:
+        raise typer.BadParameter("use --json or --format, not both", param_hint="'--format'")
+    rows = fmt in (OutputFormat.csv, OutputFormat.jsonl)
     with guard(source):
         engine, _ = open_engine(store, embedder)
         try:
             q: Any = source if limit is None else _with_limit(source, limit)
             plan = engine.explain(q, params=params) if explain else None
             if plan is not None and not as_json:
-                out().print(Text(str(plan)))
-                out().print(Rule())
+                console = err() if rows else out()  # keep stdout parseable for csv and jsonl
+                console.print(Text(str(plan)))
+                console.print(Rule())
             hits = engine.search(q, params=params, max_tokens=max_tokens)
         finally:
             engine.close()
         if as_json:
             data = hits.to_dict()
             print_json({"explain": plan.to_dict(), **data} if plan is not None else data)
+        elif rows:
+            for w in hits.warnings:
+                err().print(Text("warning: ", style="yellow") + Text(w))
+            write_rows(hits, fmt, sys.stdout)  # type: ignore[arg-type]
         else:
             print_hits(hits)
+
+
+def _csv_cell(value: Any) -> Any:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, dict)):
+        return json.dumps(value, ensure_ascii=False, default=json_default)
+    return value
+
+
+def write_rows(hits: Hits, fmt: OutputFormat, stream: Any) -> None:
+    """``csv``: a header and one row per hit, the columns of ``hits.to_pandas()`` (null is an empty cell,
+    lists are JSON); ``jsonl``: one ``hit.to_dict()`` per line."""
+    if fmt is OutputFormat.jsonl:
+        for h in hits:
+            stream.write(json.dumps(h.to_dict(), ensure_ascii=False, default=json_default) + "\n")
+    else:
+        import csv
+
+        from nlql.execute.frames import columns
+
+        cols = columns(hits)
+        writer = csv.writer(stream, lineterminator="\n")
+        writer.writerow([c.name for c in cols])
+        for i in range(len(hits)):
+            writer.writerow([_csv_cell(c.values[i]) for c in cols])
+    stream.flush()
 
 
 @app.command()
@@ -915,6 +964,74 @@ def mcp(
         engine, _ = open_engine(store, embedder)
         try:
             build_mcp_server(engine).run("stdio")
+        finally:
+            engine.close()
+
+
+# ------------------------------------------------------------------------------------- serve
+
+
+@app.command()
+def serve(
+    store: Annotated[str | None, typer.Option("--store", "-s", help=_store_help() + " Required unless --demo.")]
+    = None,
+    embedder: EmbedderOption = None,
+    demo: Annotated[bool, typer.Option("--demo", help="Serve the bundled demo corpus (in memory unless --store "
+                                                      "names a directory, which is filled once).")] = False,
+    host: Annotated[str, typer.Option(help="Address to bind. Anything but a loopback address needs a token.")]
+    = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=0, max=65535, help="TCP port.")] = 8000,
+    token: Annotated[str | None, typer.Option(envvar="NLQL_TOKEN", show_envvar=True,
+                                              help="Bearer token every API request must send.")] = None,
+    timeout: Annotated[float, typer.Option(min=0.001, help="Deadline of one request, in seconds.")] = 30.0,
+    max_body_bytes: Annotated[int, typer.Option(min=1, help="Largest request body.")] = 256 * 1024,
+    max_query_chars: Annotated[int, typer.Option(min=1, help="Longest query.")] = 10_000,
+    max_rows: Annotated[int, typer.Option(min=1, help="Most hits in one response (more: an error asking "
+                                                      "for LIMIT).")] = 10_000,
+    workers: Annotated[int, typer.Option(min=1, help="Threads that run engine calls.")] = 16,
+    allow_host: Annotated[list[str] | None, typer.Option(
+        "--allow-host", help="A Host header name to accept besides the loopback names (e.g. the public name a "
+                             "reverse proxy forwards); '*' accepts any. Repeatable.")] = None,
+    no_playground: Annotated[bool, typer.Option("--no-playground", help="Do not serve the web playground.")]
+    = False,
+    log_level: Annotated[str, typer.Option(help="uvicorn's log level.")] = "info",
+) -> None:
+    """Serve a store over HTTP: POST /search, /explain, /check, GET /health, /openapi.json, and a web
+    playground at /. Binds 127.0.0.1 unless --host says otherwise (then --token is required)."""
+    with guard():
+        try:
+            from nlql.serve import ServeConfig, ServeConfigError
+            from nlql.serve import serve as run_server
+        except ImportError as exc:
+            raise CLIError(str(exc), "pip install 'nlql[serve]'") from None
+        config = ServeConfig(host=host, port=port, token=token or None, max_body_bytes=max_body_bytes,
+                             max_query_chars=max_query_chars, max_rows=max_rows, timeout=timeout,
+                             workers=workers, playground=not no_playground,
+                             allowed_hosts=None if not allow_host else
+                             (*allow_host, "127.0.0.1", "localhost", "::1", "[::1]", host))
+        try:
+            config.validate()
+        except ServeConfigError as exc:
+            raise CLIError(str(exc), "nlql serve --host 0.0.0.0 --token \"$(openssl rand -hex 16)\"") from None
+        if store is None and not demo:
+            raise CLIError("nlql serve needs --store DIR (or --demo for the bundled corpus)")
+        if demo:
+            from nlql.data import load_demo
+
+            target = store or "memory"
+            engine, name = open_engine(target, embedder, create=True)
+            if len(engine) == 0:
+                docs = [Doc(d["id"], d["text"], d["metadata"]) for d in load_demo()]
+                ingest_documents(engine, docs, 64, progress=sys.stderr.isatty(), label="embedding")
+                _record_embedder(target, name, int(engine.embedder.dim))
+        else:
+            engine, name = open_engine(store, embedder)  # type: ignore[arg-type]
+        try:
+            shown = f"[{host}]" if ":" in host else host
+            err().print(f"NLQL {__version__} serving {escape(store or 'the demo corpus')} ({len(engine)} sentences, "
+                        f"embedder {name}) on http://{shown}:{port}/"
+                        + ("" if token else " (no token: loopback only)"), soft_wrap=True)
+            run_server(engine, config, log_level=log_level)
         finally:
             engine.close()
 
