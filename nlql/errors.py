@@ -242,11 +242,15 @@ class MissingDependencyError(NLQLError, ImportError):
         )
 
 
-class EmbedderError(NLQLError):
-    """The embedder failed or returned something that is not one finite vector per text. Names it."""
+class EmbedderError(BackendError):
+    """The embedder failed or returned something that is not one finite vector per text. Names it.
+
+    A :class:`BackendError` too: the embedder is a service the engine depends on, like the store.
+    """
 
     kind = "embedder"
 
     def __init__(self, embedder: str, message: str, hint: str | None = None) -> None:
-        super().__init__(f"embedder {embedder}: {message}", None, None, hint)
+        NLQLError.__init__(self, f"embedder {embedder}: {message}", None, None, hint)
+        self.store = f"embedder {embedder}"
         self.embedder = embedder

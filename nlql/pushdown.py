@@ -104,6 +104,7 @@ class Capabilities:
     DEADLINE: bool = False                    # bounds its backend calls by nlql.deadline.remaining()
     DESCRIBES_DATA: bool = False              # DescribesData: describe_data(), sizes and metadata keys (schema)
     EXACT_INTS: bool = False                  # compares numbers at or beyond 2^53 exactly (not as float64)
+    KEYWORD_STATS: bool = False               # KeywordStats: bm25_candidates(), BM25 kept in the store (SPEC §10)
 
 
 @dataclass(slots=True)

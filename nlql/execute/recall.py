@@ -19,6 +19,7 @@ import numpy as np
 from nlql import values as V
 from nlql.errors import BackendError, NLQLTimeoutError
 from nlql.evaluate import RowContext
+from nlql.execute import keyword_recall
 from nlql.execute.candidates import Candidate, Search, keep_passing
 from nlql.execute.degrade import cause_of, drop_arms
 from nlql.execute.materialise import candidates, similarities
@@ -138,7 +139,12 @@ def _full(run: Search, qv: dict[str, np.ndarray], fast_ok: bool) -> list[Candida
             else:
                 keys_arr = np.asarray(store.scan(plan.native))
         else:
-            keys_arr = np.asarray(store.scan(plan.native), dtype=object)
+            narrowed = None
+            if caps.KEYWORD_STATS and getattr(run.bm25, "in_store", False):  # BM25 kept in the store
+                narrowed = keyword_recall.narrow(plan, store, run.bm25, qv, run.need)
+                if narrowed is not None:
+                    run.stats.counts["keyword_recall"] = len(narrowed)
+            keys_arr = np.asarray(narrowed if narrowed is not None else store.scan(plan.native), dtype=object)
             for s in sim_slots:
                 sentence_scores[s] = similarities(store, qv[s], list(keys_arr))
     except (NLQLTimeoutError, BackendError) as exc:

@@ -107,25 +107,26 @@ def test_an_engine_writing_after_another_process_keeps_both(tmp_path: Path) -> N
 def test_cli_ingests_in_parallel_report_the_stores_count(tmp_path: Path) -> None:
     store = tmp_path / "store"
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    dirs = []
-    for name in ("x", "y"):
+    dirs = {}
+    for name, n in (("seed", 1), ("x", 300), ("y", 300)):
         d = tmp_path / name
         d.mkdir()
-        for i in range(30):
+        for i in range(n):
             (d / f"{name}{i}.txt").write_text(f"File {name} {i}. Second sentence {i}.", encoding="utf-8")
-        dirs.append(d)
-    subprocess.run([sys.executable, "-m", "nlql", "ingest", str(dirs[0]), "--store", str(store), "--embedder",
+        dirs[name] = d
+    subprocess.run([sys.executable, "-m", "nlql", "ingest", str(dirs["seed"]), "--store", str(store), "--embedder",
                     "hash", "-q"], check=True, env=env, capture_output=True, timeout=300)
-    procs = [subprocess.Popen([sys.executable, "-m", "nlql", "ingest", str(d), "--store", str(store)],
-                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for d in dirs]
-    outs = [p.communicate(timeout=300) for p in procs]
+    procs = [subprocess.Popen([sys.executable, "-m", "nlql", "ingest", str(dirs[n]), "--store", str(store),
+                               "--batch-size", "10"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for n in ("x", "y")]
+    outs = [p.communicate(timeout=600) for p in procs]
     assert all(p.returncode == 0 for p in procs), outs
+    total = 2 * (1 + 300 + 300)
     engine = _engine(str(store), dim=384)  # the CLI's hash embedder
-    assert len(engine.search("SELECT DOCUMENT")) == 60 and len(engine) == 120
+    assert len(engine.search("SELECT DOCUMENT")) == 601 and len(engine) == total
     engine.close()
-    # the last ingest to finish reports the whole store (120 sentences), not only what it wrote
-    assert any("120" in out for out, _ in outs), outs
+    # the ingest that finished last reports the whole store, not only the seed and what it wrote itself
+    assert any(f"now holds {total} sentences" in " ".join(out.split()) for out, _ in outs), outs
 
 
 @pytest.mark.parametrize("n", [1, 3])

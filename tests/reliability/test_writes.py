@@ -224,6 +224,23 @@ def test_the_batch_layout_covers_repeats_and_several_batches() -> None:
 # ------------------------------------------------------------------------------------ recorded width
 
 
+def test_a_width_recorded_by_another_store_object_is_checked_under_the_lock(tmp_path: Path) -> None:
+    """Two store objects opened on one new directory before either recorded a width (the interleaving
+    two processes can produce): the second to open sees the first's width and refuses, writing nothing."""
+    from nlql.stores.memory import MemoryStore
+
+    directory = tmp_path / "store"
+    first, second = MemoryStore(directory), MemoryStore(directory)
+    engine = Engine(embedder=HashEmbedder(dim=16), store=first, warm_up=False)
+    with pytest.raises(BackendError, match="16-dimensional"):
+        Engine(embedder=HashEmbedder(dim=48), store=second, warm_up=False)
+    engine.add_text("Width sixteen.", id="w16")
+    engine.close()
+    again = Engine(embedder=HashEmbedder(dim=16), store=str(directory), warm_up=False)
+    assert _state(again) == {"w16": "Width sixteen."}
+    again.close()
+
+
 def _create(directory: str, dim: int, start: Any, out: Any) -> None:
     start.wait()
     try:
