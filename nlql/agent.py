@@ -33,9 +33,11 @@ if TYPE_CHECKING:
     from nlql.engine import Engine
 
 __all__ = [
+    "ASK_DESCRIPTION",
     "LANGUAGE_REFERENCE",
     "MCP_INSTRUCTIONS",
     "TOOL_DESCRIPTION",
+    "ask_question",
     "build_mcp_server",
     "check_query",
     "error_dict",
@@ -89,10 +91,10 @@ go wherever a literal does and are bound with `params={"name": value}`; a missin
 
 | function | value |
 |---|---|
-| `SIMILARITY(content, "text")` | cosine in [-1, 1]; with a list of texts, the best of them |
-| `BM25(content, "words")` | keyword score >= 0 (OR over terms); rows matching no term have no BM25 rank |
-| `RRF(a, b, ... [, k => 60] [, weights => [w1, w2]])` | reciprocal rank fusion of bindings a, b: sum of w/(k + rank) |
-| `INTERLEAVE(a, b, ...)` | round-robin fusion of rankings (value 1/position) |
+| `SIMILARITY(content, "text" [, min => 0.3])` | cosine in [-1, 1]; with a list of texts, the best of them; NULL below min (out of that arm only) |
+| `BM25(content, "words" [, min => 1.0])` | keyword score >= 0 (OR over terms); rows matching no term have no BM25 rank |
+| `RRF(a, b, ... [, k => 60] [, weights => [w1, w2]] [, window => n])` | reciprocal rank fusion of arms a, b (scores or any numbers, e.g. RECENCY(meta.date)): sum of w/(k + rank) |
+| `INTERLEAVE(a, b, ... [, window => n])` | round-robin fusion of rankings (value 1/position) |
 | `IF(cond, a, b)` | a when cond is TRUE, else b (UNKNOWN takes b) |
 | `RECENCY(meta.date [, half_life => "90d"])` | exponential decay in (0, 1]; null date gives null |
 | `LENGTH(x)`, `LOWER(x)`, `UPPER(x)`, `COUNT(content, "needle")` | scalars |
@@ -152,8 +154,9 @@ SPAN(SENTENCE, window => k) (hit sentence + k neighbours).
 Names: content, id, doc_id, position, meta.key (meta.a.b; meta.`odd-key`), LET bindings. \
 A bare unknown name is an error: write meta.topic, not topic.
 Score functions (use in LET): SIMILARITY(content, "text" | ["t1", "t2"]) cosine in [-1, 1]; \
-BM25(content, "words") keyword score; RRF(a, b, k => 60, weights => [1, 1]) fuses bindings a, b; \
-INTERLEAVE(a, b). Others: IF(c, a, b), RECENCY(meta.date, half_life => "90d"), LENGTH, LOWER, UPPER, \
+BM25(content, "words") keyword score (min => x on either: NULL below x); RRF(a, b, k => 60, \
+weights => [1, 1], window => 100) fuses arms (scores or numbers like RECENCY(meta.date)); INTERLEAVE(a, b). \
+Others: IF(c, a, b), RECENCY(meta.date, half_life => "90d"), LENGTH, LOWER, UPPER, \
 COUNT(content, "x"), NOW(), DATE("2024-01-01"), TIMESTAMP(...).
 Operators: OR, AND, NOT; = == != <> < <= > >=; + - * /; [NOT] IN (a, b); [NOT] BETWEEN a AND b; \
 IS [NOT] NULL; [NOT] CONTAINS "s" (case-insensitive); [NOT] LIKE "a%" (case-sensitive); \
@@ -202,6 +205,9 @@ def _input_schema() -> dict[str, Any]:
             "max_tokens": {"type": "integer", "minimum": 1,
                            "description": "Optional budget: keep hits in rank order while their "
                                           "estimated tokens fit (the top hit is truncated if needed)."},
+            "timeout": {"type": "number", "exclusiveMinimum": 0,
+                        "description": "Optional deadline in seconds for the whole search: what is complete "
+                                       "by then comes back with a warning."},
         },
         "required": ["query"],
         "additionalProperties": False,
@@ -403,10 +409,11 @@ def explain_query(engine: Engine, query: str, params: Mapping[str, Any] | None =
 
 
 def search_query(engine: Engine, query: str, params: Mapping[str, Any] | None = None,
-                 max_tokens: int | None = None) -> dict[str, Any]:
-    """``Hits.to_dict()`` (hits, stats, warnings), or ``{"hits": [], ..., "error": {...}}`` for a bad query."""
+                 max_tokens: int | None = None, timeout: float | None = None) -> dict[str, Any]:
+    """``Hits.to_dict()`` (hits, stats, warnings), or ``{"hits": [], ..., "error": {...}}`` for a bad query
+    (a search that timed out with nothing found included)."""
     try:
-        hits = engine.search(query, params=_params(params), max_tokens=max_tokens)
+        hits = engine.search(query, params=_params(params), max_tokens=max_tokens, timeout=timeout)
     except NLQLError as exc:
         return {"hits": [], "stats": {}, "warnings": [], "error": _jsonable(error_dict(exc, query))}
     except (TypeError, ValueError) as exc:  # an argument the engine refuses (max_tokens=-1, …): as data too
@@ -421,6 +428,33 @@ def _usage_error(exc: Exception) -> dict[str, Any]:
                              "rendered": message}]}
 
 
+#: What ``nlql_ask`` tells a model.
+ASK_DESCRIPTION = """\
+Answer a question in plain words: the question is routed to an intent (entity: "who mentioned X", \
+temporal: "when did ...", "last week", conceptual: "what is X", general: the rest) and that intent's NLQL \
+query runs with the question bound as $q, $rewrites and $keywords. Returns hits plus "route": the intent, \
+the rule that matched, the NLQL query and its params, so you can refine the query and run it with \
+nlql_search(query, params). No hits means the collection holds nothing about the question (see warnings)."""
+
+
+def ask_question(engine: Engine, question: str, params: Mapping[str, Any] | None = None,
+                 max_tokens: int | None = None) -> dict[str, Any]:
+    """``engine.ask`` as data: hits, stats, warnings and ``route`` (intent, rule, query, params), or
+    ``{"hits": [], ..., "error": {...}}`` when the question cannot be answered as asked."""
+    if not isinstance(question, str):
+        return {"hits": [], "stats": {}, "warnings": [], "route": None,
+                "error": {"kind": "usage", "message": "the question must be a string", "line": 0, "column": 0,
+                          "hint": None, "rendered": "the question must be a string", "diagnostics": []}}
+    route: Any = None
+    try:
+        route = engine.route(question)
+        hits = engine.ask(route, params=_params(params), max_tokens=max_tokens)
+    except NLQLError as exc:
+        return {"hits": [], "stats": {}, "warnings": [], "route": _jsonable(route.to_dict() if route else None),
+                "error": _jsonable(error_dict(exc, route.query if route else None))}
+    return _jsonable(hits.to_dict())
+
+
 # ------------------------------------------------------------------------------------------- MCP
 
 
@@ -431,8 +465,9 @@ def build_mcp_server(engine: Engine, name: str = "nlql") -> Any:
     ``nlql_schema(sample=1000)`` → the store's size, embedder, analyzer and metadata keys;
     ``nlql_check(query, params=None)`` → "valid" or the diagnostics with carets (structured: the list,
     ``[]`` when valid); ``nlql_explain(query, params=None, include_plan=False)`` → the readable plan
-    (the plan dict only with ``include_plan``); ``nlql_search(query, params=None, max_tokens=None)`` →
-    hits. None of them raises for a bad query: the error comes back as data. A bad argument (a wrong
+    (the plan dict only with ``include_plan``); ``nlql_search(query, params=None, max_tokens=None,
+    timeout=None)`` → hits; ``nlql_ask(question, params=None, max_tokens=None)`` → hits and the routed
+    query. None of them raises for a bad query: the error comes back as data. A bad argument (a wrong
     type, ``max_tokens=0``) is a tool error naming the argument. Resources: ``nlql://language``, the
     compact language reference (markdown), and ``nlql://schema``, the store's schema as text. The server
     reports the package version. Serve it over stdio with ``server.run("stdio")`` (what ``nlql mcp
@@ -508,14 +543,28 @@ def build_mcp_server(engine: Engine, name: str = "nlql") -> Any:
 
     @server.tool(name="nlql_search", description=TOOL_DESCRIPTION)
     def nlql_search(query: str, params: dict[str, Any] | None = None,
-                    max_tokens: int | None = None):  # noqa: ANN202 - a CallToolResult, passed through as is
+                    max_tokens: int | None = None, timeout: float | None = None):  # noqa: ANN202 - a CallToolResult
         common(query, params)
         argument("max_tokens", max_tokens, int, "a positive integer", minimum=1)
+        argument("timeout", timeout, (int, float), "a number of seconds")
+        if timeout is not None and not timeout > 0:
+            raise ToolError(f"argument 'timeout' must be a positive number of seconds, not {timeout}")
         try:
-            out = search_query(engine, query, params, max_tokens)
+            out = search_query(engine, query, params, max_tokens, timeout)
         except (TypeError, ValueError) as exc:
             raise ToolError(f"bad argument: {exc}") from None
         return result(hits_text(out), out)
+
+    @server.tool(name="nlql_ask", description=ASK_DESCRIPTION)
+    def nlql_ask(question: str, params: dict[str, Any] | None = None,
+                 max_tokens: int | None = None):  # noqa: ANN202 - a CallToolResult, passed through as is
+        argument("question", question, str, "a string (a question in plain words)", optional=False)
+        argument("params", params, dict, "an object of parameter values")
+        argument("max_tokens", max_tokens, int, "a positive integer", minimum=1)
+        out = ask_question(engine, question, params, max_tokens)
+        route = out.get("route") or {}
+        head = f"intent: {route.get('intent')}\nquery: {route.get('query')}\n\n" if route else ""
+        return result(head + hits_text(out), out)
 
     @server.resource("nlql://language", name="nlql-language", title="NLQL language reference",
                      description="Clauses, units, functions, operators, NULL rules and examples.",

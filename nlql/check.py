@@ -777,7 +777,7 @@ class _Checker:
         if name in TEXT_SCORES:
             self._score_call(e, name)
         elif name in FUSION_FUNCTIONS:
-            self._fusion(e, name)
+            self._fusion(e, name, types)
         elif name == "IF":
             if n == 3:
                 self._condition(e.args[0], types[0], "the first argument of IF")
@@ -831,6 +831,10 @@ class _Checker:
             seen.add(key)
             if key in sig.named_args:
                 continue
+            if key in _ARM_KWARGS:
+                what, hint = _ARM_KWARGS[key]
+                self._report(value, f"{sig.name} has no {key}: {what}", hint, code="arity")
+                continue
             if not sig.named:
                 self._report(value, f"{sig.name} takes no named arguments", code="arity")
                 continue
@@ -840,6 +844,7 @@ class _Checker:
             self._report(value, f"{sig.name} has no named argument '{key}'", hint, code="arity")
 
     def _score_call(self, e: Call, name: str) -> None:
+        self._arm_min(e, name)
         if not e.args:
             return
         field = e.args[0]
@@ -879,18 +884,17 @@ class _Checker:
         options = "a string literal or a $parameter" + ("" if in_list or not allow_list else ", or a list of them")
         self._report(text, f"{what} of {name} must be {options}", code="score")
 
-    def _fusion(self, e: Call, name: str) -> None:
-        for arg in e.args:
-            if isinstance(arg, Ref):
-                if arg.name in self.bindings and not self._is_score(arg):
-                    self._report(arg, f"{name} fuses score bindings; '{arg.name}' is not a score",
-                                 'bind a score first, e.g. LET s = SIMILARITY(content, "…")', code="score")
-                continue
-            hint = f"bind it first: LET s = {_short(arg)}, then {name}(s, …)"
+    def _fusion(self, e: Call, name: str, types: list[str]) -> None:
+        for arg, t in zip(e.args, types, strict=False):
             if _misnamed_kwarg(arg):
                 assert isinstance(arg, Compare) and isinstance(arg.left, Ref)
-                hint = f"named arguments use =>: {arg.left.name} => {_short(arg.right)}"
-            self._report(arg, f"the arguments of {name} must be names of score bindings", hint, code="score")
+                self._report(arg, f"the arguments of {name} are arms, not settings",
+                             f"named arguments use =>: {arg.left.name} => {_short(arg.right)}", code="score")
+            elif t not in _NUMERIC and t != "any":
+                self._report(arg, f"an arm of {name} must be a number or a score, not {_A[t]}",
+                             f'e.g. {name}(sem, kw, RECENCY(meta.date)): each arm ranks rows by its value',
+                             code="score")
+        self._window(e.kwarg("window"), name)
         if name != "RRF":
             return
         k = e.kwarg("k")
@@ -903,6 +907,29 @@ class _Checker:
         weights = e.kwarg("weights")
         if weights is not None:
             self._weights(weights, len(e.args))
+
+    def _window(self, w: Node | None, name: str) -> None:
+        """``window => n``: how deep each arm of a fusion ranks; a whole number ≥ 1."""
+        if w is None:
+            return
+        value = self._constant(w) if isinstance(w, (Literal, Param)) else _UNBOUND
+        if isinstance(w, Param) and self._param_value(w) is _UNBOUND:
+            return
+        if not (isinstance(w, (Literal, Param)) and _whole(value) and value >= 1):
+            self._report(w, f"{name} window must be a whole number of rows, at least 1",
+                         f"e.g. {name}(sem, kw, window => 200)", code="score")
+
+    def _arm_min(self, e: Call, name: str) -> None:
+        """``min => x`` on SIMILARITY / BM25: a number (rows below it are out of that arm)."""
+        m = e.kwarg("min")
+        if m is None:
+            return
+        if isinstance(m, Param) and self._param_value(m) is _UNBOUND:
+            return
+        value = self._constant(m) if isinstance(m, (Literal, Param)) else None
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            self._report(m, f"{name} min must be a number", f"e.g. {name}(content, $q, min => "
+                         f"{'0.3' if name == 'SIMILARITY' else '1.0'})", code="score")
 
     def _weights(self, w: Node, arms: int) -> None:
         values: list[Any]
@@ -951,11 +978,19 @@ class _Unbound:
 
 _UNBOUND: Any = _Unbound()
 
+#: Named arguments of arms, reported in their own words when given to a function without them.
+_ARM_KWARGS = {
+    "min": ("min => is an arm threshold of SIMILARITY and BM25",
+            "filter rows with WHERE, or write SIMILARITY(content, $q, min => 0.3)"),
+    "window": ("window => is the arm depth of RRF and INTERLEAVE",
+               "write RRF(a, b, window => 200)"),
+}
+
 _ARITY_HINTS = {
     "SIMILARITY": 'write SIMILARITY(content, "your text")',
     "BM25": 'write BM25(content, "your text")',
-    "RRF": "write RRF(a, b, k => 60) over score bindings",
-    "INTERLEAVE": "write INTERLEAVE(a, b) over score bindings",
+    "RRF": "write RRF(a, b, k => 60) over two or more arms (scores or numbers)",
+    "INTERLEAVE": "write INTERLEAVE(a, b) over two or more arms (scores or numbers)",
     "IF": "write IF(condition, then, else)",
     "COUNT": 'write COUNT(content, "needle")',
     "NOW": "write NOW()",

@@ -3,6 +3,7 @@
     nlql ingest notes/ papers.jsonl --store ./store     # txt, md (one document per file) and jsonl
     nlql query 'SELECT SENTENCE LET rel = SIMILARITY(content, "agents") LIMIT 5' --store ./store
     nlql explain '…' --store ./store                    # the plan, before anything runs
+    nlql ask "who mentioned Wittgenstein?" --store ./store   # a question, routed to an NLQL template
     nlql check '…'                                      # exit 0 valid, 1 invalid, 2 usage error
     nlql repl --store ./store                           # end a query with ';' or an empty line
     nlql demo                                           # the bundled corpus with the real model
@@ -599,6 +600,8 @@ def query(
     fmt: Annotated[OutputFormat | None, typer.Option(
         "--format", "-f", help="table (for people), csv (one row per hit, flat metadata columns) or jsonl "
                                "(one JSON object per hit) [default: table].")] = None,
+    timeout: Annotated[float | None, typer.Option(min=0.001, help="Deadline in seconds for the whole search "
+                                                  "(what is complete by then, with a warning).")] = None,
 ) -> None:
     """Run a query and print the results as a table, CSV, JSON lines (or JSON)."""
     source = read_query(text)
@@ -615,7 +618,7 @@ def query(
                 console = err() if rows else out()  # keep stdout parseable for csv and jsonl
                 console.print(Text(str(plan)))
                 console.print(Rule())
-            hits = engine.search(q, params=params, max_tokens=max_tokens)
+            hits = engine.search(q, params=params, max_tokens=max_tokens, timeout=timeout)
         finally:
             engine.close()
         if as_json:
@@ -656,6 +659,58 @@ def write_rows(hits: Hits, fmt: OutputFormat, stream: Any) -> None:
         for i in range(len(hits)):
             writer.writerow([_csv_cell(c.values[i]) for c in cols])
     stream.flush()
+
+
+@app.command()
+def ask(
+    question: Annotated[str, typer.Argument(metavar="QUESTION",
+                                            help="A question in plain words ('-' reads it from stdin).")],
+    store: StoreOption,
+    embedder: EmbedderOption = None,
+    param: ParamOption = None,
+    as_json: JsonOption = False,
+    explain: Annotated[bool, typer.Option("--explain", help="Print the route (intent, rule, parameters) "
+                                          "and the plan before the results.")] = False,
+    max_tokens: Annotated[int | None, typer.Option(min=1, help="Keep results within a token budget.")] = None,
+) -> None:
+    """Answer a question: route it to an intent (entity, temporal, conceptual, general), run that intent's
+    NLQL template with the question bound, and print the results (or that the store holds nothing about it)."""
+    text = read_query(question)
+    params = parse_params(param)
+    with guard():
+        engine, _ = open_engine(store, embedder)
+        try:
+            route = engine.route(text)  # once: a rewriter (an LLM) is not called twice for --explain
+            plan = engine.explain(route, params=params) if explain else None
+            hits = engine.ask(route, params=params, max_tokens=max_tokens)
+        finally:
+            engine.close()
+        if as_json:
+            data = hits.to_dict()
+            print_json({"explain": plan.to_dict(), **data} if plan is not None else data)
+            return
+        console = out()
+        if plan is not None:
+            console.print(Text(str(plan)))
+            console.print(Rule())
+        route = hits.route
+        console.print(Text(f"intent: {route.intent}", style="bold"))
+        if not explain:
+            for name in sorted(route.params):
+                console.print(Text(f"${name} = " + json.dumps(route.params[name], ensure_ascii=False,
+                                                               default=json_default), style="dim"))
+            print_query(console, route.query)
+        from nlql.route import nothing_about
+
+        empty = nothing_about(text)
+        for w in hits.warnings:
+            if not w.startswith(empty):  # that one is the answer itself, printed below
+                err().print(Text("warning: ", style="yellow") + Text(w))
+        if not hits:
+            console.print(Text(empty))
+            return
+        console.print(hits_table(hits))
+        console.print(Text(_stats_line(hits), style="dim"))
 
 
 @app.command()
@@ -1043,7 +1098,7 @@ def mcp(
     embedder: EmbedderOption = None,
 ) -> None:
     """Serve a store to agents over MCP (stdio): tools nlql_schema, nlql_check, nlql_explain,
-    nlql_search and the resources nlql://language and nlql://schema."""
+    nlql_search, nlql_ask and the resources nlql://language and nlql://schema."""
     with guard():
         from nlql.agent import build_mcp_server
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import contextmanager
@@ -16,14 +18,16 @@ import numpy as np
 
 from nlql import ir
 from nlql import values as V
-from nlql.errors import BackendError, Diagnostic, EmbedderError, LimitError, NLQLError
+from nlql.errors import BackendError, Diagnostic, EmbedderError, LimitError, NLQLError, RouteError
 from nlql.execute.executor import Executor
 from nlql.execute.keywords import BM25Sidecar
 from nlql.execute.results import Hits
 from nlql.execute.units import DEFAULT_CHUNK_CHARS
 from nlql.explain import Explain
+from nlql.parser import parse as parse_query
 from nlql.patterns import deadline_scope
 from nlql.plan.planner import build_plan
+from nlql.route import RESERVED_PARAMS, Route, RouteExplain, Router, default_router, nothing_about
 from nlql.stores import open_store
 from nlql.stores.base import DocRecord, Store, UnitRecord
 
@@ -161,7 +165,14 @@ class Engine:
         analyzer: Any = None,
         limit_ceiling: int = 100_000,
         warm_up: bool = True,
+        on_arm_error: str = "raise",
+        default_timeout: float | None = None,
+        router: Router | None = None,
     ) -> None:
+        if on_arm_error not in ("raise", "degrade"):
+            raise ValueError(f"on_arm_error must be 'raise' or 'degrade', not {on_arm_error!r}")
+        self.on_arm_error = on_arm_error
+        self.default_timeout = _check_run_args(default_timeout, None)
         if embedder is None:
             from nlql.embedders import SentenceTransformerEmbedder
 
@@ -181,6 +192,9 @@ class Engine:
         self._write_mutex = threading.Lock()
         self._schema_cache: tuple[int, float, Any] | None = None  # (writes, when, Schema) for data warnings
         self._writes = 0
+        if router is not None and not callable(getattr(router, "route", None)):
+            raise TypeError(f"router must be an nlql.Router, not {type(router).__name__}")
+        self.router = router
         try:
             self.store.open(dim)
         except NLQLError:
@@ -191,7 +205,8 @@ class Engine:
                                f"cannot open the store{where}: {type(exc).__name__}: {exc}") from exc
         own_bm25 = getattr(self.store, "keyword_index", None)  # BM25 kept in the store itself (SPEC §10)
         self._bm25 = (own_bm25(analyzer) if own_bm25 is not None else None) or BM25Sidecar(self.store, analyzer)
-        self._executor = Executor(self.store, self._embed_queries, self._bm25, self._functions, chunk_chars)
+        self._executor = Executor(self.store, self._embed_queries, self._bm25, self._functions, chunk_chars,
+                                  on_arm_error=on_arm_error)
         if warm_up:
             try:
                 from nlql.text.temporal import warm_up as _warm
@@ -438,12 +453,11 @@ class Engine:
             self._schema_cache = cached
         return data_warnings(q, cached[2])
 
-    def _prepare(self, query: str | ir.Query, params: Mapping[str, Any] | None) -> tuple[ir.Query, str | None]:
-        from nlql.check import validate
+    def _prepare(self, query: str | ir.Query, params: Mapping[str, Any] | None) -> tuple[Any, str | None]:
+        from nlql.check import check_query
 
         source = query if isinstance(query, str) else None
-        q = validate(query, params=params or {}, functions=self._arity)
-        return q, source
+        return check_query(query, params=params or {}, functions=self._arity), source
 
     def _plan(self, query: str | ir.Query, params: Mapping[str, Any] | None, reranker: Any = None) -> Any:
         try:
@@ -471,8 +485,14 @@ class Engine:
         now = self.clock()
         return now if now.tzinfo else now.replace(tzinfo=timezone.utc)
 
-    def explain(self, query: str | ir.Query, params: Mapping[str, Any] | None = None) -> Explain:
-        """The plan, before anything runs: ``str()`` is a text tree, ``to_dict()`` the fields of SPEC §7."""
+    def explain(self, query: str | ir.Query | Route, params: Mapping[str, Any] | None = None) -> Explain:
+        """The plan, before anything runs: ``str()`` is a text tree, ``to_dict()`` the fields of SPEC §7.
+
+        Of a :class:`~nlql.route.Route` (``engine.route(question)``): the intent, the rule that matched,
+        the bound parameters, then the plan of the routed query (a :class:`~nlql.route.RouteExplain`).
+        """
+        if isinstance(query, Route):
+            return self._explain_route(query, params)
         self._sync()
         plan = self._plan(query, params)
         from nlql.sql import explain_sql
@@ -490,6 +510,10 @@ class Engine:
     ) -> Hits:
         """Run a query. Returns :class:`~nlql.execute.results.Hits` (a list of hits with stats, warnings).
 
+        ``timeout`` (default ``Engine(default_timeout=…)``) is one deadline for the whole search; stores
+        that declare ``Capabilities.DEADLINE`` bound their calls by the time left. At the deadline the
+        search returns what is complete, with a warning, or raises :class:`~nlql.errors.NLQLTimeoutError`.
+
         Raises:
             NLQLError: Anything wrong with the query or its parameter values, a store failure
                 (:class:`~nlql.errors.BackendError`) or a timeout with no result yet.
@@ -498,6 +522,8 @@ class Engine:
         """
         timeout = _check_run_args(timeout, max_tokens)
         _check_reranker(reranker)
+        if timeout is None:
+            timeout = self.default_timeout
         source = query if isinstance(query, str) else None
         rr = reranker if reranker is not None else self.reranker
         self._sync()
@@ -524,6 +550,72 @@ class Engine:
                       **kwargs: Any) -> Hits:
         """:meth:`search` in a worker thread, so the event loop keeps running."""
         return await asyncio.to_thread(self.search, query, params, **kwargs)
+
+    # ------------------------------------------------------------------------------------- routing
+
+    def route(self, question: str, router: Router | None = None) -> Route:
+        """The intent of a natural-language question and the NLQL query that answers it (SPEC §9).
+
+        ``router=None`` means the engine's own (``Engine(router=…)``), else the default router.
+        Nothing runs: ``engine.search(route.query, params=route.params)`` is what :meth:`ask` runs.
+        """
+        chosen = router if router is not None else self.router if self.router is not None else default_router()
+        if not callable(getattr(chosen, "route", None)):
+            raise TypeError(f"router must be an nlql.Router, not {type(chosen).__name__}")
+        return chosen.route(question)
+
+    def ask(self, question: str | Route, router: Router | None = None, params: Mapping[str, Any] | None = None,
+            timeout: float | None = None, *, max_tokens: int | None = None) -> Hits:
+        """Answer a question: route it (:meth:`route`), then search with the routed query.
+
+        ``params`` binds the template's own parameters beyond ``$q``/``$rewrites``/``$keywords``; one the
+        routed template does not use is left out, with a warning. ``timeout`` covers the rewriter and the
+        search. The hits carry ``hits.route``; ``hits.warnings`` says when the rewriter failed and when
+        the store holds nothing about the question (no rows: an honest empty, never a guess). A
+        :class:`~nlql.route.Route` already made by :meth:`route` runs as it is (no second rewrite).
+
+        Raises:
+            NLQLError: As :meth:`search`; a :class:`~nlql.errors.RouteError` for an empty question or a
+                parameter the router binds itself.
+        """
+        _check_run_args(timeout, max_tokens)
+        started = time.monotonic()
+        routed = question if isinstance(question, Route) else self.route(question, router)
+        question = routed.question
+        route = self._bind_route(routed, params)
+        if timeout is not None:
+            timeout = max(0.0, timeout - (time.monotonic() - started))
+        hits = self.search(route.query, params=route.params, timeout=timeout, max_tokens=max_tokens)
+        hits.route = route
+        hits.warnings[:0] = list(route.warnings)
+        if not hits:
+            hits.warnings.append(f"{nothing_about(question)} (intent {route.intent}: the routed query "
+                                 "returned no rows)")
+        return hits
+
+    def _bind_route(self, route: Route, params: Mapping[str, Any] | None) -> Route:
+        """``route`` with the caller's ``params`` added (those its template uses)."""
+        extra = _params(params)
+        if not extra:
+            return route
+        clash = sorted(k.lstrip("$") for k in extra if k.lstrip("$") in RESERVED_PARAMS)
+        if clash:
+            raise RouteError(f"parameter ${clash[0]} is bound by the router from the question",
+                             hint="pass only the template's own parameters in params")
+        uses = {n.name for n in parse_query(route.query).walk() if isinstance(n, ir.Param)}
+        bound = dict(route.params)
+        warnings = list(route.warnings)
+        for k, v in extra.items():
+            name = k.lstrip("$")
+            if name in uses:
+                bound[name] = v
+            else:
+                warnings.append(f"parameter ${name} is not used by the {route.intent!r} template; left out")
+        return dataclasses.replace(route, params=bound, warnings=tuple(warnings))
+
+    def _explain_route(self, route: Route, params: Mapping[str, Any] | None) -> RouteExplain:
+        route = self._bind_route(route, params)
+        return RouteExplain(route, self.explain(route.query, route.params))
 
     def close(self) -> None:
         self.store.close()

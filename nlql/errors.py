@@ -207,6 +207,28 @@ class LimitError(NLQLError):
     kind = "limit"
 
 
+class RouteError(NLQLError):
+    """A router cannot be built or cannot route: a rule that is not a valid regex, a rule whose intent
+    has no template, an empty question, a caller parameter that the router binds itself."""
+
+    kind = "route"
+
+
+class TemplateError(CheckError):
+    """A router's query template is not valid NLQL. ``template`` names it (its intent); the diagnostics,
+    line, column and caret are those of the template text."""
+
+    kind = "template"
+
+    def __init__(self, template: str, diagnostics: list[Diagnostic], source: str) -> None:
+        super().__init__(diagnostics, source)
+        self.template = template
+        self.message = f"template {template!r}: {self.message}"
+
+    def __str__(self) -> str:
+        return f"template {self.template!r} is not valid NLQL:\n" + super().__str__()
+
+
 class MissingDependencyError(NLQLError, ImportError):
     """An optional dependency is not installed; the message names the ``pip install`` that fixes it."""
 
@@ -220,11 +242,15 @@ class MissingDependencyError(NLQLError, ImportError):
         )
 
 
-class EmbedderError(NLQLError):
-    """The embedder failed or returned something that is not one finite vector per text. Names it."""
+class EmbedderError(BackendError):
+    """The embedder failed or returned something that is not one finite vector per text. Names it.
+
+    A :class:`BackendError` too: the embedder is a service the engine depends on, like the store.
+    """
 
     kind = "embedder"
 
     def __init__(self, embedder: str, message: str, hint: str | None = None) -> None:
-        super().__init__(f"embedder {embedder}: {message}", None, None, hint)
+        NLQLError.__init__(self, f"embedder {embedder}: {message}", None, None, hint)
+        self.store = f"embedder {embedder}"
         self.embedder = embedder

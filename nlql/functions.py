@@ -85,14 +85,17 @@ def _sig(*args: Any, **kwargs: Any) -> tuple[str, FunctionSig]:
 
 #: Every built-in function by upper-case name.
 BUILTINS: dict[str, FunctionSig] = dict([
-    _sig("SIMILARITY", 2, 2, "score", True, arg_types=("string", "string"),
-         doc="cosine similarity in [-1, 1] between content and a text (or the best of a list of texts)"),
-    _sig("BM25", 2, 2, "score", True, arg_types=("string", "string"),
-         doc="BM25 keyword score >= 0 of content for a text (k1=1.2, b=0.75)"),
-    _sig("RRF", 2, None, "score", True, True, named=(("k", 60), ("weights", None)), arg_types=("score",),
-         doc="reciprocal rank fusion: sum of w_i / (k + rank_i) over score bindings"),
-    _sig("INTERLEAVE", 2, None, "score", True, True, arg_types=("score",),
-         doc="round-robin fusion of score bindings; the value is 1/position"),
+    _sig("SIMILARITY", 2, 2, "score", True, named=(("min", None),), arg_types=("string", "string"),
+         doc="cosine similarity in [-1, 1] between content and a text (or the best of a list of texts); "
+             "min => x leaves rows below x out of this arm (NULL)"),
+    _sig("BM25", 2, 2, "score", True, named=(("min", None),), arg_types=("string", "string"),
+         doc="BM25 keyword score >= 0 of content for a text (k1=1.2, b=0.75); min => x as for SIMILARITY"),
+    _sig("RRF", 2, None, "score", True, True, named=(("k", 60), ("weights", None), ("window", None)),
+         arg_types=("number",),
+         doc="reciprocal rank fusion: sum of w_i / (k + rank_i) over arms (any numeric expressions), "
+             "each ranked down to window => n rows"),
+    _sig("INTERLEAVE", 2, None, "score", True, True, named=(("window", None),), arg_types=("number",),
+         doc="round-robin fusion of arms (any numeric expressions); the value is 1/position"),
     _sig("IF", 3, 3, "any", arg_types=("bool", "any", "any"),
          doc="the second argument when the condition is TRUE, else the third"),
     _sig("RECENCY", 1, 1, "number", named=(("half_life", "90d"),), arg_types=("datetime",),

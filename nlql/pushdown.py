@@ -101,8 +101,10 @@ class Capabilities:
     FULL_SCORES: bool = False                 # ScoresAll: score_all(), one pass over every row (exact matrix)
     SQL_ARMS: bool = False                    # RunsLowered: run_lowered(), a hybrid plan as one statement
     FAST_PATH: bool = False                   # TablePaths: fast_select() and key_documents() over row numbers
+    DEADLINE: bool = False                    # bounds its backend calls by nlql.deadline.remaining()
     DESCRIBES_DATA: bool = False              # DescribesData: describe_data(), sizes and metadata keys (schema)
     EXACT_INTS: bool = False                  # compares numbers at or beyond 2^53 exactly (not as float64)
+    KEYWORD_STATS: bool = False               # KeywordStats: bm25_candidates(), BM25 kept in the store (SPEC §10)
 
 
 @dataclass(slots=True)
@@ -196,10 +198,11 @@ class Formula:
 
 @dataclass(frozen=True, slots=True)
 class FastArm:
-    """One arm of a fusion fast path: a bare SIMILARITY or BM25 score slot."""
+    """One arm of a fusion fast path: a bare SIMILARITY or BM25 score slot (rows below ``min`` rank nothing)."""
 
     slot: str
     kind: str  # SIMILARITY | BM25
+    min: float | None = None
 
 
 #: Fast-path kinds that pick the exact page (the engine fetches only those rows and skips its filter).

@@ -145,3 +145,20 @@ def test_search_and_explain_results_are_json_ready(engine: Engine) -> None:
     plan = explain_query(engine, q)
     assert plan["ok"] and plan["text"].startswith("query: ") and plan["plan"]["limit"] == 1
     json.dumps([res, plan])
+
+
+def test_search_tool_takes_a_timeout(engine: Engine) -> None:
+    assert tool_schema()["input_schema"]["properties"]["timeout"]["type"] == "number"
+    slow = {"n": 0}
+
+    def crawl(x: object) -> bool:
+        import time
+
+        slow["n"] += 1
+        time.sleep(0.05)
+        return True
+
+    engine.register_function("CRAWL", crawl, arity=1)
+    res = search_query(engine, "SELECT SENTENCE WHERE CRAWL(position)", timeout=0.01)
+    assert res["hits"] and any(w.startswith("timeout") for w in res["warnings"])
+    assert res["hits"] == search_query(engine, "SELECT SENTENCE WHERE CRAWL(position)")["hits"][: len(res["hits"])]

@@ -38,16 +38,21 @@ class Hit:
 
 
 class Hits(list[Hit]):
-    """A list of :class:`Hit` with ``stats`` (timings per stage, candidate counts, rounds) and ``warnings``."""
+    """A list of :class:`Hit` with ``stats`` (timings per stage, candidate counts, rounds) and ``warnings``;
+    ``route`` is the :class:`~nlql.route.Route` that ``engine.ask`` ran (None for ``search``)."""
 
     def __init__(self, hits: list[Hit] | None = None, stats: dict[str, Any] | None = None,
                  warnings: list[str] | None = None) -> None:
         super().__init__(hits or [])
         self.stats: dict[str, Any] = stats or {}
         self.warnings: list[str] = warnings or []
+        self.route: Any = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"hits": [h.to_dict() for h in self], "stats": self.stats, "warnings": self.warnings}
+        out = {"hits": [h.to_dict() for h in self], "stats": self.stats, "warnings": self.warnings}
+        if self.route is not None:
+            out["route"] = self.route.to_dict()
+        return out
 
     # ------------------------------------------------------------------------------ tables
 

@@ -26,9 +26,10 @@ float equality all mean in SQL exactly what they mean in Python.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from typing import Any
@@ -131,7 +132,7 @@ def to_decimal(f: float) -> Decimal:
     return Decimal(repr(f))
 
 
-def _typed(v: Any) -> dict[str, Any]:
+def _typed(v: Any, escape: Callable[[str], str] = escape_text) -> dict[str, Any]:
     """The typed record of one non-null value (see the module docstring)."""
     if isinstance(v, bool):
         return {"b": v}
@@ -139,10 +140,10 @@ def _typed(v: Any) -> dict[str, Any]:
         f = V.as_number(v)
         return {"n": f} if f is not None else {}
     if isinstance(v, str):
-        rec: dict[str, Any] = {"s": escape_text(v)}
+        rec: dict[str, Any] = {"s": escape(v)}
         folded = v.casefold()
         if folded != v:
-            rec["f"] = escape_text(folded)
+            rec["f"] = escape(folded)
         num = V.numeric_string(v)
         if num is not None:
             rec["n"] = num
@@ -155,11 +156,18 @@ def _typed(v: Any) -> dict[str, Any]:
 
 def path_key(keys: Sequence[str]) -> str:
     """The key of a metadata path in the flattened record: its JSON list, ASCII only (NUL-free, injective)."""
+    return _path_key(tuple(keys))
+
+
+@functools.lru_cache(maxsize=8192)
+def _path_key(keys: tuple[str, ...]) -> str:  # the same few keys come back for every document
     return json.dumps(list(keys), ensure_ascii=True)
 
 
-def flatten_metadata(metadata: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Every non-null value reachable through dicts, by path key, as a typed record.
+def flatten_metadata(metadata: dict[str, Any], escape: Callable[[str], str] = escape_text
+                     ) -> dict[str, dict[str, Any]]:
+    """Every non-null value reachable through dicts, by path key, as a typed record (strings written
+    with ``escape``: :func:`escape_text` by default).
 
     >>> flatten_metadata({"year": "2025", "a": {"b": True}})
     {'["year"]': {'s': '2025', 'n': 2025.0}, '["a"]': {}, '["a", "b"]': {'b': True}}
@@ -172,7 +180,7 @@ def flatten_metadata(metadata: dict[str, Any]) -> dict[str, dict[str, Any]]:
             if V.is_null(v):
                 continue
             path = (*prefix, str(k))
-            out[path_key(path)] = _typed(v)
+            out[path_key(path)] = _typed(v, escape)
             if isinstance(v, dict):
                 stack.append((path, v))
     return out
@@ -193,13 +201,13 @@ def exact_json(obj: Any) -> str:
 Shadow = tuple[str | None, float | None, int | None]
 
 
-def shadow(s: str) -> Shadow:
+def shadow(s: str, escape: Callable[[str], str] = escape_text) -> Shadow:
     """(escaped casefold if different, number, µs) of a built-in string field (doc_id, content)."""
     folded = s.casefold()
     num = V.numeric_string(s)
     dt = V.iso_datetime(s)
     return (
-        escape_text(folded) if folded != s else None,
+        escape(folded) if folded != s else None,
         num,
         micros(dt) if dt is not None else None,
     )

@@ -560,9 +560,12 @@ class Dialect:
         """The statement that serialises writers of several processes (None: the database does)."""
         return None
 
-    def delete_documents(self, ids: list[str]) -> Fragment:
-        """Delete whole documents (their sentences go with them)."""
-        return sql("DELETE FROM ", self.docs, " WHERE doc_id = ANY(", Param(ids, "text[]"), ")")
+    def delete_documents(self, ids: list[str]) -> list[Fragment]:
+        """Delete whole documents and their sentences; the last statement's row count is the number of
+        documents deleted."""
+        p = Param(ids, "text[]")
+        return [sql("DELETE FROM ", self.units, " WHERE doc_id = ANY(", p, ")"),
+                sql("DELETE FROM ", self.docs, " WHERE doc_id = ANY(", p, ")")]
 
     def put_meta(self, table: str, key: str, value: str, keep_max: bool = False) -> Fragment:
         """Insert or replace one row of a key/value table (``keep_max``: keep the larger integer)."""

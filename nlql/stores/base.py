@@ -158,6 +158,25 @@ class DescribesData(Protocol):
         """A :class:`nlql.schema.DataSummary`; a sampled one reads at most ``sample`` documents."""
         ...
 
+class KeywordStats(Protocol):
+    """``Capabilities.KEYWORD_STATS``: BM25 kept in the store itself (SPEC §10), so the engine holds none.
+
+    The store writes each sentence's terms (by its ``analyzer``) with the row and scores SPEC §5's BM25
+    from what it keeps:
+    - ``keyword_index(analyzer)``: the engine's BM25 source for this store (``matches``, ``scores``,
+      no-op ``on_upsert``/``on_delete``), or None when ``analyzer`` is not the one the terms were
+      written with (the engine then keeps its own index);
+    - ``bm25_candidates(text, flt, n)``: store keys and scores of the rows passing a compiled filter that
+      hold a term of ``text``, at least every row that can be among the ``n`` best (ties kept); recall
+      narrows with it before any row is fetched (:mod:`nlql.execute.keyword_recall`).
+    """
+
+    analyzer: Any
+
+    def keyword_index(self, analyzer: Any = None) -> Any: ...
+    def bm25_candidates(self, text: str, flt: NativeFilter | None,
+                        n: int | None = None) -> tuple[list[Any], np.ndarray]: ...
+
 
 @contextmanager
 def backend_errors(store: str, what: str) -> Iterator[None]:

@@ -30,11 +30,12 @@ import json
 import uuid
 from collections import Counter
 from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 
+from nlql import deadline
 from nlql import values as V
 from nlql.errors import BackendError, MissingDependencyError
 from nlql.pushdown import Capabilities, Cond, Filter, NativeFilter
@@ -133,6 +134,7 @@ class ChromaStore:
             DATETIMES=True,
             EXACT=False,
             SCORE_THRESHOLD=False,
+            DEADLINE=True,
         )
         self.last_stats: dict[str, Any] = {}
         # filtered knn searches up to this many matching rows exactly (0: always HNSW first)
@@ -152,9 +154,16 @@ class ChromaStore:
 
     # ------------------------------------------------------------------ lifecycle
 
-    def _backend(self, what: str) -> AbstractContextManager[None]:
-        """Turn driver failures into :class:`BackendError` naming the store and the operation."""
-        return backend_errors("chroma", what)
+    @contextmanager
+    def _backend(self, what: str) -> Iterator[None]:
+        """Turn driver failures into :class:`BackendError` naming the store and the operation.
+
+        The embedded client has no per-call timeout: a call made after the search's deadline is an
+        :class:`NLQLTimeoutError` instead (checked before each call, so widening rounds stop there).
+        """
+        deadline.check("chroma", what)
+        with backend_errors("chroma", what):
+            yield
 
     def open(self, dim: int) -> None:
         """Create the collection (cosine HNSW) or attach to an existing one.
@@ -448,6 +457,7 @@ class ChromaStore:
 
     def _query(self, queries: np.ndarray, n_results: int, kwargs: dict[str, Any]) -> list[list[tuple[str, float]]]:
         """Chroma HNSW: per query, ``(id, 1 - cosine distance)`` best first."""
+        deadline.check("chroma", "a knn round")  # each widening round, so a deadline stops the loop
         res = self._col.query(query_embeddings=queries, n_results=n_results, include=["distances"], **kwargs)
         return [
             [(rid, 1.0 - float(d)) for rid, d in zip(ids, dists, strict=True)]

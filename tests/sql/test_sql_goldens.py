@@ -27,6 +27,7 @@ from nlql.plan.planner import build_plan
 from nlql.pushdown import Filter, NativeFilter
 from nlql.sql import explain_sql
 from nlql.sql.dialect import Dialect
+from nlql.sql.duckdb import DuckDBDialect
 from nlql.sql.postgres import PostgresDialect
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "sql"
@@ -50,7 +51,12 @@ def _postgres() -> Target:
     return Target(PostgresDialect(semantic_mode="index"), "pgvector", exact=False)
 
 
-DIALECTS: dict[str, tuple[Callable[[], Target], str]] = {"postgres": (_postgres, ".sql")}
+def _duckdb() -> Target:
+    return Target(DuckDBDialect(dim=384), "duckdb", exact=True)
+
+
+DIALECTS: dict[str, tuple[Callable[[], Target], str]] = {"postgres": (_postgres, ".sql"),
+                                                          "duckdb": (_duckdb, ".duckdb.sql")}
 
 
 def _read(path: Path) -> tuple[str, dict[str, Any]]:

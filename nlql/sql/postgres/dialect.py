@@ -85,6 +85,10 @@ class PostgresDialect(Dialect):
         """The lock under which any store of the database creates or migrates its tables."""
         return sql("SELECT pg_advisory_xact_lock(", Param(LOCK_NAMESPACE, None), ", hashtext('schema'))")
 
+    def delete_documents(self, ids: list[str]) -> list[Fragment]:
+        """Delete whole documents: their sentences go with them (``ON DELETE CASCADE``)."""
+        return [sql("DELETE FROM ", self.docs, " WHERE doc_id = ANY(", Param(ids, "text[]"), ")")]
+
     def bulk_load(self, table: str, columns: Sequence[str], source: str | None = None) -> str:
         """Binary ``COPY … FROM STDIN`` (sent raw: it takes no parameters)."""
         cols = ", ".join(quote_ident(c) for c in columns)

@@ -25,6 +25,7 @@ class SchemaMixin:
     table_prefix: str
     dialect: Any
     _index_ready: bool
+    _vector_oid: int | None
 
     def _run(self, conn: Any, frag: Any) -> Any:
         return conn.execute(*render(self.dialect, frag))

@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from nlql import deadline
 from nlql import values as V
 from nlql.errors import BackendError, NLQLTimeoutError
 from nlql.pushdown import Filter, NativeFilter
@@ -109,7 +110,7 @@ class PgVectorStore(SchemaMixin, TermsMixin, KnnMixin):
                                        semantic_mode="exact" if exact_only else "index")
         self.capabilities = self.dialect.capabilities(
             NAME="pgvector", EXACT=exact_only, SCORE_THRESHOLD=True, BM25=self.bm25, SQL_ARMS=self.bm25,
-            DESCRIBES_DATA=True)
+            DEADLINE=True, DESCRIBES_DATA=True)
         if connection is not None and not connection.autocommit:
             raise ValueError("PgVectorStore needs a connection in autocommit mode "
                              "(it opens its own transactions)")
@@ -145,6 +146,10 @@ class PgVectorStore(SchemaMixin, TermsMixin, KnnMixin):
             try:
                 return fn()
             except self._pg.errors.QueryCanceled as exc:
+                current = deadline.current()
+                if current is not None and current.end is not None:
+                    raise NLQLTimeoutError(f"pgvector: the statement was cancelled at the search's deadline "
+                                           f"({current.timeout} s)", hint="raise timeout= or narrow the query") from exc
                 raise NLQLTimeoutError(
                     f"pgvector: statement timed out after {self.statement_timeout_ms} ms"
                     if self.statement_timeout_ms else f"pgvector: query cancelled: {first_line(exc)}"
@@ -167,12 +172,17 @@ class PgVectorStore(SchemaMixin, TermsMixin, KnnMixin):
 
     @contextmanager
     def _tx(self) -> Iterator[Any]:
-        """A transaction on the (re)opened connection, with the statement timeout set locally."""
+        """A transaction on the (re)opened connection, with the statement timeout set locally: the
+        store's ``statement_timeout_ms``, or the time left to the search's deadline if that is shorter."""
+        ms = int(self.statement_timeout_ms) if self.statement_timeout_ms else None
+        left = deadline.remaining()
+        if left is not None:
+            deadline.check("pgvector", "the statement")
+            ms = max(1, int(left * 1000)) if ms is None else min(ms, max(1, int(left * 1000)))
         conn = self._connection()
         with conn.transaction():
-            if self.statement_timeout_ms:
-                conn.execute("SELECT set_config('statement_timeout', %s, true)",
-                             [str(int(self.statement_timeout_ms))])
+            if ms:
+                conn.execute("SELECT set_config('statement_timeout', %s, true)", [str(ms)])
             yield conn
 
     def _need_open(self) -> None:
@@ -241,7 +251,8 @@ class PgVectorStore(SchemaMixin, TermsMixin, KnnMixin):
                 self._forget_terms(conn, ids)
             else:
                 self._stale_terms(conn)
-            self._run(conn, d.delete_documents(ids))
+            for statement in d.delete_documents(ids):
+                self._run(conn, statement)
             self._run(conn, d.put_meta("meta", "max_seq", str(max(r[1] for r in doc_rows)), keep_max=True))
             cur = conn.cursor()
             with cur.copy(d.bulk_load("docs", ["doc_id", "seq", "text", "metadata", "mflat", "fold", "num",
@@ -273,7 +284,11 @@ class PgVectorStore(SchemaMixin, TermsMixin, KnnMixin):
                     self._forget_terms(conn, ids)
                 else:
                     self._stale_terms(conn)
-                return int(self._run(conn, self.dialect.delete_documents(ids)).rowcount)
+                cur = None
+                for statement in self.dialect.delete_documents(ids):
+                    cur = self._run(conn, statement)
+                assert cur is not None
+                return int(cur.rowcount)
 
         return self._guard(run)
 

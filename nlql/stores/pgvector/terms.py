@@ -6,7 +6,7 @@ and the total length) are written in the same transaction as the rows (terms fro
 
 - a hybrid plan runs as one statement (:mod:`nlql.sql.postgres`, :meth:`PgVectorStore.run_lowered`);
 - every other BM25 score the engine needs is read from the tables per query
-  (:class:`KeywordIndex`, the engine's BM25 source for this store): only the postings of the query's
+  (:class:`~nlql.sql.keyword.KeywordIndex`, the engine's BM25 source for this store): only the postings of the query's
   terms are read, nothing in the engine process grows with the corpus, and an engine in another
   process sees every committed write at once with identical scores (SPEC §10).
 """
@@ -14,87 +14,13 @@ and the total length) are written in the same transaction as the rows (terms fro
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-
 from nlql.sql.codec import escape_text, unescape_text
-from nlql.stores.base import DocRecord, Row
+from nlql.sql.keyword import KeywordIndex
 from nlql.stores.pgvector.driver import render
 
 Terms = dict[tuple[str, int], list[tuple[str, int]]]  # (escaped doc id, position) -> [(term, tf)]
-
-
-def bm25_scores(key: np.ndarray, tf: np.ndarray, df: np.ndarray, length: np.ndarray, n: int, total_len: int,
-                k1: float = 1.2, b: float = 0.75) -> tuple[np.ndarray, np.ndarray]:
-    """SPEC §5's BM25 per row from its postings, with the same float operations in the same order as
-    :class:`nlql.text.bm25.BM25Index` (so the scores are identical): postings sorted by row, then by
-    query term; ``df``/``length`` per posting. Returns (distinct rows ascending, scores)."""
-    if key.size == 0 or n <= 0:
-        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64)
-    big_n = float(n)
-    n_q = df.astype(np.float64)
-    idf = np.log1p((big_n - n_q + 0.5) / (n_q + 0.5))
-    avglen = total_len / n
-    tf = tf.astype(np.float64)
-    length = length.astype(np.float64)
-    norm = k1 * (1.0 - b + b * length / avglen) if avglen > 0 else np.full(key.size, k1 * (1.0 - b))
-    contrib = idf * tf * (k1 + 1.0) / (tf + norm)
-    uniq, inverse = np.unique(key, return_inverse=True)
-    return uniq, np.bincount(inverse, weights=contrib, minlength=uniq.size)
-
-
-class KeywordIndex:
-    """The engine's BM25 source for a pgvector store: every score read from the term tables per query.
-
-    It has the interface of the engine's in-process index (``matches``, ``scores``, ``on_upsert``,
-    ``on_delete``) but keeps no state: writes of any process are visible to the next query.
-    """
-
-    built = True
-
-    def __init__(self, store: Any, analyzer: Any = None) -> None:
-        self.store = store
-        self.analyzer = analyzer  # what the engine passed (None: the default analyzer), for lowering
-
-    def on_upsert(self, docs: Sequence[DocRecord]) -> None:
-        """Nothing to do: the store wrote the terms in the same transaction as the rows."""
-
-    def on_delete(self, doc_ids: Sequence[str]) -> None:
-        """Nothing to do: the store removed the terms in the same transaction as the rows."""
-
-    def _postings(self, text: str, keys: list[int] | None) -> tuple[list[tuple[Any, ...]], int, int]:
-        terms = [escape_text(t) for t in dict.fromkeys(self.store.analyzer.terms(text))]
-        if not terms or keys == []:
-            return [], 0, 0
-        return self.store.keyword_postings(terms, keys)
-
-    def matches(self, text: str) -> tuple[list[tuple[str, int]], np.ndarray]:
-        """Every row that contains a term of ``text``: its (doc_id, position) and BM25 score."""
-        rows, n, total = self._postings(text, None)
-        if not rows:
-            return [], np.zeros(0, dtype=np.float64)
-        uniq, scores = self._score(rows, n, total)
-        where = {r[0]: (unescape_text(r[5]), int(r[6])) for r in rows}
-        return [where[int(k)] for k in uniq], scores
-
-    def scores(self, text: str, keys: Sequence[Any], rows: Sequence[Row]) -> np.ndarray:
-        """BM25 of ``text`` for each row (0.0 where no query term occurs)."""
-        wanted = [int(k) for k in keys]
-        out = np.zeros(len(wanted), dtype=np.float64)
-        found, n, total = self._postings(text, wanted)
-        if not found:
-            return out
-        uniq, scores = self._score(found, n, total)
-        by_key = dict(zip(uniq.tolist(), scores.tolist(), strict=True))
-        out[:] = [by_key.get(k, 0.0) for k in wanted]
-        return out
-
-    @staticmethod
-    def _score(rows: list[tuple[Any, ...]], n: int, total: int) -> tuple[np.ndarray, np.ndarray]:
-        arr = np.array([(r[0], r[2], r[3], r[4]) for r in rows], dtype=np.int64)
-        return bm25_scores(arr[:, 0], arr[:, 1], arr[:, 2], arr[:, 3], n, total)
 
 
 class TermsMixin:
@@ -112,7 +38,7 @@ class TermsMixin:
 
         if not self.bm25 or (analyzer if analyzer is not None else Analyzer()) != self.analyzer:
             return None
-        return KeywordIndex(self, analyzer)
+        return KeywordIndex(self.keyword_postings, self.analyzer, analyzer)
 
     def keyword_postings(self, terms: list[str], keys: list[int] | None) -> tuple[list[tuple[Any, ...]], int, int]:
         """(postings rows ``(key, qi, tf, df, nterms, doc_id, position, n, total_len)``, N, total
