@@ -32,7 +32,8 @@ import os
 import re
 import sqlite3
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -104,12 +105,12 @@ def _error(path: Path, what: str, exc: BaseException | None = None) -> BackendEr
 class DocLog:
     """Documents in a SQLite file; one transaction per write. Use :meth:`attach` or :meth:`create`."""
 
-    def __init__(self, path: Path, db: sqlite3.Connection, *, read_only: bool, legacy_clock: bool) -> None:
+    def __init__(self, path: Path, db: sqlite3.Connection, *, read_only: bool, first_format: bool) -> None:
         self.path = path
         self._db = db
         self.read_only = read_only
         self._lock = threading.RLock()
-        self._has_deleted = not legacy_clock or self._table_exists("deleted")
+        self._has_deleted = not first_format or self._table_exists("deleted")
         self._data_version = self._version()
 
     # ---------------------------------------------------------------------------------- opening
@@ -138,6 +139,9 @@ class DocLog:
         except (sqlite3.Error, OSError) as exc:
             raise _error(path, f"cannot be read ({path.name})", exc) from exc
         writable = os.access(path, os.W_OK) and os.access(directory, os.W_OK)
+        if not tables and not writable:  # an empty file that cannot become a store: as if absent
+            db.close()
+            return None
         if writable:
             db.close()
             try:
@@ -150,12 +154,15 @@ class DocLog:
             except sqlite3.Error as exc:
                 raise _error(path, f"cannot be opened ({path.name})", exc) from exc
         if writable and not tables >= {"deleted"}:
-            try:  # an NLQL file of the first format: add the tombstone table (ours to change)
-                with cls._locked(db):
+            try:  # an empty file, or an NLQL file of the first format: add what is missing (ours to change)
+                with _transaction(db):
                     _create_schema(db)
+                    if not tables:
+                        db.executemany("INSERT OR IGNORE INTO info(key, value) VALUES (?, ?)",
+                                       [("format", FORMAT), ("format_version", FORMAT_VERSION), ("clock", "0")])
             except sqlite3.Error as exc:
                 raise _error(path, f"cannot be upgraded ({path.name})", exc) from exc
-        return cls(path, db, read_only=not writable, legacy_clock="deleted" not in tables)
+        return cls(path, db, read_only=not writable, first_format="deleted" not in tables)
 
     @classmethod
     def create(cls, path: str | Path, dim: int) -> DocLog:
@@ -173,7 +180,7 @@ class DocLog:
             raise _error(path, "cannot be created", exc) from exc
         try:
             db = cls._connect_rw(path)
-            with cls._locked(db):
+            with _transaction(db):
                 tables = cls._inspect(path, db)
                 _create_schema(db)
                 if not tables:  # ours and new: stamp it in the same transaction as the schema
@@ -184,7 +191,7 @@ class DocLog:
             raise
         except sqlite3.Error as exc:
             raise _error(path, f"cannot be created ({path.name})", exc) from exc
-        return cls(path, db, read_only=False, legacy_clock=False)
+        return cls(path, db, read_only=False, first_format=False)
 
     @staticmethod
     def _connect_rw(path: Path) -> sqlite3.Connection:
@@ -239,27 +246,6 @@ class DocLog:
                          "it was left untouched")
         return tables
 
-    @staticmethod
-    def _locked(db: sqlite3.Connection) -> Any:
-        """``BEGIN IMMEDIATE`` … ``COMMIT``, rolled back on failure without hiding why it failed."""
-        from contextlib import contextmanager
-
-        @contextmanager
-        def cm() -> Any:
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                yield
-            except BaseException:
-                if db.in_transaction:  # SQLite may have rolled back itself (a full disk does)
-                    try:
-                        db.execute("ROLLBACK")
-                    except sqlite3.Error:
-                        pass
-                raise
-            db.execute("COMMIT")
-
-        return cm()
-
     def _table_exists(self, name: str) -> bool:
         return self._db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
                                 (name,)).fetchone() is not None
@@ -276,7 +262,7 @@ class DocLog:
 
     def set_info(self, key: str, value: str) -> None:
         self._writable()
-        with self._lock, self._locked(self._db):
+        with self._lock, _transaction(self._db):
             self._db.execute("INSERT OR REPLACE INTO info(key, value) VALUES (?, ?)", (key, value))
 
     def dim(self) -> int | None:
@@ -288,7 +274,7 @@ class DocLog:
         recorded = self.dim()
         if recorded is not None or self.read_only:
             return recorded if recorded is not None else dim
-        with self._lock, self._locked(self._db):
+        with self._lock, _transaction(self._db):
             recorded = _as_dim(self._one("SELECT value FROM info WHERE key = 'dim'"))
             if recorded is None:
                 self._db.execute("INSERT OR REPLACE INTO info(key, value) VALUES ('dim', ?)", (str(int(dim)),))
@@ -331,7 +317,7 @@ class DocLog:
             ]
             for d in docs
         ]
-        with self._lock, self._locked(self._db):
+        with self._lock, _transaction(self._db):
             if dim is not None:
                 recorded = _as_dim(self._one("SELECT value FROM info WHERE key = 'dim'"))
                 if recorded is not None and recorded != dim:
@@ -413,6 +399,22 @@ class DocLog:
     def close(self) -> None:
         with self._lock:
             self._db.close()
+
+
+@contextmanager
+def _transaction(db: sqlite3.Connection) -> Iterator[None]:
+    """``BEGIN IMMEDIATE`` … ``COMMIT``, rolled back on failure without hiding why it failed."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        if db.in_transaction:  # SQLite may have rolled back itself (a full disk does)
+            try:
+                db.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass
+        raise
+    db.execute("COMMIT")
 
 
 def _create_schema(db: sqlite3.Connection) -> None:

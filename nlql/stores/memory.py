@@ -260,6 +260,9 @@ class MatrixStore:
         pass
 
 
+_NO_VECTORS = np.zeros((0, 0), dtype=np.float32)
+
+
 class MemoryStore(MatrixStore):
     """The built-in store: ``MemoryStore()`` in RAM, ``MemoryStore(path)`` persisted to a directory.
 
@@ -367,7 +370,8 @@ class MemoryStore(MatrixStore):
             self._maybe_compact()
             self._sub_cache.clear()
         self._clock = max(self._clock, changes.clock)
-        self._pending.docs.extend(docs)
+        # for the engine's BM25: ids and sentences are enough (no text, metadata or vectors kept)
+        self._pending.docs.extend(DocRecord(d.doc_id, "", {}, d.units, _NO_VECTORS, d.seq) for d in docs)
         self._pending.deleted.extend(changes.deleted)
         self._note_damaged(changes.damaged)
 
