@@ -145,9 +145,9 @@ class Engine:
         warm_up: bool = True,
     ) -> None:
         if embedder is None:
-            from nlql.embedders import SentenceTransformerEmbedder
+            from nlql.embedders import default_embedder
 
-            embedder = SentenceTransformerEmbedder()
+            embedder = default_embedder()
         self.embedder = embedder
         self.store: Store = open_store(store)
         self.reranker = reranker
@@ -159,12 +159,7 @@ class Engine:
         self._arity: dict[str, int | None] = {}
         self._lock = _RWLock()
         self._write_mutex = threading.Lock()
-        try:
-            self.store.open(int(embedder.dim))
-        except NLQLError:
-            raise
-        except Exception as exc:  # a driver error while opening: name the store
-            raise BackendError(self.store.capabilities.NAME, f"cannot open the store: {exc}") from exc
+        analyzer = self._open_store(embedder, analyzer)
         self._bm25 = BM25Sidecar(self.store, analyzer)
         self._executor = Executor(self.store, self._embed_queries, self._bm25, self._functions, chunk_chars)
         if warm_up:
@@ -174,6 +169,30 @@ class Engine:
                 _warm()
             except Exception:  # noqa: BLE001 - warming is an optimisation only
                 pass
+
+    def _open_store(self, embedder: Any, analyzer: Any) -> Any:
+        """Open the store after checking its record (embedder, analyzer); record them if it has none.
+
+        The check comes before ``open`` (so a mismatch changes nothing) and again after it (some
+        stores answer only once open); the record is written before the first vector (issue 17).
+        Returns the engine's analyzer (see :func:`nlql.stores.record.resolve_analyzer`).
+        """
+        from nlql.embedders import embedder_record
+        from nlql.stores import record
+
+        wanted = embedder_record(embedder)
+        try:
+            record.check_embedder(self.store, wanted)
+            resolved = record.resolve_analyzer(self.store, analyzer)
+            if hasattr(self.store, "analyzer"):  # a store with native BM25 takes the engine's analyzer
+                self.store.analyzer = resolved
+            self.store.open(int(embedder.dim))
+            record.adopt(self.store, wanted, resolved)
+        except NLQLError:
+            raise
+        except Exception as exc:  # a driver error while opening: name the store
+            raise BackendError(self.store.capabilities.NAME, f"cannot open the store: {exc}") from exc
+        return resolved
 
     # ------------------------------------------------------------------------------------- ingest
 
@@ -188,9 +207,13 @@ class Engine:
         ids: Sequence[str | None] | None = None,
         metadatas: Sequence[Mapping[str, Any] | None] | None = None,
         batch_size: int = 256,
-        progress: bool = False,
+        progress: Any = False,
     ) -> list[str]:
-        """Add many documents, embedding in batches. Returns their ids (new ids are UUID4 hex)."""
+        """Add many documents, embedding in batches. Returns their ids (new ids are UUID4 hex).
+
+        ``progress=True`` reports sentences embedded, their rate and an ETA on stderr (a bar on a
+        terminal, plain lines otherwise); a :class:`nlql.progress.Progress` object receives them instead.
+        """
         texts = list(texts)
         n = len(texts)
         if ids is not None and len(ids) != n:
@@ -204,12 +227,12 @@ class Engine:
         checked = [_check_metadata(m) for m in metadatas] if metadatas is not None else None
         out_ids = [str(i) if i is not None else uuid.uuid4().hex
                    for i in (ids if ids is not None else [None] * n)]
-        bar = None
-        if progress:
-            from tqdm import tqdm
-
-            bar = tqdm(total=n, unit="doc", desc="ingest")
+        from nlql.progress import make_progress
         from nlql.text.split import split_sentences
+
+        report = make_progress(progress)
+        if report is not None:  # counted first, so the bar has a true total and an ETA from the start
+            report.start(sum(len(split_sentences(t)) for t in texts), documents=n)
 
         batch_size = max(1, int(batch_size))
         for lo in range(0, n, batch_size):
@@ -226,17 +249,17 @@ class Engine:
                     sentences.append(text[s:e])
                 meta = checked[i] if checked is not None else {}
                 docs.append((out_ids[i], text, meta, units))
-            vecs = self._embed_documents(sentences)
+            vecs = self._embed_documents(sentences, report)
             records = []
             row = 0
             for doc_id, text, meta, units in docs:
                 records.append(DocRecord(doc_id, text, meta, units, vecs[row:row + len(units)], 0))
                 row += len(units)
             self._write(records)
-            if bar is not None:
-                bar.update(hi - lo)
-        if bar is not None:
-            bar.close()
+            if report is not None:
+                report.advance(0, documents=hi - lo)
+        if report is not None:
+            report.close()
         return out_ids
 
     def _write(self, records: list[DocRecord]) -> None:
@@ -266,10 +289,19 @@ class Engine:
         except Exception as exc:
             raise BackendError(self.store.capabilities.NAME, f"{method} failed: {exc}") from exc
 
-    def _embed_documents(self, sentences: list[str]) -> np.ndarray:
+    def _embed_documents(self, sentences: list[str], report: Any = None) -> np.ndarray:
         if not sentences:
             return np.zeros((0, int(self.embedder.dim)), dtype=np.float32)
-        mat = np.asarray(self.embedder.embed(sentences), dtype=np.float32)
+        if report is None:
+            mat = np.asarray(self.embedder.embed(sentences), dtype=np.float32)
+        else:  # in chunks, each reported as it is done (nlql.progress)
+            from nlql.progress import chunks
+
+            parts = []
+            for lo, hi in chunks(len(sentences)):
+                parts.append(np.asarray(self.embedder.embed(sentences[lo:hi]), dtype=np.float32))
+                report.advance(hi - lo)
+            mat = np.concatenate(parts)
         norms = np.linalg.norm(mat, axis=1, keepdims=True)
         return np.ascontiguousarray(np.divide(mat, norms, out=np.zeros_like(mat), where=norms > 0))
 

@@ -32,12 +32,25 @@ import time
 from collections.abc import Callable
 from typing import IO, Any, Protocol, runtime_checkable
 
-__all__ = ["PlainProgress", "Progress", "TerminalProgress", "format_seconds", "make_progress"]
+__all__ = ["PlainProgress", "Progress", "TerminalProgress", "chunks", "format_seconds", "make_progress"]
 
 #: Sentences embedded per call while progress is shown: small enough that the first report (and so
 #: the ETA) comes within seconds on a slow CPU, large enough that batching by length still pays.
 FIRST_CHUNK = 64
 CHUNK = 256
+
+
+def chunks(n: int) -> list[tuple[int, int]]:
+    """``[lo, hi)`` ranges over ``n`` sentences: a small first chunk (an early first report), then larger.
+
+    >>> chunks(400)
+    [(0, 64), (64, 320), (320, 400)]
+    """
+    out, lo, size = [], 0, FIRST_CHUNK
+    while lo < n:
+        out.append((lo, min(n, lo + size)))
+        lo, size = lo + size, CHUNK
+    return out
 
 
 @runtime_checkable

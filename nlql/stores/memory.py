@@ -94,6 +94,7 @@ class MatrixStore:
         self._matrix = np.zeros((0, 0), dtype=np.float32)
         self._sub_cache: OrderedDict[tuple[int, Any], tuple[np.ndarray, np.ndarray]] = OrderedDict()
         self._lock = threading.RLock()
+        self._info: dict[str, str] = {}
 
     # -------------------------------------------------------------------------------------- writing
 
@@ -232,6 +233,12 @@ class MatrixStore:
             idx = np.asarray(keys, dtype=np.int64)
             return matmul_t(vectors, self.matrix[idx])
 
+    def get_info(self, key: str) -> str | None:
+        return self._info.get(key)
+
+    def set_info(self, key: str, value: str) -> None:
+        self._info[key] = str(value)
+
     def close(self) -> None:
         pass
 
@@ -262,6 +269,17 @@ class MemoryStore(MatrixStore):
         super().open(dim)
         if self._log is not None and self._log.get_info("dim") is None:
             self._log.set_info("dim", str(dim))
+
+    def get_info(self, key: str) -> str | None:
+        if self._log is not None:
+            return self._log.get_info(key)
+        return super().get_info(key)
+
+    def set_info(self, key: str, value: str) -> None:
+        if self._log is not None:
+            self._log.set_info(key, str(value))  # committed at once: on disk before any vector
+        else:
+            super().set_info(key, value)
 
     def upsert(self, docs: Sequence[DocRecord]) -> None:
         with self._lock:
