@@ -3,8 +3,9 @@
 ``Engine.add_texts(progress=True)`` counts every sentence before embedding the first one, then reports
 after each chunk it embeds, so the rate and the ETA appear within the first seconds even when one batch
 of long documents takes minutes. On a terminal the report is a live bar (tqdm) on stderr; when stderr
-is not a terminal (a pipe, a log file, CI) it is plain lines, one every ``interval`` seconds and one at
-the end, so a piped ingest is never silent::
+is not a terminal (a pipe, a log file, CI) it is plain lines, one after the first chunk, then one every
+``interval`` seconds (``NLQL_PROGRESS_INTERVAL``, default 10) and one at the end, so a piped ingest is
+never silent::
 
     ingest: 1,024/23,571 sentences (4%), 48/3,146 documents, 312 sentences/s, eta 1m12s
     ingest: done, 23,571 sentences of 3,146 documents in 1m15s (314 sentences/s)
@@ -27,6 +28,7 @@ ingest: done, 100 sentences of 4 documents in 4s (25 sentences/s)
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -192,7 +194,13 @@ def make_progress(progress: Any, *, label: str = "ingest", stream: IO[str] | Non
             tty = bool(out.isatty())
         except (AttributeError, ValueError):
             tty = False
-        return TerminalProgress(out, label=label) if tty else PlainProgress(out, label=label)
+        if tty:
+            return TerminalProgress(out, label=label)
+        try:  # NLQL_PROGRESS_INTERVAL: seconds between plain lines (default 10)
+            interval = float(os.environ.get("NLQL_PROGRESS_INTERVAL", "") or 10.0)
+        except ValueError:
+            interval = 10.0
+        return PlainProgress(out, label=label, interval=interval)
     if isinstance(progress, Progress):
         return progress
     raise TypeError("progress must be a bool or an object with start(), advance() and close()")
