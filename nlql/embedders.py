@@ -388,6 +388,8 @@ class SentenceTransformerEmbedder:
             self._dim = self._model_dim(model)
             base = _object_name(model, "sentence-transformer")
         self.name = name or (base if precision == "fp32" else f"{base}@bf16")
+        #: The vector space (bf16 vectors reproduce fp32 ones to cosine 0.99998, so they share it).
+        self.model_id = name or base
 
     def __repr__(self) -> str:
         return f"SentenceTransformerEmbedder(name={self.name!r}, device={self.device!r}, precision={self.precision!r})"
@@ -939,6 +941,7 @@ class OpenAIEmbedder:
         self.backoff = float(backoff)
         self.max_backoff = float(max_backoff)
         self.name = name or f"openai:{model}"
+        self.model_id = self.name
         self._dim = int(dim) if dim is not None else None
         self._headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if api_key:
@@ -1102,6 +1105,10 @@ class CachedEmbedder:
     @property
     def name(self) -> str:
         return str(getattr(self.inner, "name", type(self.inner).__name__))
+
+    @property
+    def model_id(self) -> str:
+        return str(getattr(self.inner, "model_id", None) or self.name)
 
     def _key(self, text: str) -> bytes:
         return hashlib.sha256(f"{self.name}\x00{text}".encode("utf-8", "surrogatepass")).digest()
