@@ -337,7 +337,7 @@ def build_mcp_server(engine: Engine, name: str = "nlql") -> Any:
     with ``server.run("stdio")`` (what ``nlql mcp --store DIR`` does).
 
     Raises:
-        MissingDependencyError: The ``mcp`` package is not installed (``pip install 'nlql[mcp]'``).
+        MissingDependencyError: The ``mcp`` package is not installed (``pip install 'nlql-engine[mcp]'``).
     """
     try:
         from mcp.server.mcpserver import MCPServer as Server

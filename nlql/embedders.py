@@ -478,7 +478,7 @@ class SentenceTransformerEmbedder:
 # OnnxEmbedder
 
 #: Bumped whenever the exported graph changes (inputs, outputs, pooling): older cache entries are ignored.
-ONNX_EXPORT_FORMAT = 1
+ONNX_EXPORT_FORMAT = 2
 #: The files of a sentence-transformers model directory that decide its vectors (hashed for the cache key).
 _MODEL_FILES = ("config.json", "model.safetensors", "pytorch_model.bin", "tokenizer.json",
                 "sentence_bert_config.json", "modules.json", "1_Pooling/config.json")
@@ -601,7 +601,10 @@ def export_onnx(model_dir: str | os.PathLike[str], out: str | os.PathLike[str]) 
     pooling = _pooling(src)
     _use_offline_hub(str(src))
     with _quiet_loading():
-        bert = AutoModel.from_pretrained(str(src), local_files_only=True)
+        try:  # plain attention ops: the pattern ONNX Runtime's transformer optimizer fuses (below)
+            bert = AutoModel.from_pretrained(str(src), local_files_only=True, attn_implementation="eager")
+        except (TypeError, ValueError):
+            bert = AutoModel.from_pretrained(str(src), local_files_only=True)
     bert.eval()
     takes_types = int(getattr(bert.config, "type_vocab_size", 0) or 0) > 0
 
@@ -637,9 +640,34 @@ def export_onnx(model_dir: str | os.PathLike[str], out: str | os.PathLike[str]) 
                                             output_names=["sentence_embedding"], dynamo=True,
                                             dynamic_shapes={n: {0: batch, 1: tokens} for n in names})
                 program.save(str(tmp), external_data=False)
+        _fuse(tmp, int(getattr(bert.config, "num_attention_heads", 0) or 0),
+              int(getattr(bert.config, "hidden_size", 0) or 0))
 
     _replace_atomically(dst, write)
     return dst
+
+
+def _fuse(path: Path, heads: int, hidden: int) -> None:
+    """Fuse attention, GELU and layer norms in place with ONNX Runtime's transformer optimizer.
+
+    Measured (bench/embed.py): 1.1-1.3x the throughput of the unfused graph, the same vectors. A model
+    the optimizer does not know keeps its unfused graph.
+    """
+    try:
+        from onnxruntime.transformers import optimizer
+    except ImportError:
+        return
+    level = logging.getLogger().level
+    logging.getLogger().setLevel(logging.WARNING)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            fused = optimizer.optimize_model(str(path), model_type="bert", num_heads=heads, hidden_size=hidden)
+            fused.save_model_to_file(str(path))
+    except Exception as exc:  # noqa: BLE001 - fusion is an optimisation: keep the plain graph
+        _log.info("nlql: ONNX fusion skipped (%s)", exc)
+    finally:
+        logging.getLogger().setLevel(level)
 
 
 def quantize_onnx(src: str | os.PathLike[str], out: str | os.PathLike[str]) -> Path:
@@ -653,9 +681,13 @@ def quantize_onnx(src: str | os.PathLike[str], out: str | os.PathLike[str]) -> P
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             level = logging.getLogger().level
-            logging.getLogger().setLevel(logging.WARNING)  # the quantizer logs every tensor at INFO
+            logging.getLogger().setLevel(logging.ERROR)  # the quantizer logs every tensor, and advice
             try:
-                quantize_dynamic(str(src), str(tmp), weight_type=QuantType.QInt8, per_channel=True)
+                import onnx
+
+                # fused operators come from another domain: their outputs' type is float
+                quantize_dynamic(str(src), str(tmp), weight_type=QuantType.QInt8, per_channel=True,
+                                 extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
             finally:
                 logging.getLogger().setLevel(level)
 

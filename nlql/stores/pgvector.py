@@ -644,7 +644,7 @@ class PgVectorStore:
             to run in SQL; opening a table built with another analyzer rebuilds the term table.
 
     Raises:
-        MissingDependencyError: psycopg 3 is not installed (``pip install 'nlql[pgvector]'``).
+        MissingDependencyError: psycopg 3 is not installed (``pip install 'nlql-engine[pgvector]'``).
     """
 
     def __init__(self, dsn: str | None = None, *, connection: Any = None, table_prefix: str = "nlql",
