@@ -24,7 +24,8 @@ Data sets:
 
 Every set runs with the default English analyzer (stopwords + stemming), then BM25 and RRF again with the
 ``plain`` analyzer of earlier versions, and a small fusion sweep (``k => 10``, weights ``[2, 1]`` and
-``[1, 2]``) beside the default ``RRF(s, k, k => 60)``. Headline: nDCG@10 and recall@10.
+``[1, 2]``, and ``k => 10, weights => [3, 1]``) beside the default ``RRF(s, k, k => 60)``. Headline:
+nDCG@10 and recall@10; ``verdict`` says for each fusion setting whether it reaches the best single arm.
 
 The embedder is the real all-MiniLM-L6-v2 (offline) behind an on-disk cache (``bench/.cache``), so a
 rerun does not re-embed; ``--embedder hash`` uses the hash embedder (fast, for smoke tests). No
@@ -76,11 +77,14 @@ SWEEP: dict[str, str] = {
                 "f = RRF(s, k, k => 60, weights => [2, 1]) ORDER BY f DESC LIMIT {limit}",
     "rrf_bm2": "SELECT DOCUMENT LET s = SIMILARITY(content, $q), k = BM25(content, $q), "
                "f = RRF(s, k, k => 60, weights => [1, 2]) ORDER BY f DESC LIMIT {limit}",
+    "rrf_k10_sim3": "SELECT DOCUMENT LET s = SIMILARITY(content, $q), k = BM25(content, $q), "
+                    "f = RRF(s, k, k => 10, weights => [3, 1]) ORDER BY f DESC LIMIT {limit}",
 }
 QUERIES.update(SWEEP)
 LABELS = {"similarity": "SIMILARITY (MiniLM)", "bm25": "BM25", "rrf": "RRF(SIMILARITY, BM25, k => 60)",
           "rrf_k10": "RRF(…, k => 10)", "rrf_sim2": "RRF(…, weights => [2, 1])",
-          "rrf_bm2": "RRF(…, weights => [1, 2])", "rerank": "RRF + cross-encoder rerank"}
+          "rrf_bm2": "RRF(…, weights => [1, 2])", "rrf_k10_sim3": "RRF(…, k => 10, weights => [3, 1])",
+          "rerank": "RRF + cross-encoder rerank"}
 HEADLINE = ("ndcg@10", "recall@10")
 
 
@@ -573,6 +577,10 @@ def run_set(ds: BeirSet, kind: str, embedder_kind: str, out_path: Path) -> dict[
         "plain_analyzer": {m: {k: v for k, v in row.items() if k != "query"}
                            for m, row in plain["methods"].items() if row.get("available") is not False},
         "verdict": [verdict(result, m) for m in headline],
+        "fusion_at_least_best_arm": {
+            f: all(result["methods"][f][m] >= max(result["methods"]["similarity"][m], result["methods"]["bm25"][m])
+                   for m in headline)
+            for f in ("rrf", *SWEEP)},
         "total_s": round(time.perf_counter() - started, 1),
     }
     stamp_end(out, started)

@@ -284,7 +284,8 @@ def _why_not(d: Mapping[str, Any], v: Mapping[str, Any], wins: Sequence[str] = (
 
 _METHOD_LABELS = {"similarity": "SIMILARITY", "bm25": "BM25", "rrf": "RRF(SIMILARITY, BM25, k => 60)",
                   "rrf_k10": "RRF(…, k => 10)", "rrf_sim2": "RRF(…, k => 60, weights => [2, 1])",
-                  "rrf_bm2": "RRF(…, k => 60, weights => [1, 2])", "rerank": "RRF + cross-encoder rerank"}
+                  "rrf_bm2": "RRF(…, k => 60, weights => [1, 2])",
+                  "rrf_k10_sim3": "RRF(…, k => 10, weights => [3, 1])", "rerank": "RRF + cross-encoder rerank"}
 
 
 def section_quality(d: Mapping[str, Any], results: Path, heading: str = "## 3. Retrieval quality",
@@ -330,6 +331,11 @@ def section_quality(d: Mapping[str, Any], results: Path, heading: str = "## 3. R
         else:
             notes.append(_why_not(d, v, wins))
     out.extend(notes)
+    fus = d.get("fusion_at_least_best_arm")
+    if fus:
+        ok = [_METHOD_LABELS.get(f, f) for f, v in fus.items() if v]
+        out.append("Fusion settings at least as good as the best single arm on "
+                   f"{' and '.join(d.get('headline_metrics', []))}: " + (", ".join(f"`{x}`" for x in ok) or "none") + ".")
     out.append("The cross-encoder row is not measured: `CrossEncoderReranker` needs a cross-encoder model, "
                "none ships offline in this environment, and the network is closed.")
     queries = {m: row["query"] for m, row in d.get("methods", {}).items() if row.get("available", True)}
