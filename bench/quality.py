@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Retrieval quality of NLQL's scoring arms: SIMILARITY alone, BM25 alone, and their RRF (issue 7).
+"""Retrieval quality of NLQL's scoring arms: SIMILARITY alone, BM25 alone, and their RRF (issue 7),
+and ``engine.ask`` with the default router (issue 14).
 
 Every run goes through NLQL on an :class:`~nlql.Engine` with ``SELECT DOCUMENT`` (each passage is one
 document; a document scores as its best sentence, SPEC §6):
@@ -84,7 +85,7 @@ QUERIES.update(SWEEP)
 LABELS = {"similarity": "SIMILARITY (MiniLM)", "bm25": "BM25", "rrf": "RRF(SIMILARITY, BM25, k => 60)",
           "rrf_k10": "RRF(…, k => 10)", "rrf_sim2": "RRF(…, weights => [2, 1])",
           "rrf_bm2": "RRF(…, weights => [1, 2])", "rrf_k10_sim3": "RRF(…, k => 10, weights => [3, 1])",
-          "rerank": "RRF + cross-encoder rerank"}
+          "rerank": "RRF + cross-encoder rerank", "routed": "engine.ask (default router)"}
 HEADLINE = ("ndcg@10", "recall@10")
 
 
@@ -507,7 +508,7 @@ def evaluate(ds: BeirSet, embedder: Any, methods: Sequence[str] = tuple(QUERIES)
     out: dict[str, Any] = {"n_queries": len(qids), "n_passages": len(doc_ids), "index_s": round(index_s, 2),
                            "methods": {}}
     ranked_by: dict[str, list[list[str]]] = {}
-    for method in methods:
+    for method in (m for m in methods if m in QUERIES):
         query = QUERIES[method].format(limit=limit)
         t = time.perf_counter()
         ranked_by[method] = [[h.doc_id for h in engine.search(query, params={"q": text})] for text in texts]
@@ -521,10 +522,83 @@ def evaluate(ds: BeirSet, embedder: Any, methods: Sequence[str] = tuple(QUERIES)
     if "similarity" in ranked_by and "bm25" in ranked_by:
         out["arms_top10"] = arms_overlap(qids, ds.qrels, ranked_by["similarity"], ranked_by["bm25"], 10)
     out["analyzer"] = engine._bm25.analyzer.name
+    if "routed" in methods:
+        out["methods"]["routed"] = routed_row(engine, ds, qids, texts)
     out["methods"]["rerank"] = {"query": "RRF as above + CrossEncoderReranker", "available": False,
                                 "note": "not available offline: no cross-encoder model ships in this "
                                         "environment and the network is closed"}
     engine.close()
+    return out
+
+
+def routed_row(engine: Any, ds: BeirSet, qids: Sequence[str], texts: Sequence[str]) -> dict[str, Any]:
+    """``engine.ask(question)`` with the default router (issue 14), scored like the other rows.
+
+    The routed templates return passages (``SPAN(SENTENCE, window => 1)``, LIMIT 10), so the ranking is
+    the distinct documents in the order their first passage comes: at most 10, and recall@100 and
+    nDCG@10 are over those. ``floor`` says how the honest-empty floor (``sem >= SIMILARITY_FLOOR``) cuts
+    this set: the share of relevant passages whose best sentence reaches it, and of (query, passage)
+    pairs that are not relevant that do.
+    """
+    from collections import Counter
+
+    from nlql.route import SIMILARITY_FLOOR, default_router
+
+    ranked: list[list[str]] = []
+    intents: Counter[str] = Counter()
+    t = time.perf_counter()
+    for text in texts:
+        hits = engine.ask(text)
+        intents[hits.route.intent] += 1
+        ranked.append(list(dict.fromkeys(h.doc_id for h in hits)))
+    elapsed = time.perf_counter() - t
+    row: dict[str, Any] = {"query": "engine.ask(question): " + " | ".join(
+        f"{i}: {default_router().templates[i]}" for i in sorted(intents)).replace("\n", " ")}
+    for name, fn, k in METRICS:
+        total = sum(fn(r, ds.qrels[q], k) for q, r in zip(qids, ranked, strict=True))
+        row[name] = round(total / max(1, len(qids)), 4)
+    row["ms_per_query"] = round(elapsed * 1000 / max(1, len(qids)), 2)
+    row["intents"] = dict(sorted(intents.items()))
+    row["empty_answers"] = sum(1 for r in ranked if not r)
+    row["without_where"] = _routed_without_where(engine, ds, qids, texts)
+    best = "SELECT DOCUMENT LET s = SIMILARITY(content, $q)"
+    rel_hit = non_hit = non_total = 0
+    for q, text in zip(qids, texts, strict=True):
+        rels = {d for d, g in ds.qrels[q].items() if g > 0}
+        for h in engine.search(best, params={"q": text}):
+            above = (h.scores["s"] or 0.0) >= SIMILARITY_FLOOR
+            if h.doc_id in rels:
+                rel_hit += above
+            else:
+                non_total += 1
+                non_hit += above
+    n_rel = sum(1 for q in qids for g in ds.qrels[q].values() if g > 0)
+    row["floor"] = {"similarity_floor": SIMILARITY_FLOOR,
+                    "relevant_at_or_above": round(rel_hit / max(1, n_rel), 4),
+                    "non_relevant_pairs_at_or_above": round(non_hit / max(1, non_total), 5)}
+    return row
+
+
+def _routed_without_where(engine: Any, ds: BeirSet, qids: Sequence[str], texts: Sequence[str]) -> dict[str, Any]:
+    """The routed queries with their WHERE (the honest-empty condition) removed: what that condition costs
+    in quality and time."""
+    import dataclasses
+
+    from nlql.parser import parse
+
+    plain = []
+    for text in texts:
+        route = engine.route(text)
+        plain.append((dataclasses.replace(parse(route.query), where=None), route.params))
+    t = time.perf_counter()
+    ranked = [list(dict.fromkeys(h.doc_id for h in engine.search(q, params=p))) for q, p in plain]
+    elapsed = time.perf_counter() - t
+    out: dict[str, Any] = {}
+    for name, fn, k in METRICS:
+        if k == 10:
+            out[name] = round(sum(fn(r, ds.qrels[q], k) for q, r in zip(qids, ranked, strict=True))
+                              / max(1, len(qids)), 4)
+    out["ms_per_query"] = round(elapsed * 1000 / max(1, len(qids)), 2)
     return out
 
 
@@ -564,7 +638,7 @@ def run_set(ds: BeirSet, kind: str, embedder_kind: str, out_path: Path) -> dict[
     started = time.perf_counter()
     log(f"[quality] {ds.name}: {len(ds.judged_queries())} queries, {len(ds.corpus)} passages, {embedder_kind}")
     embedder = make_embedder(embedder_kind)
-    result = evaluate(ds, embedder)
+    result = evaluate(ds, embedder, methods=(*QUERIES, "routed"))
     plain = evaluate(ds, embedder, methods=("bm25", "rrf"), analyzer="plain")
     headline = ("ndcg@10", "recall@100") if kind == "BEIR" else HEADLINE
     out: dict[str, Any] = {

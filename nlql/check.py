@@ -17,11 +17,19 @@ import difflib
 import math
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Any
 
 from nlql.errors import CheckError, Diagnostic, NLQLError
-from nlql.functions import BUILTINS, SCORE_FUNCTIONS, FunctionSig, parse_duration
+from nlql.functions import (
+    BUILTINS,
+    FUSION_FUNCTIONS,
+    SCORE_FUNCTIONS,
+    TEXT_SCORES,
+    FunctionSig,
+    parse_duration,
+)
 from nlql.ir import (
     BUILTIN_FIELDS,
     Between,
@@ -49,7 +57,7 @@ from nlql.parser import MAX_DEPTH, MAX_LIST_ITEMS, parse
 from nlql.render import quote_key, render_expr
 from nlql.span import Span
 
-__all__ = ["check", "validate"]
+__all__ = ["BindingFacts", "CheckedQuery", "check", "check_query", "validate"]
 
 _SCHEMA_TYPES = {
     "number": "number", "int": "number", "integer": "number", "float": "number", "double": "number",
@@ -82,7 +90,9 @@ def check(
             None means "not known yet": nothing is said about parameters. A mapping (even empty) means
             these are all the parameters: a missing or unused one is a problem, and values are checked.
         schema: Metadata key → type (``number``, ``string``, ``date``, ``bool``, ``list``), used for
-            type errors such as ``meta.year == "abc"``. Dotted keys name nested paths.
+            type errors such as ``meta.year == "abc"``. Dotted keys name nested paths. Or a
+            :class:`nlql.schema.Schema` (``engine.schema()``, kept from an earlier session): a valid query
+            then gets its data warnings (``severity="warning"``: unknown keys, types never seen).
         functions: User functions registered on an engine: name → arity (None for variadic).
 
     Returns:
@@ -98,16 +108,59 @@ def check(
         q = query
     else:
         raise TypeError(f"check() needs query text or a Query, not {type(query).__name__}")
+    from nlql.schema import Schema, data_warnings
+
+    if isinstance(schema, Schema):
+        diags = _Checker(q, params, None, functions).run()
+        if any(d.severity == "error" for d in diags):
+            return diags
+        return sorted([*diags, *data_warnings(q, schema)], key=lambda d: (d.line == 0, d.line, d.column))
     return _Checker(q, params, schema, functions).run()
 
 
-def validate(
+@dataclass(frozen=True)
+class BindingFacts:
+    """What the checker found out about one LET binding; the planner reads it instead of re-deriving.
+
+    Attributes:
+        name: The binding's name.
+        type: Its checker type: ``number``, ``score``, ``string``, ``datetime``, ``bool``, ``list`` or ``any``.
+        score: Its value is a score: a score call, a score binding, or arithmetic / IF over one. A
+            comparison of a score (``SIMILARITY(…) > 2``) is a boolean, not a score.
+        fusion: It reads a fusion score (RRF / INTERLEAVE), itself or through another binding.
+    """
+
+    name: str
+    type: str
+    score: bool
+    fusion: bool
+
+
+@dataclass(frozen=True)
+class CheckedQuery:
+    """A query that passed :func:`check`, with the facts found on the way (what :func:`check_query` returns)."""
+
+    query: Query
+    bindings: Mapping[str, BindingFacts]  # in LET order
+
+    @property
+    def score_bindings(self) -> tuple[str, ...]:
+        """Bindings whose value is a score, in LET order (the first one is the default ORDER BY)."""
+        return tuple(n for n, b in self.bindings.items() if b.score)
+
+    @property
+    def fusion_bindings(self) -> frozenset[str]:
+        """Bindings that read a fusion score (their conditions apply after fusion)."""
+        return frozenset(n for n, b in self.bindings.items() if b.fusion)
+
+
+def check_query(
     query: str | Query,
     params: Mapping[Any, Any] | None = None,
     schema: Mapping[str, str] | None = None,
     functions: Mapping[str, int | None] | None = None,
-) -> Query:
-    """Parse and check a query for execution; raise on any problem.
+) -> CheckedQuery:
+    """Parse and check a query for execution; raise on any problem; return it with its facts.
 
     Unlike :func:`check`, parameters are always enforced: ``params=None`` means none are bound, so a
     ``$param`` in the query is an error.
@@ -119,7 +172,7 @@ def validate(
         functions: User functions (name → arity), as for :func:`check`.
 
     Returns:
-        The parsed query.
+        The parsed query and each binding's type and score-ness (:class:`CheckedQuery`).
 
     Raises:
         NLQLSyntaxError: The text does not parse.
@@ -128,10 +181,30 @@ def validate(
     """
     source = query if isinstance(query, str) else None
     q = parse(query) if isinstance(query, str) else query
-    diagnostics = check(q, params if params is not None else {}, schema, functions)
+    if not isinstance(q, Query):
+        raise TypeError(f"check_query() needs query text or a Query, not {type(query).__name__}")
+    checker = _Checker(q, params if params is not None else {}, schema, functions)
+    diagnostics = checker.run()
     if diagnostics:
         raise CheckError(diagnostics, source)
-    return q
+    return checker.facts()
+
+
+def validate(
+    query: str | Query,
+    params: Mapping[Any, Any] | None = None,
+    schema: Mapping[str, str] | None = None,
+    functions: Mapping[str, int | None] | None = None,
+) -> Query:
+    """Parse and check a query for execution; raise on any problem (:func:`check_query` without the facts).
+
+    Returns:
+        The parsed query.
+
+    Raises:
+        NLQLSyntaxError, LimitError, CheckError: As :func:`check_query`.
+    """
+    return check_query(query, params, schema, functions).query
 
 
 # -------------------------------------------------------------------------------------------- helpers
@@ -288,6 +361,22 @@ class _Checker:
                     self._report(None, f"unused parameter ${name}", "remove it from params or use it in the query",
                                  code="param")
         return sorted(self.diagnostics, key=lambda d: (d.span is None, d.span.start if d.span else 0))
+
+    def facts(self) -> CheckedQuery:
+        """The binding facts of a checked query (call after :meth:`run`)."""
+        fusion = {name for name, b in self.bindings.items()
+                  if any(isinstance(n, Call) and n.name.upper() in FUSION_FUNCTIONS for n in b.expr.walk())}
+        changed = True
+        while changed:  # a binding that uses a fusion binding reads a fusion score too
+            changed = False
+            for name, b in self.bindings.items():
+                if name not in fusion and any(isinstance(n, Ref) and n.name in fusion for n in b.expr.walk()):
+                    fusion.add(name)
+                    changed = True
+        facts = {name: BindingFacts(name, self.types.get(name, "any"), self.score_memo.get(name, False),
+                                    name in fusion)
+                 for name in self.bindings}
+        return CheckedQuery(self.query, facts)
 
     def _report(self, node: Node | Span | None, message: str, hint: str | None = None, code: str = "check") -> None:
         span = node if isinstance(node, Span) or node is None else node.span
@@ -551,14 +640,18 @@ class _Checker:
         if name.lower() == "meta":
             self._report(ref, "'meta' needs a key", "write meta.<key>, e.g. meta.author", code="name")
             return
-        close = difflib.get_close_matches(name, [*self.bindings, *BUILTIN_FIELDS], n=1, cutoff=0.75)
-        if close:
-            hint = f"did you mean '{close[0]}'?"
-        elif name.upper() in BUILTINS or name.upper() in self.functions:
+        from nlql.schema import closest
+
+        # one ranking by edit distance over bindings, built-in fields and metadata keys; ties go to the
+        # earlier group, so `rr` with a binding `r` suggests r, not meta.rr
+        names = [*self.bindings, *BUILTIN_FIELDS]
+        best = closest(name, [*names, *self.schema])
+        if name.upper() in BUILTINS or name.upper() in self.functions:
             hint = f"did you mean {name.upper()}(…)? functions need parentheses"
+        elif best is not None and best in names:
+            hint = f"did you mean '{best}'?"
         else:
-            keys = difflib.get_close_matches(name, list(self.schema), n=1, cutoff=0.75)
-            key = keys[0] if keys else name
+            key = best if best is not None else name
             hint = f"did you mean meta.{'.'.join(quote_key(k) for k in key.split('.'))}?"
         self._report(ref, f"unknown name '{name}'", hint, code="name")
 
@@ -677,14 +770,14 @@ class _Checker:
             self._report(e, f"{name} takes {sig.arity()}, got {n}", _ARITY_HINTS.get(name), code="arity")
         self._kwargs(e, sig)
         # `RRF(a, b, k = 60)` is a mistyped named argument: reported once, by _fusion, not as unknown name k.
-        types = ["any" if name in ("RRF", "INTERLEAVE") and _misnamed_kwarg(arg) else self._expr(arg, d)
+        types = ["any" if name in FUSION_FUNCTIONS and _misnamed_kwarg(arg) else self._expr(arg, d)
                  for arg in e.args]
         for _, value in e.kwargs:
             self._expr(value, d)
-        if name in ("SIMILARITY", "BM25"):
+        if name in TEXT_SCORES:
             self._score_call(e, name)
-        elif name in ("RRF", "INTERLEAVE"):
-            self._fusion(e, name)
+        elif name in FUSION_FUNCTIONS:
+            self._fusion(e, name, types)
         elif name == "IF":
             if n == 3:
                 self._condition(e.args[0], types[0], "the first argument of IF")
@@ -738,6 +831,10 @@ class _Checker:
             seen.add(key)
             if key in sig.named_args:
                 continue
+            if key in _ARM_KWARGS:
+                what, hint = _ARM_KWARGS[key]
+                self._report(value, f"{sig.name} has no {key}: {what}", hint, code="arity")
+                continue
             if not sig.named:
                 self._report(value, f"{sig.name} takes no named arguments", code="arity")
                 continue
@@ -747,6 +844,7 @@ class _Checker:
             self._report(value, f"{sig.name} has no named argument '{key}'", hint, code="arity")
 
     def _score_call(self, e: Call, name: str) -> None:
+        self._arm_min(e, name)
         if not e.args:
             return
         field = e.args[0]
@@ -786,18 +884,17 @@ class _Checker:
         options = "a string literal or a $parameter" + ("" if in_list or not allow_list else ", or a list of them")
         self._report(text, f"{what} of {name} must be {options}", code="score")
 
-    def _fusion(self, e: Call, name: str) -> None:
-        for arg in e.args:
-            if isinstance(arg, Ref):
-                if arg.name in self.bindings and not self._is_score(arg):
-                    self._report(arg, f"{name} fuses score bindings; '{arg.name}' is not a score",
-                                 'bind a score first, e.g. LET s = SIMILARITY(content, "…")', code="score")
-                continue
-            hint = f"bind it first: LET s = {_short(arg)}, then {name}(s, …)"
+    def _fusion(self, e: Call, name: str, types: list[str]) -> None:
+        for arg, t in zip(e.args, types, strict=False):
             if _misnamed_kwarg(arg):
                 assert isinstance(arg, Compare) and isinstance(arg.left, Ref)
-                hint = f"named arguments use =>: {arg.left.name} => {_short(arg.right)}"
-            self._report(arg, f"the arguments of {name} must be names of score bindings", hint, code="score")
+                self._report(arg, f"the arguments of {name} are arms, not settings",
+                             f"named arguments use =>: {arg.left.name} => {_short(arg.right)}", code="score")
+            elif t not in _NUMERIC and t != "any":
+                self._report(arg, f"an arm of {name} must be a number or a score, not {_A[t]}",
+                             f'e.g. {name}(sem, kw, RECENCY(meta.date)): each arm ranks rows by its value',
+                             code="score")
+        self._window(e.kwarg("window"), name)
         if name != "RRF":
             return
         k = e.kwarg("k")
@@ -810,6 +907,29 @@ class _Checker:
         weights = e.kwarg("weights")
         if weights is not None:
             self._weights(weights, len(e.args))
+
+    def _window(self, w: Node | None, name: str) -> None:
+        """``window => n``: how deep each arm of a fusion ranks; a whole number ≥ 1."""
+        if w is None:
+            return
+        value = self._constant(w) if isinstance(w, (Literal, Param)) else _UNBOUND
+        if isinstance(w, Param) and self._param_value(w) is _UNBOUND:
+            return
+        if not (isinstance(w, (Literal, Param)) and _whole(value) and value >= 1):
+            self._report(w, f"{name} window must be a whole number of rows, at least 1",
+                         f"e.g. {name}(sem, kw, window => 200)", code="score")
+
+    def _arm_min(self, e: Call, name: str) -> None:
+        """``min => x`` on SIMILARITY / BM25: a number (rows below it are out of that arm)."""
+        m = e.kwarg("min")
+        if m is None:
+            return
+        if isinstance(m, Param) and self._param_value(m) is _UNBOUND:
+            return
+        value = self._constant(m) if isinstance(m, (Literal, Param)) else None
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            self._report(m, f"{name} min must be a number", f"e.g. {name}(content, $q, min => "
+                         f"{'0.3' if name == 'SIMILARITY' else '1.0'})", code="score")
 
     def _weights(self, w: Node, arms: int) -> None:
         values: list[Any]
@@ -858,11 +978,19 @@ class _Unbound:
 
 _UNBOUND: Any = _Unbound()
 
+#: Named arguments of arms, reported in their own words when given to a function without them.
+_ARM_KWARGS = {
+    "min": ("min => is an arm threshold of SIMILARITY and BM25",
+            "filter rows with WHERE, or write SIMILARITY(content, $q, min => 0.3)"),
+    "window": ("window => is the arm depth of RRF and INTERLEAVE",
+               "write RRF(a, b, window => 200)"),
+}
+
 _ARITY_HINTS = {
     "SIMILARITY": 'write SIMILARITY(content, "your text")',
     "BM25": 'write BM25(content, "your text")',
-    "RRF": "write RRF(a, b, k => 60) over score bindings",
-    "INTERLEAVE": "write INTERLEAVE(a, b) over score bindings",
+    "RRF": "write RRF(a, b, k => 60) over two or more arms (scores or numbers)",
+    "INTERLEAVE": "write INTERLEAVE(a, b) over two or more arms (scores or numbers)",
     "IF": "write IF(condition, then, else)",
     "COUNT": 'write COUNT(content, "needle")',
     "NOW": "write NOW()",

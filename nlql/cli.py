@@ -3,10 +3,12 @@
     nlql ingest notes/ papers.jsonl --store ./store     # txt, md (one document per file) and jsonl
     nlql query 'SELECT SENTENCE LET rel = SIMILARITY(content, "agents") LIMIT 5' --store ./store
     nlql explain '…' --store ./store                    # the plan, before anything runs
+    nlql ask "who mentioned Wittgenstein?" --store ./store   # a question, routed to an NLQL template
     nlql check '…'                                      # exit 0 valid, 1 invalid, 2 usage error
     nlql repl --store ./store                           # end a query with ';' or an empty line
     nlql demo                                           # the bundled corpus with the real model
     nlql mcp --store ./store                            # an MCP server over stdio
+    nlql serve --store ./store                          # HTTP API + web playground on 127.0.0.1:8000
 
 Output for people goes through rich; ``--json`` prints plain JSON for machines. Errors never show a
 Python traceback unless ``--debug`` (or ``NLQL_DEBUG=1``): an NLQL error prints its message, the query
@@ -37,6 +39,7 @@ from rich.text import Text
 
 from nlql import __version__
 from nlql.errors import NLQLError
+from nlql.values import json_default
 
 if TYPE_CHECKING:
     from nlql.engine import Engine
@@ -351,18 +354,8 @@ def read_query(query: str) -> str:
 # ------------------------------------------------------------------------------------ output
 
 
-def _json_default(value: Any) -> Any:
-    item = getattr(value, "item", None)
-    if callable(item):
-        return item()
-    iso = getattr(value, "isoformat", None)
-    if callable(iso):
-        return iso()
-    return str(value)
-
-
 def print_json(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, ensure_ascii=False, indent=2, default=_json_default) + "\n")
+    sys.stdout.write(json.dumps(data, ensure_ascii=False, indent=2, default=json_default) + "\n")
     sys.stdout.flush()
 
 
@@ -390,7 +383,7 @@ def _meta_text(meta: dict[str, Any], doc_id: str = "", keys: int = 5) -> str:
     items = [(k, v) for k, v in meta.items() if v != doc_id]
     parts = []
     for k, v in items[:keys]:
-        s = _fmt(v) if not isinstance(v, (dict, list)) else json.dumps(v, default=_json_default)
+        s = _fmt(v) if not isinstance(v, (dict, list)) else json.dumps(v, default=json_default)
         parts.append(f"{k}={s if len(s) <= 32 else s[:31] + '…'}")
     if len(items) > keys:
         parts.append(f"(+{len(items) - keys} more)")
@@ -646,6 +639,14 @@ QueryArgument = Annotated[str, typer.Argument(metavar="QUERY",
                                               help="An NLQL query ('-' reads it from stdin).")]
 
 
+class OutputFormat(str, Enum):
+    """What ``nlql query --format`` prints."""
+
+    table = "table"
+    csv = "csv"
+    jsonl = "jsonl"
+
+
 @app.command()
 def query(
     text: QueryArgument,
@@ -657,26 +658,120 @@ def query(
     limit: Annotated[int | None, typer.Option("--limit", "-n", min=0,
                                               help="Override the query's LIMIT.")] = None,
     max_tokens: Annotated[int | None, typer.Option(min=1, help="Keep results within a token budget.")] = None,
+    fmt: Annotated[OutputFormat | None, typer.Option(
+        "--format", "-f", help="table (for people), csv (one row per hit, flat metadata columns) or jsonl "
+                               "(one JSON object per hit) [default: table].")] = None,
+    timeout: Annotated[float | None, typer.Option(min=0.001, help="Deadline in seconds for the whole search "
+                                                  "(what is complete by then, with a warning).")] = None,
 ) -> None:
-    """Run a query and print the results as a table (or JSON)."""
+    """Run a query and print the results as a table, CSV, JSON lines (or JSON)."""
     source = read_query(text)
     params = parse_params(param)
+    if as_json and fmt is not None:
+        raise typer.BadParameter("use --json or --format, not both", param_hint="'--format'")
+    rows = fmt in (OutputFormat.csv, OutputFormat.jsonl)
     with guard(source):
         engine, _ = open_engine(store, embedder, warm_up=False)  # one query: warming up costs more than it saves
         try:
             q: Any = source if limit is None else _with_limit(source, limit)
             plan = engine.explain(q, params=params) if explain else None
             if plan is not None and not as_json:
-                out().print(Text(str(plan)))
-                out().print(Rule())
-            hits = engine.search(q, params=params, max_tokens=max_tokens)
+                console = err() if rows else out()  # keep stdout parseable for csv and jsonl
+                console.print(Text(str(plan)))
+                console.print(Rule())
+            hits = engine.search(q, params=params, max_tokens=max_tokens, timeout=timeout)
         finally:
             engine.close()
         if as_json:
             data = hits.to_dict()
             print_json({"explain": plan.to_dict(), **data} if plan is not None else data)
+        elif rows:
+            for w in hits.warnings:
+                err().print(Text("warning: ", style="yellow") + Text(w))
+            write_rows(hits, fmt, sys.stdout)  # type: ignore[arg-type]
         else:
             print_hits(hits)
+
+
+def _csv_cell(value: Any) -> Any:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, dict)):
+        return json.dumps(value, ensure_ascii=False, default=json_default)
+    return value
+
+
+def write_rows(hits: Hits, fmt: OutputFormat, stream: Any) -> None:
+    """``csv``: a header and one row per hit, the columns of ``hits.to_pandas()`` (null is an empty cell,
+    lists are JSON); ``jsonl``: one ``hit.to_dict()`` per line."""
+    if fmt is OutputFormat.jsonl:
+        for h in hits:
+            stream.write(json.dumps(h.to_dict(), ensure_ascii=False, default=json_default) + "\n")
+    else:
+        import csv
+
+        from nlql.execute.frames import columns
+
+        cols = columns(hits)
+        writer = csv.writer(stream, lineterminator="\n")
+        writer.writerow([c.name for c in cols])
+        for i in range(len(hits)):
+            writer.writerow([_csv_cell(c.values[i]) for c in cols])
+    stream.flush()
+
+
+@app.command()
+def ask(
+    question: Annotated[str, typer.Argument(metavar="QUESTION",
+                                            help="A question in plain words ('-' reads it from stdin).")],
+    store: StoreOption,
+    embedder: EmbedderOption = None,
+    param: ParamOption = None,
+    as_json: JsonOption = False,
+    explain: Annotated[bool, typer.Option("--explain", help="Print the route (intent, rule, parameters) "
+                                          "and the plan before the results.")] = False,
+    max_tokens: Annotated[int | None, typer.Option(min=1, help="Keep results within a token budget.")] = None,
+) -> None:
+    """Answer a question: route it to an intent (entity, temporal, conceptual, general), run that intent's
+    NLQL template with the question bound, and print the results (or that the store holds nothing about it)."""
+    text = read_query(question)
+    params = parse_params(param)
+    with guard():
+        engine, _ = open_engine(store, embedder)
+        try:
+            route = engine.route(text)  # once: a rewriter (an LLM) is not called twice for --explain
+            plan = engine.explain(route, params=params) if explain else None
+            hits = engine.ask(route, params=params, max_tokens=max_tokens)
+        finally:
+            engine.close()
+        if as_json:
+            data = hits.to_dict()
+            print_json({"explain": plan.to_dict(), **data} if plan is not None else data)
+            return
+        console = out()
+        if plan is not None:
+            console.print(Text(str(plan)))
+            console.print(Rule())
+        route = hits.route
+        console.print(Text(f"intent: {route.intent}", style="bold"))
+        if not explain:
+            for name in sorted(route.params):
+                console.print(Text(f"${name} = " + json.dumps(route.params[name], ensure_ascii=False,
+                                                               default=json_default), style="dim"))
+            print_query(console, route.query)
+        from nlql.route import nothing_about
+
+        empty = nothing_about(text)
+        for w in hits.warnings:
+            if not w.startswith(empty):  # that one is the answer itself, printed below
+                err().print(Text("warning: ", style="yellow") + Text(w))
+        if not hits:
+            console.print(Text(empty))
+            return
+        console.print(hits_table(hits))
+        console.print(Text(_stats_line(hits), style="dim"))
 
 
 @app.command()
@@ -737,6 +832,58 @@ def check(
     raise typer.Exit(1 if diags else 0)
 
 
+def schema_table(schema: Any) -> Table:
+    """The store's metadata keys as a rich table (types, documents, common values)."""
+    title = (f"{schema.store}: {schema.documents} documents, {schema.sentences} sentences"
+             + (f" (keys from a sample of {schema.sampled})" if schema.sampled is not None else ""))
+    table = Table(title=title, title_justify="left")
+    table.add_column("key")
+    table.add_column("types")
+    table.add_column("documents", justify="right")
+    table.add_column("common values")
+    for k in schema.keys:
+        types = ", ".join(k.types if len(k.types) == 1 else (f"{t} ({n})" for t, n in k.types.items()))
+        values = ", ".join(f"{json.dumps(v, ensure_ascii=False)} ({n})" for v, n in k.values)
+        table.add_row(escape(f"meta.{k.name}"), types, str(k.documents), escape(snippet(values, 60)))
+    return table
+
+
+def print_schema(schema: Any, console: Console | None = None) -> None:
+    console = console or out()
+    if schema.embedder:
+        console.print(Text("embedder: " + ", ".join(f"{k}={v}" for k, v in schema.embedder.items())))
+    if schema.analyzer:
+        console.print(Text("analyzer: " + ", ".join(f"{k}={v}" for k, v in sorted(schema.analyzer.items()))))
+    if schema.keys:
+        console.print(schema_table(schema))
+    else:
+        console.print(Text(f"{schema.store}: {schema.documents} documents, {schema.sentences} sentences, "
+                           "no metadata keys"))
+
+
+@app.command()
+def schema(
+    store: StoreOption,
+    embedder: EmbedderOption = None,
+    sample: Annotated[int, typer.Option(min=1, help="Documents a large server store samples for the keys.")]
+    = 1000,
+    as_json: JsonOption = False,
+) -> None:
+    """What a store holds: documents, sentences, embedder, analyzer, and every metadata key with its
+    types, how many documents have it and common values (read it before writing filters)."""
+    with guard():
+        require_store(store)
+        engine, _ = open_engine(store, embedder)
+        try:
+            result = engine.schema(sample=sample)
+        finally:
+            engine.close()
+    if as_json:
+        print_json(result.to_dict())
+    else:
+        print_schema(result)
+
+
 # -------------------------------------------------------------------------------------- repl
 
 REPL_HELP = """\
@@ -744,6 +891,7 @@ End a query with ';' or an empty line. Commands:
   :explain QUERY   show the plan instead of running (QUERY may span lines, ending as usual)
   :json            toggle JSON output
   :param n=v       bind $n (value read as JSON if it is JSON); :params lists them; :clear drops them
+  :schema          the store's documents, sentences and metadata keys (types, counts, common values)
   :help            this text
   :quit            leave (also :q, :exit, Ctrl-D)"""
 
@@ -771,6 +919,30 @@ def _setup_readline() -> Any:
     return save
 
 
+def _one_history_entry(lines: int, source: str) -> None:
+    """Replace the last ``lines`` readline history entries (one per typed line) with one: the statement."""
+    if lines < 2 or not sys.stdin.isatty():
+        return
+    try:
+        import readline
+    except ImportError:
+        return
+    n = readline.get_current_history_length()
+    if n < lines:
+        return
+    for i in range(lines):
+        readline.remove_history_item(n - 1 - i)
+    readline.add_history(" ".join(part.strip() for part in source.splitlines() if part.strip()))
+
+
+def params_text(params: dict[str, Any]) -> str:
+    """What ``:params`` prints: each bound parameter, or that none is."""
+    if not params:
+        return "no parameters bound (:param name=value binds one)"
+    lines = [f"${k} = {json.dumps(v, ensure_ascii=False, default=json_default)}" for k, v in params.items()]
+    return "\n".join(lines) + "\n(:clear drops them)"
+
+
 def run_repl_statement(engine: Engine, source: str, params: dict[str, Any], *, explain: bool,
                        as_json: bool) -> None:
     """Run (or explain) one statement, printing errors instead of raising."""
@@ -786,6 +958,9 @@ def run_repl_statement(engine: Engine, source: str, params: dict[str, Any], *, e
         hits = engine.search(source, params=bound)
     except NLQLError as exc:
         err().print(Text(str(exc.with_source(source))))
+        if any(d.message.startswith("unused parameter") for d in exc.diagnostics):
+            err().print(Text("parameters bound with :param stay bound for every query: "
+                             ":params lists them, :clear drops them"))
         return
     if as_json:
         print_json(hits.to_dict())
@@ -842,7 +1017,12 @@ def repl(
                         continue
                     params[k] = v
                 elif cmd == ":params":
-                    out().print(Text(json.dumps(params, ensure_ascii=False, default=_json_default)))
+                    out().print(Text(params_text(params)))
+                elif cmd == ":schema":
+                    try:
+                        print_schema(engine.schema())
+                    except NLQLError as exc:
+                        err().print(Text(str(exc)))
                 elif cmd == ":clear":
                     params.clear()
                 elif cmd == ":explain":
@@ -862,6 +1042,7 @@ def repl(
                 buffer.append(line)
             if not stripped or stripped.endswith(";"):
                 source = "\n".join(buffer)
+                _one_history_entry(len(buffer), source)
                 buffer = []
                 try:
                     run_repl_statement(engine, source, params, explain=explain_next, as_json=as_json)
@@ -976,14 +1157,82 @@ def mcp(
     store: StoreOption,
     embedder: EmbedderOption = None,
 ) -> None:
-    """Serve a store to agents over MCP (stdio): tools nlql_check, nlql_explain, nlql_search and the
-    resource nlql://language."""
+    """Serve a store to agents over MCP (stdio): tools nlql_schema, nlql_check, nlql_explain,
+    nlql_search, nlql_ask and the resources nlql://language and nlql://schema."""
     with guard():
         from nlql.agent import build_mcp_server
 
         engine, _ = open_engine(store, embedder)
         try:
             build_mcp_server(engine).run("stdio")
+        finally:
+            engine.close()
+
+
+# ------------------------------------------------------------------------------------- serve
+
+
+@app.command()
+def serve(
+    store: Annotated[str | None, typer.Option("--store", "-s", help=_store_help() + " Required unless --demo.")]
+    = None,
+    embedder: EmbedderOption = None,
+    demo: Annotated[bool, typer.Option("--demo", help="Serve the bundled demo corpus (in memory unless --store "
+                                                      "names a directory, which is filled once).")] = False,
+    host: Annotated[str, typer.Option(help="Address to bind. Anything but a loopback address needs a token.")]
+    = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=0, max=65535, help="TCP port.")] = 8000,
+    token: Annotated[str | None, typer.Option(envvar="NLQL_TOKEN", show_envvar=True,
+                                              help="Bearer token every API request must send.")] = None,
+    timeout: Annotated[float, typer.Option(min=0.001, help="Deadline of one request, in seconds.")] = 30.0,
+    max_body_bytes: Annotated[int, typer.Option(min=1, help="Largest request body.")] = 256 * 1024,
+    max_query_chars: Annotated[int, typer.Option(min=1, help="Longest query.")] = 10_000,
+    max_rows: Annotated[int, typer.Option(min=1, help="Most hits in one response (more: an error asking "
+                                                      "for LIMIT).")] = 10_000,
+    workers: Annotated[int, typer.Option(min=1, help="Threads that run engine calls.")] = 16,
+    allow_host: Annotated[list[str] | None, typer.Option(
+        "--allow-host", help="A Host header name to accept besides the loopback names (e.g. the public name a "
+                             "reverse proxy forwards); '*' accepts any. Repeatable.")] = None,
+    no_playground: Annotated[bool, typer.Option("--no-playground", help="Do not serve the web playground.")]
+    = False,
+    log_level: Annotated[str, typer.Option(help="uvicorn's log level.")] = "info",
+) -> None:
+    """Serve a store over HTTP: POST /search, /explain, /check, GET /health, /openapi.json, and a web
+    playground at /. Binds 127.0.0.1 unless --host says otherwise (then --token is required)."""
+    with guard():
+        try:
+            from nlql.serve import ServeConfig, ServeConfigError
+            from nlql.serve import serve as run_server
+        except ImportError as exc:
+            raise CLIError(str(exc), "pip install 'nlql-engine[serve]'") from None
+        config = ServeConfig(host=host, port=port, token=token or None, max_body_bytes=max_body_bytes,
+                             max_query_chars=max_query_chars, max_rows=max_rows, timeout=timeout,
+                             workers=workers, playground=not no_playground,
+                             allowed_hosts=None if not allow_host else
+                             (*allow_host, "127.0.0.1", "localhost", "::1", "[::1]", host))
+        try:
+            config.validate()
+        except ServeConfigError as exc:
+            raise CLIError(str(exc), "nlql serve --host 0.0.0.0 --token \"$(openssl rand -hex 16)\"") from None
+        if store is None and not demo:
+            raise CLIError("nlql serve needs --store DIR (or --demo for the bundled corpus)")
+        if demo:
+            from nlql.data import load_demo
+
+            target = store or "memory"
+            engine, name = open_engine(target, embedder, create=True)
+            if len(engine) == 0:
+                docs = [Doc(d["id"], d["text"], d["metadata"]) for d in load_demo()]
+                ingest_documents(engine, docs, 64, progress=sys.stderr.isatty(), label="embedding")
+                _record_embedder(target, name, int(engine.embedder.dim))
+        else:
+            engine, name = open_engine(store, embedder)  # type: ignore[arg-type]
+        try:
+            shown = f"[{host}]" if ":" in host else host
+            err().print(f"NLQL {__version__} serving {escape(store or 'the demo corpus')} ({len(engine)} sentences, "
+                        f"embedder {name}) on http://{shown}:{port}/"
+                        + ("" if token else " (no token: loopback only)"), soft_wrap=True)
+            run_server(engine, config, log_level=log_level)
         finally:
             engine.close()
 

@@ -25,6 +25,7 @@ class Diagnostic:
     hint: str | None = None
     span: Span | None = field(default=None, compare=False)
     code: str = "error"
+    severity: str = "error"  # "error" (the query cannot run) or "warning" (it runs; see the message)
 
     def render(self, source: str | None) -> str:
         """The diagnostic as text: message, location, source line with caret, hint."""
@@ -39,6 +40,8 @@ class Diagnostic:
             "hint": self.hint,
             "code": self.code,
         }
+        if self.severity != "error":  # errors keep the shape they always had
+            out["severity"] = self.severity
         if self.span is not None:
             out["start"] = self.span.start
             out["end"] = self.span.end
@@ -211,6 +214,26 @@ DISTRIBUTION = "nlql-engine"
 TORCH_CPU_HINT = ("install the CPU build of torch first (pip install torch --index-url "
                   "https://download.pytorch.org/whl/cpu), then pip install '{dist}[{extra}]'; "
                   "--embedder hash (HashEmbedder) works without any model")
+class RouteError(NLQLError):
+    """A router cannot be built or cannot route: a rule that is not a valid regex, a rule whose intent
+    has no template, an empty question, a caller parameter that the router binds itself."""
+
+    kind = "route"
+
+
+class TemplateError(CheckError):
+    """A router's query template is not valid NLQL. ``template`` names it (its intent); the diagnostics,
+    line, column and caret are those of the template text."""
+
+    kind = "template"
+
+    def __init__(self, template: str, diagnostics: list[Diagnostic], source: str) -> None:
+        super().__init__(diagnostics, source)
+        self.template = template
+        self.message = f"template {template!r}: {self.message}"
+
+    def __str__(self) -> str:
+        return f"template {self.template!r} is not valid NLQL:\n" + super().__str__()
 
 
 class MissingDependencyError(NLQLError, ImportError):
@@ -250,3 +273,13 @@ class StoreMismatchError(NLQLError):
         self.what = what
         self.recorded = recorded
         self.given = given
+
+
+class EmbedderError(NLQLError):
+    """The embedder failed or returned something that is not one finite vector per text. Names it."""
+
+    kind = "embedder"
+
+    def __init__(self, embedder: str, message: str, hint: str | None = None) -> None:
+        super().__init__(f"embedder {embedder}: {message}", None, None, hint)
+        self.embedder = embedder

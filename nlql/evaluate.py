@@ -10,12 +10,14 @@ import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from nlql import ir
 from nlql import values as V
 from nlql.errors import EvaluationError
+from nlql.functions import BUILTINS, parse_duration
+from nlql.patterns import Regex, compile_regex
 
 RowFn = Callable[["RowContext"], Any]
 
@@ -43,7 +45,7 @@ class Env:
     binding_exprs: Mapping[str, ir.Expr]
     functions: Mapping[str, Callable[..., Any]]
     periods: Mapping[ir.Node, tuple[datetime, datetime]]
-    regexes: dict[str, re.Pattern[str]] = field(default_factory=dict)
+    regexes: dict[str, Regex] = field(default_factory=dict)
     compiled_bindings: dict[str, RowFn] = field(default_factory=dict)
 
     def binding_fn(self, name: str) -> RowFn:
@@ -112,20 +114,7 @@ def constant_value(expr: ir.Expr, env: Env) -> tuple[bool, Any]:
 
 
 _EMPTY = RowContext("", "", "", 0, {})
-
-
-def parse_half_life(text: Any) -> timedelta | None:
-    """``"90d"``, ``"12h"``, ``"2w"``, ``"30m"``, ``"1y"`` → timedelta; anything else None."""
-    if not isinstance(text, str):
-        return None
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdwy])\s*", text.lower())
-    if not m:
-        return None
-    n = float(m.group(1))
-    unit = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400, "y": 365 * 86400}[m.group(2)]
-    if n <= 0:
-        return None
-    return timedelta(seconds=n * unit)
+_HALF_LIFE: str = BUILTINS["RECENCY"].default("half_life")
 
 
 def compile_expr(expr: ir.Expr, env: Env) -> RowFn:  # noqa: C901 - one dispatch table
@@ -250,7 +239,7 @@ def _compile_text_match(expr: ir.TextMatch, env: Env) -> RowFn:
             rx = env.regexes.get(p)
             if rx is None:
                 try:
-                    rx = env.regexes[p] = re.compile(p)
+                    rx = env.regexes[p] = compile_regex(p)  # RE2 where the pattern allows: linear time
                 except re.error:
                     return None
             return V.match(value(ctx), rx)
@@ -295,8 +284,10 @@ def _compile_call(expr: ir.Call, env: Env) -> RowFn:  # noqa: C901
     if name == "RECENCY":
         (x,) = args
         hl_expr = expr.kwarg("half_life")
-        hl_value = compile_expr(hl_expr, env)(_EMPTY) if hl_expr is not None else "90d"
-        half_life = parse_half_life(hl_value) or timedelta(days=90)
+        # the checker accepted exactly what parse_duration reads (one duration parser for both)
+        hl_value = compile_expr(hl_expr, env)(_EMPTY) if hl_expr is not None else _HALF_LIFE
+        half_life = (parse_duration(hl_value) if isinstance(hl_value, str) else None) or parse_duration(_HALF_LIFE)
+        assert half_life is not None
         now = env.now
         hl_seconds = half_life.total_seconds()
 

@@ -15,11 +15,11 @@ def _fusion(plan: Plan) -> list[dict[str, Any]]:
         if s.kind == "RRF":
             terms = " + ".join(f"{w:g}/({s.k:g} + rank_{a})" for a, w in zip(s.arms, s.weights, strict=False))
             out.append({"binding": s.slot, "method": "RRF", "k": s.k, "weights": list(s.weights),
-                        "arms": list(s.arms), "arm_depth": plan.arm_depth,
+                        "arms": list(s.arms), "window": s.window, "arm_depth": s.window,
                         "formula": f"{s.slot} = {terms}; a row absent from an arm adds 0"})
         elif s.kind == "INTERLEAVE":
             out.append({"binding": s.slot, "method": "INTERLEAVE", "arms": list(s.arms),
-                        "arm_depth": plan.arm_depth,
+                        "window": s.window, "arm_depth": s.window,
                         "formula": f"{s.slot} = 1/position in round-robin over {', '.join(s.arms)}"})
     return out
 
@@ -75,6 +75,7 @@ class Explain:
             "scores": [
                 {"slot": s.slot, "function": s.kind, "call": s.label,
                  **({"texts": list(s.texts)} if s.texts else {}),
+                 **({"min": s.min} if s.min is not None else {}),
                  **({"arms": list(s.arms)} if s.arms else {})}
                 for s in p.scores
             ],
@@ -91,6 +92,10 @@ class Explain:
             "rerank": p.rerank,
             "fusion": _fusion(p),
         }
+        if p.fast_path is not None:
+            out["fast_path"] = {"kind": p.fast_path.kind, "description": p.fast_path.describe()}
+        elif p.fast_path_reason:
+            out["fast_path"] = {"kind": None, "description": f"none: {p.fast_path_reason}"}
         if p.lowering is not None:
             out["lowering"] = dict(p.lowering)
         if self.sql is not None:
@@ -109,6 +114,8 @@ class Explain:
             lines.append("scores (deduplicated):")
             for s in d["scores"]:
                 lines.append(f"  {s['slot']} = {s['call']}")
+                if "min" in s:
+                    lines.append(f"    min {s['min']:g}: a row below it has no {s['slot']} (out of that arm only)")
         r = d["recall"]
         head = f"recall: {r['strategy']}"
         if r["strategy"] == "knn":
@@ -126,7 +133,8 @@ class Explain:
         for k, (a, b) in d["periods"].items():
             lines.append(f"period: {k} -> [{a}, {b})")
         for f in d["fusion"]:
-            lines.append(f"fusion: {f['method']} {f['formula']} (arm depth {f['arm_depth']})")
+            window = "every row" if f["window"] is None else f"{f['window']} rows"
+            lines.append(f"fusion: {f['method']} {f['formula']} (window: each arm ranks {window})")
         order = ", ".join(
             o["key"] if "direction" not in o else f"{o['key']} {o['direction']} NULLS {o['nulls']}"
             + (" (default)" if o.get("implicit") else "")
@@ -135,6 +143,8 @@ class Explain:
         lines.append(f"limit: {d['limit'] if d['limit'] is not None else 'all'} offset: {d['offset']}")
         if d["rerank"]:
             lines.append("rerank: " + json.dumps(d["rerank"], sort_keys=True))
+        if "fast_path" in d:
+            lines.append(f"fast path ({d['store']} table): {d['fast_path']['description']}")
         low = d.get("lowering")
         if low is not None:
             if low["strategy"] == "sql":

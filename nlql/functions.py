@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-__all__ = ["BUILTINS", "SCORE_FUNCTIONS", "TYPES", "FunctionSig", "parse_duration"]
+__all__ = ["BUILTINS", "FUSION_FUNCTIONS", "SCORE_FUNCTIONS", "TEXT_SCORES", "TYPES", "FunctionSig",
+           "parse_duration"]
 
 #: Value types the checker reasons about. ``score`` is a number produced by a score function.
 TYPES = ("number", "string", "datetime", "bool", "score", "list", "any")
@@ -29,6 +30,7 @@ class FunctionSig:
         max_args: Most positional arguments; None for variadic.
         returns: Result type, one of :data:`TYPES` (``any`` when it depends on the arguments, as for IF).
         score: True for the score functions (SIMILARITY, BM25, RRF, INTERLEAVE).
+        fuses: True for the fusion functions (RRF, INTERLEAVE): their arguments are arms.
         named: Allowed named arguments and their defaults, in documentation order.
         arg_types: Expected type of each positional argument; the last one repeats for variadic functions.
         doc: One line for docs and ``explain``.
@@ -39,6 +41,7 @@ class FunctionSig:
     max_args: int | None
     returns: str
     score: bool = False
+    fuses: bool = False
     named: tuple[tuple[str, Any], ...] = ()
     arg_types: tuple[str, ...] = ()
     doc: str = ""
@@ -82,14 +85,17 @@ def _sig(*args: Any, **kwargs: Any) -> tuple[str, FunctionSig]:
 
 #: Every built-in function by upper-case name.
 BUILTINS: dict[str, FunctionSig] = dict([
-    _sig("SIMILARITY", 2, 2, "score", True, arg_types=("string", "string"),
-         doc="cosine similarity in [-1, 1] between content and a text (or the best of a list of texts)"),
-    _sig("BM25", 2, 2, "score", True, arg_types=("string", "string"),
-         doc="BM25 keyword score >= 0 of content for a text (k1=1.2, b=0.75)"),
-    _sig("RRF", 2, None, "score", True, named=(("k", 60), ("weights", None)), arg_types=("score",),
-         doc="reciprocal rank fusion: sum of w_i / (k + rank_i) over score bindings"),
-    _sig("INTERLEAVE", 2, None, "score", True, arg_types=("score",),
-         doc="round-robin fusion of score bindings; the value is 1/position"),
+    _sig("SIMILARITY", 2, 2, "score", True, named=(("min", None),), arg_types=("string", "string"),
+         doc="cosine similarity in [-1, 1] between content and a text (or the best of a list of texts); "
+             "min => x leaves rows below x out of this arm (NULL)"),
+    _sig("BM25", 2, 2, "score", True, named=(("min", None),), arg_types=("string", "string"),
+         doc="BM25 keyword score >= 0 of content for a text (k1=1.2, b=0.75); min => x as for SIMILARITY"),
+    _sig("RRF", 2, None, "score", True, True, named=(("k", 60), ("weights", None), ("window", None)),
+         arg_types=("number",),
+         doc="reciprocal rank fusion: sum of w_i / (k + rank_i) over arms (any numeric expressions), "
+             "each ranked down to window => n rows"),
+    _sig("INTERLEAVE", 2, None, "score", True, True, named=(("window", None),), arg_types=("number",),
+         doc="round-robin fusion of arms (any numeric expressions); the value is 1/position"),
     _sig("IF", 3, 3, "any", arg_types=("bool", "any", "any"),
          doc="the second argument when the condition is TRUE, else the third"),
     _sig("RECENCY", 1, 1, "number", named=(("half_life", "90d"),), arg_types=("datetime",),
@@ -104,8 +110,12 @@ BUILTINS: dict[str, FunctionSig] = dict([
     _sig("TIMESTAMP", 1, 1, "datetime", arg_types=("string",), doc="a timestamp from an ISO-8601 string"),
 ])
 
-#: Names of the score functions.
+#: Names of the score functions (SIMILARITY, BM25, RRF, INTERLEAVE).
 SCORE_FUNCTIONS = frozenset(name for name, sig in BUILTINS.items() if sig.score)
+#: Names of the fusion functions (RRF, INTERLEAVE): their arguments are arms.
+FUSION_FUNCTIONS = frozenset(name for name, sig in BUILTINS.items() if sig.fuses)
+#: The score functions that score a row's content against a query text (SIMILARITY, BM25).
+TEXT_SCORES = SCORE_FUNCTIONS - FUSION_FUNCTIONS
 
 _DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]+)\s*\Z")
 _UNITS = {

@@ -220,6 +220,15 @@ class Unit(Node):
     base: str | None = None
     window: Expr | None = None
 
+    @property
+    def rows_are_sentences(self) -> bool:
+        """Each result row is one stored sentence: SENTENCE, or a SPAN centred on a sentence.
+
+        Otherwise (DOCUMENT, CHUNK, SPAN over CHUNK) a row groups sentences and scores are the best
+        sentence's.
+        """
+        return self.kind == "SENTENCE" or (self.kind == "SPAN" and self.base != "CHUNK")
+
 
 @dataclass(frozen=True, slots=True)
 class Binding(Node):

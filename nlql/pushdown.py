@@ -1,6 +1,7 @@
 """The pushdown contract between the planner and the stores: the pushed-filter language, what a store
-declares it can do (:class:`Capabilities`), a compiled filter (:class:`NativeFilter`) and the rules
-that decide which leaves a store can evaluate with exactly NLQL's semantics.
+declares it can do (:class:`Capabilities`), a compiled filter (:class:`NativeFilter`), the rules
+that decide which leaves a store can evaluate with exactly NLQL's semantics, and the page selections
+a table store may make with numpy before any row is fetched (:class:`FastPath`).
 
 Neutral ground: the planner and every store import this module; it imports neither.
 
@@ -95,9 +96,14 @@ class Capabilities:
     DATETIMES: bool = False                   # leaves whose value is a datetime (ISO strings compared as dates)
     EXACT: bool = True                        # knn returns the exact top-k for the pushed filter
     SCORE_THRESHOLD: bool = False             # knn(min_score=…) applied inside recall
-    FULL_SCORES: bool = False                 # score_all(): one pass over every row (exact matrix)
     BM25: bool = False                        # native BM25 with the engine's analyzer/formula
-    SQL_ARMS: bool = False                    # runs a lowered hybrid plan as one statement (store.dialect)
+    # Optional protocols (nlql.stores.base): the executor calls these methods only when declared.
+    FULL_SCORES: bool = False                 # ScoresAll: score_all(), one pass over every row (exact matrix)
+    SQL_ARMS: bool = False                    # RunsLowered: run_lowered(), a hybrid plan as one statement
+    FAST_PATH: bool = False                   # TablePaths: fast_select() and key_documents() over row numbers
+    DEADLINE: bool = False                    # bounds its backend calls by nlql.deadline.remaining()
+    DESCRIBES_DATA: bool = False              # DescribesData: describe_data(), sizes and metadata keys (schema)
+    EXACT_INTS: bool = False                  # compares numbers at or beyond 2^53 exactly (not as float64)
 
 
 @dataclass(slots=True)
@@ -123,7 +129,8 @@ def leaf_pushable(caps: Capabilities, cond: Cond) -> bool:
     A leaf needs: its op in ``OPS``; its path root in ``FIELDS``; ``NESTED_KEYS`` for ``meta.a.b``;
     ``NUMERIC_STRINGS`` when a value is a number or a numeric string (stored strings like "2025" must
     compare numerically); ``FLOAT_EQUALITY`` for equality on non-integral floats; ``DATETIMES`` for
-    datetime values.
+    datetime values; ``EXACT_INTS`` for a number (or numeric string) at or beyond 2^53 in magnitude,
+    where float64 views cannot tell ``2**53`` from ``2**53 + 1`` (SPEC §6: integers compare exactly).
     """
     if cond.op not in caps.OPS:
         return False
@@ -139,6 +146,8 @@ def leaf_pushable(caps: Capabilities, cond: Cond) -> bool:
             continue
         elif V.is_number(v) or (isinstance(v, str) and V.numeric_string(v) is not None):
             if cond.path[0] == "meta" and not caps.NUMERIC_STRINGS:
+                return False
+            if not caps.EXACT_INTS and V.needs_exact(v):
                 return False
             if (
                 cond.op in ("eq", "ne", "in", "not_in")
@@ -157,3 +166,94 @@ def filter_pushable(caps: Capabilities, flt: Filter) -> bool:
     if isinstance(flt, FOr) and not caps.OR:
         return False
     return all(filter_pushable(caps, item) for item in flt.items)
+
+
+# ------------------------------------------------------------------------------------- fast paths
+
+
+@dataclass(frozen=True, slots=True)
+class Formula:
+    """Arithmetic over score slots that a store may compute as one vector per slot.
+
+    ``op`` is ``"num"`` (``value`` a number), ``"slot"`` (``value`` a slot name), ``"neg"`` (one arg)
+    or one of ``+ - * /`` (two args). Evaluated in float64, as the row evaluator does.
+    """
+
+    op: str
+    value: float | str = 0.0
+    args: tuple[Formula, ...] = ()
+
+    def slots(self) -> list[str]:
+        """Every slot the formula reads."""
+        out: list[str] = []
+        stack: list[Formula] = [self]
+        while stack:
+            f = stack.pop()
+            if f.op == "slot":
+                out.append(str(f.value))
+            stack.extend(f.args)
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class FastArm:
+    """One arm of a fusion fast path: a bare SIMILARITY or BM25 score slot (rows below ``min`` rank nothing)."""
+
+    slot: str
+    kind: str  # SIMILARITY | BM25
+    min: float | None = None
+
+
+#: Fast-path kinds that pick the exact page (the engine fetches only those rows and skips its filter).
+TOP_KINDS = frozenset({"insertion", "score"})
+#: Fast-path kinds that prune: every row that can still reach the page is kept, the engine finishes.
+PRUNE_KINDS = frozenset({"bm25", "formula", "fusion"})
+
+
+@dataclass(frozen=True, slots=True)
+class FastPath:
+    """A page selection a table store (``Capabilities.FAST_PATH``) makes with numpy before any row is fetched.
+
+    The planner chooses it (explain shows it); the store may still decline at run time (returns None)
+    and the engine then runs its general path. Every kind is exact: the rows left out could not have
+    been returned.
+
+    Kinds:
+        insertion: the first ``need`` rows in insertion order (no score, no ORDER BY).
+        score: the first ``need`` rows by one SIMILARITY ``slot`` (``descending`` or not).
+        bm25: the rows tied with or above the ``need``-th best BM25 score of ``slot`` (declined when
+            fewer than ``need`` rows match a term).
+        formula: the same for an arithmetic ``formula`` over SIMILARITY/BM25 slots.
+        fusion: the union of each arm's top ``depth`` rows (an arm ranks nothing below its depth).
+    """
+
+    kind: str
+    slot: str | None = None
+    descending: bool = True
+    formula: Formula | None = None
+    arms: tuple[FastArm, ...] = ()
+    depth: int | None = None
+    bm25_texts: tuple[tuple[str, str], ...] = ()  # (BM25 slot, query text) for the slots it reads
+
+    @property
+    def prunes(self) -> bool:
+        """True when the store keeps candidates and the engine still filters, fuses and orders them."""
+        return self.kind in PRUNE_KINDS
+
+    def bm25_text(self, slot: str) -> str | None:
+        """The query text of a BM25 slot this path reads (None for a SIMILARITY slot)."""
+        return dict(self.bm25_texts).get(slot)
+
+    def describe(self) -> str:
+        """One line for explain."""
+        if self.kind == "insertion":
+            return "insertion: the first LIMIT+OFFSET rows in insertion order, picked before any row is fetched"
+        if self.kind == "score":
+            way = "DESC" if self.descending else "ASC"
+            return f"score: the first LIMIT+OFFSET rows by {self.slot} {way}, picked before any row is fetched"
+        if self.kind == "bm25":
+            return f"bm25: rows at or above the LIMIT+OFFSET-th {self.slot}, kept before any row is fetched"
+        if self.kind == "formula":
+            return "formula: rows at or above the LIMIT+OFFSET-th value of the score arithmetic, kept before any row is fetched"
+        arms = ", ".join(a.slot for a in self.arms)
+        return f"fusion: each arm's top {self.depth} rows ({arms}), kept before any row is fetched"

@@ -66,3 +66,9 @@ def pgvector_module_url(pg_module_dsn) -> str:  # type: ignore[no-untyped-def]
     """The registry's name for a fresh server database: what the contract suite opens by URL."""
     return pg_module_dsn
 # ------------------------------------------------------------------------------ end of pgvector fixtures
+
+
+@pytest.fixture(scope="module")
+def duckdb_module_url(tmp_path_factory) -> str:  # type: ignore[no-untyped-def]
+    """A fresh DuckDB file for one test module, as the registry opens it (``duckdb:///…``)."""
+    return "duckdb:///" + str(tmp_path_factory.mktemp("duckdb") / "store.duckdb").lstrip("/")

@@ -3,20 +3,8 @@
 from __future__ import annotations
 
 from nlql import ir
-from nlql.plan.nodes import OrderSpec, Recall, ScoreSpec
+from nlql.plan.nodes import OrderSpec, Recall, ScoreSpec, slot_of
 from nlql.pushdown import Capabilities
-
-
-def _sim_slot(expr: ir.Expr, specs: dict[str, ScoreSpec], binding_slots: dict[str, str],
-              slots: dict[ir.Call, str]) -> str | None:
-    slot = None
-    if isinstance(expr, ir.Ref):
-        slot = binding_slots.get(expr.name)
-    elif isinstance(expr, ir.Call):
-        slot = slots.get(expr)
-    if slot is not None and specs[slot].kind == "SIMILARITY":
-        return slot
-    return None
 
 
 def choose_recall(
@@ -32,8 +20,10 @@ def choose_recall(
     when anything is scored; else ``scan``."""
     by_slot = {s.slot: s for s in specs}
     if order and limit is not None and order[0].descending:
-        slot = _sim_slot(order[0].expr, by_slot, binding_slots, slots)
-        if slot is not None:
+        slot = slot_of(order[0].expr, slots, binding_slots)
+        # with min => x, rows below x have no score and still come (NULLS LAST, in insertion order):
+        # the nearest neighbours are not the page then
+        if slot is not None and by_slot[slot].kind == "SIMILARITY" and by_slot[slot].min is None:
             return Recall("knn", slot=slot, min_score=dict(thresholds), exact=caps.EXACT,
                           reason=f"first sort key is {by_slot[slot].label} DESC with LIMIT")
     if specs:

@@ -4,7 +4,7 @@ A plan with a BM25, RRF or INTERLEAVE score is *lowered* (``plan.lowered`` set t
 :class:`~nlql.sql.nodes.Lowered`) when all of these hold; otherwise the engine runs it arm by arm and
 ``plan.lowering["reason"]`` says which rule failed (explain prints it):
 
-1. the store declares ``Capabilities.SQL_ARMS`` and has a ``dialect``;
+1. there is a dialect (a store passes its ``dialect`` when it declares ``Capabilities.SQL_ARMS``);
 2. the unit is SENTENCE or SPAN(SENTENCE) (the statement ranks sentences);
 3. there is a LIMIT (arms are cut at ``plan.arm_depth``);
 4. at most one fusion score; every arm is a binding that is exactly one SIMILARITY or BM25 call;
@@ -12,12 +12,15 @@ A plan with a BM25, RRF or INTERLEAVE score is *lowered* (``plan.lowered`` set t
 6. the whole WHERE is pushed, except score conditions ``score op number`` (op one of > >= < <=) on a
    SIMILARITY, BM25 or the fusion binding, which the statement applies to every arm before its LIMIT
    (and on the fusion score after fusion);
-7. BM25 terms come from the same analyzer on both sides (the store's term table was built with the
-   engine's analyzer);
+7. BM25 terms come from the same analyzer on both sides (the dialect's ``analyzer``, which built the
+   store's term table, equals the engine's);
 8. the dialect's capability flags cover the plan (:meth:`~nlql.sql.dialect.Dialect.missing_feature`).
 
 Everything else — the bindings' values, ORDER BY, OFFSET/LIMIT, hits — stays the engine's shared code,
 so both paths give the same rows in the same order with the same scores.
+
+The pass needs only the dialect, never a database: SQL goldens compile plans for every dialect without
+a driver installed.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ from typing import Any
 from nlql import ir
 from nlql.plan.nodes import Plan, ScoreSpec
 from nlql.render import render_expr
+from nlql.sql import dialect_of
+from nlql.sql.dialect import Dialect
 from nlql.sql.nodes import Arm, Fusion, KeywordScore, Lowered, Score, SimilarityScore, Threshold
 
 __all__ = ["lower_hybrid"]
@@ -68,22 +73,22 @@ def _engine(plan: Plan, why: str) -> Plan:
     return plan
 
 
-def lower_hybrid(plan: Plan, store: Any, analyzer: Any = None) -> Plan:
+def lower_hybrid(plan: Plan, dialect: Dialect | Any, analyzer: Any = None) -> Plan:
     """Set ``plan.lowered``/``plan.lowering`` for hybrid plans (see the module docstring).
 
     Args:
         plan: A finished plan.
-        store: The store it runs on (``capabilities.SQL_ARMS``, ``dialect``, ``analyzer`` are read).
+        dialect: The :class:`~nlql.sql.dialect.Dialect` the plan compiles to, or None (the store runs no
+            SQL). A store is accepted too: its ``dialect`` when it declares ``Capabilities.SQL_ARMS``.
         analyzer: The engine's BM25 analyzer (``None`` is the default :class:`~nlql.text.analyzer.Analyzer`).
     """
     if not any(s.kind in ("BM25", "RRF", "INTERLEAVE") for s in plan.scores):
         return plan
-    caps = store.capabilities
-    dialect = getattr(store, "dialect", None)
-    if not getattr(caps, "SQL_ARMS", False) or dialect is None:
-        return _engine(plan, f"the {caps.NAME} store has no SQL dialect")
+    d = dialect_of(dialect) if dialect is not None else None
+    if d is None:
+        return _engine(plan, f"the {plan.store} store has no SQL dialect")
     unit = plan.unit
-    if unit.kind not in dialect.UNITS or (unit.kind == "SPAN" and unit.base == "CHUNK"):
+    if unit.kind not in d.UNITS or (unit.kind == "SPAN" and unit.base == "CHUNK"):
         shown = unit.kind if unit.kind != "SPAN" else f"SPAN({unit.base})"
         return _engine(plan, f"{shown} rows group sentences (the statement ranks sentences)")
     if plan.limit is None or plan.arm_depth is None:
@@ -145,7 +150,7 @@ def lower_hybrid(plan: Plan, store: Any, analyzer: Any = None) -> Plan:
                 return _engine(plan, f"{s.label} has no text to embed")
             scores.append(SimilarityScore(s.slot, len(s.texts), s.label))
         elif s.kind == "BM25":
-            store_an = getattr(store, "analyzer", None)
+            store_an = d.analyzer
             if store_an != engine_an:
                 return _engine(plan, f"the store's BM25 terms use {store_an!r}, the engine {engine_an!r}")
             terms = tuple(dict.fromkeys(engine_an.terms(" ".join(s.texts))))
@@ -156,9 +161,9 @@ def lower_hybrid(plan: Plan, store: Any, analyzer: Any = None) -> Plan:
         fetch = max(fetch, int(plan.rerank.get("factor") or 1) * fetch)
     lowered = Lowered(scores=tuple(scores), fusion=fusion, filter=plan.pushed, thresholds=tuple(thresholds),
                       fused_thresholds=tuple(fused), depth=plan.arm_depth, fetch=max(fetch, 0))
-    why = dialect.missing_feature(lowered)
+    why = d.missing_feature(lowered)
     if why is not None:
         return _engine(plan, why)
     plan.lowered = lowered
-    plan.lowering = {"strategy": "sql", "reason": f"one statement on {dialect.NAME}", "dialect": dialect.NAME}
+    plan.lowering = {"strategy": "sql", "reason": f"one statement on {d.NAME}", "dialect": d.NAME}
     return plan

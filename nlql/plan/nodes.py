@@ -7,11 +7,54 @@ from datetime import datetime
 from typing import Any
 
 from nlql import ir
-from nlql.pushdown import Filter, NativeFilter
+from nlql.functions import FUSION_FUNCTIONS, SCORE_FUNCTIONS, TEXT_SCORES
+from nlql.pushdown import FastPath, Filter, NativeFilter
 
-SCORE_FUNCTIONS = ("SIMILARITY", "BM25", "RRF", "INTERLEAVE")
+__all__ = ["ARM_DEPTH_FACTOR", "ARM_DEPTH_MIN", "FUSION_FUNCTIONS", "SCORE_FUNCTIONS", "TEXT_SCORES",
+           "OrderSpec", "Plan", "Recall", "ScoreCondition", "ScoreSpec", "score_condition", "slot_of"]
+
 ARM_DEPTH_MIN = 100      # rows per fusion arm, at least
 ARM_DEPTH_FACTOR = 10    # … or this many times LIMIT + OFFSET
+
+
+def slot_of(expr: ir.Expr, slots: dict[ir.Call, str], binding_slots: dict[str, str]) -> str | None:
+    """The score slot an expression is exactly: a score call, or a binding bound to one; else None."""
+    if isinstance(expr, ir.Ref):
+        return binding_slots.get(expr.name)
+    if isinstance(expr, ir.Call):
+        return slots.get(expr)
+    return None
+
+
+_FLIP = {">": "<", ">=": "<=", "<": ">", "<=": ">="}
+
+
+@dataclass(frozen=True)
+class ScoreCondition:
+    """``score op number`` with the score on the left (``0.3 <= rel`` reads as ``rel >= 0.3``)."""
+
+    slot: str
+    op: str        # > >= < <=
+    value: float
+    expr: ir.Expr  # the condition as written
+
+
+def score_condition(expr: ir.Expr, slots: dict[ir.Call, str],
+                    binding_slots: dict[str, str]) -> ScoreCondition | None:
+    """The one threshold recogniser: ``rel >= 0.3``, ``0.3 < SIMILARITY(…)``, … → :class:`ScoreCondition`."""
+    if not isinstance(expr, ir.Compare) or expr.op not in _FLIP:
+        return None
+    op, score, other = expr.op, expr.left, expr.right
+    slot = slot_of(score, slots, binding_slots)
+    if slot is None:
+        op, score, other = _FLIP[op], expr.right, expr.left
+        slot = slot_of(score, slots, binding_slots)
+    if slot is None:
+        return None
+    if not isinstance(other, ir.Literal) or isinstance(other.value, bool) or not isinstance(
+            other.value, (int, float)):
+        return None
+    return ScoreCondition(slot, op, float(other.value), expr)
 
 
 @dataclass(frozen=True)
@@ -22,10 +65,13 @@ class ScoreSpec:
     kind: str                       # SIMILARITY | BM25 | RRF | INTERLEAVE
     call: ir.Call
     texts: tuple[str, ...] = ()     # SIMILARITY / BM25: the query texts (params bound)
-    arms: tuple[str, ...] = ()      # RRF / INTERLEAVE: binding names of the arms
+    arms: tuple[str, ...] = ()      # RRF / INTERLEAVE: each arm's label (a binding name, or its text)
     k: float = 60.0                 # RRF constant
     weights: tuple[float, ...] = ()  # RRF weights (one per arm)
     label: str = ""                 # canonical text of the call
+    min: float | None = None        # SIMILARITY / BM25: min => x (below it the score is NULL: out of the arm)
+    window: int | None = None       # RRF / INTERLEAVE: rows each arm ranks (None: every row)
+    arm_exprs: tuple[ir.Expr, ...] = ()  # RRF / INTERLEAVE: each arm's expression (a Ref for a binding)
 
 
 @dataclass(frozen=True)
@@ -83,3 +129,23 @@ class Plan:
     # instead of arm-by-arm execution (nlql.sql.nodes.Lowered), and {"strategy", "reason"} for explain
     lowered: Any = None
     lowering: dict[str, str] | None = None
+    # set by choose_fastpath on table stores (Capabilities.FAST_PATH): the page picked with numpy
+    fast_path: FastPath | None = None
+    fast_path_reason: str = ""
+
+    def slot_of(self, expr: ir.Expr) -> str | None:
+        """The score slot ``expr`` is exactly (a score call or a binding bound to one), else None."""
+        return slot_of(expr, self.slots, self.binding_slots)
+
+    def spec(self, slot: str | None) -> ScoreSpec | None:
+        """The score spec of a slot."""
+        return next((s for s in self.scores if s.slot == slot), None)
+
+    def score_condition(self, expr: ir.Expr) -> ScoreCondition | None:
+        """``expr`` as ``score op number`` on one of this plan's slots, else None."""
+        return score_condition(expr, self.slots, self.binding_slots)
+
+    @property
+    def fusions(self) -> list[ScoreSpec]:
+        """The RRF / INTERLEAVE scores."""
+        return [s for s in self.scores if s.kind in FUSION_FUNCTIONS]

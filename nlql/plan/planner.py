@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
 from nlql import ir
+from nlql.check import CheckedQuery, check_query
 from nlql.errors import PlanError
 from nlql.evaluate import Env
 from nlql.plan.bind_params import bind_params
+from nlql.plan.choose_fastpath import choose_fastpath
 from nlql.plan.choose_recall import choose_recall
 from nlql.plan.decide_overfetch import decide_overfetch
 from nlql.plan.dedupe_scores import dedupe_scores
 from nlql.plan.lower_hybrid import lower_hybrid
-from nlql.plan.nodes import ARM_DEPTH_FACTOR, ARM_DEPTH_MIN, OrderSpec, Plan
+from nlql.plan.nodes import ARM_DEPTH_FACTOR, ARM_DEPTH_MIN, FUSION_FUNCTIONS, OrderSpec, Plan
 from nlql.plan.order_residual import order_residual
 from nlql.plan.resolve_periods import resolve_periods
 from nlql.plan.split_filters import split_filters, threshold_of
@@ -34,31 +37,8 @@ def _int_value(expr: ir.Expr | None, what: str) -> int | None:
     raise PlanError(f"{what} must be a non-negative integer", expr.span)
 
 
-def _score_bindings(query: ir.Query) -> list[str]:
-    """Bindings whose value is a score (contains SIMILARITY/BM25/RRF/INTERLEAVE), in LET order."""
-    out = []
-    for b in query.bindings:
-        if any(isinstance(n, ir.Call) and n.name in ("SIMILARITY", "BM25", "RRF", "INTERLEAVE")
-               for n in b.expr.walk()):
-            out.append(b.name)
-    return out
-
-
-def _fusion_bindings(query: ir.Query) -> set[str]:
-    direct = {b.name for b in query.bindings
-              if any(isinstance(n, ir.Call) and n.name in ("RRF", "INTERLEAVE") for n in b.expr.walk())}
-    changed = True
-    while changed:  # bindings that use a fusion binding read a fusion score too
-        changed = False
-        for b in query.bindings:
-            if b.name not in direct and any(isinstance(n, ir.Ref) and n.name in direct for n in b.expr.walk()):
-                direct.add(b.name)
-                changed = True
-    return direct
-
-
 def build_plan(
-    query: ir.Query,
+    query: CheckedQuery | ir.Query,
     *,
     params: Mapping[str, Any] | None,
     store: Store,
@@ -69,7 +49,14 @@ def build_plan(
     limit_ceiling: int | None = None,
     analyzer: Any = None,
 ) -> Plan:
-    """Plan a checked query for one store (``analyzer``: the engine's BM25 analyzer, for lowering)."""
+    """Plan a checked query for one store (``analyzer``: the engine's BM25 analyzer, for lowering).
+
+    A plain :class:`~nlql.ir.Query` is checked first; a :class:`~nlql.check.CheckedQuery` (what
+    :func:`~nlql.check.check_query` returns) brings the facts the checker found, which the passes read.
+    """
+    checked = query if isinstance(query, CheckedQuery) else check_query(
+        query, params, functions={name: None for name in functions})
+    query = checked.query
     canonical = render(query)
     bound = bind_params(query, params)
     specs, slots, binding_slots = dedupe_scores(bound)
@@ -78,19 +65,17 @@ def build_plan(
               functions=dict(functions), periods=periods)
     caps = store.capabilities
     sim_slots = {c: s for c, s in slots.items() if c.name == "SIMILARITY"}
-    fusion = _fusion_bindings(bound)
     pushed, residual, late, thresholds = split_filters(
-        bound.where, caps, env, bound.unit, binding_slots, sim_slots, fusion)
-    residual_is_thresholds = all(
-        threshold_of(c, env, binding_slots, sim_slots) is not None for c in residual)
+        bound.where, caps, env, bound.unit, binding_slots, sim_slots, checked.fusion_bindings)
+    residual_is_thresholds = all(threshold_of(c, binding_slots, sim_slots) is not None for c in residual)
     residual = order_residual(residual)
 
     order: list[OrderSpec] = []
     for key in bound.order_by:
         nulls_first = bool(key.nulls_first) if key.nulls_first is not None else False
         order.append(OrderSpec(key.expr, key.descending, nulls_first, render_expr(key.expr)))
-    if not order:
-        scored = _score_bindings(bound)
+    if not order:  # SPEC §6: the first score binding, descending (a comparison of a score is no score)
+        scored = checked.score_bindings
         if scored:
             order.append(OrderSpec(ir.Ref(scored[0]), True, False, scored[0], implicit=True))
 
@@ -109,7 +94,12 @@ def build_plan(
     window = 1
     if bound.unit.window is not None:
         window = _int_value(bound.unit.window, "window") or 0
-    arm_depth = None if limit is None else max(ARM_DEPTH_MIN, ARM_DEPTH_FACTOR * (limit + offset))
+    # each fusion ranks its arms down to its window (SPEC §9): window => n, else the default depth
+    default_depth = None if limit is None else max(ARM_DEPTH_MIN, ARM_DEPTH_FACTOR * (limit + offset))
+    specs = [replace(s, window=s.window if s.window is not None else default_depth)
+             if s.kind in FUSION_FUNCTIONS else s for s in specs]
+    fusions = [s for s in specs if s.kind in FUSION_FUNCTIONS]
+    arm_depth = fusions[0].window if fusions else default_depth
     plan = Plan(
         query=bound, canonical=canonical, unit=bound.unit, window=window, scores=specs, slots=slots,
         binding_slots=binding_slots, pushed=pushed, native=native, residual=residual,
@@ -117,4 +107,11 @@ def build_plan(
         periods=periods, now=now, store=caps.NAME, arm_depth=arm_depth,
         residual_is_thresholds=residual_is_thresholds,
     )
-    return lower_hybrid(plan, store, analyzer)
+    with_min = [s.label for s in specs if s.min is not None]
+    if with_min and any(s.kind == "BM25" or s.kind in FUSION_FUNCTIONS for s in specs):
+        # the SQL lowering has no arm-local thresholds yet: the engine runs such plans arm by arm
+        plan.lowering = {"strategy": "engine", "reason": f"{with_min[0]} has an arm-local min => "
+                                                         "(evaluated by the engine)"}
+    else:
+        plan = lower_hybrid(plan, store, analyzer)
+    return choose_fastpath(plan, caps)

@@ -13,6 +13,7 @@ from typing import Any
 
 from nlql import ir
 from nlql.evaluate import Env, constant_value
+from nlql.plan.nodes import FUSION_FUNCTIONS, score_condition
 from nlql.pushdown import Capabilities, Cond, FAnd, Filter, FOr, filter_pushable
 
 _FLIP = {"==": "==", "!=": "!=", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
@@ -139,27 +140,12 @@ class _Converter:
         return None
 
 
-def threshold_of(expr: ir.Expr, env: Env, binding_slots: dict[str, str],
-               sim_slots: dict[ir.Call, str]) -> tuple[str, float] | None:
+def threshold_of(expr: ir.Expr, binding_slots: dict[str, str], sim_slots: dict[ir.Call, str]) -> tuple[str, float] | None:
     """``rel >= 0.3`` / ``0.3 <= rel`` / ``rel > 0.3`` on a SIMILARITY score → (slot, min score)."""
-    if not isinstance(expr, ir.Compare):
+    cond = score_condition(expr, sim_slots, binding_slots)
+    if cond is None or cond.op not in (">", ">=") or cond.slot not in sim_slots.values():
         return None
-    op, score, other = expr.op, expr.left, expr.right
-    if op in ("<", "<="):
-        op, score, other = _FLIP[op], expr.right, expr.left
-    if op not in (">", ">="):
-        return None
-    slot = None
-    if isinstance(score, ir.Ref):
-        slot = binding_slots.get(score.name)
-    elif isinstance(score, ir.Call):
-        slot = sim_slots.get(score)
-    if slot is None or slot not in sim_slots.values():
-        return None
-    if not isinstance(other, ir.Literal) or isinstance(other.value, bool) or not isinstance(
-            other.value, (int, float)):
-        return None
-    return slot, float(other.value)
+    return cond.slot, cond.value
 
 
 def split_filters(
@@ -169,7 +155,7 @@ def split_filters(
     unit: ir.Unit,
     binding_slots: dict[str, str],
     sim_slots: dict[ir.Call, str],
-    fusion_bindings: set[str],
+    fusion_bindings: frozenset[str],
 ) -> tuple[Filter | None, list[ir.Expr], list[ir.Expr], dict[str, float]]:
     """(pushed filter, residual conjuncts, conjuncts reading a fusion score, min score per slot)."""
     conv = _Converter(env, unit.kind, unit.base)
@@ -180,10 +166,10 @@ def split_filters(
     for c in ir.conjuncts(where):
         refs = {n.name for n in c.walk() if isinstance(n, ir.Ref)}
         if refs & fusion_bindings or any(
-                isinstance(n, ir.Call) and n.name in ("RRF", "INTERLEAVE") for n in c.walk()):
+                isinstance(n, ir.Call) and n.name in FUSION_FUNCTIONS for n in c.walk()):
             late.append(c)
             continue
-        th = threshold_of(c, env, binding_slots, sim_slots)
+        th = threshold_of(c, binding_slots, sim_slots)
         if th is not None:
             slot, value = th
             thresholds[slot] = max(value, thresholds.get(slot, value))

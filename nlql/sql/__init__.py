@@ -2,15 +2,21 @@
 
 - :mod:`nlql.sql.binder` — fragments whose values are never formatted into text, numbered by a binder.
 - :mod:`nlql.sql.nodes` — what a lowered hybrid plan asks for (scores, arms, fusion, thresholds).
-- :mod:`nlql.sql.dialect` — the :class:`~nlql.sql.dialect.Dialect` base (UPPERCASE flags, TRANSFORMS).
-- :mod:`nlql.sql.postgres` — :class:`~nlql.sql.postgres.PostgresDialect` over the pgvector store's schema.
+- :mod:`nlql.sql.dialect` — the :class:`~nlql.sql.dialect.Dialect` base: UPPERCASE flags, a
+  ``TRANSFORMS`` table of spellings, the statement skeleton, ``visit_<Node>`` methods, the writes.
+- :mod:`nlql.sql.filters` — the pushed filter over a dialect's typed views; :mod:`nlql.sql.codec` — how
+  text and metadata are stored so SQL compares them as NLQL does.
+- :mod:`nlql.sql.postgres` — :class:`~nlql.sql.postgres.PostgresDialect` (pgvector's schema);
+  :mod:`nlql.sql.duckdb` — :class:`~nlql.sql.duckdb.DuckDBDialect`.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["explain_sql", "fusion_formula"]
+from nlql.sql.dialect import Dialect
+
+__all__ = ["Dialect", "dialect_of", "explain_sql", "fusion_formula"]
 
 
 def fusion_formula(lowered: Any) -> str:
@@ -26,37 +32,47 @@ def fusion_formula(lowered: Any) -> str:
     return f"BM25 ranking {f.slot} DESC ({fill})"
 
 
-def explain_sql(plan: Any, store: Any, mode: str | None = None) -> dict[str, Any] | None:
+def dialect_of(target: Any) -> Dialect | None:
+    """``target`` itself when it is a :class:`Dialect`; else the dialect of a store that runs lowered
+    plans (``capabilities.SQL_ARMS`` and a ``dialect``); else None."""
+    if isinstance(target, Dialect):
+        return target
+    caps = getattr(target, "capabilities", None)
+    if caps is None or not getattr(caps, "SQL_ARMS", False):
+        return None
+    d = getattr(target, "dialect", None)
+    return d if isinstance(d, Dialect) else None
+
+
+def explain_sql(plan: Any, dialect: Any, mode: str | None = None) -> dict[str, Any] | None:
     """The ``sql`` section of explain for a lowered plan (None when the plan runs arm by arm).
 
     Each arm's SQL, its k, the fusion formula with its constants, the whole statement, and its
     parameters as placeholders with the values redacted (the statement text never holds a value).
+    Needs no database: only the dialect.
 
     Args:
         plan: A plan from the planner.
-        store: The store it runs on (its ``dialect``).
-        mode: ``exact`` or ``index`` for semantic arms; by default what the store's configuration
-            prefers (the store still takes the exact scan at run time when the filter is selective or
-            the table has no index yet).
+        dialect: The :class:`Dialect` it compiles to (a store is accepted too: its ``dialect``).
+        mode: ``exact`` or ``index`` for semantic arms; by default the dialect's ``semantic_mode``
+            (the store's configuration: it still takes the exact scan at run time when the filter is
+            selective or the table has no index yet).
     """
     lowered = getattr(plan, "lowered", None)
-    dialect = getattr(store, "dialect", None)
-    if lowered is None or dialect is None:
+    d = dialect_of(dialect)
+    if lowered is None or d is None:
         return None
     if mode is None:
-        mode = "exact" if store.capabilities.EXACT or not lowered.semantic_arms else "index"
-    compiled = dialect.compile(lowered, mode)
+        mode = d.semantic_mode if lowered.semantic_arms else "exact"
+    compiled = d.compile(lowered, mode)
     arms = []
     for a in lowered.fusion.arms:
         arms.append({"binding": a.binding, "kind": a.kind, "k": lowered.depth,
                      "sql": compiled.parts[f"arm {a.binding}"]})
-    semantic = ("exact scan (ORDER BY distance, seq, position)" if mode == "exact" else
-                "HNSW index (ef_search = max(ef_search, k), doubled while an arm under-fills, then exact); "
-                "exact when the filter matches few rows or the table has no index yet")
     return {
         "lowering": "sql (one statement)",
-        "dialect": dialect.NAME,
-        "semantic_arms": semantic if lowered.semantic_arms else None,
+        "dialect": d.NAME,
+        "semantic_arms": d.describe_semantic(mode) if lowered.semantic_arms else None,
         "arms": arms,
         "fusion": {"method": lowered.fusion.method, "formula": fusion_formula(lowered),
                    "k": lowered.fusion.k if lowered.fusion.method == "RRF" else None,

@@ -6,14 +6,18 @@ Fragments compose by concatenation and by :func:`template`; nothing ever rewrite
 renumber placeholders. Only :meth:`Binder.render` turns a fragment into text, asking the binder for a
 placeholder each time it meets a value, so the numbers are always the binder's own.
 
+The spelling of a placeholder and of a cast belongs to the dialect: the binder asks
+``dialect.placeholder(n)`` and ``dialect.cast(expr, type)`` (any object with those two methods; the
+default spells PostgreSQL's ``$n`` and ``expr::type``).
+
 >>> f = sql("u.year >= ", Param(2020, "numeric"), " AND u.tag = ", Param("x", "text"))
 >>> b = Binder()
 >>> b.render(f + sql(" OR u.year >= ", Param(2020, "numeric")))
 'u.year >= $1::numeric AND u.tag = $2::text OR u.year >= $1::numeric'
 >>> b.values
 [2020, 'x']
->>> Binder(style="pyformat").render(f)
-'u.year >= %s::numeric AND u.tag = %s::text'
+>>> Binder(style="pyformat").render(f + sql(" AND u.name LIKE 'a%'"))
+"u.year >= %s::numeric AND u.tag = %s::text AND u.name LIKE 'a%%'"
 """
 
 from __future__ import annotations
@@ -149,17 +153,44 @@ def template(text: str, **holes: Piece) -> Fragment:
     return sql(*out)
 
 
+class _DefaultSpelling:
+    """PostgreSQL's spelling, for a binder built without a dialect."""
+
+    REUSE_PLACEHOLDERS = True
+
+    @staticmethod
+    def placeholder(n: int) -> str:
+        return f"${n}"
+
+    @staticmethod
+    def cast(expr: str, type_name: str) -> str:
+        return f"{expr}::{type_name}"
+
+    @staticmethod
+    def type_name(type_name: str) -> str:
+        return type_name
+
+
+STYLES = ("numbered", "pyformat", "qmark")
+
+
 class Binder:
     """Collects the values of a statement and numbers their placeholders itself.
 
     Args:
-        style: ``"numbered"`` gives PostgreSQL's native ``$1, $2, …`` (a value repeated with the same
-            cast reuses its number); ``"pyformat"`` gives psycopg's positional ``%s`` (one value per
-            occurrence, in text order).
+        dialect: Spells placeholders and casts (``placeholder(n)``, ``cast(expr, type)``,
+            ``type_name(type)``); by default PostgreSQL's ``$n`` and ``expr::type``.
+        style: ``"numbered"`` asks the dialect for ``placeholder(n)`` (a value repeated with the same
+            cast reuses its number); ``"pyformat"`` gives a driver's positional ``%s`` (one value per
+            occurrence, in text order; a literal ``%`` of the SQL text is doubled, so the driver reads
+            it back as one); ``"qmark"`` gives ``?`` (one value per occurrence). By default the
+            dialect's ``PLACEHOLDER_STYLE``, else ``"numbered"``.
     """
 
-    def __init__(self, style: str = "numbered") -> None:
-        if style not in ("numbered", "pyformat"):
+    def __init__(self, dialect: Any = None, *, style: str | None = None) -> None:
+        self.dialect = dialect if dialect is not None else _DefaultSpelling()
+        style = style or getattr(self.dialect, "PLACEHOLDER_STYLE", "numbered")
+        if style not in STYLES:
             raise ValueError(f"unknown placeholder style {style!r}")
         self.style = style
         self.params: list[Param | Slot] = []
@@ -183,12 +214,15 @@ class Binder:
             n = len(self.params)
             if key is not None:
                 self._numbers.setdefault(key, n)
-        text = f"${n}" if self.style == "numbered" else "%s"
-        return text + (f"::{part.cast}" if part.cast else "")
+        text = {"numbered": self.dialect.placeholder(n) if self.style == "numbered" else "",
+                "pyformat": "%s", "qmark": "?"}[self.style]
+        return self.dialect.cast(text, part.cast) if part.cast else text
 
     def render(self, fragment: Fragment) -> str:
         """The fragment's text with placeholders; its values are appended to :attr:`params`."""
-        return "".join(p if isinstance(p, str) else self.placeholder(p) for p in fragment.parts)
+        pct = self.style == "pyformat"
+        return "".join((p.replace("%", "%%") if pct else p) if isinstance(p, str) else self.placeholder(p)
+                       for p in fragment.parts)
 
     def resolve(self, slots: Mapping[str, Any]) -> list[Any]:
         """The values to send: each :class:`Slot` replaced by ``slots[key]``.
@@ -210,8 +244,8 @@ class Binder:
         """One line per placeholder for explain: number, type, label, and the value only if ``show``."""
         lines = []
         for i, p in enumerate(self.params, start=1):
-            ph = f"${i}" if self.style == "numbered" else f"#{i}"
-            kind = p.cast or "unknown"
+            ph = self.dialect.placeholder(i) if self.style == "numbered" else f"#{i}"
+            kind = self.dialect.type_name(p.cast) if p.cast else "unknown"
             label = p.label or ("execution-time value" if isinstance(p, Slot) else "")
             value = ""
             if isinstance(p, Param) and show is not None and show(p):
@@ -226,9 +260,9 @@ def _show(v: Any) -> str:
     return repr(v) if not isinstance(v, float) else f"{v!r}"
 
 
-def bind_all(fragment: Fragment, style: str = "numbered") -> tuple[str, Binder]:
+def bind_all(fragment: Fragment, dialect: Any = None, style: str | None = None) -> tuple[str, Binder]:
     """Render ``fragment`` with a fresh binder: (text, binder)."""
-    b = Binder(style)
+    b = Binder(dialect, style=style)
     return b.render(fragment), b
 
 

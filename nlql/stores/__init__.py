@@ -60,6 +60,12 @@ def _dsn(url: str) -> dict[str, Any]:
     return {"dsn": url}
 
 
+def _duckdb_url(url: str) -> dict[str, Any]:
+    from nlql.stores.duckdb.driver import parse_url  # no duckdb import: the driver loads in the store
+
+    return parse_url(url)
+
+
 REGISTRY: tuple[StoreEntry, ...] = (
     StoreEntry("memory", "MemoryStore", "nlql.stores.memory", None,
                "the built-in numpy store (in memory, or a directory path for the persistent one)"),
@@ -75,6 +81,9 @@ REGISTRY: tuple[StoreEntry, ...] = (
     StoreEntry("pgvector", "PgVectorStore", "nlql.stores.pgvector", "pgvector",
                "PostgreSQL + pgvector, hybrid plans as one SQL statement",
                schemes=("postgresql", "postgres"), exact={"exact": True}, server=True, from_url=_dsn),
+    StoreEntry("duckdb", "DuckDBStore", "nlql.stores.duckdb", "duckdb",
+               "DuckDB in process (memory, a file, or a table / Parquet file read in place), "
+               "hybrid plans as one SQL statement", schemes=("duckdb",), from_url=_duckdb_url),
 )
 
 _BY_NAME = {e.name: e for e in REGISTRY}

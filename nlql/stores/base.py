@@ -7,7 +7,7 @@ WHERE its ``Capabilities`` (in :mod:`nlql.pushdown`) say it can evaluate with ex
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
@@ -15,7 +15,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from nlql.errors import BackendError, NLQLError
-from nlql.pushdown import Capabilities, Filter, NativeFilter
+from nlql.pushdown import Capabilities, FastPath, Filter, NativeFilter
 
 
 @dataclass(slots=True)
@@ -85,9 +85,16 @@ class Store(Protocol):
       built the store (:mod:`nlql.stores.record`: the embedder and the BM25 analyzer). ``get_info`` may
       be called before ``open`` and returns None for a key never set (or a store not created yet);
       ``set_info`` is called after ``open``, before the first ``upsert``.
+    - ``last_stats`` says what the last ``knn`` / ``run_lowered`` call did (path, rounds, …), for
+      ``hits.stats["store"]``; it may stay empty.
+
+    Optional protocols, each declared by a ``Capabilities`` flag and called only when declared:
+    :class:`ScoresAll` (``FULL_SCORES``), :class:`RunsLowered` (``SQL_ARMS``), :class:`TablePaths`
+    (``FAST_PATH``), :class:`DescribesData` (``DESCRIBES_DATA``).
     """
 
     capabilities: Capabilities
+    last_stats: dict[str, Any]
 
     def open(self, dim: int) -> None: ...
     def upsert(self, docs: Sequence[DocRecord]) -> None: ...
@@ -104,6 +111,59 @@ class Store(Protocol):
     def get_info(self, key: str) -> str | None: ...
     def set_info(self, key: str, value: str) -> None: ...
     def close(self) -> None: ...
+
+
+class ScoresAll(Protocol):
+    """``Capabilities.FULL_SCORES``: every row passing a filter scored in one pass (an exact matrix)."""
+
+    def score_all(self, vectors: np.ndarray, flt: NativeFilter | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(keys, scores of shape (len(vectors), len(keys))) over every live row passing ``flt``."""
+        ...
+
+
+class RunsLowered(Protocol):
+    """``Capabilities.SQL_ARMS``: a hybrid plan lowered to one statement (:mod:`nlql.plan.lower_hybrid`)."""
+
+    dialect: Any
+
+    def run_lowered(self, lowered: Any, vectors: Mapping[str, np.ndarray]) -> list[tuple[Row, dict[str, float]]]:
+        """The statement's rows, best first, each with its score per slot."""
+        ...
+
+
+#: What a BM25 index answers for a query text: every (doc_id, position) matching a term, and its score.
+Bm25Matches = Callable[[str], tuple[list[tuple[str, int]], np.ndarray]]
+
+
+class TablePaths(Protocol):
+    """``Capabilities.FAST_PATH``: keys are row numbers of an in-process table, so pages and documents
+    can be picked with numpy before any row is built (:mod:`nlql.stores.fastpath`)."""
+
+    def fast_select(self, path: FastPath, keys: np.ndarray, scores: Mapping[str, np.ndarray], need: int,
+                    bm25: Bm25Matches) -> tuple[np.ndarray, dict[str, np.ndarray]] | None:
+        """The keys (and their slice of ``scores``) that ``path`` selects among ``keys``, or None to decline.
+
+        Args:
+            path: The planner's choice (:class:`~nlql.pushdown.FastPath`).
+            keys: Candidate keys (pushed filter and in-recall thresholds already applied).
+            scores: Sentence scores per SIMILARITY slot, aligned with ``keys``.
+            need: Rows the page needs (LIMIT + OFFSET, times the rerank factor).
+            bm25: The engine's BM25 matches, for the BM25 slots the path reads.
+        """
+        ...
+
+    def key_documents(self, keys: Sequence[Any]) -> list[str]:
+        """The distinct documents of ``keys``, in the order first met, without building rows."""
+        ...
+
+
+class DescribesData(Protocol):
+    """``Capabilities.DESCRIBES_DATA``: the store's sizes and metadata keys without a full scan per call
+    (kept at write time, or read from a bounded sample it names), for ``engine.schema()``."""
+
+    def describe_data(self, sample: int) -> Any:
+        """A :class:`nlql.schema.DataSummary`; a sampled one reads at most ``sample`` documents."""
+        ...
 
 
 @contextmanager

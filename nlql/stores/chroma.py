@@ -30,11 +30,12 @@ import json
 import uuid
 from collections import Counter
 from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 
+from nlql import deadline
 from nlql import values as V
 from nlql.errors import BackendError, MissingDependencyError
 from nlql.pushdown import Capabilities, Cond, Filter, NativeFilter
@@ -134,6 +135,7 @@ class ChromaStore:
             DATETIMES=True,
             EXACT=False,
             SCORE_THRESHOLD=False,
+            DEADLINE=True,
         )
         self.last_stats: dict[str, Any] = {}
         # filtered knn searches up to this many matching rows exactly (0: always HNSW first)
@@ -153,9 +155,16 @@ class ChromaStore:
 
     # ------------------------------------------------------------------ lifecycle
 
-    def _backend(self, what: str) -> AbstractContextManager[None]:
-        """Turn driver failures into :class:`BackendError` naming the store and the operation."""
-        return backend_errors("chroma", what)
+    @contextmanager
+    def _backend(self, what: str) -> Iterator[None]:
+        """Turn driver failures into :class:`BackendError` naming the store and the operation.
+
+        The embedded client has no per-call timeout: a call made after the search's deadline is an
+        :class:`NLQLTimeoutError` instead (checked before each call, so widening rounds stop there).
+        """
+        deadline.check("chroma", what)
+        with backend_errors("chroma", what):
+            yield
 
     def open(self, dim: int) -> None:
         """Create the collection (cosine HNSW) or attach to an existing one.
@@ -397,7 +406,7 @@ class ChromaStore:
         ids first and searches them (exactly when few). Scores are cosine (1 - Chroma's cosine distance
         on the HNSW path); ties are broken by (seq, position). ``min_score`` drops rows below it.
         """
-        queries = _normalise(np.atleast_2d(np.asarray(vectors, dtype=np.float32)))
+        queries = V.normalize_rows(np.atleast_2d(np.asarray(vectors, dtype=np.float32)))
         nq = len(queries)
         if k <= 0 or (flt is not None and flt.extra.get("empty")):
             self.last_stats = {"path": "empty", "rounds": 0}
@@ -471,6 +480,7 @@ class ChromaStore:
 
     def _query(self, queries: np.ndarray, n_results: int, kwargs: dict[str, Any]) -> list[list[tuple[str, float]]]:
         """Chroma HNSW: per query, ``(id, 1 - cosine distance)`` best first."""
+        deadline.check("chroma", "a knn round")  # each widening round, so a deadline stops the loop
         res = self._col.query(query_embeddings=queries, n_results=n_results, include=["distances"], **kwargs)
         return [
             [(rid, 1.0 - float(d)) for rid, d in zip(ids, dists, strict=True)]
@@ -523,7 +533,7 @@ class ChromaStore:
                     chunks.append(np.asarray(res["embeddings"], dtype=np.float32))
         if not keys:
             return [[] for _ in range(len(queries))]
-        scores = queries @ _normalise(np.concatenate(chunks)).T
+        scores = queries @ V.normalize_rows(np.concatenate(chunks)).T
         out = []
         for row in scores:
             top = np.argsort(-row, kind="stable")[: k + 1]
@@ -558,7 +568,7 @@ class ChromaStore:
 
     def similarities(self, vectors: np.ndarray, keys: Sequence[Any]) -> np.ndarray:
         """A ``(len(vectors), len(keys))`` cosine matrix; NaN for keys not stored."""
-        queries = _normalise(np.atleast_2d(np.asarray(vectors, dtype=np.float32)))
+        queries = V.normalize_rows(np.atleast_2d(np.asarray(vectors, dtype=np.float32)))
         mat = np.full((len(keys), queries.shape[1]), np.nan, dtype=np.float32)
         index = {str(k): i for i, k in enumerate(keys)}
         wanted = list(index)
@@ -567,7 +577,7 @@ class ChromaStore:
                 res = self._col.get(ids=wanted[i : i + _PAGE], include=["embeddings"])
                 for rid, emb in zip(res["ids"], res["embeddings"], strict=True):
                     mat[index[rid]] = np.asarray(emb, dtype=np.float32)
-        return queries @ _normalise(mat).T
+        return queries @ V.normalize_rows(mat).T
 
 
 # ---------------------------------------------------------------------- record helpers
@@ -602,12 +612,6 @@ def _row(rid: str, meta: dict[str, Any]) -> Row:
         end=int(meta.get("end", 0)),
         tail=meta.get("tail", ""),
     )
-
-
-def _normalise(mat: np.ndarray) -> np.ndarray:
-    norms = np.linalg.norm(mat, axis=1, keepdims=True)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return mat / np.where(norms == 0, 1, norms)
 
 
 def _in_where(key: str, values: list[str]) -> dict[str, Any]:

@@ -28,6 +28,7 @@ from nlql.errors import MissingDependencyError
 from nlql.pushdown import Filter, NativeFilter
 from nlql.stores.ann import AnnStore
 from nlql.stores.memory import MEMORY_CAPABILITIES, describe_filter
+from nlql.values import normalize_rows
 
 SPACES = ("cosine", "ip")
 
@@ -152,8 +153,7 @@ class HnswlibStore(AnnStore):
     def _same_vectors(self, index: Any, labels: np.ndarray, expected: np.ndarray) -> bool:
         got = np.asarray(index.get_items(labels.tolist()), dtype=np.float32)
         if self.space == "cosine":  # hnswlib stores cosine vectors normalised
-            norms = np.linalg.norm(expected, axis=1, keepdims=True)
-            expected = expected / np.where(norms == 0, 1, norms)
+            expected = normalize_rows(expected)
         return got.shape == expected.shape and bool(np.allclose(got, expected, atol=1e-5))
 
 

@@ -31,14 +31,15 @@ import json
 import math
 import uuid
 from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
 import numpy as np
 
+from nlql import deadline
 from nlql import values as V
-from nlql.errors import BackendError, MissingDependencyError
+from nlql.errors import BackendError, MissingDependencyError, NLQLTimeoutError
 from nlql.pushdown import Capabilities, Filter, NativeFilter
 from nlql.stores import _typed as T
 from nlql.stores import pyfilter
@@ -132,6 +133,7 @@ class QdrantStore:
             DATETIMES=True,
             EXACT=exact,
             SCORE_THRESHOLD=True,
+            DEADLINE=True,
         )
         self.last_stats: dict[str, Any] = {}
         self._owns_client = client is None
@@ -151,9 +153,26 @@ class QdrantStore:
 
     # ------------------------------------------------------------------ lifecycle
 
-    def _backend(self, what: str) -> AbstractContextManager[None]:
-        """Turn driver failures into :class:`BackendError` naming the store and the operation."""
-        return backend_errors("qdrant", what)
+    @contextmanager
+    def _backend(self, what: str) -> Iterator[None]:
+        """Turn driver failures into :class:`BackendError` naming the store and the operation; a call
+        made after the search's deadline, or failing because it passed, is :class:`NLQLTimeoutError`."""
+        deadline.check("qdrant", what)
+        try:
+            with backend_errors("qdrant", what):
+                yield
+        except BackendError as exc:
+            current = deadline.current()
+            if current is not None and current.expired():
+                raise NLQLTimeoutError(f"qdrant: {what} ran out of time ({current.timeout} s)",
+                                       hint="raise timeout= or narrow the query") from exc
+            raise
+
+    @staticmethod
+    def _timeout() -> dict[str, Any]:
+        """The request ``timeout`` (whole seconds, the API's unit) from the search's time left."""
+        left = deadline.remaining()
+        return {} if left is None else {"timeout": max(1, math.ceil(left))}
 
     def open(self, dim: int) -> None:
         """Create the collection (cosine, ``dim``) and its payload indexes, or attach to an existing one.
@@ -314,6 +333,7 @@ class QdrantStore:
         while True:
             points, offset = self.client.scroll(
                 self.collection,
+                **self._timeout(),
                 scroll_filter=flt,
                 limit=_SCROLL_PAGE,
                 offset=offset,
@@ -340,7 +360,7 @@ class QdrantStore:
         if native_node != T.TRUE:
             cond = _render(native_node)
             native = cond if isinstance(cond, qm.Filter) else qm.Filter(must=[cond])
-        text = native.model_dump_json(exclude_none=True) if native is not None else "{}"
+        text = _filter_json(native) if native is not None else "{}"
         if check is not None:
             text += " then adapter check: " + "; ".join(sorted({_leaf_text(c) for c in T.opaque_leaves(node)}))
         return NativeFilter(native, text, {"check": check, "empty": False})
@@ -404,7 +424,7 @@ class QdrantStore:
             # one batched round trip; only a query whose k-th score ties the next one is widened alone
             limit = k + 1
             responses = self.client.query_batch_points(
-                self.collection,
+                self.collection, **self._timeout(),
                 requests=[
                     qm.QueryRequest(query=q.tolist(), filter=native, params=params, limit=limit,
                                     with_payload=["seq", "position"], score_threshold=threshold)
@@ -416,13 +436,14 @@ class QdrantStore:
             points = [resp.points for resp in responses]
             if native is not None and not (self.exact or self._local) and any(len(res) < k for res in points):
                 # HNSW with a filter on unindexed views may under-fill: count, and search short ones exactly
-                matches = int(self.client.count(self.collection, count_filter=native, exact=True).count)
+                matches = int(self.client.count(self.collection, count_filter=native, exact=True,
+                                                **self._timeout()).count)
                 short = [i for i, res in enumerate(points) if len(res) < min(k, matches)]
                 if short:
                     path, params, rounds = "native+exact", qm.SearchParams(exact=True), 2
                     for i in short:
                         points[i] = self.client.query_points(
-                            self.collection, query=queries[i].tolist(), query_filter=native, search_params=params,
+                            self.collection, **self._timeout(), query=queries[i].tolist(), query_filter=native, search_params=params,
                             limit=limit, with_payload=["seq", "position"], score_threshold=threshold,
                         ).points
             for q, res in zip(queries, points, strict=True):
@@ -431,7 +452,7 @@ class QdrantStore:
                     lim *= 2
                     rounds += 1
                     res = self.client.query_points(
-                        self.collection, query=q.tolist(), query_filter=native, search_params=params, limit=lim,
+                        self.collection, **self._timeout(), query=q.tolist(), query_filter=native, search_params=params, limit=lim,
                         with_payload=["seq", "position"], score_threshold=threshold,
                     ).points
                 res = sorted(res, key=lambda p: (-p.score, int(p.payload["seq"]), int(p.payload["position"])))
@@ -447,7 +468,8 @@ class QdrantStore:
         if not keys:
             return []
         with self._backend("fetch"):
-            points = self.client.retrieve(self.collection, ids=[str(k) for k in keys], with_payload=_ROW_FIELDS)
+            points = self.client.retrieve(self.collection, ids=[str(k) for k in keys], with_payload=_ROW_FIELDS,
+                                          **self._timeout())
         by_id = {str(p.id): _row(p) for p in points}
         return [by_id[str(k)] for k in keys if str(k) in by_id]
 
@@ -473,16 +495,27 @@ class QdrantStore:
         if keys:
             with self._backend("similarities"):
                 points = self.client.retrieve(
-                    self.collection, ids=[str(k) for k in keys], with_payload=False, with_vectors=True
+                    self.collection, ids=[str(k) for k in keys], with_payload=False, with_vectors=True,
+                    **self._timeout(),
                 )
             index = {str(k): i for i, k in enumerate(keys)}
             for p in points:
                 mat[index[str(p.id)]] = np.asarray(p.vector, dtype=np.float32)
-        mat = _normalise(mat)
-        return _normalise(queries) @ mat.T
+        mat = V.normalize_rows(mat)
+        return V.normalize_rows(queries) @ mat.T
 
 
 # ---------------------------------------------------------------------- payload helpers
+
+
+def _filter_json(native: Any) -> str:
+    """A Qdrant filter as compact JSON for explain; a lone surrogate (not UTF-8, so pydantic refuses
+    it) is written as its ``\\udXXX`` escape."""
+    try:
+        return str(native.model_dump_json(exclude_none=True))
+    except Exception:  # noqa: BLE001 - pydantic's serialisation error on a surrogate
+        return json.dumps(native.model_dump(mode="python", exclude_none=True), ensure_ascii=True,
+                          separators=(",", ":"), default=str)
 
 
 def _needs_json(value: Any) -> bool:
@@ -533,12 +566,6 @@ def _row(point: Any) -> Row:
         end=int(p.get("end", 0)),
         tail=p.get("tail", ""),
     )
-
-
-def _normalise(mat: np.ndarray) -> np.ndarray:
-    norms = np.linalg.norm(mat, axis=1, keepdims=True)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return mat / np.where(norms == 0, 1, norms)
 
 
 # ---------------------------------------------------------------------- filter rendering

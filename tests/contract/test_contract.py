@@ -134,6 +134,22 @@ QUERIES: list[str] = [
     'ORDER BY s DESC LIMIT 5',
     'SELECT SENTENCE LET rel = SIMILARITY(content, ["cats", "river"]) ORDER BY rel DESC LIMIT 6',
     f"SELECT SENTENCE {SIM} WHERE meta.year >= 2021 AND meta.score > 0.3 ORDER BY rel DESC LIMIT 8",
+    # SPEC §9 arms: any numeric expression as an arm, fusion windows, arm-local thresholds
+    'SELECT SENTENCE LET s = SIMILARITY(content, "solar energy"), k = BM25(content, "solar energy"), '
+    'f = RRF(s, k, RECENCY(meta.date), k => 60) ORDER BY f DESC LIMIT 10',
+    'SELECT SENTENCE LET s = SIMILARITY(content, "agents memory"), '
+    'f = INTERLEAVE(s, meta.score, 0 - meta.n) ORDER BY f DESC LIMIT 9',
+    'SELECT SENTENCE LET f = RRF(SIMILARITY(content, "river music"), BM25(content, "river music"), window => 5) '
+    'ORDER BY f DESC LIMIT 10',
+    'SELECT SENTENCE LET s = SIMILARITY(content, "solar energy"), k = BM25(content, "solar energy"), '
+    'f = INTERLEAVE(s, k, window => 3) WHERE meta.status != "draft" ORDER BY f DESC LIMIT 10',
+    'SELECT SENTENCE LET s = SIMILARITY(content, "agents tools", min => 0.3), k = BM25(content, "agents tools"), '
+    'f = RRF(s, k) ORDER BY f DESC LIMIT 10',
+    'SELECT SENTENCE LET s = SIMILARITY(content, "agents tools"), k = BM25(content, "tools memory", min => 1.5), '
+    'f = RRF(s, k, weights => [1, 2]) ORDER BY f DESC LIMIT 10',
+    'SELECT SENTENCE LET s = SIMILARITY(content, "cats dogs", min => 0.25) ORDER BY s DESC LIMIT 8',
+    'SELECT DOCUMENT LET s = SIMILARITY(content, "cats dogs", min => 0.25), k = BM25(content, "cats dogs"), '
+    'f = RRF(s, k) ORDER BY f DESC LIMIT 5',
 ]
 
 

@@ -23,9 +23,8 @@ from adapter_kit import (  # noqa: E402
 )
 
 from nlql.errors import BackendError, MissingDependencyError  # noqa: E402
-from nlql.pushdown import Cond
+from nlql.pushdown import Cond, FAnd  # noqa: E402
 from nlql.stores import chroma as cmod  # noqa: E402
-from nlql.stores.base import FAnd  # noqa: E402
 from nlql.stores.chroma import ChromaStore  # noqa: E402
 
 
@@ -92,7 +91,7 @@ def test_missing_dependency(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(cmod, "chromadb", None)
     with pytest.raises(MissingDependencyError) as err:
         ChromaStore()
-    assert "nlql[chroma]" in str(err.value)
+    assert "nlql-engine[chroma]" in str(err.value)
 
 
 # ------------------------------------------------------------------------------ knn

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import threading
-from datetime import date, datetime, timezone
+from datetime import datetime
 from typing import Any
 
 import numpy as np
@@ -15,13 +15,26 @@ psycopg = pytest.importorskip("psycopg")
 
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
+from sql_kit import (  # noqa: E402
+    DIM,
+    HOSTILE,
+    LITERALS,
+    META_KEYS,
+    NEEDLES,
+    PATTERNS,
+    UTC,
+    _path,
+    build_filter_corpus,
+    filters,
+    make_doc,
+    unit_vectors,
+)
 
 from nlql import values as V  # noqa: E402
 from nlql.errors import BackendError, MissingDependencyError, NLQLTimeoutError, UnsupportedError  # noqa: E402
 from nlql.pushdown import Cond, FAnd, Filter, FOr, filter_pushable  # noqa: E402
-from nlql.stores.base import DocRecord, Row, UnitRecord  # noqa: E402
+from nlql.stores.base import DocRecord, Row  # noqa: E402
 from nlql.stores.pgvector import (  # noqa: E402
-    PGVECTOR_OPS,
     PgVectorStore,
     escape_text,
     flatten_metadata,
@@ -29,24 +42,6 @@ from nlql.stores.pgvector import (  # noqa: E402
     unescape_text,
 )
 from nlql.stores.pyfilter import row_passes  # noqa: E402
-
-DIM = 16
-UTC = timezone.utc
-
-
-def unit_vectors(rng: np.random.Generator, n: int, dim: int = DIM) -> np.ndarray:
-    v = rng.normal(size=(n, dim)).astype(np.float32)
-    return v / np.linalg.norm(v, axis=1, keepdims=True)
-
-
-def make_doc(doc_id: str, sentences: list[str], metadata: dict[str, Any], seq: int,
-             vectors: np.ndarray) -> DocRecord:
-    units, offset = [], 0
-    for p, s in enumerate(sentences):
-        units.append(UnitRecord(position=p, content=s, start=offset, end=offset + len(s), tail=" "))
-        offset += len(s) + 1
-    return DocRecord(doc_id=doc_id, text=" ".join(sentences), metadata=metadata, units=units,
-                     vectors=vectors, seq=seq)
 
 
 def open_store(dsn: str, **kw: Any) -> PgVectorStore:
@@ -122,7 +117,7 @@ def test_missing_psycopg_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setitem(sys.modules, "psycopg", None)
     with pytest.raises(MissingDependencyError) as info:
         PgVectorStore("postgresql://unused")
-    assert "nlql[pgvector]" in str(info.value)
+    assert "nlql-engine[pgvector]" in str(info.value)
 
 
 def test_compiled_filter_binds_every_value() -> None:
@@ -363,42 +358,6 @@ def test_hnsw_unfiltered_recall_and_threshold(big_store: Any) -> None:
 
 # -------------------------------------------------------------------------- filters == nlql.values
 
-META_VALUES: list[Any] = [
-    0, 1, -3, 7, 2025, 2.5, 0.1, -0.0, 1e16, 10**20, 10**400, 2**53 + 1,
-    "2025", "0.10", "1e3", "-7", "٣", " 7", "abc", "ABC", "Abc", "Straße", "STRASSE", "", "a%b", "a_b",
-    "x\\y", "ǅ", "İstanbul", "2024-06-01", "2024-06-01T10:00:00Z", "2024-06-01 12:00:00+02:00",
-    "2024-06", "2024-13-01", "2023-12-31T23:59:59.999999", True, False, None, [1, 2], {"x": 1},
-]
-LITERALS: list[Any] = [
-    0, 1, 7, 2025, 2.5, 0.1, 1e16, 2**53, -3, float("inf"), 10**400, "2025", "7", "0.1", "abc", "ABC",
-    "a", "b", "straße", "", "٣", "x", True, False, None,
-    datetime(2024, 6, 1, tzinfo=UTC), datetime(2024, 6, 1, 10, 0), date(2024, 6, 1),
-    datetime(2023, 12, 31, 23, 59, 59, 999999, tzinfo=UTC),
-]
-PATTERNS = ["a%", "%b", "a_b", "A%", "%", "_", "%\\%%", "x\\\\y", "%ss%", "Str%", "2024-%", "%1", "", "\\",
-            "a\\_b", "__", "%2_"]
-NEEDLES = ["a", "A", "ss", "STRASSE", "%", "_", "\\", "", "20", "İ", "i̇", "ǆ", "x\\y", "TAN"]
-META_KEYS = ["i", "s", "m", "n", ("nest", "x"), ("nest",), "missing"]
-
-
-def build_filter_corpus(rng: np.random.Generator) -> list[DocRecord]:
-    docs = []
-    for i in range(60):
-        def pick() -> Any:
-            return META_VALUES[int(rng.integers(len(META_VALUES)))]
-        meta: dict[str, Any] = {}
-        for key in ("i", "s", "m"):
-            if rng.random() < 0.85:
-                meta[key] = pick()
-        meta["n"] = None
-        if rng.random() < 0.7:
-            meta["nest"] = {"x": pick()} if rng.random() < 0.8 else pick()
-        doc_id = ["2025", "doc-7", "Ábc", "2024-06-01", "x_y"][i % 5] + f"{i}" if i % 3 else str(i)
-        sentences = [str(pick()) if rng.random() < 0.3 else f"Sentence {j} of {doc_id} ß" for j in range(2)]
-        docs.append(make_doc(doc_id, sentences, meta, i + 1, unit_vectors(rng, 2)))
-    return docs
-
-
 @pytest.fixture(scope="module")
 def filter_store(pg_server: Any) -> Any:
     dsn = pg_server.new_database()
@@ -407,43 +366,6 @@ def filter_store(pg_server: Any) -> Any:
     rows = store.fetch(store.scan())
     yield store, rows
     store.close()
-
-
-def _path(p: Any) -> tuple[str, ...]:
-    if isinstance(p, tuple):
-        return ("meta", *p)
-    if p in ("doc_id", "id", "position", "content"):
-        return (p,)
-    return ("meta", p)
-
-
-paths = st.sampled_from([*META_KEYS, "doc_id", "id", "position", "content"]).map(_path)
-literal = st.sampled_from(LITERALS)
-
-
-@st.composite
-def leaves(draw: st.DrawFn) -> Cond:
-    op = draw(st.sampled_from(sorted(PGVECTOR_OPS)))
-    path = draw(paths)
-    if op in ("in", "not_in"):
-        value: Any = tuple(draw(st.lists(literal, max_size=4)))
-    elif op in ("is_null", "is_not_null"):
-        value = None
-    elif op in ("like", "not_like"):
-        value = draw(st.sampled_from(PATTERNS))
-    elif op in ("contains", "not_contains"):
-        value = draw(st.sampled_from(NEEDLES))
-    else:
-        value = draw(literal)
-    return Cond(op, path, value)
-
-
-filters = st.recursive(
-    leaves(),
-    lambda inner: st.one_of(st.lists(inner, max_size=3).map(lambda xs: FAnd(tuple(xs))),
-                            st.lists(inner, max_size=3).map(lambda xs: FOr(tuple(xs)))),
-    max_leaves=5,
-)
 
 
 def check_filter(store: PgVectorStore, rows: list[Row], flt: Filter) -> None:
@@ -483,19 +405,12 @@ def test_string_predicates_against_every_needle(filter_store: Any) -> None:
 
 # ---------------------------------------------------------------------------------- hostile input
 
-HOSTILE = [
-    "'; DROP TABLE nlql_docs; --", "Robert'); DROP TABLE students;--", "nul\x00byte", "\x00", "\x01\x02\x08",
-    "$$dollar$$", "$tag$ quoted $tag$", "back\\slash\\", "\\x00", "%_%", "tab\tnew\nline\r", "😀 𝄞 ☃",
-    "ﬁ İ ß Σς", "x" * 10_000, "lone \ud800 surrogate", "\"double\"", "{}[]", "E'\\047'",
-]
-
-
 def test_hostile_values_round_trip_and_filter(pg_dsn: str) -> None:
     rng = np.random.default_rng(8)
     conn = psycopg.connect(pg_dsn, autocommit=True)
     tables_before = conn.execute("SELECT count(*) FROM pg_tables").fetchone()[0]
     store = open_store(pg_dsn, exact=True)
-    tables_before += 5  # the store's own tables (docs, units, meta; BM25: terms, bm25)
+    tables_before += 6  # the store's own tables (docs, units, meta, info; BM25: terms, bm25)
     docs = []
     for i, h in enumerate(HOSTILE):
         meta = {h: h, "v": h, "nest": {h: {"k": h}}, "num": "1\x00"}
@@ -600,3 +515,132 @@ def test_metadata_numbers_keep_their_type(store: PgVectorStore) -> None:
     assert got == V.normalize_metadata(meta)
     assert isinstance(got["f"], float) and isinstance(got["i"], int)
     assert json.dumps(got["neg0"]) == "-0.0"
+
+
+# ------------------------------------------------------------------- several processes, one database
+
+_CHILD = r'''
+import json, sys
+from datetime import datetime, timezone
+from nlql import Engine
+from nlql.embedders import HashEmbedder
+from nlql.stores.pgvector import PgVectorStore
+
+engine = Engine(embedder=HashEmbedder(dim=16), store=PgVectorStore(sys.argv[1], exact=True, table_prefix="two"),
+                clock=lambda: datetime(2026, 1, 5, tzinfo=timezone.utc), warm_up=False)
+for line in sys.stdin:
+    query = json.loads(line)
+    hits = engine.search(query)
+    print(json.dumps([[h.id, h.scores] for h in hits]), flush=True)
+'''
+
+TWO_PROCESS_QUERIES = [
+    'SELECT SENTENCE LET kw = BM25(content, "zebra stripes") WHERE kw > 0 ORDER BY kw DESC',  # issue 16's query
+    'SELECT SENTENCE LET kw = BM25(content, "zebra stripes") ORDER BY kw DESC LIMIT 5',  # one SQL statement
+    'SELECT DOCUMENT LET kw = BM25(content, "zebra stripes") WHERE kw > 0 ORDER BY kw DESC',
+    'SELECT SENTENCE LET s = 0.5 * SIMILARITY(content, "zebra") + BM25(content, "stripes") ORDER BY s DESC LIMIT 4',
+    'SELECT SENTENCE LET a = SIMILARITY(content, "zebra"), k = BM25(content, "zebra stripes"), f = RRF(a, k) '
+    'ORDER BY f DESC LIMIT 4',
+]
+
+
+def test_second_process_sees_writes_at_once_with_identical_bm25(pg_dsn: str) -> None:
+    """Issue 16: an engine in another process on the same database answers from the tables, not from
+    what it saw first: new and deleted documents and the changed BM25 statistics show at once."""
+    import os
+    import subprocess
+    from pathlib import Path
+
+    from nlql import Engine
+    from nlql.embedders import HashEmbedder
+
+    clock = datetime(2026, 1, 5, tzinfo=UTC)
+    writer = Engine(embedder=HashEmbedder(dim=16), store=PgVectorStore(pg_dsn, exact=True, table_prefix="two"),
+                    clock=lambda: clock, warm_up=False)
+    reference = Engine(embedder=HashEmbedder(dim=16), clock=lambda: clock, warm_up=False)
+    first = [("z1", "Zebra stripes confuse flies. Horses have none."), ("z2", "A zebra crossing has stripes.")]
+    later = [("z3", "Stripes, stripes and more zebra stripes."), ("z4", "The zebra is striped. No stripes here?")]
+    for e in (writer, reference):
+        for doc_id, text in first:
+            e.add_text(text, id=doc_id)
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
+    child = subprocess.Popen([sys.executable, "-c", _CHILD, pg_dsn], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             text=True, env=env, cwd=str(root))
+    try:
+        def ask(query: str) -> list[list[Any]]:
+            assert child.stdin is not None and child.stdout is not None
+            child.stdin.write(json.dumps(query) + "\n")
+            child.stdin.flush()
+            line = child.stdout.readline()
+            assert line, "the second engine process died"
+            out: list[list[Any]] = json.loads(line)
+            return out
+
+        def local(e: Engine, query: str) -> list[list[Any]]:
+            return [[h.id, h.scores] for h in e.search(query)]
+
+        before = {q: ask(q) for q in TWO_PROCESS_QUERIES}
+        assert [r[0] for r in before[TWO_PROCESS_QUERIES[0]]] == ["z1#0", "z2#0"]
+        for e in (writer, reference):
+            for doc_id, text in later:
+                e.add_text(text, id=doc_id)
+            e.delete("z2")
+        for q in TWO_PROCESS_QUERIES:
+            got, mine, want = ask(q), local(writer, q), local(reference, q)
+            assert got == mine, q  # the same rows and bit-identical scores in both processes
+            assert [r[0] for r in got] == [r[0] for r in want], q
+            for (_, g), (_, w) in zip(got, want):
+                assert g.keys() == w.keys()
+                for k in w:
+                    assert g[k] == pytest.approx(w[k], abs=1e-6), (q, k)
+            assert got != before[q], q
+        # BM25 read from the term tables scores exactly as the built-in index does
+        assert ask(TWO_PROCESS_QUERIES[0]) == local(reference, TWO_PROCESS_QUERIES[0])
+        ids = {r[0] for r in ask(TWO_PROCESS_QUERIES[0])}
+        assert ids == {"z1#0", "z3#0", "z4#0", "z4#1"}
+    finally:
+        if child.stdin is not None:
+            child.stdin.close()
+        child.wait(timeout=60)
+        writer.close()
+
+
+@pytest.mark.parametrize("prefix", ["p%s", "50%_off", "%(x)s%%"])
+def test_table_prefix_with_percent_runs_every_statement(pg_dsn: str, prefix: str) -> None:
+    """Issue 20: a ``%`` in ``table_prefix`` broke hybrid SQL ("3 placeholders but 2 parameters")."""
+    from nlql import Engine
+    from nlql.embedders import HashEmbedder
+
+    store = PgVectorStore(pg_dsn, exact=True, table_prefix=prefix)
+    e = Engine(embedder=HashEmbedder(dim=16), store=store, warm_up=False)
+    e.add_text("Zebra stripes are nice. Cats too.", id="a", metadata={"k": "v%"})
+    e.add_text("Another zebra.", id="b")
+    hybrid = ('SELECT SENTENCE LET s = SIMILARITY(content, "zebra"), k = BM25(content, "zebra"), f = RRF(s, k) '
+              'WHERE meta.k LIKE "v%" ORDER BY f DESC LIMIT 3')
+    assert [h.id for h in e.search(hybrid)] == ["a#0", "a#1"]
+    assert len(e.search('SELECT SENTENCE LET k = BM25(content, "zebra") WHERE k > 0')) == 2
+    assert e.delete("b") and store.count() == 2
+    store.set_info("k", "v")
+    tables = psycopg.connect(pg_dsn, autocommit=True).execute(
+        "SELECT tablename FROM pg_tables WHERE tablename LIKE %s ORDER BY 1", [prefix.replace("%", "\\%") + "\\_%"]
+    ).fetchall()
+    assert [t[0] for t in tables] == [f"{prefix}_{s}" for s in ("bm25", "docs", "info", "meta", "terms", "units")]
+    e.close()
+
+
+def test_info_record_persists_and_is_shared(pg_dsn: str) -> None:
+    store = open_store(pg_dsn, table_prefix="inf")
+    assert store.get_info("embedder") is None
+    store.set_info("embedder", '{"name": "HashEmbedder", "dim": 16}')
+    store.set_info("analyzer", "x\x00y")  # any text round-trips (NUL included)
+    store.set_info("embedder", "replaced")
+    other = open_store(pg_dsn, table_prefix="inf")  # another store on the same tables sees it at once
+    assert other.get_info("embedder") == "replaced" and other.get_info("analyzer") == "x\x00y"
+    assert open_store(pg_dsn, table_prefix="inf2").get_info("embedder") is None  # per table prefix
+    with pytest.raises(ValueError):
+        store.set_info("", "v")
+    with pytest.raises(TypeError):
+        store.set_info("k", 5)  # type: ignore[arg-type]
+    store.close()
+    other.close()

@@ -23,9 +23,8 @@ from adapter_kit import (  # noqa: E402
 )
 
 from nlql.errors import BackendError, MissingDependencyError  # noqa: E402
-from nlql.pushdown import Cond
+from nlql.pushdown import Cond, FAnd  # noqa: E402
 from nlql.stores import qdrant as qmod  # noqa: E402
-from nlql.stores.base import FAnd  # noqa: E402
 from nlql.stores.qdrant import QdrantStore  # noqa: E402
 
 
@@ -77,7 +76,7 @@ def test_missing_dependency(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(qmod, "QdrantClient", None)
     with pytest.raises(MissingDependencyError) as err:
         QdrantStore()
-    assert "nlql[qdrant]" in str(err.value)
+    assert "nlql-engine[qdrant]" in str(err.value)
 
 
 # ------------------------------------------------------------------------------ knn

@@ -1,4 +1,5 @@
-"""BM25 beside any store: one engine-owned index so BM25 ranks the same on every backend.
+"""Keyword scoring beside any store: one engine-owned BM25 index, so BM25 ranks the same on every backend
+(the index and formula themselves are :mod:`nlql.text.bm25`).
 
 Rows are identified by their unit id (``doc_id#position``), which every store can give back, so the
 index is independent of store-internal keys. It is built lazily from the store on first use (this is

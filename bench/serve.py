@@ -1,0 +1,255 @@
+#!/usr/bin/env python3
+"""Throughput and latency of ``POST /search`` under 1, 8 and 32 concurrent clients (issue 19).
+
+The server is the real command, ``nlql serve --demo --embedder hash``, in its own process: the bundled
+demo corpus (Python standard-library docstrings, 1,698 sentences) in the built-in memory store with the
+hash embedder (384 dims), so the figures are the HTTP stack, the thread pool and the engine, not a
+neural model. Each client is a thread of this process with its own ``httpx.Client`` (one keep-alive
+connection), sending its next request as soon as the last one is answered (closed loop; httpx's
+``AsyncClient`` pool, tried first, became the bottleneck at 32 clients); four query shapes rotate (semantic,
+hybrid RRF, filtered semantic, BM25). Per concurrency level: a warm-up, then ``--seconds`` of requests;
+requests/s is answered requests over that window, p50/p99 are per-request latencies seen by the client.
+Client and server share the machine's cores, as they would on one host. Each level also records the CPU
+each side got (CPU seconds per wall second) and the server's CPU per answered request, the figure that
+bounds throughput on an idle machine (about cores / CPU per request, less the GIL's serialisation).
+
+    python bench/serve.py [--clients 1 8 32] [--seconds 10] [--out bench/results/serve.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench.common import RESULTS, log, machine_info, stamp_end, write_json  # noqa: E402
+
+QUERIES = [
+    ("semantic", 'SELECT SENTENCE LET rel = SIMILARITY(content, "{w} into a string") LIMIT 10'),
+    ("hybrid", 'SELECT SENTENCE LET sem = SIMILARITY(content, "{w} files"), kw = BM25(content, "{w} files"), '
+               "score = RRF(sem, kw, k => 60) ORDER BY score DESC LIMIT 10"),
+    ("filtered", 'SELECT SENTENCE LET rel = SIMILARITY(content, "{w}") WHERE meta.kind == "function" '
+                 "AND meta.year >= 2008 LIMIT 10"),
+    ("bm25", 'SELECT SENTENCE LET kw = BM25(content, "{w} directory") LIMIT 10'),
+]
+WORDS = ["json", "temporary", "thread", "random", "socket", "path", "time", "decimal", "queue", "regex",
+         "archive", "hash", "encode", "parse", "copy", "sort"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_server(port: int, workers: int) -> subprocess.Popen[str]:
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               HF_HUB_OFFLINE="1")
+    env.pop("NLQL_TOKEN", None)
+    cmd = [sys.executable, "-m", "nlql", "serve", "--demo", "--embedder", "hash", "--port", str(port),
+           "--workers", str(workers), "--log-level", "warning"]
+    return subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def wait_ready(url: str, proc: subprocess.Popen[str], timeout: float = 180.0) -> dict[str, Any]:
+    import httpx
+
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if proc.poll() is not None:
+            raise RuntimeError("the server exited: " + (proc.stderr.read() if proc.stderr else ""))
+        try:
+            r = httpx.get(url + "/health", timeout=2)
+            if r.status_code == 200:
+                return r.json()
+        except httpx.TransportError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError("the server did not start")
+
+
+def _body(i: int) -> tuple[str, dict[str, Any]]:
+    name, template = QUERIES[i % len(QUERIES)]
+    return name, {"query": template.format(w=WORDS[(i // len(QUERIES)) % len(WORDS)])}
+
+
+def _process_cpu_s(pid: int) -> float | None:
+    """User + system CPU seconds of a process so far (Linux /proc), or None elsewhere."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def load(url: str, clients: int, seconds: float, warmup: float, server_pid: int) -> dict[str, Any]:
+    import httpx
+
+    latencies: list[float] = []
+    per_shape: dict[str, list[float]] = {name: [] for name, _ in QUERIES}
+    errors = [0]
+    counter = itertools.count()
+    phase = {"measuring": False, "stop_at": time.perf_counter() + warmup}
+    barrier = threading.Barrier(clients + 1)
+
+    def worker() -> None:
+        # one thread and one keep-alive connection per client; the GIL is released while it waits
+        with httpx.Client(base_url=url, timeout=60) as client:
+            for measuring in (False, True):
+                barrier.wait()
+                while time.perf_counter() < phase["stop_at"]:
+                    name, body = _body(next(counter))
+                    t = time.perf_counter()
+                    r = client.post("/search", json=body)
+                    ms = (time.perf_counter() - t) * 1000
+                    if not measuring:
+                        continue
+                    if r.status_code != 200:
+                        errors[0] += 1
+                        continue
+                    latencies.append(ms)
+                    per_shape[name].append(ms)
+                barrier.wait()
+
+    threads = [threading.Thread(target=worker, daemon=True) for _ in range(clients)]
+    for t in threads:
+        t.start()
+    barrier.wait()  # warm-up starts
+    barrier.wait()  # warm-up done
+    start = time.perf_counter()
+    phase["stop_at"] = start + seconds
+    cpu0, server0 = time.process_time(), _process_cpu_s(server_pid)
+    barrier.wait()  # measuring starts
+    barrier.wait()  # measuring done
+    elapsed = time.perf_counter() - start
+    client_cpu, server1 = time.process_time() - cpu0, _process_cpu_s(server_pid)
+    for t in threads:
+        t.join()
+    errors_n = errors[0]
+
+    def pct(xs: list[float], q: float) -> float | None:
+        if not xs:
+            return None
+        xs = sorted(xs)
+        return round(xs[min(len(xs) - 1, max(0, round(q * (len(xs) - 1))))], 2)
+
+    return {
+        "clients": clients,
+        "requests": len(latencies),
+        "errors": errors_n,
+        "seconds": round(elapsed, 2),
+        "requests_per_s": round(len(latencies) / elapsed, 1),
+        "p50_ms": pct(latencies, 0.50),
+        "p99_ms": pct(latencies, 0.99),
+        "mean_ms": round(statistics.fmean(latencies), 2) if latencies else None,
+        **{f"p50_{name}_ms": pct(xs, 0.50) for name, xs in per_shape.items()},
+        # CPU used per second of wall time: how much of the 2 cores each side got
+        "client_cpu_per_s": round(client_cpu / elapsed, 2),
+        "server_cpu_per_s": round((server1 - server0) / elapsed, 2) if server0 is not None and server1 is not None
+        else None,
+        # the server's CPU per answered request: what the figures would be bounded by on an idle machine
+        "server_cpu_ms_per_request": round((server1 - server0) * 1000 / max(1, len(latencies)), 2)
+        if server0 is not None and server1 is not None else None,
+    }
+
+
+def direct(seconds: float) -> dict[str, Any]:
+    """The same query sequence through ``engine.search`` in this process, one at a time: the engine's own
+    cost, without HTTP, JSON or threads (same corpus and embedder as the server)."""
+    from nlql.data import load_demo
+    from nlql.embedders import HashEmbedder
+    from nlql.engine import Engine
+
+    engine = Engine(embedder=HashEmbedder(dim=384), warm_up=False)
+    docs = load_demo()
+    engine.add_texts([d["text"] for d in docs], ids=[d["id"] for d in docs], metadatas=[d["metadata"] for d in docs])
+    for i in range(len(QUERIES) * 2):  # warm-up
+        engine.search(_body(i)[1]["query"])
+    times: list[float] = []
+    i = 0
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        q = _body(i)[1]["query"]
+        t = time.perf_counter()
+        engine.search(q)
+        times.append((time.perf_counter() - t) * 1000)
+        i += 1
+    engine.close()
+    return {"requests": len(times), "p50_ms": round(statistics.median(times), 2),
+            "p99_ms": round(sorted(times)[min(len(times) - 1, round(0.99 * (len(times) - 1)))], 2)}
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--clients", type=int, nargs="+", default=[1, 8, 32])
+    ap.add_argument("--seconds", type=float, default=10.0, help="measured seconds per concurrency level")
+    ap.add_argument("--warmup", type=float, default=2.0)
+    ap.add_argument("--workers", type=int, default=16, help="the server's engine threads (nlql serve --workers)")
+    ap.add_argument("--out", type=Path, default=RESULTS / "serve.json")
+    args = ap.parse_args(argv)
+
+    started = time.perf_counter()
+    machine = machine_info()
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    proc = start_server(port, args.workers)
+    try:
+        health = wait_ready(url, proc)
+        log(f"[serve] server up: {health.get('sentences')} sentences; clients {args.clients}")
+        runs = []
+        for c in args.clients:
+            run = load(url, c, args.seconds, args.warmup, proc.pid)
+            log(f"[serve] {c:>3} clients: {run['requests_per_s']:>7.1f} req/s  p50 {run['p50_ms']} ms  "
+                f"p99 {run['p99_ms']} ms  errors {run['errors']}  cpu/s client {run['client_cpu_per_s']} "
+                f"server {run['server_cpu_per_s']}")
+            runs.append(run)
+        reference = direct(min(args.seconds, 5.0))
+        log(f"[serve] engine.search in-process, one at a time: p50 {reference['p50_ms']} ms")
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+    import httpx
+    import starlette
+    import uvicorn
+
+    results: dict[str, Any] = {
+        "title": "HTTP API: POST /search under concurrent clients",
+        "description": (
+            "`nlql serve --demo --embedder hash` (the demo corpus, {n:,} sentences, built-in memory store, "
+            "**hash embedder**, 384 dims; {w} engine threads) in its own process; closed-loop clients in one "
+            "process (one thread and one httpx keep-alive connection per client) on the same machine; four "
+            "query shapes rotating (semantic, hybrid RRF, filtered, BM25), LIMIT 10. {s:g} s measured per level after {wu:g} s of warm-up."
+        ).format(n=int(health.get("sentences", 0)), w=args.workers, s=args.seconds, wu=args.warmup),
+        "machine": machine,
+        "embedder": "hash (HashEmbedder, dim 384)",
+        "store": "memory (the demo corpus)",
+        "server": f"uvicorn {uvicorn.__version__}, starlette {starlette.__version__}, {args.workers} workers",
+        "client": f"httpx {httpx.__version__} Client per thread, closed loop",
+        "engine_search_in_process": reference,
+        "runs": runs,
+    }
+    stamp_end(results, started)
+    write_json(args.out, results)
+    log(f"[serve] wrote {args.out}")
+    return results
+
+
+if __name__ == "__main__":
+    main()

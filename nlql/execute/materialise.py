@@ -1,0 +1,216 @@
+"""Rows into candidates of the selected unit (scored), and a page of candidates into hits.
+
+``candidates`` fetches the rows of some keys, scores them and groups them into SENTENCE, SPAN, CHUNK or
+DOCUMENT candidates (a grouped unit takes each score's best sentence); ``hits`` turns the page into
+new :class:`~nlql.execute.results.Hit` objects (SPAN windows read here), and ``pack_tokens`` fits them
+into a token budget.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from typing import Any, cast
+
+import numpy as np
+
+from nlql import values as V
+from nlql.errors import BackendError, NLQLTimeoutError
+from nlql.evaluate import RowContext
+from nlql.execute.candidates import Candidate, Search
+from nlql.execute.degrade import cause_of, drop_arms
+from nlql.execute.results import Hit
+from nlql.execute.units import chunk_rows, join_rows
+from nlql.stores.base import Row, Store, TablePaths
+
+SIM_BATCH = 8192
+
+__all__ = ["candidates", "estimate_tokens", "hits", "pack_tokens", "similarities", "unit_text"]
+
+
+def similarities(store: Store, vectors: np.ndarray, keys: list[Any]) -> np.ndarray:
+    """The best cosine over ``vectors`` for each key (batched store calls), rounded as every store rounds."""
+    out = np.empty(len(keys), dtype=np.float32)
+    for i in range(0, len(keys), SIM_BATCH):
+        part = keys[i:i + SIM_BATCH]
+        out[i:i + len(part)] = np.asarray(store.similarities(vectors, part)).max(axis=0)
+    return V.round_scores(out)
+
+
+def candidates(run: Search, keys: list[Any], qv: dict[str, np.ndarray],
+               sentence_scores: dict[str, np.ndarray] | None, restrict: set[Any] | None = None) -> list[Candidate]:
+    """Fetch rows, score them, and group them into candidates of the selected unit.
+
+    ``sentence_scores`` are SIMILARITY scores already known per key; ``restrict`` keeps grouped units
+    that contain at least one of those keys (a knn round's hits).
+    """
+    plan, store = run.plan, run.store
+    if not keys:
+        return []
+    if not plan.unit.rows_are_sentences:
+        if store.capabilities.FAST_PATH:  # a table store knows each key's document without building rows
+            doc_ids = cast(TablePaths, store).key_documents(keys)
+        else:
+            doc_ids = list(dict.fromkeys(r.doc_id for r in store.fetch(keys)))
+        by_doc = store.document_rows(doc_ids)
+        rows = [r for d in doc_ids for r in by_doc.get(d, [])]
+        scores = _score_rows(run, [r.key for r in rows], rows, qv, None)
+        cols = list(scores.items())
+        if run.mins:
+            score_of = {id(r): _row_scores(cols, i, run.mins) for i, r in enumerate(rows)}
+        else:
+            score_of = {id(r): {n: float(c[i]) for n, c in cols} for i, r in enumerate(rows)}
+        return _group(run, doc_ids, by_doc, score_of, restrict)
+    rows = store.fetch(keys)
+    scores = _score_rows(run, keys, rows, qv, sentence_scores)
+    out = []
+    cols = list(scores.items())
+    mins = run.mins
+    for i, r in enumerate(rows):
+        row_scores = _row_scores(cols, i, mins) if mins else {n: float(c[i]) for n, c in cols}
+        ctx = RowContext(r.content, r.id, r.doc_id, r.position, r.metadata, row_scores, {}, r.seq)
+        out.append(Candidate(ctx, [r]))
+    return out
+
+
+def _row_scores(cols: list[tuple[str, np.ndarray]], i: int, mins: dict[str, float]) -> dict[str, float | None]:
+    """One row's scores; below an arm-local ``min => x`` a score is NULL (the row is out of that arm)."""
+    out: dict[str, float | None] = {n: float(c[i]) for n, c in cols}
+    for slot, m in mins.items():
+        v = out.get(slot)
+        if v is not None and not v >= m:
+            out[slot] = None
+    return out
+
+
+def _score_rows(run: Search, keys: list[Any], rows: list[Row], qv: dict[str, np.ndarray],
+                known: dict[str, np.ndarray] | None) -> dict[str, np.ndarray]:
+    out: dict[str, np.ndarray] = {}
+    for s in run.plan.scores:
+        if s.slot in run.failed:
+            continue  # a dropped arm (on_arm_error="degrade"): its score is NULL
+        if s.kind == "SIMILARITY":
+            if known is not None and s.slot in known:
+                out[s.slot] = known[s.slot]
+            elif not keys:
+                out[s.slot] = np.zeros(0)
+            else:
+                try:
+                    out[s.slot] = similarities(run.store, qv[s.slot], keys)
+                except (NLQLTimeoutError, BackendError) as exc:
+                    if not (run.degrade and drop_arms(run, [s.slot], "the store's similarity call failed "
+                                                                    f"({cause_of(exc)})")):
+                        raise
+        elif s.kind == "BM25":
+            out[s.slot] = run.bm25.scores(" ".join(s.texts), keys, rows)
+    return out
+
+
+def _group(run: Search, doc_ids: list[str], by_doc: dict[str, list[Row]],
+           score_of: dict[int, dict[str, float | None]], restrict: set[Any] | None) -> list[Candidate]:
+    kind = run.plan.unit.kind
+    out: list[Candidate] = []
+    for d in doc_ids:
+        rows = by_doc.get(d)
+        if not rows:
+            continue
+        groups = [rows] if kind == "DOCUMENT" else chunk_rows(rows, run.chunk_chars)
+        for ci, grp in enumerate(groups):
+            if restrict is not None and not any(r.key in restrict for r in grp):
+                continue
+            scores: dict[str, float | None] = {}
+            for r in grp:
+                for s, v in score_of[id(r)].items():
+                    cur = scores.get(s)
+                    if cur is None or (v is not None and v > cur):
+                        scores[s] = v
+            first = grp[0]
+            if kind == "DOCUMENT":
+                ctx = RowContext(join_rows(grp), d, d, 0, first.metadata, scores, {}, first.seq)
+            else:
+                ctx = RowContext(join_rows(grp), f"{d}#chunk{ci}", d, ci, first.metadata, scores, {}, first.seq)
+            out.append(Candidate(ctx, grp, ci, groups))
+    return out
+
+
+# ------------------------------------------------------------------------------------------- hits
+
+
+def unit_text(run: Search, u: Candidate) -> str:
+    """The text a hit shows: the unit's content, widened by the SPAN window."""
+    plan = run.plan
+    if plan.unit.kind != "SPAN":
+        return u.ctx.content
+    w = plan.window
+    if plan.unit.base == "CHUNK" and u.doc_chunks is not None:
+        lo, hi = max(0, u.chunk_index - w), u.chunk_index + w + 1
+        return join_rows([r for grp in u.doc_chunks[lo:hi] for r in grp])
+    doc = u.extra.get("doc_rows")
+    if doc is None:
+        return u.ctx.content
+    p = u.ctx.position
+    return join_rows([r for r in doc if p - w <= r.position <= p + w])
+
+
+def hits(run: Search, page: list[Candidate]) -> list[Hit]:
+    """New hit objects for a page (never the stored ones): content, metadata copy, every binding's value."""
+    plan, env = run.plan, run.env
+    if plan.unit.kind == "SPAN" and plan.unit.rows_are_sentences and page:
+        docs = run.store.document_rows(list(dict.fromkeys(u.ctx.doc_id for u in page)))
+        changed = 0
+        for u in page:
+            rows = docs.get(u.ctx.doc_id, u.rows)
+            # Another process may have replaced the document since recall (a shared database has no
+            # engine lock): a window from the new version around a sentence of the old one would be
+            # a torn hit, so the hit keeps its own sentence only.
+            if any(r.seq != u.ctx.seq for r in rows):
+                rows = u.rows
+                changed += 1
+            u.extra["doc_rows"] = rows
+        if changed:
+            run.warnings.append(f"{changed} document(s) changed while the query ran: "
+                                "their SPAN hits show the hit sentence without its window")
+    names = [b.name for b in plan.query.bindings]
+    out = []
+    for u in page:
+        scores: dict[str, Any] = {n: V.jsonable_scalar(env.binding_fn(n)(u.ctx)) for n in names}
+        if "rerank" in u.extra:
+            scores["rerank"] = u.extra["rerank"]
+        out.append(Hit(
+            id=u.ctx.id if plan.unit.kind != "DOCUMENT" else u.ctx.doc_id,
+            doc_id=u.ctx.doc_id, unit=plan.unit.kind, position=u.ctx.position,
+            content=unit_text(run, u), metadata=copy.deepcopy(u.ctx.metadata), scores=scores,
+        ))
+    return out
+
+
+def estimate_tokens(text: str) -> int:
+    """A model-free token estimate: about 4 characters per token, at least one per word."""
+    return max(len(text.split()), math.ceil(len(text) / 4))
+
+
+def pack_tokens(hits: list[Hit], max_tokens: int, warnings: list[str]) -> list[Hit]:
+    """Keep hits in order while they fit the budget, skipping (not stopping at) one that does not.
+
+    Never returns empty when there is a hit: the top one is then truncated and flagged.
+    """
+    out: list[Hit] = []
+    used = 0
+    for h in hits:
+        n = estimate_tokens(h.content)
+        if used + n <= max_tokens:
+            out.append(h)
+            used += n
+    if not out and hits:
+        top = hits[0]
+        chars = max(1, max_tokens) * 4
+        words = top.content[:chars]
+        while words and estimate_tokens(words) > max(1, max_tokens):
+            words = words[: max(1, int(len(words) * 0.9))]
+        top.content = words
+        top.truncated = True
+        out = [top]
+        warnings.append(f"the top result was truncated to fit max_tokens={max_tokens}")
+    elif len(out) < len(hits):
+        warnings.append(f"{len(hits) - len(out)} result(s) skipped to fit max_tokens={max_tokens}")
+    return out

@@ -1,0 +1,60 @@
+"""Order: the stable multi-key sort of SPEC §6 (nulls last unless NULLS FIRST, ties on insertion
+order), and the optional rerank that reorders the head of it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nlql import values as V
+from nlql.evaluate import compile_expr
+from nlql.execute.candidates import Candidate, Search
+from nlql.execute.materialise import unit_text
+
+__all__ = ["order", "rerank"]
+
+
+def order(run: Search, units: list[Candidate]) -> list[Candidate]:
+    """Candidates sorted by the plan's ORDER BY keys (insertion order first, so ties keep it)."""
+    units = sorted(units, key=lambda u: (u.ctx.seq, u.ctx.position))
+    for spec in reversed(run.plan.order):
+        fn = compile_expr(spec.expr, run.env)
+        keyed = [(fn(u.ctx), u) for u in units]
+        if spec.descending:
+            null_rank = 2 if spec.nulls_first else 0
+        else:
+            null_rank = 0 if spec.nulls_first else 2
+
+        def key(item: tuple[Any, Candidate], _nr: int = null_rank) -> tuple[int, Any]:
+            v = item[0]
+            if V.is_null(v):
+                return (_nr, (0, 0))
+            return (1, V.sort_key(v))
+        keyed.sort(key=key, reverse=spec.descending)
+        units = [u for _, u in keyed]
+    return units
+
+
+def rerank(run: Search, units: list[Candidate], reranker: Any, rerank_query: str | None) -> list[Candidate]:
+    """Score the first ``need`` candidates with the reranker into ``scores["rerank"]``; order by it unless
+    ORDER BY names keys of its own."""
+    plan = run.plan
+    query = rerank_query
+    if query is None:
+        for s in plan.scores:
+            if s.texts:
+                query = s.texts[0]
+                break
+    if query is None:
+        run.warnings.append("rerank skipped: no rerank_query and no SIMILARITY/BM25 text in the query")
+        return units
+    need = run.need
+    head = units if need is None else units[:need]
+    tail = [] if need is None else units[need:]
+    texts = [unit_text(run, u) for u in head]
+    scores = list(reranker.score(query, texts))
+    for u, sc in zip(head, scores):
+        u.ctx.scores["rerank"] = float(sc)
+        u.extra["rerank"] = float(sc)
+    if not any(not k.implicit for k in plan.order):
+        head = sorted(head, key=lambda u: -u.extra["rerank"])
+    return head + tail

@@ -1,0 +1,176 @@
+"""Recall: the candidates a plan starts from, by the strategy the planner chose.
+
+- ``lowered``: one SQL statement ran the arms and the fusion (``Capabilities.SQL_ARMS``).
+- ``knn``: top-k by one SIMILARITY, widened ×4 per round until LIMIT + OFFSET candidates survive the
+  residual filter or the store has nothing more to give (the top-k guarantee, SPEC §6).
+- ``full`` / ``scan``: every row passing the pushed filter, scored in one pass where the store can
+  (``FULL_SCORES``); on a table store the planner's fast path (``FAST_PATH``) picks or prunes the page
+  with numpy before any row is fetched.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, cast
+
+import numpy as np
+
+from nlql import values as V
+from nlql.errors import BackendError, NLQLTimeoutError
+from nlql.evaluate import RowContext
+from nlql.execute.candidates import Candidate, Search, keep_passing
+from nlql.execute.degrade import cause_of, drop_arms
+from nlql.execute.materialise import candidates, similarities
+from nlql.stores.base import RunsLowered, ScoresAll, TablePaths
+
+WIDEN_FACTOR = 4
+
+__all__ = ["WIDEN_FACTOR", "embed_queries", "recall"]
+
+
+def embed_queries(run: Search, embed: Callable[[Sequence[str]], np.ndarray]) -> dict[str, np.ndarray]:
+    """Each SIMILARITY slot's query vectors (L2-normalised); each distinct text embedded once."""
+    specs = [s for s in run.plan.scores if s.kind == "SIMILARITY"]
+    texts: list[str] = []
+    index: dict[str, int] = {}
+    for s in specs:
+        for tx in s.texts:
+            if tx not in index:
+                index[tx] = len(texts)
+                texts.append(tx)
+    if not texts:
+        return {}
+    mat = V.normalize_rows(embed(texts), zero_invalid=True)
+    return {s.slot: mat[[index[tx] for tx in s.texts]] for s in specs}
+
+
+def recall(run: Search, qv: dict[str, np.ndarray], *, fast_ok: bool) -> list[Candidate]:
+    """The candidates of the plan's recall strategy (``fast_ok``: no reranker, top fast paths allowed)."""
+    plan = run.plan
+    if plan.lowered is not None:
+        return _lowered(run, qv)
+    if plan.recall.kind == "knn":
+        return _knn(run, qv)
+    return _full(run, qv, fast_ok)
+
+
+def _store_stats(run: Search) -> None:
+    last = run.store.last_stats
+    if last:
+        run.stats.counts["store"] = dict(last)
+
+
+def _lowered(run: Search, qv: dict[str, np.ndarray]) -> list[Candidate]:
+    """Rows of a lowered plan, scored by the store's statement (ORDER BY/LIMIT/hits stay shared)."""
+    t = time.perf_counter()
+    got = cast(RunsLowered, run.store).run_lowered(run.plan.lowered, qv)
+    run.stats.add("recall", (time.perf_counter() - t) * 1000)
+    run.stats.counts.update({"rounds": 1, "candidates": len(got)})
+    _store_stats(run)
+    return [Candidate(RowContext(r.content, r.id, r.doc_id, r.position, r.metadata, dict(scores), {}, r.seq), [r])
+            for r, scores in got]
+
+
+def _knn(run: Search, qv: dict[str, np.ndarray]) -> list[Candidate]:
+    plan, store, need = run.plan, run.store, run.need
+    slot = plan.recall.slot
+    assert slot is not None and need is not None
+    min_score = plan.recall.min_score.get(slot) if store.capabilities.SCORE_THRESHOLD else None
+    k = max(1, plan.recall.k or need)
+    total = store.count()
+    rounds = 0
+    units: list[Candidate] = []
+    n_candidates = 0
+    while True:
+        rounds += 1
+        t = time.perf_counter()
+        try:
+            lists = store.knn(qv[slot], k, plan.native, min_score=min_score)
+        except NLQLTimeoutError:
+            if rounds == 1:
+                raise
+            # a wider round hit the store's own statement timeout: keep what the last round found
+            run.warnings.append("timeout while widening recall: the store timed out; "
+                                "fewer rows than LIMIT may be returned")
+            break
+        run.stats.add("recall", (time.perf_counter() - t) * 1000)
+        seen: dict[Any, float] = {}
+        for lst in lists:
+            for key, score in lst:
+                if key not in seen or score > seen[key]:
+                    seen[key] = score
+        keys = sorted(seen, key=lambda x: -seen[x])
+        n_candidates = len(keys)
+        exhausted = all(len(lst) < k for lst in lists) or k >= total
+        t = time.perf_counter()
+        units = candidates(run, keys, qv, None, restrict=set(keys))
+        units = keep_passing(units, run.residual, run.deadline, run.warnings)
+        run.stats.add("filter", (time.perf_counter() - t) * 1000)
+        if len(units) >= need or exhausted:
+            break
+        if run.deadline.expired():
+            run.warn_timeout("timeout while widening recall: fewer rows than LIMIT may be returned")
+            break
+        k *= WIDEN_FACTOR
+    run.stats.counts.update({"rounds": rounds, "candidates": n_candidates, "recall_k": k})
+    _store_stats(run)
+    return units
+
+
+def _full(run: Search, qv: dict[str, np.ndarray], fast_ok: bool) -> list[Candidate]:
+    plan, store = run.plan, run.store
+    caps = store.capabilities
+    t = time.perf_counter()
+    sim_slots = [s.slot for s in plan.scores if s.kind == "SIMILARITY" and s.slot not in run.failed]
+    sentence_scores: dict[str, np.ndarray] = {}
+    try:
+        if caps.FULL_SCORES:
+            if sim_slots:
+                stacked = np.concatenate([qv[s] for s in sim_slots])
+                keys_arr, mat = cast(ScoresAll, store).score_all(stacked, plan.native)
+                row = 0
+                for s in sim_slots:
+                    n = len(qv[s])
+                    sentence_scores[s] = mat[row:row + n].max(axis=0)
+                    row += n
+                keys_arr = np.asarray(keys_arr)
+            else:
+                keys_arr = np.asarray(store.scan(plan.native))
+        else:
+            keys_arr = np.asarray(store.scan(plan.native), dtype=object)
+            for s in sim_slots:
+                sentence_scores[s] = similarities(store, qv[s], list(keys_arr))
+    except (NLQLTimeoutError, BackendError) as exc:
+        if not (run.degrade and sim_slots and drop_arms(run, sim_slots, f"the store's similarity call failed "
+                                                                        f"({cause_of(exc)})")):
+            raise
+        sentence_scores = {}
+        keys_arr = np.asarray(store.scan(plan.native), dtype=None if caps.FULL_SCORES else object)
+    run.stats.add("recall", (time.perf_counter() - t) * 1000)
+    run.stats.counts.update({"rounds": 1, "candidates": int(len(keys_arr))})
+    if run.deadline.expired():
+        run.warnings.append("timeout during recall")
+    if plan.unit.rows_are_sentences:  # thresholds inside recall
+        for s, m in plan.recall.min_score.items():
+            if s in sentence_scores:
+                keep = sentence_scores[s] >= m
+                keys_arr = keys_arr[keep]
+                sentence_scores = {k: v[keep] for k, v in sentence_scores.items()}
+    t = time.perf_counter()
+    fast = run.plan.fast_path if not run.failed else None
+    picked = None
+    if fast is not None and run.need is not None and (fast.prunes or fast_ok):
+        picked = cast(TablePaths, store).fast_select(fast, keys_arr, sentence_scores, run.need, run.bm25.matches)
+        run.stats.counts["fast_path"] = fast.kind if picked is not None else f"{fast.kind} (declined)"
+    if picked is not None and not fast.prunes:  # type: ignore[union-attr]
+        top_keys, scores = picked
+        units = candidates(run, [int(k) for k in top_keys], qv, scores)
+    else:
+        if picked is not None:
+            keys_arr, sentence_scores = picked
+            run.stats.counts["pruned_to"] = int(len(keys_arr))
+        units = candidates(run, list(keys_arr), qv, dict(sentence_scores))
+        units = keep_passing(units, run.residual, run.deadline, run.warnings)
+    run.stats.add("filter", (time.perf_counter() - t) * 1000)
+    return units

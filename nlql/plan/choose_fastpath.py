@@ -1,0 +1,124 @@
+"""Pass: choose the page a table store may pick with numpy before any row is fetched.
+
+Only for stores that declare ``Capabilities.FAST_PATH`` (row numbers in an in-process table), only
+when the engine runs the plan arm by arm over every candidate (recall ``full`` or ``scan``, nothing
+lowered to SQL), the rows are sentences and there is a LIMIT. Two families:
+
+- *top* (``insertion``, ``score``): no residual filter, no BM25 or fusion, no reranker, and ORDER BY
+  is nothing or one SIMILARITY: the store returns exactly the page's rows.
+- *prune* (``bm25``, ``formula``, ``fusion``): WHERE left nothing but similarity thresholds (already
+  applied inside recall) and the first sort key is, descending, one BM25 score, arithmetic over
+  SIMILARITY/BM25 scores, or a fusion of bare SIMILARITY/BM25 arms: the store keeps every row that
+  can still reach the page and the engine finishes (fusion, order, limit).
+
+Every choice is exact. ``plan.fast_path_reason`` says why a table store got no fast path.
+"""
+
+from __future__ import annotations
+
+from nlql import ir
+from nlql.plan.nodes import FUSION_FUNCTIONS, TEXT_SCORES, Plan, ScoreSpec
+from nlql.pushdown import Capabilities, FastArm, FastPath, Formula
+
+__all__ = ["choose_fastpath", "score_formula"]
+
+_MAX_DEPTH = 32
+
+
+def _none(plan: Plan, why: str) -> Plan:
+    plan.fast_path = None
+    plan.fast_path_reason = why
+    return plan
+
+
+def choose_fastpath(plan: Plan, caps: Capabilities) -> Plan:
+    """Set ``plan.fast_path`` (or ``plan.fast_path_reason``) for a table store."""
+    if not caps.FAST_PATH:
+        return _none(plan, "")
+    if plan.lowered is not None or plan.recall.kind == "knn":
+        return _none(plan, f"recall is {'one SQL statement' if plan.lowered is not None else 'knn'}")
+    if plan.limit is None:
+        return _none(plan, "there is no LIMIT (every row is returned)")
+    if not plan.unit.rows_are_sentences:
+        return _none(plan, "rows group sentences")
+    if plan.fusion_residual:
+        return _none(plan, "a condition applies after fusion")
+    bm25_texts = tuple((s.slot, " ".join(s.texts)) for s in plan.scores if s.kind == "BM25")
+    kinds = {s.kind for s in plan.scores}
+    # a score with min => x is NULL below x: it orders NULLS LAST in insertion order, not by its value
+    with_min = {s.slot for s in plan.scores if s.min is not None}
+    if not plan.residual and plan.rerank is None and not kinds & {"BM25", *FUSION_FUNCTIONS}:
+        if not plan.order:
+            return _set(plan, FastPath("insertion"))
+        if len(plan.order) == 1:
+            key = plan.order[0]
+            slot = plan.slot_of(key.expr)
+            if slot is not None and slot not in with_min:
+                return _set(plan, FastPath("score", slot=slot, descending=key.descending))
+    if not plan.residual_is_thresholds:
+        return _none(plan, "WHERE has conditions the engine evaluates row by row")
+    if not plan.order or not plan.order[0].descending:
+        return _none(plan, "the first sort key is not a score DESC")
+    first = plan.order[0]
+    spec = plan.spec(plan.slot_of(first.expr))
+    others = [f for f in plan.fusions if spec is None or f.slot != spec.slot]
+    if others:  # a fusion ranks its arms over every candidate: pruning would change its values
+        return _none(plan, f"the fusion {others[0].slot} ranks every candidate")
+    if spec is None:
+        formula = score_formula(plan, first.expr)
+        if formula is not None and set(formula.slots()) & with_min:
+            return _none(plan, f"{first.label} reads a score with min =>")
+        if formula is None:
+            return _none(plan, f"{first.label} is not arithmetic over SIMILARITY/BM25 scores")
+        return _set(plan, FastPath("formula", formula=formula, bm25_texts=_used(bm25_texts, formula.slots())))
+    if spec.slot in with_min:
+        return _none(plan, f"{first.label} has min =>")
+    if spec.kind == "BM25":
+        return _set(plan, FastPath("bm25", slot=spec.slot, bm25_texts=_used(bm25_texts, [spec.slot])))
+    if spec.kind in FUSION_FUNCTIONS and spec.window is not None:
+        arms = []
+        for name, expr in zip(spec.arms, spec.arm_exprs):
+            arm = plan.spec(plan.slot_of(expr))
+            if arm is None or arm.kind not in TEXT_SCORES:
+                return _none(plan, f"arm {name} is not exactly one SIMILARITY or BM25 call")
+            arms.append(FastArm(arm.slot, arm.kind, arm.min))
+        return _set(plan, FastPath("fusion", arms=tuple(arms), depth=spec.window,
+                                   bm25_texts=_used(bm25_texts, [a.slot for a in arms])))
+    return _none(plan, f"{first.label} is not a BM25, fusion or arithmetic score")
+
+
+def _set(plan: Plan, path: FastPath) -> Plan:
+    plan.fast_path = path
+    plan.fast_path_reason = ""
+    return plan
+
+
+def _used(bm25_texts: tuple[tuple[str, str], ...], slots: list[str]) -> tuple[tuple[str, str], ...]:
+    return tuple((s, t) for s, t in bm25_texts if s in slots)
+
+
+def score_formula(plan: Plan, expr: ir.Expr, depth: int = 0) -> Formula | None:
+    """An expression of numbers, ``+ - * /`` and SIMILARITY/BM25 scores (bindings followed) as a
+    :class:`~nlql.pushdown.Formula`, or None if it is anything else."""
+    if depth > _MAX_DEPTH:
+        return None
+    if isinstance(expr, ir.Literal):
+        v = expr.value
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            return None
+        return Formula("num", float(v))
+    slot = plan.slot_of(expr)
+    if slot is not None:
+        spec: ScoreSpec | None = plan.spec(slot)
+        return Formula("slot", slot) if spec is not None and spec.kind in TEXT_SCORES else None
+    if isinstance(expr, ir.Ref):
+        b = plan.query.binding(expr.name)
+        return None if b is None else score_formula(plan, b.expr, depth + 1)
+    if isinstance(expr, ir.Unary) and expr.op == "-":
+        inner = score_formula(plan, expr.operand, depth + 1)
+        return None if inner is None else Formula("neg", args=(inner,))
+    if isinstance(expr, ir.Binary) and expr.op in ("+", "-", "*", "/"):
+        a = score_formula(plan, expr.left, depth + 1)
+        b2 = score_formula(plan, expr.right, depth + 1)
+        return None if a is None or b2 is None else Formula(expr.op, args=(a, b2))
+    return None

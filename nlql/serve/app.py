@@ -1,0 +1,450 @@
+"""The HTTP JSON API over one engine (Starlette), and the playground it serves at ``/``.
+
+Every engine call runs in a bounded thread pool, so the event loop never waits on the embedder or the
+store and many requests run at once (searches share the engine's read lock). Every error is JSON:
+``{"error": {"kind", "message", "line", "column", "hint", "rendered", "diagnostics"}}``, the same shape
+as the MCP tools' errors (:func:`nlql.agent.error_dict`).
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import json
+import math
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from nlql import __version__
+from nlql.errors import MissingDependencyError, NLQLError
+
+try:
+    import anyio
+    import anyio.to_thread
+    from starlette.applications import Starlette
+    from starlette.exceptions import HTTPException
+    from starlette.requests import Request
+    from starlette.responses import FileResponse, JSONResponse, Response
+    from starlette.routing import Mount, Route
+    from starlette.staticfiles import StaticFiles
+except ImportError:  # pragma: no cover - exercised only without the extra
+    raise MissingDependencyError("serve", "starlette") from None
+
+if TYPE_CHECKING:
+    from nlql.engine import Engine
+
+__all__ = ["STATIC_DIR", "ServeConfig", "ServeConfigError", "create_app", "features", "is_loopback"]
+
+#: The playground's files (plain HTML, CSS and JavaScript, shipped inside the package).
+STATIC_DIR = Path(__file__).resolve().parent / "static"
+#: Extra seconds the server waits past a search's own deadline before it answers 504 itself.
+DEADLINE_GRACE = 0.5
+#: HTTP status for each :class:`~nlql.errors.NLQLError` kind (anything else: 400).
+STATUS = {"timeout": 504, "backend": 502, "dependency": 501}
+_LOOPBACK_NAMES = {"localhost", "localhost.localdomain", "ip6-localhost"}
+
+
+class ServeConfigError(ValueError):
+    """The server cannot start as configured (e.g. a public bind address without a token)."""
+
+
+def is_loopback(host: str) -> bool:
+    """True for addresses only this machine can reach: ``127.0.0.0/8``, ``::1`` and ``localhost``.
+
+    >>> is_loopback("127.0.0.1"), is_loopback("localhost"), is_loopback("::1"), is_loopback("0.0.0.0")
+    (True, True, True, False)
+    """
+    name = host.strip().strip("[]").lower()
+    if name in _LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    """How ``nlql serve`` runs. Every limit is per request.
+
+    Attributes:
+        host: Address to bind; ``127.0.0.1`` (only this machine) by default.
+        port: TCP port (0: any free port).
+        token: Bearer token every API request must send (``Authorization: Bearer …``). Required when
+            ``host`` is not a loopback address; optional otherwise.
+        max_body_bytes: Largest request body accepted (413 beyond).
+        max_query_chars: Longest query (or question) accepted (400, kind ``limit``, beyond).
+        timeout: Deadline of one request in seconds; a request may ask for less, never more (504 beyond).
+        max_rows: Most hits one response carries: a search that matches more (a query without LIMIT on a
+            big store) is refused (400, kind ``limit``) rather than cut short silently.
+        workers: Threads that run engine calls; requests beyond wait for a free one.
+        allowed_hosts: ``Host`` header names accepted (without port; ``"*"``: any); default: loopback
+            names when bound to loopback (which stops DNS-rebinding pages from reading a local server),
+            any host otherwise. Behind a reverse proxy that forwards its public name, list that name.
+        playground: Serve the web playground at ``/``.
+    """
+
+    host: str = "127.0.0.1"
+    port: int = 8000
+    token: str | None = None
+    max_body_bytes: int = 256 * 1024
+    max_query_chars: int = 10_000
+    timeout: float = 30.0
+    max_rows: int = 10_000
+    workers: int = 16
+    allowed_hosts: tuple[str, ...] | None = None
+    playground: bool = True
+
+    def validate(self) -> ServeConfig:
+        """Self, after checking the settings; raises :class:`ServeConfigError` when they are unsafe or wrong."""
+        if not is_loopback(self.host) and not self.token:
+            raise ServeConfigError(
+                f"refusing to serve on {self.host} without a token: anyone who can reach it could read the "
+                "store; pass --token (or set NLQL_TOKEN), or bind 127.0.0.1")
+        if self.token is not None and (len(self.token) < 8 or any(c.isspace() for c in self.token)):
+            raise ServeConfigError("the token must be at least 8 characters without spaces")
+        for name in ("max_body_bytes", "max_query_chars", "max_rows", "workers"):
+            if int(getattr(self, name)) < 1:
+                raise ServeConfigError(f"{name} must be at least 1")
+        if not (isinstance(self.timeout, (int, float)) and math.isfinite(self.timeout) and self.timeout > 0):
+            raise ServeConfigError("timeout must be a positive number of seconds")
+        return self
+
+    def hosts(self) -> set[str] | None:
+        """The accepted ``Host`` names (without port), or None for any."""
+        if self.allowed_hosts is not None:
+            names = {h.strip().lower() for h in self.allowed_hosts}
+            return None if "*" in names else names
+        if is_loopback(self.host):
+            return {"127.0.0.1", "localhost", "::1", "[::1]", self.host.lower()}
+        return None
+
+
+def features(engine: Any) -> list[str]:
+    """The API endpoints this engine supports: always search, explain, check; ask and schema when the
+    engine has those methods."""
+    out = ["search", "explain", "check"]
+    out += [name for name in ("ask", "schema") if callable(getattr(engine, name, None))]
+    return out
+
+
+# ------------------------------------------------------------------------------------------ errors
+
+
+class RequestError(Exception):
+    """A bad request that is not about the query text: bad JSON, too big, a missing field, auth."""
+
+    def __init__(self, status: int, kind: str, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.kind = kind
+        self.message = message
+        self.hint = hint
+
+
+def _error_body(kind: str, message: str, hint: str | None = None) -> dict[str, Any]:
+    rendered = message + (f"\nhint: {hint}" if hint else "")
+    return {"error": {"kind": kind, "message": message, "line": 0, "column": 0, "hint": hint,
+                      "rendered": rendered, "diagnostics": []}}
+
+
+def _request_error(exc: RequestError) -> JSONResponse:
+    headers = {"WWW-Authenticate": 'Bearer realm="nlql"'} if exc.status == 401 else None
+    return JSONResponse(_error_body(exc.kind, exc.message, exc.hint), status_code=exc.status, headers=headers)
+
+
+def _nlql_error(exc: NLQLError, source: str | None) -> JSONResponse:
+    from nlql.agent import error_dict
+
+    return JSONResponse({"error": _jsonable(error_dict(exc, source))}, status_code=STATUS.get(exc.kind, 400))
+
+
+async def _http_exception(request: Request, exc: Exception) -> Response:
+    status = getattr(exc, "status_code", 500)
+    detail = getattr(exc, "detail", "") or ""
+    message = {404: f"no such endpoint: {request.method} {request.url.path}",
+               405: f"{request.method} is not allowed on {request.url.path}"}.get(status, str(detail))
+    return JSONResponse(_error_body("request", message, "GET /openapi.json lists the endpoints"),
+                        status_code=status)
+
+
+async def _internal_error(request: Request, exc: Exception) -> Response:
+    return JSONResponse(_error_body("internal", "internal server error",
+                                    "the server log has the details"), status_code=500)
+
+
+# ------------------------------------------------------------------------------------------ the app
+
+
+class _Api:
+    """The endpoints, bound to one engine and one configuration."""
+
+    def __init__(self, engine: Engine, config: ServeConfig) -> None:
+        self.engine = engine
+        self.config = config
+        self.limiter = anyio.CapacityLimiter(config.workers)
+        self.hosts = config.hosts()
+        self.features = features(engine)
+
+    # ---------------------------------------------------------------- request plumbing
+
+    def _check_host(self, request: Request) -> None:
+        if self.hosts is None:
+            return
+        host = request.headers.get("host", "")
+        name = host.rsplit(":", 1)[0] if not host.startswith("[") else host.split("]")[0] + "]"
+        if name.lower() not in self.hosts:
+            raise RequestError(400, "request", f"unexpected Host header {host!r}",
+                               "this server answers only to " + ", ".join(sorted(self.hosts)))
+
+    def authorized(self, request: Request) -> bool:
+        token = self.config.token
+        if not token:
+            return True
+        scheme, _, given = request.headers.get("authorization", "").partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), token.encode())
+
+    def _check_auth(self, request: Request) -> None:
+        if not self.authorized(request):
+            wrong = "authorization" in request.headers
+            raise RequestError(401, "auth", "wrong bearer token" if wrong else "this server needs a bearer token",
+                               "send the header 'Authorization: Bearer <token>'")
+
+    async def _body(self, request: Request) -> dict[str, Any]:
+        limit = self.config.max_body_bytes
+        too_big = RequestError(413, "request", f"the request body is larger than {limit:,} bytes",
+                               "send a shorter query or fewer parameters")
+        length = request.headers.get("content-length")
+        if length is not None:
+            try:
+                if int(length) > limit:
+                    raise too_big
+            except ValueError:
+                raise RequestError(400, "request", "the Content-Length header is not a number") from None
+        ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if ctype != "application/json":
+            # also makes browsers send a CORS preflight, so another site's page cannot post here blind
+            raise RequestError(415, "request", "the body must be JSON (Content-Type: application/json)")
+        body = bytearray()
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > limit:
+                raise too_big
+        if not body.strip():
+            raise RequestError(400, "request", "the request body is empty", 'send a JSON object: {"query": "…"}')
+        try:
+            data = json.loads(body.decode("utf-8"))
+        except json.JSONDecodeError as exc:
+            raise RequestError(400, "request", f"the request body is not valid JSON: {exc.msg} at line "
+                               f"{exc.lineno}, column {exc.colno}", 'send a JSON object: {"query": "…"}') from None
+        except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+            raise RequestError(400, "request", f"the request body is not valid JSON ({type(exc).__name__})") \
+                from None
+        if not isinstance(data, dict):
+            raise RequestError(400, "request", f"the body must be a JSON object, not {type(data).__name__}",
+                               'send a JSON object: {"query": "…"}')
+        return data
+
+    @staticmethod
+    def _fields(data: Mapping[str, Any], allowed: set[str]) -> None:
+        unknown = sorted(set(data) - allowed)
+        if unknown:
+            import difflib
+
+            close = difflib.get_close_matches(unknown[0], sorted(allowed), n=1)
+            raise RequestError(400, "request", f"unknown field {unknown[0]!r} in the request body",
+                               f"did you mean {close[0]!r}?" if close else "fields: " + ", ".join(sorted(allowed)))
+
+    def _text(self, data: Mapping[str, Any], name: str) -> str:
+        value = data.get(name)
+        if not isinstance(value, str):
+            raise RequestError(400, "request", f"'{name}' is required and must be a string"
+                               if value is None else f"'{name}' must be a string, not {type(value).__name__}")
+        if len(value) > self.config.max_query_chars:
+            raise RequestError(400, "limit", f"the {name} is {len(value):,} characters, over the limit of "
+                               f"{self.config.max_query_chars:,}", "shorten it")
+        return value
+
+    @staticmethod
+    def _params(data: Mapping[str, Any]) -> dict[str, Any] | None:
+        params = data.get("params")
+        if params is not None and not isinstance(params, dict):
+            raise RequestError(400, "request", "'params' must be a JSON object of parameter values",
+                               'e.g. "params": {"q": "AI agents"}')
+        return params
+
+    def _deadline(self, data: Mapping[str, Any]) -> float:
+        asked = data.get("timeout")
+        cap = float(self.config.timeout)
+        if asked is None:
+            return cap
+        if isinstance(asked, bool) or not isinstance(asked, (int, float)) or not math.isfinite(asked) \
+                or asked <= 0:
+            raise RequestError(400, "request", "'timeout' must be a positive number of seconds")
+        return min(float(asked), cap)
+
+    async def _run(self, fn: Callable[[], Any], deadline: float) -> Any:
+        """``fn()`` in the worker pool; past the deadline (plus grace) the request gets a 504 and the worker
+        is left to stop at the engine's own deadline."""
+        with anyio.fail_after(deadline + DEADLINE_GRACE):
+            return await anyio.to_thread.run_sync(fn, abandon_on_cancel=True, limiter=self.limiter)
+
+    def endpoint(self, handler: Callable[[Request], Awaitable[Response]], *, auth: bool = True) \
+            -> Callable[[Request], Awaitable[Response]]:
+        async def wrapped(request: Request) -> Response:
+            source: str | None = None
+            try:
+                self._check_host(request)
+                if auth:
+                    self._check_auth(request)
+                return await handler(request)
+            except RequestError as exc:
+                return _request_error(exc)
+            except TimeoutError:
+                return JSONResponse(_error_body("timeout", "the request ran out of time",
+                                                "narrow the query or ask for a longer 'timeout'"), status_code=504)
+            except NLQLError as exc:
+                source = request.scope.get("nlql.source")
+                return _nlql_error(exc, source)
+        return wrapped
+
+    # ---------------------------------------------------------------- endpoints
+
+    async def search(self, request: Request) -> Response:
+        data = await self._body(request)
+        self._fields(data, {"query", "params", "timeout", "max_tokens"})
+        query = self._text(data, "query")
+        request.scope["nlql.source"] = query
+        max_tokens = data.get("max_tokens")
+        if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int)
+                                       or max_tokens < 1):
+            raise RequestError(400, "request", "'max_tokens' must be a positive integer")
+        deadline = self._deadline(data)
+        hits = await self._run(partial(self.engine.search, query, params=self._params(data), timeout=deadline,
+                                       max_tokens=max_tokens), deadline)
+        self._check_rows(len(hits))
+        return JSONResponse(_jsonable(hits.to_dict()))
+
+    def _check_rows(self, n: int) -> None:
+        if n > self.config.max_rows:
+            raise RequestError(400, "limit", f"the query matched {n:,} rows, more than this server sends in one "
+                               f"response ({self.config.max_rows:,})",
+                               f"add LIMIT (at most {self.config.max_rows:,}) and page with OFFSET")
+
+    async def explain(self, request: Request) -> Response:
+        data = await self._body(request)
+        self._fields(data, {"query", "params", "timeout"})
+        query = self._text(data, "query")
+        request.scope["nlql.source"] = query
+        deadline = self._deadline(data)
+        plan = await self._run(partial(self.engine.explain, query, params=self._params(data)), deadline)
+        return JSONResponse({"text": str(plan), "plan": _jsonable(plan.to_dict())})
+
+    async def check(self, request: Request) -> Response:
+        from nlql.agent import check_query
+
+        data = await self._body(request)
+        self._fields(data, {"query", "params", "timeout"})
+        query = self._text(data, "query")
+        request.scope["nlql.source"] = query
+        deadline = self._deadline(data)
+        diags = await self._run(partial(check_query, self.engine, query, self._params(data)), deadline)
+        return JSONResponse({"valid": not diags, "diagnostics": diags})
+
+    async def ask(self, request: Request) -> Response:
+        data = await self._body(request)
+        self._fields(data, {"question", "params", "timeout"})
+        question = self._text(data, "question")
+        deadline = self._deadline(data)
+        hits = await self._run(partial(self.engine.ask, question, params=self._params(data),  # type: ignore[attr-defined]
+                                       timeout=deadline), deadline)
+        self._check_rows(len(hits))
+        out = _jsonable(hits.to_dict())
+        route = getattr(hits, "route", None)
+        if route is not None:
+            out["route"] = _jsonable(_as_dict(route))
+        return JSONResponse(out)
+
+    async def schema(self, request: Request) -> Response:
+        value = await self._run(self.engine.schema, self.config.timeout)  # type: ignore[attr-defined]
+        return JSONResponse(_jsonable(_as_dict(value)))
+
+    async def health(self, request: Request) -> Response:
+        out: dict[str, Any] = {"status": "ok", "version": __version__, "features": self.features,
+                               "auth": bool(self.config.token)}
+        if self.authorized(request):
+            out["store"] = self.engine.store.capabilities.NAME
+            out["sentences"] = await self._run(lambda: len(self.engine), self.config.timeout)
+        return JSONResponse(out)
+
+    async def openapi(self, request: Request) -> Response:
+        from nlql.serve.openapi import openapi
+
+        return JSONResponse(openapi(self.features, auth=bool(self.config.token)))
+
+    async def playground(self, request: Request) -> Response:
+        return FileResponse(STATIC_DIR / "index.html", media_type="text/html",
+                            headers=_PAGE_HEADERS)
+
+
+_PAGE_HEADERS = {
+    # the playground loads only its own files and talks only to this server
+    "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+                               "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+}
+
+
+def _jsonable(value: Any) -> Any:
+    """A deep copy that JSON accepts: datetimes as ISO text, numpy scalars as numbers, NaN as null."""
+    from nlql.values import json_default
+
+    text = json.dumps(value, default=json_default, ensure_ascii=False)
+    # NaN and infinities are not JSON; an engine value should never be one, but a response must parse
+    return json.loads(text, parse_constant=lambda _: None)
+
+
+def _as_dict(value: Any) -> Any:
+    to_dict = getattr(value, "to_dict", None)
+    if callable(to_dict):
+        return to_dict()
+    import dataclasses
+
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    return value
+
+
+def create_app(engine: Engine, config: ServeConfig | None = None) -> Starlette:
+    """The ASGI application: the JSON API over ``engine`` and (unless disabled) the playground at ``/``.
+
+    Endpoints: ``POST /search``, ``POST /explain``, ``POST /check``, ``GET /health``, ``GET /openapi.json``;
+    ``POST /ask`` and ``GET /schema`` when the engine has ``ask`` / ``schema``.
+
+    Raises:
+        ServeConfigError: The configuration is unsafe (a public ``host`` without a token) or invalid.
+    """
+    config = (config or ServeConfig()).validate()
+    api = _Api(engine, config)
+    ep = api.endpoint
+    routes: list[Any] = [
+        Route("/search", ep(api.search), methods=["POST"]),
+        Route("/explain", ep(api.explain), methods=["POST"]),
+        Route("/check", ep(api.check), methods=["POST"]),
+        Route("/health", ep(api.health, auth=False), methods=["GET"]),
+        Route("/openapi.json", ep(api.openapi, auth=False), methods=["GET"]),
+    ]
+    if "ask" in api.features:
+        routes.append(Route("/ask", ep(api.ask), methods=["POST"]))
+    if "schema" in api.features:
+        routes.append(Route("/schema", ep(api.schema), methods=["GET"]))
+    if config.playground:
+        routes.append(Route("/", ep(api.playground, auth=False), methods=["GET"]))
+        routes.append(Mount("/static", app=StaticFiles(directory=STATIC_DIR), name="static"))
+    app = Starlette(routes=routes, exception_handlers={HTTPException: _http_exception, Exception: _internal_error})
+    app.state.api = api
+    return app

@@ -1,0 +1,395 @@
+// NLQL playground: plain JavaScript, no build step, no network beyond this server.
+// Every value from the server is written with textContent (never innerHTML), so stored text is data.
+"use strict";
+
+(function () {
+  const $ = (id) => document.getElementById(id);
+  const editor = $("editor"), mirror = $("mirror"), paramsBox = $("params"), statusBox = $("status");
+  const diagBox = $("diagnostics"), tokenBox = $("token"), planBox = $("plan"), planAsText = $("plan-as-text");
+
+  const EXAMPLES = [
+    ["Semantic search", 'SELECT SENTENCE\nLET rel = SIMILARITY(content, "turn a Python object into a JSON string")\nLIMIT 5'],
+    ["Hybrid (RRF)", 'SELECT SENTENCE\nLET sem = SIMILARITY(content, "create a temporary directory"),\n    kw  = BM25(content, "temporary directory"),\n    score = RRF(sem, kw, k => 60)\nORDER BY score DESC\nLIMIT 5'],
+    ["Metadata filter", 'SELECT SENTENCE\nLET rel = SIMILARITY(content, "average of a list of numbers")\nWHERE meta.year >= 2014 AND meta.kind == "function"\nLIMIT 5'],
+    ["Whole documents", 'SELECT DOCUMENT\nLET rel = SIMILARITY(content, "run several tasks at the same time")\nLIMIT 3'],
+    ["A parameter", 'SELECT SPAN(SENTENCE, window => 1)\nLET rel = SIMILARITY(content, $q)\nLIMIT 3'],
+  ];
+  const DEFAULT_QUERY = EXAMPLES[1][1];
+
+  let features = ["search", "explain", "check"];
+  let checkSeq = 0, runSeq = 0, checkTimer = null, lastPlan = null;
+
+  // ------------------------------------------------------------------ HTTP
+
+  function headers() {
+    const h = { "Content-Type": "application/json" };
+    const token = tokenBox.value.trim();
+    if (token) h["Authorization"] = "Bearer " + token;
+    return h;
+  }
+
+  async function call(method, path, body) {
+    let response;
+    try {
+      response = await fetch(path, { method, headers: headers(), body: body === undefined ? undefined : JSON.stringify(body) });
+    } catch (err) {
+      return { ok: false, status: 0, data: { error: { kind: "network", message: "the server cannot be reached", rendered: String(err) } } };
+    }
+    let data = null;
+    try { data = await response.json(); } catch (_) { data = { error: { kind: "http", message: "HTTP " + response.status } }; }
+    if (response.status === 401) { $("token-box").hidden = false; }
+    return { ok: response.ok, status: response.status, data };
+  }
+
+  function el(tag, cls, text) {
+    const node = document.createElement(tag);
+    if (cls) node.className = cls;
+    if (text !== undefined && text !== null) node.textContent = String(text);
+    return node;
+  }
+
+  function clear(node) { while (node.firstChild) node.removeChild(node.firstChild); }
+
+  // ------------------------------------------------------------------ parameters
+
+  function readParams() {
+    const raw = paramsBox.value.trim();
+    if (!raw) return { ok: true, value: null };
+    try {
+      const value = JSON.parse(raw);
+      if (value === null || typeof value !== "object" || Array.isArray(value)) {
+        return { ok: false, message: "params must be a JSON object, e.g. {\"q\": \"AI agents\"}" };
+      }
+      return { ok: true, value };
+    } catch (err) {
+      return { ok: false, message: "params are not valid JSON: " + err.message };
+    }
+  }
+
+  function requestBody() {
+    const params = readParams();
+    if (!params.ok) return { error: params.message };
+    const body = { query: editor.value };
+    if (params.value) body.params = params.value;
+    return { body };
+  }
+
+  // ------------------------------------------------------------------ checking as you type
+
+  // The server counts offsets in code points; JavaScript strings count UTF-16 units.
+  function codePointSlice(chars, start, end) { return chars.slice(start, end).join(""); }
+
+  function paintMirror(diagnostics) {
+    clear(mirror);
+    const chars = Array.from(editor.value);
+    const spans = diagnostics.filter((d) => Number.isInteger(d.start) && Number.isInteger(d.end))
+      .map((d) => [Math.max(0, Math.min(d.start, chars.length)), Math.max(0, Math.min(d.end, chars.length))])
+      .sort((a, b) => a[0] - b[0]);
+    let at = 0;
+    for (const [start, end] of spans) {
+      if (start < at) continue; // overlapping spans: the first one wins
+      mirror.appendChild(document.createTextNode(codePointSlice(chars, at, start)));
+      const mark = el("mark", end > start ? "" : "point", end > start ? codePointSlice(chars, start, end) : "");
+      mirror.appendChild(mark);
+      at = Math.max(start, end);
+    }
+    mirror.appendChild(document.createTextNode(codePointSlice(chars, at, chars.length) + "\n"));
+    mirror.scrollTop = editor.scrollTop;
+  }
+
+  function showDiagnostics(diagnostics) {
+    clear(diagBox);
+    for (const d of diagnostics) {
+      const box = el("div", "diagnostic");
+      if (d.line) box.appendChild(el("div", "where", "line " + d.line + ", column " + d.column));
+      box.appendChild(el("pre", "", d.rendered || d.message));
+      diagBox.appendChild(box);
+    }
+    paintMirror(diagnostics);
+  }
+
+  function setStatus(text, cls) {
+    statusBox.textContent = text;
+    statusBox.className = cls || "muted";
+  }
+
+  async function check() {
+    const seq = ++checkSeq;
+    const req = requestBody();
+    if (!editor.value.trim()) { setStatus("type a query", "muted"); showDiagnostics([]); return; }
+    if (req.error) { setStatus(req.error, "bad"); return; }
+    const res = await call("POST", "/check", req.body);
+    if (seq !== checkSeq) return; // a newer keystroke already asked
+    if (!res.ok) {
+      const e = (res.data && res.data.error) || {};
+      setStatus(e.message || "check failed", "bad");
+      showDiagnostics(e.diagnostics || []);
+      return;
+    }
+    const diags = res.data.diagnostics || [];
+    if (!diags.length) setStatus("✓ valid", "ok");
+    else setStatus(diags.length + (diags.length === 1 ? " problem" : " problems"), "bad");
+    showDiagnostics(diags);
+  }
+
+  function scheduleCheck() {
+    paintMirror([]);
+    clearTimeout(checkTimer);
+    checkTimer = setTimeout(check, 220);
+  }
+
+  // ------------------------------------------------------------------ results
+
+  function fmt(v) {
+    if (v === null || v === undefined) return "null";
+    if (typeof v === "number") return Number.isInteger(v) ? String(v) : (Math.abs(v) < 1e4 ? v.toFixed(4) : v.toPrecision(4));
+    if (typeof v === "object") return JSON.stringify(v);
+    return String(v);
+  }
+
+  function renderHits(data) {
+    const box = $("results");
+    clear(box);
+    const hits = data.hits || [];
+    $("results-count").textContent = "(" + hits.length + ")";
+    if (!hits.length) { box.appendChild(el("p", "muted", "no matching content")); return; }
+    const keys = [];
+    for (const h of hits) for (const k of Object.keys(h.scores || {})) if (!keys.includes(k)) keys.push(k);
+    const table = el("table", "hits");
+    const head = el("tr");
+    for (const name of ["#", "id", ...keys, "content", "metadata"]) head.appendChild(el("th", "", name));
+    table.appendChild(el("thead")).appendChild(head);
+    const body = el("tbody");
+    hits.forEach((h, i) => {
+      const tr = el("tr");
+      tr.appendChild(el("td", "num", i + 1));
+      tr.appendChild(el("td", "id", h.id));
+      for (const k of keys) tr.appendChild(el("td", "num score", fmt(h.scores[k])));
+      tr.appendChild(el("td", "content", h.content + (h.truncated ? " [truncated]" : "")));
+      const meta = el("td", "meta");
+      for (const [k, v] of Object.entries(h.metadata || {})) meta.appendChild(el("span", "", k + " = " + fmt(v)));
+      tr.appendChild(meta);
+      body.appendChild(tr);
+    });
+    table.appendChild(body);
+    box.appendChild(table);
+    const stats = data.stats || {};
+    const ms = Object.values(stats.timings_ms || {}).reduce((a, b) => a + b, 0);
+    const parts = [hits.length + (hits.length === 1 ? " row" : " rows"), ms.toFixed(1) + " ms"];
+    if (stats.candidates !== undefined) parts.push(stats.candidates + " candidates");
+    if (stats.rounds > 1) parts.push(stats.rounds + " recall rounds");
+    $("stats").textContent = parts.join(" · ");
+  }
+
+  function showRunError(error) {
+    const box = $("run-error");
+    clear(box);
+    if (!error) return;
+    const d = el("div", "diagnostic");
+    d.appendChild(el("div", "where", error.kind + " error"));
+    d.appendChild(el("pre", "", error.rendered || error.message));
+    box.appendChild(d);
+  }
+
+  function showWarnings(warnings) {
+    const box = $("warnings");
+    clear(box);
+    for (const w of warnings || []) box.appendChild(el("div", "warning", "warning: " + w));
+  }
+
+  // ------------------------------------------------------------------ the plan as a tree
+
+  function leaf(parent, key, value) {
+    const li = el("li");
+    li.appendChild(el("span", "k", key + ": "));
+    li.appendChild(el("span", "v", value));
+    parent.appendChild(li);
+    return li;
+  }
+
+  function branch(parent, key, open) {
+    const li = el("li");
+    const details = el("details");
+    details.open = open !== false;
+    details.appendChild(el("summary", "k", key));
+    const ul = el("ul", "tree");
+    details.appendChild(ul);
+    li.appendChild(details);
+    parent.appendChild(li);
+    return ul;
+  }
+
+  function code(parent, text) { const li = el("li"); li.appendChild(el("pre", "", text)); parent.appendChild(li); }
+
+  function renderPlanTree(plan) {
+    const root = el("ul", "tree");
+    leaf(root, "query", plan.query);
+    leaf(root, "store", plan.store);
+    const u = plan.unit || {};
+    leaf(root, "unit", u.kind + (u.kind === "SPAN" ? "(" + u.base + ", window => " + u.window + ")" : ""));
+    if ((plan.scores || []).length) {
+      const s = branch(root, "scores (deduplicated)");
+      for (const sc of plan.scores) leaf(s, sc.slot, sc.call);
+    }
+    const r = plan.recall || {};
+    const rec = branch(root, "recall: " + r.strategy);
+    if (r.strategy === "knn") leaf(rec, "on", r.score + " k=" + r.k + " overfetch=" + r.overfetch + " exact=" + r.exact);
+    if (r.reason) leaf(rec, "why", r.reason);
+    if (r.widening) leaf(rec, "widening", r.widening);
+    if (r.min_score) leaf(rec, "min score", JSON.stringify(r.min_score));
+    const f = branch(root, "filters");
+    leaf(f, "pushed to " + plan.store, plan.pushed_filter || "(none)");
+    leaf(f, "residual (engine)", (plan.residual_filter || []).join(" AND ") || "(none)");
+    if ((plan.after_fusion_filter || []).length) leaf(f, "after fusion", plan.after_fusion_filter.join(" AND "));
+    for (const [k, v] of Object.entries(plan.periods || {})) leaf(f, "period " + k, "[" + v[0] + ", " + v[1] + ")");
+    if ((plan.fusion || []).length) {
+      const fu = branch(root, "fusion");
+      for (const x of plan.fusion) leaf(fu, x.method, x.formula + " (arm depth " + x.arm_depth + ")");
+    }
+    const ord = (plan.order_by || []).map((o) => o.direction ? o.key + " " + o.direction + " NULLS " + o.nulls + (o.implicit ? " (default)" : "") : o.key);
+    leaf(root, "order by", ord.join(", ") + "; ties by insertion order");
+    leaf(root, "limit", (plan.limit === null || plan.limit === undefined ? "all" : plan.limit) + ", offset " + plan.offset);
+    if (plan.rerank) leaf(root, "rerank", JSON.stringify(plan.rerank));
+    if (plan.lowering) leaf(root, "lowering", plan.lowering.strategy + (plan.lowering.reason ? " (" + plan.lowering.reason + ")" : ""));
+    const sql = plan.sql;
+    if (sql && sql.statement) {
+      const s = branch(root, "sql (" + sql.dialect + ")", false);
+      for (const arm of sql.arms || []) { const a = branch(s, "arm " + arm.binding + " (" + arm.kind + ", k=" + arm.k + ")", false); code(a, arm.sql); }
+      if (sql.fusion) { const fz = branch(s, "fusion: " + sql.fusion.formula, false); code(fz, sql.fusion.sql); }
+      const st = branch(s, "statement (" + sql.rows + " rows)", false);
+      code(st, sql.statement);
+      if ((sql.params || []).length) code(branch(s, "parameters (values redacted)", false), sql.params.join("\n"));
+    } else if (sql) {
+      const s = branch(root, "sql", false);
+      for (const [k, v] of Object.entries(sql)) leaf(s, k, typeof v === "string" ? v : JSON.stringify(v));
+    }
+    for (const n of plan.notes || []) leaf(root, "note", n);
+    return root;
+  }
+
+  function renderPlan() {
+    clear(planBox);
+    if (!lastPlan) return;
+    if (planAsText.checked) planBox.appendChild(el("pre", "plan-text", lastPlan.text));
+    else planBox.appendChild(renderPlanTree(lastPlan.plan));
+  }
+
+  // ------------------------------------------------------------------ actions
+
+  function selectTab(name) {
+    for (const b of document.querySelectorAll(".tabs button")) b.classList.toggle("active", b.dataset.tab === name);
+    $("tab-results").hidden = name !== "results";
+    $("tab-plan").hidden = name !== "plan";
+  }
+
+  async function explain(switchTab) {
+    const req = requestBody();
+    if (req.error) { setStatus(req.error, "bad"); return; }
+    const res = await call("POST", "/explain", req.body);
+    if (!res.ok) {
+      lastPlan = null;
+      clear(planBox);
+      const e = res.data.error || {};
+      planBox.appendChild(el("pre", "caret", e.rendered || e.message));
+    } else {
+      lastPlan = res.data;
+      renderPlan();
+    }
+    if (switchTab) selectTab("plan");
+  }
+
+  async function run() {
+    const seq = ++runSeq;
+    const req = requestBody();
+    if (req.error) { setStatus(req.error, "bad"); return; }
+    $("run").disabled = true;
+    showRunError(null);
+    try {
+      const [res] = await Promise.all([call("POST", "/search", req.body), explain(false)]);
+      if (seq !== runSeq) return;
+      if (!res.ok) {
+        showRunError(res.data.error || { kind: "http", message: "HTTP " + res.status });
+        clear($("results"));
+        $("results-count").textContent = "";
+        $("stats").textContent = "";
+        showWarnings([]);
+      } else {
+        renderHits(res.data);
+        showWarnings(res.data.warnings);
+      }
+      selectTab("results");
+    } finally {
+      $("run").disabled = false;
+    }
+  }
+
+  // ------------------------------------------------------------------ schema and server info
+
+  function renderValue(parent, value, depth) {
+    if (value === null || typeof value !== "object") { parent.appendChild(el("code", "", fmt(value))); return; }
+    const ul = el("ul", "tree");
+    const entries = Array.isArray(value) ? value.map((v, i) => [String(i), v]) : Object.entries(value);
+    for (const [k, v] of entries.slice(0, 200)) {
+      const li = el("li");
+      li.appendChild(el("span", "k", k + ": "));
+      if (depth > 6) li.appendChild(el("code", "", JSON.stringify(v)));
+      else renderValue(li, v, depth + 1);
+      ul.appendChild(li);
+    }
+    parent.appendChild(ul);
+  }
+
+  async function loadSchema() {
+    if (!features.includes("schema")) return;
+    const res = await call("GET", "/schema");
+    if (!res.ok) return;
+    $("schema-panel").hidden = false;
+    const box = $("schema");
+    clear(box);
+    renderValue(box, res.data, 0);
+  }
+
+  async function loadHealth() {
+    const res = await call("GET", "/health");
+    if (!res.ok) { $("server-info").textContent = "server unreachable"; return; }
+    const h = res.data;
+    features = h.features || features;
+    if (h.auth) $("token-box").hidden = false;
+    const parts = ["v" + h.version];
+    if (h.store) parts.push("store " + h.store);
+    if (h.sentences !== undefined) parts.push(h.sentences.toLocaleString() + " sentences");
+    if (h.auth && h.store === undefined) parts.push("enter the token");
+    $("server-info").textContent = parts.join(" · ");
+  }
+
+  // ------------------------------------------------------------------ wiring
+
+  for (const [name, query] of EXAMPLES) {
+    const option = el("option", "", name);
+    option.value = query;
+    $("examples").appendChild(option);
+  }
+  $("examples").addEventListener("change", (e) => {
+    if (!e.target.value) return;
+    editor.value = e.target.value;
+    if (e.target.value.includes("$q") && !paramsBox.value.trim()) paramsBox.value = '{"q": "read a file line by line"}';
+    scheduleCheck();
+  });
+  editor.addEventListener("input", scheduleCheck);
+  paramsBox.addEventListener("input", scheduleCheck);
+  editor.addEventListener("scroll", () => { mirror.scrollTop = editor.scrollTop; });
+  editor.addEventListener("keydown", (e) => {
+    if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) { e.preventDefault(); if (e.shiftKey) explain(true); else run(); }
+    if (e.key === "Tab" && !e.shiftKey) { e.preventDefault(); editor.setRangeText("    ", editor.selectionStart, editor.selectionEnd, "end"); scheduleCheck(); }
+  });
+  $("run").addEventListener("click", run);
+  $("explain").addEventListener("click", () => explain(true));
+  planAsText.addEventListener("change", renderPlan);
+  for (const b of document.querySelectorAll(".tabs button")) b.addEventListener("click", () => selectTab(b.dataset.tab));
+  tokenBox.value = sessionStorage.getItem("nlql-token") || "";
+  tokenBox.addEventListener("change", () => { sessionStorage.setItem("nlql-token", tokenBox.value.trim()); loadHealth().then(loadSchema); check(); });
+  new ResizeObserver(() => { mirror.style.height = editor.offsetHeight + "px"; }).observe(editor);
+
+  editor.value = DEFAULT_QUERY;
+  loadHealth().then(loadSchema).then(check);
+})();

@@ -1,0 +1,325 @@
+"""The pushed filter as one SQL boolean, with exactly NLQL's semantics (:mod:`nlql.values`), per dialect.
+
+A leaf reads one *subject* (a metadata path or a built-in field) through typed *views*, each an SQL
+expression that is NULL where the value lacks that type: ``s`` (the string), ``fold`` (its casefold),
+``n`` (as a number: numbers and numeric strings), ``t`` (ISO strings and dates as µs since the epoch),
+``b`` (booleans), ``exists`` and ``is_str``. The dialect says how each view is spelled over its schema
+(:meth:`~nlql.sql.dialect.Dialect.subject`); this module turns every operator into SQL over the views,
+so SQL's three-valued logic gives SPEC §6's: a comparison with a value of another type is NULL (UNKNOWN),
+and ``NOT`` of UNKNOWN stays UNKNOWN.
+
+Every value is a :class:`~nlql.sql.binder.Param` part: the text never holds a value, and the
+placeholders are numbered only when the whole statement is rendered.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from datetime import date, datetime
+from typing import TYPE_CHECKING, Any
+
+from nlql import values as V
+from nlql.errors import UnsupportedError
+from nlql.pushdown import Cond, FAnd, Filter, FOr
+from nlql.sql.binder import Fragment, Param, join, sql, template
+from nlql.sql.codec import TextCodec, micros
+
+if TYPE_CHECKING:
+    from nlql.sql.dialect import Dialect
+
+__all__ = ["NULL", "Subject", "filter_sql", "like_pattern"]
+
+NULL: Fragment = sql("NULL::boolean")
+SQL_OP = {"eq": "=", "ne": "<>", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+_READS_DOCS = re.compile(r"\bd\.")
+_VIEWS = ("s", "fold", "n", "t", "b", "exists", "is_str")
+
+
+class Subject:
+    """SQL views of one filter path: each is an expression that is NULL where the value lacks that type.
+
+    Args:
+        base: The expression the views read (``{r}`` in their templates), with its own values.
+        views: View name → template over ``{r}``, or None where the subject never has that type.
+    """
+
+    def __init__(self, base: Fragment, **views: str | None) -> None:
+        unknown = set(views) - set(_VIEWS)
+        if unknown:
+            raise ValueError(f"unknown views {sorted(unknown)}")
+        self.base = base
+        self._views = {v: views.get(v) for v in _VIEWS}
+        self.reads_docs = False  # set once a view over the documents table (alias d) is used
+
+    def has(self, view: str) -> bool:
+        return self._views[view] is not None
+
+    def view(self, name: str) -> Fragment:
+        """A view as SQL; ``{r}`` in its template is the base expression (with its own values)."""
+        text = self._views[name]
+        if text is None:
+            return NULL
+        frag = template(text, r=self.base)
+        if _READS_DOCS.search(frag.text_only()):
+            self.reads_docs = True
+        return frag
+
+    @property
+    def always_str(self) -> bool:
+        return self._views["is_str"] == "TRUE"
+
+    @property
+    def never_str(self) -> bool:
+        return self._views["s"] is None
+
+
+def like_pattern(pattern: str, codec: TextCodec, regex_escape: Any = None) -> tuple[str, str]:
+    """Translate an NLQL LIKE pattern to ``("like", pattern)`` or ``("regex", pattern)`` over stored text.
+
+    Without ``_`` this is a SQL LIKE pattern with ``\\`` as its escape character; with ``_`` it is an
+    anchored regular expression in which ``_`` matches one stored character (a whole escape code word
+    when the codec escapes). ``regex_escape(c)`` spells a literal character in the dialect's regex.
+
+    >>> like_pattern("a%b", TextCodec())
+    ('like', 'a%b')
+    >>> like_pattern("a_c%", TextCodec(escaped=False))
+    ('regex', '^a.c.*$')
+    """
+    esc = regex_escape or _are_escape
+    tokens = _like_tokens(pattern)
+    if not any(kind == "one" for kind, _ in tokens):
+        out = []
+        for kind, ch in tokens:
+            if kind == "any":
+                out.append("%")
+                continue
+            for c in codec.escape(ch):
+                out.append("\\" + c if c in "%_\\" else c)
+        return "like", "".join(out)
+    rx = ["^"]
+    for kind, ch in tokens:
+        if kind == "any":
+            rx.append(".*")
+        elif kind == "one":
+            rx.append(codec.one_char)
+        else:
+            for c in codec.escape(ch):
+                rx.append(esc(c))
+    rx.append("$")
+    return "regex", "".join(rx)
+
+
+def _are_escape(c: str) -> str:
+    # in a PostgreSQL ARE, a backslash before a non-alphanumeric character makes it literal
+    return "\\" + c if c.isascii() and not c.isalnum() and c >= "\x09" else c
+
+
+def _like_tokens(pattern: str) -> list[tuple[str, str]]:
+    """Tokens of an NLQL LIKE pattern exactly as :func:`nlql.values.like_regex` reads it."""
+    out: list[tuple[str, str]] = []
+    i = 0
+    while i < len(pattern):
+        ch = pattern[i]
+        if ch == "\\" and i + 1 < len(pattern):
+            out.append(("lit", pattern[i + 1]))
+            i += 2
+            continue
+        if ch == "%":
+            out.append(("any", ""))
+        elif ch == "_":
+            out.append(("one", ""))
+        else:
+            out.append(("lit", ch))
+        i += 1
+    return out
+
+
+class _Compiler:
+    """One filter tree for one dialect."""
+
+    def __init__(self, dialect: Dialect) -> None:
+        self.d = dialect
+        self.codec: TextCodec = dialect.codec
+        self.reads_docs = False
+
+    # ------------------------------------------------------------------------------------ values
+
+    def number(self, f: float) -> Param:
+        return Param(self.d.number_value(f), "numeric")
+
+    def stamp(self, dt: datetime) -> Param:
+        return Param(self.d.stamp_value(micros(dt)), "numeric")
+
+    def text(self, s: str) -> Param:
+        return Param(self.codec.escape(s), "text")
+
+    def binop(self, left: Fragment, op: str, value: Param) -> Fragment:
+        return sql("(", left, f" {op} ", value, ")")
+
+    # ------------------------------------------------------------------------------------ leaves
+
+    def compare(self, subj: Subject, op: str, v: Any) -> Fragment:
+        """``value op v`` with :func:`nlql.values.compare`'s semantics (NULL = UNKNOWN)."""
+        sql_op = SQL_OP[op]
+        if V.is_null(v):
+            return NULL
+        if isinstance(v, bool):
+            return self.binop(subj.view("b"), sql_op, Param(v, "boolean")) if subj.has("b") else NULL
+        if isinstance(v, (datetime, date)):
+            dt = V.as_datetime(v)
+            if dt is None or not subj.has("t"):
+                return NULL
+            return self.binop(subj.view("t"), sql_op, self.stamp(dt))
+        if V.is_number(v):
+            f = V.as_number(v)
+            if f is None or not subj.has("n"):
+                return NULL
+            return self.binop(subj.view("n"), sql_op, self.number(f))
+        if isinstance(v, str):
+            num = V.numeric_string(v)
+            str_part = None
+            if subj.has("s"):
+                # code-point order for <, >; equality needs no collation (and keeps indexes usable)
+                collate = "" if op in ("eq", "ne") else self.d.TRANSFORMS["text_order"]
+                str_part = sql("(", subj.view("s"), f"{collate} {sql_op} ", self.text(v), ")")
+            num_part = None
+            if num is not None and subj.has("n") and not subj.always_str:
+                num_part = self.binop(subj.view("n"), sql_op, self.number(num))
+            if str_part is not None and subj.always_str:
+                return str_part
+            if str_part is None:
+                return num_part or NULL
+            if num_part is None:
+                return str_part  # NULL for a non-string value: a non-numeric string never compares with it
+            return sql("(CASE WHEN ", subj.view("is_str"), " THEN ", str_part, " ELSE ", num_part, " END)")
+        return NULL
+
+    def any_of(self, subj: Subject, view: str, cast: str, values: list[Any]) -> Fragment:
+        if not subj.has(view):
+            return NULL
+        return self.d.fn("any", x=subj.view(view), items=sql(Param(values, f"{cast}[]")))
+
+    def in_list(self, subj: Subject, options: Sequence[Any]) -> Fragment:
+        """SQL IN as an OR of equalities, grouped by literal type into one array test per type."""
+        bools: list[bool] = []
+        stamps: list[Any] = []
+        nums: list[Any] = []
+        strs: list[str] = []
+        str_nums: list[Any] = []
+        plain_strs = False
+        unknown = False
+        for o in options:
+            if V.is_null(o):
+                unknown = True
+            elif isinstance(o, bool):
+                bools.append(o)
+            elif isinstance(o, (datetime, date)):
+                dt = V.as_datetime(o)
+                if dt is None:
+                    unknown = True
+                else:
+                    stamps.append(self.d.stamp_value(micros(dt)))
+            elif V.is_number(o):
+                f = V.as_number(o)
+                if f is None:
+                    unknown = True
+                else:
+                    nums.append(self.d.number_value(f))
+            elif isinstance(o, str):
+                strs.append(self.codec.escape(o))
+                num = V.numeric_string(o)
+                if num is None:
+                    plain_strs = True
+                else:
+                    str_nums.append(self.d.number_value(num))
+            else:
+                unknown = True
+        parts: list[Fragment] = []
+        if bools:
+            parts.append(self.any_of(subj, "b", "boolean", bools))
+        if stamps:
+            parts.append(self.any_of(subj, "t", "numeric", stamps))
+        if nums:
+            parts.append(self.any_of(subj, "n", "numeric", nums))
+        if strs:
+            str_any = self.any_of(subj, "s", "text", strs)
+            non_str: Fragment = NULL
+            if str_nums and subj.has("n"):
+                non_str = self.any_of(subj, "n", "numeric", str_nums)
+                if plain_strs:
+                    non_str = sql("(", non_str, " OR NULL)")
+            if subj.always_str:
+                parts.append(str_any)
+            elif subj.never_str:
+                parts.append(non_str)
+            else:
+                parts.append(sql("(CASE WHEN ", subj.view("is_str"), " THEN ", str_any, " ELSE ", non_str, " END)"))
+        if unknown:
+            parts.append(NULL)
+        if not parts:
+            return sql("(CASE WHEN ", subj.view("exists"), " THEN FALSE END)")
+        return sql("(", join(" OR ", parts), ")")
+
+    def string_test(self, subj: Subject, op: str, v: Any) -> Fragment:
+        if not isinstance(v, str):
+            return NULL
+        if op == "contains":
+            if not subj.has("fold"):
+                return NULL
+            return self.d.fn("contains", s=subj.view("fold"), needle=sql(self.text(v.casefold())))
+        if not subj.has("s"):
+            return NULL
+        kind, pattern = like_pattern(v, self.codec, self.d.regex_escape)
+        # the pattern is already in stored form: bind it as is
+        return self.d.fn(kind, s=subj.view("s"), pattern=sql(Param(pattern, "text")))
+
+    def leaf(self, cond: Cond) -> Fragment:
+        op = cond.op
+        if op not in self.d.FILTER_OPS:
+            raise UnsupportedError(self.d.STORE_NAME, f"pushing the filter operator '{op}'",
+                                   hint="keep it in the residual filter")
+        subj = self.d.subject(cond.path)
+        frag = self.leaf_sql(subj, op, cond.value)
+        if subj.reads_docs:
+            self.reads_docs = True
+        return frag
+
+    def leaf_sql(self, subj: Subject, op: str, value: Any) -> Fragment:
+        if op == "is_null":
+            return sql("(NOT ", subj.view("exists"), ")")
+        if op == "is_not_null":
+            return subj.view("exists")
+        if op in SQL_OP:
+            return self.compare(subj, op, value)
+        if op in ("in", "not_in"):
+            frag = self.in_list(subj, tuple(value))
+        else:
+            frag = self.string_test(subj, op.removeprefix("not_"), value)
+        if op.startswith("not_"):
+            return sql("(NOT ", frag, ")")
+        return frag
+
+    def tree(self, flt: Filter) -> Fragment:
+        if isinstance(flt, Cond):
+            return self.leaf(flt)
+        if isinstance(flt, (FAnd, FOr)):
+            if not flt.items:
+                return sql("TRUE") if isinstance(flt, FAnd) else sql("FALSE")
+            joiner = " AND " if isinstance(flt, FAnd) else " OR "
+            return sql("(", join(joiner, [self.tree(item) for item in flt.items]), ")")
+        raise TypeError(f"not a filter: {flt!r}")
+
+
+def filter_sql(dialect: Dialect, flt: Filter) -> tuple[Fragment, bool]:
+    """A filter tree as a SQL boolean fragment over ``u`` (units) and ``d`` (docs) in ``dialect``, and
+    whether it reads the documents table. Values are :class:`~nlql.sql.binder.Param` parts, never text.
+
+    Raises:
+        UnsupportedError: a leaf operator the dialect does not push (see ``FILTER_OPS``).
+    """
+    c = _Compiler(dialect)
+    frag = c.tree(flt)
+    labelled = tuple(Param(p.value, p.cast, p.label or "filter value") if isinstance(p, Param) else p
+                     for p in frag.parts)
+    return Fragment(labelled), c.reads_docs

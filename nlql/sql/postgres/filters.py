@@ -1,0 +1,86 @@
+"""PostgreSQL's typed views of the pgvector store's schema, for the pushed filter (:mod:`nlql.sql.filters`).
+
+Metadata is read from ``d.mflat`` (``jsonb``: path key → typed record, :mod:`nlql.sql.codec`); the
+built-in fields from their columns and the casefold / number / date shadows written beside them.
+Numbers are compared as ``numeric`` built from ``repr(float)`` on both sides, which orders exactly like
+the floats themselves; strings under ``COLLATE "C"`` (code-point order).
+"""
+
+from __future__ import annotations
+
+from nlql.pushdown import Filter, NativeFilter
+from nlql.sql.binder import Fragment, Param, sql
+from nlql.sql.codec import TextCodec, path_key
+from nlql.sql.dialect import SQL_FILTER_OPS
+from nlql.sql.filters import Subject, like_pattern
+
+__all__ = ["PGVECTOR_OPS", "compile_where", "filter_sql", "like_sql", "subject"]
+
+# MATCH is a Python regex; PostgreSQL's POSIX regex means something else, so it is never pushed.
+PGVECTOR_OPS = SQL_FILTER_OPS
+
+
+def subject(path: tuple[str, ...]) -> Subject:
+    """The typed views of one filter path over ``u`` (``<p>_units``) and ``d`` (``<p>_docs``)."""
+    root = path[0]
+    if root == "meta":
+        if len(path) < 2:
+            raise ValueError(f"metadata path needs a key: {path!r}")
+        return Subject(
+            sql("(d.mflat -> ", Param(path_key(path[1:]), "text", "metadata path"), ")"),
+            s="({r} ->> 's')", fold="coalesce({r} ->> 'f', {r} ->> 's')",
+            n="({r} -> 'n')::numeric", t="({r} -> 't')::numeric", b="({r} -> 'b')::boolean",
+            exists="({r} IS NOT NULL)", is_str="(({r} ->> 's') IS NOT NULL)",
+        )
+    if root == "doc_id":
+        return Subject(sql("u.doc_id"), s="u.doc_id", fold="coalesce(d.fold, u.doc_id)",
+                       n="d.num", t="d.ts::numeric", b=None, exists="TRUE", is_str="TRUE")
+    if root == "id":
+        # "<doc_id>#<position>" is never a number nor an ISO date ('#' cannot occur in either)
+        return Subject(sql("u.doc_id"), s="(u.doc_id || '#' || u.position)",
+                       fold="(coalesce(d.fold, u.doc_id) || '#' || u.position)",
+                       n=None, t=None, b=None, exists="TRUE", is_str="TRUE")
+    if root == "content":
+        return Subject(sql("u.content"), s="u.content", fold="coalesce(u.fold, u.content)",
+                       n="u.num", t="u.ts::numeric", b=None, exists="TRUE", is_str="TRUE")
+    if root == "position":
+        return Subject(sql("u.position"), s=None, fold=None, n="u.position::numeric", t=None, b=None,
+                       exists="TRUE", is_str=None)
+    raise ValueError(f"unknown filter path {path!r}")
+
+
+def like_sql(pattern: str) -> tuple[str, str]:
+    """Translate an NLQL LIKE pattern to ``(operator, pattern)`` over escaped text.
+
+    Without ``_`` this is a PostgreSQL LIKE pattern (escape ``\\``); with ``_`` it is an anchored
+    regular expression in which ``_`` matches one whole escape code word or one ordinary character.
+
+    >>> like_sql("50\\\\%_off%")
+    ('~', '^50\\\\%(?:\\x01[\\x02-\\x08]{4}|[^\\x01-\\x08])off.*$')
+    >>> like_sql("a%b")
+    ('LIKE', 'a%b')
+    """
+    kind, out = like_pattern(pattern, TextCodec())
+    return ("LIKE" if kind == "like" else "~"), out
+
+
+def _dialect():  # type: ignore[no-untyped-def]
+    from nlql.sql.postgres.dialect import PostgresDialect
+
+    return PostgresDialect()
+
+
+def filter_sql(flt: Filter) -> tuple[Fragment, bool]:
+    """A filter tree as a SQL boolean fragment over ``u`` (units) and ``d`` (docs), and whether it
+    reads the documents table. Values are :class:`~nlql.sql.binder.Param` parts, never text."""
+    return _dialect().filter_sql(flt)
+
+
+def compile_where(flt: Filter) -> NativeFilter:
+    """A filter tree as a parameterised SQL boolean over ``u`` (units) and ``d`` (docs).
+
+    ``native`` and ``text`` are the fragment with psycopg ``%s`` placeholders; ``extra["params"]`` the
+    values in order; ``extra["docs"]`` whether the fragment reads the documents table;
+    ``extra["fragment"]`` the unrendered fragment (for statements numbered by a dialect's binder).
+    """
+    return _dialect().compile_filter(flt, style="pyformat")

@@ -1,0 +1,669 @@
+"""The Store protocol on DuckDB: schema, reads, writes, exact knn, hybrid statements, the info record."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+import numpy as np
+
+from nlql import values as V
+from nlql.errors import BackendError, NLQLError
+from nlql.pushdown import Filter, NativeFilter
+from nlql.sql.binder import Fragment, Param, Slot, sql
+from nlql.sql.codec import exact_json, flatten_metadata, shadow
+from nlql.sql.dialect import Compiled
+from nlql.sql.duckdb import DuckDBDialect
+from nlql.sql.keyword import KeywordIndex
+from nlql.sql.nodes import SimilarityScore
+from nlql.stores.base import DocRecord, Row
+from nlql.stores.duckdb.driver import (
+    arrow_table,
+    import_arrow,
+    import_duckdb,
+    parse_url,
+    record_type,
+    registered,
+    render,
+)
+
+__all__ = ["DuckDBStore", "from_url"]
+
+T = TypeVar("T")
+SCHEMA_VERSION = "1"
+# NLQL uses only what is built into DuckDB: never install or load an extension behind the user's back
+NO_DOWNLOADS = {"autoinstall_known_extensions": False, "autoload_known_extensions": False}
+ROW_COLUMNS = ("u.key, u.doc_id, u.position, u.content, u.seq, u.start, u.\"end\", u.tail, "
+               "d.metadata AS metadata, d.doc_id AS document")
+
+
+def from_url(url: str) -> dict[str, Any]:
+    """The constructor arguments of a ``duckdb…`` store string (the registry's ``from_url``)."""
+    return parse_url(url)
+
+
+class DuckDBStore:
+    """The Store protocol on DuckDB (in process; ``pip install 'nlql-engine[duckdb]'``).
+
+    Args:
+        path: A database file (created if missing), or None for an in-memory database.
+        connection: An open ``duckdb`` connection to use instead of ``path`` (left open by :meth:`close`).
+        table_prefix: Prefix of the tables (``<prefix>_docs``, ``_units``, ``_terms``, ``_bm25``,
+            ``_meta``, ``_info``, the key sequence ``_keys``).
+        analyzer: The :class:`~nlql.text.analyzer.Analyzer` whose terms are stored (default
+            ``Analyzer()``); it must equal the engine's for BM25 to run in SQL.
+        read_only: Open the file read-only: searches work, every write is a :class:`BackendError`.
+        table, text, vector, id, metadata: Read an existing table (or a Parquet file) in place
+            instead of keeping NLQL's own tables: see :meth:`from_table`.
+
+    Raises:
+        MissingDependencyError: duckdb (or pyarrow) is not installed.
+    """
+
+    def __init__(self, path: str | os.PathLike[str] | None = None, *, connection: Any = None,
+                 table_prefix: str = "nlql", analyzer: Any = None, read_only: bool = False,
+                 table: str | None = None, text: str | None = None, vector: str | None = None,
+                 id: str | None = None, metadata: Sequence[str] = ()) -> None:  # noqa: A002 - the column
+        self._duck = import_duckdb()
+        import_arrow()
+        if not table_prefix or len(table_prefix.encode("utf-8", "surrogatepass")) > 40 or "\x00" in table_prefix:
+            raise ValueError("table_prefix must be 1 to 40 bytes long, without NUL")
+        from nlql.text.analyzer import Analyzer
+
+        self.path = None if path is None else os.fspath(path)
+        self.table_prefix = table_prefix if table is None or table_prefix != "nlql" else "nlql_ext"
+        self.analyzer = analyzer if analyzer is not None else Analyzer()
+        self.read_only = bool(read_only) or table is not None
+        self.dim: int | None = None
+        self.last_stats: dict[str, Any] = {}
+        self._lock = threading.RLock()
+        self._own_conn = connection is None
+        self._conn: Any = connection if connection is not None else self._connect()
+        self._external: Any = None
+        codec = None
+        if table is not None:
+            from nlql.stores.duckdb.external import External
+
+            if text is None or vector is None:
+                raise NLQLError("DuckDBStore over an existing table needs text=… and vector=… columns",
+                                hint="DuckDBStore.from_table(conn, table, text='body', vector='embedding')")
+            self._external = External(self, table, text=text, vector=vector, id=id, metadata=list(metadata))
+            codec = self._external.codec
+        self.dialect = DuckDBDialect(self.table_prefix, analyzer=self.analyzer, normalized=table is None,
+                                     codec=codec)
+        self.capabilities = self.dialect.capabilities(
+            NAME="duckdb", EXACT=True, SCORE_THRESHOLD=True, BM25=True, SQL_ARMS=True)
+
+    @classmethod
+    def from_table(cls, conn: Any, table: str, *, text: str, vector: str, id: str | None = None,  # noqa: A002
+                   metadata: Sequence[str] = (), analyzer: Any = None,
+                   table_prefix: str = "nlql_ext") -> DuckDBStore:
+        """NLQL over an existing DuckDB table, view or Parquet file, read-only, without copying it.
+
+        Each row is one document of one sentence (``SENTENCE`` and ``DOCUMENT`` return the same rows).
+
+        Args:
+            conn: A ``duckdb`` connection holding ``table`` (it may be read-only), a path to a database
+                file (opened read-only), or None (an in-memory connection, for a Parquet file).
+            table: A table or view name (``schema.table`` allowed), or the path of a Parquet file
+                (or a glob such as ``data/*.parquet``).
+            text: The text column (``VARCHAR``; NULL reads as the empty string).
+            vector: The embedding column: ``FLOAT[n]``/``DOUBLE[n]`` arrays or lists of one length; not
+                necessarily normalised (cosine is computed).
+            id: The document id column (any scalar type, read as text; unique, not NULL); by default
+                the row number.
+            metadata: Columns returned as ``hit.metadata`` and queried as ``meta.<column>``: booleans,
+                integers, floats, decimals (as floats), strings, dates and timestamps (as ISO strings),
+                lists, structs (nested keys) and maps.
+            analyzer: The BM25 analyzer (must equal the engine's for BM25 in SQL).
+            table_prefix: Names of the temporary tables and views the store creates in the connection.
+
+        Raises:
+            BackendError: a named column is missing or has a type NLQL cannot read; at ``open``, the
+                vectors have another dimension than the embedder.
+        """
+        path: str | None = None
+        if conn is None:
+            connection = None
+        elif isinstance(conn, (str, os.PathLike)):
+            path, connection = os.fspath(conn), None
+        else:
+            connection = conn
+        return cls(path, connection=connection, table=table, text=text, vector=vector, id=id,
+                   metadata=metadata, analyzer=analyzer, table_prefix=table_prefix, read_only=True)
+
+    # ------------------------------------------------------------------------------ connections
+
+    def _connect(self) -> Any:
+        target = self.path if self.path is not None else ":memory:"
+        try:
+            return self._duck.connect(target, read_only=self.read_only and self.path is not None, config=NO_DOWNLOADS)
+        except self._duck.Error as exc:
+            if self.path is not None and not self.read_only and _permission_denied(exc):
+                # a file we may read but not write: searches work, writes say why they cannot
+                self.read_only = True
+                try:
+                    return self._duck.connect(target, read_only=True, config=NO_DOWNLOADS)
+                except self._duck.Error as again:
+                    exc = again
+            raise BackendError("duckdb", f"cannot open {target}: {_first_line(exc)}",
+                               hint="check the path and that no other process holds the file for writing"
+                               ) from exc
+
+    def _guard(self, fn: Callable[[], T]) -> T:
+        """Run one operation under the lock, translating driver errors to NLQL errors."""
+        with self._lock:
+            try:
+                return fn()
+            except NLQLError:
+                raise
+            except self._duck.Error as exc:
+                text = _first_line(exc)
+                if "read-only" in text:
+                    raise self._read_only_error() from exc
+                raise BackendError("duckdb", text) from exc
+
+    def _read_only_error(self) -> BackendError:
+        if self._external is not None:
+            return BackendError("duckdb", f"this store reads {self._external.table!r} in place and is read-only",
+                                hint="to write, load the rows into a DuckDBStore of NLQL's own (engine.add_texts)")
+        where = self.path or "the database"
+        return BackendError("duckdb", f"{where} is open read-only: cannot write",
+                            hint="open it without read_only=True, with write permission on the file")
+
+    def _check_writable(self) -> None:
+        if self.read_only:
+            raise self._read_only_error()
+
+    @contextmanager
+    def _tx(self) -> Iterator[Any]:
+        conn = self._conn
+        conn.execute("BEGIN TRANSACTION")
+        try:
+            yield conn
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+    def _run(self, conn: Any, frag: Fragment | str) -> Any:
+        return conn.execute(*render(self.dialect, frag))
+
+    def _need_open(self) -> None:
+        if self.dim is None:
+            raise RuntimeError("DuckDBStore.open(dim) must be called first")
+
+    # ----------------------------------------------------------------------------------- schema
+
+    def open(self, dim: int) -> None:
+        """Create the tables if missing or re-attach to them (an external table: check it).
+
+        Raises:
+            BackendError: the tables or the vector column hold vectors of another dimension.
+        """
+        dim = int(dim)
+        if self.dim == dim:
+            return
+        if self.dim is not None:
+            raise BackendError("duckdb", f"store is open with {self.dim}-dimensional vectors, not {dim}")
+        self._guard(lambda: self._open(dim))
+        self.dialect.dim = dim
+        self.dim = dim
+
+    def _open(self, dim: int) -> None:
+        d = self.dialect
+        if self._external is not None:
+            self._external.open(dim)
+            return
+        if self.read_only:
+            found = self._conn.execute(
+                "SELECT count(*) FROM duckdb_tables() WHERE table_name = $1", [f"{self.table_prefix}_meta"]
+            ).fetchone()[0]
+            if not found:
+                raise BackendError("duckdb", f"{self.path} holds no NLQL store with table_prefix "
+                                             f"{self.table_prefix!r}", hint="open it writable once to create it")
+            self._check_dim(dim)
+            return
+        with self._tx() as conn:
+            self._run(conn, d.key_value_table("meta"))
+            self._run(conn, d.key_value_table("info"))
+            self._run(conn, sql("INSERT INTO ", d.table("meta"), " (key, value) VALUES ('dim', ",
+                                Param(str(dim), "text"), "), ('schema', ", Param(SCHEMA_VERSION, "text"),
+                                ") ON CONFLICT (key) DO NOTHING"))
+            self._check_dim(dim)
+            for statement in d.schema(dim):
+                self._run(conn, statement)
+            if not self._run(conn, sql("SELECT count(*) FROM ", d.stats)).fetchone()[0]:
+                self._run(conn, sql("INSERT INTO ", d.stats, " VALUES (0, 0)"))
+            self._sync_terms(conn)
+
+    def _check_dim(self, dim: int) -> None:
+        d = self.dialect
+        stored = int(self._run(self._conn, d.get_meta("meta", "dim")).fetchone()[0])
+        if stored != dim:
+            raise BackendError("duckdb", f"table {self.table_prefix}_units holds {stored}-dimensional vectors, "
+                                         f"the embedder gives {dim}",
+                               hint="use the embedder the data was built with, or another table_prefix")
+
+    # ------------------------------------------------------------------------------ BM25 terms
+
+    def _analyzer_config(self) -> str:
+        return json.dumps(self.analyzer.config(), sort_keys=True)
+
+    def _terms_of(self, content: str) -> tuple[int, list[tuple[str, int]]]:
+        terms = self.analyzer.terms(content)
+        counts: dict[str, int] = {}
+        for t in terms:
+            counts[t] = counts.get(t, 0) + 1
+        return len(terms), [(self.dialect.codec.escape(t), c) for t, c in counts.items()]
+
+    def _sync_terms(self, conn: Any) -> None:
+        """Rebuild the term table when it was written by another analyzer (inside ``open``'s transaction)."""
+        d = self.dialect
+        config = self._analyzer_config()
+        row = self._run(conn, d.get_meta("meta", "analyzer")).fetchone()
+        if row is not None and row[0] == config:
+            return
+        units = self._run(conn, sql("SELECT key, content FROM ", d.units)).fetchall()
+        keys, terms, tfs, lens = [], [], [], []
+        total = 0
+        for key, content in units:
+            n, counted = self._terms_of(d.codec.unescape(content))
+            lens.append((key, n))
+            total += n
+            for term, tf in counted:
+                keys.append(key)
+                terms.append(term)
+                tfs.append(tf)
+        pa = import_arrow()
+        self._run(conn, sql("DELETE FROM ", d.terms))
+        if keys:
+            tbl = arrow_table({"term": terms, "key": keys, "tf": tfs},
+                              {"term": pa.string(), "key": pa.int64(), "tf": pa.int32()})
+            with registered(conn, tbl) as name:
+                self._run(conn, d.bulk_load("terms", ["term", "key", "tf"], name))
+        if lens:
+            tbl = arrow_table({"key": [k for k, _ in lens], "n": [n for _, n in lens]},
+                              {"key": pa.int64(), "n": pa.int32()})
+            with registered(conn, tbl) as name:
+                self._run(conn, sql("UPDATE ", d.units, f" SET nterms = x.n FROM \"{name}\" x WHERE ",
+                                    d.units, ".key = x.key"))
+        self._run(conn, sql("UPDATE ", d.stats, " SET n = ", Param(len(units), "bigint"), ", total_len = ",
+                            Param(total, "bigint")))
+        self._run(conn, d.put_meta("meta", "analyzer", config))
+
+    def keyword_index(self, analyzer: Any = None) -> KeywordIndex | None:
+        """The engine's BM25 source: scores read from the term tables per query (None when the
+        engine's analyzer differs from the one that wrote them)."""
+        from nlql.text.analyzer import Analyzer
+
+        if (analyzer if analyzer is not None else Analyzer()) != self.analyzer:
+            return None
+        return KeywordIndex(self.keyword_postings, self.analyzer, analyzer, self.dialect.codec)
+
+    def keyword_postings(self, terms: list[str], keys: list[int] | None) -> tuple[list[tuple[Any, ...]], int, int]:
+        """Postings of escaped ``terms`` with what BM25 needs (see ``Dialect.keyword_postings``)."""
+        self._need_open()
+
+        def run() -> tuple[list[tuple[Any, ...]], int, int]:
+            rows = self._run(self._conn, self.dialect.keyword_postings(terms, keys)).fetchall()
+            if rows:
+                return rows, int(rows[0][7]), int(rows[0][8])
+            return [], 0, 0
+
+        return self._guard(run)
+
+    # ---------------------------------------------------------------------------------- writing
+
+    def upsert(self, docs: Sequence[DocRecord]) -> None:
+        """Replace (or insert) whole documents in one transaction; the last of duplicate ids wins."""
+        self._need_open()
+        self._check_writable()
+        latest: dict[str, DocRecord] = {}
+        for doc in docs:
+            latest.pop(doc.doc_id, None)
+            latest[doc.doc_id] = doc
+        if not latest:
+            return
+        tables = self._prepare(list(latest.values()))
+        self._guard(lambda: self._write(*tables))
+
+    def _prepare(self, docs: list[DocRecord]) -> tuple[list[str], Any, Any, Any, int, int]:
+        """(escaped ids, Arrow docs, units and terms tables, sentences added, terms added)."""
+        pa = import_arrow()
+        esc = self.dialect.codec.escape
+        assert self.dim is not None
+        dc: dict[str, list[Any]] = {k: [] for k in ("doc_id", "seq", "text", "metadata", "mflat", "fold", "num", "ts")}
+        uc: dict[str, list[Any]] = {k: [] for k in ("doc_id", "position", "content", "start", "end", "tail", "seq",
+                                                    "fold", "num", "ts", "nterms")}
+        tc: dict[str, list[Any]] = {"doc_id": [], "position": [], "term": [], "tf": []}
+        vectors: list[np.ndarray] = []
+        added_len = 0
+        for doc in docs:
+            meta = V.normalize_metadata(doc.metadata or {})
+            if not isinstance(meta, dict):
+                raise ValueError(f"metadata of {doc.doc_id!r} must be a dict")
+            doc_id = esc(doc.doc_id)
+            fold, num, ts = shadow(doc.doc_id, esc)
+            for k, v in zip(dc, (doc_id, int(doc.seq), esc(doc.text), exact_json(meta),
+                                 list(flatten_metadata(meta, esc).items()), fold, num, ts), strict=True):
+                dc[k].append(v)
+            if not doc.units:
+                continue
+            vecs = np.asarray(doc.vectors, dtype=np.float32)
+            if vecs.ndim != 2 or vecs.shape != (len(doc.units), self.dim):
+                raise ValueError(f"document {doc.doc_id!r}: expected {len(doc.units)}×{self.dim} vectors, "
+                                 f"got {vecs.shape}")
+            if not np.isfinite(vecs).all():
+                raise ValueError(f"document {doc.doc_id!r}: vectors contain NaN or infinity")
+            vectors.append(vecs)
+            for u in doc.units:
+                cfold, cnum, cts = shadow(u.content, esc)
+                nterms, counted = self._terms_of(u.content)
+                added_len += nterms
+                for k, v in zip(uc, (doc_id, int(u.position), esc(u.content), int(u.start), int(u.end),
+                                     esc(u.tail), int(doc.seq), cfold, cnum, cts, nterms), strict=True):
+                    uc[k].append(v)
+                for term, tf in counted:
+                    tc["doc_id"].append(doc_id)
+                    tc["position"].append(int(u.position))
+                    tc["term"].append(term)
+                    tc["tf"].append(tf)
+        s, i64, i32, f64 = pa.string(), pa.int64(), pa.int32(), pa.float64()
+        docs_t = arrow_table(dc, {"doc_id": s, "seq": i64, "text": s, "metadata": s,
+                                  "mflat": pa.map_(s, record_type()), "fold": s, "num": f64, "ts": i64})
+        units_t = arrow_table(uc, {"doc_id": s, "position": i32, "content": s, "start": i32, "end": i32, "tail": s,
+                                   "seq": i64, "fold": s, "num": f64, "ts": i64, "nterms": i32})
+        flat = np.concatenate(vectors).ravel() if vectors else np.zeros(0, dtype=np.float32)
+        units_t = units_t.append_column("embedding", pa.FixedSizeListArray.from_arrays(pa.array(flat), self.dim))
+        terms_t = arrow_table(tc, {"doc_id": s, "position": i32, "term": s, "tf": i32})
+        return dc["doc_id"], docs_t, units_t, terms_t, units_t.num_rows, added_len
+
+    def _write(self, ids: list[str], docs_t: Any, units_t: Any, terms_t: Any, added_n: int, added_len: int) -> None:
+        d = self.dialect
+        with self._tx() as conn:
+            for statement in d.forget_terms(ids):
+                self._run(conn, statement)
+            for statement in d.delete_documents(ids):
+                self._run(conn, statement)
+            self._run(conn, d.put_meta("meta", "max_seq", str(max(docs_t.column("seq").to_pylist())), keep_max=True))
+            with registered(conn, docs_t) as name:
+                self._run(conn, d.bulk_load("docs", ["doc_id", "seq", "text", "metadata", "mflat", "fold", "num",
+                                                     "ts"], name))
+            if units_t.num_rows:
+                cols = ["doc_id", "position", "content", "start", "end", "tail", "seq", "fold", "num", "ts",
+                        "embedding", "nterms"]
+                quoted = ", ".join(f'"{c}"' for c in cols)
+                with registered(conn, units_t) as name:
+                    self._run(conn, sql("INSERT INTO ", d.units, f" (key, {quoted}) SELECT nextval(",
+                                        Param(f"{self.table_prefix}_keys", "text"),
+                                        f"), {quoted} FROM \"{name}\""))
+            if terms_t.num_rows:
+                with registered(conn, terms_t) as name:
+                    self._run(conn, sql("INSERT INTO ", d.terms, " (term, key, tf) SELECT t.term, u.key, t.tf FROM "
+                                        f"\"{name}\" t JOIN ", d.units, " u ON u.doc_id = t.doc_id AND "
+                                        "u.position = t.position"))
+            self._run(conn, d.add_term_stats(added_n, added_len))
+
+    def delete(self, doc_ids: Sequence[str]) -> int:
+        """Delete documents (and their sentences); returns how many documents existed."""
+        self._need_open()
+        self._check_writable()
+        ids = [self.dialect.codec.escape(x) for x in dict.fromkeys(doc_ids)]
+        if not ids:
+            return 0
+
+        def run() -> int:
+            with self._tx() as conn:
+                for statement in self.dialect.forget_terms(ids):
+                    self._run(conn, statement)
+                n = 0
+                for statement in self.dialect.delete_documents(ids):
+                    n = int(self._run(conn, statement).fetchone()[0])
+                return n
+
+        return self._guard(run)
+
+    # ------------------------------------------------------------------------------ info record
+
+    def get_info(self, key: str) -> str | None:
+        """A value this store keeps for its users beside the data (e.g. the embedder that built it)."""
+        self._need_open()
+        key = _info_key(key)
+        if self._external is not None:
+            return self._external.info.get(key)
+
+        def run() -> str | None:
+            row = self._run(self._conn, self.dialect.get_meta("info", key)).fetchone()
+            return None if row is None else self.dialect.codec.unescape(row[0])
+
+        return self._guard(run)
+
+    def set_info(self, key: str, value: str) -> None:
+        """Record ``value`` under ``key`` (replacing it), committed at once. On a table read in place the
+        record lives as long as the store (the source is never written)."""
+        self._need_open()
+        key = _info_key(key)
+        if not isinstance(value, str):
+            raise TypeError(f"set_info takes a string value, not {type(value).__name__}")
+        if self._external is not None:
+            self._external.info[key] = value
+            return
+        self._check_writable()
+
+        def run() -> None:
+            with self._tx() as conn:
+                self._run(conn, self.dialect.put_meta("info", key, self.dialect.codec.escape(value)))
+
+        self._guard(run)
+
+    # ---------------------------------------------------------------------------------- reading
+
+    def count(self) -> int:
+        """Number of stored sentences."""
+        self._need_open()
+        return self._guard(lambda: int(self._run(self._conn, sql("SELECT count(*) FROM ", self.dialect.units))
+                                       .fetchone()[0]))
+
+    def max_seq(self) -> int:
+        """Largest ``seq`` ever written (0 when nothing was); deleting a document does not lower it."""
+        self._need_open()
+        if self._external is not None:
+            return self._external.max_seq
+        d = self.dialect
+        return self._guard(lambda: int(self._run(self._conn, sql(
+            "SELECT greatest((SELECT max(seq) FROM ", d.docs, "), "
+            "(SELECT value::BIGINT FROM ", d.table("meta"), " WHERE key = 'max_seq'), 0)")).fetchone()[0]))
+
+    def compile_filter(self, flt: Filter) -> NativeFilter:
+        """The pushed filter tree as a parameterised SQL fragment (see ``Dialect.compile_filter``)."""
+        return self.dialect.compile_filter(flt)
+
+    def _from(self, flt: NativeFilter | None) -> Fragment:
+        d = self.dialect
+        if flt is None:
+            return sql("FROM ", d.units, " u WHERE TRUE")
+        where = flt.extra["fragment"]
+        if flt.extra.get("docs", True):
+            return sql("FROM ", d.units, " u JOIN ", d.docs, " d ON d.doc_id = u.doc_id WHERE ", where)
+        return sql("FROM ", d.units, " u WHERE ", where)
+
+    def scan(self, flt: NativeFilter | None = None) -> list[Any]:
+        """Keys of every sentence passing ``flt``, in insertion order (seq, position)."""
+        self._need_open()
+        query = sql("SELECT u.key ", self._from(flt), " ORDER BY u.seq, u.position, u.key")
+        return self._guard(lambda: [r[0] for r in self._run(self._conn, query).fetchall()])
+
+    def knn(self, vectors: np.ndarray, k: int, flt: NativeFilter | None = None,
+            min_score: float | None = None) -> list[list[tuple[Any, float]]]:
+        """Per query vector, the exact top ``k`` (key, cosine similarity), best first; ties on
+        (seq, position). DuckDB has no vector index without an extension: every knn is an exact scan."""
+        self._need_open()
+        q = np.atleast_2d(np.asarray(vectors, dtype=np.float32))
+        if k <= 0 or len(q) == 0:
+            self.last_stats = {"path": "none", "rounds": 0, "queries": len(q)}
+            return [[] for _ in range(len(q))]
+        if q.shape[1] != self.dim:
+            raise ValueError(f"query vectors have dimension {q.shape[1]}, the store {self.dim}")
+        score = SimilarityScore("q", 1, "query")
+        dist = self.dialect.distance_expr(score)
+        cond = sql("TRUE") if min_score is None else sql("1 - c.dist >= ", Param(float(min_score), "float8"))
+        query = sql("SELECT c.key, 1 - c.dist FROM (SELECT u.key, u.seq, u.position, ", dist, " AS dist ",
+                    self._from(flt), " ORDER BY dist, u.seq, u.position, u.key LIMIT ", Param(int(k), "bigint"),
+                    ") c WHERE ", cond, " ORDER BY c.dist, c.seq, c.position, c.key")
+        text, values = render(self.dialect, query)
+        slot = score.vector_key(0)
+
+        def run() -> list[list[tuple[Any, float]]]:
+            out = []
+            for vec in q:
+                params = [vec if isinstance(v, Slot) and v.key == slot else v for v in values]
+                out.append([(int(r[0]), float(r[1])) for r in self._conn.execute(text, params).fetchall()])
+            return out
+
+        results = self._guard(run)
+        self.last_stats = {"path": "exact", "rounds": 1, "queries": len(q), "k": k}
+        return results
+
+    def run_lowered(self, lowered: Any, vectors: Mapping[str, np.ndarray]) -> list[tuple[Row, dict[str, float]]]:
+        """Run a lowered hybrid plan (:class:`~nlql.sql.nodes.Lowered`) as one DuckDB statement."""
+        self._need_open()
+        slots: dict[str, Any] = {}
+        for s in lowered.scores:
+            if isinstance(s, SimilarityScore):
+                mat = np.atleast_2d(np.asarray(vectors[s.slot], dtype=np.float32))
+                if mat.shape[0] < s.n_vectors or mat.shape[1] != self.dim:
+                    raise ValueError(f"{s.slot}: expected {s.n_vectors}×{self.dim} query vectors, got {mat.shape}")
+                for i in range(s.n_vectors):
+                    slots[s.vector_key(i)] = mat[i]
+        compiled = self.dialect.compile(lowered, "exact")
+
+        def run() -> tuple[list[tuple[Any, ...]], dict[str, int]]:
+            cur = self._conn.execute(compiled.text, compiled.params(slots))
+            col = Compiled.reader([c[0] for c in cur.description])
+            return cur.fetchall(), col
+
+        raw, col = self._guard(run)
+        self.last_stats = {"path": "sql", "mode": "exact", "depth": lowered.depth, "rounds": 1,
+                           "arm_rows": {a.binding: int(raw[0][col[compiled.names[f"arm_rows:{a.binding}"]]])
+                                        for a in lowered.fusion.arms} if raw else {}}
+        single = lowered.fusion.method == "SINGLE"
+        out: list[tuple[Row, dict[str, float]]] = []
+        metas: dict[str, dict[str, Any]] = {}
+        for r in raw:
+            row = self._row_from(r, col, metas)
+            assert row is not None
+            scores = {slot: float(r[col[compiled.names[slot]]]) for slot in compiled.columns}
+            if not single:
+                scores[lowered.fusion.slot] = float(r[col["fused"]])
+            out.append((row, scores))
+        return out
+
+    def _rows(self, where: Fragment, order: str) -> list[tuple[str, Row | None]]:
+        d = self.dialect
+        query = sql(f"SELECT {ROW_COLUMNS} FROM ", d.docs, " d LEFT JOIN ", d.units,
+                    " u ON u.doc_id = d.doc_id WHERE ", where, f" ORDER BY {order}")
+        cur = self._run(self._conn, query)
+        col = Compiled.reader([c[0] for c in cur.description])
+        metas: dict[str, dict[str, Any]] = {}
+        return [(d.codec.unescape(r[col["document"]]), self._row_from(r, col, metas)) for r in cur.fetchall()]
+
+    def _row_from(self, r: Sequence[Any], col: dict[str, int], metas: dict[str, dict[str, Any]]) -> Row | None:
+        key = r[col["key"]]
+        if key is None:
+            return None
+        un = self.dialect.codec.unescape
+        doc_id = un(r[col["doc_id"]])
+        meta = metas.get(doc_id)
+        if meta is None:
+            meta = metas[doc_id] = json.loads(r[col["metadata"]])
+        return Row(key=int(key), doc_id=doc_id, position=int(r[col["position"]]), content=un(r[col["content"]]),
+                   metadata=meta, seq=int(r[col["seq"]]), start=int(r[col["start"]]), end=int(r[col["end"]]),
+                   tail=un(r[col["tail"]]))
+
+    def fetch(self, keys: Sequence[Any]) -> list[Row]:
+        """Rows for keys, in the order of ``keys`` (a key deleted meanwhile is skipped)."""
+        self._need_open()
+        wanted = [int(k) for k in keys]
+        if not wanted:
+            return []
+        raw = self._guard(lambda: self._rows(sql("u.key = ANY(", Param(wanted, "bigint[]"), ")"), "u.key"))
+        by_key = {row.key: row for _, row in raw if row is not None}
+        return [by_key[k] for k in wanted if k in by_key]
+
+    def document_rows(self, doc_ids: Sequence[str]) -> dict[str, list[Row]]:
+        """Every sentence of each stored document, by position (unknown ids are left out)."""
+        self._need_open()
+        esc = self.dialect.codec.escape
+        ids = [esc(x) for x in dict.fromkeys(doc_ids)]
+        if not ids:
+            return {}
+        raw = self._guard(lambda: self._rows(sql("d.doc_id = ANY(", Param(ids, "text[]"), ")"),
+                                             "d.doc_id, u.position"))
+        out: dict[str, list[Row]] = {}
+        for doc_id, row in raw:
+            rows = out.setdefault(doc_id, [])
+            if row is not None:
+                rows.append(row)
+        return {x: out[x] for x in dict.fromkeys(doc_ids) if x in out}
+
+    def similarities(self, vectors: np.ndarray, keys: Sequence[Any]) -> np.ndarray:
+        """(len(vectors), len(keys)) cosine matrix in float32 (NaN for a key deleted meanwhile)."""
+        self._need_open()
+        q = np.atleast_2d(np.asarray(vectors, dtype=np.float32))
+        wanted = [int(k) for k in keys]
+        if not wanted:
+            return np.zeros((len(q), 0), dtype=np.float32)
+        query = sql("SELECT key, embedding FROM ", self.dialect.units, " WHERE key = ANY(",
+                    Param(wanted, "bigint[]"), ")")
+
+        def run() -> Any:
+            text, values = render(self.dialect, query)
+            rel = self._conn.sql(text, params=values)
+            fetch = getattr(rel, "to_arrow_table", None) or rel.arrow  # duckdb 2 renamed it
+            return fetch()
+
+        tbl = self._guard(run)
+        assert self.dim is not None
+        found_keys = tbl.column("key").to_numpy()
+        emb = tbl.column("embedding").combine_chunks()
+        found = np.asarray(emb.flatten().to_numpy(zero_copy_only=False), dtype=np.float32).reshape(-1, self.dim)
+        if self._external is not None:  # vectors NLQL did not write: normalise like the engine does at ingest
+            norms = np.linalg.norm(found, axis=1, keepdims=True)
+            found = np.divide(found, norms, out=np.zeros_like(found), where=norms > 0)
+        pos = {int(k): i for i, k in enumerate(found_keys)}
+        mat = np.full((len(wanted), self.dim), np.nan, dtype=np.float32)
+        for i, k in enumerate(wanted):
+            j = pos.get(k)
+            if j is not None:
+                mat[i] = found[j]
+        return np.atleast_2d(q @ mat.T)
+
+    def close(self) -> None:
+        """Close the connection this store opened (a connection passed in is left open)."""
+        with self._lock:
+            if self._external is not None:
+                self._external.close()
+            if self._own_conn and self._conn is not None:
+                self._conn.close()
+            self._conn = None
+
+
+def _info_key(key: str) -> str:
+    if not isinstance(key, str) or not key:
+        raise ValueError("an info key is a non-empty string")
+    return key
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _permission_denied(exc: BaseException) -> bool:
+    text = str(exc).lower()
+    return "permission denied" in text or "read-only file system" in text

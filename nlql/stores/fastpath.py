@@ -1,0 +1,125 @@
+"""Table fast paths: pick a page (or every row that can still reach it) with numpy, before any row is built.
+
+The table stores (the built-in store, Faiss, hnswlib) key rows by row number in a
+:class:`~nlql.stores.table.RowTable`, so insertion order, BM25 scores and score arithmetic are vectors
+over those numbers. The planner chooses a :class:`~nlql.pushdown.FastPath` (explain shows it); the
+store runs it here through its one method ``fast_select``. Every path is exact: rows left out could
+not have been returned. A path declines (None) when its precondition fails at run time, and the
+engine then runs its general path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from nlql.pushdown import FastPath, Formula
+from nlql.stores.base import Bm25Matches
+from nlql.stores.table import RowTable
+
+__all__ = ["select", "top_rows"]
+
+
+def select(table: RowTable, path: FastPath, keys: np.ndarray, scores: Mapping[str, np.ndarray], need: int,
+           bm25: Bm25Matches) -> tuple[np.ndarray, dict[str, np.ndarray]] | None:
+    """What ``path`` selects among ``keys`` (see :meth:`~nlql.stores.base.TablePaths.fast_select`)."""
+    if len(keys) == 0:
+        return None
+    keys = np.asarray(keys).astype(np.int64, copy=False)
+    seq, pos = table.seq[keys], table.pos[keys]
+    if path.kind == "insertion":
+        idx = np.lexsort((pos, seq))[:need]
+    elif path.kind == "score":
+        s = scores.get(path.slot or "")
+        if s is None:
+            return None
+        idx = np.lexsort((pos, seq, -s if path.descending else s))[:need]
+    elif path.kind == "bm25":
+        bm = _bm25_over(table, path, path.slot or "", keys, bm25)
+        if bm is None or int(np.count_nonzero(bm > 0)) < need:
+            return None
+        idx = top_rows(bm, seq, pos, need, ties=True)
+    elif path.kind == "formula":
+        assert path.formula is not None
+        values = _evaluate(path.formula, table, path, keys, scores, bm25)
+        if values is None or bool(np.isnan(values).any()):
+            return None
+        idx = top_rows(values, seq, pos, need, ties=True)
+    elif path.kind == "fusion":
+        assert path.depth is not None
+        parts = []
+        for arm in path.arms:
+            eligible = None
+            if arm.kind == "SIMILARITY":
+                arm_scores = scores.get(arm.slot)
+            else:
+                arm_scores = _bm25_over(table, path, arm.slot, keys, bm25)
+                eligible = arm_scores > 0 if arm_scores is not None else None  # no term: no rank
+            if arm_scores is None:
+                return None
+            if arm.min is not None:  # below an arm-local min the row is out of that arm
+                above = arm_scores >= arm.min
+                eligible = above if eligible is None else eligible & above
+            parts.append(top_rows(arm_scores, seq, pos, path.depth, ties=False, eligible=eligible))
+        idx = np.unique(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
+    else:
+        return None
+    return keys[idx], {k: v[idx] for k, v in scores.items()}
+
+
+def top_rows(scores: np.ndarray, seq: np.ndarray, pos: np.ndarray, n: int, *, ties: bool,
+             eligible: np.ndarray | None = None) -> np.ndarray:
+    """Indices of the ``n`` best rows by (score desc, seq, position); with ``ties``, every row tied
+    with the n-th score too."""
+    idx = np.arange(len(scores)) if eligible is None else np.flatnonzero(eligible)
+    if len(idx) > n:
+        sub = scores[idx]
+        kth = np.partition(-sub, n - 1)[n - 1]
+        idx = idx[-sub <= kth]  # all rows at least as good as the n-th (ties included)
+    order = np.lexsort((pos[idx], seq[idx], -scores[idx]))
+    return idx[order] if ties else idx[order[:n]]
+
+
+def _bm25_over(table: RowTable, path: FastPath, slot: str, keys: np.ndarray,
+               bm25: Bm25Matches) -> np.ndarray | None:
+    """BM25 of a slot for each key, without fetching rows (0.0 where no query term occurs)."""
+    text = path.bm25_text(slot)
+    if text is None:
+        return None
+    found, values = bm25(text)
+    full = np.zeros(table.size, dtype=np.float64)
+    doc_rows = table.doc_rows
+    for (doc_id, position), v in zip(found, values):
+        rows = doc_rows.get(doc_id)
+        if rows is not None and position < len(rows):
+            full[rows[position]] = v
+    return full[keys]
+
+
+def _evaluate(f: Formula, table: RowTable, path: FastPath, keys: np.ndarray, scores: Mapping[str, np.ndarray],
+              bm25: Bm25Matches) -> np.ndarray | None:
+    """A formula as a float64 vector over ``keys`` (the row evaluator's double arithmetic), or None when
+    a divisor is zero or a value is not finite somewhere (the engine's evaluator then decides)."""
+    if f.op == "num":
+        return np.full(len(keys), float(f.value))
+    if f.op == "slot":
+        slot = str(f.value)
+        if path.bm25_text(slot) is not None:
+            return _bm25_over(table, path, slot, keys, bm25)
+        arr = scores.get(slot)
+        return None if arr is None else arr.astype(np.float64)
+    args = []
+    for a in f.args:
+        v = _evaluate(a, table, path, keys, scores, bm25)
+        if v is None:
+            return None
+        args.append(v)
+    if f.op == "neg":
+        return 0.0 - args[0]
+    a, b = args
+    if f.op == "/" and bool((b == 0).any()):
+        return None
+    with np.errstate(all="ignore"):
+        out = {"+": np.add, "-": np.subtract, "*": np.multiply, "/": np.divide}[f.op](a, b)
+    return out if bool(np.isfinite(out).all()) else None

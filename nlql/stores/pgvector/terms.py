@@ -1,0 +1,144 @@
+"""BM25 term tables of the pgvector store, and BM25 read from them per query.
+
+``<p>_terms`` (term, unit key, tf), each unit's term count (``<p>_units.nterms``) and ``<p>_bm25`` (N
+and the total length) are written in the same transaction as the rows (terms from the store's
+``analyzer``, computed in Python), so:
+
+- a hybrid plan runs as one statement (:mod:`nlql.sql.postgres`, :meth:`PgVectorStore.run_lowered`);
+- every other BM25 score the engine needs is read from the tables per query
+  (:class:`~nlql.sql.keyword.KeywordIndex`, the engine's BM25 source for this store): only the postings of the query's
+  terms are read, nothing in the engine process grows with the corpus, and an engine in another
+  process sees every committed write at once with identical scores (SPEC §10).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from nlql.sql.codec import escape_text, unescape_text
+from nlql.sql.keyword import KeywordIndex
+from nlql.stores.pgvector.driver import render
+
+Terms = dict[tuple[str, int], list[tuple[str, int]]]  # (escaped doc id, position) -> [(term, tf)]
+
+
+class TermsMixin:
+    """Keeping the BM25 term tables in step with the rows (part of :class:`PgVectorStore`)."""
+
+    analyzer: Any
+    bm25: bool
+    dialect: Any
+    statement_timeout_ms: int | None
+
+    def keyword_index(self, analyzer: Any = None) -> KeywordIndex | None:
+        """The engine's BM25 source when this store keeps BM25 statistics for the engine's analyzer
+        (``None``: the default one); None otherwise (the engine keeps its own index)."""
+        from nlql.text.analyzer import Analyzer
+
+        if not self.bm25 or (analyzer if analyzer is not None else Analyzer()) != self.analyzer:
+            return None
+        return KeywordIndex(self.keyword_postings, self.analyzer, analyzer)
+
+    def keyword_postings(self, terms: list[str], keys: list[int] | None) -> tuple[list[tuple[Any, ...]], int, int]:
+        """(postings rows ``(key, qi, tf, df, nterms, doc_id, position, n, total_len)``, N, total
+        length) of escaped ``terms``, for the rows ``keys`` (every row when None), in one statement."""
+        self._need_open()  # type: ignore[attr-defined]
+
+        def run() -> tuple[list[tuple[Any, ...]], int, int]:
+            with self._tx() as conn:  # type: ignore[attr-defined]
+                rows = conn.execute(*render(self.dialect, self.dialect.keyword_postings(terms, keys))).fetchall()
+                if rows:
+                    return rows, int(rows[0][7]), int(rows[0][8])
+                return [], 0, 0
+
+        out: tuple[list[tuple[Any, ...]], int, int] = self._guard(run)  # type: ignore[attr-defined]
+        return out
+
+    def _analyzer_config(self) -> str:
+        return json.dumps(self.analyzer.config(), sort_keys=True)
+
+    def _terms_of(self, content: str) -> tuple[int, list[tuple[str, int]]]:
+        """(number of terms, [(escaped term, tf)]) of one sentence, by the store's analyzer."""
+        terms = self.analyzer.terms(content)
+        counts: dict[str, int] = {}
+        for t in terms:
+            counts[t] = counts.get(t, 0) + 1
+        return len(terms), [(escape_text(t), c) for t, c in counts.items()]
+
+    def _sync_terms(self, conn: Any) -> None:
+        """Rebuild the term table when it was written by another analyzer (or never written).
+
+        Runs inside :meth:`open`'s transaction, which holds the schema and the writers' locks.
+        """
+        d = self.dialect
+        config = self._analyzer_config()
+        row = conn.execute(*render(d, d.get_meta("meta", "analyzer"))).fetchone()
+        if row is not None and row[0] == config:
+            return
+        conn.execute("SELECT set_config('statement_timeout', '0', true)")  # a rebuild takes a while, once
+        self._reindex_terms(conn)
+        conn.execute(*render(d, d.put_meta("meta", "analyzer", config)))
+        if self.statement_timeout_ms:
+            conn.execute("SELECT set_config('statement_timeout', %s, true)", [str(int(self.statement_timeout_ms))])
+
+    def _reindex_terms(self, conn: Any) -> None:
+        d = self.dialect
+        conn.execute(*render(d, f"DELETE FROM {d.table('terms')}"))
+        conn.execute("CREATE TEMP TABLE nlql_tmp_nterms (key bigint, n int) ON COMMIT DROP")
+        total_n = total_len = 0
+        with conn.cursor(name="nlql_reindex") as src, conn.cursor() as dst:
+            src.execute(*render(d, f"SELECT key, content FROM {d.table('units')}"))
+            while True:
+                batch = src.fetchmany(5000)
+                if not batch:
+                    break
+                with dst.copy(d.bulk_load("terms", ["term", "key", "tf"])) as copy:
+                    copy.set_types(["text", "int8", "int4"])
+                    lens = []
+                    for key, content in batch:
+                        n, terms = self._terms_of(unescape_text(content))
+                        lens.append((key, n))
+                        total_len += n
+                        for term, tf in terms:
+                            copy.write_row((term, key, tf))
+                with dst.copy("COPY nlql_tmp_nterms (key, n) FROM STDIN (FORMAT BINARY)") as copy:
+                    copy.set_types(["int8", "int4"])
+                    for r in lens:
+                        copy.write_row(r)
+                total_n += len(batch)
+        conn.execute(*render(d, f"UPDATE {d.table('units')} u SET nterms = t.n FROM nlql_tmp_nterms t "
+                                "WHERE u.key = t.key"))
+        conn.execute(*render(d, f"DELETE FROM {d.table('bm25')}"))
+        from nlql.sql.binder import Param, sql
+
+        conn.execute(*render(d, sql("INSERT INTO ", d.table("bm25"), " (one, n, total_len) VALUES (true, ",
+                                    Param(total_n, None), ", ", Param(total_len, None), ")")))
+
+    def _stale_terms(self, conn: Any) -> None:
+        """A write without BM25 statistics: the next store opened with ``bm25=True`` rebuilds them."""
+        d = self.dialect
+        from nlql.sql.binder import Param, sql
+
+        conn.execute(*render(d, sql("DELETE FROM ", d.table("meta"), " WHERE key = ", Param("analyzer", None))))
+
+    def _forget_terms(self, conn: Any, ids: list[str]) -> None:
+        """Remove the term rows and statistics of these documents' sentences (before deleting them)."""
+        for statement in self.dialect.forget_terms(ids):
+            conn.execute(*render(self.dialect, statement))
+
+    def _write_terms(self, conn: Any, ids: list[str], term_rows: Terms, added_n: int, added_len: int) -> None:
+        """Insert the term rows of freshly copied sentences (keys come from the identity column)."""
+        d = self.dialect
+        cur = conn.cursor()
+        if term_rows:
+            from nlql.sql.binder import Param, sql
+
+            keys = cur.execute(*render(d, sql("SELECT doc_id, position, key FROM ", d.units,
+                                              " WHERE doc_id = ANY(", Param(ids, "text[]"), ")"))).fetchall()
+            with cur.copy(d.bulk_load("terms", ["term", "key", "tf"])) as copy:
+                copy.set_types(["text", "int8", "int4"])
+                for doc_id, position, key in keys:
+                    for term, tf in term_rows.get((doc_id, position), ()):
+                        copy.write_row((term, key, tf))
+        conn.execute(*render(d, d.add_term_stats(added_n, added_len)))

@@ -1,0 +1,467 @@
+"""DuckDBStore against a real DuckDB (in memory and in files), compared with nlql.values.
+
+The store keeps its own tables (``DuckDBStore()``, ``duckdb:///file``) or reads a table / Parquet file
+in place (``DuckDBStore.from_table``); both must agree with the built-in store row for row.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import sys
+from datetime import date, datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+duckdb = pytest.importorskip("duckdb")
+pa = pytest.importorskip("pyarrow")
+pq = pytest.importorskip("pyarrow.parquet")
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from sql_kit import (  # noqa: E402
+    DIM,
+    HOSTILE,
+    LITERALS,
+    META_KEYS,
+    NEEDLES,
+    PATTERNS,
+    _path,
+    build_filter_corpus,
+    filters,
+    make_doc,
+    unit_vectors,
+)
+
+from nlql import Engine, NLQLError  # noqa: E402
+from nlql import values as V  # noqa: E402
+from nlql.embedders import HashEmbedder  # noqa: E402
+from nlql.errors import BackendError, MissingDependencyError  # noqa: E402
+from nlql.pushdown import Cond, Filter, filter_pushable  # noqa: E402
+from nlql.stores import REGISTRY, entry, open_store  # noqa: E402
+from nlql.stores.base import DocRecord, Row  # noqa: E402
+from nlql.stores.duckdb import DuckDBStore  # noqa: E402
+from nlql.stores.duckdb.driver import parse_url  # noqa: E402
+from nlql.stores.pyfilter import row_passes  # noqa: E402
+
+CLOCK = datetime(2026, 11, 30, 15, 0, tzinfo=timezone.utc)
+
+
+def opened(path: Any = None, **kw: Any) -> DuckDBStore:
+    store = DuckDBStore(path, **kw)
+    store.open(DIM)
+    return store
+
+
+def small_corpus(rng: np.random.Generator) -> list[DocRecord]:
+    return [
+        make_doc("a", ["Alpha one.", "Alpha two.", "Alpha three."], {"k": 1, "tag": "x"}, 1, unit_vectors(rng, 3)),
+        make_doc("b", ["Beta one."], {"k": 2.5, "tag": "y", "deep": {"er": "2025"}}, 2, unit_vectors(rng, 1)),
+        make_doc("c", ["Gamma one.", "Gamma two."], {}, 3, unit_vectors(rng, 2)),
+    ]
+
+
+def row_tuple(r: Row) -> tuple[Any, ...]:
+    return (r.doc_id, r.position, r.content, r.metadata, r.seq, r.start, r.end, r.tail)
+
+
+# ------------------------------------------------------------------------------------ the basics
+
+
+def test_registry_row_and_urls(tmp_path: Path) -> None:
+    e = entry("duckdb")
+    assert e.extra == "duckdb" and "duckdb" in e.schemes and not e.server and e in REGISTRY
+    assert parse_url("duckdb") == {"path": None} and parse_url("duckdb:///:memory:") == {"path": None}
+    assert parse_url("duckdb:///abs/x.duckdb") == {"path": "/abs/x.duckdb"}
+    assert parse_url("duckdb://rel/x.duckdb?read_only=1") == {"path": "rel/x.duckdb", "read_only": True}
+    got = parse_url("duckdb:///d/a.parquet?text=t&vector=v&id=i&metadata=y,z")
+    assert got == {"path": None, "table": "/d/a.parquet", "text": "t", "vector": "v", "id": "i", "metadata": ["y", "z"]}
+    with pytest.raises(NLQLError, match="unknown DuckDB store option"):
+        parse_url("duckdb:///x.duckdb?colour=red")
+    assert isinstance(open_store("duckdb"), DuckDBStore)
+    path = tmp_path / "f.duckdb"
+    store = open_store(f"duckdb:///{path}")
+    assert isinstance(store, DuckDBStore) and store.path == str(path)
+    store.open(DIM)
+    store.close()
+    assert path.exists()
+
+
+def test_missing_duckdb_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "duckdb", None)
+    with pytest.raises(MissingDependencyError) as info:
+        DuckDBStore()
+    assert "nlql-engine[duckdb]" in str(info.value)
+
+
+def test_capabilities_are_declared_honestly() -> None:
+    caps = DuckDBStore().capabilities
+    assert caps.NAME == "duckdb" and caps.EXACT and caps.SQL_ARMS and caps.BM25 and caps.SCORE_THRESHOLD
+    assert "match" not in caps.OPS and "not_match" not in caps.OPS
+    assert caps.OR and caps.NESTED_KEYS and caps.NUMERIC_STRINGS and caps.FLOAT_EQUALITY and caps.DATETIMES
+
+
+def test_ingest_fetch_and_document_rows() -> None:
+    store = opened()
+    docs = small_corpus(np.random.default_rng(1))
+    store.upsert(docs)
+    assert store.count() == 6 and store.max_seq() == 3
+    keys = store.scan()
+    rows = store.fetch(keys)
+    assert [(r.doc_id, r.position) for r in rows] == [("a", 0), ("a", 1), ("a", 2), ("b", 0), ("c", 0), ("c", 1)]
+    assert rows[3].metadata == {"k": 2.5, "tag": "y", "deep": {"er": "2025"}}
+    assert rows[1].content == "Alpha two." and rows[1].tail == " " and rows[1].start == 11
+    assert [r.key for r in store.fetch(keys[::-1])] == keys[::-1]
+    by_doc = store.document_rows(["c", "missing", "a"])
+    assert list(by_doc) == ["c", "a"]
+    assert [r.content for r in by_doc["a"]] == ["Alpha one.", "Alpha two.", "Alpha three."]
+    sims = store.similarities(docs[0].vectors[:2], keys[:3])
+    np.testing.assert_allclose(sims, docs[0].vectors[:2] @ docs[0].vectors.T, atol=1e-6)
+
+
+def test_upsert_replaces_and_delete_counts() -> None:
+    rng = np.random.default_rng(2)
+    store = opened()
+    store.upsert(small_corpus(rng))
+    store.upsert([make_doc("a", ["Only one now."], {"k": 9}, 4, unit_vectors(rng, 1))])
+    assert store.count() == 4
+    assert [(r.content, r.metadata, r.seq) for r in store.document_rows(["a"])["a"]] == [("Only one now.", {"k": 9}, 4)]
+    store.upsert([make_doc("d", ["first"], {}, 5, unit_vectors(rng, 1)),
+                  make_doc("d", ["second", "third"], {}, 6, unit_vectors(rng, 2))])
+    assert [r.content for r in store.document_rows(["d"])["d"]] == ["second", "third"]
+    store.upsert([make_doc("empty", [], {"e": 1}, 7, np.zeros((0, DIM), dtype=np.float32))])
+    assert store.document_rows(["empty"]) == {"empty": []}
+    assert store.delete(["a", "nope", "a"]) == 1 and store.delete([]) == 0
+    assert store.count() == 5 and store.max_seq() == 7
+    n, total = store._conn.execute("SELECT n, total_len FROM nlql_bm25").fetchone()
+    assert n == 5 and total == sum(len(store.analyzer.terms(r.content)) for r in store.fetch(store.scan()))
+
+
+def test_reopen_file_sees_everything_and_checks_dim(tmp_path: Path) -> None:
+    path = tmp_path / "s.duckdb"
+    first = opened(path)
+    first.upsert(small_corpus(np.random.default_rng(4)))
+    expected = [row_tuple(r) for r in first.fetch(first.scan())]
+    first.close()
+    second = opened(path)
+    assert [row_tuple(r) for r in second.fetch(second.scan())] == expected and second.max_seq() == 3
+    second.close()
+    with pytest.raises(BackendError, match="16-dimensional"):
+        DuckDBStore(path).open(DIM + 1)
+    other = DuckDBStore(path, table_prefix='we"ird; DROP TABLE nlql_docs; --')
+    other.open(DIM + 1)  # another prefix is another store in the same file
+    assert other.count() == 0
+    other.close()
+
+
+def test_exact_knn_equals_numpy_brute_force() -> None:
+    rng = np.random.default_rng(5)
+    vecs = unit_vectors(rng, 600)
+    vecs[7] = vecs[3]  # exact ties: insertion order decides
+    vecs[300] = vecs[3]
+    docs = [make_doc(f"d{i:03d}", [f"s{j}" for j in range(6)], {"g": i % 7}, i, vecs[i * 6:(i + 1) * 6])
+            for i in range(100)]
+    store = opened()
+    store.upsert(docs)
+    keys = store.scan()
+    rows = store.fetch(keys)
+    order = {r.key: (r.seq, r.position) for r in rows}
+    q = np.vstack([vecs[3], unit_vectors(rng, 4)])
+    for k in (1, 5, 37):
+        got = store.knn(q, k)
+        for v, hits in zip(q, got, strict=True):
+            scores = vecs @ v
+            want = sorted(range(600), key=lambda i: (-round(float(scores[i]), 5), order[keys[i]]))[:k]
+            assert [h[0] for h in hits][:3] == [keys[i] for i in want][:3] or k == 1
+            assert [round(s, 5) for _, s in hits] == [round(float(scores[i]), 5) for i in want]
+    assert store.last_stats["path"] == "exact"
+    flt = store.compile_filter(Cond("eq", ("meta", "g"), 3))
+    for hits in store.knn(q, 10, flt, min_score=0.0):
+        assert all(s >= 0 for _, s in hits)
+        assert {r.metadata["g"] for r in store.fetch([k for k, _ in hits])} <= {3}
+
+
+# -------------------------------------------------------------------------- filters == nlql.values
+
+
+@pytest.fixture(scope="module")
+def filter_store() -> Any:
+    store = opened()
+    store.upsert(build_filter_corpus(np.random.default_rng(7)))
+    yield store, store.fetch(store.scan())
+    store.close()
+
+
+def check_filter(store: DuckDBStore, rows: list[Row], flt: Filter) -> None:
+    assert filter_pushable(store.capabilities, flt)
+    want = [r.key for r in rows if row_passes(flt, r)]
+    assert store.scan(store.compile_filter(flt)) == want, flt
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(flt=filters)
+def test_random_filters_match_python_semantics(filter_store: Any, flt: Filter) -> None:
+    check_filter(*filter_store, flt)
+
+
+@pytest.mark.parametrize("op", ["eq", "ne", "lt", "le", "gt", "ge"])
+def test_every_comparison_against_every_literal(filter_store: Any, op: str) -> None:
+    store, rows = filter_store
+    for key in [*META_KEYS, "doc_id", "id", "position", "content"]:
+        for lit in LITERALS:
+            check_filter(store, rows, Cond(op, _path(key), lit))
+
+
+def test_string_predicates_against_every_needle(filter_store: Any) -> None:
+    store, rows = filter_store
+    for key in [*META_KEYS, "doc_id", "id", "content"]:
+        for needle in NEEDLES:
+            check_filter(store, rows, Cond("contains", _path(key), needle))
+            check_filter(store, rows, Cond("not_contains", _path(key), needle))
+        for pattern in PATTERNS:
+            check_filter(store, rows, Cond("like", _path(key), pattern))
+            check_filter(store, rows, Cond("not_like", _path(key), pattern))
+        check_filter(store, rows, Cond("in", _path(key), ()))
+        check_filter(store, rows, Cond("not_in", _path(key), ("abc", 7, None)))
+        check_filter(store, rows, Cond("is_null", _path(key)))
+
+
+def test_hostile_values_round_trip_and_filter() -> None:
+    rng = np.random.default_rng(8)
+    store = opened()
+    docs = []
+    for i, h in enumerate(HOSTILE):
+        docs.append(make_doc(h, [h, f"plain {i}"], {h: h, "v": h, "nest": {h: {"k": h}}}, i + 1, unit_vectors(rng, 2)))
+        docs[-1].units[0].tail = h
+        docs[-1].text = h + "\x00" + h
+    store.upsert(docs)
+    rows = store.fetch(store.scan())
+    assert len(rows) == 2 * len(HOSTILE)
+    for d in docs:
+        got = store.document_rows([d.doc_id])[d.doc_id]
+        assert [r.content for r in got] == [u.content for u in d.units]
+        assert got[0].tail == d.units[0].tail and got[0].metadata == d.metadata and got[0].doc_id == d.doc_id
+    for h in HOSTILE:
+        for flt in (Cond("eq", ("doc_id",), h), Cond("eq", ("meta", h), h), Cond("eq", ("meta", "nest", h, "k"), h),
+                    Cond("contains", ("content",), h), Cond("contains", ("meta", "v"), h.upper()),
+                    Cond("like", ("meta", "v"), h), Cond("like", ("content",), h + "%"),
+                    Cond("lt", ("meta", "v"), h), Cond("in", ("id",), (h + "#1", "x")),
+                    Cond("like", ("doc_id",), "%" + h[:3] + "_%")):
+            want = [r.key for r in rows if row_passes(flt, r)]
+            assert store.scan(store.compile_filter(flt)) == want, flt
+            if flt.op == "eq":
+                assert want
+    assert store.delete([HOSTILE[0], HOSTILE[2]]) == 2
+    tables = sorted(r[0] for r in store._conn.execute("SELECT table_name FROM duckdb_tables()").fetchall())
+    assert tables == ["nlql_bm25", "nlql_docs", "nlql_info", "nlql_meta", "nlql_terms", "nlql_units"]
+
+
+def test_metadata_numbers_keep_their_type() -> None:
+    store = opened()
+    meta = {"f": 1e16, "i": 10**16, "tiny": 5e-324, "neg0": -0.0, "huge": 10**400, "nan": float("nan"),
+            "when": datetime(2024, 6, 1, tzinfo=timezone.utc)}
+    store.upsert([make_doc("m", ["x"], meta, 1, unit_vectors(np.random.default_rng(11), 1))])
+    got = store.fetch(store.scan())[0].metadata
+    assert got == V.normalize_metadata(meta)
+    assert isinstance(got["f"], float) and isinstance(got["i"], int) and json.dumps(got["neg0"]) == "-0.0"
+
+
+def test_info_record_persists(tmp_path: Path) -> None:
+    path = tmp_path / "i.duckdb"
+    store = opened(path)
+    assert store.get_info("embedder") is None
+    store.set_info("embedder", "HashEmbedder(16)")
+    store.set_info("analyzer", "x\x00y")
+    store.set_info("embedder", "replaced")
+    store.close()
+    again = opened(path)
+    assert again.get_info("embedder") == "replaced" and again.get_info("analyzer") == "x\x00y"
+    with pytest.raises(ValueError):
+        again.set_info("", "v")
+    again.close()
+
+
+# -------------------------------------------------------------------------------------- read-only
+
+
+def test_read_only_file_searches_and_refuses_writes(tmp_path: Path) -> None:
+    path = tmp_path / "ro.duckdb"
+    e = Engine(embedder=HashEmbedder(dim=DIM), store=DuckDBStore(path), clock=lambda: CLOCK, warm_up=False)
+    e.add_texts(["Zebra stripes.", "Cats nap."], ids=["z", "c"])
+    want = [(h.id, h.scores) for h in e.search('SELECT SENTENCE LET k = BM25(content, "zebra") ORDER BY k DESC LIMIT 2')]
+    e.close()
+    ro = Engine(embedder=HashEmbedder(dim=DIM), store=f"duckdb:///{path}?read_only=true", clock=lambda: CLOCK,
+                warm_up=False)
+    got = ro.search('SELECT SENTENCE LET k = BM25(content, "zebra") ORDER BY k DESC LIMIT 2')
+    assert [(h.id, h.scores) for h in got] == want
+    for write in (lambda: ro.add_text("More.", id="m"), lambda: ro.delete("z"), lambda: ro.store.set_info("k", "v")):
+        with pytest.raises(BackendError, match="read-only"):
+            write()
+    assert len(ro.search("SELECT DOCUMENT")) == 2
+    ro.close()
+    with pytest.raises(BackendError, match="holds no NLQL store"):
+        DuckDBStore(path, read_only=True, table_prefix="other").open(DIM)
+
+
+# -------------------------------------------------------------------------- tables read in place
+
+
+def _source(n: int = 40, dim: int = DIM) -> tuple[list[str], np.ndarray, dict[str, list[Any]]]:
+    emb = HashEmbedder(dim=dim)
+    texts = [f"Item {i} is about {['cats', 'solar energy', 'rivers', 'Music'][i % 4]} and more." for i in range(n)]
+    meta = {"year": [[2020, 2021, None, 2023][i % 4] for i in range(n)],
+            "lang": [["en", "de", "fr"][i % 3] for i in range(n)],
+            "day": [date(2024, 1 + i % 12, 1 + i % 27) for i in range(n)],
+            "score": [[0.25, 0.5, None][i % 3] for i in range(n)],
+            "flag": [i % 2 == 0 for i in range(n)],
+            "tags": [["a", "b"][: i % 3] for i in range(n)]}
+    return texts, emb.embed(texts), meta
+
+
+def _write_parquet(path: Path, ids: list[Any], texts: list[str], vecs: np.ndarray, meta: dict[str, list[Any]],
+                   as_list: bool = False) -> None:
+    flat = pa.array(vecs.astype(np.float32).ravel())
+    vec = (pa.ListArray.from_arrays(pa.array(np.arange(0, vecs.size + 1, vecs.shape[1], dtype=np.int32)), flat)
+           if as_list else pa.FixedSizeListArray.from_arrays(flat, vecs.shape[1]))
+    pq.write_table(pa.table({"id": ids, "body": texts, "emb": vec, **meta}), path)
+
+
+EXTERNAL_QUERIES = [
+    "SELECT SENTENCE",
+    'SELECT SENTENCE LET s = SIMILARITY(content, "solar") ORDER BY s DESC LIMIT 5',
+    'SELECT SENTENCE LET s = SIMILARITY(content, "cats") WHERE s >= 0.1 AND meta.lang != "fr" ORDER BY s DESC LIMIT 8',
+    'SELECT SENTENCE WHERE meta.year >= 2021 AND meta.lang IN ("en", "de")',
+    'SELECT SENTENCE WHERE meta.year == "2020" OR meta.score > 0.3',
+    "SELECT SENTENCE WHERE meta.day >= DATE '2024-06-01' AND meta.day < \"2024-10-01\"",
+    "SELECT SENTENCE WHERE meta.flag == true AND meta.score IS NULL",
+    'SELECT SENTENCE WHERE content CONTAINS "MUSIC" OR content LIKE "Item 1_ %"',
+    'SELECT SENTENCE WHERE doc_id IN ("x3", "x7") OR id == "x9#0"',
+    'SELECT DOCUMENT LET s = SIMILARITY(content, "rivers") ORDER BY s DESC LIMIT 4',
+    'SELECT SENTENCE LET k = BM25(content, "solar energy") WHERE k > 0 ORDER BY k DESC',
+    'SELECT SENTENCE LET s = SIMILARITY(content, "cats"), k = BM25(content, "cats music"), f = RRF(s, k) '
+    "WHERE meta.year IS NOT NULL ORDER BY f DESC LIMIT 6",
+    'SELECT SENTENCE LET s = SIMILARITY(content, "energy"), k = BM25(content, "energy"), f = INTERLEAVE(k, s) '
+    "ORDER BY f DESC LIMIT 5 OFFSET 2",
+    "SELECT SENTENCE ORDER BY meta.score DESC, meta.year ASC NULLS FIRST LIMIT 9",
+    'SELECT SENTENCE WHERE meta.tags IS NOT NULL AND meta.lang MATCH "^(en|de)$"',
+]
+
+
+@pytest.fixture(scope="module")
+def external(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    texts, vecs, meta = _source()
+    ids = [f"x{i}" for i in range(len(texts))]
+    path = tmp_path_factory.mktemp("ext") / "docs.parquet"
+    _write_parquet(path, ids, texts, vecs, meta)
+    reference = Engine(embedder=HashEmbedder(dim=DIM), clock=lambda: CLOCK, warm_up=False)
+    for i, (doc_id, text) in enumerate(zip(ids, texts, strict=True)):
+        reference.add_text(text, id=doc_id, metadata={k: v[i] for k, v in meta.items()})
+    return path, reference
+
+
+def _same(got: Any, want: Any) -> None:
+    """The same rows in the same order, with the same content and metadata; scores to 1e-6."""
+    assert [(h.id, h.content, h.metadata) for h in got] == [(h.id, h.content, h.metadata) for h in want]
+    for g, w in zip(got, want, strict=True):
+        assert g.scores.keys() == w.scores.keys()
+        for k, v in w.scores.items():
+            assert g.scores[k] == pytest.approx(v, abs=1e-6), (g.id, k)
+
+
+@pytest.mark.parametrize("query", EXTERNAL_QUERIES)
+@pytest.mark.parametrize("how", ["parquet", "table", "url"])
+def test_table_read_in_place_answers_like_the_builtin_store(external: Any, query: str, how: str) -> None:
+    path, reference = external
+    cols = {"text": "body", "vector": "emb", "id": "id", "metadata": ["year", "lang", "day", "score", "flag", "tags"]}
+    if how == "parquet":
+        store: Any = DuckDBStore.from_table(None, str(path), **cols)  # type: ignore[arg-type]
+    elif how == "table":
+        conn = duckdb.connect()
+        conn.execute("CREATE TABLE docs AS SELECT * FROM read_parquet($1)", [str(path)])
+        store = DuckDBStore.from_table(conn, "docs", **cols)  # type: ignore[arg-type]
+    else:
+        store = f"duckdb:///{path}?text=body&vector=emb&id=id&metadata=year,lang,day,score,flag,tags"
+    e = Engine(embedder=HashEmbedder(dim=DIM), store=store, clock=lambda: CLOCK, warm_up=False)
+    _same(e.search(query), reference.search(query))
+    if "RRF" in query or "INTERLEAVE" in query:
+        assert e.explain(query).to_dict()["lowering"]["strategy"] == "sql"
+    e.close()
+
+
+def test_read_in_place_never_writes_the_source(tmp_path: Path) -> None:
+    texts, vecs, meta = _source(12)
+    db = tmp_path / "src.duckdb"
+    conn = duckdb.connect(str(db))
+    parquet = tmp_path / "p.parquet"
+    _write_parquet(parquet, list(range(12)), texts, vecs, meta, as_list=True)  # integer ids, list vectors
+    conn.execute("CREATE TABLE docs AS SELECT * FROM read_parquet($1)", [str(parquet)])
+    conn.execute("CREATE VIEW recent AS SELECT * FROM docs WHERE year IS NOT NULL")
+    conn.close()
+    before = hashlib.sha256(db.read_bytes()).hexdigest()
+    for table in ("docs", "recent"):
+        store = DuckDBStore.from_table(str(db), table, text="body", vector="emb", id="id", metadata=["year"])
+        e = Engine(embedder=HashEmbedder(dim=DIM), store=store, clock=lambda: CLOCK, warm_up=False)
+        hits = e.search('SELECT SENTENCE LET s = SIMILARITY(content, "solar"), k = BM25(content, "solar"), '
+                        "f = RRF(s, k) ORDER BY f DESC LIMIT 3")
+        assert hits and hits.stats["store"]["path"] == "sql"
+        assert {h.doc_id for h in e.search("SELECT SENTENCE WHERE doc_id == '3'")} == {"3"}
+        assert len(e.search("SELECT DOCUMENT")) == (12 if table == "docs" else 9)
+        with pytest.raises(BackendError, match="read-only"):
+            e.add_text("New row.", id="n")
+        with pytest.raises(BackendError, match="read-only"):
+            e.delete("3")
+        store.set_info("embedder", "hash")  # kept beside, never in the source
+        assert store.get_info("embedder") == "hash"
+        e.close()
+    assert hashlib.sha256(db.read_bytes()).hexdigest() == before
+
+
+def test_read_in_place_errors_are_clear(tmp_path: Path) -> None:
+    texts, vecs, meta = _source(6)
+    path = tmp_path / "e.parquet"
+    _write_parquet(path, [f"i{i}" for i in range(6)], texts, vecs, meta)
+    conn = duckdb.connect()
+    conn.execute("CREATE TABLE docs AS SELECT * FROM read_parquet($1)", [str(path)])
+    conn.execute("CREATE TABLE dup AS SELECT 'same' AS id, body, emb FROM docs")
+    conn.execute("CREATE TABLE holes AS SELECT id, body, CASE WHEN id = 'i2' THEN NULL ELSE emb END AS emb FROM docs")
+    cases = [
+        (dict(table="docs", text="nope", vector="emb"), "has no column 'nope' (the text column)"),
+        (dict(table="docs", text="body", vector="emb", metadata=["year", "colour"]), "has no column 'colour'"),
+        (dict(table="docs", text="year", vector="emb"), "not VARCHAR"),
+        (dict(table="docs", text="body", vector="lang"), "not an array or list of FLOAT/DOUBLE"),
+        (dict(table="no_such_table", text="body", vector="emb"), "cannot read 'no_such_table'"),
+        (dict(table=str(tmp_path / "missing.parquet"), text="body", vector="emb"), "cannot read"),
+    ]
+    for kw, message in cases:
+        with pytest.raises(BackendError, match=re.escape(message)) as err:
+            DuckDBStore.from_table(conn, **kw)  # type: ignore[arg-type]
+        if "column" in message:
+            assert "its columns: id, body, emb" in (err.value.hint or "")
+    with pytest.raises(BackendError, match=f"holds {DIM}-dimensional vectors, the embedder gives 8"):
+        Engine(embedder=HashEmbedder(dim=8), store=DuckDBStore.from_table(conn, "docs", text="body", vector="emb"),
+               warm_up=False)
+    with pytest.raises(BackendError, match="repeats 'same'"):
+        DuckDBStore.from_table(conn, "dup", text="body", vector="emb", id="id").open(DIM)
+    with pytest.raises(BackendError, match="1 rows .* have no vector"):
+        DuckDBStore.from_table(conn, "holes", text="body", vector="emb", id="id").open(DIM)
+    with pytest.raises(NLQLError, match="needs text="):
+        DuckDBStore(table="docs", connection=conn)
+
+
+def test_no_extension_is_installed_or_loaded_at_run_time() -> None:
+    """Everything NLQL runs is built into DuckDB: connections it opens may not fetch an extension."""
+    e = Engine(embedder=HashEmbedder(dim=DIM), store="duckdb", clock=lambda: CLOCK, warm_up=False)
+    e.add_texts(["Zebra stripes.", "Cats nap in the sun."], ids=["z", "c"], metadatas=[{"y": "2024-01-02"}, {}])
+    for q in ('SELECT SENTENCE LET s = SIMILARITY(content, "zebra"), k = BM25(content, "zebra"), f = RRF(s, k) '
+              "WHERE meta.y >= DATE '2024-01-01' OR content LIKE 'C_ts%' ORDER BY f DESC LIMIT 2",
+              'SELECT SENTENCE LET k = BM25(content, "cats") WHERE k > 0'):
+        assert e.search(q)
+    conn = e.store._conn  # type: ignore[attr-defined]
+    assert conn.execute("SELECT current_setting('autoinstall_known_extensions'), "
+                        "current_setting('autoload_known_extensions')").fetchone() == (False, False)
+    loaded = {r[0] for r in conn.execute("SELECT extension_name FROM duckdb_extensions() WHERE loaded").fetchall()}
+    assert "vss" not in loaded and "fts" not in loaded
+    e.close()

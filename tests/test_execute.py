@@ -1,0 +1,118 @@
+"""Planner facts read once and the executor's table fast paths (issue 11).
+
+The fast paths are optimisations that must not change an answer: every query here runs twice on the
+same data, once with the built-in store's fast paths and once with them switched off
+(``Capabilities.FAST_PATH=False``), and the hits must be identical.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from nlql import Engine, check
+from nlql.check import check_query
+from nlql.embedders import HashEmbedder
+
+CLOCK = datetime(2026, 11, 30, 15, 0, tzinfo=timezone.utc)
+WORDS = ["solar", "energy", "policy", "cats", "dogs", "rivers", "agents", "tools", "memory", "music"]
+
+
+def _engine(fast: bool = True) -> Engine:
+    e = Engine(embedder=HashEmbedder(dim=64), clock=lambda: CLOCK, warm_up=False)
+    if not fast:
+        e.store.capabilities = replace(e.store.capabilities, FAST_PATH=False)
+    texts, metas = [], []
+    for i in range(240):
+        w = [WORDS[(i * 3 + j) % len(WORDS)] for j in range(4)]
+        texts.append(f"{w[0].capitalize()} and {w[1]} in part {i}. The {w[2]} of {w[3]} {i % 7}.")
+        metas.append({"n": i, "status": ["published", "draft"][i % 2],
+                      "d": (CLOCK - timedelta(days=i)).isoformat()})
+    e.add_texts(texts, ids=[f"d{i:03d}" for i in range(240)], metadatas=metas)
+    return e
+
+
+@pytest.fixture(scope="module")
+def engines() -> tuple[Engine, Engine]:
+    return _engine(fast=True), _engine(fast=False)
+
+
+SEM = 'SIMILARITY(content, "solar energy")'
+KW = 'BM25(content, "solar energy")'
+FAST_QUERIES = {
+    "insertion": "SELECT SENTENCE LIMIT 7 OFFSET 3",
+    "score": f"SELECT SENTENCE LET s = {SEM} ORDER BY s ASC LIMIT 9",
+    "bm25": f"SELECT SENTENCE LET k = {KW} ORDER BY k DESC LIMIT 12",
+    "formula": f"SELECT SENTENCE LET s = 0.7 * {SEM} + 0.3 * {KW} ORDER BY s DESC LIMIT 10",
+    "fusion": f"SELECT SENTENCE LET s = {SEM}, k = {KW}, f = RRF(s, k) ORDER BY f DESC LIMIT 10",
+    "fusion_thresholded": f"SELECT SENTENCE LET s = {SEM}, k = {KW}, f = INTERLEAVE(s, k) WHERE s >= 0.1 "
+                          "ORDER BY f DESC LIMIT 8 OFFSET 2",
+    "fusion_filtered": f"SELECT SENTENCE LET s = {SEM}, k = {KW}, f = RRF(s, k, k => 10) "
+                       'WHERE meta.status == "draft" ORDER BY f DESC LIMIT 10',
+}
+
+
+def _rows(hits) -> list[tuple[str, dict]]:
+    return [(h.id, h.scores) for h in hits]
+
+
+@pytest.mark.parametrize("kind", sorted(FAST_QUERIES))
+def test_fast_path_is_chosen_shown_and_exact(engines: tuple[Engine, Engine], kind: str) -> None:
+    fast, slow = engines
+    q = FAST_QUERIES[kind]
+    plan = fast.explain(q)
+    expected = kind.split("_")[0]
+    assert plan.to_dict()["fast_path"]["kind"] == expected
+    assert f"fast path (memory table): {expected}:" in str(plan)
+    got = fast.search(q)
+    assert got.stats["fast_path"] == expected
+    want = slow.search(q)
+    assert "fast_path" not in want.stats and "fast path" not in str(slow.explain(q))
+    assert _rows(got) == _rows(want) and len(got) > 0
+
+
+def test_bm25_fast_path_declines_when_too_few_rows_match(engines: tuple[Engine, Engine]) -> None:
+    fast, slow = engines
+    q = 'SELECT SENTENCE LET k = BM25(content, "rivers") ORDER BY k DESC LIMIT 200'
+    got = fast.search(q)
+    assert got.stats["fast_path"] == "bm25 (declined)"  # fewer than 200 rows match: the general path ran
+    assert _rows(got) == _rows(slow.search(q))
+
+
+def test_no_fast_path_says_why(engines: tuple[Engine, Engine]) -> None:
+    fast, _ = engines
+    text = str(fast.explain(f'SELECT SENTENCE LET k = {KW} WHERE LENGTH(content) > 10 OR k > 1 ORDER BY k DESC LIMIT 3'))
+    assert "fast path (memory table): none: WHERE has conditions the engine evaluates row by row" in text
+    assert "none: rows group sentences" in str(fast.explain(f"SELECT DOCUMENT LET k = {KW} ORDER BY k DESC LIMIT 3"))
+
+
+def test_recency_half_life_reads_durations_as_check_does() -> None:
+    """Regression: "2 weeks" checked clean but the executor silently used 90 days (0.8978, not 0.5)."""
+    e = Engine(embedder=HashEmbedder(dim=16), clock=lambda: CLOCK, warm_up=False)
+    e.add_text("Two weeks old.", id="a", metadata={"d": (CLOCK - timedelta(days=14)).isoformat()})
+    for text in ('"2 weeks"', '"2w"', '"14 days"', '"336h"'):
+        q = f"SELECT SENTENCE LET r = RECENCY(meta.d, half_life => {text})"
+        assert check(q) == []
+        assert e.search(q)[0].scores["r"] == pytest.approx(0.5), text
+    assert e.search("SELECT SENTENCE LET r = RECENCY(meta.d)")[0].scores["r"] == pytest.approx(0.5 ** (14 / 90))
+
+
+def test_default_order_is_the_first_score_binding_not_a_boolean() -> None:
+    """Regression: a comparison of a score (a boolean) was taken as the default ORDER BY."""
+    e = Engine(embedder=HashEmbedder(dim=64), clock=lambda: CLOCK, warm_up=False)
+    e.add_texts(["Solar panels on roofs.", "Cats asleep in the sun.", "Solar energy policy."])
+    q = 'SELECT SENTENCE LET hi = SIMILARITY(content, "x") > 2, s = SIMILARITY(content, "solar")'
+    assert "order by: s DESC NULLS LAST (default)" in str(e.explain(q))
+    got = [h.scores["s"] for h in e.search(q)]
+    assert got == sorted(got, reverse=True) and len(got) == 3
+
+
+def test_checked_query_carries_binding_facts() -> None:
+    checked = check_query('SELECT SENTENCE LET hi = SIMILARITY(content, "x") > 2, s = SIMILARITY(content, "y"), '
+                          "f = RRF(s, s), g = f * 2, r = RECENCY(meta.d) ORDER BY g DESC LIMIT 3")
+    facts = checked.bindings
+    assert [facts[n].type for n in facts] == ["bool", "score", "score", "score", "number"]
+    assert checked.score_bindings == ("s", "f", "g")
+    assert checked.fusion_bindings == {"f", "g"}

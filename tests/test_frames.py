@@ -1,0 +1,218 @@
+"""Hits as tables (pandas, Arrow, polars), their repr, and `nlql query --format csv|jsonl|table`."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import sys
+
+import pytest
+
+from nlql.embedders import HashEmbedder
+from nlql.engine import Engine
+from nlql.errors import MissingDependencyError
+from nlql.execute.frames import columns
+from nlql.execute.results import Hit, Hits
+
+pd = pytest.importorskip("pandas")
+pa = pytest.importorskip("pyarrow")
+pl = pytest.importorskip("polars")
+
+DOCS = [
+    ("a", "Agents call tools. Agents plan their steps.",
+     {"year": 2024, "lang": "en", "author": {"name": "Ada", "age": 36}, "tags": ["x", "y"], "rating": 4,
+      "content-type": "text/plain", "flag": True}),
+    ("b", "Tools help agents act.", {"year": 2021, "rating": 4.5, "mixed": "2020", "flag": False}),
+    ("c", "Cats sleep all day, with no tools.", {"lang": "de", "mixed": 7, "big": 2**70}),
+]
+QUERY = ('SELECT SENTENCE LET rel = SIMILARITY(content, "agents and tools"), kw = BM25(content, "tools"), '
+         "n = LENGTH(content) ORDER BY rel DESC")
+
+
+@pytest.fixture(scope="module")
+def hits() -> Hits:
+    engine = Engine(embedder=HashEmbedder(dim=64), warm_up=False)
+    for doc_id, text, meta in DOCS:
+        engine.add_text(text, id=doc_id, metadata=meta)
+    result = engine.search(QUERY)
+    assert len(result) == 4
+    return result
+
+
+def test_columns_are_named_and_ordered_like_the_query(hits: Hits) -> None:
+    names = [c.name for c in columns(hits)]
+    assert names[:8] == ["id", "doc_id", "unit", "position", "content", "rel", "kw", "n"]
+    meta = set(names[8:])
+    assert meta == {"meta.year", "meta.lang", "meta.author.name", "meta.author.age", "meta.tags", "meta.rating",
+                    "meta.`content-type`", "meta.flag", "meta.mixed", "meta.big"}
+
+
+def test_pandas_types_and_missing_metadata_as_nulls(hits: Hits) -> None:
+    df = hits.to_pandas()
+    assert len(df) == len(hits)
+    assert list(df["id"]) == [h.id for h in hits]
+    dt = df.dtypes
+    assert str(dt["id"]) == "string" and str(dt["content"]) == "string"
+    assert str(dt["position"]) == "Int64"
+    assert str(dt["rel"]) == "Float64" and str(dt["kw"]) == "Float64"
+    assert str(dt["n"]) == "Int64"                        # LENGTH is an integer binding
+    assert str(dt["meta.year"]) == "Int64"                # ints stay ints although c has no year
+    assert str(dt["meta.rating"]) == "Float64"            # 4 and 4.5: float
+    assert str(dt["meta.flag"]) == "boolean"
+    assert str(dt["meta.mixed"]) == "string"              # "2020" and 7: text
+    assert str(dt["meta.big"]) == "string"                # beyond int64: exact decimal text
+    by_doc = {d: df[df["doc_id"] == d].iloc[0] for d in ("a", "b", "c")}
+    assert by_doc["c"]["meta.year"] is pd.NA
+    assert by_doc["b"]["meta.lang"] is pd.NA
+    assert by_doc["a"]["meta.author.name"] == "Ada" and by_doc["b"]["meta.author.name"] is pd.NA
+    assert by_doc["c"]["meta.big"] == str(2**70)
+    assert by_doc["b"]["meta.mixed"] == "2020" and by_doc["c"]["meta.mixed"] == "7"
+    assert by_doc["a"]["meta.tags"] == ["x", "y"] and by_doc["b"]["meta.tags"] is None
+    assert by_doc["a"]["meta.`content-type`"] == "text/plain"
+    rel = [h.scores["rel"] for h in hits]
+    assert list(df["rel"]) == pytest.approx(rel)
+
+
+def test_arrow_schema_and_nulls(hits: Hits) -> None:
+    table = hits.to_arrow()
+    schema = table.schema
+    assert schema.field("id").type == pa.string() and not schema.field("id").nullable
+    assert schema.field("position").type == pa.int64()
+    assert schema.field("rel").type == pa.float64()
+    assert schema.field("n").type == pa.int64()
+    assert schema.field("meta.year").type == pa.int64()
+    assert schema.field("meta.rating").type == pa.float64()
+    assert schema.field("meta.flag").type == pa.bool_()
+    assert schema.field("meta.tags").type == pa.list_(pa.string())
+    assert schema.field("meta.mixed").type == pa.string()
+    rows = table.to_pylist()
+    assert [r["id"] for r in rows] == [h.id for h in hits]
+    c_row = next(r for r in rows if r["doc_id"] == "c")
+    assert c_row["meta.year"] is None and c_row["meta.tags"] is None and c_row["meta.author.age"] is None
+    assert table.column("meta.year").null_count == sum(1 for h in hits if "year" not in h.metadata)
+
+
+def test_polars_schema_and_nulls(hits: Hits) -> None:
+    df = hits.to_polars()
+    schema = df.schema
+    assert schema["id"] == pl.String and schema["position"] == pl.Int64
+    assert schema["rel"] == pl.Float64 and schema["n"] == pl.Int64
+    assert schema["meta.year"] == pl.Int64 and schema["meta.flag"] == pl.Boolean
+    assert schema["meta.tags"] == pl.List(pl.String)
+    assert df.filter(pl.col("doc_id") == "c")["meta.year"].to_list() == [None]
+    assert df["id"].to_list() == [h.id for h in hits]
+
+
+def test_the_same_columns_in_all_three(hits: Hits) -> None:
+    names = [c.name for c in columns(hits)]
+    assert list(hits.to_pandas().columns) == names
+    assert hits.to_arrow().column_names == names
+    assert hits.to_polars().columns == names
+
+
+def test_empty_hits_keep_typed_base_columns() -> None:
+    empty = Hits([])
+    assert list(empty.to_pandas().columns) == ["id", "doc_id", "unit", "position", "content"]
+    assert str(empty.to_pandas().dtypes["position"]) == "Int64"
+    assert empty.to_arrow().schema.field("position").type == pa.int64()
+    assert empty.to_polars().schema["content"] == pl.String
+
+
+def test_a_null_score_is_a_null_float_and_unit_binding_does_not_clash() -> None:
+    hits = Hits([Hit("a#0", "a", "SENTENCE", 0, "x", {}, {"unit": 1.0, "s": None}),
+                 Hit("b#0", "b", "SENTENCE", 0, "y", {}, {"unit": 2.0, "s": None})])
+    table = hits.to_arrow()
+    assert table.column("unit").to_pylist() == ["SENTENCE", "SENTENCE"]
+    assert table.column("scores.unit").to_pylist() == [1.0, 2.0]
+    assert table.schema.field("s").type == pa.float64() and table.column("s").null_count == 2
+
+
+@pytest.mark.parametrize("method, module", [("to_pandas", "pandas"), ("to_arrow", "pyarrow"),
+                                            ("to_polars", "polars")])
+def test_a_missing_package_names_its_install(monkeypatch: pytest.MonkeyPatch, method: str, module: str) -> None:
+    monkeypatch.setitem(sys.modules, module, None)  # import now raises ImportError
+    with pytest.raises(MissingDependencyError) as info:
+        getattr(Hits([]), method)()
+    assert "pip install 'nlql-engine[frames]'" in str(info.value) and module in str(info.value)
+
+
+def test_repr_is_a_readable_table(hits: Hits) -> None:
+    text = repr(hits)
+    lines = text.splitlines()
+    assert lines[0].startswith("<Hits: 4 rows in ")
+    assert lines[1].split() == ["#", "id", "rel", "kw", "n", "content"]
+    assert lines[2].split()[:2] == ["1", hits[0].id]
+    assert f"{hits[0].scores['rel']:.4f}" in lines[2] and hits[0].content in lines[2]
+    many = Hits([Hit(f"d{i}#0", f"d{i}", "SENTENCE", 0, "word " * 50, {}, {"rel": i / 10}) for i in range(12)])
+    many_text = repr(many)
+    assert "… 2 more" in many_text and "d11#0" not in many_text
+    assert all(len(line) < 140 for line in many_text.splitlines())  # long content is cut
+    assert repr(Hits([])) == "<Hits: 0 rows>"
+    one = repr(hits[0])
+    assert one.startswith(f"Hit({hits[0].id!r}, SENTENCE, scores rel=") and "content=" in one
+
+
+def test_repr_html_escapes_content() -> None:
+    hits = Hits([Hit("a#0", "a", "SENTENCE", 0, "<script>alert(1)</script> & more", {"k": "<b>"},
+                     {"rel": 0.5})], warnings=["arm <kw> lost"])
+    page = hits._repr_html_()
+    assert "<script>" not in page and "&lt;script&gt;" in page and "&lt;b&gt;" in page
+    assert "<table>" in page and "<th>rel</th>" in page and "0.5000" in page
+    assert "arm &lt;kw&gt; lost" in page
+
+
+# ------------------------------------------------------------------------------------------ CLI
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> str:
+    from nlql.cli import main
+
+    path = tmp_path_factory.mktemp("store") / "s"
+    docs = tmp_path_factory.mktemp("docs") / "docs.jsonl"
+    docs.write_text("\n".join(json.dumps({"id": d, "text": t, "metadata": m}) for d, t, m in DOCS) + "\n")
+    with pytest.raises(SystemExit) as done:
+        main(["ingest", str(docs), "--store", str(path), "--embedder", "hash", "-q"])
+    assert done.value.code in (0, None)
+    return str(path)
+
+
+def _run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    from nlql.cli import main
+
+    try:
+        main(list(args))
+        code = 0
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_cli_csv_has_the_table_columns(store: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _run(capsys, "query", QUERY, "--store", store, "--format", "csv")
+    assert code == 0
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert len(rows) == 4
+    assert list(rows[0])[:8] == ["id", "doc_id", "unit", "position", "content", "rel", "kw", "n"]
+    c = next(r for r in rows if r["doc_id"] == "c")
+    assert c["meta.year"] == "" and c["meta.big"] == str(2**70)
+    a = next(r for r in rows if r["doc_id"] == "a")
+    assert json.loads(a["meta.tags"]) == ["x", "y"] and a["meta.flag"] == "true"
+
+
+def test_cli_jsonl_one_object_per_hit(store: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _run(capsys, "query", QUERY, "--store", store, "-f", "jsonl", "--explain")
+    assert code == 0
+    lines = out.strip().splitlines()
+    objs = [json.loads(line) for line in lines]  # the plan went to stderr, so every line parses
+    assert len(objs) == 4 and {"id", "doc_id", "content", "metadata", "scores"} <= set(objs[0])
+    assert objs[0]["scores"]["rel"] >= objs[-1]["scores"]["rel"]
+
+
+def test_cli_table_format_and_conflicting_flags(store: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _run(capsys, "query", QUERY, "--store", store, "--format", "table")
+    assert code == 0 and "4 rows" in out
+    code, _, err = _run(capsys, "query", QUERY, "--store", store, "--format", "csv", "--json")
+    assert code == 2 and "not both" in err
