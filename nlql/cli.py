@@ -1224,7 +1224,6 @@ def serve(
             if len(engine) == 0:
                 docs = [Doc(d["id"], d["text"], d["metadata"]) for d in load_demo()]
                 ingest_documents(engine, docs, 64, progress=sys.stderr.isatty(), label="embedding")
-                _record_embedder(target, name, int(engine.embedder.dim))
         else:
             engine, name = open_engine(store, embedder)  # type: ignore[arg-type]
         try:
