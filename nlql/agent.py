@@ -478,7 +478,7 @@ def build_mcp_server(engine: Engine, name: str = "nlql") -> Any:
     --store DIR`` does).
 
     Raises:
-        MissingDependencyError: The ``mcp`` package is not installed (``pip install 'nlql[mcp]'``).
+        MissingDependencyError: The ``mcp`` package is not installed (``pip install 'nlql-engine[mcp]'``).
     """
     try:
         from mcp.server.mcpserver import MCPServer as Server

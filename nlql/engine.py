@@ -183,9 +183,9 @@ class Engine:
         self.on_arm_error = on_arm_error
         self.default_timeout = _check_run_args(default_timeout, None)
         if embedder is None:
-            from nlql.embedders import SentenceTransformerEmbedder
+            from nlql.embedders import default_embedder
 
-            embedder = SentenceTransformerEmbedder()
+            embedder = default_embedder()
         dim = _embedder_dim(embedder)
         _check_reranker(reranker)
         self.embedder = embedder
@@ -204,14 +204,7 @@ class Engine:
         if router is not None and not callable(getattr(router, "route", None)):
             raise TypeError(f"router must be an nlql.Router, not {type(router).__name__}")
         self.router = router
-        try:
-            self.store.open(dim)
-        except NLQLError:
-            raise
-        except Exception as exc:  # a driver error while opening: name the store (and its directory)
-            where = f" at {store}" if isinstance(store, (str, Path)) else ""
-            raise BackendError(self.store.capabilities.NAME,
-                               f"cannot open the store{where}: {type(exc).__name__}: {exc}") from exc
+        analyzer = self._open_store(embedder, dim, analyzer, store)
         own_bm25 = getattr(self.store, "keyword_index", None)  # BM25 kept in the store itself (SPEC §10)
         self._bm25 = (own_bm25(analyzer) if own_bm25 is not None else None) or BM25Sidecar(self.store, analyzer)
         if entity_extractor is _DEFAULT:
@@ -233,6 +226,32 @@ class Engine:
             except Exception:  # noqa: BLE001 - warming is an optimisation only
                 pass
 
+    def _open_store(self, embedder: Any, dim: int, analyzer: Any, where_from: Any) -> Any:
+        """Open the store after checking its record (embedder, analyzer); record them if it has none.
+
+        The check comes before ``open`` (so a mismatch changes nothing) and again after it (some
+        stores answer only once open); the record is written before the first vector (issue 17).
+        Returns the engine's analyzer (see :func:`nlql.stores.record.resolve_analyzer`).
+        """
+        from nlql.embedders import embedder_record
+        from nlql.stores import record
+
+        wanted = {**embedder_record(embedder), "dim": dim}
+        try:
+            record.check_embedder(self.store, wanted)
+            resolved = record.resolve_analyzer(self.store, analyzer)
+            if hasattr(self.store, "analyzer"):  # a store with native BM25 takes the engine's analyzer
+                self.store.analyzer = resolved
+            self.store.open(dim)
+            record.adopt(self.store, wanted, resolved)
+        except NLQLError:
+            raise
+        except Exception as exc:  # a driver error while opening: name the store (and its directory)
+            where = f" at {where_from}" if isinstance(where_from, (str, Path)) else ""
+            raise BackendError(self.store.capabilities.NAME,
+                               f"cannot open the store{where}: {type(exc).__name__}: {exc}") from exc
+        return resolved
+
     # ------------------------------------------------------------------------------------- ingest
 
     def add_text(self, text: str, id: str | int | None = None, metadata: Mapping[str, Any] | None = None) -> str:
@@ -249,9 +268,12 @@ class Engine:
         ids: Sequence[str | int | None] | None = None,
         metadatas: Sequence[Mapping[str, Any] | None] | None = None,
         batch_size: int = 256,
-        progress: bool = False,
+        progress: Any = False,
     ) -> list[str]:
         """Add many documents, embedding in batches. Returns their ids (new ids are UUID4 hex).
+
+        ``progress=True`` reports sentences embedded, their rate and an ETA on stderr (a bar on a
+        terminal, plain lines otherwise); a :class:`nlql.progress.Progress` object receives them instead.
 
         The same id twice (in one call or across calls): the last text wins. Every text, id and
         metadata is checked before anything is written, and each batch is checked after embedding
@@ -278,11 +300,13 @@ class Engine:
         # the same id twice: only its last text is written (as if added one after the other)
         last = {doc_id: i for i, doc_id in enumerate(out_ids)}
         order = [i for i in range(n) if last[out_ids[i]] == i]
-        bar = None
-        if progress:
-            from tqdm import tqdm
+        from nlql.progress import make_progress
 
-            bar = tqdm(total=n, unit="doc", desc="ingest")
+        report = make_progress(progress)
+        if report is not None:  # counted first, so the report has a true total and an ETA from the start
+            from nlql.text.split import split_sentences
+
+            report.start(sum(len(split_sentences(texts[i])) for i in order), documents=len(order))
         batch_size = max(1, int(batch_size))
         committed: list[str] = []
         n_batches = (len(order) + batch_size - 1) // batch_size
@@ -290,22 +314,20 @@ class Engine:
             chunk = order[lo : lo + batch_size]
             try:
                 records = self._records([(out_ids[i], texts[i], checked[i] if checked is not None else {})
-                                         for i in chunk])
+                                         for i in chunk], report)
                 self._write(records)
             except NLQLError as exc:
                 if committed:
                     _name_committed(exc, committed, b, n_batches)
                 raise
             committed.extend(out_ids[i] for i in chunk)
-            if bar is not None:
-                bar.update(len(chunk))
-        if bar is not None:
-            if len(order) < n:
-                bar.update(n - len(order))
-            bar.close()
+            if report is not None:
+                report.advance(0, documents=len(chunk))
+        if report is not None:
+            report.close()
         return out_ids
 
-    def _records(self, docs: Sequence[tuple[str, str, dict[str, Any]]]) -> list[DocRecord]:
+    def _records(self, docs: Sequence[tuple[str, str, dict[str, Any]]], report: Any = None) -> list[DocRecord]:
         """Split and embed one batch into records (checked, not yet written)."""
         from nlql.text.split import split_sentences
 
@@ -319,7 +341,7 @@ class Engine:
                 units.append(UnitRecord(p, text[s:e], s, e, text[e:nxt]))
                 sentences.append(text[s:e])
             parts.append((doc_id, text, meta, units))
-        vecs = self._embed_documents(sentences)
+        vecs = self._embed_documents(sentences, report)
         records = []
         row = 0
         for doc_id, text, meta, units in parts:
@@ -392,11 +414,21 @@ class Engine:
         except Exception as exc:
             raise BackendError(self.store.capabilities.NAME, f"{method} failed: {type(exc).__name__}: {exc}") from exc
 
-    def _embed_documents(self, sentences: list[str]) -> np.ndarray:
+    def _embed_documents(self, sentences: list[str], report: Any = None) -> np.ndarray:
         dim = int(self.embedder.dim)
         if not sentences:
             return np.zeros((0, dim), dtype=np.float32)
-        return V.normalize_rows(_embed(self.embedder, sentences, dim), zero_invalid=True)
+        if report is None:
+            mat = _embed(self.embedder, sentences, dim)
+        else:  # in chunks, each reported as it is done (nlql.progress)
+            from nlql.progress import chunks
+
+            parts = []
+            for lo, hi in chunks(len(sentences)):
+                parts.append(_embed(self.embedder, sentences[lo:hi], dim))
+                report.advance(hi - lo)
+            mat = np.concatenate(parts)
+        return V.normalize_rows(mat, zero_invalid=True)
 
     def _embed_queries(self, texts: Sequence[str]) -> np.ndarray:
         return _embed(self.embedder, list(texts), int(self.embedder.dim))
