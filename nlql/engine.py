@@ -237,12 +237,23 @@ class Engine:
         from nlql.stores import record
 
         wanted = {**embedder_record(embedder), "dim": dim}
-        try:
+        def read_record() -> Any:
             record.check_embedder(self.store, wanted)
-            resolved = record.resolve_analyzer(self.store, analyzer)
+            found = record.resolve_analyzer(self.store, analyzer)
             if hasattr(self.store, "analyzer"):  # a store with native BM25 takes the engine's analyzer
-                self.store.analyzer = resolved
+                self.store.analyzer = found
+            return found
+
+        try:
+            try:
+                resolved = read_record()
+            except NLQLError:
+                raise
+            except Exception:  # noqa: BLE001 - a store that answers only once open (SQL stores): after it
+                resolved = None
             self.store.open(dim)
+            if resolved is None:
+                resolved = read_record()
             record.adopt(self.store, wanted, resolved)
         except NLQLError:
             raise
