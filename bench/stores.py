@@ -87,6 +87,9 @@ SHAPES: dict[str, str] = {
     "filtered_1pct": ('SELECT SENTENCE LET rel = SIMILARITY(content, "{text}") '
                       f'WHERE meta.cohort == {COHORT} ORDER BY rel DESC LIMIT 10'),
     "unfiltered": 'SELECT SENTENCE LET rel = SIMILARITY(content, "{text}") ORDER BY rel DESC LIMIT 10',
+    "bm25": 'SELECT SENTENCE LET kw = BM25(content, "{text}") WHERE kw > 0 ORDER BY kw DESC LIMIT 10',
+    "rrf": ('SELECT SENTENCE LET rel = SIMILARITY(content, "{text}"), kw = BM25(content, "{text}"), '
+            "f = RRF(rel, kw) ORDER BY f DESC LIMIT 10"),
 }
 
 #: every store, in run order: key -> (label, settings as measured)
@@ -105,12 +108,14 @@ STORES: dict[str, tuple[str, str]] = {
     "pgvector-exact": ("pgvector exact", "PgVectorStore(exact=True): sequential scan, ORDER BY (<=>) + 0"),
     "pgvector-hnsw": ("pgvector HNSW", "PgVectorStore(): HNSW m=16, ef_construction=64, ef_search=100 "
                       "(widened on under-fill); exact when the filter matches ≤ 20,000 rows"),
+    "milvus-lite": ("Milvus Lite (file)", 'the registry\'s "milvus" row, exact options (index="flat"), on a '
+                    "fresh milvus:///<tmp>/bench.db: Milvus Lite 3.x in-process, BM25 from terms kept in the rows"),
 }
 
 #: stores that run at a smaller size by default (none: see the module docstring), e.g. {"chroma": 50_000}
 SMALLER_N: dict[str, int] = {}
 #: left out of --quick
-SLOW = ("qdrant", "chroma")
+SLOW = ("qdrant", "chroma", "milvus-lite")
 
 DESCRIPTION = (
     "Every store on the same synthetic one-sentence corpus (bench/corpus.py, seed 42, plus "
@@ -307,6 +312,11 @@ def make_store(key: str, n: int, pg: Postgres | None) -> Any:
         from nlql.stores.qdrant import QdrantStore
 
         return QdrantStore(location=":memory:", collection="bench" + uuid.uuid4().hex[:8])
+    if key == "milvus-lite":  # registry-driven: the row's URL scheme and exact options
+        from nlql.stores import entry
+
+        row = entry("milvus")
+        return row.create(f"milvus://{tempfile.mkdtemp(prefix='nlql-bench-')}/bench.db", **row.exact)
     if key.startswith("pgvector"):
         from nlql.stores.pgvector import PgVectorStore
 

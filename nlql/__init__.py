@@ -13,11 +13,14 @@ from nlql.errors import (
     NLQLSyntaxError,
     NLQLTimeoutError,
     PlanError,
+    RouteError,
+    TemplateError,
     UnsupportedError,
 )
 from nlql.ir import Query, query_json_schema
 from nlql.parser import parse
 from nlql.render import render
+from nlql.route import Route, Router
 
 __all__ = [
     "BackendError",
@@ -29,6 +32,10 @@ __all__ = [
     "NLQLTimeoutError",
     "PlanError",
     "Query",
+    "Route",
+    "RouteError",
+    "Router",
+    "TemplateError",
     "UnsupportedError",
     "__version__",
     "check",

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -32,9 +33,11 @@ if TYPE_CHECKING:
     from nlql.engine import Engine
 
 __all__ = [
+    "ASK_DESCRIPTION",
     "LANGUAGE_REFERENCE",
     "MCP_INSTRUCTIONS",
     "TOOL_DESCRIPTION",
+    "ask_question",
     "build_mcp_server",
     "check_query",
     "error_dict",
@@ -88,12 +91,14 @@ go wherever a literal does and are bound with `params={"name": value}`; a missin
 
 | function | value |
 |---|---|
-| `SIMILARITY(content, "text")` | cosine in [-1, 1]; with a list of texts, the best of them |
-| `BM25(content, "words")` | keyword score >= 0 (OR over terms); rows matching no term have no BM25 rank |
-| `RRF(a, b, ... [, k => 60] [, weights => [w1, w2]])` | reciprocal rank fusion of bindings a, b: sum of w/(k + rank) |
-| `INTERLEAVE(a, b, ...)` | round-robin fusion of rankings (value 1/position) |
+| `SIMILARITY(content, "text" [, min => 0.3])` | cosine in [-1, 1]; with a list of texts, the best of them; NULL below min (out of that arm only) |
+| `BM25(content, "words" [, min => 1.0])` | keyword score >= 0 (OR over terms); rows matching no term have no BM25 rank |
+| `RRF(a, b, ... [, k => 60] [, weights => [w1, w2]] [, window => n])` | reciprocal rank fusion of arms a, b (scores or any numbers, e.g. RECENCY(meta.date)): sum of w/(k + rank) |
+| `INTERLEAVE(a, b, ... [, window => n])` | round-robin fusion of rankings (value 1/position) |
 | `IF(cond, a, b)` | a when cond is TRUE, else b (UNKNOWN takes b) |
 | `RECENCY(meta.date [, half_life => "90d"])` | exponential decay in (0, 1]; null date gives null |
+| `GRAPH($q [, hops => 1] [, decay => 0.5])` | entity arm: 1.0 for rows naming an entity named in the text (a whole question works), less for entities named together with them; null otherwise |
+| `TEMPORAL(meta.date, $q)` | time arm: in (0.5, 1] when the date lies in the period the text names ("last week", "la semana pasada"); null otherwise or when no period is named |
 | `LENGTH(x)`, `LOWER(x)`, `UPPER(x)`, `COUNT(content, "needle")` | scalars |
 | `NOW()`, `DATE(s)`, `TIMESTAMP(s)` | datetimes (NOW is fixed for the whole query) |
 
@@ -105,7 +110,7 @@ Arithmetic mixes scores: `LET s = 0.7 * SIMILARITY(content, "rag") + 0.3 * BM25(
 `OR` < `AND` < `NOT` < predicates < `+ -` < `* /` < unary `-`.
 Predicates: `= == != <> < <= > >=`, `[NOT] IN (a, b)`, `[NOT] BETWEEN a AND b`, `IS [NOT] NULL`,
 `[NOT] CONTAINS "s"` (case-insensitive substring), `[NOT] LIKE "a%_"` (SQL LIKE, case-sensitive, whole
-string), `[NOT] MATCH "regex"` (Python regex search), `WITHIN "last week"` (calendar periods such as
+string; a backslash escapes `%`, `_` and itself), `[NOT] MATCH "regex"` (Python regex search), `WITHIN "last week"` (calendar periods such as
 "yesterday", "last month", "the past 3 days") or `WITHIN (a, b)`.
 
 ## NULL rules (as SQL)
@@ -151,8 +156,11 @@ SPAN(SENTENCE, window => k) (hit sentence + k neighbours).
 Names: content, id, doc_id, position, meta.key (meta.a.b; meta.`odd-key`), LET bindings. \
 A bare unknown name is an error: write meta.topic, not topic.
 Score functions (use in LET): SIMILARITY(content, "text" | ["t1", "t2"]) cosine in [-1, 1]; \
-BM25(content, "words") keyword score; RRF(a, b, k => 60, weights => [1, 1]) fuses bindings a, b; \
-INTERLEAVE(a, b). Others: IF(c, a, b), RECENCY(meta.date, half_life => "90d"), LENGTH, LOWER, UPPER, \
+BM25(content, "words") keyword score (min => x on either: NULL below x); RRF(a, b, k => 60, \
+weights => [1, 1], window => 100) fuses arms (scores or numbers like RECENCY(meta.date)); INTERLEAVE(a, b). \
+Arms from a question: GRAPH($q, hops => 1) (entities named in $q and their neighbours), \
+TEMPORAL(meta.date, $q) (the period $q names); null when they do not apply. \
+Others: IF(c, a, b), RECENCY(meta.date, half_life => "90d"), LENGTH, LOWER, UPPER, \
 COUNT(content, "x"), NOW(), DATE("2024-01-01"), TIMESTAMP(...).
 Operators: OR, AND, NOT; = == != <> < <= > >=; + - * /; [NOT] IN (a, b); [NOT] BETWEEN a AND b; \
 IS [NOT] NULL; [NOT] CONTAINS "s" (case-insensitive); [NOT] LIKE "a%" (case-sensitive); \
@@ -169,14 +177,19 @@ SELECT DOCUMENT LET sem = SIMILARITY(content, "tax rules"), kw = BM25(content, "
 s = RRF(sem, kw) ORDER BY s DESC LIMIT 10
 SELECT SPAN(SENTENCE, window => 1) LET rel = SIMILARITY(content, $q) WHERE meta.year >= 2020 AND \
 content CONTAINS "tool" LIMIT 3
-Tip: call nlql_check first (it returns every error with line, column and a hint; [] means valid), \
-and nlql_explain to see the plan, then nlql_search. Always set LIMIT."""
+Before writing a WHERE on meta.*, call nlql_schema (or read the resource nlql://schema): it lists every \
+metadata key with its types, how many documents have it and common values. \
+Tip: call nlql_check first (it returns every error with line, column and a hint; [] means valid; \
+a warning such as an unknown key does not stop the query), and nlql_explain to see the plan, then \
+nlql_search. Always set LIMIT."""
 
 #: Instructions an MCP client shows the model when it connects.
 MCP_INSTRUCTIONS = (
-    "NLQL searches a text collection. Write a query, call nlql_check until it returns [] (each "
-    "problem has line, column, message and hint), optionally nlql_explain to see the plan, then "
-    "nlql_search. The full language reference is the resource nlql://language."
+    "NLQL searches a text collection. Call nlql_schema first to learn the metadata keys, their types "
+    "and values. Write a query, call nlql_check until it says valid (each problem has line, column, "
+    "message and hint; fix warnings too: a key no document has matches nothing), optionally "
+    "nlql_explain to see the plan, then nlql_search. The full language reference is the resource "
+    "nlql://language; the store's schema is nlql://schema."
 )
 
 _PARAMS_SCHEMA: dict[str, Any] = {
@@ -196,6 +209,9 @@ def _input_schema() -> dict[str, Any]:
             "max_tokens": {"type": "integer", "minimum": 1,
                            "description": "Optional budget: keep hits in rank order while their "
                                           "estimated tokens fit (the top hit is truncated if needed)."},
+            "timeout": {"type": "number", "exclusiveMinimum": 0,
+                        "description": "Optional deadline in seconds for the whole search: what is complete "
+                                       "by then comes back with a warning."},
         },
         "required": ["query"],
         "additionalProperties": False,
@@ -233,8 +249,50 @@ def tool_schema(style: str = "generic") -> dict[str, Any]:
 
 
 def _jsonable(value: Any) -> Any:
-    """A deep copy of ``value`` that ``json.dumps`` accepts (datetimes and numpy scalars become text/numbers)."""
-    return json.loads(json.dumps(value, default=json_default, allow_nan=False))
+    """A deep copy of ``value`` that strict JSON accepts: datetimes and numpy scalars become text and
+    numbers, and NaN or infinite floats (a score of NaN, say) become null, as JSON has no such number."""
+    return json.loads(json.dumps(_finite(value), default=json_default, allow_nan=False))
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with every non-finite float replaced by None (iterative: any nesting)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if not isinstance(value, (dict, list, tuple)):
+        return _finite_scalar(value)
+    root: list[Any] = [value]
+    stack: list[tuple[Any, Any, Any]] = [(root, 0, value)]  # (container, key, value to convert)
+    while stack:
+        parent, key, item = stack.pop()
+        if isinstance(item, dict):
+            copy_: Any = {}
+            parent[key] = copy_
+            for k, v in item.items():
+                copy_[k] = None
+                stack.append((copy_, k, v))
+        elif isinstance(item, (list, tuple)):
+            copy_ = [None] * len(item)
+            parent[key] = copy_
+            for i, v in enumerate(item):
+                stack.append((copy_, i, v))
+        else:
+            parent[key] = _finite_scalar(item)
+    return root[0]
+
+
+def _finite_scalar(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    item = getattr(value, "item", None)  # numpy scalars
+    if callable(item) and not isinstance(value, (str, bytes)):
+        try:
+            value = item()
+        except Exception:  # noqa: BLE001 - not a scalar after all
+            return value
+        if isinstance(value, float) and not math.isfinite(value):
+            return None
+    return value
+
 
 
 def _diag_dict(d: Diagnostic, source: str | None) -> dict[str, Any]:
@@ -278,15 +336,59 @@ def check_query(engine: Engine, query: str, params: Mapping[str, Any] | None = N
         diags = engine.check(query, params=_params(params))
     except NLQLError as exc:
         return _jsonable(error_dict(exc, query)["diagnostics"])
-    if diags:
-        return _jsonable([_diag_dict(d, query) for d in diags])
+    found = _jsonable([_diag_dict(d, query) for d in diags])
+    if any(d.severity == "error" for d in diags):
+        return found
     if params is None and _has_params(query):
-        return []  # a plan needs the parameter values, which are not known yet
+        return found  # a plan needs the parameter values, which are not known yet
     try:
         engine.explain(query, params=_params(params))
     except NLQLError as exc:
-        return _jsonable(error_dict(exc, query)["diagnostics"])
-    return []
+        return _jsonable(error_dict(exc, query)["diagnostics"]) + found
+    return found
+
+
+def check_text(diagnostics: list[dict[str, Any]]) -> str:
+    """What ``nlql_check`` says as text: ``valid``, or each problem rendered with its caret."""
+    errors = [d for d in diagnostics if d.get("severity", "error") == "error"]
+    warnings = [d for d in diagnostics if d.get("severity", "error") != "error"]
+    parts = []
+    if not errors:
+        parts.append("valid" if not warnings else f"valid, with {len(warnings)} warning(s):")
+    else:
+        parts.append(f"{len(errors)} error(s):")
+    for d in [*errors, *warnings]:
+        tag = "warning: " if d in warnings else "error: "
+        parts.append(tag + str(d.get("rendered") or d.get("message")))
+    return "\n\n".join(parts)
+
+
+def hits_text(result: dict[str, Any]) -> str:
+    """A search result (``search_query``'s dict) as readable text: an error, or one block per hit."""
+    if "error" in result:
+        return "error: " + str(result["error"].get("rendered") or result["error"].get("message"))
+    lines = []
+    for w in result.get("warnings", []):
+        lines.append(f"warning: {w}")
+    hits = result.get("hits", [])
+    if not hits:
+        lines.append("no hits")
+    for i, h in enumerate(hits, 1):
+        scores = ", ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}"
+                           for k, v in h.get("scores", {}).items())
+        meta = json.dumps(h.get("metadata", {}), ensure_ascii=False, sort_keys=True)
+        lines.append(f"{i}. {h['id']} ({h['unit']}{', ' + scores if scores else ''}) meta={meta}")
+        lines.append(f"   {h['content']}")
+    return "\n".join(lines)
+
+
+def schema_query(engine: Engine, sample: int = 1000) -> dict[str, Any]:
+    """``engine.schema(sample).to_dict()`` plus its text form under ``"text"``, or ``{"error": ...}``."""
+    try:
+        schema = engine.schema(sample=sample)
+    except NLQLError as exc:
+        return {"error": _jsonable(error_dict(exc))}
+    return {**_jsonable(schema.to_dict()), "text": schema.to_text()}
 
 
 def _has_params(query: str) -> bool:
@@ -296,22 +398,64 @@ def _has_params(query: str) -> bool:
     return any(isinstance(n, ir.Param) for n in parse(query).walk())
 
 
-def explain_query(engine: Engine, query: str, params: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """``{"ok": True, "text": <plan tree>, "plan": <plan dict>}`` or ``{"ok": False, "error": {...}}``."""
+def explain_query(engine: Engine, query: str, params: Mapping[str, Any] | None = None,
+                  include_plan: bool = True) -> dict[str, Any]:
+    """``{"ok": True, "text": <plan tree>, "plan": <plan dict>}`` or ``{"ok": False, "error": {...}}``
+    (``include_plan=False`` leaves the plan dict out)."""
     try:
         plan = engine.explain(query, params=_params(params))
     except NLQLError as exc:
         return {"ok": False, "error": _jsonable(error_dict(exc, query))}
-    return {"ok": True, "text": str(plan), "plan": _jsonable(plan.to_dict())}
+    out: dict[str, Any] = {"ok": True, "text": str(plan)}
+    if include_plan:
+        out["plan"] = _jsonable(plan.to_dict())
+    return out
 
 
 def search_query(engine: Engine, query: str, params: Mapping[str, Any] | None = None,
-                 max_tokens: int | None = None) -> dict[str, Any]:
-    """``Hits.to_dict()`` (hits, stats, warnings), or ``{"hits": [], ..., "error": {...}}`` for a bad query."""
+                 max_tokens: int | None = None, timeout: float | None = None) -> dict[str, Any]:
+    """``Hits.to_dict()`` (hits, stats, warnings), or ``{"hits": [], ..., "error": {...}}`` for a bad query
+    (a search that timed out with nothing found included)."""
     try:
-        hits = engine.search(query, params=_params(params), max_tokens=max_tokens)
+        hits = engine.search(query, params=_params(params), max_tokens=max_tokens, timeout=timeout)
     except NLQLError as exc:
         return {"hits": [], "stats": {}, "warnings": [], "error": _jsonable(error_dict(exc, query))}
+    except (TypeError, ValueError) as exc:  # an argument the engine refuses (max_tokens=-1, …): as data too
+        return {"hits": [], "stats": {}, "warnings": [], "error": _usage_error(exc)}
+    return _jsonable(hits.to_dict())
+
+
+def _usage_error(exc: Exception) -> dict[str, Any]:
+    message = str(exc)
+    return {"kind": "usage", "message": message, "line": 0, "column": 0, "hint": None, "rendered": message,
+            "diagnostics": [{"line": 0, "column": 0, "message": message, "hint": None, "code": "usage",
+                             "rendered": message}]}
+
+
+#: What ``nlql_ask`` tells a model.
+ASK_DESCRIPTION = """\
+Answer a question in plain words: the question is routed to an intent (entity: "who mentioned X", \
+temporal: "when did ...", "last week", conceptual: "what is X", general: the rest) and that intent's NLQL \
+query runs with the question bound as $q, $rewrites and $keywords. Returns hits plus "route": the intent, \
+the rule that matched, the NLQL query and its params, so you can refine the query and run it with \
+nlql_search(query, params). No hits means the collection holds nothing about the question (see warnings)."""
+
+
+def ask_question(engine: Engine, question: str, params: Mapping[str, Any] | None = None,
+                 max_tokens: int | None = None) -> dict[str, Any]:
+    """``engine.ask`` as data: hits, stats, warnings and ``route`` (intent, rule, query, params), or
+    ``{"hits": [], ..., "error": {...}}`` when the question cannot be answered as asked."""
+    if not isinstance(question, str):
+        return {"hits": [], "stats": {}, "warnings": [], "route": None,
+                "error": {"kind": "usage", "message": "the question must be a string", "line": 0, "column": 0,
+                          "hint": None, "rendered": "the question must be a string", "diagnostics": []}}
+    route: Any = None
+    try:
+        route = engine.route(question)
+        hits = engine.ask(route, params=_params(params), max_tokens=max_tokens)
+    except NLQLError as exc:
+        return {"hits": [], "stats": {}, "warnings": [], "route": _jsonable(route.to_dict() if route else None),
+                "error": _jsonable(error_dict(exc, route.query if route else None))}
     return _jsonable(hits.to_dict())
 
 
@@ -321,41 +465,110 @@ def search_query(engine: Engine, query: str, params: Mapping[str, Any] | None = 
 def build_mcp_server(engine: Engine, name: str = "nlql") -> Any:
     """An MCP server (the SDK's ``MCPServer``, formerly ``FastMCP``) exposing one engine.
 
-    Tools: ``nlql_check(query, params=None)`` → list of diagnostics (``[]`` when valid),
-    ``nlql_explain(query, params=None)`` → plan text and dict, ``nlql_search(query, params=None,
-    max_tokens=None)`` → hits. None of them raises for a bad query; the error comes back as data.
-    Resource: ``nlql://language``, the compact language reference (markdown). Serve it over stdio
-    with ``server.run("stdio")`` (what ``nlql mcp --store DIR`` does).
+    Tools (each returns readable text content and the same result as structured content):
+    ``nlql_schema(sample=1000)`` → the store's size, embedder, analyzer and metadata keys;
+    ``nlql_check(query, params=None)`` → "valid" or the diagnostics with carets (structured: the list,
+    ``[]`` when valid); ``nlql_explain(query, params=None, include_plan=False)`` → the readable plan
+    (the plan dict only with ``include_plan``); ``nlql_search(query, params=None, max_tokens=None,
+    timeout=None)`` → hits; ``nlql_ask(question, params=None, max_tokens=None)`` → hits and the routed
+    query. None of them raises for a bad query: the error comes back as data. A bad argument (a wrong
+    type, ``max_tokens=0``) is a tool error naming the argument. Resources: ``nlql://language``, the
+    compact language reference (markdown), and ``nlql://schema``, the store's schema as text. The server
+    reports the package version. Serve it over stdio with ``server.run("stdio")`` (what ``nlql mcp
+    --store DIR`` does).
 
     Raises:
-        MissingDependencyError: The ``mcp`` package is not installed (``pip install 'nlql[mcp]'``).
+        MissingDependencyError: The ``mcp`` package is not installed (``pip install 'nlql-engine[mcp]'``).
     """
     try:
         from mcp.server.mcpserver import MCPServer as Server
+        from mcp.server.mcpserver.exceptions import ToolError
     except ImportError:  # mcp 1.x
         try:
             from mcp.server.fastmcp import FastMCP as Server  # type: ignore[no-redef,attr-defined]
+            from mcp.server.fastmcp.exceptions import ToolError  # type: ignore[no-redef]
         except ImportError:
             raise MissingDependencyError("mcp", "mcp") from None
+    from mcp.types import CallToolResult, TextContent
 
-    server = Server(name, instructions=MCP_INSTRUCTIONS)
+    from nlql import __version__
+
+    try:
+        server = Server(name, instructions=MCP_INSTRUCTIONS, version=__version__)
+    except TypeError:  # an SDK without the version argument
+        server = Server(name, instructions=MCP_INSTRUCTIONS)
+
+    def result(text: str, structured: Any) -> Any:
+        data = structured if isinstance(structured, dict) else {"result": structured}
+        return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=data)
+
+    def argument(name: str, value: Any, kind: type | tuple[type, ...], what: str, optional: bool = True,
+                 minimum: int | None = None) -> None:
+        if value is None and optional:
+            return
+        if isinstance(value, bool) and kind is not bool or not isinstance(value, kind):
+            raise ToolError(f"argument {name!r} must be {what}, not {type(value).__name__}")
+        if minimum is not None and value < minimum:
+            raise ToolError(f"argument {name!r} must be at least {minimum}, not {value}")
+
+    def common(query: Any, params: Any) -> None:
+        argument("query", query, str, "a string (an NLQL query)", optional=False)
+        argument("params", params, dict, 'an object of parameter values, e.g. {"q": "text"}')
+
+    @server.tool(name="nlql_schema")
+    def nlql_schema(sample: int = 1000):  # noqa: ANN202 - a CallToolResult, passed through as is
+        """What the store holds: documents, sentences, the embedder and analyzer, and every metadata key
+        with its types, how many documents have it and common values. Read it before writing a WHERE
+        on meta.* (a key no document has matches nothing)."""
+        argument("sample", sample, int, "an integer (documents to sample on a large store)", minimum=1)
+        out = schema_query(engine, sample)
+        text = out.get("text") or "error: " + str(out.get("error", {}).get("rendered"))
+        return result(text, out)
 
     @server.tool(name="nlql_check")
-    def nlql_check(query: str, params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-        """Check an NLQL query without running it. Returns every problem at once (line, column,
-        message, hint, rendered with a caret); an empty list means the query is valid."""
-        return check_query(engine, query, params)
+    def nlql_check(query: str, params: dict[str, Any] | None = None):  # noqa: ANN202 - a CallToolResult, passed through as is
+        """Check an NLQL query without running it. Says "valid", or every problem at once (line, column,
+        message, hint, rendered with a caret); warnings (e.g. a metadata key no document has, with
+        did-you-mean over the real keys) do not stop the query but usually mean no rows."""
+        common(query, params)
+        diags = check_query(engine, query, params)
+        return result(check_text(diags), diags)
 
     @server.tool(name="nlql_explain")
-    def nlql_explain(query: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+    def nlql_explain(query: str, params: dict[str, Any] | None = None,
+                     include_plan: bool = False):  # noqa: ANN202 - a CallToolResult, passed through as is
         """Show how an NLQL query would run (recall strategy, pushed and residual filters, order,
-        limit) without running it: {"ok", "text", "plan"} or {"ok": false, "error"}."""
-        return explain_query(engine, query, params)
+        limit) without running it, as a readable plan; include_plan=true adds the plan as data."""
+        common(query, params)
+        argument("include_plan", include_plan, bool, "true or false", optional=False)
+        out = explain_query(engine, query, params, include_plan=include_plan)
+        text = out["text"] if out["ok"] else "error: " + str(out["error"].get("rendered"))
+        return result(text, out)
 
     @server.tool(name="nlql_search", description=TOOL_DESCRIPTION)
     def nlql_search(query: str, params: dict[str, Any] | None = None,
-                    max_tokens: int | None = None) -> dict[str, Any]:
-        return search_query(engine, query, params, max_tokens)
+                    max_tokens: int | None = None, timeout: float | None = None):  # noqa: ANN202 - a CallToolResult
+        common(query, params)
+        argument("max_tokens", max_tokens, int, "a positive integer", minimum=1)
+        argument("timeout", timeout, (int, float), "a number of seconds")
+        if timeout is not None and not timeout > 0:
+            raise ToolError(f"argument 'timeout' must be a positive number of seconds, not {timeout}")
+        try:
+            out = search_query(engine, query, params, max_tokens, timeout)
+        except (TypeError, ValueError) as exc:
+            raise ToolError(f"bad argument: {exc}") from None
+        return result(hits_text(out), out)
+
+    @server.tool(name="nlql_ask", description=ASK_DESCRIPTION)
+    def nlql_ask(question: str, params: dict[str, Any] | None = None,
+                 max_tokens: int | None = None):  # noqa: ANN202 - a CallToolResult, passed through as is
+        argument("question", question, str, "a string (a question in plain words)", optional=False)
+        argument("params", params, dict, "an object of parameter values")
+        argument("max_tokens", max_tokens, int, "a positive integer", minimum=1)
+        out = ask_question(engine, question, params, max_tokens)
+        route = out.get("route") or {}
+        head = f"intent: {route.get('intent')}\nquery: {route.get('query')}\n\n" if route else ""
+        return result(head + hits_text(out), out)
 
     @server.resource("nlql://language", name="nlql-language", title="NLQL language reference",
                      description="Clauses, units, functions, operators, NULL rules and examples.",
@@ -363,5 +576,12 @@ def build_mcp_server(engine: Engine, name: str = "nlql") -> Any:
     def language() -> str:
         return LANGUAGE_REFERENCE
 
-    return server
+    @server.resource("nlql://schema", name="nlql-schema", title="The store's schema",
+                     description="Documents, sentences, embedder, analyzer and every metadata key with its "
+                                 "types, document count and common values.",
+                     mime_type="text/plain")
+    def schema_resource() -> str:
+        out = schema_query(engine)
+        return str(out.get("text") or out.get("error"))
 
+    return server

@@ -90,7 +90,9 @@ def check(
             None means "not known yet": nothing is said about parameters. A mapping (even empty) means
             these are all the parameters: a missing or unused one is a problem, and values are checked.
         schema: Metadata key → type (``number``, ``string``, ``date``, ``bool``, ``list``), used for
-            type errors such as ``meta.year == "abc"``. Dotted keys name nested paths.
+            type errors such as ``meta.year == "abc"``. Dotted keys name nested paths. Or a
+            :class:`nlql.schema.Schema` (``engine.schema()``, kept from an earlier session): a valid query
+            then gets its data warnings (``severity="warning"``: unknown keys, types never seen).
         functions: User functions registered on an engine: name → arity (None for variadic).
 
     Returns:
@@ -106,6 +108,13 @@ def check(
         q = query
     else:
         raise TypeError(f"check() needs query text or a Query, not {type(query).__name__}")
+    from nlql.schema import Schema, data_warnings
+
+    if isinstance(schema, Schema):
+        diags = _Checker(q, params, None, functions).run()
+        if any(d.severity == "error" for d in diags):
+            return diags
+        return sorted([*diags, *data_warnings(q, schema)], key=lambda d: (d.line == 0, d.line, d.column))
     return _Checker(q, params, schema, functions).run()
 
 
@@ -631,14 +640,18 @@ class _Checker:
         if name.lower() == "meta":
             self._report(ref, "'meta' needs a key", "write meta.<key>, e.g. meta.author", code="name")
             return
-        close = difflib.get_close_matches(name, [*self.bindings, *BUILTIN_FIELDS], n=1, cutoff=0.75)
-        if close:
-            hint = f"did you mean '{close[0]}'?"
-        elif name.upper() in BUILTINS or name.upper() in self.functions:
+        from nlql.schema import closest
+
+        # one ranking by edit distance over bindings, built-in fields and metadata keys; ties go to the
+        # earlier group, so `rr` with a binding `r` suggests r, not meta.rr
+        names = [*self.bindings, *BUILTIN_FIELDS]
+        best = closest(name, [*names, *self.schema])
+        if name.upper() in BUILTINS or name.upper() in self.functions:
             hint = f"did you mean {name.upper()}(…)? functions need parentheses"
+        elif best is not None and best in names:
+            hint = f"did you mean '{best}'?"
         else:
-            keys = difflib.get_close_matches(name, list(self.schema), n=1, cutoff=0.75)
-            key = keys[0] if keys else name
+            key = best if best is not None else name
             hint = f"did you mean meta.{'.'.join(quote_key(k) for k in key.split('.'))}?"
         self._report(ref, f"unknown name '{name}'", hint, code="name")
 
@@ -764,7 +777,7 @@ class _Checker:
         if name in TEXT_SCORES:
             self._score_call(e, name)
         elif name in FUSION_FUNCTIONS:
-            self._fusion(e, name)
+            self._fusion(e, name, types)
         elif name == "IF":
             if n == 3:
                 self._condition(e.args[0], types[0], "the first argument of IF")
@@ -780,6 +793,15 @@ class _Checker:
                 self._report(e.args[0], f"RECENCY needs a date, not {_A[types[0]]}", "e.g. RECENCY(meta.date)",
                              code="type")
             self._half_life(e.kwarg("half_life"))
+        elif name == "GRAPH":
+            if n >= 1:
+                self._arm_text(e.args[0], name, 'e.g. GRAPH($q) or GRAPH("Bertrand Russell", hops => 2)')
+            self._spread(e)
+        elif name == "TEMPORAL":
+            if n >= 1:
+                self._temporal_path(e.args[0], types[0])
+            if n >= 2:
+                self._arm_text(e.args[1], name, "e.g. TEMPORAL(meta.date, $q) or TEMPORAL(meta.date, \"last week\")")
         elif name in ("DATE", "TIMESTAMP"):
             if n == 1 and isinstance(e.args[0], Literal) and isinstance(e.args[0].value, str):
                 self._typed(e.args[0], name, e.args[0].value)
@@ -818,6 +840,10 @@ class _Checker:
             seen.add(key)
             if key in sig.named_args:
                 continue
+            if key in _ARM_KWARGS:
+                what, hint = _ARM_KWARGS[key]
+                self._report(value, f"{sig.name} has no {key}: {what}", hint, code="arity")
+                continue
             if not sig.named:
                 self._report(value, f"{sig.name} takes no named arguments", code="arity")
                 continue
@@ -827,6 +853,7 @@ class _Checker:
             self._report(value, f"{sig.name} has no named argument '{key}'", hint, code="arity")
 
     def _score_call(self, e: Call, name: str) -> None:
+        self._arm_min(e, name)
         if not e.args:
             return
         field = e.args[0]
@@ -866,18 +893,17 @@ class _Checker:
         options = "a string literal or a $parameter" + ("" if in_list or not allow_list else ", or a list of them")
         self._report(text, f"{what} of {name} must be {options}", code="score")
 
-    def _fusion(self, e: Call, name: str) -> None:
-        for arg in e.args:
-            if isinstance(arg, Ref):
-                if arg.name in self.bindings and not self._is_score(arg):
-                    self._report(arg, f"{name} fuses score bindings; '{arg.name}' is not a score",
-                                 'bind a score first, e.g. LET s = SIMILARITY(content, "…")', code="score")
-                continue
-            hint = f"bind it first: LET s = {_short(arg)}, then {name}(s, …)"
+    def _fusion(self, e: Call, name: str, types: list[str]) -> None:
+        for arg, t in zip(e.args, types, strict=False):
             if _misnamed_kwarg(arg):
                 assert isinstance(arg, Compare) and isinstance(arg.left, Ref)
-                hint = f"named arguments use =>: {arg.left.name} => {_short(arg.right)}"
-            self._report(arg, f"the arguments of {name} must be names of score bindings", hint, code="score")
+                self._report(arg, f"the arguments of {name} are arms, not settings",
+                             f"named arguments use =>: {arg.left.name} => {_short(arg.right)}", code="score")
+            elif t not in _NUMERIC and t != "any":
+                self._report(arg, f"an arm of {name} must be a number or a score, not {_A[t]}",
+                             f'e.g. {name}(sem, kw, RECENCY(meta.date)): each arm ranks rows by its value',
+                             code="score")
+        self._window(e.kwarg("window"), name)
         if name != "RRF":
             return
         k = e.kwarg("k")
@@ -890,6 +916,29 @@ class _Checker:
         weights = e.kwarg("weights")
         if weights is not None:
             self._weights(weights, len(e.args))
+
+    def _window(self, w: Node | None, name: str) -> None:
+        """``window => n``: how deep each arm of a fusion ranks; a whole number ≥ 1."""
+        if w is None:
+            return
+        value = self._constant(w) if isinstance(w, (Literal, Param)) else _UNBOUND
+        if isinstance(w, Param) and self._param_value(w) is _UNBOUND:
+            return
+        if not (isinstance(w, (Literal, Param)) and _whole(value) and value >= 1):
+            self._report(w, f"{name} window must be a whole number of rows, at least 1",
+                         f"e.g. {name}(sem, kw, window => 200)", code="score")
+
+    def _arm_min(self, e: Call, name: str) -> None:
+        """``min => x`` on SIMILARITY / BM25: a number (rows below it are out of that arm)."""
+        m = e.kwarg("min")
+        if m is None:
+            return
+        if isinstance(m, Param) and self._param_value(m) is _UNBOUND:
+            return
+        value = self._constant(m) if isinstance(m, (Literal, Param)) else None
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            self._report(m, f"{name} min must be a number", f"e.g. {name}(content, $q, min => "
+                         f"{'0.3' if name == 'SIMILARITY' else '1.0'})", code="score")
 
     def _weights(self, w: Node, arms: int) -> None:
         values: list[Any]
@@ -920,6 +969,44 @@ class _Checker:
             self._report(w, f"RRF has {arms} arms but {len(values)} weights", "give one weight per argument",
                          code="score")
 
+    def _arm_text(self, text: Node, name: str, hint: str) -> None:
+        """The text of GRAPH / TEMPORAL: a string literal or a $parameter bound to a string."""
+        if isinstance(text, Literal) and isinstance(text.value, str):
+            return
+        if isinstance(text, Param):
+            value = self._param_value(text)
+            if value is _UNBOUND or isinstance(value, str):
+                return
+            self._report(text, f"${text.name} must be a string for {name}, not {type(value).__name__}", hint,
+                         code="type")
+            return
+        self._report(text, f"{name} needs a text (a string literal or a $parameter), not {_short(text)}", hint,
+                     code="type")
+
+    def _temporal_path(self, path: Node, t: str) -> None:
+        """TEMPORAL's first argument: a metadata path holding dates (whether it does is known with data only)."""
+        if not isinstance(path, Meta):
+            self._report(path, f"the first argument of TEMPORAL must be a metadata path, not {_short(path)}",
+                         "e.g. TEMPORAL(meta.date, $q)", code="type")
+        elif t in ("number", "score", "bool", "list"):
+            self._report(path, f"TEMPORAL needs a date, not {_A[t]}", "e.g. TEMPORAL(meta.date, $q)", code="type")
+
+    def _spread(self, e: Call) -> None:
+        """GRAPH's ``hops`` (a whole number >= 0) and ``decay`` (a number in [0, 1])."""
+        for key, ok, message, hint in (
+            ("hops", lambda v: _whole(v) and v >= 0, "GRAPH hops must be a whole number >= 0",
+             "e.g. GRAPH($q, hops => 2); hops => 0 scores only the entities named in the text"),
+            ("decay", lambda v: not isinstance(v, bool) and isinstance(v, (int, float)) and 0 <= v <= 1,
+             "GRAPH decay must be a number between 0 and 1", "e.g. GRAPH($q, decay => 0.5)"),
+        ):
+            node = e.kwarg(key)
+            if node is None or (isinstance(node, Param) and self._param_value(node) is _UNBOUND):
+                continue
+            value = self._constant(node) if isinstance(node, (Literal, Param)) else _UNBOUND
+            if value is _UNBOUND or not ok(value):
+                shown = _short(node) if value is _UNBOUND or isinstance(node, Literal) else repr(value)
+                self._report(node, f"{message}, not {shown}", hint, code="type")
+
     def _half_life(self, h: Node | None) -> None:
         if h is None:
             return
@@ -938,11 +1025,19 @@ class _Unbound:
 
 _UNBOUND: Any = _Unbound()
 
+#: Named arguments of arms, reported in their own words when given to a function without them.
+_ARM_KWARGS = {
+    "min": ("min => is an arm threshold of SIMILARITY and BM25",
+            "filter rows with WHERE, or write SIMILARITY(content, $q, min => 0.3)"),
+    "window": ("window => is the arm depth of RRF and INTERLEAVE",
+               "write RRF(a, b, window => 200)"),
+}
+
 _ARITY_HINTS = {
     "SIMILARITY": 'write SIMILARITY(content, "your text")',
     "BM25": 'write BM25(content, "your text")',
-    "RRF": "write RRF(a, b, k => 60) over score bindings",
-    "INTERLEAVE": "write INTERLEAVE(a, b) over score bindings",
+    "RRF": "write RRF(a, b, k => 60) over two or more arms (scores or numbers)",
+    "INTERLEAVE": "write INTERLEAVE(a, b) over two or more arms (scores or numbers)",
     "IF": "write IF(condition, then, else)",
     "COUNT": 'write COUNT(content, "needle")',
     "NOW": "write NOW()",

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 import threading
+import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
@@ -16,13 +18,17 @@ import numpy as np
 
 from nlql import ir
 from nlql import values as V
-from nlql.errors import BackendError, Diagnostic, LimitError, NLQLError
+from nlql.errors import BackendError, Diagnostic, EmbedderError, LimitError, NLQLError, RouteError
 from nlql.execute.executor import Executor
+from nlql.execute.graph import GraphSidecar
 from nlql.execute.keywords import BM25Sidecar
 from nlql.execute.results import Hits
 from nlql.execute.units import DEFAULT_CHUNK_CHARS
 from nlql.explain import Explain
+from nlql.parser import parse as parse_query
+from nlql.patterns import deadline_scope
 from nlql.plan.planner import build_plan
+from nlql.route import RESERVED_PARAMS, Route, RouteExplain, Router, default_router, nothing_about
 from nlql.stores import open_store
 from nlql.stores.base import DocRecord, Store, UnitRecord
 
@@ -58,10 +64,11 @@ def _check_metadata(meta: Any) -> dict[str, Any]:
     if not isinstance(meta, Mapping):
         raise TypeError(f"metadata must be a mapping (a dict), not {type(meta).__name__}")
     out = dict(meta)
-    stack: list[Any] = [out]
+    # (value, whether it is reached through mappings only: its keys are paths a query can write)
+    stack: list[tuple[Any, bool]] = [(out, True)]
     seen: set[int] = set()
     while stack:  # iterative, and a container that holds itself is walked once
-        value = stack.pop()
+        value, path = stack.pop()
         if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > _MAX_INT_BITS:
             raise ValueError("metadata holds an integer too large to store (over 4,200 digits)")
         if isinstance(value, (Mapping, list, tuple, set, frozenset)):
@@ -69,11 +76,30 @@ def _check_metadata(meta: Any) -> dict[str, Any]:
                 continue
             seen.add(id(value))
             if isinstance(value, Mapping):
-                stack.extend(value.keys())
-                stack.extend(value.values())
+                for k in value.keys():
+                    if path and (k == "" or k == b""):
+                        raise ValueError("metadata has an empty key (''), which no query can name; "
+                                         "use a non-empty key")
+                    stack.append((k, False))
+                stack.extend((v, path) for v in value.values())
             else:
-                stack.extend(value)
+                stack.extend((v, False) for v in value)
+    names = out.get("entities")
+    if names is not None and (not isinstance(names, (list, tuple)) or not all(isinstance(n, str) for n in names)):
+        raise ValueError('metadata["entities"] must be a list of entity names (strings)')
     return V.normalize_metadata(out)
+
+
+def _open(store: Any) -> Store:
+    """``open_store`` with every failure an NLQL error naming the store (a directory store: its path)."""
+    try:
+        return open_store(store)
+    except NLQLError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - OSError, sqlite3 and driver errors while opening
+        where = f"the store at {store}" if isinstance(store, (str, Path)) else f"the store {store!r}"
+        raise BackendError("memory" if isinstance(store, (str, Path)) else type(store).__name__,
+                           f"cannot open {where}: {type(exc).__name__}: {exc}") from exc
 
 
 class _RWLock:
@@ -115,6 +141,10 @@ class _RWLock:
                 self._cond.notify_all()
 
 
+#: ``Engine(entity_extractor=…)`` not given: the built-in rule-based extractor.
+_DEFAULT: Any = object()
+
+
 def _system_clock() -> datetime:
     return datetime.now(timezone.utc)
 
@@ -143,13 +173,23 @@ class Engine:
         analyzer: Any = None,
         limit_ceiling: int = 100_000,
         warm_up: bool = True,
+        on_arm_error: str = "raise",
+        default_timeout: float | None = None,
+        router: Router | None = None,
+        entity_extractor: Callable[[str], Sequence[str]] | None | Any = _DEFAULT,
     ) -> None:
+        if on_arm_error not in ("raise", "degrade"):
+            raise ValueError(f"on_arm_error must be 'raise' or 'degrade', not {on_arm_error!r}")
+        self.on_arm_error = on_arm_error
+        self.default_timeout = _check_run_args(default_timeout, None)
         if embedder is None:
-            from nlql.embedders import SentenceTransformerEmbedder
+            from nlql.embedders import default_embedder
 
-            embedder = SentenceTransformerEmbedder()
+            embedder = default_embedder()
+        dim = _embedder_dim(embedder)
+        _check_reranker(reranker)
         self.embedder = embedder
-        self.store: Store = open_store(store)
+        self.store: Store = _open(store)
         self.reranker = reranker
         self.rerank_factor = int(rerank_factor)
         self.clock = clock or _system_clock
@@ -159,15 +199,25 @@ class Engine:
         self._arity: dict[str, int | None] = {}
         self._lock = _RWLock()
         self._write_mutex = threading.Lock()
-        try:
-            self.store.open(int(embedder.dim))
-        except NLQLError:
-            raise
-        except Exception as exc:  # a driver error while opening: name the store
-            raise BackendError(self.store.capabilities.NAME, f"cannot open the store: {exc}") from exc
+        self._schema_cache: tuple[int, float, Any] | None = None  # (writes, when, Schema) for data warnings
+        self._writes = 0
+        if router is not None and not callable(getattr(router, "route", None)):
+            raise TypeError(f"router must be an nlql.Router, not {type(router).__name__}")
+        self.router = router
+        analyzer = self._open_store(embedder, dim, analyzer, store)
         own_bm25 = getattr(self.store, "keyword_index", None)  # BM25 kept in the store itself (SPEC §10)
         self._bm25 = (own_bm25(analyzer) if own_bm25 is not None else None) or BM25Sidecar(self.store, analyzer)
-        self._executor = Executor(self.store, self._embed_queries, self._bm25, self._functions, chunk_chars)
+        if entity_extractor is _DEFAULT:
+            from nlql.text.entities import RuleEntityExtractor
+
+            entity_extractor = RuleEntityExtractor()
+        elif entity_extractor is not None and not callable(entity_extractor):
+            raise TypeError("entity_extractor must be a callable text -> list[str], or None")
+        self.entity_extractor = entity_extractor
+        # the entity graph behind GRAPH: built from the store's rows the first time a query uses GRAPH
+        self._graph = GraphSidecar(self.store, entity_extractor)
+        self._executor = Executor(self.store, self._embed_queries, self._bm25, self._functions, chunk_chars,
+                                  on_arm_error=on_arm_error, graph=self._graph)
         if warm_up:
             try:
                 from nlql.text.temporal import warm_up as _warm
@@ -176,86 +226,194 @@ class Engine:
             except Exception:  # noqa: BLE001 - warming is an optimisation only
                 pass
 
+    def _open_store(self, embedder: Any, dim: int, analyzer: Any, where_from: Any) -> Any:
+        """Open the store after checking its record (embedder, analyzer); record them if it has none.
+
+        The check comes before ``open`` (so a mismatch changes nothing) and again after it (some
+        stores answer only once open); the record is written before the first vector (issue 17).
+        Returns the engine's analyzer (see :func:`nlql.stores.record.resolve_analyzer`).
+        """
+        from nlql.embedders import embedder_record
+        from nlql.stores import record
+
+        wanted = {**embedder_record(embedder), "dim": dim}
+        def read_record() -> Any:
+            record.check_embedder(self.store, wanted)
+            found = record.resolve_analyzer(self.store, analyzer)
+            if hasattr(self.store, "analyzer"):  # a store with native BM25 takes the engine's analyzer
+                self.store.analyzer = found
+            return found
+
+        try:
+            try:
+                resolved = read_record()
+            except NLQLError:
+                raise
+            except Exception:  # noqa: BLE001 - a store that answers only once open (SQL stores): after it
+                resolved = None
+            self.store.open(dim)
+            if resolved is None:
+                resolved = read_record()
+            record.adopt(self.store, wanted, resolved)
+        except NLQLError:
+            raise
+        except Exception as exc:  # a driver error while opening: name the store (and its directory)
+            where = f" at {where_from}" if isinstance(where_from, (str, Path)) else ""
+            raise BackendError(self.store.capabilities.NAME,
+                               f"cannot open the store{where}: {type(exc).__name__}: {exc}") from exc
+        return resolved
+
     # ------------------------------------------------------------------------------------- ingest
 
-    def add_text(self, text: str, id: str | None = None, metadata: Mapping[str, Any] | None = None) -> str:
-        """Add one document (split into sentences and embedded); the same id again replaces it."""
+    def add_text(self, text: str, id: str | int | None = None, metadata: Mapping[str, Any] | None = None) -> str:
+        """Add one document (split into sentences and embedded); the same id again replaces it.
+
+        ``id`` is a string or an int (``5`` is the id ``"5"``); None makes a new UUID4 hex id.
+        """
         return self.add_texts([text], ids=[id] if id is not None else None,
                               metadatas=[metadata] if metadata is not None else None)[0]
 
     def add_texts(
         self,
         texts: Sequence[str],
-        ids: Sequence[str | None] | None = None,
+        ids: Sequence[str | int | None] | None = None,
         metadatas: Sequence[Mapping[str, Any] | None] | None = None,
         batch_size: int = 256,
-        progress: bool = False,
+        progress: Any = False,
     ) -> list[str]:
-        """Add many documents, embedding in batches. Returns their ids (new ids are UUID4 hex)."""
-        texts = list(texts)
+        """Add many documents, embedding in batches. Returns their ids (new ids are UUID4 hex).
+
+        ``progress=True`` reports sentences embedded, their rate and an ETA on stderr (a bar on a
+        terminal, plain lines otherwise); a :class:`nlql.progress.Progress` object receives them instead.
+
+        The same id twice (in one call or across calls): the last text wins. Every text, id and
+        metadata is checked before anything is written, and each batch is checked after embedding
+        before it is written, so a refused call adds nothing. Each batch of ``batch_size`` documents is
+        one atomic write: when a later batch fails, the error names the batches already committed
+        (``error.committed`` holds their ids) and nothing of the failed batch is stored.
+
+        Raises:
+            TypeError: ``texts`` is a single string, a text is not a string, an id is neither a string
+                nor an int, a metadata is not a mapping.
+            ValueError: ``ids``/``metadatas`` do not have one entry per text, a metadata key is empty,
+                a metadata integer is too large to store.
+            EmbedderError: The embedder failed or returned anything but one finite vector per sentence.
+            BackendError: The store failed.
+        """
+        texts = _check_texts(texts)
         n = len(texts)
-        if ids is not None and len(ids) != n:
-            raise ValueError("ids must have one entry per text")
-        if metadatas is not None and len(metadatas) != n:
-            raise ValueError("metadatas must have one entry per text")
-        for t in texts:
-            if not isinstance(t, str):
-                raise TypeError(f"texts must be strings, not {type(t).__name__}")
+        given_ids = _check_sequence(ids, "ids", n)
+        given_metas = _check_sequence(metadatas, "metadatas", n)
+        out_ids = [uuid.uuid4().hex if i is None else doc_id_of(i)
+                   for i in (given_ids if given_ids is not None else [None] * n)]
         # validated and normalised in full before the first write, so a bad entry leaves nothing half-added
-        checked = [_check_metadata(m) for m in metadatas] if metadatas is not None else None
-        out_ids = [str(i) if i is not None else uuid.uuid4().hex
-                   for i in (ids if ids is not None else [None] * n)]
-        bar = None
-        if progress:
-            from tqdm import tqdm
+        checked = [_check_metadata(m) for m in given_metas] if given_metas is not None else None
+        # the same id twice: only its last text is written (as if added one after the other)
+        last = {doc_id: i for i, doc_id in enumerate(out_ids)}
+        order = [i for i in range(n) if last[out_ids[i]] == i]
+        from nlql.progress import make_progress
 
-            bar = tqdm(total=n, unit="doc", desc="ingest")
-        from nlql.text.split import split_sentences
+        report = make_progress(progress)
+        if report is not None:  # counted first, so the report has a true total and an ETA from the start
+            from nlql.text.split import split_sentences
 
+            report.start(sum(len(split_sentences(texts[i])) for i in order), documents=len(order))
         batch_size = max(1, int(batch_size))
-        for lo in range(0, n, batch_size):
-            hi = min(n, lo + batch_size)
-            docs = []
-            sentences: list[str] = []
-            for i in range(lo, hi):
-                text = texts[i]
-                spans = split_sentences(text)
-                units = []
-                for p, (s, e) in enumerate(spans):
-                    nxt = spans[p + 1][0] if p + 1 < len(spans) else e
-                    units.append(UnitRecord(p, text[s:e], s, e, text[e:nxt]))
-                    sentences.append(text[s:e])
-                meta = checked[i] if checked is not None else {}
-                docs.append((out_ids[i], text, meta, units))
-            vecs = self._embed_documents(sentences)
-            records = []
-            row = 0
-            for doc_id, text, meta, units in docs:
-                records.append(DocRecord(doc_id, text, meta, units, vecs[row:row + len(units)], 0))
-                row += len(units)
-            self._write(records)
-            if bar is not None:
-                bar.update(hi - lo)
-        if bar is not None:
-            bar.close()
+        committed: list[str] = []
+        n_batches = (len(order) + batch_size - 1) // batch_size
+        for b, lo in enumerate(range(0, len(order), batch_size)):
+            chunk = order[lo : lo + batch_size]
+            try:
+                records = self._records([(out_ids[i], texts[i], checked[i] if checked is not None else {})
+                                         for i in chunk], report)
+                self._write(records)
+            except NLQLError as exc:
+                if committed:
+                    _name_committed(exc, committed, b, n_batches)
+                raise
+            committed.extend(out_ids[i] for i in chunk)
+            if report is not None:
+                report.advance(0, documents=len(chunk))
+        if report is not None:
+            report.close()
         return out_ids
 
+    def _records(self, docs: Sequence[tuple[str, str, dict[str, Any]]], report: Any = None) -> list[DocRecord]:
+        """Split and embed one batch into records (checked, not yet written)."""
+        from nlql.text.split import split_sentences
+
+        parts = []
+        sentences: list[str] = []
+        for doc_id, text, meta in docs:
+            spans = split_sentences(text)
+            units = []
+            for p, (s, e) in enumerate(spans):
+                nxt = spans[p + 1][0] if p + 1 < len(spans) else e
+                units.append(UnitRecord(p, text[s:e], s, e, text[e:nxt]))
+                sentences.append(text[s:e])
+            parts.append((doc_id, text, meta, units))
+        vecs = self._embed_documents(sentences, report)
+        records = []
+        row = 0
+        for doc_id, text, meta, units in parts:
+            records.append(DocRecord(doc_id, text, meta, units, vecs[row:row + len(units)], 0))
+            row += len(units)
+        return records
+
     def _write(self, records: list[DocRecord]) -> None:
-        with self._write_mutex:
+        with self._write_mutex, self._lock.write():
+            self._catch_up()  # another process's writes first: seq numbers and BM25 follow the store
             seq = self.store.max_seq()
             for r in records:
                 seq += 1
-                r.seq = seq
-            with self._lock.write():
-                self._call_store("upsert", records)
-                self._bm25.on_upsert(records)
+                r.seq = seq  # a store shared between processes allocates its own inside its write
+            self._writes += 1
+            self._call_store("upsert", records)
+            self._bm25.on_upsert(records)
+            self._graph.on_upsert(records)
+            self._catch_up()  # what the write itself found committed by others
 
-    def delete(self, doc_id: str) -> bool:
-        """Delete a document and all its sentences; True if it existed."""
+    def delete(self, doc_id: str | int) -> bool:
+        """Delete a document and all its sentences; True if it existed. ``5`` is the id ``"5"``."""
+        key = doc_id_of(doc_id)
         with self._write_mutex, self._lock.write():
-            n = self._call_store("delete", [doc_id])
-            self._bm25.on_delete([doc_id])
+            self._catch_up()
+            self._writes += 1
+            n = self._call_store("delete", [key])
+            self._bm25.on_delete([key])
+            self._graph.on_delete([key])
+            self._catch_up()
             return bool(n)
+
+    def _sync(self) -> None:
+        """Every write another process committed before now is visible after this (cheap when none)."""
+        stale = getattr(self.store, "stale", None)
+        if stale is None:
+            return
+        try:
+            if not stale():
+                return
+        except NLQLError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a driver error: name the store
+            raise BackendError(self.store.capabilities.NAME, f"sync failed: {type(exc).__name__}: {exc}") from exc
+        with self._lock.write():
+            self._catch_up()
+
+    def _catch_up(self) -> None:
+        """Apply others' committed changes to what the engine derives from rows (hold the write lock)."""
+        sync = getattr(self.store, "sync", None)
+        if sync is None:
+            return
+        changes = self._call_store("sync")
+        if changes:
+            self._writes += 1  # what is derived from the data (schema warnings) is stale too
+            if changes.deleted:
+                self._bm25.on_delete(changes.deleted)
+                self._graph.on_delete(changes.deleted)
+            if changes.docs:
+                self._bm25.on_upsert(changes.docs)
+                self._graph.on_upsert(changes.docs)
 
     def _call_store(self, method: str, *args: Any) -> Any:
         try:
@@ -265,18 +423,30 @@ class Engine:
         except (TypeError, ValueError):
             raise
         except Exception as exc:
-            raise BackendError(self.store.capabilities.NAME, f"{method} failed: {exc}") from exc
+            raise BackendError(self.store.capabilities.NAME, f"{method} failed: {type(exc).__name__}: {exc}") from exc
 
-    def _embed_documents(self, sentences: list[str]) -> np.ndarray:
+    def _embed_documents(self, sentences: list[str], report: Any = None) -> np.ndarray:
+        dim = int(self.embedder.dim)
         if not sentences:
-            return np.zeros((0, int(self.embedder.dim)), dtype=np.float32)
-        return V.normalize_rows(self.embedder.embed(sentences), zero_invalid=True)
+            return np.zeros((0, dim), dtype=np.float32)
+        if report is None:
+            mat = _embed(self.embedder, sentences, dim)
+        else:  # in chunks, each reported as it is done (nlql.progress)
+            from nlql.progress import chunks
+
+            parts = []
+            for lo, hi in chunks(len(sentences)):
+                parts.append(_embed(self.embedder, sentences[lo:hi], dim))
+                report.advance(hi - lo)
+            mat = np.concatenate(parts)
+        return V.normalize_rows(mat, zero_invalid=True)
 
     def _embed_queries(self, texts: Sequence[str]) -> np.ndarray:
-        return np.asarray(self.embedder.embed(list(texts)), dtype=np.float32)
+        return _embed(self.embedder, list(texts), int(self.embedder.dim))
 
     def __len__(self) -> int:
-        return int(self.store.count())
+        self._sync()
+        return int(self._call_store("count"))
 
     # ------------------------------------------------------------------------------------- query
 
@@ -288,20 +458,71 @@ class Engine:
 
     def check(self, query: str | ir.Query, params: Mapping[str, Any] | None = None,
               schema: Mapping[str, str] | None = None) -> list[Diagnostic]:
-        """Every problem in a query at once; [] when it is valid."""
+        """Every problem in a query at once; [] when it is valid and reads only keys the data has.
+
+        Besides errors (``severity="error"``), warnings from the data (``severity="warning"``, see
+        :meth:`schema`): a metadata key no document has, a comparison whose type no value has.
+        """
         from nlql.check import check as _check
 
         try:
-            return _check(query, params=_params(params), schema=schema, functions=self._arity)
+            diags = _check(query, params=_params(params), schema=schema, functions=self._arity)
         except RecursionError as exc:
             return _too_deep(exc).diagnostics
+        if any(d.severity == "error" for d in diags):
+            return diags
+        from nlql.parser import parse
 
-    def _prepare(self, query: str | ir.Query, params: Mapping[str, Any] | None) -> tuple[ir.Query, str | None]:
-        from nlql.check import validate
+        try:
+            q = query if isinstance(query, ir.Query) else parse(query)
+        except NLQLError:
+            return diags
+        return sorted([*diags, *self._data_warnings(q)], key=lambda d: (d.line == 0, d.line, d.column))
+
+    def schema(self, sample: int = 1000) -> Any:
+        """What the store holds: documents, sentences, embedder, analyzer and every metadata key with the
+        types seen, how many documents have it and its common values (:class:`nlql.schema.Schema`).
+
+        The built-in store keeps the counts at write time (exact, no scan); a store declaring
+        ``DESCRIBES_DATA`` answers from at most ``sample`` documents and says so (``schema.sampled``);
+        any other store is sampled through the Store API.
+        """
+        from nlql.schema import build_schema
+
+        with self._lock.read():
+            try:
+                return build_schema(self.store, self.embedder, self._bm25.analyzer, int(sample))
+            except NLQLError:
+                raise
+            except Exception as exc:
+                raise BackendError(self.store.capabilities.NAME, f"schema failed: {exc}") from exc
+
+    def _data_warnings(self, q: ir.Query) -> list[Diagnostic]:
+        """Warnings from the data for a valid query; never raises (a schema that cannot be read warns nothing)."""
+        import time
+
+        from nlql.schema import data_warnings
+
+        if not any(isinstance(n, ir.Meta) for n in q.walk()):
+            return []
+        now = time.monotonic()
+        cached = self._schema_cache
+        # kept until this engine writes, and at most 5 s (another process may write a shared store)
+        if cached is None or cached[0] != self._writes or now - cached[1] > 5.0:
+            try:
+                from nlql.schema import build_schema
+
+                cached = (self._writes, now, build_schema(self.store, self.embedder, self._bm25.analyzer, 200))
+            except Exception:  # noqa: BLE001 - warnings are advice: never fail a query over them
+                return []
+            self._schema_cache = cached
+        return data_warnings(q, cached[2])
+
+    def _prepare(self, query: str | ir.Query, params: Mapping[str, Any] | None) -> tuple[Any, str | None]:
+        from nlql.check import check_query
 
         source = query if isinstance(query, str) else None
-        q = validate(query, params=params or {}, functions=self._arity)
-        return q, source
+        return check_query(query, params=params or {}, functions=self._arity), source
 
     def _plan(self, query: str | ir.Query, params: Mapping[str, Any] | None, reranker: Any = None) -> Any:
         try:
@@ -329,12 +550,21 @@ class Engine:
         now = self.clock()
         return now if now.tzinfo else now.replace(tzinfo=timezone.utc)
 
-    def explain(self, query: str | ir.Query, params: Mapping[str, Any] | None = None) -> Explain:
-        """The plan, before anything runs: ``str()`` is a text tree, ``to_dict()`` the fields of SPEC §7."""
-        plan = self._plan(query, params)
+    def explain(self, query: str | ir.Query | Route, params: Mapping[str, Any] | None = None) -> Explain:
+        """The plan, before anything runs: ``str()`` is a text tree, ``to_dict()`` the fields of SPEC §7.
+
+        Of a :class:`~nlql.route.Route` (``engine.route(question)``): the intent, the rule that matched,
+        the bound parameters, then the plan of the routed query (a :class:`~nlql.route.RouteExplain`).
+        """
+        if isinstance(query, Route):
+            return self._explain_route(query, params)
+        self._sync()
         from nlql.sql import explain_sql
 
-        return Explain(plan, sql=explain_sql(plan, self.store))
+        with self._lock.read():
+            plan = self._plan(query, params)
+            graphs = {key: self._graph.activate(*key) for key in dict.fromkeys(plan.graphs.values())}
+        return Explain(plan, sql=explain_sql(plan, self.store), graphs=graphs)
 
     def search(
         self,
@@ -347,21 +577,33 @@ class Engine:
     ) -> Hits:
         """Run a query. Returns :class:`~nlql.execute.results.Hits` (a list of hits with stats, warnings).
 
+        ``timeout`` (default ``Engine(default_timeout=…)``) is one deadline for the whole search; stores
+        that declare ``Capabilities.DEADLINE`` bound their calls by the time left. At the deadline the
+        search returns what is complete, with a warning, or raises :class:`~nlql.errors.NLQLTimeoutError`.
+
         Raises:
             NLQLError: Anything wrong with the query or its parameter values, a store failure
                 (:class:`~nlql.errors.BackendError`) or a timeout with no result yet.
             TypeError, ValueError: A programming error in the arguments themselves (a query that is not a
                 string or Query, params that are not a mapping, a non-numeric ``timeout``, …).
         """
-        _check_run_args(timeout, max_tokens)
+        timeout = _check_run_args(timeout, max_tokens)
+        _check_reranker(reranker)
+        if timeout is None:
+            timeout = self.default_timeout
         source = query if isinstance(query, str) else None
         rr = reranker if reranker is not None else self.reranker
-        with self._lock.read():
+        self._sync()
+        with self._lock.read(), deadline_scope(timeout):
             plan = self._plan(query, params, rr)
             try:
-                return self._executor.run(plan, reranker=rr, rerank_query=rerank_query,
+                hits = self._executor.run(plan, reranker=rr, rerank_query=rerank_query,
                                           rerank_factor=self.rerank_factor, timeout=timeout,
                                           max_tokens=max_tokens)
+                from nlql.schema import warning_text
+
+                hits.warnings[:0] = [warning_text(d) for d in self._data_warnings(plan.query)]
+                return hits
             except NLQLError as exc:
                 if source is not None:
                     exc.with_source(source)
@@ -376,6 +618,72 @@ class Engine:
         """:meth:`search` in a worker thread, so the event loop keeps running."""
         return await asyncio.to_thread(self.search, query, params, **kwargs)
 
+    # ------------------------------------------------------------------------------------- routing
+
+    def route(self, question: str, router: Router | None = None) -> Route:
+        """The intent of a natural-language question and the NLQL query that answers it (SPEC §9).
+
+        ``router=None`` means the engine's own (``Engine(router=…)``), else the default router.
+        Nothing runs: ``engine.search(route.query, params=route.params)`` is what :meth:`ask` runs.
+        """
+        chosen = router if router is not None else self.router if self.router is not None else default_router()
+        if not callable(getattr(chosen, "route", None)):
+            raise TypeError(f"router must be an nlql.Router, not {type(chosen).__name__}")
+        return chosen.route(question)
+
+    def ask(self, question: str | Route, router: Router | None = None, params: Mapping[str, Any] | None = None,
+            timeout: float | None = None, *, max_tokens: int | None = None) -> Hits:
+        """Answer a question: route it (:meth:`route`), then search with the routed query.
+
+        ``params`` binds the template's own parameters beyond ``$q``/``$rewrites``/``$keywords``; one the
+        routed template does not use is left out, with a warning. ``timeout`` covers the rewriter and the
+        search. The hits carry ``hits.route``; ``hits.warnings`` says when the rewriter failed and when
+        the store holds nothing about the question (no rows: an honest empty, never a guess). A
+        :class:`~nlql.route.Route` already made by :meth:`route` runs as it is (no second rewrite).
+
+        Raises:
+            NLQLError: As :meth:`search`; a :class:`~nlql.errors.RouteError` for an empty question or a
+                parameter the router binds itself.
+        """
+        _check_run_args(timeout, max_tokens)
+        started = time.monotonic()
+        routed = question if isinstance(question, Route) else self.route(question, router)
+        question = routed.question
+        route = self._bind_route(routed, params)
+        if timeout is not None:
+            timeout = max(0.0, timeout - (time.monotonic() - started))
+        hits = self.search(route.query, params=route.params, timeout=timeout, max_tokens=max_tokens)
+        hits.route = route
+        hits.warnings[:0] = list(route.warnings)
+        if not hits:
+            hits.warnings.append(f"{nothing_about(question)} (intent {route.intent}: the routed query "
+                                 "returned no rows)")
+        return hits
+
+    def _bind_route(self, route: Route, params: Mapping[str, Any] | None) -> Route:
+        """``route`` with the caller's ``params`` added (those its template uses)."""
+        extra = _params(params)
+        if not extra:
+            return route
+        clash = sorted(k.lstrip("$") for k in extra if k.lstrip("$") in RESERVED_PARAMS)
+        if clash:
+            raise RouteError(f"parameter ${clash[0]} is bound by the router from the question",
+                             hint="pass only the template's own parameters in params")
+        uses = {n.name for n in parse_query(route.query).walk() if isinstance(n, ir.Param)}
+        bound = dict(route.params)
+        warnings = list(route.warnings)
+        for k, v in extra.items():
+            name = k.lstrip("$")
+            if name in uses:
+                bound[name] = v
+            else:
+                warnings.append(f"parameter ${name} is not used by the {route.intent!r} template; left out")
+        return dataclasses.replace(route, params=bound, warnings=tuple(warnings))
+
+    def _explain_route(self, route: Route, params: Mapping[str, Any] | None) -> RouteExplain:
+        route = self._bind_route(route, params)
+        return RouteExplain(route, self.explain(route.query, route.params))
+
     def close(self) -> None:
         self.store.close()
 
@@ -386,11 +694,120 @@ class Engine:
         self.close()
 
 
-def _check_run_args(timeout: Any, max_tokens: Any) -> None:
+def _check_run_args(timeout: Any, max_tokens: Any) -> float | None:
+    """The validated timeout (None: no deadline; beyond 10^9 s, or infinite, is no deadline)."""
     if timeout is not None:
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
             raise TypeError(f"timeout must be a number of seconds or None, not {type(timeout).__name__}")
-        if math.isnan(timeout):
+        if isinstance(timeout, float) and math.isnan(timeout):
             raise ValueError("timeout must be a number of seconds, not NaN")
-    if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int)):
-        raise TypeError(f"max_tokens must be an int or None, not {type(max_tokens).__name__}")
+        if timeout < 0:
+            raise ValueError(f"timeout must be 0 or more seconds, not {timeout}")
+        timeout = None if timeout > _NO_DEADLINE else float(timeout)
+    if max_tokens is not None:
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int):
+            raise TypeError(f"max_tokens must be an int or None, not {type(max_tokens).__name__}")
+        if max_tokens < 1:
+            raise ValueError(f"max_tokens must be 1 or more, not {max_tokens}")
+    return timeout
+
+
+#: A timeout above this many seconds (about 31 years) is no deadline at all.
+_NO_DEADLINE = 1e9
+
+
+def _check_reranker(reranker: Any) -> None:
+    if reranker is not None and not callable(getattr(reranker, "score", None)):
+        raise TypeError(f"a reranker needs a score(query, passages) method; {type(reranker).__name__} has none")
+
+
+def _embedder_dim(embedder: Any) -> int:
+    dim = getattr(embedder, "dim", None)
+    if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or int(dim) < 1:
+        raise TypeError(f"an embedder needs a positive int dim; {type(embedder).__name__} has dim={dim!r}")
+    if not callable(getattr(embedder, "embed", None)):
+        raise TypeError(f"an embedder needs an embed(texts) method; {type(embedder).__name__} has none")
+    return int(dim)
+
+
+def _embed(embedder: Any, texts: list[str], dim: int) -> np.ndarray:
+    """``embedder.embed(texts)`` as a float32 matrix, checked: one finite vector of width ``dim`` per text.
+
+    Raises:
+        EmbedderError: It raised, or returned anything else (a wrong shape or width, one row for
+            many texts, a 3-d array, non-numbers, NaN or infinity), named with what it returned.
+    """
+    name = type(embedder).__name__
+    try:
+        raw = embedder.embed(texts)
+    except NLQLError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any embedder failure, named
+        raise EmbedderError(name, f"embed() failed: {type(exc).__name__}: {exc}") from exc
+    want = f"a {len(texts)} × {dim} array of finite numbers (one vector per text)"
+    try:
+        arr = np.asarray(raw)
+    except Exception as exc:  # noqa: BLE001 - ragged lists and the like
+        raise EmbedderError(name, f"embed() returned {type(raw).__name__} that is not an array ({exc}); "
+                            f"expected {want}") from exc
+    if arr.dtype.kind not in "fiu":
+        raise EmbedderError(name, f"embed() returned an array of {arr.dtype} for {len(texts)} texts; expected {want}")
+    if arr.ndim != 2 or arr.shape != (len(texts), dim):
+        raise EmbedderError(name, f"embed() returned shape {arr.shape} for {len(texts)} texts; expected {want}",
+                            hint=f"its dim says {dim}" if arr.ndim == 2 and arr.shape[0] == len(texts) else None)
+    mat = arr.astype(np.float32, copy=False)
+    if not np.isfinite(mat).all():
+        bad = np.flatnonzero(~np.isfinite(mat).all(axis=1))
+        raise EmbedderError(name, f"embed() returned NaN or infinity in {len(bad)} of {len(texts)} vectors "
+                            f"(first for {texts[int(bad[0])][:60]!r}); expected {want}")
+    return mat
+
+
+def doc_id_of(doc_id: Any) -> str:
+    """A document id as stored: a string as is, an int as its decimal text (``5`` → ``"5"``).
+
+    Raises:
+        TypeError: Anything else (bytes, floats, None, objects): ``str()`` of those is no id.
+    """
+    if isinstance(doc_id, str):
+        return doc_id
+    if isinstance(doc_id, (int, np.integer)) and not isinstance(doc_id, bool):
+        return str(int(doc_id))
+    raise TypeError(f"a document id must be a str or an int, not {type(doc_id).__name__} ({doc_id!r:.40})")
+
+
+def _check_texts(texts: Any) -> list[str]:
+    if isinstance(texts, (str, bytes, bytearray)):
+        raise TypeError("texts must be a sequence of strings, not a single "
+                        f"{type(texts).__name__} (add_texts([text]) or add_text(text))")
+    if isinstance(texts, Mapping) or not isinstance(texts, Iterable):
+        raise TypeError(f"texts must be a sequence of strings, not {type(texts).__name__}")
+    out = list(texts)
+    for t in out:
+        if not isinstance(t, str):
+            raise TypeError(f"texts must be strings, not {type(t).__name__}")
+    return out
+
+
+def _check_sequence(values: Any, name: str, n: int) -> list[Any] | None:
+    if values is None:
+        return None
+    if isinstance(values, (str, bytes, bytearray, Mapping)) or not isinstance(values, Iterable):
+        raise TypeError(f"{name} must be a sequence with one entry per text, not {type(values).__name__}")
+    out = list(values)
+    if len(out) != n:
+        raise ValueError(f"{name} must have one entry per text ({len(out)} for {n} texts)")
+    if name == "ids":
+        for i in out:
+            if i is not None:
+                doc_id_of(i)
+    return out
+
+
+def _name_committed(exc: NLQLError, committed: list[str], batch: int, n_batches: int) -> None:
+    """Say in ``exc`` which batches of an add_texts call were committed before it failed."""
+    ids = ", ".join(repr(i) for i in committed[:3]) + (f", … {committed[-1]!r}" if len(committed) > 3 else "")
+    exc.message = (f"{exc.message} (in batch {batch + 1} of {n_batches}; batches 1–{batch}, {len(committed)} "
+                   f"documents ({ids}), were committed and stay; nothing of batch {batch + 1} or later was written)")
+    exc.args = (exc.message,)
+    exc.committed = list(committed)  # type: ignore[attr-defined]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from nlql.ir import Literal
 from nlql.plan.nodes import Plan
 from nlql.render import render_expr
 
@@ -15,11 +16,11 @@ def _fusion(plan: Plan) -> list[dict[str, Any]]:
         if s.kind == "RRF":
             terms = " + ".join(f"{w:g}/({s.k:g} + rank_{a})" for a, w in zip(s.arms, s.weights, strict=False))
             out.append({"binding": s.slot, "method": "RRF", "k": s.k, "weights": list(s.weights),
-                        "arms": list(s.arms), "arm_depth": plan.arm_depth,
+                        "arms": list(s.arms), "window": s.window, "arm_depth": s.window,
                         "formula": f"{s.slot} = {terms}; a row absent from an arm adds 0"})
         elif s.kind == "INTERLEAVE":
             out.append({"binding": s.slot, "method": "INTERLEAVE", "arms": list(s.arms),
-                        "arm_depth": plan.arm_depth,
+                        "window": s.window, "arm_depth": s.window,
                         "formula": f"{s.slot} = 1/position in round-robin over {', '.join(s.arms)}"})
     return out
 
@@ -52,10 +53,12 @@ def _sql_lines(sql: dict[str, Any]) -> list[str]:
 class Explain:
     """What ``engine.explain()`` returns: ``str(plan)`` is a text tree, ``to_dict()`` a JSON-ready dict."""
 
-    def __init__(self, plan: Plan, store_notes: list[str] | None = None, sql: dict[str, Any] | None = None):
+    def __init__(self, plan: Plan, store_notes: list[str] | None = None, sql: dict[str, Any] | None = None,
+                 graphs: dict[tuple[str, int, float], Any] | None = None):
         self.plan = plan
         self.store_notes = store_notes or []
         self.sql = sql
+        self.graphs = graphs or {}  # (text, hops, decay) -> Activation (nlql.text.graph), from the engine
 
     def to_dict(self) -> dict[str, Any]:
         p = self.plan
@@ -75,6 +78,7 @@ class Explain:
             "scores": [
                 {"slot": s.slot, "function": s.kind, "call": s.label,
                  **({"texts": list(s.texts)} if s.texts else {}),
+                 **({"min": s.min} if s.min is not None else {}),
                  **({"arms": list(s.arms)} if s.arms else {})}
                 for s in p.scores
             ],
@@ -91,6 +95,18 @@ class Explain:
             "rerank": p.rerank,
             "fusion": _fusion(p),
         }
+        if p.graphs:
+            out["graph"] = [self._graph(call, key) for call, key in p.graphs.items()]
+        if p.temporals:
+            from nlql.text.temporal import describe_extraction
+
+            out["temporal"] = [
+                {"call": render_expr(call), "text": call.args[1].value if isinstance(call.args[1], Literal) else None,
+                 "period": None if period is None else {
+                     "text": period.text, "method": period.method, "start": period.start.isoformat(),
+                     "end": period.end.isoformat(), "open_start": period.open_start, "open_end": period.open_end},
+                 "description": describe_extraction(period)}
+                for call, period in p.temporals.items()]
         if p.fast_path is not None:
             out["fast_path"] = {"kind": p.fast_path.kind, "description": p.fast_path.describe()}
         elif p.fast_path_reason:
@@ -103,6 +119,16 @@ class Explain:
             out["notes"] = list(self.store_notes)
         return out
 
+    def _graph(self, call: Any, key: tuple[str, int, float]) -> dict[str, Any]:
+        text, hops, decay = key
+        out: dict[str, Any] = {"call": render_expr(call), "text": text, "hops": hops, "decay": decay}
+        act = self.graphs.get(key)
+        if act is not None:
+            d = act.to_dict()
+            out.update({"found": d["found"], "per_hop": d["per_hop"], "entities": d["entities"],
+                        "rows": d["rows"], "max_weight": d["max_weight"], "lines": act.describe()})
+        return out
+
     def __str__(self) -> str:
         d = self.to_dict()
         lines = [f"query: {d['query']}", f"store: {d['store']}"]
@@ -113,6 +139,8 @@ class Explain:
             lines.append("scores (deduplicated):")
             for s in d["scores"]:
                 lines.append(f"  {s['slot']} = {s['call']}")
+                if "min" in s:
+                    lines.append(f"    min {s['min']:g}: a row below it has no {s['slot']} (out of that arm only)")
         r = d["recall"]
         head = f"recall: {r['strategy']}"
         if r["strategy"] == "knn":
@@ -129,8 +157,17 @@ class Explain:
             lines.append("after fusion: " + " AND ".join(d["after_fusion_filter"]))
         for k, (a, b) in d["periods"].items():
             lines.append(f"period: {k} -> [{a}, {b})")
+        for g in d.get("graph", ()):
+            lines.append(f"graph: {g['call']} (hops {g['hops']}, decay {g['decay']:g}; entity graph in the engine)")
+            for line in g.get("lines", ()):
+                lines.append(f"  {line}")
+            if "rows" in g:
+                lines.append(f"  rows activated: {g['rows']} (via {g['entities']} entities)")
+        for t in d.get("temporal", ()):
+            lines.append(f"temporal: {t['call']}: {t['description']}")
         for f in d["fusion"]:
-            lines.append(f"fusion: {f['method']} {f['formula']} (arm depth {f['arm_depth']})")
+            window = "every row" if f["window"] is None else f"{f['window']} rows"
+            lines.append(f"fusion: {f['method']} {f['formula']} (window: each arm ranks {window})")
         order = ", ".join(
             o["key"] if "direction" not in o else f"{o['key']} {o['direction']} NULLS {o['nulls']}"
             + (" (default)" if o.get("implicit") else "")

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-__all__ = ["BUILTINS", "FUSION_FUNCTIONS", "SCORE_FUNCTIONS", "TEXT_SCORES", "TYPES", "FunctionSig",
+__all__ = ["BUILTINS", "FUSION_FUNCTIONS", "SCORE_FUNCTIONS", "TEXT_ARMS", "TEXT_SCORES", "TYPES", "FunctionSig",
            "parse_duration"]
 
 #: Value types the checker reasons about. ``score`` is a number produced by a score function.
@@ -85,18 +85,27 @@ def _sig(*args: Any, **kwargs: Any) -> tuple[str, FunctionSig]:
 
 #: Every built-in function by upper-case name.
 BUILTINS: dict[str, FunctionSig] = dict([
-    _sig("SIMILARITY", 2, 2, "score", True, arg_types=("string", "string"),
-         doc="cosine similarity in [-1, 1] between content and a text (or the best of a list of texts)"),
-    _sig("BM25", 2, 2, "score", True, arg_types=("string", "string"),
-         doc="BM25 keyword score >= 0 of content for a text (k1=1.2, b=0.75)"),
-    _sig("RRF", 2, None, "score", True, True, named=(("k", 60), ("weights", None)), arg_types=("score",),
-         doc="reciprocal rank fusion: sum of w_i / (k + rank_i) over score bindings"),
-    _sig("INTERLEAVE", 2, None, "score", True, True, arg_types=("score",),
-         doc="round-robin fusion of score bindings; the value is 1/position"),
+    _sig("SIMILARITY", 2, 2, "score", True, named=(("min", None),), arg_types=("string", "string"),
+         doc="cosine similarity in [-1, 1] between content and a text (or the best of a list of texts); "
+             "min => x leaves rows below x out of this arm (NULL)"),
+    _sig("BM25", 2, 2, "score", True, named=(("min", None),), arg_types=("string", "string"),
+         doc="BM25 keyword score >= 0 of content for a text (k1=1.2, b=0.75); min => x as for SIMILARITY"),
+    _sig("RRF", 2, None, "score", True, True, named=(("k", 60), ("weights", None), ("window", None)),
+         arg_types=("number",),
+         doc="reciprocal rank fusion: sum of w_i / (k + rank_i) over arms (any numeric expressions), "
+             "each ranked down to window => n rows"),
+    _sig("INTERLEAVE", 2, None, "score", True, True, named=(("window", None),), arg_types=("number",),
+         doc="round-robin fusion of arms (any numeric expressions); the value is 1/position"),
     _sig("IF", 3, 3, "any", arg_types=("bool", "any", "any"),
          doc="the second argument when the condition is TRUE, else the third"),
     _sig("RECENCY", 1, 1, "number", named=(("half_life", "90d"),), arg_types=("datetime",),
          doc="exponential decay in (0, 1] of a date's age, from the engine clock"),
+    _sig("GRAPH", 1, 1, "number", named=(("hops", 1), ("decay", 0.5)), arg_types=("string",),
+         doc="entity-graph activation in (0, 1] of a row's entities from the entities named in a text; "
+             "NULL for rows with no activated entity"),
+    _sig("TEMPORAL", 2, 2, "number", arg_types=("datetime", "string"),
+         doc="in (0.5, 1] for a date inside the period a free text names, rising to 1 at its midpoint; "
+             "NULL outside it or when the text names no period"),
     _sig("LENGTH", 1, 1, "number", arg_types=("any",), doc="length of a string (characters) or a list"),
     _sig("LOWER", 1, 1, "string", arg_types=("string",), doc="lower-case text"),
     _sig("UPPER", 1, 1, "string", arg_types=("string",), doc="upper-case text"),
@@ -113,6 +122,8 @@ SCORE_FUNCTIONS = frozenset(name for name, sig in BUILTINS.items() if sig.score)
 FUSION_FUNCTIONS = frozenset(name for name, sig in BUILTINS.items() if sig.fuses)
 #: The score functions that score a row's content against a query text (SIMILARITY, BM25).
 TEXT_SCORES = SCORE_FUNCTIONS - FUSION_FUNCTIONS
+#: The arms whose text is bound at plan time and evaluated by the engine (GRAPH, TEMPORAL).
+TEXT_ARMS = frozenset({"GRAPH", "TEMPORAL"})
 
 _DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]+)\s*\Z")
 _UNITS = {

@@ -287,6 +287,36 @@ _ESCAPES = {'"': '"', "'": "'", "\\": "\\", "n": "\n", "t": "\t", "r": "\r"}
 _HEX4 = re.compile(r"[0-9A-Fa-f]{4}")
 
 
+_CHAINS = frozenset({"or_", "and_"})
+#: Chains of AND/OR up to this many operands become left-deep trees (``(a OR b) OR c``, what the
+#: grammar reads); longer ones a balanced tree of the same operands, so that width is not depth.
+BALANCE_AFTER = 16
+
+
+def _flatten_chain(tree: Tree) -> Tree:
+    """``a OR b OR c`` (Lark's left-deep ``or_`` nodes) as one node with every operand as a child.
+
+    A parenthesised chain of the same operator in first place joins the chain: ``(a OR b) OR c`` is
+    ``a OR b OR c`` (the IR the grammar's left-associativity gives anyway). Groups elsewhere stay groups.
+    """
+    rights = []
+    node: Any = tree
+    while True:
+        if isinstance(node, Tree) and node.data == tree.data and len(node.children) == 2:
+            rights.append(node.children[1])
+            node = node.children[0]
+        elif isinstance(node, Tree) and node.data == "paren":
+            inner: Any = node
+            while isinstance(inner, Tree) and inner.data == "paren" and len(inner.children) == 3:
+                inner = inner.children[1]
+            if not (isinstance(inner, Tree) and inner.data == tree.data):
+                break
+            node = inner
+        else:
+            break
+    return Tree(tree.data, [node, *reversed(rights)])
+
+
 class _Builder:
     """Turns a Lark parse tree into IR, iteratively (no recursion, whatever the nesting)."""
 
@@ -312,6 +342,8 @@ class _Builder:
                     args = []
                 values.append(handlers[item.data](self, args))
             elif isinstance(item, Tree):
+                if item.data in _CHAINS:  # a whole AND/OR chain is one level of nesting
+                    item = _flatten_chain(item)
                 if item.data not in _FLAT_RULES:
                     depth += 1
                     if depth > max_depth:
@@ -434,10 +466,10 @@ class _Builder:
     # ----------------------------------------------------------------------------------- operators
 
     def on_or_(self, c: list[Any]) -> Binary:
-        return Binary("OR", c[0], c[1], span=_join(c[0].span, c[1].span))
+        return _chain("OR", c)
 
     def on_and_(self, c: list[Any]) -> Binary:
-        return Binary("AND", c[0], c[1], span=_join(c[0].span, c[1].span))
+        return _chain("AND", c)
 
     def on_not_(self, c: list[Any]) -> Unary:
         return Unary("NOT", c[1], span=_join(_tok_span(c[0]), c[1].span))
@@ -640,6 +672,32 @@ class _Builder:
         items = [x for x in c[1:-1] if x is not None]
         self._check_list(items, span)
         return ListExpr(tuple(items), span=span)
+
+
+def _chain(op: str, operands: list[Any]) -> Binary:
+    """The IR of ``o1 op o2 op …``: left-deep up to :data:`BALANCE_AFTER` operands, else balanced.
+
+    A balanced node's span starts at its first operand (a parenthesised group's starts at ``(``), which
+    is how rendering tells a chain it may print flat from a group the user wrote.
+    """
+    if len(operands) <= BALANCE_AFTER:
+        node = operands[0]
+        for right in operands[1:]:
+            node = Binary(op, node, right, span=_join(node.span, right.span))
+        return node  # type: ignore[no-any-return]
+    return _balanced(op, operands)
+
+
+def _balanced(op: str, operands: list[Any]) -> Any:
+    # iterative bottom-up pairing keeps the builder free of recursion (no node deeper than log2 n)
+    level = list(operands)
+    while len(level) > 1:
+        nxt = [Binary(op, level[i], level[i + 1], span=_join(level[i].span, level[i + 1].span))
+               for i in range(0, len(level) - 1, 2)]
+        if len(level) % 2:
+            nxt.append(level[-1])
+        level = nxt
+    return level[0]
 
 
 # Rule name → handler, resolved once: `on_compare` handles the `compare` rule.
@@ -969,6 +1027,9 @@ def _describe_token_error(  # noqa: C901 - one flat list of named cases reads be
         what = "list items" if bracket.type == "LSQB" else "arguments"
         return f"missing comma between {what}", None, span
     if clause == "_ORDER" and kind in _OPERAND_STARTS and "_COMMA" in accepts and not opened:
+        guess = _close(tok.value, [_word(t) for t in accepts if t in _KEYWORD_TERMINALS]) if kind == "NAME" else None
+        if guess:  # ORDER BY rel LIMT 5: a misspelt keyword, not a second sort key
+            return f"unknown word '{tok.value}'", f"did you mean {guess}?", span
         return "missing comma between sort keys", "separate sort keys with commas: ORDER BY a DESC, b", span
     if "_AND" in accepts and _pending_between(prev):
         return "expected AND in BETWEEN", "write x BETWEEN low AND high", span

@@ -101,6 +101,10 @@ class Capabilities:
     FULL_SCORES: bool = False                 # ScoresAll: score_all(), one pass over every row (exact matrix)
     SQL_ARMS: bool = False                    # RunsLowered: run_lowered(), a hybrid plan as one statement
     FAST_PATH: bool = False                   # TablePaths: fast_select() and key_documents() over row numbers
+    DEADLINE: bool = False                    # bounds its backend calls by nlql.deadline.remaining()
+    DESCRIBES_DATA: bool = False              # DescribesData: describe_data(), sizes and metadata keys (schema)
+    EXACT_INTS: bool = False                  # compares numbers at or beyond 2^53 exactly (not as float64)
+    KEYWORD_STATS: bool = False               # KeywordStats: bm25_candidates(), BM25 kept in the store (SPEC §10)
 
 
 @dataclass(slots=True)
@@ -126,7 +130,8 @@ def leaf_pushable(caps: Capabilities, cond: Cond) -> bool:
     A leaf needs: its op in ``OPS``; its path root in ``FIELDS``; ``NESTED_KEYS`` for ``meta.a.b``;
     ``NUMERIC_STRINGS`` when a value is a number or a numeric string (stored strings like "2025" must
     compare numerically); ``FLOAT_EQUALITY`` for equality on non-integral floats; ``DATETIMES`` for
-    datetime values.
+    datetime values; ``EXACT_INTS`` for a number (or numeric string) at or beyond 2^53 in magnitude,
+    where float64 views cannot tell ``2**53`` from ``2**53 + 1`` (SPEC §6: integers compare exactly).
     """
     if cond.op not in caps.OPS:
         return False
@@ -142,6 +147,8 @@ def leaf_pushable(caps: Capabilities, cond: Cond) -> bool:
             continue
         elif V.is_number(v) or (isinstance(v, str) and V.numeric_string(v) is not None):
             if cond.path[0] == "meta" and not caps.NUMERIC_STRINGS:
+                return False
+            if not caps.EXACT_INTS and V.needs_exact(v):
                 return False
             if (
                 cond.op in ("eq", "ne", "in", "not_in")
@@ -191,10 +198,11 @@ class Formula:
 
 @dataclass(frozen=True, slots=True)
 class FastArm:
-    """One arm of a fusion fast path: a bare SIMILARITY or BM25 score slot."""
+    """One arm of a fusion fast path: a bare SIMILARITY or BM25 score slot (rows below ``min`` rank nothing)."""
 
     slot: str
     kind: str  # SIMILARITY | BM25
+    min: float | None = None
 
 
 #: Fast-path kinds that pick the exact page (the engine fetches only those rows and skips its filter).

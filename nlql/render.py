@@ -163,6 +163,28 @@ def _strength(e: Node) -> int:
     return _ATOM
 
 
+def _balanced_part(parent: Binary, child: Node) -> bool:
+    """Whether ``child`` is an inner node of a chain the parser balanced, not a group the user wrote.
+
+    The parser gives an inner chain node the span of its operands (starting where its left operand
+    starts); a parenthesised group's span starts at its ``(``. Without spans (hand-built IR) a same-op
+    right operand is a group.
+    """
+    if parent.op not in ("AND", "OR") or not isinstance(child, Binary) or child.op != parent.op:
+        return False
+    span, left = child.span, child.left.span
+    return span is not None and left is not None and span.start == left.start
+
+
+def _group(parent: Binary, child: Node) -> bool:
+    """Whether a same-op left operand is a parenthesised group the user wrote inside a balanced chain
+    (the parser folds one in first place into the chain, so only balanced chains hold such a group)."""
+    if parent.op not in ("AND", "OR") or not isinstance(child, Binary) or child.op != parent.op:
+        return False
+    span, left = child.span, child.left.span
+    return span is not None and left is not None and span.start != left.start
+
+
 def _expr(e: Node, slot: int) -> str:
     """Render ``e`` for a slot that accepts strength ``slot`` or tighter; parenthesise otherwise."""
     text = _bare(e)
@@ -184,8 +206,11 @@ def _bare(e: Node) -> str:  # noqa: C901 - one case per node type
         return f"{e.type} {quote_string(e.value, chr(39))}"
     if isinstance(e, Binary):
         strength = _BINARY.get(e.op, _SUM)
-        # Left-associative: the right operand must bind strictly tighter to keep the tree's shape.
-        return f"{_expr(e.left, strength)} {e.op} {_expr(e.right, strength + 1)}"
+        # Left-associative: the right operand must bind strictly tighter to keep the tree's shape,
+        # except inside a long AND/OR chain the parser balanced (nlql.parser.BALANCE_AFTER).
+        right = strength if _balanced_part(e, e.right) else strength + 1
+        left = strength + 1 if _group(e, e.left) else strength
+        return f"{_expr(e.left, left)} {e.op} {_expr(e.right, right)}"
     if isinstance(e, Unary):
         if e.op == "NOT":
             return "NOT " + _expr(e.operand, _NOT)

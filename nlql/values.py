@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 from datetime import date, datetime, timezone
 from functools import lru_cache
 from typing import Any
+
+from nlql.patterns import Regex, compile_like, compile_regex
 
 MISSING: Any = None  # a missing key behaves exactly like null
 
@@ -59,7 +62,7 @@ def numeric_string(s: str) -> float | None:
 
 
 def as_number(v: Any) -> float | None:
-    """A number or numeric string as float; anything else None."""
+    """A number or numeric string as float; anything else None. (Comparisons use :func:`exact_number`.)"""
     if is_number(v):
         try:
             f = float(v)
@@ -69,6 +72,59 @@ def as_number(v: Any) -> float | None:
     if isinstance(v, str):
         return numeric_string(v)
     return None
+
+
+#: Magnitude from which a float no longer holds every integer: a comparison there needs exact values.
+EXACT_FLOAT_LIMIT = 2**53
+
+
+def exact_number(v: Any) -> int | float | None:
+    """A number or numeric string as an exact value: an int for integers (and for numeric strings
+    written as integers, ``"9007199254740993"``), else a float; None when it is not a number or lies
+    beyond the float range (about 1.8e308, where no store can compare it).
+
+    Python compares ints with ints and with floats exactly, so ``2**53 + 1 != 2**53`` (SPEC §6).
+    """
+    t = type(v)
+    if t is int:
+        return v if -_FLOAT_MAX <= v <= _FLOAT_MAX else None  # an exact int-float comparison
+    if t is float:
+        return v if math.isfinite(v) else None
+    if t is str:
+        return _numeric_exact(v)
+    if isinstance(v, bool) or not isinstance(v, (int, float, str)):
+        return None
+    if isinstance(v, str):
+        return _numeric_exact(str(v))
+    if isinstance(v, int):
+        return int(v) if -_FLOAT_MAX <= v <= _FLOAT_MAX else None
+    f = float(v)
+    return f if math.isfinite(f) else None
+
+
+_FLOAT_MAX = sys.float_info.max
+
+
+_INTEGER = re.compile(r"[+-]?\d+")
+
+
+@lru_cache(maxsize=65536)
+def _numeric_exact(s: str) -> int | float | None:
+    f = numeric_string(s)
+    if f is None:
+        return None
+    return int(s) if _INTEGER.fullmatch(s) else f
+
+
+def needs_exact(v: Any) -> bool:
+    """Whether ``v`` (a literal of a pushed leaf) is a number, or numeric string, at or beyond 2^53 in
+    magnitude: a store comparing float64 views could answer it wrongly (see ``Capabilities.EXACT_INTS``)."""
+    if isinstance(v, bool):
+        return False
+    if isinstance(v, (int, float)) or isinstance(v, str):
+        num = exact_number(v)
+        return num is not None and abs(num) >= EXACT_FLOAT_LIMIT
+    return False
 
 
 @lru_cache(maxsize=65536)
@@ -112,7 +168,7 @@ def comparable(a: Any, b: Any) -> tuple[Any, Any] | None:
         da, db = as_datetime(a), as_datetime(b)
         return (da, db) if da is not None and db is not None else None
     if is_number(a) or is_number(b):
-        na, nb = as_number(a), as_number(b)
+        na, nb = exact_number(a), exact_number(b)
         return (na, nb) if na is not None and nb is not None else None
     if isinstance(a, str) and isinstance(b, str):
         return a, b
@@ -163,41 +219,23 @@ def contains(value: Any, needle: Any) -> bool | None:
     return needle.casefold() in value.casefold()
 
 
-@lru_cache(maxsize=4096)
-def like_regex(pattern: str) -> re.Pattern[str]:
-    """SQL LIKE pattern (``%`` any run, ``_`` one char, ``\\`` escapes) as a compiled full-match regex."""
-    out = []
-    i = 0
-    while i < len(pattern):
-        ch = pattern[i]
-        if ch == "\\" and i + 1 < len(pattern):
-            out.append(re.escape(pattern[i + 1]))
-            i += 2
-            continue
-        if ch == "%":
-            out.append(".*")
-        elif ch == "_":
-            out.append(".")
-        else:
-            out.append(re.escape(ch))
-        i += 1
-    return re.compile("".join(out), re.DOTALL)
-
-
 def like(value: Any, pattern: Any) -> bool | None:
-    """SQL LIKE: case-sensitive, whole string."""
+    """SQL LIKE: case-sensitive, whole string; ``%`` any run, ``_`` one character, ``\\`` escapes the
+    next character (a trailing lone ``\\`` is itself). Linear time (:mod:`nlql.patterns`)."""
     if not isinstance(value, str) or not isinstance(pattern, str):
         return None
-    return like_regex(pattern).fullmatch(value) is not None
+    return compile_like(pattern)(value)
 
 
-def match(value: Any, regex: re.Pattern[str] | str) -> bool | None:
-    """Python regex search."""
+def match(value: Any, regex: Regex | re.Pattern[str] | str) -> bool | None:
+    """Python regex search, run on RE2 where the pattern allows (:mod:`nlql.patterns`)."""
     if not isinstance(value, str):
         return None
+    if isinstance(regex, re.Pattern):
+        regex = regex.pattern
     if isinstance(regex, str):
-        regex = re.compile(regex)
-    return regex.search(value) is not None
+        regex = compile_regex(regex)
+    return regex.search(value)
 
 
 def not3(v: bool | None) -> bool | None:
@@ -238,7 +276,8 @@ def sort_key(v: Any) -> tuple[int, Any]:
     Nulls are handled by the caller (NULLS FIRST/LAST).
     """
     if is_number(v):
-        return (0, float(v))
+        num = exact_number(v)  # exact: 2**53 + 1 sorts after 2**53
+        return (0, num if num is not None else (math.inf if v > 0 else -math.inf))
     if isinstance(v, str):
         return (1, v)
     if isinstance(v, (datetime, date)):
@@ -256,7 +295,7 @@ def normalize_metadata(value: Any, _depth: int = 0) -> Any:
     32 levels is cut (the deeper value becomes its string form).
     """
     if _depth > 32:
-        return str(value)
+        return deep_str(value)
     if value is None or isinstance(value, (bool, str)):
         return value
     if isinstance(value, int):
@@ -282,6 +321,70 @@ def normalize_metadata(value: Any, _depth: int = 0) -> Any:
         except Exception:  # noqa: BLE001 - fall through to str
             pass
     return str(value)
+
+
+def deep_str(value: Any) -> str:
+    """``str(value)``, computed without recursion, so a value nested thousands deep has a string form.
+
+    Containers (dicts, lists, tuples, sets) are written as ``repr`` writes them, a container inside
+    itself as ``{...}``/``[...]``; anything else is ``str`` at the top and ``repr`` inside a container.
+    """
+    if not isinstance(value, (dict, list, tuple, set, frozenset)):
+        return str(value)
+    out: list[str] = []
+    # work items: a value to write, or a literal piece of text (str in a 1-tuple)
+    stack: list[Any] = [(value, False)]
+    active: set[int] = set()
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            out.append(item)
+            continue
+        if item[0] is _LEAVE:
+            active.discard(item[1])
+            continue
+        v, _ = item
+        if isinstance(v, (dict, list, tuple, set, frozenset)):
+            if id(v) in active:
+                out.append("{...}" if isinstance(v, dict) else "[...]" if isinstance(v, list) else "(...)")
+                continue
+            if isinstance(v, dict):
+                opening, closing = "{", "}"
+                parts: list[Any] = []
+                for k, x in v.items():
+                    parts.append((k, True))
+                    parts.append(": ")
+                    parts.append((x, True))
+                    parts.append(", ")
+            else:
+                if isinstance(v, list):
+                    opening, closing = "[", "]"
+                elif isinstance(v, tuple):
+                    opening, closing = "(", ",)" if len(v) == 1 else ")"
+                elif not v:
+                    out.append("set()" if isinstance(v, set) else "frozenset()")
+                    continue
+                elif isinstance(v, set):
+                    opening, closing = "{", "}"
+                else:
+                    opening, closing = "frozenset({", "})"
+                parts = []
+                for x in v:
+                    parts.append((x, True))
+                    parts.append(", ")
+            if parts:
+                parts.pop()  # the last separator
+            active.add(id(v))
+            out.append(opening)
+            stack.append((_LEAVE, id(v)))
+            stack.append(closing)
+            stack.extend(reversed(parts))
+        else:
+            out.append(repr(v))
+    return "".join(out)
+
+
+_LEAVE = object()
 
 
 def json_default(value: Any) -> Any:

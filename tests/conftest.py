@@ -72,3 +72,13 @@ def pgvector_module_url(pg_module_dsn) -> str:  # type: ignore[no-untyped-def]
 def duckdb_module_url(tmp_path_factory) -> str:  # type: ignore[no-untyped-def]
     """A fresh DuckDB file for one test module, as the registry opens it (``duckdb:///…``)."""
     return "duckdb:///" + str(tmp_path_factory.mktemp("duckdb") / "store.duckdb").lstrip("/")
+
+# ------------------------------------------------------------------------------ Milvus fixtures (owner: the Milvus store)
+
+
+@pytest.fixture(scope="module")
+def milvus_module_url(tmp_path_factory) -> str:  # type: ignore[no-untyped-def]
+    """A fresh Milvus Lite file (in-process Milvus through the same client as a server)."""
+    pytest.importorskip("pymilvus")
+    pytest.importorskip("milvus_lite")
+    return "milvus://" + str(tmp_path_factory.mktemp("milvus") / "contract.db")

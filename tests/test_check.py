@@ -123,7 +123,9 @@ def test_named_arguments() -> None:
     d = one(base + "RRF(a, b, kk => 60)")
     assert (d.message, d.hint) == ("RRF has no named argument 'kk'", "did you mean k?")
     assert one(base + "RRF(a, b, k => 60, k => 10)").message == "named argument 'k' is given twice"
-    assert one(S + "LET a = SIMILARITY(content, 'x', k => 1)").message == "SIMILARITY takes no named arguments"
+    d = one(S + "LET a = SIMILARITY(content, 'x', k => 1)")
+    assert (d.message, d.hint) == ("SIMILARITY has no named argument 'k'", "SIMILARITY accepts min")
+    assert one(S + "LET n = LENGTH(content, k => 1)").message == "LENGTH takes no named arguments"
     assert check(S + "LET r = RECENCY(meta.d, half_life => '12h')") == []
     assert one(S + "LET r = RECENCY(meta.d, half_life => 12)").message.startswith("half_life must be a duration")
 
@@ -169,19 +171,50 @@ def test_similarity_and_bm25_arguments() -> None:
     )
 
 
-def test_fusion_arguments_must_be_score_bindings() -> None:
+def test_fusion_arms_are_any_numeric_expression() -> None:
+    """SPEC §9: an arm is any numeric expression; score bindings, inline calls and values alike."""
     base = S + SIM + ", n = LENGTH(content), w = 2 * s + k "
     assert check(base + "LET f = RRF(s, w)".replace("LET ", ", ")) == []
-    d = one(base.rstrip() + ", f = RRF(s, n)")
-    assert d.message == "RRF fuses score bindings; 'n' is not a score"
+    assert check(base.rstrip() + ", f = RRF(s, n)") == []
+    assert check(S + "LET f = RRF(SIMILARITY(content, 'x'), BM25(content, 'x'), RECENCY(meta.d), k => 60)") == []
     assert messages(S + "LET f = INTERLEAVE(SIMILARITY(content, 'x'))") == [
         "INTERLEAVE takes at least 2 arguments, got 1",
-        "the arguments of INTERLEAVE must be names of score bindings",
     ]
-    ds = check(S + "LET f = RRF(SIMILARITY(content, 'x'), BM25(content, 'x'))")
-    assert [x.message for x in ds] == ["the arguments of RRF must be names of score bindings"] * 2
+    d = one(S + SIM + ", f = RRF(s, content)")
+    column = len(S + SIM + ", f = RRF(s, ") + 1
+    assert (d.message, d.column) == ("an arm of RRF must be a number or a score, not a string", column)
+    assert "RECENCY(meta.date)" in (d.hint or "")
+    assert one(S + SIM + ", f = INTERLEAVE(s, s > 0.5)").message == (
+        "an arm of INTERLEAVE must be a number or a score, not a boolean")
     d = one(S + SIM + ", f = RRF(s, k, k = 60)")
     assert d.hint == "named arguments use =>: k => 60"
+
+
+@pytest.mark.parametrize("query, message, hint", [
+    ("LET s = SIMILARITY(content, 'x', min => 'a')", "SIMILARITY min must be a number",
+     "e.g. SIMILARITY(content, $q, min => 0.3)"),
+    ("LET s = BM25(content, 'x', min => true)", "BM25 min must be a number", "e.g. BM25(content, $q, min => 1.0)"),
+    ("LET r = RECENCY(meta.d, min => 0.5)", "RECENCY has no min: min => is an arm threshold of SIMILARITY and BM25",
+     "filter rows with WHERE, or write SIMILARITY(content, $q, min => 0.3)"),
+    ("LET s = SIMILARITY(content, 'x'), f = RRF(s, s, min => 1)",
+     "RRF has no min: min => is an arm threshold of SIMILARITY and BM25", None),
+    ("LET s = SIMILARITY(content, 'x', window => 5)",
+     "SIMILARITY has no window: window => is the arm depth of RRF and INTERLEAVE", "write RRF(a, b, window => 200)"),
+    ("LET s = SIMILARITY(content, 'x'), f = RRF(s, s, window => 0)",
+     "RRF window must be a whole number of rows, at least 1", "e.g. RRF(sem, kw, window => 200)"),
+    ("LET s = SIMILARITY(content, 'x'), f = INTERLEAVE(s, s, window => 2.5)",
+     "INTERLEAVE window must be a whole number of rows, at least 1", None),
+    ("LET s = SIMILARITY(content, 'x'), f = RRF(s, s, window => $w)",
+     "RRF window must be a whole number of rows, at least 1", None),
+])
+def test_arm_options_are_checked_with_position_and_hint(query: str, message: str, hint: str | None) -> None:
+    params = {"w": -3} if "$w" in query else None
+    d = one(S + query, params=params)
+    assert d.message == message and d.line == 1 and d.column > 1
+    if hint is not None:
+        assert d.hint == hint
+    assert check(S + "LET s = SIMILARITY(content, 'x', min => 0.3), k = BM25(content, 'x', min => $m), "
+                     "f = RRF(s, k, window => 50), g = INTERLEAVE(s, k, window => $w)", params={"m": 1, "w": 9}) == []
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -432,14 +465,14 @@ def test_check_of_ir_without_spans() -> None:
 
 def test_function_table() -> None:
     assert set(BUILTINS) == {"SIMILARITY", "BM25", "RRF", "INTERLEAVE", "IF", "RECENCY", "LENGTH", "LOWER", "UPPER",
-                             "COUNT", "NOW", "DATE", "TIMESTAMP"}
+                             "COUNT", "NOW", "DATE", "TIMESTAMP", "GRAPH", "TEMPORAL"}
     assert SCORE_FUNCTIONS == {"SIMILARITY", "BM25", "RRF", "INTERLEAVE"}
     rrf = BUILTINS["RRF"]
     assert isinstance(rrf, FunctionSig) and rrf.default("k") == 60 and rrf.default("weights") is None
-    assert rrf.max_args is None and rrf.named_args == ("k", "weights") and rrf.returns == "score"
+    assert rrf.max_args is None and rrf.named_args == ("k", "weights", "window") and rrf.returns == "score"
     assert BUILTINS["RECENCY"].default("half_life") == "90d"
     assert BUILTINS["NOW"].returns == "datetime" and BUILTINS["NOW"].arity() == "no arguments"
-    assert BUILTINS["IF"].arg_type(0) == "bool" and BUILTINS["RRF"].arg_type(5) == "score"
+    assert BUILTINS["IF"].arg_type(0) == "bool" and BUILTINS["RRF"].arg_type(5) == "number"
     assert BUILTINS["LENGTH"].arity() == "1 argument" and BUILTINS["RRF"].arity() == "at least 2 arguments"
     with pytest.raises(KeyError):
         BUILTINS["SIMILARITY"].default("k")

@@ -117,12 +117,15 @@ def test_search_returns_hits_and_errors_come_back_as_data(server: Any) -> None:
 def test_explain_returns_text_and_plan(server: Any) -> None:
     async def go() -> tuple[Any, Any]:
         async with Client(server) as client:
-            ok = await client.call_tool("nlql_explain", {
-                "query": 'SELECT SENTENCE LET rel = SIMILARITY(content, "x") WHERE meta.lang == "en" LIMIT 2'})
+            q = 'SELECT SENTENCE LET rel = SIMILARITY(content, "x") WHERE meta.lang == "en" LIMIT 2'
+            ok = await client.call_tool("nlql_explain", {"query": q, "include_plan": True})
+            plain = await client.call_tool("nlql_explain", {"query": q})
             bad = await client.call_tool("nlql_explain", {"query": "SELECT SENTENCE LIMIT -1"})
-            return _structured(ok), _structured(bad)
+            return _structured(ok), plain, _structured(bad)
 
-    ok, bad = _run(go)
+    ok, plain, bad = _run(go)
+    # by default the readable plan only, as text content and in the structured result
+    assert "plan" not in plain.structured_content and "recall: knn" in plain.content[0].text
     assert ok["ok"] is True
     assert "recall: knn" in ok["text"]
     assert ok["plan"]["limit"] == 2 and ok["plan"]["pushed_filter"]

@@ -1,11 +1,11 @@
-"""What one search carries through the stages: the candidate rows, the deadline, the shared state."""
+"""What one search carries through the stages: the candidate rows and the shared state."""
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from nlql.deadline import Deadline
 from nlql.evaluate import Env, RowContext, RowFn, truth
 from nlql.execute.results import Stats
 from nlql.plan.nodes import Plan
@@ -24,17 +24,6 @@ class Candidate:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-class Deadline:
-    """The end of a search's time budget (None: no budget)."""
-
-    def __init__(self, timeout: float | None) -> None:
-        self.timeout = timeout
-        self.end = None if timeout is None else time.perf_counter() + timeout
-
-    def expired(self) -> bool:
-        return self.end is not None and time.perf_counter() > self.end
-
-
 @dataclass
 class Search:
     """The state of one search, handed from stage to stage (nothing outlives the search)."""
@@ -49,6 +38,10 @@ class Search:
     deadline: Deadline
     need: int | None                # rows the page needs (LIMIT + OFFSET, × rerank factor); None: all
     residual: list[RowFn]           # compiled residual conjuncts (WHERE left to the engine)
+    degrade: bool = False           # on_arm_error="degrade": a failing arm is dropped, not raised
+    mins: dict[str, float] = field(default_factory=dict)   # slot -> arm-local min => x
+    failed: dict[str, str] = field(default_factory=dict)   # slot -> why its arm was dropped
+    dropped_arms: dict[str, set[int]] = field(default_factory=dict)  # fusion slot -> indices of lost arms
 
     def warn_timeout(self, message: str) -> None:
         """Add a timeout warning unless one is there already."""

@@ -13,9 +13,11 @@ from typing import Any
 
 import numpy as np
 
-from nlql.errors import NLQLTimeoutError
+from nlql.deadline import Deadline, active
+from nlql.errors import EvaluationError, NLQLTimeoutError
 from nlql.evaluate import Env, compile_expr
-from nlql.execute.candidates import Candidate, Deadline, Search, keep_passing
+from nlql.execute.candidates import Candidate, Search, keep_passing
+from nlql.execute.degrade import cause_of, drop_arms, embed_within
 from nlql.execute.fuse import fuse
 from nlql.execute.materialise import estimate_tokens, hits, pack_tokens
 from nlql.execute.order import order, rerank
@@ -28,39 +30,54 @@ __all__ = ["Candidate", "Executor", "estimate_tokens", "pack_tokens", "unit_id"]
 
 
 class Executor:
-    """Executes plans against one store. Stateless between searches; safe to share across threads."""
+    """Executes plans against one store. Stateless between searches; safe to share across threads.
+
+    ``on_arm_error``: ``"raise"`` (an embedder or arm failure fails the search) or ``"degrade"`` (the
+    arm is dropped and fusion runs over the others, :mod:`nlql.execute.degrade`).
+    """
 
     def __init__(self, store: Store, embed: Callable[[Sequence[str]], np.ndarray],
-                 bm25: Any, functions: dict[str, Callable[..., Any]], chunk_chars: int) -> None:
+                 bm25: Any, functions: dict[str, Callable[..., Any]], chunk_chars: int,
+                 on_arm_error: str = "raise", graph: Any = None) -> None:
         self.store = store
+        self.graph = graph  # the engine's entity graph (nlql.execute.graph.GraphSidecar), for GRAPH
         self.embed = embed
         self.bm25 = bm25
         self.functions = functions
         self.chunk_chars = chunk_chars
+        self.on_arm_error = on_arm_error
 
     def run(self, plan: Plan, *, reranker: Any = None, rerank_query: str | None = None,
             rerank_factor: int = 5, timeout: float | None = None, max_tokens: int | None = None) -> Hits:
+        deadline = Deadline(timeout)
+        with active(deadline):  # every store call made for this search sees its deadline
+            return self._run(plan, reranker, rerank_query, rerank_factor, deadline, max_tokens)
+
+    def _run(self, plan: Plan, reranker: Any, rerank_query: str | None, rerank_factor: int,
+             deadline: Deadline, max_tokens: int | None) -> Hits:
         env = Env(now=plan.now, score_names=plan.slots,
                   binding_exprs={b.name: b.expr for b in plan.query.bindings},
-                  functions=self.functions, periods=plan.periods)
+                  functions=self.functions, periods=plan.periods, graphs=plan.graphs,
+                  temporals=plan.temporals, graph_values=self._graph_values(plan) if plan.graphs else None)
         need = None
         if plan.limit is not None:
             need = plan.limit + plan.offset
             if reranker is not None:
                 need = max(need, rerank_factor * need)
         run = Search(plan=plan, store=self.store, bm25=self.bm25, chunk_chars=self.chunk_chars, env=env,
-                     stats=Stats(), warnings=list(plan.warnings), deadline=Deadline(timeout), need=need,
-                     residual=[compile_expr(c, env) for c in plan.residual])
+                     stats=Stats(), warnings=list(plan.warnings), deadline=deadline, need=need,
+                     residual=[compile_expr(c, env) for c in plan.residual],
+                     degrade=self.on_arm_error == "degrade",
+                     mins={s.slot: s.min for s in plan.scores if s.min is not None})
         stats = run.stats
+        timeout = deadline.timeout
 
         t = time.perf_counter()
-        qv = embed_queries(run, self.embed)
+        qv = self._embed(run)
         stats.add("embed", (time.perf_counter() - t) * 1000)
-        if qv and run.deadline.expired():  # the embedding used the budget up: nothing recalled, nothing to return
-            raise NLQLTimeoutError(f"the search ran out of time ({timeout} s) while embedding the query",
-                                   hint="raise timeout= or use a faster embedder")
 
         units = recall(run, qv, fast_ok=reranker is None)
+        plan = run.plan  # degrading may have replaced a lowered plan by its arm-by-arm form
 
         fusion = plan.fusions
         if fusion and plan.lowered is None:
@@ -93,10 +110,46 @@ class Executor:
         stats.add("materialize", (time.perf_counter() - t) * 1000)
         if max_tokens is not None:
             out = pack_tokens(out, max_tokens, run.warnings)
-        if run.deadline.expired():
-            if not out:
+        if deadline.expired():
+            if not out and not run.failed:  # (a degraded search answers from the arms it kept)
                 raise NLQLTimeoutError(f"the search ran out of time ({timeout} s) before finding any row",
                                        hint="raise timeout= or narrow the query")
             run.warn_timeout(f"timeout after {timeout} s: results may be incomplete")
+        if run.failed:
+            stats.counts["dropped_arms"] = sorted(
+                spec.arms[i] for spec in plan.fusions for i in run.dropped_arms.get(spec.slot, ()))
         stats.counts["returned"] = len(out)
         return Hits(out, stats.to_dict(), run.warnings)
+
+    def _graph_values(self, plan: Plan) -> Callable[[tuple[str, int, float]], dict[tuple[str, int], float]]:
+        """Each distinct GRAPH (text, hops, decay) activated once per search, on first use."""
+        cache: dict[tuple[str, int, float], dict[tuple[str, int], float]] = {}
+        graph = self.graph
+
+        def values(key: tuple[str, int, float]) -> dict[tuple[str, int], float]:
+            got = cache.get(key)
+            if got is None:
+                if graph is None:
+                    raise EvaluationError("GRAPH needs the engine's entity graph", None)
+                got = cache[key] = graph.activate(*key).as_dict()
+            return got
+        return values
+
+    def _embed(self, run: Search) -> dict[str, np.ndarray]:
+        """The query vectors; with ``"degrade"`` an embedder failure or timeout drops the SIMILARITY arms."""
+        try:
+            qv = embed_queries(run, lambda texts: embed_within(self.embed, texts, run.deadline))
+        except Exception as exc:
+            sims = [s.slot for s in run.plan.scores if s.kind == "SIMILARITY"]
+            why = ("the embedder did not answer within the deadline" if isinstance(exc, NLQLTimeoutError)
+                   else f"the embedder failed ({cause_of(exc)})")
+            if not run.degrade or not drop_arms(run, sims, why):
+                raise
+            if run.deadline.expired():
+                run.warn_timeout(f"timeout after {run.deadline.timeout} s: results may be incomplete")
+                run.deadline = Deadline(None)  # what is left is the engine's own work on local arms
+            return {}
+        if qv and run.deadline.expired():  # the embedding used the budget up: nothing recalled, nothing to return
+            raise NLQLTimeoutError(f"the search ran out of time ({run.deadline.timeout} s) while embedding the query",
+                                   hint="raise timeout= or use a faster embedder")
+        return qv

@@ -1,8 +1,9 @@
 """Fusion: RRF and INTERLEAVE over arms ranked among the candidates that passed WHERE (SPEC §5, §9).
 
-Each arm ranks the candidates by its value, descending (ties on insertion order); a row whose value is
-NULL or not a number is absent from that arm, and so is a row that matches no term of a BM25-only arm.
-An arm is cut at the plan's arm depth. A row absent from every arm is not a fusion result.
+An arm is any numeric expression. Each arm ranks the candidates by its value, descending (ties on
+insertion order); a row whose value is NULL or not a number is absent from that arm (so is a row below
+an arm-local ``min => x``), and so is a row that matches no term of a BM25-only arm. An arm ranks down
+to its fusion's window. A row absent from every arm is not a fusion result.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import math
 
 from nlql import ir
 from nlql import values as V
+from nlql.evaluate import compile_expr
 from nlql.execute.candidates import Candidate, Search
 from nlql.plan.nodes import TEXT_SCORES, Plan, ScoreSpec
 
@@ -22,9 +24,13 @@ def fuse(run: Search, specs: list[ScoreSpec], units: list[Candidate]) -> list[Ca
     plan, env = run.plan, run.env
     in_any: set[int] = set()
     for spec in specs:
+        dropped = run.dropped_arms.get(spec.slot, set())
         ranked: list[list[int]] = []
-        for arm in spec.arms:
-            fn = env.binding_fn(arm)
+        for a, arm in enumerate(spec.arm_exprs):
+            if a in dropped:
+                ranked.append([])
+                continue
+            fn = env.binding_fn(arm.name) if isinstance(arm, ir.Ref) else compile_expr(arm, env)
             bm25_only = _is_bm25_arm(plan, arm)
             vals = []
             for i, u in enumerate(units):
@@ -36,8 +42,8 @@ def fuse(run: Search, specs: list[ScoreSpec], units: list[Candidate]) -> list[Ca
                 vals.append((-float(v), u.ctx.seq, u.ctx.position, i))
             vals.sort()
             order = [i for *_, i in vals]
-            if plan.arm_depth is not None:
-                order = order[: plan.arm_depth]
+            if spec.window is not None:
+                order = order[: spec.window]
             ranked.append(order)
         fused: dict[int, float] = {}
         if spec.kind == "RRF":
@@ -58,10 +64,16 @@ def fuse(run: Search, specs: list[ScoreSpec], units: list[Candidate]) -> list[Ca
     return [u for i, u in enumerate(units) if i in in_any]
 
 
-def _is_bm25_arm(plan: Plan, arm: str) -> bool:
-    """Every text score in the arm is BM25: a row that matches no term (BM25 0) has no rank in it."""
-    b = plan.query.binding(arm)
-    if b is None:
-        return False
-    calls = [n for n in b.expr.walk() if isinstance(n, ir.Call) and n.name in TEXT_SCORES]
+def _is_bm25_arm(plan: Plan, arm: ir.Expr) -> bool:
+    """The arm's own text scores are all BM25 (a row matching no term has no BM25 rank).
+
+    Read in the arm's expression, or the expression of the binding it names, without following
+    further bindings: ``k`` and ``BM25(…) + 0`` are BM25 arms, ``w`` with ``w = 2 * k`` ranks by value.
+    """
+    if isinstance(arm, ir.Ref):
+        b = plan.query.binding(arm.name)
+        if b is None:
+            return False
+        arm = b.expr
+    calls = [n for n in arm.walk() if isinstance(n, ir.Call) and n.name in TEXT_SCORES]
     return bool(calls) and all(c.name == "BM25" for c in calls)

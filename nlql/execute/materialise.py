@@ -15,8 +15,10 @@ from typing import Any, cast
 import numpy as np
 
 from nlql import values as V
+from nlql.errors import BackendError, NLQLTimeoutError
 from nlql.evaluate import RowContext
 from nlql.execute.candidates import Candidate, Search
+from nlql.execute.degrade import cause_of, drop_arms
 from nlql.execute.results import Hit
 from nlql.execute.units import chunk_rows, join_rows
 from nlql.stores.base import Row, Store, TablePaths
@@ -53,17 +55,31 @@ def candidates(run: Search, keys: list[Any], qv: dict[str, np.ndarray],
         by_doc = store.document_rows(doc_ids)
         rows = [r for d in doc_ids for r in by_doc.get(d, [])]
         scores = _score_rows(run, [r.key for r in rows], rows, qv, None)
-        score_of = {id(r): {s: float(v[i]) for s, v in scores.items()} for i, r in enumerate(rows)}
+        cols = list(scores.items())
+        if run.mins:
+            score_of = {id(r): _row_scores(cols, i, run.mins) for i, r in enumerate(rows)}
+        else:
+            score_of = {id(r): {n: float(c[i]) for n, c in cols} for i, r in enumerate(rows)}
         return _group(run, doc_ids, by_doc, score_of, restrict)
     rows = store.fetch(keys)
     scores = _score_rows(run, keys, rows, qv, sentence_scores)
     out = []
-    names = list(scores)
-    cols = [scores[n] for n in names]
+    cols = list(scores.items())
+    mins = run.mins
     for i, r in enumerate(rows):
-        ctx = RowContext(r.content, r.id, r.doc_id, r.position, r.metadata,
-                         {n: float(c[i]) for n, c in zip(names, cols)}, {}, r.seq)
+        row_scores = _row_scores(cols, i, mins) if mins else {n: float(c[i]) for n, c in cols}
+        ctx = RowContext(r.content, r.id, r.doc_id, r.position, r.metadata, row_scores, {}, r.seq)
         out.append(Candidate(ctx, [r]))
+    return out
+
+
+def _row_scores(cols: list[tuple[str, np.ndarray]], i: int, mins: dict[str, float]) -> dict[str, float | None]:
+    """One row's scores; below an arm-local ``min => x`` a score is NULL (the row is out of that arm)."""
+    out: dict[str, float | None] = {n: float(c[i]) for n, c in cols}
+    for slot, m in mins.items():
+        v = out.get(slot)
+        if v is not None and not v >= m:
+            out[slot] = None
     return out
 
 
@@ -71,18 +87,27 @@ def _score_rows(run: Search, keys: list[Any], rows: list[Row], qv: dict[str, np.
                 known: dict[str, np.ndarray] | None) -> dict[str, np.ndarray]:
     out: dict[str, np.ndarray] = {}
     for s in run.plan.scores:
+        if s.slot in run.failed:
+            continue  # a dropped arm (on_arm_error="degrade"): its score is NULL
         if s.kind == "SIMILARITY":
             if known is not None and s.slot in known:
                 out[s.slot] = known[s.slot]
+            elif not keys:
+                out[s.slot] = np.zeros(0)
             else:
-                out[s.slot] = similarities(run.store, qv[s.slot], keys) if keys else np.zeros(0)
+                try:
+                    out[s.slot] = similarities(run.store, qv[s.slot], keys)
+                except (NLQLTimeoutError, BackendError) as exc:
+                    if not (run.degrade and drop_arms(run, [s.slot], "the store's similarity call failed "
+                                                                    f"({cause_of(exc)})")):
+                        raise
         elif s.kind == "BM25":
             out[s.slot] = run.bm25.scores(" ".join(s.texts), keys, rows)
     return out
 
 
 def _group(run: Search, doc_ids: list[str], by_doc: dict[str, list[Row]],
-           score_of: dict[int, dict[str, float]], restrict: set[Any] | None) -> list[Candidate]:
+           score_of: dict[int, dict[str, float | None]], restrict: set[Any] | None) -> list[Candidate]:
     kind = run.plan.unit.kind
     out: list[Candidate] = []
     for d in doc_ids:
@@ -97,13 +122,15 @@ def _group(run: Search, doc_ids: list[str], by_doc: dict[str, list[Row]],
             for r in grp:
                 for s, v in score_of[id(r)].items():
                     cur = scores.get(s)
-                    if cur is None or v > cur:
+                    if cur is None or (v is not None and v > cur):
                         scores[s] = v
             first = grp[0]
+            positions = tuple(r.position for r in grp)
             if kind == "DOCUMENT":
-                ctx = RowContext(join_rows(grp), d, d, 0, first.metadata, scores, {}, first.seq)
+                ctx = RowContext(join_rows(grp), d, d, 0, first.metadata, scores, {}, first.seq, positions)
             else:
-                ctx = RowContext(join_rows(grp), f"{d}#chunk{ci}", d, ci, first.metadata, scores, {}, first.seq)
+                ctx = RowContext(join_rows(grp), f"{d}#chunk{ci}", d, ci, first.metadata, scores, {}, first.seq,
+                                 positions)
             out.append(Candidate(ctx, grp, ci, groups))
     return out
 
@@ -130,7 +157,7 @@ def unit_text(run: Search, u: Candidate) -> str:
 def hits(run: Search, page: list[Candidate]) -> list[Hit]:
     """New hit objects for a page (never the stored ones): content, metadata copy, every binding's value."""
     plan, env = run.plan, run.env
-    if plan.unit.kind == "SPAN" and plan.unit.base != "CHUNK" and page:
+    if plan.unit.kind == "SPAN" and plan.unit.rows_are_sentences and page:
         docs = run.store.document_rows(list(dict.fromkeys(u.ctx.doc_id for u in page)))
         changed = 0
         for u in page:

@@ -17,9 +17,11 @@ from typing import Any, cast
 import numpy as np
 
 from nlql import values as V
-from nlql.errors import NLQLTimeoutError
+from nlql.errors import BackendError, NLQLTimeoutError
 from nlql.evaluate import RowContext
+from nlql.execute import keyword_recall
 from nlql.execute.candidates import Candidate, Search, keep_passing
+from nlql.execute.degrade import cause_of, drop_arms
 from nlql.execute.materialise import candidates, similarities
 from nlql.stores.base import RunsLowered, ScoresAll, TablePaths
 
@@ -121,24 +123,36 @@ def _full(run: Search, qv: dict[str, np.ndarray], fast_ok: bool) -> list[Candida
     plan, store = run.plan, run.store
     caps = store.capabilities
     t = time.perf_counter()
-    sim_slots = [s.slot for s in plan.scores if s.kind == "SIMILARITY"]
+    sim_slots = [s.slot for s in plan.scores if s.kind == "SIMILARITY" and s.slot not in run.failed]
     sentence_scores: dict[str, np.ndarray] = {}
-    if caps.FULL_SCORES:
-        if sim_slots:
-            stacked = np.concatenate([qv[s] for s in sim_slots])
-            keys_arr, mat = cast(ScoresAll, store).score_all(stacked, plan.native)
-            row = 0
-            for s in sim_slots:
-                n = len(qv[s])
-                sentence_scores[s] = mat[row:row + n].max(axis=0)
-                row += n
-            keys_arr = np.asarray(keys_arr)
+    try:
+        if caps.FULL_SCORES:
+            if sim_slots:
+                stacked = np.concatenate([qv[s] for s in sim_slots])
+                keys_arr, mat = cast(ScoresAll, store).score_all(stacked, plan.native)
+                row = 0
+                for s in sim_slots:
+                    n = len(qv[s])
+                    sentence_scores[s] = mat[row:row + n].max(axis=0)
+                    row += n
+                keys_arr = np.asarray(keys_arr)
+            else:
+                keys_arr = np.asarray(store.scan(plan.native))
         else:
-            keys_arr = np.asarray(store.scan(plan.native))
-    else:
-        keys_arr = np.asarray(store.scan(plan.native), dtype=object)
-        for s in sim_slots:
-            sentence_scores[s] = similarities(store, qv[s], list(keys_arr))
+            narrowed = None
+            if caps.KEYWORD_STATS and getattr(run.bm25, "in_store", False):  # BM25 kept in the store
+                narrowed = keyword_recall.narrow(plan, store, run.bm25, qv, run.need)
+                if narrowed is not None:
+                    run.stats.counts["keyword_recall"] = len(narrowed)
+            keys_arr = np.asarray(narrowed if narrowed is not None else store.scan(plan.native), dtype=object)
+            for s in sim_slots:
+                sentence_scores[s] = similarities(store, qv[s], list(keys_arr))
+    except (NLQLTimeoutError, BackendError) as exc:
+        if not (run.degrade and sim_slots and drop_arms(run, sim_slots, f"the store's similarity call failed "
+                                                                        f"({cause_of(exc)})")):
+            raise
+        sentence_scores = {}
+        keys_arr = np.asarray(store.scan(plan.native), dtype=None if caps.FULL_SCORES else object)
     run.stats.add("recall", (time.perf_counter() - t) * 1000)
     run.stats.counts.update({"rounds": 1, "candidates": int(len(keys_arr))})
     if run.deadline.expired():
@@ -150,7 +164,7 @@ def _full(run: Search, qv: dict[str, np.ndarray], fast_ok: bool) -> list[Candida
                 keys_arr = keys_arr[keep]
                 sentence_scores = {k: v[keep] for k, v in sentence_scores.items()}
     t = time.perf_counter()
-    fast = plan.fast_path
+    fast = run.plan.fast_path if not run.failed else None
     picked = None
     if fast is not None and run.need is not None and (fast.prunes or fast_ok):
         picked = cast(TablePaths, store).fast_select(fast, keys_arr, sentence_scores, run.need, run.bm25.matches)

@@ -38,16 +38,21 @@ class Hit:
 
 
 class Hits(list[Hit]):
-    """A list of :class:`Hit` with ``stats`` (timings per stage, candidate counts, rounds) and ``warnings``."""
+    """A list of :class:`Hit` with ``stats`` (timings per stage, candidate counts, rounds) and ``warnings``;
+    ``route`` is the :class:`~nlql.route.Route` that ``engine.ask`` ran (None for ``search``)."""
 
     def __init__(self, hits: list[Hit] | None = None, stats: dict[str, Any] | None = None,
                  warnings: list[str] | None = None) -> None:
         super().__init__(hits or [])
         self.stats: dict[str, Any] = stats or {}
         self.warnings: list[str] = warnings or []
+        self.route: Any = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"hits": [h.to_dict() for h in self], "stats": self.stats, "warnings": self.warnings}
+        out = {"hits": [h.to_dict() for h in self], "stats": self.stats, "warnings": self.warnings}
+        if self.route is not None:
+            out["route"] = self.route.to_dict()
+        return out
 
     # ------------------------------------------------------------------------------ tables
 
@@ -55,7 +60,7 @@ class Hits(list[Hit]):
         """A ``pandas.DataFrame``, one row per hit (columns: :mod:`nlql.execute.frames`).
 
         Raises:
-            MissingDependencyError: pandas is not installed (``pip install 'nlql[frames]'``).
+            MissingDependencyError: pandas is not installed (``pip install 'nlql-engine[frames]'``).
         """
         from nlql.execute.frames import to_pandas
 
@@ -65,7 +70,7 @@ class Hits(list[Hit]):
         """A ``pyarrow.Table``, one row per hit (columns: :mod:`nlql.execute.frames`).
 
         Raises:
-            MissingDependencyError: pyarrow is not installed (``pip install 'nlql[frames]'``).
+            MissingDependencyError: pyarrow is not installed (``pip install 'nlql-engine[frames]'``).
         """
         from nlql.execute.frames import to_arrow
 
@@ -75,7 +80,7 @@ class Hits(list[Hit]):
         """A ``polars.DataFrame``, one row per hit (columns: :mod:`nlql.execute.frames`).
 
         Raises:
-            MissingDependencyError: polars is not installed (``pip install 'nlql[frames]'``).
+            MissingDependencyError: polars is not installed (``pip install 'nlql-engine[frames]'``).
         """
         from nlql.execute.frames import to_polars
 

@@ -17,7 +17,7 @@ Every choice is exact. ``plan.fast_path_reason`` says why a table store got no f
 from __future__ import annotations
 
 from nlql import ir
-from nlql.plan.nodes import FUSION_FUNCTIONS, Plan, ScoreSpec
+from nlql.plan.nodes import FUSION_FUNCTIONS, TEXT_SCORES, Plan, ScoreSpec
 from nlql.pushdown import Capabilities, FastArm, FastPath, Formula
 
 __all__ = ["choose_fastpath", "score_formula"]
@@ -41,17 +41,21 @@ def choose_fastpath(plan: Plan, caps: Capabilities) -> Plan:
         return _none(plan, "there is no LIMIT (every row is returned)")
     if not plan.unit.rows_are_sentences:
         return _none(plan, "rows group sentences")
+    if plan.graphs or plan.temporals:
+        return _none(plan, "GRAPH / TEMPORAL values come from the engine, row by row")
     if plan.fusion_residual:
         return _none(plan, "a condition applies after fusion")
     bm25_texts = tuple((s.slot, " ".join(s.texts)) for s in plan.scores if s.kind == "BM25")
     kinds = {s.kind for s in plan.scores}
+    # a score with min => x is NULL below x: it orders NULLS LAST in insertion order, not by its value
+    with_min = {s.slot for s in plan.scores if s.min is not None}
     if not plan.residual and plan.rerank is None and not kinds & {"BM25", *FUSION_FUNCTIONS}:
         if not plan.order:
             return _set(plan, FastPath("insertion"))
         if len(plan.order) == 1:
             key = plan.order[0]
             slot = plan.slot_of(key.expr)
-            if slot is not None:
+            if slot is not None and slot not in with_min:
                 return _set(plan, FastPath("score", slot=slot, descending=key.descending))
     if not plan.residual_is_thresholds:
         return _none(plan, "WHERE has conditions the engine evaluates row by row")
@@ -59,21 +63,28 @@ def choose_fastpath(plan: Plan, caps: Capabilities) -> Plan:
         return _none(plan, "the first sort key is not a score DESC")
     first = plan.order[0]
     spec = plan.spec(plan.slot_of(first.expr))
+    others = [f for f in plan.fusions if spec is None or f.slot != spec.slot]
+    if others:  # a fusion ranks its arms over every candidate: pruning would change its values
+        return _none(plan, f"the fusion {others[0].slot} ranks every candidate")
     if spec is None:
         formula = score_formula(plan, first.expr)
+        if formula is not None and set(formula.slots()) & with_min:
+            return _none(plan, f"{first.label} reads a score with min =>")
         if formula is None:
             return _none(plan, f"{first.label} is not arithmetic over SIMILARITY/BM25 scores")
         return _set(plan, FastPath("formula", formula=formula, bm25_texts=_used(bm25_texts, formula.slots())))
+    if spec.slot in with_min:
+        return _none(plan, f"{first.label} has min =>")
     if spec.kind == "BM25":
         return _set(plan, FastPath("bm25", slot=spec.slot, bm25_texts=_used(bm25_texts, [spec.slot])))
-    if spec.kind in FUSION_FUNCTIONS and plan.arm_depth is not None:
+    if spec.kind in FUSION_FUNCTIONS and spec.window is not None:
         arms = []
-        for name in spec.arms:
-            arm = plan.spec(plan.binding_slots.get(name))
-            if arm is None or arm.kind not in ("SIMILARITY", "BM25"):
+        for name, expr in zip(spec.arms, spec.arm_exprs):
+            arm = plan.spec(plan.slot_of(expr))
+            if arm is None or arm.kind not in TEXT_SCORES:
                 return _none(plan, f"arm {name} is not exactly one SIMILARITY or BM25 call")
-            arms.append(FastArm(arm.slot, arm.kind))
-        return _set(plan, FastPath("fusion", arms=tuple(arms), depth=plan.arm_depth,
+            arms.append(FastArm(arm.slot, arm.kind, arm.min))
+        return _set(plan, FastPath("fusion", arms=tuple(arms), depth=spec.window,
                                    bm25_texts=_used(bm25_texts, [a.slot for a in arms])))
     return _none(plan, f"{first.label} is not a BM25, fusion or arithmetic score")
 
@@ -101,7 +112,7 @@ def score_formula(plan: Plan, expr: ir.Expr, depth: int = 0) -> Formula | None:
     slot = plan.slot_of(expr)
     if slot is not None:
         spec: ScoreSpec | None = plan.spec(slot)
-        return Formula("slot", slot) if spec is not None and spec.kind in ("SIMILARITY", "BM25") else None
+        return Formula("slot", slot) if spec is not None and spec.kind in TEXT_SCORES else None
     if isinstance(expr, ir.Ref):
         b = plan.query.binding(expr.name)
         return None if b is None else score_formula(plan, b.expr, depth + 1)

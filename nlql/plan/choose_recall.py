@@ -21,7 +21,9 @@ def choose_recall(
     by_slot = {s.slot: s for s in specs}
     if order and limit is not None and order[0].descending:
         slot = slot_of(order[0].expr, slots, binding_slots)
-        if slot is not None and by_slot[slot].kind == "SIMILARITY":
+        # with min => x, rows below x have no score and still come (NULLS LAST, in insertion order):
+        # the nearest neighbours are not the page then
+        if slot is not None and by_slot[slot].kind == "SIMILARITY" and by_slot[slot].min is None:
             return Recall("knn", slot=slot, min_score=dict(thresholds), exact=caps.EXACT,
                           reason=f"first sort key is {by_slot[slot].label} DESC with LIMIT")
     if specs:

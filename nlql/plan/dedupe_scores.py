@@ -7,6 +7,12 @@ from nlql.plan.nodes import SCORE_FUNCTIONS, TEXT_SCORES, ScoreSpec
 from nlql.render import render_expr
 
 
+def _number(expr: ir.Expr | None) -> float | None:
+    if isinstance(expr, ir.Literal) and isinstance(expr.value, (int, float)) and not isinstance(expr.value, bool):
+        return float(expr.value)
+    return None
+
+
 def _texts(expr: ir.Expr) -> tuple[str, ...]:
     if isinstance(expr, ir.Literal) and isinstance(expr.value, str):
         return (expr.value,)
@@ -34,16 +40,19 @@ def dedupe_scores(query: ir.Query) -> tuple[list[ScoreSpec], dict[ir.Call, str],
                 slots[sub] = slot
                 label = render_expr(sub)
                 if sub.name in TEXT_SCORES:
-                    specs.append(ScoreSpec(slot, sub.name, sub, texts=_texts(sub.args[1]), label=label))
+                    specs.append(ScoreSpec(slot, sub.name, sub, texts=_texts(sub.args[1]), label=label,
+                                           min=_number(sub.kwarg("min"))))
                 else:
-                    arms = tuple(a.name for a in sub.args if isinstance(a, ir.Ref))
-                    k_expr = sub.kwarg("k")
-                    k = float(k_expr.value) if isinstance(k_expr, ir.Literal) and isinstance(
-                        k_expr.value, (int, float)) else 60.0
+                    # any numeric expression is an arm (SPEC §9); a binding arm is labelled by its name
+                    arms = tuple(a.name if isinstance(a, ir.Ref) else render_expr(a) for a in sub.args)
+                    k = _number(sub.kwarg("k"))
                     w_expr = sub.kwarg("weights")
                     weights = tuple(float(i.value) for i in w_expr.items) if isinstance(
                         w_expr, ir.ListExpr) else tuple(1.0 for _ in arms)
-                    specs.append(ScoreSpec(slot, sub.name, sub, arms=arms, k=k, weights=weights, label=label))
+                    window = _number(sub.kwarg("window"))
+                    specs.append(ScoreSpec(slot, sub.name, sub, arms=arms, k=60.0 if k is None else k,
+                                           weights=weights, label=label, arm_exprs=tuple(sub.args),
+                                           window=None if window is None else int(window)))
 
     for b in query.bindings:
         visit(b.expr, b.name)

@@ -65,10 +65,13 @@ class ScoreSpec:
     kind: str                       # SIMILARITY | BM25 | RRF | INTERLEAVE
     call: ir.Call
     texts: tuple[str, ...] = ()     # SIMILARITY / BM25: the query texts (params bound)
-    arms: tuple[str, ...] = ()      # RRF / INTERLEAVE: binding names of the arms
+    arms: tuple[str, ...] = ()      # RRF / INTERLEAVE: each arm's label (a binding name, or its text)
     k: float = 60.0                 # RRF constant
     weights: tuple[float, ...] = ()  # RRF weights (one per arm)
     label: str = ""                 # canonical text of the call
+    min: float | None = None        # SIMILARITY / BM25: min => x (below it the score is NULL: out of the arm)
+    window: int | None = None       # RRF / INTERLEAVE: rows each arm ranks (None: every row)
+    arm_exprs: tuple[ir.Expr, ...] = ()  # RRF / INTERLEAVE: each arm's expression (a Ref for a binding)
 
 
 @dataclass(frozen=True)
@@ -120,6 +123,8 @@ class Plan:
     store: str
     arm_depth: int | None
     residual_is_thresholds: bool = False  # every residual conjunct is a similarity threshold
+    graphs: dict[ir.Call, tuple[str, int, float]] = field(default_factory=dict)  # GRAPH call -> (text, hops, decay)
+    temporals: dict[ir.Call, Any] = field(default_factory=dict)  # TEMPORAL call -> Period, or None (no period)
     warnings: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     # set by lower_hybrid for hybrid plans (BM25 / RRF / INTERLEAVE): the statement a SQL store runs
@@ -146,13 +151,3 @@ class Plan:
     def fusions(self) -> list[ScoreSpec]:
         """The RRF / INTERLEAVE scores."""
         return [s for s in self.scores if s.kind in FUSION_FUNCTIONS]
-
-    @property
-    def need(self) -> int | None:
-        """Rows the page needs before OFFSET is cut: LIMIT + OFFSET, times the rerank factor (None: all)."""
-        if self.limit is None:
-            return None
-        need = self.limit + self.offset
-        if self.rerank:
-            need = max(need, int(self.rerank.get("factor") or 1) * need)
-        return need

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -16,11 +17,13 @@ from nlql.plan.choose_recall import choose_recall
 from nlql.plan.decide_overfetch import decide_overfetch
 from nlql.plan.dedupe_scores import dedupe_scores
 from nlql.plan.lower_hybrid import lower_hybrid
-from nlql.plan.nodes import ARM_DEPTH_FACTOR, ARM_DEPTH_MIN, OrderSpec, Plan
+from nlql.plan.nodes import ARM_DEPTH_FACTOR, ARM_DEPTH_MIN, FUSION_FUNCTIONS, OrderSpec, Plan
 from nlql.plan.order_residual import order_residual
+from nlql.plan.resolve_arms import resolve_arms
 from nlql.plan.resolve_periods import resolve_periods
 from nlql.plan.split_filters import split_filters, threshold_of
 from nlql.render import render, render_expr
+from nlql.sql import dialect_of
 from nlql.stores.base import Store
 
 
@@ -60,8 +63,9 @@ def build_plan(
     bound = bind_params(query, params)
     specs, slots, binding_slots = dedupe_scores(bound)
     periods = resolve_periods(bound, now)
+    graphs, temporals = resolve_arms(bound, now)
     env = Env(now=now, score_names=slots, binding_exprs={b.name: b.expr for b in bound.bindings},
-              functions=dict(functions), periods=periods)
+              functions=dict(functions), periods=periods, graphs=graphs, temporals=temporals)
     caps = store.capabilities
     sim_slots = {c: s for c, s in slots.items() if c.name == "SIMILARITY"}
     pushed, residual, late, thresholds = split_filters(
@@ -93,13 +97,29 @@ def build_plan(
     window = 1
     if bound.unit.window is not None:
         window = _int_value(bound.unit.window, "window") or 0
-    arm_depth = None if limit is None else max(ARM_DEPTH_MIN, ARM_DEPTH_FACTOR * (limit + offset))
+    # each fusion ranks its arms down to its window (SPEC §9): window => n, else the default depth
+    default_depth = None if limit is None else max(ARM_DEPTH_MIN, ARM_DEPTH_FACTOR * (limit + offset))
+    specs = [replace(s, window=s.window if s.window is not None else default_depth)
+             if s.kind in FUSION_FUNCTIONS else s for s in specs]
+    fusions = [s for s in specs if s.kind in FUSION_FUNCTIONS]
+    arm_depth = fusions[0].window if fusions else default_depth
     plan = Plan(
         query=bound, canonical=canonical, unit=bound.unit, window=window, scores=specs, slots=slots,
         binding_slots=binding_slots, pushed=pushed, native=native, residual=residual,
         fusion_residual=late, recall=recall, order=order, limit=limit, offset=offset, rerank=rerank,
         periods=periods, now=now, store=caps.NAME, arm_depth=arm_depth,
-        residual_is_thresholds=residual_is_thresholds,
+        residual_is_thresholds=residual_is_thresholds, graphs=graphs, temporals=temporals,
     )
-    plan = lower_hybrid(plan, store, analyzer)
+    with_min = [s.label for s in specs if s.min is not None]
+    if (graphs or temporals) and dialect_of(store) is not None:
+        # the entity graph and the extracted periods live in the engine: on a SQL store such plans run
+        # arm by arm in the engine (the one-statement graph CTE is a follow-up)
+        what = " and ".join(n for n, used in (("GRAPH", graphs), ("TEMPORAL", temporals)) if used)
+        plan.lowering = {"strategy": "engine", "reason": f"{what} run in the engine (not lowered to SQL)"}
+    elif with_min and any(s.kind == "BM25" or s.kind in FUSION_FUNCTIONS for s in specs):
+        # the SQL lowering has no arm-local thresholds yet: the engine runs such plans arm by arm
+        plan.lowering = {"strategy": "engine", "reason": f"{with_min[0]} has an arm-local min => "
+                                                         "(evaluated by the engine)"}
+    else:
+        plan = lower_hybrid(plan, store, analyzer)
     return choose_fastpath(plan, caps)

@@ -3,7 +3,7 @@
 :data:`REGISTRY` is the one table of stores: ``Engine(store=...)``, the CLI, the contract suite, the
 shared adapter tests and ``bench/stores.py`` all read it. Adding a store is its module, one row here,
 its tests and its docs page (docs/architecture.md). Adapters import their optional dependency only when
-used; a missing one raises an error naming the ``pip install 'nlql[<extra>]'`` that fixes it.
+used; a missing one raises an error naming the ``pip install 'nlql-engine[<extra>]'`` that fixes it.
 """
 
 from __future__ import annotations
@@ -66,6 +66,12 @@ def _duckdb_url(url: str) -> dict[str, Any]:
     return parse_url(url)
 
 
+def _milvus_url(url: str) -> dict[str, Any]:
+    from nlql.stores.milvus import from_url
+
+    return from_url(url)
+
+
 REGISTRY: tuple[StoreEntry, ...] = (
     StoreEntry("memory", "MemoryStore", "nlql.stores.memory", None,
                "the built-in numpy store (in memory, or a directory path for the persistent one)"),
@@ -84,6 +90,10 @@ REGISTRY: tuple[StoreEntry, ...] = (
     StoreEntry("duckdb", "DuckDBStore", "nlql.stores.duckdb", "duckdb",
                "DuckDB in process (memory, a file, or a table / Parquet file read in place), "
                "hybrid plans as one SQL statement", schemes=("duckdb",), from_url=_duckdb_url),
+    StoreEntry("milvus", "MilvusStore", "nlql.stores.milvus", "milvus",
+               "Milvus: Milvus Lite file (milvus:///path/file.db) or a server/cluster (milvus+http://host:19530)",
+               schemes=("milvus", "milvus+http", "milvus+https"), exact={"index": "flat"}, server=True,
+               from_url=_milvus_url),
 )
 
 _BY_NAME = {e.name: e for e in REGISTRY}

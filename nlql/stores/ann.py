@@ -151,7 +151,10 @@ class AnnStore(MemoryStore):
         with self._lock:
             super().open(dim)
             if self._index is None and self._wants_index():
-                self._index = self._new_index(dim, 0)
+                if len(self.table):  # rows another process wrote before this store first opened
+                    self._rebuild_index()
+                else:
+                    self._index = self._new_index(dim, 0)
 
     def upsert(self, docs: Sequence[DocRecord]) -> None:
         with self._lock:

@@ -80,12 +80,17 @@ class Store(Protocol):
       Ties are broken by (seq, position) ascending when ``EXACT``.
     - ``scan`` returns every key passing ``flt`` in insertion order (seq, position).
     - ``similarities(vectors, keys)`` returns a (len(vectors), len(keys)) cosine matrix.
+    - ``get_info(key)`` / ``set_info(key, value)``: a small persistent key/value record beside the data,
+      kept where the data is (a file, a server) so every process sees it. The engine keeps there what
+      built the store (:mod:`nlql.stores.record`: the embedder and the BM25 analyzer). ``get_info`` may
+      be called before ``open`` and returns None for a key never set (or a store not created yet);
+      ``set_info`` is called after ``open``, before the first ``upsert``.
     - ``last_stats`` says what the last ``knn`` / ``run_lowered`` call did (path, rounds, …), for
       ``hits.stats["store"]``; it may stay empty.
 
     Optional protocols, each declared by a ``Capabilities`` flag and called only when declared:
     :class:`ScoresAll` (``FULL_SCORES``), :class:`RunsLowered` (``SQL_ARMS``), :class:`TablePaths`
-    (``FAST_PATH``).
+    (``FAST_PATH``), :class:`DescribesData` (``DESCRIBES_DATA``).
     """
 
     capabilities: Capabilities
@@ -103,6 +108,8 @@ class Store(Protocol):
     def fetch(self, keys: Sequence[Any]) -> list[Row]: ...
     def document_rows(self, doc_ids: Sequence[str]) -> dict[str, list[Row]]: ...
     def similarities(self, vectors: np.ndarray, keys: Sequence[Any]) -> np.ndarray: ...
+    def get_info(self, key: str) -> str | None: ...
+    def set_info(self, key: str, value: str) -> None: ...
     def close(self) -> None: ...
 
 
@@ -148,6 +155,34 @@ class TablePaths(Protocol):
     def key_documents(self, keys: Sequence[Any]) -> list[str]:
         """The distinct documents of ``keys``, in the order first met, without building rows."""
         ...
+
+
+class DescribesData(Protocol):
+    """``Capabilities.DESCRIBES_DATA``: the store's sizes and metadata keys without a full scan per call
+    (kept at write time, or read from a bounded sample it names), for ``engine.schema()``."""
+
+    def describe_data(self, sample: int) -> Any:
+        """A :class:`nlql.schema.DataSummary`; a sampled one reads at most ``sample`` documents."""
+        ...
+
+class KeywordStats(Protocol):
+    """``Capabilities.KEYWORD_STATS``: BM25 kept in the store itself (SPEC §10), so the engine holds none.
+
+    The store writes each sentence's terms (by its ``analyzer``) with the row and scores SPEC §5's BM25
+    from what it keeps:
+    - ``keyword_index(analyzer)``: the engine's BM25 source for this store (``matches``, ``scores``,
+      no-op ``on_upsert``/``on_delete``), or None when ``analyzer`` is not the one the terms were
+      written with (the engine then keeps its own index);
+    - ``bm25_candidates(text, flt, n)``: store keys and scores of the rows passing a compiled filter that
+      hold a term of ``text``, at least every row that can be among the ``n`` best (ties kept); recall
+      narrows with it before any row is fetched (:mod:`nlql.execute.keyword_recall`).
+    """
+
+    analyzer: Any
+
+    def keyword_index(self, analyzer: Any = None) -> Any: ...
+    def bm25_candidates(self, text: str, flt: NativeFilter | None,
+                        n: int | None = None) -> tuple[list[Any], np.ndarray]: ...
 
 
 @contextmanager

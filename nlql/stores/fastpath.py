@@ -58,6 +58,9 @@ def select(table: RowTable, path: FastPath, keys: np.ndarray, scores: Mapping[st
                 eligible = arm_scores > 0 if arm_scores is not None else None  # no term: no rank
             if arm_scores is None:
                 return None
+            if arm.min is not None:  # below an arm-local min the row is out of that arm
+                above = arm_scores >= arm.min
+                eligible = above if eligible is None else eligible & above
             parts.append(top_rows(arm_scores, seq, pos, path.depth, ties=False, eligible=eligible))
         idx = np.unique(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
     else:

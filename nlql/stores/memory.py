@@ -18,11 +18,13 @@ from typing import Any
 
 import numpy as np
 
+from nlql.errors import BackendError
 from nlql.pushdown import Capabilities, FastPath, Filter, NativeFilter
+from nlql.schema import DataSummary
 from nlql.stores import fastpath
 from nlql.stores.base import Bm25Matches, DocRecord, Row
-from nlql.stores.doclog import DocLog
-from nlql.stores.table import RowTable
+from nlql.stores.doclog import FILE_NAME, Changes, DocLog
+from nlql.stores.table import RowTable, latest_per_id
 from nlql.values import round_scores
 
 _ALL_OPS = frozenset({
@@ -43,6 +45,7 @@ MEMORY_CAPABILITIES = Capabilities(
     SCORE_THRESHOLD=True,
     FULL_SCORES=True,
     FAST_PATH=True,
+    DESCRIBES_DATA=True,
 )
 
 
@@ -96,6 +99,7 @@ class MatrixStore:
         self._matrix = np.zeros((0, 0), dtype=np.float32)
         self._sub_cache: OrderedDict[tuple[int, Any], tuple[np.ndarray, np.ndarray]] = OrderedDict()
         self._lock = threading.RLock()
+        self._info: dict[str, str] = {}
         self.last_stats: dict[str, Any] = {}
 
     # -------------------------------------------------------------------------------------- writing
@@ -115,6 +119,7 @@ class MatrixStore:
     def _append(self, docs: Sequence[DocRecord]) -> np.ndarray:
         if self.dim is None:
             raise RuntimeError("store not opened")
+        docs = latest_per_id(docs)  # the same id twice in one call: the last one wins
         before = self.table.size
         keys = self.table.add(docs)
         need = self.table.size
@@ -235,6 +240,11 @@ class MatrixStore:
             idx = np.asarray(keys, dtype=np.int64)
             return matmul_t(vectors, self.matrix[idx])
 
+    def get_info(self, key: str) -> str | None:
+        return self._info.get(key)
+
+    def set_info(self, key: str, value: str) -> None:
+        self._info[key] = str(value)
     def fast_select(self, path: FastPath, keys: np.ndarray, scores: Any, need: int,
                     bm25: Bm25Matches) -> tuple[np.ndarray, dict[str, np.ndarray]] | None:
         """The table fast paths (:mod:`nlql.stores.fastpath`)."""
@@ -246,48 +256,186 @@ class MatrixStore:
         names = self.table.doc_ids
         return list(dict.fromkeys(names[int(k)] for k in keys))
 
+    def describe_data(self, sample: int) -> DataSummary:
+        """Sizes and metadata keys, kept by the table at write time (exact; ``sample`` is not needed)."""
+        with self._lock:
+            t = self.table
+            return DataSummary(len(t.doc_slot), len(t), t.summary.keys())
+
     def close(self) -> None:
         pass
 
 
+_NO_VECTORS = np.zeros((0, 0), dtype=np.float32)
+
+
 class MemoryStore(MatrixStore):
-    """The built-in store: ``MemoryStore()`` in RAM, ``MemoryStore(path)`` persisted to a directory."""
+    """The built-in store: ``MemoryStore()`` in RAM, ``MemoryStore(path)`` persisted to a directory.
+
+    A directory store may be shared by several processes (and several engines): the SQLite file is the
+    truth and RAM a copy that :meth:`sync` brings up to date incrementally (see
+    :mod:`nlql.stores.doclog`). ``damaged`` maps the ids of rows that could not be read to the reason;
+    ``read_only`` is True for a store opened from a read-only file or medium.
+    """
 
     def __init__(self, path: str | Path | None = None) -> None:
         super().__init__()
         self.path = Path(path) if path is not None else None
         self._log: DocLog | None = None
+        self._clock = 0
+        self._pending = Changes()
+        self.damaged: dict[str, str] = {}
         if self.path is not None:
-            self.path.mkdir(parents=True, exist_ok=True)
-            self._log = DocLog(self.path / "nlql.sqlite")
-            dim = self._log.get_info("dim")
-            if dim is not None:
-                self.open(int(dim))
-                batch: list[DocRecord] = []
-                for doc in self._log:
-                    batch.append(doc)
-                    if len(batch) >= 4096:
-                        self._append(batch)
-                        batch = []
-                if batch:
-                    self._append(batch)
+            self._log = DocLog.attach(self.path / FILE_NAME)  # None until open() creates the file
+            if self._log is not None:
+                dim = self._log.dim()
+                if dim is not None:
+                    MatrixStore.open(self, dim)
+                    self._load()
+
+    @property
+    def read_only(self) -> bool:
+        return self._log is not None and self._log.read_only
+
+    def _load(self) -> None:
+        assert self._log is not None
+        everything = self._log.load()
+        docs = [d for d in everything.docs if self._fits(d, everything.damaged)]
+        for lo in range(0, len(docs), 4096):
+            self._append(docs[lo : lo + 4096])
+        self._clock = everything.clock
+        self._note_damaged(everything.damaged)
+
+    def _fits(self, doc: DocRecord, damaged: dict[str, str]) -> bool:
+        """A row whose vectors have the store's width (else it is reported as damaged)."""
+        if not doc.units or doc.vectors.shape[1] == self.dim:
+            return True
+        damaged[doc.doc_id] = f"vectors of width {doc.vectors.shape[1]}, the store's is {self.dim}"
+        return False
+
+    def _note_damaged(self, damaged: dict[str, str]) -> None:
+        if not damaged:
+            return
+        self.damaged.update(damaged)
+        import warnings
+
+        shown = ", ".join(repr(d) for d in list(damaged)[:10]) + (" …" if len(damaged) > 10 else "")
+        first = next(iter(damaged.values()))
+        warnings.warn(f"nlql store at {self.path}: {len(damaged)} damaged document(s) could not be read "
+                      f"and are left out: {shown} ({first})", RuntimeWarning, stacklevel=3)
 
     def open(self, dim: int) -> None:
-        super().open(dim)
-        if self._log is not None and self._log.get_info("dim") is None:
-            self._log.set_info("dim", str(dim))
+        with self._lock:
+            if self.path is not None:
+                if self._log is None:
+                    self._log = DocLog.create(self.path / FILE_NAME, dim)
+                recorded = self._log.ensure_dim(dim)
+                if recorded != dim:
+                    raise BackendError("memory", f"the store at {self.path} holds {recorded}-dimensional "
+                                       f"vectors; the embedder gives {dim}",
+                                       hint="open it with the embedder that built it, or use a new directory")
+                if self.dim is None:
+                    MatrixStore.open(self, dim)
+                    self._load()  # another process may have written since we looked
+                    return
+            super().open(dim)
+
+    # ------------------------------------------------------------------------------ several processes
+
+    def stale(self) -> bool:
+        """Whether :meth:`sync` has anything to do (a commit elsewhere, or changes not yet reported)."""
+        if self._log is None:
+            return False
+        return bool(self._pending) or self._log.changed()
+
+    def sync(self) -> Changes | None:
+        """Catch up with what other processes (or engines) committed; returns what changed, or None.
+
+        Cheap when nothing changed: one ``PRAGMA data_version``. The changes returned include those a
+        write of ours found and applied (so the engine can update what it derives from rows, BM25).
+        """
+        if self._log is None:
+            return None
+        with self._lock:
+            if self._log.changed():
+                changes = self._log.changes_since(self._clock)
+                if changes.clock != self._clock or changes:
+                    self._apply(changes)
+            pending, self._pending = self._pending, Changes()
+        return pending if pending else None
+
+    def _apply(self, changes: Changes) -> None:
+        """Bring RAM to ``changes`` (others' writes), remembering them for :meth:`sync`."""
+        docs = [d for d in changes.docs if self._fits(d, changes.damaged)]
+        gone = [d for d in changes.deleted if d in self.table.doc_slot]
+        if gone:
+            self.table.remove(gone)
+        if docs:
+            self._append(docs)
+        if gone or docs:
+            self._maybe_compact()
+            self._sub_cache.clear()
+        self._clock = max(self._clock, changes.clock)
+        # for the engine's BM25: ids and sentences are enough (no text, metadata or vectors kept)
+        self._pending.docs.extend(DocRecord(d.doc_id, "", {}, d.units, _NO_VECTORS, d.seq) for d in docs)
+        self._pending.deleted.extend(changes.deleted)
+        self._note_damaged(changes.damaged)
+
+    # ------------------------------------------------------------------------------ writing
+
+    def get_info(self, key: str) -> str | None:
+        if self._log is not None:
+            return self._log.get_info(key)
+        return super().get_info(key)
+
+    def set_info(self, key: str, value: str) -> None:
+        if self._log is not None:
+            self._log.set_info(key, str(value))  # committed at once: on disk before any vector
+        else:
+            super().set_info(key, value)
 
     def upsert(self, docs: Sequence[DocRecord]) -> None:
         with self._lock:
-            if self._log is not None:
-                self._log.write(docs)  # durable first: RAM follows what is on disk
-            super().upsert(docs)
+            if self._log is None:
+                super().upsert(docs)
+                return
+            docs = latest_per_id(docs)
+            # durable first (seq numbers allocated in the transaction): RAM follows what is on disk
+            _, others = self._log.write(docs, dim=self.dim, since=self._clock)
+            self._after_write(others, lambda: MatrixStore.upsert(self, docs))
 
     def delete(self, doc_ids: Sequence[str]) -> int:
         with self._lock:
-            if self._log is not None:
-                self._log.write(delete=list(doc_ids))
-            return super().delete(doc_ids)
+            if self._log is None:
+                return super().delete(doc_ids)
+            removed, others = self._log.write(delete=list(doc_ids), dim=self.dim, since=self._clock)
+            self._after_write(others, lambda: MatrixStore.delete(self, doc_ids))
+            return removed
+
+    def _after_write(self, others: Changes, ours: Any) -> None:
+        clock = others.clock
+        others.clock = self._clock
+        try:
+            self._apply(others)
+            ours()
+        except BaseException:
+            self._reload()  # RAM must never disagree with the committed file
+            raise
+        self._clock = clock
+
+    def _reload(self) -> None:
+        """Rebuild RAM from the file (after a failure that may have left RAM half-changed)."""
+        dim = self.dim
+        self.table = RowTable()
+        self.dim = None
+        self._matrix = np.zeros((0, 0), dtype=np.float32)
+        self._sub_cache.clear()
+        if dim is not None:
+            MatrixStore.open(self, dim)
+        self._load()
+        rebuild = getattr(self, "_rebuild_index", None)  # an ANN store's index follows the rows
+        if rebuild is not None:
+            rebuild()
 
     def close(self) -> None:
         if self._log is not None:

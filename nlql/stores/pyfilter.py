@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from nlql import values as V
+from nlql.patterns import Regex, compile_regex
 from nlql.pushdown import Cond, FAnd, Filter, FOr
 from nlql.stores.base import Row
 
@@ -62,20 +63,10 @@ def eval_cond(cond: Cond, value: Any) -> bool | None:
 _CMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 
 
-def _regex(p: str | re.Pattern[str]) -> re.Pattern[str]:
-    return p if isinstance(p, re.Pattern) else _compile(p)
-
-
-_compiled: dict[str, re.Pattern[str]] = {}
-
-
-def _compile(p: str) -> re.Pattern[str]:
-    rx = _compiled.get(p)
-    if rx is None:
-        rx = re.compile(p)
-        if len(_compiled) < 1024:
-            _compiled[p] = rx
-    return rx
+def _regex(p: str | re.Pattern[str] | Regex) -> Regex:
+    if isinstance(p, Regex):
+        return p
+    return compile_regex(p.pattern if isinstance(p, re.Pattern) else p)
 
 
 def eval_filter(flt: Filter, get: Callable[[tuple[str, ...]], Any]) -> bool | None:

@@ -15,6 +15,13 @@ Payload of a point (everything a re-attached store needs, no re-ingest)::
 Point ids are UUIDv5 of ``(doc_id, position)``; ``doc_id`` has a keyword index (delete/replace by doc)
 and ``seq`` an integer index (``max_seq`` by ``order_by``).
 
+BM25 in the server (:mod:`nlql.stores._terms`): each point also carries ``terms`` (its distinct analysed
+terms, keyword-indexed), ``tfs`` and ``nterms``; the collection ``<c>_stats`` holds one totals record per
+writer (sentences, total length, largest seq) and the analyzer. ``bm25_matches`` reads only the points
+that hold a query term, so every engine on one server ranks BM25 the same, at once after a write
+(``Capabilities.KEYWORD_STATS``). A collection written before these statistics existed keeps BM25 in the
+engine.
+
 Pushdown. Qdrant's own comparisons differ from SPEC §6 (type-strict ``match``, ``Range`` blind to
 numeric strings, ``must_not`` matching missing keys, any-element matching on arrays, token-based
 ``text``), so filters never touch ``meta`` directly: each leaf becomes comparisons on the typed views,
@@ -27,21 +34,23 @@ exists) and re-checked in the adapter with ``pyfilter``; explain shows it. LIKE 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import uuid
 from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
 import numpy as np
 
+from nlql import deadline
 from nlql import values as V
-from nlql.errors import BackendError, MissingDependencyError
+from nlql.errors import BackendError, MissingDependencyError, NLQLTimeoutError
 from nlql.pushdown import Capabilities, Filter, NativeFilter
+from nlql.stores import _terms, pyfilter
 from nlql.stores import _typed as T
-from nlql.stores import pyfilter
 from nlql.stores.base import DocRecord, Row, backend_errors, unit_id
 
 try:
@@ -57,6 +66,7 @@ except ImportError:  # pragma: no cover - layout of other client versions
     QdrantLocal = None  # type: ignore[assignment,misc]
 
 _NAMESPACE = uuid.UUID("8d0c6a53-2b9e-4d8e-9a57-6f1b0f3c1a77")
+_ANALYZER_ID = "00000000-0000-0000-0000-00000000a7a1"
 _UPSERT_BATCH = 512
 _SCROLL_PAGE = 1024
 _INT64 = (-(2**63), 2**63 - 1)
@@ -77,6 +87,10 @@ _OPS = frozenset({
     "eq", "ne", "lt", "le", "gt", "ge", "in", "not_in",
     "is_null", "is_not_null", "contains", "not_contains",
 })
+
+
+#: Collection-metadata keys of the store's record (``get_info``/``set_info``) start with this.
+_INFO_PREFIX = "nlql_info:"
 
 
 def point_id(doc_id: str, position: int) -> str:
@@ -111,9 +125,16 @@ class QdrantStore:
         collection: str = "nlql",
         exact: bool = True,
         hnsw_ef: int = 128,
+        analyzer: Any = None,
     ) -> None:
         if QdrantClient is None:
             raise MissingDependencyError("qdrant", "qdrant-client")
+        from nlql.text.analyzer import Analyzer
+
+        self.analyzer = analyzer if analyzer is not None else Analyzer()
+        self.stats_collection = f"{collection}_stats"
+        self._writer = str(uuid.uuid4())
+        self._mine = {"n": 0, "len": 0, "seq": 0}
         self.collection = collection
         self.exact = exact
         self.hnsw_ef = hnsw_ef
@@ -128,6 +149,9 @@ class QdrantStore:
             DATETIMES=True,
             EXACT=exact,
             SCORE_THRESHOLD=True,
+            DEADLINE=True,
+            BM25=True,
+            KEYWORD_STATS=True,
         )
         self.last_stats: dict[str, Any] = {}
         self._owns_client = client is None
@@ -147,9 +171,26 @@ class QdrantStore:
 
     # ------------------------------------------------------------------ lifecycle
 
-    def _backend(self, what: str) -> AbstractContextManager[None]:
-        """Turn driver failures into :class:`BackendError` naming the store and the operation."""
-        return backend_errors("qdrant", what)
+    @contextmanager
+    def _backend(self, what: str) -> Iterator[None]:
+        """Turn driver failures into :class:`BackendError` naming the store and the operation; a call
+        made after the search's deadline, or failing because it passed, is :class:`NLQLTimeoutError`."""
+        deadline.check("qdrant", what)
+        try:
+            with backend_errors("qdrant", what):
+                yield
+        except BackendError as exc:
+            current = deadline.current()
+            if current is not None and current.expired():
+                raise NLQLTimeoutError(f"qdrant: {what} ran out of time ({current.timeout} s)",
+                                       hint="raise timeout= or narrow the query") from exc
+            raise
+
+    @staticmethod
+    def _timeout() -> dict[str, Any]:
+        """The request ``timeout`` (whole seconds, the API's unit) from the search's time left."""
+        left = deadline.remaining()
+        return {} if left is None else {"timeout": max(1, math.ceil(left))}
 
     def open(self, dim: int) -> None:
         """Create the collection (cosine, ``dim``) and its payload indexes, or attach to an existing one.
@@ -177,6 +218,21 @@ class QdrantStore:
                 self._create_indexes()
             self._dim = dim
             self._max_seq = self._read_max_seq()
+            self._open_stats()
+
+    def get_info(self, key: str) -> str | None:
+        """A value of the store's record, kept in the collection's metadata (so a server shares it)."""
+        with self._backend("get_info"):
+            if not self.client.collection_exists(self.collection):
+                return None
+            meta = self.client.get_collection(self.collection).config.metadata or {}
+            value = meta.get(_INFO_PREFIX + key)
+            return None if value is None else str(value)
+
+    def set_info(self, key: str, value: str) -> None:
+        """Set a value of the store's record (Qdrant merges it into the collection's metadata)."""
+        with self._backend("set_info"):
+            self.client.update_collection(self.collection, metadata={_INFO_PREFIX + key: str(value)})
 
     def _create_indexes(self) -> None:
         import warnings
@@ -185,6 +241,101 @@ class QdrantStore:
             warnings.simplefilter("ignore")
             self.client.create_payload_index(self.collection, "doc_id", field_schema=qm.PayloadSchemaType.KEYWORD)
             self.client.create_payload_index(self.collection, "seq", field_schema=qm.PayloadSchemaType.INTEGER)
+            self.client.create_payload_index(self.collection, "terms", field_schema=qm.PayloadSchemaType.KEYWORD)
+
+    def _open_stats(self) -> None:
+        """Create or attach the per-writer totals; keep BM25 in the engine for a pre-statistics collection."""
+        if not self.client.collection_exists(self.stats_collection):
+            self.client.create_collection(self.stats_collection,
+                                          vectors_config=qm.VectorParams(size=1, distance=qm.Distance.DOT))
+        config = json.dumps(self.analyzer.config(), sort_keys=True)
+        got = self.client.retrieve(self.stats_collection, ids=[_ANALYZER_ID], with_payload=True)
+        stored = got[0].payload.get("config") if got else None
+        if stored is None:
+            if self.client.count(self.collection, exact=True).count == 0:
+                self.client.upsert(self.stats_collection, points=[qm.PointStruct(
+                    id=_ANALYZER_ID, vector=[1.0], payload={"kind": "analyzer", "config": config})], wait=True)
+                stored = config
+        if stored != config:
+            self.capabilities = dataclasses.replace(self.capabilities, BM25=False, KEYWORD_STATS=False)
+
+    def _totals(self) -> _terms.Totals:
+        flt = qm.Filter(must=[qm.FieldCondition(key="kind", match=qm.MatchValue(value="stats"))])
+        points, _ = self.client.scroll(self.stats_collection, scroll_filter=flt, limit=100_000, with_payload=True)
+        return _terms.Totals.sum(p.payload for p in points)
+
+    def _bump(self, dn: int, dlen: int, seq: int) -> None:
+        self._mine["n"] += dn
+        self._mine["len"] += dlen
+        self._mine["seq"] = max(self._mine["seq"], seq)
+        self.client.upsert(self.stats_collection, points=[qm.PointStruct(
+            id=self._writer, vector=[1.0], payload={"kind": "stats", **self._mine})], wait=True)
+
+    def keyword_index(self, analyzer: Any = None) -> _terms.StoreKeywordIndex | None:
+        """The engine's BM25 source when this store keeps terms for the engine's analyzer, else None."""
+        return _terms.keyword_index(self, analyzer)
+
+    def bm25_matches(self, text: str) -> tuple[list[tuple[str, int]], np.ndarray]:
+        """Every point holding a term of ``text``: its (doc_id, position) and BM25 score (> 0)."""
+        qkeys = _terms.query_keys(self.analyzer.terms(text))
+        if not qkeys:
+            return [], np.zeros(0, dtype=np.float64)
+        with self._backend("bm25"):
+            totals = self._totals()
+            flt = qm.Filter(must=[qm.FieldCondition(key="terms", match=qm.MatchAny(any=qkeys))])
+            points = list(self._scroll(flt, ["doc_id", "position", "terms", "tfs", "nterms"]))
+        rows = [(p.payload["terms"], p.payload["tfs"], int(p.payload["nterms"])) for p in points]
+        df = _terms.document_frequencies(qkeys, (r[0] for r in rows))
+        scores = _terms.bm25_scores(qkeys, rows, df, totals)
+        return [(p.payload["doc_id"], int(p.payload["position"])) for p in points], scores
+
+    def bm25_candidates(self, text: str, flt: NativeFilter | None = None,
+                        n: int | None = None) -> tuple[list[str], np.ndarray]:
+        """Point ids and BM25 scores (> 0) of the points passing ``flt`` that hold a term of ``text``.
+
+        Every such point is read (``n``, the number the caller needs, is not used to read fewer).
+        """
+        qkeys = _terms.query_keys(self.analyzer.terms(text))
+        if not qkeys or (flt is not None and flt.extra.get("empty")):
+            return [], np.zeros(0, dtype=np.float64)
+        check = flt.extra.get("check") if flt is not None else None
+        native = flt.native if flt is not None else None
+        terms = qm.FieldCondition(key="terms", match=qm.MatchAny(any=qkeys))
+        fields = ["terms", "tfs", "nterms"] + (_ROW_FIELDS if check is not None else [])
+        with self._backend("bm25"):
+            totals = self._totals()
+            cond = qm.Filter(must=[terms] + ([native] if native is not None else []))
+            points = list(self._scroll(cond, fields))
+            if check is not None:
+                points = [p for p in points if pyfilter.row_passes(check, _row(p))]
+            if native is not None or check is not None:
+                df = {t: int(self.client.count(self.collection, exact=True, count_filter=qm.Filter(
+                    must=[qm.FieldCondition(key="terms", match=qm.MatchValue(value=t))])).count) for t in qkeys}
+            else:
+                df = _terms.document_frequencies(qkeys, (p.payload["terms"] for p in points))
+        rows = [(p.payload["terms"], p.payload["tfs"], int(p.payload["nterms"])) for p in points]
+        return [str(p.id) for p in points], _terms.bm25_scores(qkeys, rows, df, totals)
+
+    def bm25_scores(self, text: str, rows: Sequence[Row]) -> np.ndarray:
+        """BM25 of ``text`` for each row (0.0 where no query term occurs); statistics over all points."""
+        qkeys = _terms.query_keys(self.analyzer.terms(text))
+        out = np.zeros(len(rows), dtype=np.float64)
+        if not qkeys or not rows:
+            return out
+        with self._backend("bm25"):
+            totals = self._totals()
+            df = {t: int(self.client.count(self.collection, exact=True, count_filter=qm.Filter(
+                must=[qm.FieldCondition(key="terms", match=qm.MatchValue(value=t))])).count) for t in qkeys}
+            ids = list(dict.fromkeys(point_id(r.doc_id, r.position) for r in rows))
+            got = {str(p.id): p.payload for p in self.client.retrieve(
+                self.collection, ids=ids, with_payload=["terms", "tfs", "nterms"])}
+        keys = [point_id(r.doc_id, r.position) for r in rows]
+        hit = [i for i, k in enumerate(keys) if "terms" in got.get(k, {})]
+        if hit:
+            out[hit] = _terms.bm25_scores(
+                qkeys, [(got[keys[i]]["terms"], got[keys[i]]["tfs"], int(got[keys[i]]["nterms"])) for i in hit],
+                df, totals)
+        return out
 
     def _read_max_seq(self) -> int:
         points, _ = self.client.scroll(
@@ -222,6 +373,7 @@ class QdrantStore:
         for doc in latest.values():
             points.extend(self._points(doc))
         with self._backend("upsert"):
+            old = self._old_lengths(list(latest))
             for i in range(0, len(points), _UPSERT_BATCH):
                 self.client.upsert(self.collection, points=points[i : i + _UPSERT_BATCH], wait=True)
             # positions are 0..n-1, so an older, longer version shows as a point at position n
@@ -239,7 +391,14 @@ class QdrantStore:
                 self.client.delete(
                     self.collection, points_selector=qm.FilterSelector(filter=qm.Filter(should=stale)), wait=True
                 )
+            new_len = sum(int(p.payload["nterms"]) for p in points)
+            self._bump(len(points) - len(old), new_len - sum(old), max(d.seq for d in latest.values()))
         self._max_seq = max(self._max_seq, *(doc.seq for doc in latest.values()))
+
+    def _old_lengths(self, doc_ids: list[str]) -> list[int]:
+        """``nterms`` of every stored point of these documents (for the BM25 totals)."""
+        flt = qm.Filter(must=[qm.FieldCondition(key="doc_id", match=qm.MatchAny(any=doc_ids))])
+        return [int((p.payload or {}).get("nterms", 0)) for p in self._scroll(flt, ["nterms"])]
 
     def _points(self, doc: DocRecord) -> list[Any]:
         meta = V.normalize_metadata(doc.metadata or {})
@@ -251,7 +410,11 @@ class QdrantStore:
         out = []
         for unit, vec in zip(doc.units, vectors, strict=True):
             payload = dict(base)
+            terms, tfs, length = _terms.sentence_terms(self.analyzer.terms(unit.content))
             payload.update(
+                terms=terms,
+                tfs=tfs,
+                nterms=length,
                 doc_id=doc.doc_id,
                 position=unit.position,
                 content=unit.content,
@@ -275,9 +438,11 @@ class QdrantStore:
             return 0
         with self._backend("delete"):
             flt = qm.Filter(must=[qm.FieldCondition(key="doc_id", match=qm.MatchAny(any=ids))])
-            found = {p.payload["doc_id"] for p in self._scroll(flt, ["doc_id"])}
+            old = list(self._scroll(flt, ["doc_id", "nterms"]))
+            found = {p.payload["doc_id"] for p in old}
             if found:
                 self.client.delete(self.collection, points_selector=qm.FilterSelector(filter=flt), wait=True)
+                self._bump(-len(old), -sum(int(p.payload.get("nterms", 0)) for p in old), 0)
         return len(found)
 
     # ------------------------------------------------------------------ reads
@@ -288,14 +453,16 @@ class QdrantStore:
             return int(self.client.count(self.collection, exact=True).count)
 
     def max_seq(self) -> int:
-        """The largest ``seq`` stored (or written by this store); 0 when empty, as the built-in store."""
-        return self._max_seq
+        """The largest ``seq`` any writer stored (or this store wrote); 0 when empty, as the built-in store."""
+        with self._backend("max_seq"):
+            return max(self._max_seq, self._totals().max_seq)
 
     def _scroll(self, flt: Any, payload: Any, with_vectors: bool = False) -> Iterator[Any]:
         offset = None
         while True:
             points, offset = self.client.scroll(
                 self.collection,
+                **self._timeout(),
                 scroll_filter=flt,
                 limit=_SCROLL_PAGE,
                 offset=offset,
@@ -322,7 +489,7 @@ class QdrantStore:
         if native_node != T.TRUE:
             cond = _render(native_node)
             native = cond if isinstance(cond, qm.Filter) else qm.Filter(must=[cond])
-        text = native.model_dump_json(exclude_none=True) if native is not None else "{}"
+        text = _filter_json(native) if native is not None else "{}"
         if check is not None:
             text += " then adapter check: " + "; ".join(sorted({_leaf_text(c) for c in T.opaque_leaves(node)}))
         return NativeFilter(native, text, {"check": check, "empty": False})
@@ -386,7 +553,7 @@ class QdrantStore:
             # one batched round trip; only a query whose k-th score ties the next one is widened alone
             limit = k + 1
             responses = self.client.query_batch_points(
-                self.collection,
+                self.collection, **self._timeout(),
                 requests=[
                     qm.QueryRequest(query=q.tolist(), filter=native, params=params, limit=limit,
                                     with_payload=["seq", "position"], score_threshold=threshold)
@@ -398,13 +565,14 @@ class QdrantStore:
             points = [resp.points for resp in responses]
             if native is not None and not (self.exact or self._local) and any(len(res) < k for res in points):
                 # HNSW with a filter on unindexed views may under-fill: count, and search short ones exactly
-                matches = int(self.client.count(self.collection, count_filter=native, exact=True).count)
+                matches = int(self.client.count(self.collection, count_filter=native, exact=True,
+                                                **self._timeout()).count)
                 short = [i for i, res in enumerate(points) if len(res) < min(k, matches)]
                 if short:
                     path, params, rounds = "native+exact", qm.SearchParams(exact=True), 2
                     for i in short:
                         points[i] = self.client.query_points(
-                            self.collection, query=queries[i].tolist(), query_filter=native, search_params=params,
+                            self.collection, **self._timeout(), query=queries[i].tolist(), query_filter=native, search_params=params,
                             limit=limit, with_payload=["seq", "position"], score_threshold=threshold,
                         ).points
             for q, res in zip(queries, points, strict=True):
@@ -413,7 +581,7 @@ class QdrantStore:
                     lim *= 2
                     rounds += 1
                     res = self.client.query_points(
-                        self.collection, query=q.tolist(), query_filter=native, search_params=params, limit=lim,
+                        self.collection, **self._timeout(), query=q.tolist(), query_filter=native, search_params=params, limit=lim,
                         with_payload=["seq", "position"], score_threshold=threshold,
                     ).points
                 res = sorted(res, key=lambda p: (-p.score, int(p.payload["seq"]), int(p.payload["position"])))
@@ -429,7 +597,8 @@ class QdrantStore:
         if not keys:
             return []
         with self._backend("fetch"):
-            points = self.client.retrieve(self.collection, ids=[str(k) for k in keys], with_payload=_ROW_FIELDS)
+            points = self.client.retrieve(self.collection, ids=[str(k) for k in keys], with_payload=_ROW_FIELDS,
+                                          **self._timeout())
         by_id = {str(p.id): _row(p) for p in points}
         return [by_id[str(k)] for k in keys if str(k) in by_id]
 
@@ -455,7 +624,8 @@ class QdrantStore:
         if keys:
             with self._backend("similarities"):
                 points = self.client.retrieve(
-                    self.collection, ids=[str(k) for k in keys], with_payload=False, with_vectors=True
+                    self.collection, ids=[str(k) for k in keys], with_payload=False, with_vectors=True,
+                    **self._timeout(),
                 )
             index = {str(k): i for i, k in enumerate(keys)}
             for p in points:
@@ -465,6 +635,16 @@ class QdrantStore:
 
 
 # ---------------------------------------------------------------------- payload helpers
+
+
+def _filter_json(native: Any) -> str:
+    """A Qdrant filter as compact JSON for explain; a lone surrogate (not UTF-8, so pydantic refuses
+    it) is written as its ``\\udXXX`` escape."""
+    try:
+        return str(native.model_dump_json(exclude_none=True))
+    except Exception:  # noqa: BLE001 - pydantic's serialisation error on a surrogate
+        return json.dumps(native.model_dump(mode="python", exclude_none=True), ensure_ascii=True,
+                          separators=(",", ":"), default=str)
 
 
 def _needs_json(value: Any) -> bool:

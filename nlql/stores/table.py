@@ -11,7 +11,6 @@ string, not once per row. The semantics are exactly :mod:`nlql.values`; tests co
 from __future__ import annotations
 
 import bisect
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -20,7 +19,9 @@ from typing import Any
 import numpy as np
 
 from nlql import values as V
+from nlql.patterns import matcher_for
 from nlql.pushdown import Cond, FAnd, Filter, FOr
+from nlql.schema import MetaSummary
 from nlql.stores.base import DocRecord, Row, unit_id
 from nlql.stores.pyfilter import eval_cond
 
@@ -212,20 +213,20 @@ def leaf_mask(col: Column, cond: Cond) -> np.ndarray:
 
             def fn(s: str) -> bool:
                 return needle in s.casefold()
-        elif base == "like":
-            rx = V.like_regex(cond.value)
-
-            def fn(s: str) -> bool:
-                return rx.fullmatch(s) is not None
-        else:
-            rx2 = re.compile(cond.value)
-
-            def fn(s: str) -> bool:
-                return rx2.search(s) is not None
+        else:  # LIKE and MATCH run in bounded time (nlql.patterns)
+            fn = matcher_for(base, cond.value)
         if op.startswith("not_"):
             return col.per_string(lambda s: not fn(s))
         return col.per_string(fn)
     raise ValueError(f"unknown filter op {op!r}")
+
+
+def latest_per_id(docs: Sequence[DocRecord]) -> list[DocRecord]:
+    """``docs`` with one record per id, the last one, in the order of those last records."""
+    if len({d.doc_id for d in docs}) == len(docs):
+        return list(docs)
+    last = {d.doc_id: i for i, d in enumerate(docs)}
+    return [d for i, d in enumerate(docs) if last[d.doc_id] == i]
 
 
 class RowTable:
@@ -246,6 +247,7 @@ class RowTable:
         self.doc_meta: list[dict[str, Any]] = []
         self.doc_slot: dict[str, int] = {}           # live doc_id -> slot
         self.doc_rows: dict[str, list[int]] = {}     # live doc_id -> row keys by position
+        self.summary = MetaSummary()                 # metadata keys of the live documents (nlql.schema)
         self.version = 0
         self._columns: dict[tuple[str, ...], Column] = {}
         self._row_columns: dict[str, Column] = {}
@@ -264,17 +266,20 @@ class RowTable:
         return len(self.doc_ids)
 
     def add(self, docs: Sequence[DocRecord]) -> np.ndarray:
-        """Append documents (replacing any live document with the same id); returns the new keys."""
+        """Append documents (replacing any live document with the same id); returns the new keys.
+
+        The same id twice in ``docs``: the last one wins (pass :func:`latest_per_id` of the batch to
+        know which rows were added)."""
+        docs = latest_per_id(docs)
         self.remove([d.doc_id for d in docs if d.doc_id in self.doc_slot])
         start = self.size
         new_row_doc: list[int] = []
         new_seq: list[int] = []
         new_pos: list[int] = []
         for d in docs:
-            if d.doc_id in self.doc_slot:  # the same id twice in one batch: the last one wins
-                self.remove([d.doc_id])
             slot = len(self.doc_meta)
             self.doc_meta.append(d.metadata)
+            self.summary.add(d.metadata)
             self.doc_slot[d.doc_id] = slot
             keys = []
             for u in d.units:
@@ -294,12 +299,7 @@ class RowTable:
         self.row_doc = np.concatenate([self.row_doc, np.asarray(new_row_doc, dtype=np.int64)])
         self.seq = np.concatenate([self.seq, np.asarray(new_seq, dtype=np.int64)])
         self.pos = np.concatenate([self.pos, np.asarray(new_pos, dtype=np.int64)])
-        alive = np.ones(n_new, dtype=bool)
-        # rows of a document replaced later in this same batch are dead
-        live_slots = set(self.doc_slot.values())
-        if len(live_slots) < len(self.doc_meta):
-            alive &= np.fromiter((s in live_slots for s in new_row_doc), dtype=bool, count=n_new)
-        self.alive = np.concatenate([self.alive, alive])
+        self.alive = np.concatenate([self.alive, np.ones(n_new, dtype=bool)])
         self._changed()
         return np.arange(start, self.size, dtype=np.int64)
 
@@ -310,7 +310,7 @@ class RowTable:
             keys = self.doc_rows.pop(doc_id, None)
             if keys is None:
                 continue
-            del self.doc_slot[doc_id]
+            self.summary.remove(self.doc_meta[self.doc_slot.pop(doc_id)])
             if keys:
                 self.alive[np.asarray(keys, dtype=np.int64)] = False
             removed += 1

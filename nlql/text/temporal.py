@@ -54,12 +54,15 @@ import re
 import threading
 import time
 from calendar import monthrange
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta, timezone, tzinfo
 from typing import Any, Literal
 
 from nlql.errors import PlanError
 
+# The free-text functions below (extract_period, temporal_value, describe_extraction, warm_up_extract,
+# postgres_temporal_value, SUPPORTED_LANGUAGES) are public too; __all__ keeps the WITHIN surface.
 __all__ = ["OPEN_END", "OPEN_START", "Period", "resolve_period", "warm_up"]
 
 #: Start of a period that is open to the past (``before 2020``).
@@ -718,3 +721,577 @@ def resolve_period(text: str, now: datetime) -> Period:
         open_start=resolved.open_start,
         open_end=resolved.open_end,
     )
+
+
+# ---------------------------------------------------------------------------- periods inside free text
+#
+# ``extract_period`` finds a period inside a whole question ("what did we decide last week?") for
+# ``TEMPORAL(path, text)``. Rules first, in three steps:
+#   1. English: every span of up to ``_SPAN_WORDS`` words that starts with a word that can open a
+#      period is resolved with the WITHIN rules above; the longest span that resolves wins.
+#   2. Spanish, French, German, Italian, Chinese: phrase rules that rewrite a foreign period into the
+#      English phrase the same rules resolve ("la semana pasada" → "last week", "上个月" → "last month").
+#   3. The longest match of steps 1 and 2 (in characters, then the leftmost) is the period.
+# Only when no rule matches, dateparser's ``search_dates`` looks for a single date (warmed once,
+# exceptions contained); its hits count only if they hold a digit and a month or a numeric date,
+# which drops its usual false positives ("may", "march", "do", "we", "now").
+
+SUPPORTED_LANGUAGES = ("en", "es", "fr", "de", "it", "zh")
+_SPAN_WORDS = 10
+_MAX_EXTRACT_INPUT = 2000  # longer text: only its first 2000 characters are searched
+_MAX_SEARCH_INPUT = 300  # dateparser's search is slow on long text
+
+_WORD_SPAN = re.compile(r"[^\s,;!?()\[\]{}\"“”«»„]+")
+_EDGE_PUNCT = ".:'’`*_"
+_EN_OPENERS = frozenset(
+    "today yesterday tomorrow tonight the this last next past previous prior coming current in within during "
+    "over on for since from starting beginning before after until till til up between earlier so year ytd "
+    "mtd qtd wtd early mid late start end week day a an one two three four five six seven eight nine ten "
+    "eleven twelve fifteen twenty thirty sixty ninety hundred couple prior later no".split()
+) | frozenset(_MONTHS) | frozenset(_WEEKDAYS)
+_OPENER_SHAPE = re.compile(r"^(?:\d|q[1-4]|h[12]\b|'?\d0'?s$)")
+_BARE_YEAR = re.compile(r"^\d{1,6}$")  # a bare number is a period only with a preposition before it
+_BARE_HALF = re.compile(r"^h[12]$")  # "h1" alone is a heading, not the first half of the year
+
+
+def _en_candidates(text: str, clock: _Clock) -> list[tuple[int, int, _Resolved]]:
+    words: list[tuple[int, int, str]] = []
+    for m in _WORD_SPAN.finditer(text):
+        w = m.group()
+        lead = len(w) - len(w.lstrip(_EDGE_PUNCT))
+        trail = len(w) - len(w.rstrip(_EDGE_PUNCT))
+        if lead + trail >= len(w):
+            continue
+        s, e = m.start() + lead, m.end() - trail
+        if text[s:e].endswith(("'s", "’s")):  # "last month's notes"
+            e -= 2
+        words.append((s, e, text[s:e].casefold()))
+    out: list[tuple[int, int, _Resolved]] = []
+    n = len(words)
+    for i, (start, _, first) in enumerate(words):
+        if first not in _EN_OPENERS and _OPENER_SHAPE.match(first) is None:
+            continue
+        for j in range(min(n, i + _SPAN_WORDS), i, -1):  # longest first
+            end = words[j - 1][1]
+            s = _normalise(text[start:end])
+            if not s or (j == i + 1 and (_BARE_YEAR.match(s) or _BARE_HALF.match(s))):
+                continue
+            try:
+                r = _resolve_rules(s, clock)
+                if r is not None and s.startswith("from ") and _range(s, clock) is None:
+                    # In a question "notes from June 2024" means the notes of June 2024; only WITHIN
+                    # reads a lone "from X" as "since X".
+                    r = _resolve_rules(s[5:], clock) or r
+            except (_OutOfRange, OverflowError, ValueError):
+                r = None
+            if r is not None and not r.end < r.start:
+                out.append((start, end, r))
+                break
+    return out
+
+
+# --- foreign phrase rules: each rewrites a match into an English phrase the WITHIN rules resolve
+
+_NUM = {
+    # es
+    "un": 1, "una": 1, "uno": 1, "dos": 2, "tres": 3, "cuatro": 4, "cinco": 5, "seis": 6, "siete": 7,
+    "ocho": 8, "nueve": 9, "diez": 10,
+    # fr
+    "une": 1, "deux": 2, "trois": 3, "quatre": 4, "cinq": 5, "sept": 7, "huit": 8, "neuf": 9, "dix": 10,
+    # de
+    "ein": 1, "eine": 1, "einem": 1, "einer": 1, "einen": 1, "zwei": 2, "drei": 3, "vier": 4, "fünf": 5,
+    "sechs": 6, "sieben": 7, "acht": 8, "neun": 9, "zehn": 10,
+    # it
+    "due": 2, "tre": 3, "quattro": 4, "cinque": 5, "sei": 6, "sette": 7, "otto": 8, "nove": 9, "dieci": 10,
+    # zh
+    "一": 1, "两": 2, "二": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7, "八": 8, "九": 9, "十": 10,
+    "十一": 11, "十二": 12,
+}
+
+
+def _num(word: str) -> int:
+    w = word.casefold()
+    return int(w) if w.isdigit() else _NUM[w]
+
+
+_FOREIGN_MONTHS: dict[str, dict[str, str]] = {
+    "es": dict(zip("enero febrero marzo abril mayo junio julio agosto septiembre octubre noviembre diciembre".split(),
+                   "january february march april may june july august september october november december".split()))
+    | {"setiembre": "september"},
+    "fr": dict(zip("janvier février mars avril mai juin juillet août septembre octobre novembre décembre".split(),
+                   "january february march april may june july august september october november december".split()))
+    | {"fevrier": "february", "aout": "august", "decembre": "december"},
+    "de": dict(zip("januar februar märz april mai juni juli august september oktober november dezember".split(),
+                   "january february march april may june july august september october november december".split()))
+    | {"jänner": "january", "maerz": "march"},
+    "it": dict(zip("gennaio febbraio marzo aprile maggio giugno luglio agosto settembre ottobre novembre dicembre".split(),
+                   "january february march april may june july august september october november december".split())),
+}
+_FOREIGN_WEEKDAYS: dict[str, dict[str, str]] = {
+    "es": dict(zip("lunes martes miércoles jueves viernes sábado domingo".split(),
+                   "monday tuesday wednesday thursday friday saturday sunday".split()))
+    | {"miercoles": "wednesday", "sabado": "saturday"},
+    "fr": dict(zip("lundi mardi mercredi jeudi vendredi samedi dimanche".split(),
+                   "monday tuesday wednesday thursday friday saturday sunday".split())),
+    "de": dict(zip("montag dienstag mittwoch donnerstag freitag samstag sonntag".split(),
+                   "monday tuesday wednesday thursday friday saturday sunday".split())),
+    "it": dict(zip("lunedì martedì mercoledì giovedì venerdì sabato domenica".split(),
+                   "monday tuesday wednesday thursday friday saturday sunday".split()))
+    | {"lunedi": "monday", "martedi": "tuesday", "mercoledi": "wednesday", "giovedi": "thursday",
+       "venerdi": "friday"},
+}
+# unit words → English unit
+_FOREIGN_UNITS: dict[str, dict[str, str]] = {
+    "es": {"día": "day", "dia": "day", "días": "day", "dias": "day", "semana": "week", "semanas": "week",
+           "mes": "month", "meses": "month", "año": "year", "años": "year", "ano": "year", "anos": "year"},
+    "fr": {"jour": "day", "jours": "day", "semaine": "week", "semaines": "week", "mois": "month", "an": "year",
+           "ans": "year", "année": "year", "années": "year", "annee": "year", "annees": "year"},
+    "de": {"tag": "day", "tagen": "day", "tage": "day", "woche": "week", "wochen": "week", "monat": "month",
+           "monaten": "month", "monate": "month", "jahr": "year", "jahren": "year", "jahre": "year"},
+    "it": {"giorno": "day", "giorni": "day", "settimana": "week", "settimane": "week", "mese": "month",
+           "mesi": "month", "anno": "year", "anni": "year"},
+}
+
+
+def _alt(words: Iterable[str]) -> str:
+    return "(?:" + "|".join(sorted((re.escape(w) for w in words), key=len, reverse=True)) + ")"
+
+
+def _rules_for(lang: str) -> list[tuple[re.Pattern[str], Callable[[re.Match[str]], str]]]:
+    """(pattern, English phrase builder) pairs for one language, longest phrases first."""
+    rules: list[tuple[str, Callable[[re.Match[str]], str]]] = []
+    if lang == "zh":
+        cn = r"(?P<n>\d{1,3}|十[一二]?|[一两二三四五六七八九十])"
+        m12 = r"(?P<m>1[0-2]|0?[1-9]|十[一二]?|[一二三四五六七八九十])"
+        unit = r"(?P<u>天|日|周|个?星期|个?礼拜|个?月|年)"
+
+        def zh_unit(u: str) -> str:
+            return {"天": "day", "日": "day", "周": "week", "月": "month", "年": "year"}.get(u[-1], "week")
+
+        rules += [
+            (r"(?P<y>\d{4})年" + m12 + r"月(?P<d>\d{1,2})[日号]",
+             lambda m: f"{m['y']}-{_num(m['m']):02d}-{int(m['d']):02d}"),
+            (r"(?P<y>\d{4})年" + m12 + r"月份?", lambda m: f"{m['y']}-{_num(m['m']):02d}"),
+            (m12 + r"月(?P<d>\d{1,2})[日号]", lambda m: f"{_MONTH_NAMES[_num(m['m'])]} {int(m['d'])}"),
+            (r"(?P<y>\d{4})年", lambda m: m["y"]),
+            (cn + unit + r"(?:之|以)?前", lambda m: f"{_num(m['n'])} {zh_unit(m['u'])}s ago"),
+            (r"(?:过去|最近|近)(?:的)?" + cn + unit, lambda m: f"the past {_num(m['n'])} {zh_unit(m['u'])}s"),
+            (r"(?:上个?|前一个?)(?:星期|礼拜|周)", lambda m: "last week"),
+            (r"(?:这个?|本)(?:星期|礼拜|周)", lambda m: "this week"),
+            (r"下个?(?:星期|礼拜|周)", lambda m: "next week"),
+            (r"上个?季度", lambda m: "last quarter"),
+            (r"(?:这个?|本)季度", lambda m: "this quarter"),
+            (r"上个?月", lambda m: "last month"),
+            (r"(?:这个?|本)月", lambda m: "this month"),
+            (r"下个?月", lambda m: "next month"),
+            (m12 + r"月份?", lambda m: f"in {_MONTH_NAMES[_num(m['m'])]}"),
+            (r"前天", lambda m: "the day before yesterday"),
+            (r"后天", lambda m: "the day after tomorrow"),
+            (r"昨天|昨日", lambda m: "yesterday"),
+            (r"今天|今日", lambda m: "today"),
+            (r"明天|明日", lambda m: "tomorrow"),
+            (r"前年", lambda m: "2 years ago"),
+            (r"去年", lambda m: "last year"),
+            (r"今年", lambda m: "this year"),
+            (r"明年", lambda m: "next year"),
+        ]
+        # "X以来" = since X
+        return [(re.compile(p + r"(?P<since>以来)?"), _since_zh(f)) for p, f in rules]
+    months, weekdays, units = _FOREIGN_MONTHS[lang], _FOREIGN_WEEKDAYS[lang], _FOREIGN_UNITS[lang]
+    M = "(?P<month>" + _alt(months)[3:]
+    WD = "(?P<wd>" + _alt(weekdays)[3:]
+    U = "(?P<unit>" + _alt(units)[3:]
+    N = r"(?P<n>\d{1,3}|" + _alt(w for w in _NUM if not w[0] > "\u2e80")[3:]
+    Y = r"(?P<year>\d{4})"
+
+    def month(m: re.Match[str]) -> str:
+        return months[m["month"].casefold()]
+
+    def unit(m: re.Match[str]) -> str:
+        return f"{_num(m['n'])} {units[m['unit'].casefold()]}s"
+
+    def wd(m: re.Match[str]) -> str:
+        return weekdays[m["wd"].casefold()]
+
+    def rel(word: str) -> Callable[[re.Match[str]], str]:
+        return lambda m: word
+
+    if lang == "es":
+        since = r"desde(?: (?:el|la|hace))?"
+        rules += [
+            (rf"(?:el |del )?{_DAY_NUM} de {M}(?: de(?:l)? {Y})?", lambda m: _dm(m, month(m))),
+            (rf"(?:en |de )?{M} (?:de(?:l)? )?{Y}", lambda m: f"{month(m)} {m['year']}"),
+            (rf"(?:el )?{M} pasado", lambda m: f"last {month(m)}"),
+            (rf"el pasado {M}", lambda m: f"last {month(m)}"),
+            (rf"(?:en|durante) (?:el mes de )?{M}", lambda m: f"in {month(m)}"),
+            (rf"(?:en |durante )?(?:los|las) (?:últimos|últimas|ultimos|ultimas) {N} {U}", lambda m: f"the past {unit(m)}"),
+            (rf"hace {N} {U}", lambda m: f"{unit(m)} ago"),
+            (r"(?:la |esta )?semana (?:pasada|anterior)|la (?:última|ultima) semana", rel("last week")),
+            (r"(?:el )?mes (?:pasado|anterior)|el (?:último|ultimo) mes", rel("last month")),
+            (r"(?:el )?año (?:pasado|anterior)|el (?:último|ultimo) año", rel("last year")),
+            (r"(?:el )?trimestre (?:pasado|anterior)", rel("last quarter")),
+            (r"(?:el )?fin de semana (?:pasado|anterior)", rel("last weekend")),
+            (r"esta semana", rel("this week")), (r"este mes", rel("this month")), (r"este año", rel("this year")),
+            (r"(?:la )?(?:próxima|proxima) semana|(?:la )?semana (?:próxima|proxima|que viene)", rel("next week")),
+            (r"(?:el )?(?:próximo|proximo) mes|(?:el )?mes (?:próximo|proximo|que viene)", rel("next month")),
+            (r"(?:el )?(?:próximo|proximo) año|(?:el )?año (?:próximo|proximo|que viene)", rel("next year")),
+            (rf"(?:el )?{WD} pasado", lambda m: f"last {wd(m)}"),
+            (rf"el pasado {WD}", lambda m: f"last {wd(m)}"),
+            (rf"el {WD}", wd),
+            (r"anteayer|antes de ayer", rel("the day before yesterday")),
+            (r"pasado mañana", rel("the day after tomorrow")),
+            (r"ayer", rel("yesterday")), (r"hoy|esta mañana|esta tarde|esta noche", rel("today")),
+            (r"(?<!la )(?<!una )(?<!esta )mañana", rel("tomorrow")),  # "por la mañana" is "in the morning"
+        ]
+    elif lang == "fr":
+        since = r"depuis(?: le| la| l'| les)?"
+        rules += [
+            (rf"(?:le )?{_DAY_NUM}(?:er)? {M}(?: {Y})?", lambda m: _dm(m, month(m))),
+            (rf"(?:en |au mois de )?{M} {Y}", lambda m: f"{month(m)} {m['year']}"),
+            (rf"(?:en )?{M} dernier", lambda m: f"last {month(m)}"),
+            (rf"(?:en|au mois de|pendant|durant) {M}", lambda m: f"in {month(m)}"),
+            (rf"(?:les|ces|au cours des) {N} (?:derniers|dernières|dernieres) {U}", lambda m: f"the past {unit(m)}"),
+            (rf"il y a {N} {U}", lambda m: f"{unit(m)} ago"),
+            (r"(?:la )?semaine (?:dernière|derniere|passée|passee|précédente|precedente)", rel("last week")),
+            (r"(?:le )?mois (?:dernier|passé|passe|précédent|precedent)", rel("last month")),
+            (r"(?:l'|l’)?(?:année|annee|an) (?:dernière|derniere|dernier|passée|passee|précédente|precedente)",
+             rel("last year")),
+            (r"(?:le )?trimestre (?:dernier|passé|passe|précédent|precedent)", rel("last quarter")),
+            (r"(?:le )?week-end (?:dernier|passé|passe)", rel("last weekend")),
+            (r"cette semaine", rel("this week")), (r"ce mois(?:-ci)?", rel("this month")),
+            (r"cette (?:année|annee)", rel("this year")),
+            (r"(?:la )?semaine prochaine", rel("next week")), (r"(?:le )?mois prochain", rel("next month")),
+            (r"(?:l'|l’)?(?:année|annee) prochaine", rel("next year")),
+            (rf"{WD} (?:dernier|passé|passe)", lambda m: f"last {wd(m)}"),
+            (r"avant-hier|avant hier", rel("the day before yesterday")),
+            (r"après-demain|apres-demain", rel("the day after tomorrow")),
+            (r"hier(?: soir| matin| après-midi| apres-midi)", rel("yesterday")),
+            (r"hier", _french_hier), (r"aujourd['’]hui|ce matin|ce soir", rel("today")),
+            (r"demain", rel("tomorrow")),
+        ]
+    elif lang == "de":
+        since = r"seit(?: dem| der| letzter| letztem)?"
+        e = r"(?:e|en|er|es|em)?"
+        rules += [
+            (rf"(?:am |vom )?{_DAY_NUM}\. ?{M}(?: {Y})?", lambda m: _dm(m, month(m))),
+            (rf"(?:im )?{M} {Y}", lambda m: f"{month(m)} {m['year']}"),
+            (rf"(?:im )?(?:letzten|vergangenen|vorigen) {M}", lambda m: f"last {month(m)}"),
+            (rf"(?:im|in|während des) {M}", lambda m: f"in {month(m)}"),
+            (rf"(?:in den |die |während der )?(?:letzten|vergangenen) {N} {U}", lambda m: f"the past {unit(m)}"),
+            (rf"vor {N} {U}", lambda m: f"{unit(m)} ago"),
+            (rf"(?:in der )?(?:letzt|vergangen|vorig){e} woche|(?:in der )?vorwoche", rel("last week")),
+            (rf"(?:im )?(?:letzt|vergangen|vorig){e} monat|(?:im )?vormonat", rel("last month")),
+            (rf"(?:im )?(?:letzt|vergangen|vorig){e} jahr|(?:im )?vorjahr", rel("last year")),
+            (rf"(?:im )?(?:letzt|vergangen|vorig){e} quartal", rel("last quarter")),
+            (rf"(?:am )?(?:letzt|vergangen|vorig){e} wochenende", rel("last weekend")),
+            (rf"(?:in )?dies{e} woche", rel("this week")), (rf"(?:in )?dies{e} monat", rel("this month")),
+            (rf"(?:in )?dies{e} jahr", rel("this year")),
+            (rf"(?:in der |im )?nächst{e} woche|(?:in der |im )?naechst{e} woche", rel("next week")),
+            (rf"(?:im )?nächst{e} monat", rel("next month")), (rf"(?:im )?nächst{e} jahr", rel("next year")),
+            (rf"(?:am )?(?:letzt|vergangen|vorig){e} {WD}", lambda m: f"last {wd(m)}"),
+            (rf"am {WD}", wd),
+            (r"vorgestern", rel("the day before yesterday")), (r"übermorgen", rel("the day after tomorrow")),
+            (r"gestern(?: morgen| abend| nachmittag)?", rel("yesterday")),
+            (r"heute(?: morgen| abend| nachmittag)?", rel("today")),
+            (r"(?<!guten )morgen", rel("tomorrow")),  # "guten Morgen" is "good morning"
+        ]
+    else:  # it
+        since = r"(?:da|dal|dalla|dallo|dall'|dall’|a partire da(?:l|lla)?)"
+        rules += [
+            (rf"(?:il |l'|l’)?{_DAY_NUM} {M}(?: {Y})?", lambda m: _dm(m, month(m))),
+            (rf"(?:a |in |nel |di )?{M} (?:del )?{Y}", lambda m: f"{month(m)} {m['year']}"),
+            (rf"(?:a |in )?{M} scorso", lambda m: f"last {month(m)}"),
+            (rf"lo scorso {M}", lambda m: f"last {month(m)}"),
+            (rf"(?:a|in|nel|nel mese di|durante) {M}", lambda m: f"in {month(m)}"),
+            (rf"(?:negli |nelle |gli |le )?(?:ultimi|ultime) {N} {U}", lambda m: f"the past {unit(m)}"),
+            (rf"{N} {U} fa", lambda m: f"{unit(m)} ago"),
+            (r"(?:la |nella )?settimana (?:scorsa|passata)|(?:la |nella )?scorsa settimana", rel("last week")),
+            (r"(?:il |nel |lo )?mese (?:scorso|passato)|(?:lo |nello )?scorso mese", rel("last month")),
+            (r"(?:l'|l’|nell'|nell’)?anno (?:scorso|passato)|(?:lo |nello )?scorso anno", rel("last year")),
+            (r"(?:il |nel |lo )?trimestre (?:scorso|passato)", rel("last quarter")),
+            (r"(?:il |lo )?(?:fine settimana|weekend) (?:scorso|passato)", rel("last weekend")),
+            (r"questa settimana", rel("this week")), (r"questo mese", rel("this month")),
+            (r"quest['’]anno", rel("this year")),
+            (r"(?:la )?(?:prossima settimana|settimana prossima)", rel("next week")),
+            (r"(?:il )?(?:prossimo mese|mese prossimo)", rel("next month")),
+            (r"(?:l['’])?(?:anno prossimo)|(?:il )?prossimo anno", rel("next year")),
+            (rf"{WD} scors[oa]", lambda m: f"last {wd(m)}"),
+            (rf"(?:lo |la )?scors[oa] {WD}", lambda m: f"last {wd(m)}"),
+            (r"l['’]altro ieri|altroieri|l['’]altroieri", rel("the day before yesterday")),
+            (r"dopodomani", rel("the day after tomorrow")),
+            (r"ieri", rel("yesterday")), (r"oggi|stamattina|stasera", rel("today")), (r"domani", rel("tomorrow")),
+        ]
+    compiled = []
+    for p, f in rules:
+        pattern = re.compile(rf"(?<!\w)(?:(?P<since>{since}) )?(?:{p})(?!\w)", re.IGNORECASE)
+        compiled.append((pattern, _with_since(f)))
+    return compiled
+
+
+_DAY_NUM = r"(?P<day>[0-3]?\d)"
+_GERMAN = re.compile(r"(?<!\w)(?:ist|sind|war|wir|ich|was|wer|wo|der|die|das|und|nicht|haben|habe|hat|gibt|es|sie|"
+                     r"bitte|noch|schon|auch|mit|von|zu|bin|bist)(?!\w)", re.IGNORECASE)
+_FRENCH = re.compile(r"(?<!\w)(?:nous|vous|avons|avez|est|sont|qu|le|la|les|des|du|une|qui|quoi|que|ce|on|je|"
+                     r"ai|a|été|fait|dit|depuis)(?!\w)", re.IGNORECASE)
+
+
+def _french_hier(m: re.Match[str]) -> str:
+    """French "hier" is German "here": yesterday only if the text does not read as German."""
+    text = m.string
+    if _GERMAN.search(text) and not _FRENCH.search(text):
+        return ""
+    return "yesterday"
+_MONTH_NAMES = dict(enumerate("january february march april may june july august september october november december".split(), 1))
+
+
+def _dm(m: re.Match[str], month: str) -> str:
+    return f"{int(m['day'])} {month}" + (f" {m['year']}" if m["year"] else "")
+
+
+def _with_since(f: Callable[[re.Match[str]], str]) -> Callable[[re.Match[str]], str]:
+    return lambda m: ("since " if m["since"] else "") + f(m)
+
+
+def _since_zh(f: Callable[[re.Match[str]], str]) -> Callable[[re.Match[str]], str]:
+    return lambda m: ("since " if m["since"] else "") + f(m)
+
+
+_foreign_cache: dict[str, list[tuple[re.Pattern[str], Callable[[re.Match[str]], str]]]] = {}
+_foreign_lock = threading.Lock()
+
+
+def _foreign_rules(lang: str) -> list[tuple[re.Pattern[str], Callable[[re.Match[str]], str]]]:
+    rules = _foreign_cache.get(lang)
+    if rules is None:
+        with _foreign_lock:
+            rules = _foreign_cache.get(lang)
+            if rules is None:
+                rules = _foreign_cache[lang] = _rules_for(lang)
+    return rules
+
+
+def _foreign_candidates(text: str, clock: _Clock, lang: str) -> list[tuple[int, int, _Resolved]]:
+    out: list[tuple[int, int, _Resolved]] = []
+    for pattern, build in _foreign_rules(lang):
+        for m in pattern.finditer(text):
+            try:
+                r = _resolve_rules(_normalise(build(m)), clock)
+            except (_OutOfRange, OverflowError, ValueError, KeyError):
+                r = None
+            if r is not None and not r.end < r.start:
+                out.append((m.start(), m.end(), r))
+    return out
+
+
+# --- the dateparser fallback
+
+_search_lock = threading.Lock()
+_search_warm: set[tuple[str, ...]] = set()
+_ALL_MONTH_WORDS = frozenset(_MONTHS) | frozenset(w for table in _FOREIGN_MONTHS.values() for w in table)
+_NUMERIC_DATE = re.compile(r"\d{1,4}\s*[./-]\s*\d{1,2}(?:\s*[./-]\s*\d{1,4})?|\d{4}年|\d{1,2}月")
+_LETTER_WORDS = re.compile(r"[^\W\d_]+")
+_DIGITS = re.compile(r"\d+")
+
+
+def _search_day(text: str, clock: _Clock, languages: tuple[str, ...]) -> tuple[int, int, date] | None:
+    """One day found by dateparser's search in ``text``, or None; never raises."""
+    if len(text) > _MAX_SEARCH_INPUT or not any(c.isdigit() for c in text):
+        return None
+    try:
+        from dateparser.search import search_dates
+
+        settings = {
+            "PREFER_DATES_FROM": "past",
+            "RELATIVE_BASE": clock.now.replace(tzinfo=None),
+            "RETURN_AS_TIMEZONE_AWARE": False,
+        }
+        with _search_lock:  # dateparser's language loading is not thread-safe on first use
+            found = search_dates(text, languages=list(languages), settings=settings) or []
+            _search_warm.add(languages)
+    except Exception:  # dateparser is a best-effort fallback: any failure means "no date"
+        return None
+    for sub, moment in found:
+        if not isinstance(sub, str) or not isinstance(moment, datetime):
+            continue
+        low = sub.casefold()
+        if not any(c.isdigit() for c in low):
+            continue  # "may", "march", "do", "we", "now", "sat": words, not dates
+        numbers = len(_DIGITS.findall(low))
+        month_word = any(w in _ALL_MONTH_WORDS for w in _LETTER_WORDS.findall(low))
+        if not (numbers >= 2 and _NUMERIC_DATE.search(low)) and not (numbers >= 1 and month_word):
+            continue  # a day needs a day and a month: "3", "at 10", "5月", "2024年" are not days
+        d = moment.date()
+        if not _MIN_YEAR <= d.year <= _MAX_YEAR:
+            continue
+        start = max(text.find(sub), 0)
+        end = start + len(sub)
+        # dateparser takes neighbouring words along ("on 25.12.2024 we"): keep from the first to the
+        # last word that holds a digit or names a month
+        words = [(w.start(), w.end()) for w in _WORD_SPAN.finditer(text, start, end)
+                 if any(c.isdigit() for c in w.group()) or w.group().casefold().strip(_EDGE_PUNCT) in _ALL_MONTH_WORDS]
+        if words:
+            start, end = words[0][0], words[-1][1]
+        return (start, end, d)
+    return None
+
+
+def warm_up_extract(languages: Sequence[str] = SUPPORTED_LANGUAGES) -> float:
+    """Load dateparser's search for ``languages`` once, so the first TEMPORAL query does not pay it.
+
+    Returns:
+        The seconds it took (0.0 when already warm or when dateparser is missing).
+    """
+    langs = _languages(languages)
+    if langs in _search_warm:
+        return 0.0
+    t0 = time.perf_counter()
+    _search_day("12/25/2024", _Clock(datetime(2026, 1, 15, 12, 0, tzinfo=timezone.utc)), langs)
+    _search_warm.add(langs)
+    return time.perf_counter() - t0
+
+
+def _languages(languages: Sequence[str] | str) -> tuple[str, ...]:
+    if isinstance(languages, str):
+        languages = (languages,)
+    out = []
+    for lang in languages:
+        code = str(lang).strip().lower()
+        if code not in SUPPORTED_LANGUAGES:
+            raise ValueError(f"unsupported language {lang!r} for periods; choose from {', '.join(SUPPORTED_LANGUAGES)}")
+        if code not in out:
+            out.append(code)
+    return tuple(out)
+
+
+def extract_period(text: str, now: datetime, languages: Sequence[str] | str = SUPPORTED_LANGUAGES, *,
+                   fallback: bool = True) -> Period | None:
+    """Find the period a free text (a whole question) talks about, as a half-open range, or None.
+
+    Args:
+        text: Free text: ``"what did we decide last week?"``, ``"¿qué decidimos la semana pasada?"``.
+        now: The engine clock (timezone-aware); calendar units are taken in its time zone.
+        languages: The languages whose phrases are looked for (of :data:`SUPPORTED_LANGUAGES`).
+        fallback: Let dateparser's search look for a single date when no rule matched.
+
+    Returns:
+        The :class:`Period` (``text`` is the part of ``text`` that named it, ``method`` says which
+        step found it), or None when the text names no period.
+
+    Raises:
+        ValueError: ``now`` is naive or a language is not supported (programmer errors).
+
+    >>> from datetime import datetime, timezone
+    >>> now = datetime(2026, 11, 30, 15, 0, tzinfo=timezone.utc)  # a Monday
+    >>> p = extract_period("What did we decide last week?", now)
+    >>> p.text, p.description
+    ('last week', '2026-11-23T00:00:00+00:00 .. 2026-11-30T00:00:00+00:00')
+    >>> extract_period("letzte Woche", now).description == extract_period("上周", now).description == p.description
+    True
+    >>> extract_period("I may do it in a moment", now) is None
+    True
+    """
+    if now.tzinfo is None or now.utcoffset() is None:
+        raise ValueError("extract_period needs a timezone-aware 'now'")
+    langs = _languages(languages)
+    if not isinstance(text, str) or not text.strip():
+        return None
+    text = text[:_MAX_EXTRACT_INPUT]
+    clock = _Clock(now)
+    cands: list[tuple[int, int, _Resolved]] = []
+    if "en" in langs:
+        cands += _en_candidates(text, clock)
+    for lang in langs:
+        if lang != "en":
+            cands += _foreign_candidates(text, clock, lang)
+    method: Literal["rule", "dateparser"] = "rule"
+    if cands:
+        start, end, r = min(cands, key=lambda c: (-(c[1] - c[0]), c[0]))
+    elif fallback and (hit := _search_day(text, clock, langs)) is not None:
+        start, end, d = hit
+        r = _Resolved(clock.at(d), clock.at(d + timedelta(days=1)))
+        method = "dateparser"
+    else:
+        return None
+    return Period(
+        start=r.start, end=r.end, text=text[start:end], method=method,
+        description=f"{_fmt(r.start, r.open_start, '-')} .. {_fmt(r.end, r.open_end, '+')}",
+        open_start=r.open_start, open_end=r.open_end,
+    )
+
+
+def describe_extraction(period: Period | None) -> str:
+    """The explain line for TEMPORAL: the period found and its range, or ``no period found``."""
+    if period is None:
+        return "no period found"
+    return f"period {period.text!r} ({period.method}): [{period.description})"
+
+
+# ---------------------------------------------------------------------------- the TEMPORAL value
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_MICRO = timedelta(microseconds=1)
+
+
+def _micros(moment: datetime) -> int:
+    return (moment - _EPOCH) // _MICRO
+
+
+def temporal_value(moment: datetime | None, period: Period | None) -> float | None:
+    """TEMPORAL's value for a row dated ``moment``: in (0.5, 1] inside the period, else None.
+
+    With ``A``, ``B``, ``X`` the period's start, end and the moment in whole microseconds since the
+    Unix epoch (exact integers)::
+
+        value = 1 − (0.5 × |2X − A − B|) / (B − A + 2)
+
+    so 1.0 at the midpoint, falling linearly towards the edges, and just above 0.5 at the first
+    microsecond (the ``+ 2`` keeps the start, which the half-open period includes, above 0.5). A
+    period open on one side (``after 2020``) has no midpoint: every moment inside gets 1.0. The
+    float operations are fixed (two exact integer→float conversions, one multiply, one divide, one
+    subtract) so SQL computes the same value (:func:`postgres_temporal_value`).
+
+    Args:
+        moment: The row's date as an aware datetime (None → None).
+        period: The period extracted from the text (None → None: no period, no value).
+
+    >>> from datetime import datetime, timezone
+    >>> now = datetime(2026, 11, 30, 15, 0, tzinfo=timezone.utc)
+    >>> p = extract_period("last week", now)
+    >>> temporal_value(datetime(2026, 11, 26, 12, tzinfo=timezone.utc), p)
+    1.0
+    >>> 0.5 < temporal_value(p.start, p) < 0.50001, temporal_value(p.end, p)
+    (True, None)
+    """
+    if moment is None or period is None:
+        return None
+    if moment.tzinfo is None or moment.utcoffset() is None:
+        raise ValueError("temporal_value needs a timezone-aware moment")
+    if not period.contains(moment):
+        return None
+    if period.open_start or period.open_end:
+        return 1.0
+    a, b, x = _micros(period.start), _micros(period.end), _micros(moment)
+    return 1.0 - (0.5 * float(abs(2 * x - a - b))) / float(b - a + 2)
+
+
+def postgres_temporal_value(column_sql: str, period: Period | None) -> Any:
+    """SQL for :func:`temporal_value` of a ``timestamptz`` expression (a :class:`~nlql.text.graph.SqlStatement`).
+
+    ``column_sql`` is SQL text the caller built (e.g. ``"u.date"``); the period's bounds are bound
+    values. NULL outside the period, and NULL everywhere when ``period`` is None.
+    """
+    from nlql.text.graph import SqlStatement, SqlValue
+
+    if period is None:
+        return SqlStatement(("CAST(NULL AS float8)",))
+    start, end = SqlValue(period.start, "timestamptz", "period start"), SqlValue(period.end, "timestamptz", "period end")
+    inside = ("(", column_sql, " >= ", start, " AND ", column_sql, " < ", end, ")")
+    if period.open_start or period.open_end:
+        return SqlStatement(("CASE WHEN ", *inside, " THEN 1.0::float8 END",))
+    a, b = _micros(period.start), _micros(period.end)
+    x = ("(extract(epoch FROM ", column_sql, ") * 1000000)::bigint")
+    return SqlStatement((
+        "CASE WHEN ", *inside, " THEN 1.0::float8 - (0.5::float8 * abs(2 * ", *x, " - ",
+        SqlValue(a + b, "bigint", "A + B"), ")::float8) / ", SqlValue(b - a + 2, "bigint", "B - A + 2"),
+        "::float8 END",
+    ))

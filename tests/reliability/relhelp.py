@@ -102,3 +102,37 @@ def same(a: Any, b: Any) -> bool:
     if isinstance(a, float):
         return (math.isnan(a) and math.isnan(b)) or (a == b and math.copysign(1, a) == math.copysign(1, b))
     return bool(a == b)
+
+
+#: Every store of the registry, plus the persistent built-in store ("directory").
+def all_stores() -> list[str]:
+    from nlql.stores import REGISTRY
+
+    return [e.name for e in REGISTRY] + ["directory"]
+
+
+def fresh_store(name: str, request: pytest.FixtureRequest, tmp_path: Any) -> Any:
+    """A new, empty store of one kind in exact mode (what ``Engine(store=…)`` takes), built from its
+    registry row; ``"directory"`` is a persistent built-in store in ``tmp_path``."""
+    import inspect
+
+    from nlql.stores import entry
+
+    if name == "memory":
+        return "memory"
+    if name == "directory":
+        return str(tmp_path / f"store-{uuid.uuid4().hex[:6]}")
+    e = entry(name)
+    if e.extra:
+        pytest.importorskip({"qdrant": "qdrant_client", "chroma": "chromadb", "faiss": "faiss",
+                             "hnswlib": "hnswlib", "pgvector": "psycopg"}.get(e.extra, e.extra))
+    options = dict(e.exact)
+    params = inspect.signature(e.load()).parameters
+    if "collection" in params:
+        options["collection"] = "c" + uuid.uuid4().hex[:8]
+    if e.schemes:
+        url = request.getfixturevalue("pg_dsn" if name == "pgvector" else f"{name}_module_url")
+        if "table_prefix" in params:
+            options["table_prefix"] = "r" + uuid.uuid4().hex[:8]
+        return e.create(url, **options)
+    return e.create(**options)

@@ -168,11 +168,8 @@ def test_pgvector_statement_timeout(pg_dsn: str) -> None:
     engine.close()
 
 
-@pytest.mark.xfail(strict=True, reason="hole (reported): Engine.search(timeout=…) is not passed to the store; "
-                   "a PgVectorStore statement blocked in the server waits for statement_timeout_ms, or forever "
-                   "without it. The Store protocol needs a per-call deadline (pgvector: SET LOCAL "
-                   "statement_timeout from the time left)")
 def test_search_timeout_bounds_a_blocked_pgvector_statement(pg_dsn: str) -> None:
+    """search(timeout=…) reaches the statement: SET LOCAL statement_timeout from the time left."""
     pytest.importorskip("psycopg")
     engine = _pg_engine(pg_dsn)
     lock = TableLock(pg_dsn)
@@ -193,6 +190,7 @@ def test_search_timeout_bounds_a_blocked_pgvector_statement(pg_dsn: str) -> None
     thread.join(timeout=30)
     engine.close()
     assert out["elapsed"] < 1.5, out
+    assert isinstance(out["result"], NLQLTimeoutError) and "deadline" in str(out["result"]), out
 
 
 # ------------------------------------------------------------------------- a server stopped mid-query

@@ -1,4 +1,4 @@
-"""Tests shared by the Qdrant and Chroma adapters: ingest, fetch, replace by id, delete, similarities,
+"""Tests shared by the Qdrant, Chroma and Milvus adapters: ingest, fetch, replace by id, delete, similarities,
 and filter pushdown semantics against ``pyfilter`` (the reference) over awkward metadata."""
 
 from __future__ import annotations
@@ -17,10 +17,19 @@ from nlql.pushdown import Cond, FOr, filter_pushable
 from nlql.stores import pyfilter
 
 # a well-formed key that names no stored row, in each store's key format
-UNKNOWN_KEY = {"qdrant": "00000000-0000-0000-0000-000000000000", "chroma": "no-such-key"}
+UNKNOWN_KEY = {"qdrant": "00000000-0000-0000-0000-000000000000", "chroma": "no-such-key", "milvus": "0" * 40}
+ADAPTERS = ["qdrant", "chroma", "milvus"]
 
 
-def _new_store(name: str, collection: str) -> Any:
+def _new_store(name: str, collection: str, tmp: Any = None) -> Any:
+    if name == "milvus":
+        pytest.importorskip("pymilvus")
+        pytest.importorskip("milvus_lite")
+        import tempfile
+
+        from nlql.stores.milvus import MilvusStore
+
+        return MilvusStore(f"{tempfile.mkdtemp(prefix='nlql-milvus-')}/t.db", collection=collection)
     if name == "qdrant":
         pytest.importorskip("qdrant_client")
         from nlql.stores.qdrant import QdrantStore
@@ -32,7 +41,7 @@ def _new_store(name: str, collection: str) -> Any:
     return ChromaStore(collection=collection)
 
 
-@pytest.fixture(params=["qdrant", "chroma"])
+@pytest.fixture(params=ADAPTERS)
 def store(request: pytest.FixtureRequest) -> Any:
     s = _new_store(request.param, "t")
     s.open(DIM)
@@ -99,7 +108,7 @@ def test_similarities(store: Any) -> None:
 
 # ------------------------------------------------------------------------------ filter semantics
 
-@pytest.fixture(scope="module", params=["qdrant", "chroma"])
+@pytest.fixture(scope="module", params=ADAPTERS)
 def filter_store(request: pytest.FixtureRequest):
     yield from filter_fixture(_new_store(request.param, "filters"))
 

@@ -11,9 +11,11 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from nlql import deadline
 from nlql import values as V
 from nlql.errors import BackendError, NLQLTimeoutError
 from nlql.pushdown import Filter, NativeFilter
+from nlql.schema import DataSummary, MetaSummary
 from nlql.sql.binder import Fragment, Param, sql
 from nlql.sql.codec import (
     compact_json,
@@ -72,7 +74,7 @@ class PgVectorStore(SchemaMixin, TermsMixin, KnnMixin):
             to run in SQL; opening a table built with another analyzer rebuilds the term table.
 
     Raises:
-        MissingDependencyError: psycopg 3 is not installed (``pip install 'nlql[pgvector]'``).
+        MissingDependencyError: psycopg 3 is not installed (``pip install 'nlql-engine[pgvector]'``).
     """
 
     def __init__(self, dsn: str | None = None, *, connection: Any = None, table_prefix: str = "nlql",
@@ -107,7 +109,8 @@ class PgVectorStore(SchemaMixin, TermsMixin, KnnMixin):
         self.dialect = PostgresDialect(table_prefix, analyzer=self.analyzer,
                                        semantic_mode="exact" if exact_only else "index")
         self.capabilities = self.dialect.capabilities(
-            NAME="pgvector", EXACT=exact_only, SCORE_THRESHOLD=True, BM25=self.bm25, SQL_ARMS=self.bm25)
+            NAME="pgvector", EXACT=exact_only, SCORE_THRESHOLD=True, BM25=self.bm25, SQL_ARMS=self.bm25,
+            DEADLINE=True, DESCRIBES_DATA=True)
         if connection is not None and not connection.autocommit:
             raise ValueError("PgVectorStore needs a connection in autocommit mode "
                              "(it opens its own transactions)")
@@ -143,6 +146,10 @@ class PgVectorStore(SchemaMixin, TermsMixin, KnnMixin):
             try:
                 return fn()
             except self._pg.errors.QueryCanceled as exc:
+                current = deadline.current()
+                if current is not None and current.end is not None:
+                    raise NLQLTimeoutError(f"pgvector: the statement was cancelled at the search's deadline "
+                                           f"({current.timeout} s)", hint="raise timeout= or narrow the query") from exc
                 raise NLQLTimeoutError(
                     f"pgvector: statement timed out after {self.statement_timeout_ms} ms"
                     if self.statement_timeout_ms else f"pgvector: query cancelled: {first_line(exc)}"
@@ -165,12 +172,17 @@ class PgVectorStore(SchemaMixin, TermsMixin, KnnMixin):
 
     @contextmanager
     def _tx(self) -> Iterator[Any]:
-        """A transaction on the (re)opened connection, with the statement timeout set locally."""
+        """A transaction on the (re)opened connection, with the statement timeout set locally: the
+        store's ``statement_timeout_ms``, or the time left to the search's deadline if that is shorter."""
+        ms = int(self.statement_timeout_ms) if self.statement_timeout_ms else None
+        left = deadline.remaining()
+        if left is not None:
+            deadline.check("pgvector", "the statement")
+            ms = max(1, int(left * 1000)) if ms is None else min(ms, max(1, int(left * 1000)))
         conn = self._connection()
         with conn.transaction():
-            if self.statement_timeout_ms:
-                conn.execute("SELECT set_config('statement_timeout', %s, true)",
-                             [str(int(self.statement_timeout_ms))])
+            if ms:
+                conn.execute("SELECT set_config('statement_timeout', %s, true)", [str(ms)])
             yield conn
 
     def _need_open(self) -> None:
@@ -324,6 +336,26 @@ class PgVectorStore(SchemaMixin, TermsMixin, KnnMixin):
                 self._run(conn, self.dialect.put_meta("info", key, escape_text(value)))
 
         self._guard(run)
+
+    def describe_data(self, sample: int) -> DataSummary:
+        """Sizes (``count(*)`` of both tables) and the metadata keys of at most ``sample`` documents
+        (``LIMIT``: the first in storage order, no sort and no full read of the documents table)."""
+        self._need_open()
+        d = self.dialect
+        n = max(1, int(sample))
+
+        def run() -> DataSummary:
+            with self._tx() as conn:
+                docs = int(self._run(conn, sql("SELECT count(*) FROM ", d.docs)).fetchone()[0])
+                units = int(self._run(conn, sql("SELECT count(*) FROM ", d.units)).fetchone()[0])
+                metas = [json.loads(r[0]) for r in self._run(
+                    conn, sql("SELECT metadata::text FROM ", d.docs, " LIMIT ", Param(n, "bigint"))).fetchall()]
+            keys = MetaSummary.of(metas).keys()
+            if len(metas) >= docs:
+                return DataSummary(docs, units, keys)
+            return DataSummary(docs, units, keys, len(metas), f"first {len(metas)} documents in storage order")
+
+        return self._guard(run)
 
     # ---------------------------------------------------------------------------------- reading
 

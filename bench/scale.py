@@ -1,0 +1,173 @@
+#!/usr/bin/env python3
+"""Engine overhead per query as the corpus grows, on a server store (Milvus Lite server, issue 16).
+
+``milvus-lite server`` runs in its own process (the store); this process is the engine, connected by
+``milvus+http://`` exactly as to a Milvus server or cluster. The corpus (bench/corpus.py, seed 42, one
+sentence per document, plus ``cohort`` 0–99 for a 1% filter) is ingested in growing steps (10k, 100k,
+1M by default) while a time budget lasts; at each size every query shape runs ``--repeat`` times per
+query text and we record, per query (medians):
+
+- ``wall_ms``: ``engine.search`` wall time;
+- ``engine_cpu_ms``: CPU time of the engine process (``time.process_time``: user + system of every
+  thread, including the gRPC client and decoding what the store returns);
+- ``store_cpu_ms``: CPU time of the Milvus Lite server process over the same query (psutil, 10 ms ticks);
+- ``engine_rss_mb``: the engine's resident memory after the queries (and its peak, ``ru_maxrss``).
+
+Shapes: ``canonical`` (threshold + ``status == "published"``), ``filtered_1pct`` (``cohort == 7``),
+``bm25`` (top 10 by BM25) and ``rrf`` (SIMILARITY + BM25 fused, top 10). Vectors come from
+``HashEmbedder(dim=384)``. A size is skipped (and said so in the JSON) when the budget would be
+exceeded by its ingest, estimated from the ingest rate measured so far.
+
+    python bench/scale.py                          # 10k, 100k, 1M within ~15 minutes
+    python bench/scale.py --sizes 10000 50000 --repeat 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import resource
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench.common import RESULTS, log, machine_info, stamp_end, write_json  # noqa: E402
+from bench.corpus import synthetic_corpus  # noqa: E402
+from nlql import Engine  # noqa: E402
+from nlql.embedders import HashEmbedder  # noqa: E402
+
+TEXTS = ["renewable energy policy", "hospital patients therapy", "software agents database", "coffee market harvest"]
+SHAPES = {
+    "canonical": ('SELECT SENTENCE LET rel = SIMILARITY(content, "{t}") '
+                  'WHERE rel >= 0.2 AND meta.status == "published" ORDER BY rel DESC LIMIT 10'),
+    "filtered_1pct": 'SELECT SENTENCE LET rel = SIMILARITY(content, "{t}") WHERE meta.cohort == 7 '
+                     "ORDER BY rel DESC LIMIT 10",
+    "bm25": 'SELECT SENTENCE LET kw = BM25(content, "{t}") WHERE kw > 0 ORDER BY kw DESC LIMIT 10',
+    "rrf": 'SELECT SENTENCE LET s = SIMILARITY(content, "{t}"), kw = BM25(content, "{t}"), f = RRF(s, kw) '
+           "ORDER BY f DESC LIMIT 10",
+}
+BATCH = 2000
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_server(data: Path) -> tuple[subprocess.Popen[bytes], str]:
+    port = _free_port()
+    exe = Path(sys.executable).with_name("milvus-lite")
+    proc = subprocess.Popen([str(exe), "server", "--data-dir", str(data), "--host", "127.0.0.1", "--port",
+                             str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return proc, f"milvus+http://127.0.0.1:{port}?collection=scale"
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("milvus-lite server did not start") from None
+            time.sleep(0.2)
+
+
+def corpus(lo: int, hi: int) -> tuple[list[str], list[str], list[dict[str, Any]]]:
+    texts, metas = synthetic_corpus(hi)
+    rng = random.Random(4242)
+    cohorts = [rng.randrange(100) for _ in range(hi)]
+    for m, c in zip(metas, cohorts):
+        m["cohort"] = c
+    return texts[lo:hi], [f"d{i}" for i in range(lo, hi)], metas[lo:hi]
+
+
+def measure(engine: Engine, server: psutil.Process, repeat: int, texts: list[str]) -> dict[str, Any]:
+    me = psutil.Process()
+    out: dict[str, Any] = {}
+    for shape, q in SHAPES.items():
+        wall, cpu, scpu, rows = [], [], [], []
+        for t in texts:
+            query = q.format(t=t)
+            engine.search(query)  # warm
+            for _ in range(repeat):
+                c0, s0 = time.process_time(), server.cpu_times()
+                w0 = time.perf_counter()
+                hits = engine.search(query)
+                wall.append((time.perf_counter() - w0) * 1e3)
+                c1, s1 = time.process_time(), server.cpu_times()
+                cpu.append((c1 - c0) * 1e3)
+                scpu.append(((s1.user + s1.system) - (s0.user + s0.system)) * 1e3)
+                rows.append(len(hits))
+        out[shape] = {"wall_ms": round(statistics.median(wall), 1), "engine_cpu_ms": round(statistics.median(cpu), 2),
+                      "store_cpu_ms": round(statistics.median(scpu), 1), "rows_min": min(rows)}
+    out["engine_rss_mb"] = round(me.memory_info().rss / 2**20, 1)
+    out["engine_peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    out["store_rss_mb"] = round(server.memory_info().rss / 2**20, 1)
+    return out
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--texts", type=int, default=len(TEXTS), help="how many query texts per shape")
+    ap.add_argument("--budget", type=float, default=900.0, help="seconds of machine time for the whole run")
+    ap.add_argument("--out", type=Path, default=RESULTS / "scale.json")
+    args = ap.parse_args(argv)
+    started = time.perf_counter()
+    results: dict[str, Any] = {
+        "description": __doc__.split("\n\n")[1].replace("\n", " "),
+        "store": "milvus-lite server (separate process), MilvusStore(index='flat') over milvus+http://",
+        "shapes": SHAPES, "texts": TEXTS, "repeat": args.repeat, "machine": machine_info(), "sizes": {},
+        "skipped": [],
+    }
+    with tempfile.TemporaryDirectory(prefix="nlql-scale-") as tmp:
+        proc, url = start_server(Path(tmp) / "data")
+        try:
+            server = psutil.Process(proc.pid)
+            engine = Engine(embedder=HashEmbedder(dim=384), store=url, warm_up=False)
+            have, ingest_s = 0, 0.0
+            for n in sorted(args.sizes):
+                elapsed = time.perf_counter() - started
+                rate = have / ingest_s if ingest_s else None
+                if rate and elapsed + (n - have) / rate > args.budget:
+                    log(f"skip n={n}: ingest would take ~{(n - have) / rate:.0f} s, {args.budget - elapsed:.0f} s left")
+                    results["skipped"].append({"n": n, "estimated_ingest_s": round((n - have) / rate),
+                                               "reason": f"over the {args.budget:.0f} s budget"})
+                    continue
+                t = time.perf_counter()
+                for lo in range(have, n, BATCH * 5):
+                    texts, ids, metas = corpus(lo, min(n, lo + BATCH * 5))
+                    engine.add_texts(texts, ids=ids, metadatas=metas, batch_size=BATCH)
+                dt = time.perf_counter() - t
+                ingest_s += dt
+                have = n
+                log(f"n={n}: ingested in {dt:.1f} s")
+                row = measure(engine, server, args.repeat, TEXTS[: args.texts])
+                row["ingest_s_step"] = round(dt, 1)
+                row["sentences_per_s"] = round(have / ingest_s)
+                results["sizes"][str(n)] = row
+                log(f"n={n}: {row}")
+            engine.close()
+        finally:
+            proc.terminate()
+            proc.wait(timeout=60)
+    results["load_avg_end"] = os.getloadavg()
+    stamp_end(results, started)
+    write_json(args.out, results)
+    return results
+
+
+if __name__ == "__main__":
+    main()

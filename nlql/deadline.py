@@ -1,0 +1,75 @@
+"""One deadline for a whole search, visible to every store call made for it (SPEC §9).
+
+``search(timeout=s)`` (or ``Engine(default_timeout=s)``) starts a :class:`Deadline`; the executor makes
+it *current* for the search (a context variable, so concurrent searches in other threads or tasks each
+see their own). A store that declares ``Capabilities.DEADLINE`` bounds each backend call by the time
+left, read with :func:`remaining`: Postgres as ``SET LOCAL statement_timeout``, Qdrant as the request
+``timeout``, an embedded store by checking between rounds. Store call signatures stay as they are.
+
+Neutral ground: stores, the SQL layer and the executor import this module; it imports only errors.
+
+>>> with active(Deadline(None)):
+...     remaining() is None
+True
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+
+from nlql.errors import NLQLTimeoutError
+
+__all__ = ["Deadline", "active", "check", "current", "remaining"]
+
+
+class Deadline:
+    """The end of a search's time budget; ``timeout=None`` is no budget."""
+
+    def __init__(self, timeout: float | None) -> None:
+        self.timeout = timeout
+        self.end = None if timeout is None else time.perf_counter() + timeout
+
+    def remaining(self) -> float | None:
+        """Seconds left (never negative); None without a budget."""
+        return None if self.end is None else max(0.0, self.end - time.perf_counter())
+
+    def expired(self) -> bool:
+        return self.end is not None and time.perf_counter() > self.end
+
+
+_CURRENT: ContextVar[Deadline | None] = ContextVar("nlql_deadline", default=None)
+
+
+@contextmanager
+def active(deadline: Deadline) -> Iterator[Deadline]:
+    """Make ``deadline`` the current one for the calls made inside the block."""
+    token = _CURRENT.set(deadline)
+    try:
+        yield deadline
+    finally:
+        _CURRENT.reset(token)
+
+
+def current() -> Deadline | None:
+    """The deadline of the search this call is made for, if any."""
+    return _CURRENT.get()
+
+
+def remaining() -> float | None:
+    """Seconds left for the current search (None: no deadline, or no search)."""
+    d = _CURRENT.get()
+    return None if d is None else d.remaining()
+
+
+def check(store: str, what: str) -> None:
+    """Raise :class:`~nlql.errors.NLQLTimeoutError` when the current search has no time left.
+
+    For stores without a client timeout: called before each backend round.
+    """
+    d = _CURRENT.get()
+    if d is not None and d.expired():
+        raise NLQLTimeoutError(f"the {store} store ran out of time ({d.timeout} s) before {what}",
+                               hint="raise timeout= or narrow the query")

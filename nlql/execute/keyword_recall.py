@@ -1,0 +1,85 @@
+"""Recall for a store that keeps BM25 in itself: read only the rows a query's terms and arms can rank.
+
+Without it, a query ordered by BM25 (or by a fusion with a BM25 arm) on a store other than the built-in
+one scans the store and fetches every row to score it in the engine, so per-query work grows with the
+corpus. For a store declaring ``Capabilities.KEYWORD_STATS`` (its keyword index's ``candidates`` returns
+the keys and scores of the rows passing the pushed filter that hold a query term), they are narrowed
+before any row is fetched, in the two cases where that is exact (the rows left out could not be on the
+page):
+
+- the first sort key is one BM25 score, descending, and WHERE leaves nothing in the engine but
+  thresholds ``kw > c`` / ``kw >= c`` (c ≥ 0) on that score: the rows scoring at least the ``need``-th
+  best score (ties kept) — when fewer than ``need`` rows match, rows without a term can be on the page,
+  so the full path runs;
+- the first sort key is ``RRF``/``INTERLEAVE`` of bare SIMILARITY and BM25 arms, descending, with nothing
+  left in the engine's WHERE: each SIMILARITY arm's top ``arm_depth`` rows by the store's knn and each BM25
+  arm's top ``arm_depth`` rows (ties kept), so every row an arm ranks inside its window is a candidate.
+
+Anything else returns None and the executor takes its full path.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from nlql import ir
+
+
+def _is_threshold_on(expr: ir.Expr, name: str) -> bool:
+    """``name > c`` or ``name >= c`` with a number c ≥ 0 (every passing row holds a query term)."""
+    if not isinstance(expr, ir.Compare) or expr.op not in (">", ">="):
+        return False
+    left, right = expr.left, expr.right
+    if not (isinstance(left, ir.Ref) and left.name == name and isinstance(right, ir.Literal)):
+        return False
+    v = right.value
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0
+
+
+def _top(keys: list[Any], scores: np.ndarray, n: int) -> list[Any]:
+    """The rows scoring at least the ``n``-th best score (ties kept)."""
+    if len(keys) <= n:
+        return list(keys)
+    cut = np.partition(scores, len(scores) - n)[len(scores) - n]
+    return [k for k, s in zip(keys, scores) if s >= cut]
+
+
+def narrow(plan: Any, store: Any, index: Any, qv: dict[str, np.ndarray], need: int | None) -> list[Any] | None:
+    """Candidate keys for ``plan`` on a ``KEYWORD_STATS`` store (``index``: its keyword index), or None
+    when only the full path is exact."""
+    if (need is None or plan.fusion_residual or plan.recall.min_score or not plan.order
+            or not plan.order[0].descending or not plan.unit.rows_are_sentences):
+        return None
+    first = plan.order[0].expr
+    slot = plan.binding_slots.get(first.name) if isinstance(first, ir.Ref) else None
+    by_slot = {s.slot: s for s in plan.scores}
+    spec = by_slot.get(slot) if slot is not None else None
+    if spec is None:
+        return None
+    if spec.kind == "BM25":
+        assert isinstance(first, ir.Ref)
+        if not all(_is_threshold_on(c, first.name) for c in plan.residual):
+            return None
+        keys, scores = index.candidates(" ".join(spec.texts), plan.native, need)
+        if len(keys) < need:
+            return None
+        return _top(keys, np.asarray(scores, dtype=np.float64), need)
+    if spec.kind in ("RRF", "INTERLEAVE") and plan.arm_depth is not None and not plan.residual:
+        out: dict[Any, None] = {}
+        for arm in spec.arms:
+            arm_spec = by_slot.get(plan.binding_slots.get(arm, ""))
+            if arm_spec is None or arm_spec.kind not in ("SIMILARITY", "BM25"):
+                return None
+            if arm_spec.kind == "SIMILARITY":
+                for lst in store.knn(qv[arm_spec.slot], plan.arm_depth, plan.native):
+                    out.update((key, None) for key, _ in lst)
+            else:
+                keys, scores = index.candidates(" ".join(arm_spec.texts), plan.native, plan.arm_depth)
+                out.update((k, None) for k in _top(keys, np.asarray(scores, dtype=np.float64), plan.arm_depth))
+        return list(out)
+    return None
+
+
+__all__ = ["narrow"]

@@ -1,0 +1,455 @@
+"""Intent routing: a natural-language question becomes a checked NLQL query (SPEC §9 "Routing").
+
+A :class:`Router` holds ordered rules ``(regex, intent)`` and one NLQL template per intent. The first rule
+whose regex is found in the question names the intent (``"general"`` when none matches); the intent's
+template is run with the question bound as parameters:
+
+* ``$q``: the question, as asked;
+* ``$rewrites``: a list of texts, ``rewriter(question)`` when the router has a rewriter (an LLM, say),
+  else ``[question]``; made for ``SIMILARITY(content, $rewrites)`` (the best cosine over the texts);
+* ``$keywords``: the question's content words: the words the matching rule matched (``who mentioned``,
+  ``last week``) and English function words (``what``, ``is``, ``the``) left out; made for ``BM25``.
+
+A template binds only the parameters it uses, and may use others that the caller passes to
+``engine.ask(..., params=...)``. Every template is parsed and checked when the router is built.
+
+>>> router = Router(rules=[(r"\\bhow\\s+(?:do|can)\\s+i\\b", "howto")],
+...                 templates={"howto": 'SELECT SENTENCE LET s = SIMILARITY(content, $q) LIMIT 3'})
+>>> route = router.route("How do I install it?")
+>>> route.intent, route.params
+('howto', {'q': 'How do I install it?'})
+>>> router.route("cats").intent
+'general'
+>>> default_router().route("Who mentioned Wittgenstein?").params["keywords"]
+'Wittgenstein'
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+from nlql import ir
+from nlql.check import check
+from nlql.errors import Diagnostic, NLQLError, RouteError, TemplateError
+from nlql.explain import Explain
+from nlql.parser import parse
+
+__all__ = [
+    "DEFAULT_RULES",
+    "DEFAULT_TEMPLATES",
+    "GENERAL",
+    "INTENTS",
+    "MAX_REWRITES",
+    "RESERVED_PARAMS",
+    "SIMILARITY_FLOOR",
+    "STOPWORDS",
+    "Route",
+    "RouteExplain",
+    "Router",
+    "Rule",
+    "default_router",
+    "keywords",
+    "nothing_about",
+    "render_default_router",
+]
+
+GENERAL = "general"
+#: The intents of the default router, in rule order (``general`` is the fallback).
+INTENTS: tuple[str, ...] = ("entity", "temporal", "conceptual", GENERAL)
+#: Parameters a router binds itself; a caller's ``params`` may not use these names.
+RESERVED_PARAMS: tuple[str, ...] = ("q", "rewrites", "keywords")
+#: At most this many rewrites are bound (the rest are dropped, with a warning).
+MAX_REWRITES = 32
+#: A row with none of the question's keywords must be at least this similar to be an answer (the cosine
+#: of all-MiniLM-L6-v2, where unrelated sentences score about 0–0.2; see docs/routing.md).
+SIMILARITY_FLOOR = 0.5
+
+# ------------------------------------------------------------------------------------- default rules
+
+_MONTHS = ("january|february|march|april|may|june|july|august|september|october|november|december|"
+           "jan|feb|mar|apr|jun|jul|aug|sept|sep|oct|nov|dec")
+_DAYS = "monday|tuesday|wednesday|thursday|friday|saturday|sunday"
+_UNITS = rf"(?:days?|nights?|weeks?|weekends?|months?|quarters?|years?|decades?|{_DAYS}|{_MONTHS})"
+_NUMBER = r"(?:\d+|a|an|one|two|three|four|five|six|seven|eight|nine|ten|few|several|couple\s+of)"
+_LEAD = r"^\W*(?:(?:and|but|so|ok|okay|hey|please|now|then)\W+)?"  # a question's start, past filler words
+# a short name between cue words ("what did <Alice Smith> say"); bounded, and kept in $keywords
+_SUBJECT = r"(?P<subject>(?:[\w.'-]+\s+){1,5}?)"
+
+#: The default rules: ``(regex, intent)``, tried in order, case-insensitive; the first found wins. Rules
+#: that read a question's first words come before the cue words found anywhere, entity before temporal
+#: before conceptual, so "who mentioned X last week" is entity and "what is due next week" temporal.
+DEFAULT_RULES: tuple[tuple[str, str], ...] = (
+    # entity: who mentioned / talked about / cited / wrote about …, what did X say, mentions of X
+    (r"\bwho(?:\s+(?:has|have|had|else|ever|first|all|actually))*\s+(?:mention(?:s|ed)?|talk(?:s|ed)?\s+about|"
+     r"sp(?:oke|eaks?)\s+(?:about|of)|cit(?:es|ed|e)|quot(?:es|ed|e)|wr(?:ote|ites?|itten)\s+(?:about|on)|"
+     r"refer(?:s|red)?\s+to|referenc(?:es|ed|e)|discuss(?:es|ed)?|brought\s+up|br(?:ings|ing)\s+up|said|says)\b",
+     "entity"),
+    (rf"\bwhat\s+(?:did|does|do|has|have|had)\s+{_SUBJECT}(?:say|said|think|thought|write|written|wrote|"
+     r"claim(?:ed)?|argue[sd]?|propose[sd]?|tell|told|suggest(?:ed)?)\b", "entity"),
+    (r"\b(?:mentions?|references?|citations?|quotes?|quotations?)\s+(?:of|to|by|from)\b", "entity"),
+    (r"\baccording\s+to\b", "entity"),
+    (rf"{_LEAD}(?:who|whom|whose)\b", "entity"),
+    # temporal: when did/was …, last week/month/year, yesterday, earlier/later, N days ago, dates
+    (rf"{_LEAD}when\b|\bwhen\s+(?:did|was|were|is|are|will|do|does|has|have|had)\b", "temporal"),
+    (r"\b(?:since|until|till)\s+when\b|\bhow\s+long\s+ago\b|\bwhat\s+(?:time|date|day|year)\s+"
+     r"(?:did|was|is|were|will)\b", "temporal"),
+    (rf"\b(?:last|past|previous|this|next|coming)\s+(?:\d+\s+|few\s+|couple\s+of\s+)?{_UNITS}\b", "temporal"),
+    (r"\b(?:yesterday|today|tonight|tomorrow|recently|lately)\b", "temporal"),
+    (rf"\b{_NUMBER}\s+(?:days?|weeks?|months?|years?)\s+ago\b", "temporal"),
+    (r"\b(?:earlier|later)\s+(?:today|tonight|this|that|on|in|than)\b|\b(?:earlier|later)\W*$", "temporal"),
+    (r"\b\d{4}-\d{1,2}-\d{1,2}\b|\b\d{1,2}/\d{1,2}/\d{2,4}\b", "temporal"),
+    (r"\b(?:in|since|before|after|during|until|from|by)\s+(?:(?:early|late|mid)[-\s]+)?(?:19|20)\d{2}s?\b",
+     "temporal"),
+    (rf"\b(?:in|since|before|after|during|until|from|by|on)\s+(?:(?:early|late|mid)[-\s]+)?(?:{_MONTHS})\b|"
+     rf"\b(?:{_MONTHS})\.?\s+(?:\d{{1,2}}(?:st|nd|rd|th)?|(?:19|20)\d{{2}})\b|"
+     rf"\b\d{{1,2}}(?:st|nd|rd|th)?\s+(?:of\s+)?(?:{_MONTHS})\b", "temporal"),
+    # conceptual: what is/are, definition of, meaning of, explain …, define
+    (r"\bwhat(?:'s|\s+is|\s+are)\b", "conceptual"),
+    (rf"\bwhat\s+(?:does|do|did)\s+{_SUBJECT}mean\b|\bwhat\s+is\s+meant\s+by\b", "conceptual"),
+    (r"\b(?:definitions?|meanings?|concept|notion)\s+of\b", "conceptual"),
+    (r"\bdefin(?:e|es|ed|ing)\b|\bexplain(?:s|ed|ing)?\b|\bexplanation\s+of\b|\bdifference\s+between\b",
+     "conceptual"),
+)
+
+
+# ---------------------------------------------------------------------------------- default templates
+
+
+def _hybrid(arm: str | None = None, name: str = "arm") -> str:
+    """The default template: semantic + BM25 (plus ``arm`` first, when given) fused with RRF.
+
+    The WHERE clause keeps honest empties honest: a row is an answer only if it holds one of the
+    question's keywords, or is very similar to it (or, with ``arm``, the arm ranks it).
+    """
+    lets = ["sem = SIMILARITY(content, $rewrites)", "kw = BM25(content, $keywords)"]
+    arms = ["sem", "kw"]
+    gate = ["kw > 0", f"sem >= {SIMILARITY_FLOOR}"]
+    if arm is not None:
+        lets.insert(0, f"{name} = {arm}")
+        arms.insert(0, name)
+        gate.append(f"{name} IS NOT NULL")
+    lets.append(f"score = RRF({', '.join(arms)}, k => 60)")
+    return ("SELECT SPAN(SENTENCE, window => 1)\n"
+            "LET " + ",\n    ".join(lets) + "\n"
+            "WHERE " + " OR ".join(gate) + "\n"
+            "ORDER BY score DESC\n"
+            "LIMIT 10")
+
+
+#: One template per default intent: entity questions put the GRAPH arm first, temporal ones the TEMPORAL
+#: arm, each fused with semantic + BM25 by RRF (SPEC §9 "Routing").
+DEFAULT_TEMPLATES: dict[str, str] = {
+    "entity": _hybrid("GRAPH($q, hops => 1, decay => 0.5)", "graph"),
+    "temporal": _hybrid("TEMPORAL(meta.date, $q)", "period"),
+    "conceptual": _hybrid(),
+    GENERAL: _hybrid(),
+}
+
+# ------------------------------------------------------------------------------------------ keywords
+
+#: English function words and question words left out of ``$keywords``.
+STOPWORDS: frozenset[str] = frozenset("""
+a about above after again against all also am an and any anyone anything are as at be because been before
+being below between both but by can could d did do does doing done don down during each either else ever
+every everything few for from further get got had has have having he her here hers herself him himself his
+how i if in into is it its itself just know let ll m me more most much my myself no nor not now of off on
+once only or other our ours ourselves out over own please re s same say she should show so some someone
+something such t tell than that the their theirs them themselves then there these they thing things this
+those through to too under until up us ve very was we were what whats when where whether which while who
+whom whose why will with would you your yours yourself yourselves
+""".split())
+
+_WORD_RE = re.compile(r"\w+")
+_QUOTES = str.maketrans({"\u2018": "'", "\u2019": "'", "\u201b": "'", "\u2032": "'",
+                         "\u201c": '"', "\u201d": '"', "\u201f": '"'})
+
+
+def _normalize(question: str) -> str:
+    """Typographic quotes as ASCII ones, runs of whitespace as one space (what rules are matched on)."""
+    return " ".join(question.translate(_QUOTES).split())
+
+
+def keywords(question: str, match: re.Match[str] | None = None) -> str:
+    """The content words of ``question``, in order, without :data:`STOPWORDS` and without what a rule's
+    ``match`` matched, except its ``subject`` group (the name in "what did <Alice> say").
+
+    >>> keywords("What did we decide about the budget?")
+    'decide budget'
+    """
+    text = question
+    if match is not None:
+        keep = match.group("subject") if "subject" in match.re.groupindex else None
+        text = question[:match.start()] + " " + (keep or "") + " " + question[match.end():]
+    return " ".join(w for w in _WORD_RE.findall(text) if w.casefold() not in STOPWORDS)
+
+
+# ---------------------------------------------------------------------------------------------- model
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One routing rule: ``pattern`` (the regex as written) and the ``intent`` it names."""
+
+    pattern: str
+    intent: str
+    regex: re.Pattern[str] = field(repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class Route:
+    """A routed question: the ``intent``, the NLQL ``query`` (the intent's template) and the ``params``
+    to run it with; ``rule`` is the pattern that matched (None: no rule did, so ``general``);
+    ``warnings`` says what went wrong with the rewriter, if anything.
+
+    ``engine.search(route.query, params=route.params)`` runs exactly what ``engine.ask`` runs.
+    """
+
+    intent: str
+    query: str
+    params: dict[str, Any]
+    rule: str | None = None
+    warnings: tuple[str, ...] = ()
+    question: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready view (for ``--json`` output and agents)."""
+        return {"intent": self.intent, "rule": self.rule, "question": self.question, "query": self.query,
+                "params": dict(self.params), "warnings": list(self.warnings)}
+
+
+class RouteExplain(Explain):
+    """``engine.explain(route)``: the intent, the rule that matched, the parameters and the query plan."""
+
+    def __init__(self, route: Route, plan: Explain) -> None:
+        super().__init__(plan.plan, plan.store_notes, plan.sql)
+        self.route = route
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"route": self.route.to_dict(), **super().to_dict()}
+
+    def __str__(self) -> str:
+        r = self.route
+        lines = [f"intent: {r.intent}",
+                 f"rule: {r.rule if r.rule is not None else '(no rule matched: the general intent)'}"]
+        for name in sorted(r.params):
+            lines.append(f"param ${name} = {_show(r.params[name])}")
+        lines.extend(f"warning: {w}" for w in r.warnings)
+        return "\n".join(lines) + "\n" + super().__str__()
+
+    def __repr__(self) -> str:
+        return f"<RouteExplain {self.route.intent} {self.plan.canonical!r}>"
+
+
+def nothing_about(question: str) -> str:
+    """The honest empty: what ``ask`` says (in ``hits.warnings``) when no row answers ``question``."""
+    return f"the store holds nothing about {question.strip()!r}"
+
+
+def _show(value: Any) -> str:
+    import json
+
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+# --------------------------------------------------------------------------------------------- router
+
+Rewriter = Callable[[str], Sequence[str]]
+
+
+class Router:
+    """Routes a question to an intent by the first matching rule and binds the intent's NLQL template.
+
+    Args:
+        rules: ``(regex, intent)`` pairs, tried in order (default :data:`DEFAULT_RULES`). A regex given
+            as text is compiled case-insensitive; a compiled pattern is used as it is. It is searched
+            for anywhere in the question (typographic quotes made ASCII, whitespace collapsed).
+        templates: ``{intent: NLQL text}``, merged over :data:`DEFAULT_TEMPLATES` (so a router may
+            override or add one intent and keep the others).
+        rewriter: Any callable ``question -> list[str]``; its output is bound as ``$rewrites``.
+        functions: User functions the templates call, as registered on the engine (name → arity).
+
+    Raises:
+        TemplateError: A template is not valid NLQL (names the template; the caret is in its text).
+        RouteError: A rule is not a valid regex, or names an intent that has no template.
+        TypeError: Arguments of the wrong shape (a programming error).
+    """
+
+    def __init__(self, rules: Iterable[tuple[str | re.Pattern[str], str]] | None = None,
+                 templates: Mapping[str, str] | None = None, rewriter: Rewriter | None = None, *,
+                 functions: Mapping[str, int | None] | None = None) -> None:
+        if rewriter is not None and not callable(rewriter):
+            raise TypeError(f"rewriter must be a callable question -> list[str], not {type(rewriter).__name__}")
+        if templates is not None and not isinstance(templates, Mapping):
+            raise TypeError(f"templates must be a mapping of intent to NLQL text, not {type(templates).__name__}")
+        merged = dict(DEFAULT_TEMPLATES)
+        merged.update(templates or {})
+        self.templates: dict[str, str] = {}
+        self._uses: dict[str, frozenset[str]] = {}
+        for intent, text in merged.items():
+            if not isinstance(intent, str) or not isinstance(text, str):
+                raise TypeError("templates must map intent names (str) to NLQL text (str)")
+            self._uses[intent] = _check_template(intent, text, functions)
+            self.templates[intent] = text
+        if GENERAL not in self.templates:  # pragma: no cover - the defaults always provide it
+            raise RouteError(f"the router needs a {GENERAL!r} template")
+        self.rules: tuple[Rule, ...] = tuple(_rule(i, r, self.templates)
+                                             for i, r in enumerate(DEFAULT_RULES if rules is None else rules, 1))
+        self.rewriter = rewriter
+
+    def __repr__(self) -> str:
+        return f"Router({len(self.rules)} rules, intents {sorted(self.templates)})"
+
+    def classify(self, question: str) -> tuple[str, Rule | None, re.Match[str] | None]:
+        """(intent, the matching rule or None, its match in the normalised question)."""
+        text = _normalize(question)
+        for rule in self.rules:
+            m = rule.regex.search(text)
+            if m is not None:
+                return rule.intent, rule, m
+        return GENERAL, None, None
+
+    def route(self, question: str) -> Route:
+        """The intent of ``question`` and its template with ``$q``/``$rewrites``/``$keywords`` bound.
+
+        Raises:
+            RouteError: The question is empty.
+            TypeError: The question is not a string.
+        """
+        if not isinstance(question, str):
+            raise TypeError(f"the question must be a string, not {type(question).__name__}")
+        if not question.strip():
+            raise RouteError("the question is empty", hint="ask something, e.g. engine.ask('who mentioned X?')")
+        intent, rule, match = self.classify(question)
+        uses = self._uses[intent]
+        params: dict[str, Any] = {}
+        warnings: list[str] = []
+        if "q" in uses:
+            params["q"] = question
+        if "rewrites" in uses:
+            params["rewrites"] = self._rewrites(question, warnings)
+        if "keywords" in uses:
+            params["keywords"] = keywords(_normalize(question), match)
+        return Route(intent, self.templates[intent], params, rule.pattern if rule else None, tuple(warnings),
+                     question)
+
+    def uses(self, intent: str) -> frozenset[str]:
+        """The parameter names the template of ``intent`` uses."""
+        return self._uses[intent]
+
+    def _rewrites(self, question: str, warnings: list[str]) -> list[str]:
+        if self.rewriter is None:
+            return [question]
+        name = getattr(self.rewriter, "__name__", type(self.rewriter).__name__)
+        try:
+            out = self.rewriter(question)
+        except Exception as exc:  # noqa: BLE001 - any failure of user code leaves the question alone
+            warnings.append(f"the rewriter {name} failed ({type(exc).__name__}: {exc}); "
+                            "the question is used as it is")
+            return [question]
+        if (not isinstance(out, (list, tuple)) or not out
+                or not all(isinstance(t, str) and t.strip() for t in out)):
+            warnings.append(f"the rewriter {name} returned {_describe(out)}, not a list of non-empty strings; "
+                            "the question is used as it is")
+            return [question]
+        texts = [t.strip() for t in out]
+        if len(texts) > MAX_REWRITES:
+            warnings.append(f"the rewriter {name} returned {len(texts)} rewrites; the first {MAX_REWRITES} "
+                            "are used")
+            texts = texts[:MAX_REWRITES]
+        return texts
+
+    def describe(self) -> str:
+        """The rules and templates as markdown (what docs/routing.md prints for the default router)."""
+        width = max([len(r.intent) for r in self.rules] + [len(GENERAL)])
+        lines = ["```text", f"{'#':<3} {'intent':<{width}}  regex (case-insensitive, searched anywhere in the question)"]
+        for i, r in enumerate(self.rules, 1):
+            lines.append(f"{i:<3} {r.intent:<{width}}  {r.pattern}")
+        lines += [f"{'-':<3} {GENERAL:<{width}}  (no rule matched)", "```"]
+        for intent in sorted(self.templates, key=lambda i: (INTENTS.index(i) if i in INTENTS else len(INTENTS), i)):
+            lines += ["", f"Template `{intent}`:", "", "```sql", self.templates[intent], "```"]
+        return "\n".join(lines)
+
+
+def _describe(value: Any) -> str:
+    """What a rewriter returned, in a few words, for a warning."""
+    if isinstance(value, (list, tuple)) and not value:
+        return "an empty list"
+    text = repr(value)
+    return f"{type(value).__name__} {text[:60] + '…' if len(text) > 60 else text}"
+
+
+def _rule(index: int, rule: Any, templates: Mapping[str, str]) -> Rule:
+    if not isinstance(rule, (tuple, list)) or len(rule) != 2:
+        raise TypeError(f"rule {index} must be a (regex, intent) pair, not {rule!r}")
+    pattern, intent = rule
+    if not isinstance(intent, str):
+        raise TypeError(f"the intent of rule {index} must be a string, not {type(intent).__name__}")
+    if isinstance(pattern, re.Pattern):
+        regex = pattern
+        text = pattern.pattern
+    elif isinstance(pattern, str):
+        try:
+            regex = re.compile(pattern, re.IGNORECASE)
+        except re.error as exc:
+            raise RouteError(f"rule {index} ({intent}) is not a valid regex: {exc.msg} at position {exc.pos}",
+                             hint=f"the pattern is {pattern!r}") from None
+        text = pattern
+    else:
+        raise TypeError(f"the regex of rule {index} must be a string or re.Pattern, not {type(pattern).__name__}")
+    if intent not in templates:
+        import difflib
+
+        close = difflib.get_close_matches(intent, list(templates), n=1)
+        raise RouteError(f"rule {index} names the intent {intent!r}, which has no template",
+                         hint=(f"did you mean {close[0]!r}? " if close else "")
+                         + f"add templates={{{intent!r}: '…'}}; intents with templates: {sorted(templates)}")
+    return Rule(text, intent, regex)
+
+
+_SAMPLE = {"q": "a question", "rewrites": ["a question", "a rewrite"], "keywords": "question"}
+
+
+def _check_template(intent: str, text: str, functions: Mapping[str, int | None] | None) -> frozenset[str]:
+    """Parse and check one template; the parameter names it uses."""
+    try:
+        q = parse(text)
+    except NLQLError as exc:
+        raise TemplateError(intent, exc.with_source(text).diagnostics, text) from None
+    uses = frozenset(n.name for n in q.walk() if isinstance(n, ir.Param))
+    # reserved parameters are checked with sample values of their real types; a caller's own ones
+    # (bound at ask time) only for being there
+    sample = {k: v for k, v in _SAMPLE.items() if k in uses}
+    diags = [d for d in check(q, params=sample, functions=functions)
+             if not _missing_caller_param(d, uses)]
+    if not uses & {"q", "rewrites", "keywords"}:
+        diags.append(Diagnostic(0, 0, "the template never uses the question",
+                                "use $q, $rewrites or $keywords, e.g. SIMILARITY(content, $q)", None, "template"))
+    if diags:
+        raise TemplateError(intent, diags, text)
+    return uses
+
+
+def _missing_caller_param(d: Diagnostic, uses: frozenset[str]) -> bool:
+    return d.message.startswith("missing parameter $") and d.message[len("missing parameter $"):] in uses \
+        and d.message[len("missing parameter $"):] not in RESERVED_PARAMS
+
+
+@lru_cache(maxsize=1)
+def default_router() -> Router:
+    """The router used when neither ``ask`` nor the engine names one: :data:`DEFAULT_RULES` and
+    :data:`DEFAULT_TEMPLATES`, no rewriter (built once)."""
+    return Router()
+
+
+def render_default_router() -> str:
+    """The default router's rules, templates and stopwords as markdown (the block docs/routing.md holds)."""
+    import textwrap
+
+    words = textwrap.fill(" ".join(sorted(STOPWORDS)), width=100)
+    return (default_router().describe() + f"\n\nWords left out of `$keywords` (besides what the rule matched; "
+            f"{len(STOPWORDS)}):\n\n```text\n{words}\n```")
+

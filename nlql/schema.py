@@ -1,0 +1,446 @@
+"""What a store holds: its size, its embedder and analyzer, and every metadata key with the types seen.
+
+:class:`MetaSummary` counts metadata as documents come and go (the built-in store keeps one in its
+:class:`~nlql.stores.table.RowTable`, updated on every upsert and delete, so reading it costs nothing
+per call). A store that keeps one declares ``Capabilities.DESCRIBES_DATA`` and answers
+``describe_data(sample)`` (:class:`~nlql.stores.base.DescribesData`); a server store answers from a
+bounded sample of its documents and says so. For any other store the engine samples through the
+generic Store API (:func:`sample_summary`).
+
+:func:`data_warnings` reads a :class:`Schema` to warn about a query that names a metadata key no
+document has (with did-you-mean over the real keys) or compares a key with a value of a type it never
+holds. Warnings never change a result.
+
+Neutral ground: imported by the stores, the checker and the engine; imports none of them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from nlql.errors import Diagnostic
+
+#: Distinct values counted per key; past it new values are not counted (``values_complete`` False).
+MAX_DISTINCT = 256
+#: Common values reported per key.
+TOP_VALUES = 5
+#: Documents a sampled schema reads by default.
+DEFAULT_SAMPLE = 1000
+_MAX_VALUE_CHARS = 80
+_ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:?\d{2})?)?$")
+_NUMBER = re.compile(r"\s*[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?\s*$")
+
+
+def value_type(value: Any) -> str:
+    """The schema type of one metadata value: string, number, bool, date (an ISO string), list, object, null."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "date" if _ISO_DATE.match(value) else "string"
+    if isinstance(value, Mapping):
+        return "object"
+    if isinstance(value, (list, tuple)):
+        return "list"
+    return "string"
+
+
+def _entries(meta: Mapping[str, Any], prefix: tuple[str, ...] = ()) -> Iterable[tuple[tuple[str, ...], Any]]:
+    """Every (key path, value) of a metadata dict; objects yield themselves and then their children."""
+    stack: list[tuple[tuple[str, ...], Mapping[str, Any]]] = [(prefix, meta)]
+    while stack:
+        base, obj = stack.pop()
+        for k, v in obj.items():
+            path = (*base, str(k))
+            yield path, v
+            if isinstance(v, Mapping) and len(path) < 8:
+                stack.append((path, v))
+
+
+def _countable(value: Any) -> Any:
+    """The value as counted among a key's common values, or None when it is not counted."""
+    if isinstance(value, bool) or isinstance(value, (int, float)):
+        return value
+    if isinstance(value, str) and len(value) <= _MAX_VALUE_CHARS:
+        return value
+    return None
+
+
+@dataclass
+class _Key:
+    types: Counter[str] = field(default_factory=Counter)
+    documents: int = 0
+    numeric_strings: int = 0  # string values that read as numbers ("2025" == 2025 in NLQL)
+    values: Counter[Any] = field(default_factory=Counter)
+    values_complete: bool = True
+
+
+class MetaSummary:
+    """Counts of metadata key paths, types and values over a set of documents, kept as they change.
+
+    ``add(meta)`` when a document arrives, ``remove(meta)`` (the same dict) when it is deleted or
+    replaced. Work per call is proportional to the document's metadata, never to the store.
+    """
+
+    def __init__(self) -> None:
+        self.documents = 0
+        self._keys: dict[tuple[str, ...], _Key] = {}
+
+    def add(self, meta: Mapping[str, Any]) -> None:
+        self.documents += 1
+        self._count(meta, 1)
+
+    def remove(self, meta: Mapping[str, Any]) -> None:
+        self.documents -= 1
+        self._count(meta, -1)
+
+    def _count(self, meta: Mapping[str, Any], sign: int) -> None:
+        for path, value in _entries(meta):
+            key = self._keys.get(path)
+            if key is None:
+                if sign < 0:
+                    continue
+                key = self._keys[path] = _Key()
+            t = value_type(value)
+            key.types[t] += sign
+            key.documents += sign
+            if t == "string" and _NUMBER.match(value):
+                key.numeric_strings += sign
+            v = _countable(value)
+            if v is not None:
+                hashable = (type(v).__name__ if not isinstance(v, (int, float)) or isinstance(v, bool) else "n", v)
+                if hashable in key.values or sign < 0:
+                    key.values[hashable] += sign
+                    if key.values[hashable] <= 0:
+                        del key.values[hashable]
+                elif len(key.values) < MAX_DISTINCT:
+                    key.values[hashable] = 1
+                else:
+                    key.values_complete = False
+            if key.types[t] <= 0:
+                del key.types[t]
+            if key.documents <= 0:
+                del self._keys[path]
+
+    def keys(self) -> list[KeyInfo]:
+        """Every key path, sorted, with its types, document count and common values."""
+        out = []
+        for path in sorted(self._keys):
+            k = self._keys[path]
+            top = sorted(k.values.items(), key=lambda kv: (-kv[1], repr(kv[0][1])))[:TOP_VALUES]
+            out.append(KeyInfo(path=path, types=dict(sorted(k.types.items(), key=lambda kv: (-kv[1], kv[0]))),
+                               documents=k.documents, values=[(v[1], n) for v, n in top],
+                               numeric_strings=k.numeric_strings,
+                               values_complete=k.values_complete and len(k.values) < MAX_DISTINCT,
+                               distinct=len(k.values)))
+        return out
+
+    @classmethod
+    def of(cls, metas: Iterable[Mapping[str, Any]]) -> MetaSummary:
+        s = cls()
+        for m in metas:
+            s.add(m)
+        return s
+
+
+@dataclass(frozen=True)
+class KeyInfo:
+    """One metadata key path: the types seen (type → documents), how many documents have it, common values."""
+
+    path: tuple[str, ...]
+    types: dict[str, int]
+    documents: int
+    values: list[tuple[Any, int]]
+    numeric_strings: int = 0
+    values_complete: bool = True
+    distinct: int = 0
+
+    @property
+    def name(self) -> str:
+        """The key as written in a query after ``meta.``."""
+        from nlql.render import quote_key
+
+        return ".".join(quote_key(k) for k in self.path)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"key": self.name, "path": list(self.path), "types": dict(self.types),
+                "documents": self.documents,
+                "values": [{"value": v, "documents": n} for v, n in self.values]}
+
+
+@dataclass(frozen=True)
+class DataSummary:
+    """What a store answers for ``describe_data``: sizes and metadata keys, exact or from a sample."""
+
+    documents: int
+    sentences: int
+    keys: list[KeyInfo]
+    sampled: int | None = None       # documents read, when the keys come from a sample
+    method: str = "maintained"       # "maintained" (kept at write time) or how the sample was taken
+
+
+@dataclass(frozen=True)
+class Schema:
+    """``engine.schema()``: the store's size, embedder, analyzer and metadata keys."""
+
+    store: str
+    documents: int
+    sentences: int
+    embedder: dict[str, Any] | None
+    analyzer: dict[str, Any] | None
+    keys: list[KeyInfo]
+    sampled: int | None = None
+    method: str = "maintained"
+
+    def key(self, path: Sequence[str]) -> KeyInfo | None:
+        t = tuple(path)
+        for k in self.keys:
+            if k.path == t:
+                return k
+        return None
+
+    @property
+    def exact(self) -> bool:
+        """Whether the key counts cover every document (not a sample)."""
+        return self.sampled is None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"store": self.store, "documents": self.documents, "sentences": self.sentences,
+                "embedder": self.embedder, "analyzer": self.analyzer,
+                "keys": [k.to_dict() for k in self.keys],
+                "sampled": self.sampled, "method": self.method}
+
+    def to_text(self) -> str:
+        """A plain-text form (for agents and pipes): one line per key."""
+        lines = [f"store: {self.store}, {self.documents} documents, {self.sentences} sentences"]
+        if self.embedder:
+            lines.append("embedder: " + ", ".join(f"{k}={v}" for k, v in self.embedder.items()))
+        if self.analyzer:
+            lines.append("analyzer: " + ", ".join(f"{k}={v}" for k, v in sorted(self.analyzer.items())))
+        if self.sampled is not None:
+            lines.append(f"metadata keys from a sample of {self.sampled} documents ({self.method})")
+        if not self.keys:
+            lines.append("no metadata keys")
+        else:
+            lines.append("metadata keys (write meta.<key> in a query):")
+            for k in self.keys:
+                types = ", ".join(k.types)
+                vals = ", ".join(f"{_show(v)} ({n})" for v, n in k.values)
+                lines.append(f"  meta.{k.name}: {types}; {k.documents} documents"
+                             + (f"; common values: {vals}" if vals else ""))
+        return "\n".join(lines)
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, str):
+        return '"' + value.replace('"', '\\"') + '"'
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return repr(value)
+
+
+def summary_of_rows(rows: Iterable[Any], sentences: int, sample: int, method: str) -> DataSummary:
+    """A :class:`DataSummary` from rows (one per sentence, any order): each document counted once."""
+    seen: dict[str, Mapping[str, Any]] = {}
+    for r in rows:
+        if r.doc_id not in seen:
+            seen[r.doc_id] = r.metadata
+    s = MetaSummary.of(seen.values())
+    return DataSummary(documents=len(seen), sentences=sentences, keys=s.keys(), sampled=None, method=method)
+
+
+def sample_summary(store: Any, sample: int = DEFAULT_SAMPLE) -> DataSummary:
+    """The engine's fallback for a store without ``describe_data``: rows fetched through the Store API.
+
+    Reads the rows of at most ``sample`` documents (in insertion order); when that is every document
+    the counts are exact, else the document count is estimated from the sentences per document seen.
+    """
+    keys = store.scan(None)
+    sentences = len(keys)
+    seen: dict[str, Mapping[str, Any]] = {}
+    rows_read = 0
+    step = 512
+    for lo in range(0, sentences, step):
+        for r in store.fetch(keys[lo:lo + step]):
+            if r.doc_id not in seen:
+                if len(seen) >= sample:
+                    break
+                seen[r.doc_id] = r.metadata
+            rows_read += 1
+        else:
+            continue
+        break
+    complete = rows_read >= sentences
+    s = MetaSummary.of(seen.values())
+    if complete:
+        return DataSummary(len(seen), sentences, s.keys(), None, "read every document (Store API)")
+    estimate = round(sentences * len(seen) / max(rows_read, 1))
+    return DataSummary(estimate, sentences, s.keys(), len(seen), f"first {len(seen)} documents (Store API)")
+
+
+# ------------------------------------------------------------------------------------------ warnings
+
+
+def edit_distance(a: str, b: str) -> int:
+    """Edits (insert, delete, substitute, swap two neighbours) turning ``a`` into ``b``."""
+    before: list[int] = []
+    prev = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        cur = [i]
+        for j, cb in enumerate(b, 1):
+            d = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (ca != cb))
+            if i > 1 and j > 1 and ca == b[j - 2] and a[i - 2] == cb:
+                d = min(d, before[j - 2] + 1)
+            cur.append(d)
+        before, prev = prev, cur
+    return prev[-1]
+
+
+def closest(name: str, candidates: Iterable[str], max_ratio: float = 0.4) -> str | None:
+    """The candidate nearest ``name`` by edit distance (case-insensitive), first one on ties; None if none
+    is within ``max_ratio`` of the longer length (at least 1 edit, at most 3 for short names)."""
+    best: tuple[int, int] | None = None
+    pick = None
+    low = name.lower()
+    for i, c in enumerate(candidates):
+        d = edit_distance(low, c.lower())
+        limit = max(1, min(3, int(max_ratio * max(len(name), len(c)))))
+        if d <= limit and (best is None or (d, i) < best):
+            best, pick = (d, i), c
+    return pick
+
+
+def _literal_side(node: Any) -> Any:
+    from nlql import ir
+
+    if isinstance(node, ir.Literal):
+        return node.value
+    return _NO
+
+
+_NO = object()
+
+
+def _never_matches(info: KeyInfo, value: Any) -> str | None:
+    """Why a comparison of the key with ``value`` can never be TRUE on the data seen, or None."""
+    types = {t for t in info.types if t != "null"}
+    if not types or value is None:
+        return None
+    if isinstance(value, bool):
+        return None if "bool" in types else "a boolean"
+    if isinstance(value, (int, float)):
+        if types & {"number"} or ("string" in types and info.numeric_strings):
+            return None
+        return "a number"
+    if isinstance(value, str):
+        if types & {"string", "date", "list"}:
+            return None
+        if "number" in types and _NUMBER.match(value):
+            return None
+        return "a string"
+    return None
+
+
+def data_warnings(query: Any, schema: Schema) -> list[Diagnostic]:
+    """Warnings from the data: unknown metadata keys (did-you-mean over the real keys) and comparisons
+    whose literal type no document's value has. Each is a ``Diagnostic`` with ``severity="warning"``."""
+    from nlql import ir
+
+    known = {k.path: k for k in schema.keys}
+    prefixes = {k.path[:i] for k in schema.keys for i in range(1, len(k.path) + 1)}
+    names = [k.name for k in schema.keys]
+    out: list[Diagnostic] = []
+    if schema.documents <= 0:
+        return out  # an empty store: every key is unknown, and saying so helps no one
+    seen: set[tuple[str, ...]] = set()
+    where = "" if schema.exact else f" (in a sample of {schema.sampled} documents)"
+    for node in query.walk():
+        if isinstance(node, ir.Meta) and node.keys not in prefixes and node.keys not in seen:
+            seen.add(node.keys)
+            shown = ".".join(node.keys)
+            guess = closest(shown, names)
+            hint = (f"did you mean meta.{guess}?" if guess
+                    else ("known keys: " + ", ".join(f"meta.{n}" for n in names[:12])) if names
+                    else "no document has metadata")
+            out.append(_warn(node, f"no document has metadata key meta.{shown}{where}", hint))
+        elif isinstance(node, (ir.Compare, ir.In, ir.Between)):
+            if isinstance(node, ir.Compare):
+                pairs = [(node.left, node.right), (node.right, node.left)]
+            elif isinstance(node, ir.In):
+                opts = node.options.items if isinstance(node.options, ir.ListExpr) else ()
+                pairs = [(node.expr, o) for o in opts]
+            else:
+                pairs = [(node.expr, node.low), (node.expr, node.high)]
+            for key_side, other in pairs:
+                if not isinstance(key_side, ir.Meta) or key_side.keys not in known:
+                    continue
+                value = _literal_side(other)
+                if value is _NO:
+                    continue
+                info = known[key_side.keys]
+                what = _never_matches(info, value)
+                if what is not None:
+                    types = ", ".join(t for t in info.types if t != "null")
+                    equality = (isinstance(node, ir.Compare) and node.op == "==") or (
+                        isinstance(node, ir.In) and not node.negated)
+                    tail = ": this comparison matches no document" if equality else ""
+                    out.append(_warn(other, f"meta.{info.name} is never {what} in the data{where}{tail}",
+                                     f"meta.{info.name} holds {types}"
+                                     + (f", e.g. {_show(info.values[0][0])}" if info.values else "")))
+                    break
+    return sorted(out, key=lambda d: (d.line, d.column))
+
+
+def _warn(node: Any, message: str, hint: str | None) -> Diagnostic:
+    span = node.span
+    line, column = (span.line, span.column) if span is not None else (0, 0)
+    return Diagnostic(line, column, message, hint, span, code="data", severity="warning")
+
+
+def warning_text(d: Diagnostic) -> str:
+    """A diagnostic as one line for ``hits.warnings``."""
+    at = f" at line {d.line}, column {d.column}" if d.line else ""
+    return f"{d.message}{at}" + (f" ({d.hint})" if d.hint else "")
+
+
+# ------------------------------------------------------------------------------------------ building
+
+
+def _record(store: Any, key: str) -> dict[str, Any] | None:
+    """The JSON object a store records under ``key`` (its embedder, its analyzer), or None."""
+    import json
+
+    get = getattr(store, "get_info", None)  # the store record is optional (a user's own store may lack it)
+    if not callable(get):
+        return None
+    try:
+        raw = get(key)
+        value = json.loads(raw) if raw else None
+    except Exception:  # noqa: BLE001 - a schema is a report: an unreadable record is reported as absent
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def build_schema(store: Any, embedder: Any, analyzer: Any, sample: int = DEFAULT_SAMPLE) -> Schema:
+    """The schema of ``store``: ``describe_data`` when the store declares ``DESCRIBES_DATA``, else a
+    sample through the Store API (:func:`sample_summary`). Embedder and analyzer come from the store's
+    record when it keeps one, else from what the engine uses."""
+    caps = store.capabilities
+    summary = store.describe_data(sample) if caps.DESCRIBES_DATA else sample_summary(store, sample)
+    emb = _record(store, "embedder")
+    if emb is None and embedder is not None:
+        model = getattr(embedder, "model_id", None) or getattr(embedder, "name", None) or type(embedder).__name__
+        emb = {"model": str(model), "dim": int(embedder.dim)}
+    ana = _record(store, "analyzer")
+    if ana is None and analyzer is not None:
+        config = getattr(analyzer, "config", None)
+        ana = dict(config()) if callable(config) else {"analyzer": type(analyzer).__name__}
+    return Schema(store=caps.NAME, documents=summary.documents, sentences=summary.sentences, embedder=emb,
+                  analyzer=ana, keys=summary.keys, sampled=summary.sampled, method=summary.method)

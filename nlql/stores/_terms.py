@@ -1,0 +1,168 @@
+"""BM25 term statistics kept inside a server store (Qdrant, Milvus), scored exactly as SPEC §5.
+
+Each stored sentence carries its analysed terms (distinct, as :func:`term_key`\\ s), their term
+frequencies and its length (number of terms), written in the same call as the row itself. The corpus
+totals (``N`` sentences, total length, the largest ``seq``) are kept as one small record per *writer*
+(a store instance that wrote): each writer only ever rewrites its own record, so two engines writing
+through one server never lose each other's increments, and a reader sums the records (one per writer
+that ever wrote, independent of the corpus size).
+
+A query then reads only what its terms need: the rows that contain at least one query term, with
+their terms, frequencies and lengths (the document frequency of a term is the number of those rows
+that contain it), and the writer records. Nothing in the engine process outlives the query.
+
+:func:`bm25_scores` is the formula of :class:`nlql.text.bm25.BM25Index`, in float64, so scores equal
+the built-in store's to rounding (summation order aside).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+K1 = 1.2
+B = 0.75
+MAX_TERM_BYTES = 200  # longer terms are stored as a hash (exact match, collision-free in practice)
+
+
+def term_key(term: str) -> str:
+    """The stored form of one analysed term: valid UTF-8, at most ``MAX_TERM_BYTES`` bytes."""
+    raw = term.encode("utf-8", "surrogatepass")
+    if len(raw) <= MAX_TERM_BYTES and not any(0xD800 <= ord(c) <= 0xDFFF for c in term):
+        return term
+    return "#" + hashlib.sha1(raw).hexdigest()
+
+
+def sentence_terms(terms: Sequence[str]) -> tuple[list[str], list[int], int]:
+    """``(distinct term keys, their frequencies, length)`` of one sentence's analysed terms."""
+    counts: dict[str, int] = {}
+    for t in terms:
+        k = term_key(t)
+        counts[k] = counts.get(k, 0) + 1
+    return list(counts), list(counts.values()), len(terms)
+
+
+def query_keys(terms: Iterable[str]) -> list[str]:
+    """The distinct term keys of a query's analysed terms, in first-occurrence order."""
+    return list(dict.fromkeys(term_key(t) for t in terms))
+
+
+@dataclass(slots=True)
+class Totals:
+    """Corpus totals summed over every writer's record."""
+
+    n: int = 0
+    total_len: int = 0
+    max_seq: int = 0
+    signature: Any = None  # identifies the state of every writer record (changes with every write)
+
+    @classmethod
+    def sum(cls, records: Iterable[Mapping[str, int]], signature: Any = None) -> Totals:
+        out = cls(signature=signature)
+        for r in records:
+            out.n += int(r.get("n", 0))
+            out.total_len += int(r.get("len", 0))
+            out.max_seq = max(out.max_seq, int(r.get("seq", 0)))
+        return out
+
+
+def bm25_scores(
+    qkeys: Sequence[str],
+    rows: Sequence[tuple[Sequence[str], Sequence[int], int]],
+    df: Mapping[str, int],
+    totals: Totals,
+    k1: float = K1,
+    b: float = B,
+) -> np.ndarray:
+    """BM25 of each row for the query term keys ``qkeys`` (0.0 where no query term occurs).
+
+    Args:
+        qkeys: Distinct query term keys (see :func:`query_keys`).
+        rows: Per row, its stored ``(term keys, frequencies, length)``.
+        df: Number of live rows containing each query term (terms absent or 0 score nothing).
+        totals: ``N`` and the total length over all live rows.
+    """
+    out = np.zeros(len(rows), dtype=np.float64)
+    big_n = float(totals.n)
+    if big_n <= 0 or not qkeys:
+        return out
+    idf = {t: math.log1p((big_n - df[t] + 0.5) / (df[t] + 0.5)) for t in qkeys if df.get(t, 0) > 0}
+    if not idf:
+        return out
+    avglen = totals.total_len / big_n
+    for i, (terms, tfs, length) in enumerate(rows):
+        norm = k1 * (1.0 - b + b * length / avglen) if avglen > 0 else k1 * (1.0 - b)
+        own = dict(zip(terms, tfs))
+        s = 0.0
+        for t, w in idf.items():  # query-term order, as the built-in index sums
+            tf = own.get(t)
+            if tf is not None:
+                f = float(tf)
+                s += w * f * (k1 + 1.0) / (f + norm)
+        out[i] = s
+    return out
+
+
+def document_frequencies(qkeys: Sequence[str], rows: Iterable[Sequence[str]]) -> dict[str, int]:
+    """How many of ``rows`` (each a list of term keys) contain each query term."""
+    wanted = set(qkeys)
+    df = dict.fromkeys(qkeys, 0)
+    for terms in rows:
+        for t in wanted.intersection(terms):
+            df[t] += 1
+    return df
+
+
+class StoreKeywordIndex:
+    """The engine's BM25 source for a store that keeps BM25 itself: every score read from the store.
+
+    It has the interface of the engine's in-process index (``matches``, ``scores``, ``on_upsert``,
+    ``on_delete``) and keeps no state, so writes of any process are visible to the next query.
+    ``candidates`` is what recall narrows with (:mod:`nlql.execute.keyword_recall`).
+    """
+
+    built = True
+    in_store = True
+
+    def __init__(self, store: Any, analyzer: Any = None) -> None:
+        self.store = store
+        self.analyzer = analyzer  # what the engine passed (None: the default analyzer)
+
+    def on_upsert(self, docs: Sequence[Any]) -> None:
+        """Nothing to do: the store wrote the terms with the rows."""
+
+    def on_delete(self, doc_ids: Sequence[str]) -> None:
+        """Nothing to do: the store removed the terms with the rows."""
+
+    def matches(self, text: str) -> tuple[list[tuple[str, int]], np.ndarray]:
+        """Every row that contains a term of ``text``: its (doc_id, position) and BM25 score."""
+        out: tuple[list[tuple[str, int]], np.ndarray] = self.store.bm25_matches(text)
+        return out
+
+    def scores(self, text: str, keys: Sequence[Any], rows: Sequence[Any]) -> np.ndarray:
+        """BM25 of ``text`` for each row (0.0 where no query term occurs)."""
+        out: np.ndarray = self.store.bm25_scores(text, rows)
+        return out
+
+    def candidates(self, text: str, flt: Any, n: int | None) -> tuple[list[Any], np.ndarray]:
+        """Store keys and scores of rows passing ``flt`` holding a term: at least the ``n`` best."""
+        out: tuple[list[Any], np.ndarray] = self.store.bm25_candidates(text, flt, n)
+        return out
+
+
+def keyword_index(store: Any, analyzer: Any) -> StoreKeywordIndex | None:
+    """The store's own BM25 source if its terms were written by ``analyzer`` (None: the default)."""
+    from nlql.text.analyzer import Analyzer
+
+    if not store.capabilities.KEYWORD_STATS or (analyzer if analyzer is not None else Analyzer()) != store.analyzer:
+        return None
+    return StoreKeywordIndex(store, analyzer)
+
+
+__all__ = ["B", "K1", "StoreKeywordIndex", "keyword_index", "Totals", "bm25_scores", "document_frequencies", "query_keys", "sentence_terms",
+           "term_key"]

@@ -1,0 +1,1050 @@
+"""Milvus store: Milvus Lite (``milvus:///path/file.db``) or a Milvus server/cluster (``milvus+http://…``).
+
+One code path, pymilvus' ``MilvusClient``, serves both: a ``.db`` path makes pymilvus start Milvus Lite
+in-process, a URL talks to a server. (Milvus Lite 3.x is a pure-Python re-implementation of the
+Milvus API: one process per ``.db`` file, and ``milvus-lite server`` to share it between processes.)
+
+Collections (``<c>`` is ``collection``)::
+
+    <c>        one row per sentence
+               key     VARCHAR pk   sha1 of [doc_id, position]
+               dkey    VARCHAR      sha1 of doc_id (delete / replace / document rows by it)
+               position, seq, nterms  INT64   (nterms: the sentence's BM25 length)
+               terms   ARRAY<VARCHAR>, tfs ARRAY<INT64>   distinct analysed terms and their counts
+               vec     FLOAT_VECTOR(dim), COSINE, FLAT (exact) or HNSW
+               v       JSON          typed views of metadata and built-in fields, for filters
+               rec     VARCHAR       the row as ASCII JSON (doc_id, content, offsets, tail, metadata)
+    <c>_info   k VARCHAR pk, kind VARCHAR, val VARCHAR   (+ a 2-d placeholder vector Milvus requires)
+               kind "info": get_info/set_info records (dim, analyzer, embedder, …)
+               kind "stats": one record per writer: sentences, total length, largest seq
+
+Both collections are created with ``consistency_level="Strong"``, so on a Milvus server or cluster
+every read sees every write acknowledged before it, from any client (SPEC §10; Milvus' default,
+"Bounded", may serve reads a few seconds stale).
+
+Strings are stored so that any Python string survives: ``rec`` is ASCII JSON (lone surrogates and NUL
+included); the views in ``v`` hold strings through :func:`escape`, an equality- and substring-preserving
+code that keeps them valid UTF-8 and free of NUL (its code words use U+0001–U+0008).
+
+**Filters.** Every leaf is lowered onto the typed views (:mod:`nlql.stores._typed`) and rendered as a
+Milvus boolean expression. Values are written by a strict literal encoder (:func:`literal`): strings
+in double quotes with ``\\\\ \\" \\n \\r \\t`` escaped and everything else as itself (Milvus Lite has no
+expression templates and no ``\\u`` escapes), numbers as ``repr(float)``, datetimes as integer
+microseconds. Milvus Lite cannot put ``in`` on a JSON path, so IN is a disjunction of equalities.
+What the expression cannot decide exactly is pushed as a superset and re-checked in the adapter with
+``pyfilter`` (explain shows ``then adapter check``): string ordering, CONTAINS needles with LIKE
+wildcards (``%``, ``_``, ``\\``: Milvus LIKE has no escape), numbers of magnitude ≥ 2^53 (views are
+doubles), LIKE and MATCH.
+
+**knn.** ``index="flat"`` searches exactly (ties broken by (seq, position), widened while the k-th
+score ties the next). ``index="hnsw"`` searches the graph with ``ef ≥ k``; a filtered search that
+returns fewer than ``k`` rows counts the filter's matches and, when short, searches exactly over the
+matching rows (streamed, bounded memory), so it returns ``min(k, matches)`` (SPEC §6).
+
+**BM25** is scored from the terms kept in the rows (:mod:`nlql.stores._terms`): ``bm25_matches`` reads
+the rows that contain a query term, exactly the built-in store's formula and results; the engine keeps
+no index for this store (``Capabilities.KEYWORD_STATS``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import threading
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager
+from datetime import date, datetime
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import numpy as np
+
+from nlql import values as V
+from nlql.errors import BackendError, MissingDependencyError, NLQLError
+from nlql.pushdown import Capabilities, Filter, NativeFilter
+from nlql.stores import _terms, pyfilter
+from nlql.stores import _typed as T
+from nlql.stores.base import DocRecord, Row, backend_errors
+
+try:
+    from pymilvus import DataType, MilvusClient
+except ImportError:  # pragma: no cover - exercised only without the extra
+    MilvusClient = None  # type: ignore[assignment,misc]
+    DataType = None  # type: ignore[assignment,misc]
+
+_OPS = frozenset({
+    "eq", "ne", "lt", "le", "gt", "ge", "in", "not_in",
+    "is_null", "is_not_null", "contains", "not_contains",
+})
+_MAX_VARCHAR = 65_535
+_MAX_TERMS = 4096          # Milvus ARRAY max_capacity
+_MAX_TOPK = 16_384         # Milvus topk / query window
+_WRITE_BATCH = 512
+_READ_BATCH = 1000         # keys per `key in [...]` expression
+_ITER_BATCH = 4096
+_EXACT_INT = 2**53         # |x| below this: double comparisons are exact
+_ROW_FIELDS = ["key", "rec", "position", "seq"]
+_RANGE = {"eq": "==", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+_INFO_DIM = 2
+
+
+# ---------------------------------------------------------------------- strings and literals
+
+
+def escape(s: str) -> str:
+    """A string as valid UTF-8 without NUL: equality-, substring- and LIKE-preserving.
+
+    U+0000–U+0008 and the surrogates U+D800–U+DFFF become ``\\x01`` followed by four base-7 digits
+    written as U+0002–U+0008; every other character is kept. The code is prefix-free and its
+    digits never occur unescaped, so a needle matches an escaped text only at code-word boundaries.
+
+    >>> escape("a\\x00b") == "a\\x01\\x02\\x02\\x02\\x02b"
+    True
+    >>> escape("plain ü") == "plain ü"
+    True
+    """
+    if not any(ord(c) <= 8 or 0xD800 <= ord(c) <= 0xDFFF for c in s):
+        return s
+    out = []
+    for c in s:
+        o = ord(c)
+        if o <= 8 or 0xD800 <= o <= 0xDFFF:
+            rank = o if o <= 8 else 9 + (o - 0xD800)
+            digits = []
+            for _ in range(4):
+                rank, d = divmod(rank, 7)
+                digits.append(chr(2 + d))
+            out.append("\x01" + "".join(reversed(digits)))
+        else:
+            out.append(c)
+    return "".join(out)
+
+
+def literal(value: Any) -> str:
+    """A value as a Milvus expression literal (strings must already be :func:`escape`\\ d).
+
+    >>> literal('say "hi"\\n'), literal(True), literal(2.5), literal(3)
+    ('"say \\\\"hi\\\\"\\\\n"', 'true', '2.5', '3')
+
+    Raises:
+        ValueError: a string with a character no literal can hold, or a non-finite number.
+    """
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise ValueError(f"no Milvus literal for {value!r}")
+        return repr(value)
+    if isinstance(value, str):
+        out = ['"']
+        for c in value:
+            o = ord(c)
+            if c == "\\" or c == '"':
+                out.append("\\" + c)
+            elif c == "\n":
+                out.append("\\n")
+            elif c == "\r":
+                out.append("\\r")
+            elif c == "\t":
+                out.append("\\t")
+            elif o == 0 or 0xD800 <= o <= 0xDFFF:
+                raise ValueError("unescaped NUL or surrogate in a Milvus string literal")
+            else:
+                out.append(c)
+        out.append('"')
+        return "".join(out)
+    raise ValueError(f"no Milvus literal for {type(value).__name__}")
+
+
+def _sha(obj: Any) -> str:
+    return hashlib.sha1(json.dumps(obj, ensure_ascii=True).encode("ascii")).hexdigest()
+
+
+def row_key(doc_id: str, position: int) -> str:
+    """The primary key of a sentence (hex sha1 of ``[doc_id, position]``)."""
+    return _sha([doc_id, position])
+
+
+def doc_key(doc_id: str) -> str:
+    """The key every sentence of a document shares (hex sha1 of the doc id)."""
+    return _sha(doc_id)
+
+
+def _keys_in(field: str, keys: Sequence[str]) -> str:
+    return f"{field} in [{', '.join(literal(k) for k in keys)}]"
+
+
+# ---------------------------------------------------------------------- views
+
+
+def _view_value(kind: str, view: Any) -> Any:
+    """A typed view as stored in ``v``: strings escaped, numbers as doubles, instants as µs."""
+    if kind in ("s", "c"):
+        return escape(view)
+    if kind in ("n", "f"):
+        try:
+            return float(view)
+        except OverflowError:
+            return 1.7976931348623157e308 if view > 0 else -1.7976931348623157e308
+    if kind == "d":
+        micros = T.datetime_micros(view)
+        return micros if micros is not None else None
+    return view
+
+
+def _views(meta: dict[str, Any], doc_id: str, position: int, content: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for path, value in T.walk_metadata(meta):
+        enc = T.encode_path(path)
+        for kind, view in T.scalar_views(value).items():
+            stored = _view_value(kind, view)
+            if stored is None:
+                continue
+            node = out.setdefault(kind, {})
+            for part in enc:
+                node = node.setdefault(part, {})
+            node[T.PRESENCE_MARK] = stored
+    for field in T.BUILTINS:
+        value = T.builtin_value(field, doc_id, position, content)
+        for kind, view in T.scalar_views(value).items():
+            if kind != "p":
+                stored = _view_value(kind, view)
+                if stored is not None:
+                    out[f"_{kind}_{field}"] = stored
+    return out
+
+
+def _path(kind: str, path: tuple[str, ...]) -> str:
+    """The JSON path expression of a view."""
+    if path[0] != "meta":
+        return f'v["_{kind}_{path[0]}"]'
+    parts = "".join(f'["{p}"]' for p in (kind, *T.encode_path(path[1:]), T.PRESENCE_MARK))
+    return "v" + parts
+
+
+# ---------------------------------------------------------------------- the store
+
+
+class MilvusStore:
+    """A :class:`~nlql.stores.base.Store` on Milvus Lite or a Milvus server, through ``MilvusClient``.
+
+    Args:
+        uri: A ``.db`` file path (Milvus Lite) or a server URL (``http://host:19530``).
+        client: An existing ``MilvusClient`` (the store never closes a client it did not create).
+        token: Server credentials (``"user:password"`` or an API key).
+        db_name: The Milvus database.
+        collection: The collection name (``<collection>_info`` holds records and BM25 totals).
+        index: ``"flat"`` (exact) or ``"hnsw"`` (approximate, with the top-k guarantee, see module doc).
+        hnsw_m: HNSW graph degree; hnsw_ef_construction: its build beam.
+        hnsw_ef: The HNSW search beam (at least ``k``).
+        analyzer: The :class:`~nlql.text.analyzer.Analyzer` whose terms are stored for BM25 (default
+            ``Analyzer()``, the engine's default).
+        timeout: Seconds per client call (None: the client's default).
+
+    Raises:
+        MissingDependencyError: ``pymilvus`` (and for a ``.db`` path ``milvus-lite``) is not installed.
+    """
+
+    def __init__(
+        self,
+        uri: str | None = None,
+        *,
+        client: Any = None,
+        token: str | None = None,
+        db_name: str | None = None,
+        collection: str = "nlql",
+        index: str = "flat",
+        hnsw_m: int = 16,
+        hnsw_ef_construction: int = 200,
+        hnsw_ef: int = 128,
+        analyzer: Any = None,
+        timeout: float | None = None,
+    ) -> None:
+        if MilvusClient is None:
+            raise MissingDependencyError("milvus", "pymilvus")
+        if index not in ("flat", "hnsw"):
+            raise NLQLError(f"unknown Milvus index {index!r}", hint="use index='flat' (exact) or 'hnsw'")
+        if not collection or not all(c.isascii() and (c.isalnum() or c == "_") for c in collection) \
+                or not (collection[0].isalpha() or collection[0] == "_"):
+            raise NLQLError(f"invalid Milvus collection name {collection!r}",
+                            hint="letters, digits and '_', starting with a letter or '_'")
+        from nlql.text.analyzer import Analyzer
+
+        self.uri = uri or "nlql_milvus.db"
+        self.collection = collection
+        self.info_collection = f"{collection}_info"
+        self.index = index
+        self.hnsw_m = int(hnsw_m)
+        self.hnsw_ef_construction = int(hnsw_ef_construction)
+        self.hnsw_ef = int(hnsw_ef)
+        self.analyzer = analyzer if analyzer is not None else Analyzer()
+        self.timeout = timeout
+        self._writer = uuid.uuid4().hex
+        self._mine = {"n": 0, "len": 0, "seq": 0}
+        self._write_lock = threading.Lock()
+        self._dim: int | None = None
+        self._sparse = False
+        self._df_memo: dict[tuple[str, Any], int] = {}
+        self.last_stats: dict[str, Any] = {}
+        self.capabilities = self._caps(keyword_stats=True)
+        self._owns_client = client is None
+        logging.getLogger("pymilvus").setLevel(logging.CRITICAL)  # driver errors become BackendError
+        with self._backend("connect"):
+            if client is not None:
+                self.client = client
+            else:
+                kwargs: dict[str, Any] = {"uri": self.uri}
+                if token:
+                    kwargs["token"] = token
+                if db_name:
+                    kwargs["db_name"] = db_name
+                if timeout is not None:
+                    kwargs["timeout"] = timeout
+                try:
+                    self.client = MilvusClient(**kwargs)
+                except ImportError as exc:  # a .db path without milvus-lite
+                    raise MissingDependencyError("milvus", "milvus-lite") from exc
+                except Exception as exc:
+                    if _is_local(self.uri):
+                        raise BackendError(
+                            "milvus", f"cannot open Milvus Lite file {self.uri!r}: {exc}",
+                            hint="Milvus Lite allows one process per file; to share it, run "
+                                 "`milvus-lite server --data-dir DIR --port 19530` and open "
+                                 "milvus+http://127.0.0.1:19530") from exc
+                    raise
+
+    def _caps(self, keyword_stats: bool) -> Capabilities:
+        return Capabilities(
+            NAME="milvus",
+            OPS=_OPS,
+            FIELDS=frozenset({"meta", "doc_id", "id", "position", "content"}),
+            OR=True,
+            NESTED_KEYS=True,
+            NUMERIC_STRINGS=True,
+            FLOAT_EQUALITY=True,
+            DATETIMES=True,
+            EXACT=self.index == "flat",
+            SCORE_THRESHOLD=True,
+            BM25=keyword_stats,
+            KEYWORD_STATS=keyword_stats,
+        )
+
+    def _backend(self, what: str) -> AbstractContextManager[None]:
+        return backend_errors("milvus", what)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def open(self, dim: int) -> None:
+        """Create the collections (or attach to existing ones) for vectors of ``dim``.
+
+        Raises:
+            BackendError: the collection exists with another vector size.
+        """
+        with self._backend("open"):
+            c = self.client
+            if not c.has_collection(self.info_collection):
+                self._create_info()
+            c.load_collection(self.info_collection)
+            if c.has_collection(self.collection):
+                fields = {f["name"]: f for f in c.describe_collection(self.collection)["fields"]}
+                size = int(fields.get("vec", {}).get("params", {}).get("dim", -1))
+                if size != dim:
+                    raise BackendError("milvus", f"collection {self.collection!r} has vectors of size {size}; "
+                                                 f"the embedder needs size {dim}")
+            else:
+                self._create_units(dim)
+            c.load_collection(self.collection)
+            fields = {f["name"] for f in c.describe_collection(self.collection)["fields"]}
+            self._sparse = "sp" in fields
+            self._dim = dim
+            config = json.dumps(self.analyzer.config(), sort_keys=True)
+            stored = self.get_info("analyzer")
+            if stored is None:
+                if self.count() == 0:
+                    self.set_info("analyzer", config)
+                else:  # rows written before term statistics existed: BM25 stays in the engine
+                    stored = "unknown"
+            if stored is not None and stored != config:
+                self.capabilities = self._caps(keyword_stats=False)
+            mine = self._info_row(f"stats:{self._writer}")
+            if mine is not None:
+                self._mine = json.loads(mine)
+
+    def _create_info(self) -> None:
+        s = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
+        s.add_field("k", DataType.VARCHAR, is_primary=True, max_length=512)
+        s.add_field("kind", DataType.VARCHAR, max_length=16)
+        s.add_field("val", DataType.VARCHAR, max_length=_MAX_VARCHAR)
+        s.add_field("_v", DataType.FLOAT_VECTOR, dim=_INFO_DIM)
+        ip = self.client.prepare_index_params()
+        ip.add_index("_v", index_type="FLAT", metric_type="L2")
+        self.client.create_collection(self.info_collection, schema=s, index_params=ip, consistency_level="Strong")
+
+    def _create_units(self, dim: int) -> None:
+        s = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
+        s.add_field("key", DataType.VARCHAR, is_primary=True, max_length=40)
+        s.add_field("dkey", DataType.VARCHAR, max_length=40)
+        s.add_field("position", DataType.INT64)
+        s.add_field("seq", DataType.INT64)
+        s.add_field("nterms", DataType.INT64)
+        s.add_field("terms", DataType.ARRAY, element_type=DataType.VARCHAR, max_capacity=_MAX_TERMS,
+                    max_length=_terms.MAX_TERM_BYTES + 1)
+        s.add_field("tfs", DataType.ARRAY, element_type=DataType.INT64, max_capacity=_MAX_TERMS)
+        s.add_field("vec", DataType.FLOAT_VECTOR, dim=dim)
+        s.add_field("sp", DataType.SPARSE_FLOAT_VECTOR)
+        s.add_field("v", DataType.JSON)
+        s.add_field("rec", DataType.VARCHAR, max_length=_MAX_VARCHAR)
+        ip = self.client.prepare_index_params()
+        if self.index == "flat":
+            ip.add_index("vec", index_type="FLAT", metric_type="COSINE")
+        else:
+            ip.add_index("vec", index_type="HNSW", metric_type="COSINE",
+                         params={"M": self.hnsw_m, "efConstruction": self.hnsw_ef_construction})
+        ip.add_index("sp", index_type="SPARSE_INVERTED_INDEX", metric_type="IP")
+        self.client.create_collection(self.collection, schema=s, index_params=ip, consistency_level="Strong")
+        for field in ("dkey", "terms"):  # scalar indexes where the server has them (Milvus Lite: none on ARRAY)
+            sp = self.client.prepare_index_params()
+            sp.add_index(field, index_type="INVERTED")
+            try:
+                self.client.create_index(self.collection, sp, sync=False)
+            except Exception:  # noqa: BLE001 - an optimisation only; filters work without it
+                pass
+
+    def close(self) -> None:
+        """Release the client if this store created it (Milvus Lite unlocks its file)."""
+        if self._owns_client and getattr(self, "client", None) is not None:
+            with self._backend("close"):
+                self.client.close()
+        self.client = None
+
+    # ------------------------------------------------------------------ info records
+
+    def _info_row(self, k: str) -> str | None:
+        rows = self.client.query(self.info_collection, filter=f"k == {literal(k)}", output_fields=["val"])
+        return rows[0]["val"] if rows else None
+
+    def _put_info(self, k: str, kind: str, val: str) -> None:
+        if len(val.encode("utf-8")) > _MAX_VARCHAR:
+            raise BackendError("milvus", f"info value for {k!r} exceeds {_MAX_VARCHAR} bytes")
+        self.client.upsert(self.info_collection, [{"k": k, "kind": kind, "val": val, "_v": [0.0] * _INFO_DIM}])
+
+    def get_info(self, key: str) -> str | None:
+        """A small persistent record (``set_info``), or None."""
+        with self._backend("get_info"):
+            raw = self._info_row("info:" + _sha(key))
+        return None if raw is None else json.loads(raw)[1]
+
+    def set_info(self, key: str, value: str) -> None:
+        """Store a small persistent record (visible at once to every client of the store)."""
+        with self._backend("set_info"):
+            self._put_info("info:" + _sha(key), "info", json.dumps([key, value], ensure_ascii=True))
+
+    def _totals(self) -> _terms.Totals:
+        rows = self.client.query(self.info_collection, filter='kind == "stats"', output_fields=["val"])
+        return _terms.Totals.sum((json.loads(r["val"]) for r in rows), signature=tuple(sorted(r["val"] for r in rows)))
+
+    def _df(self, qkeys: Sequence[str], totals: _terms.Totals) -> dict[str, int]:
+        """Rows holding each term, counted in the store; memoised per state of the writer records.
+
+        Every write changes some writer's record (its ``seq`` at least), so a count taken under the
+        same records is still exact; the memo is bounded (no growth with the corpus).
+        """
+        out: dict[str, int] = {}
+        for t in qkeys:
+            key = (t, totals.signature)
+            got = self._df_memo.get(key)
+            if got is None:
+                got = self._count(f"array_contains(terms, {literal(t)})")
+                if len(self._df_memo) >= 1024:
+                    self._df_memo.clear()
+                self._df_memo[key] = got
+            out[t] = got
+        return out
+
+    def _bump(self, dn: int, dlen: int, seq: int) -> None:
+        self._mine["n"] += dn
+        self._mine["len"] += dlen
+        self._mine["seq"] = max(self._mine["seq"], seq)
+        self._put_info(f"stats:{self._writer}", "stats", json.dumps(self._mine))
+
+    # ------------------------------------------------------------------ writes
+
+    def _rows_for(self, doc: DocRecord) -> tuple[list[dict[str, Any]], int]:
+        meta = V.normalize_metadata(doc.metadata or {})
+        dkey = doc_key(doc.doc_id)
+        vectors = np.asarray(doc.vectors, dtype=np.float32)
+        rows, total = [], 0
+        for unit, vec in zip(doc.units, vectors, strict=True):
+            terms, tfs, length = _terms.sentence_terms(self.analyzer.terms(unit.content))
+            if len(terms) > _MAX_TERMS:
+                raise BackendError("milvus", f"a sentence of document {doc.doc_id!r} has {len(terms)} distinct "
+                                             f"terms; Milvus arrays hold at most {_MAX_TERMS}")
+            rec = json.dumps({"d": doc.doc_id, "c": unit.content, "s": unit.start, "e": unit.end,
+                              "t": unit.tail, "m": meta}, ensure_ascii=True)
+            if len(rec) > _MAX_VARCHAR:
+                raise BackendError("milvus", f"a sentence of document {doc.doc_id!r} with its metadata is "
+                                             f"{len(rec)} bytes as JSON; Milvus VARCHAR holds {_MAX_VARCHAR}")
+            rows.append({
+                "key": row_key(doc.doc_id, unit.position), "dkey": dkey, "position": unit.position,
+                "seq": doc.seq, "nterms": length, "terms": terms, "tfs": tfs, "vec": vec.tolist(),
+                "sp": _sparse(terms, tfs, length),
+                "v": _views(meta, doc.doc_id, unit.position, unit.content), "rec": rec,
+            })
+            total += length
+        return rows, total
+
+    def _existing(self, dkeys: Sequence[str]) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for i in range(0, len(dkeys), _READ_BATCH):
+            out.extend(self._query_all(_keys_in("dkey", dkeys[i : i + _READ_BATCH]), ["key", "nterms"]))
+        return out
+
+    def upsert(self, docs: Sequence[DocRecord]) -> None:
+        """Write documents, replacing every stored document with the same ``doc_id``.
+
+        New rows overwrite old ones at the same position (same key); positions past the new length are
+        deleted afterwards, so a reader never sees a document vanish mid-call. Milvus has no
+        multi-row transactions: a failure mid-call raises :class:`BackendError`; repeating the call
+        repairs the document, and the BM25 totals are written last.
+        """
+        latest: dict[str, DocRecord] = {}
+        for doc in docs:
+            latest[doc.doc_id] = doc
+        if not latest:
+            return
+        rows: list[dict[str, Any]] = []
+        new_len = 0
+        for doc in latest.values():
+            r, total = self._rows_for(doc)
+            rows.extend(r)
+            new_len += total
+        with self._write_lock, self._backend("upsert"):
+            old = self._existing([doc_key(d) for d in latest])
+            for i in range(0, len(rows), _WRITE_BATCH):
+                self.client.upsert(self.collection, rows[i : i + _WRITE_BATCH])
+            new_keys = {r["key"] for r in rows}
+            stale = [o["key"] for o in old if o["key"] not in new_keys]
+            for i in range(0, len(stale), _READ_BATCH):
+                self.client.delete(self.collection, ids=stale[i : i + _READ_BATCH])
+            old_len = sum(int(o["nterms"]) for o in old)
+            self._bump(len(rows) - len(old), new_len - old_len, max(d.seq for d in latest.values()))
+
+    def delete(self, doc_ids: Sequence[str]) -> int:
+        """Delete documents by id; returns how many of them existed."""
+        ids = list(dict.fromkeys(doc_ids))
+        if not ids:
+            return 0
+        with self._write_lock, self._backend("delete"):
+            dkeys = [doc_key(d) for d in ids]
+            old: list[dict[str, Any]] = []
+            for i in range(0, len(dkeys), _READ_BATCH):
+                old.extend(self._query_all(_keys_in("dkey", dkeys[i : i + _READ_BATCH]), ["key", "dkey", "nterms"]))
+            if not old:
+                return 0
+            keys = [o["key"] for o in old]
+            for i in range(0, len(keys), _READ_BATCH):
+                self.client.delete(self.collection, ids=keys[i : i + _READ_BATCH])
+            self._bump(-len(old), -sum(int(o["nterms"]) for o in old), 0)
+            return len({o["dkey"] for o in old})
+
+    # ------------------------------------------------------------------ reads
+
+    def count(self) -> int:
+        """The number of stored sentences."""
+        with self._backend("count"):
+            res = self.client.query(self.collection, filter="", output_fields=["count(*)"])
+            return int(res[0]["count(*)"])
+
+    def max_seq(self) -> int:
+        """The largest ``seq`` any writer has stored; 0 when empty, as the built-in store."""
+        with self._backend("max_seq"):
+            return max(self._totals().max_seq, self._mine["seq"])
+
+    def _query_all(self, expr: str, fields: list[str]) -> list[dict[str, Any]]:
+        """Every row matching ``expr`` (paged by the iterator: no topk window)."""
+        out: list[dict[str, Any]] = []
+        for batch in self._iterate(expr, fields):
+            out.extend(batch)
+        return out
+
+    def _iterate(self, expr: str, fields: list[str]) -> Iterator[list[dict[str, Any]]]:
+        it = self.client.query_iterator(self.collection, batch_size=_ITER_BATCH, filter=expr,
+                                        output_fields=fields)
+        try:
+            while True:
+                batch = it.next()
+                if not batch:
+                    return
+                yield list(batch)
+        finally:
+            it.close()
+
+    def compile_filter(self, flt: Filter) -> NativeFilter:
+        """Translate a pushed filter to a Milvus boolean expression over the typed views.
+
+        ``NativeFilter.text`` is the expression; when a leaf needs the adapter's re-check it is followed
+        by ``then adapter check: …``. ``extra`` holds ``check`` (the filter to re-check, or None) and
+        ``empty`` (True when no row can pass).
+        """
+        node = T.lower_filter(flt)
+        native_node = T.native_part(node)
+        if native_node == T.FALSE:
+            return NativeFilter(None, "FALSE (no row can pass)", {"check": None, "empty": True})
+        loose: list[str] = []
+        expr = "" if native_node == T.TRUE else _render(native_node, loose)
+        notes = sorted({_leaf_text(c) for c in T.opaque_leaves(node)} | set(loose))
+        check = flt if (T.needs_check(node) or loose) else None
+        text = expr or "(all rows)"
+        if check is not None:
+            text += " then adapter check: " + "; ".join(notes)
+        return NativeFilter(expr, text, {"check": check, "empty": False})
+
+    def _candidates(self, flt: NativeFilter | None) -> list[tuple[int, int, str]]:
+        """``(seq, position, key)`` of every row passing ``flt`` (with the adapter re-check if needed)."""
+        check = flt.extra.get("check") if flt is not None else None
+        expr = flt.native if flt is not None else ""
+        fields = _ROW_FIELDS if check is not None else ["key", "seq", "position"]
+        out = []
+        for batch in self._iterate(expr or "", fields):
+            for r in batch:
+                if check is not None and not pyfilter.row_passes(check, _row(r)):
+                    continue
+                out.append((int(r["seq"]), int(r["position"]), r["key"]))
+        return out
+
+    def scan(self, flt: NativeFilter | None = None) -> list[Any]:
+        """Every key passing ``flt``, in insertion order (seq, position)."""
+        if flt is not None and flt.extra.get("empty"):
+            return []
+        with self._backend("scan"):
+            rows = self._candidates(flt)
+        rows.sort()
+        return [key for _, _, key in rows]
+
+    def knn(self, vectors: np.ndarray, k: int, flt: NativeFilter | None = None,
+            min_score: float | None = None) -> list[list[tuple[Any, float]]]:
+        """Top-``k`` (key, cosine) per query among rows passing ``flt``, best first.
+
+        Ties on the score are broken by (seq, position). See the module docstring for the exact and
+        the HNSW paths; ``last_stats`` records ``path`` and ``rounds``.
+        """
+        queries = np.atleast_2d(np.asarray(vectors, dtype=np.float32))
+        if k <= 0 or (flt is not None and flt.extra.get("empty")):
+            return [[] for _ in range(len(queries))]
+        expr = (flt.native or "") if flt is not None else ""
+        path = "flat" if self.index == "flat" else "hnsw"
+        with self._backend("knn"):
+            if flt is not None and flt.extra.get("check") is not None:
+                keys = [key for _, _, key in self._candidates(flt)]
+                if not keys:
+                    self.last_stats = {"path": "checked", "rounds": 0, "candidates": 0}
+                    return [[] for _ in range(len(queries))]
+                if len(keys) <= _READ_BATCH * 4:
+                    expr, path = _keys_in("key", keys), "checked"
+                else:
+                    out = self._exact_over(queries, k, None, keys)
+                    self.last_stats = {"path": "checked+stream", "rounds": 1, "candidates": len(keys)}
+                    return _threshold(out, min_score)
+            if k + 1 > _MAX_TOPK:
+                out = self._exact_over(queries, k, expr, None)
+                self.last_stats = {"path": "stream", "rounds": 1}
+                return _threshold(out, min_score)
+            results = self._search(queries, k + 1, expr)
+            rounds = 1
+            if self.index == "hnsw" and any(len(r) < k for r in results):
+                matches = self._count(expr)
+                short = [i for i, r in enumerate(results) if len(r) < min(k, matches)]
+                if short:
+                    path, rounds = "hnsw+exact", 2
+                    exact = self._exact_over(queries[short], k + 1, expr, None)
+                    for i, hits in zip(short, exact):
+                        results[i] = [(key, s, seq, pos) for key, s, seq, pos in hits]
+            out = []
+            for qi, res in enumerate(results):
+                lim = k + 1
+                while len(res) == lim and res[-1][1] == res[k - 1][1] and lim < _MAX_TOPK:
+                    lim = min(lim * 2, _MAX_TOPK)
+                    rounds += 1
+                    res = self._search(queries[qi : qi + 1], lim, expr)[0]
+                res = sorted(res, key=lambda h: (-h[1], h[2], h[3]))
+                out.append([(key, s) for key, s, _, _ in res[:k]])
+        self.last_stats = {"path": path, "rounds": rounds}
+        return _threshold(out, min_score)
+
+    def _search(self, queries: np.ndarray, limit: int, expr: str) -> list[list[tuple[str, float, int, int]]]:
+        params: dict[str, Any] = {"metric_type": "COSINE"}
+        if self.index == "hnsw":
+            params["params"] = {"ef": max(self.hnsw_ef, limit)}
+        res = self.client.search(self.collection, data=[q.tolist() for q in queries], limit=limit,
+                                 filter=expr, output_fields=["seq", "position"], search_params=params,
+                                 anns_field="vec")
+        return [[(h["key"] if "key" in h else h["id"], float(h["distance"]), int(h["entity"]["seq"]),
+                  int(h["entity"]["position"])) for h in hits] for hits in res]
+
+    def _count(self, expr: str) -> int:
+        res = self.client.query(self.collection, filter=expr, output_fields=["count(*)"])
+        return int(res[0]["count(*)"])
+
+    def _exact_over(self, queries: np.ndarray, k: int, expr: str | None,
+                    keys: Sequence[str] | None) -> list[list[tuple[str, float, int, int]]]:
+        """Exact top-``k`` over rows matching ``expr`` (or the given keys), streamed in batches."""
+        q = _normalise(queries)
+        best: list[list[tuple[float, int, int, str]]] = [[] for _ in range(len(q))]
+        if keys is not None:
+            batches: Iterator[list[dict[str, Any]]] = (
+                self.client.query(self.collection, filter=_keys_in("key", keys[i : i + _READ_BATCH]),
+                                  output_fields=["key", "seq", "position", "vec"])
+                for i in range(0, len(keys), _READ_BATCH))
+        else:
+            batches = self._iterate(expr or "", ["key", "seq", "position", "vec"])
+        for batch in batches:
+            if not batch:
+                continue
+            mat = _normalise(np.asarray([r["vec"] for r in batch], dtype=np.float32))
+            sims = q @ mat.T
+            for qi in range(len(q)):
+                cand = best[qi] + [(-float(s), int(r["seq"]), int(r["position"]), r["key"])
+                                   for s, r in zip(sims[qi], batch)]
+                cand.sort()
+                best[qi] = cand[:k]
+        return [[(key, -neg, seq, pos) for neg, seq, pos, key in b] for b in best]
+
+    def fetch(self, keys: Sequence[Any]) -> list[Row]:
+        """Rows for keys, in the order given; unknown keys are skipped."""
+        if not keys:
+            return []
+        got: dict[str, Row] = {}
+        uniq = list(dict.fromkeys(str(k) for k in keys))
+        with self._backend("fetch"):
+            for i in range(0, len(uniq), _READ_BATCH):
+                for r in self.client.query(self.collection, filter=_keys_in("key", uniq[i : i + _READ_BATCH]),
+                                           output_fields=_ROW_FIELDS):
+                    got[r["key"]] = _row(r)
+        return [got[str(k)] for k in keys if str(k) in got]
+
+    def document_rows(self, doc_ids: Sequence[str]) -> dict[str, list[Row]]:
+        """Every row of each document, by position; documents not stored are absent from the result."""
+        ids = list(dict.fromkeys(doc_ids))
+        if not ids:
+            return {}
+        out: dict[str, list[Row]] = {}
+        with self._backend("document_rows"):
+            rows = self._existing_rows([doc_key(d) for d in ids])
+        for r in rows:
+            row = _row(r)
+            out.setdefault(row.doc_id, []).append(row)
+        for lst in out.values():
+            lst.sort(key=lambda r: r.position)
+        return {d: out[d] for d in ids if d in out}
+
+    def _existing_rows(self, dkeys: Sequence[str]) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for i in range(0, len(dkeys), _READ_BATCH):
+            out.extend(self._query_all(_keys_in("dkey", dkeys[i : i + _READ_BATCH]), _ROW_FIELDS))
+        return out
+
+    def similarities(self, vectors: np.ndarray, keys: Sequence[Any]) -> np.ndarray:
+        """A ``(len(vectors), len(keys))`` cosine matrix; NaN for keys not stored."""
+        queries = np.atleast_2d(np.asarray(vectors, dtype=np.float32))
+        mat = np.full((len(keys), queries.shape[1]), np.nan, dtype=np.float32)
+        if len(keys):
+            index: dict[str, list[int]] = {}
+            for i, key in enumerate(keys):
+                index.setdefault(str(key), []).append(i)
+            uniq = list(index)
+            with self._backend("similarities"):
+                for i in range(0, len(uniq), _READ_BATCH):
+                    for r in self.client.query(self.collection, filter=_keys_in("key", uniq[i : i + _READ_BATCH]),
+                                               output_fields=["key", "vec"]):
+                        mat[index[r["key"]]] = np.asarray(r["vec"], dtype=np.float32)
+        return _normalise(queries) @ _normalise(mat).T
+
+    # ------------------------------------------------------------------ BM25 from stored terms
+
+    def keyword_index(self, analyzer: Any = None) -> _terms.StoreKeywordIndex | None:
+        """The engine's BM25 source when this store keeps terms for the engine's analyzer, else None."""
+        return _terms.keyword_index(self, analyzer)
+
+    def bm25_matches(self, text: str) -> tuple[list[tuple[str, int]], np.ndarray]:
+        """Every row containing a term of ``text``: its (doc_id, position) and BM25 score (> 0)."""
+        qkeys = _terms.query_keys(self.analyzer.terms(text))
+        if not qkeys:
+            return [], np.zeros(0, dtype=np.float64)
+        with self._backend("bm25"):
+            totals = self._totals()
+            rows = self._query_all(f"array_contains_any(terms, [{', '.join(literal(t) for t in qkeys)}])",
+                                   ["key", "rec", "position", "terms", "tfs", "nterms"])
+        df = _terms.document_frequencies(qkeys, (r["terms"] for r in rows))
+        scores = _terms.bm25_scores(qkeys, [(r["terms"], r["tfs"], int(r["nterms"])) for r in rows], df, totals)
+        ids = [(json.loads(r["rec"])["d"], int(r["position"])) for r in rows]
+        return ids, scores
+
+    def bm25_candidates(self, text: str, flt: NativeFilter | None = None,
+                        n: int | None = None) -> tuple[list[str], np.ndarray]:
+        """Keys and BM25 scores (> 0) of the rows passing ``flt`` that hold a term of ``text``.
+
+        With ``n``: a set of such rows that provably contains the ``n`` best (ties kept), read by the
+        sparse-vector search and widened until the bound closes (see :func:`_sparse`); else every row.
+        Document frequencies are over all rows (counted per term when fewer rows are read).
+        """
+        qkeys = _terms.query_keys(self.analyzer.terms(text))
+        if not qkeys or (flt is not None and flt.extra.get("empty")):
+            return [], np.zeros(0, dtype=np.float64)
+        if n is not None and self._sparse:
+            with self._backend("bm25"):
+                return self._bm25_top(qkeys, flt, n)
+        return self._bm25_all(qkeys, flt)
+
+    def _bm25_all(self, qkeys: list[str], flt: NativeFilter | None) -> tuple[list[str], np.ndarray]:
+        """Every row passing ``flt`` that holds a query term, with its BM25 score."""
+        check = flt.extra.get("check") if flt is not None else None
+        native = flt.native if flt is not None else None
+        expr = f"array_contains_any(terms, [{', '.join(literal(t) for t in qkeys)}])"
+        if native:
+            expr += f" and ({native})"
+        fields = ["key", "terms", "tfs", "nterms"] + (["rec", "position", "seq"] if check is not None else [])
+        with self._backend("bm25"):
+            totals = self._totals()
+            rows = self._query_all(expr, fields)
+            if check is not None:
+                rows = [r for r in rows if pyfilter.row_passes(check, _row(r))]
+            if native or check is not None:
+                df = self._df(qkeys, totals)
+            else:
+                df = _terms.document_frequencies(qkeys, (r["terms"] for r in rows))
+        scores = _terms.bm25_scores(qkeys, [(r["terms"], r["tfs"], int(r["nterms"])) for r in rows], df, totals)
+        return [r["key"] for r in rows], scores
+
+    def _bm25_top(self, qkeys: list[str], flt: NativeFilter | None, n: int) -> tuple[list[str], np.ndarray]:
+        """The proven top ``n`` by BM25 (ties kept) among rows passing ``flt`` (see :func:`_sparse`)."""
+        totals = self._totals()
+        df = self._df(qkeys, totals)
+        live = [t for t in qkeys if df[t] > 0]
+        if not live or totals.n <= 0:
+            return [], np.zeros(0, dtype=np.float64)
+        idf = {t: float(np.log1p((totals.n - df[t] + 0.5) / (df[t] + 0.5))) for t in live}
+        query: dict[int, float] = {}
+        for t in live:
+            query[_dim(t)] = query.get(_dim(t), 0.0) + idf[t]
+        ratio = max(1.0, (totals.total_len / totals.n) / _REF_AVGLEN) * (1 + 1e-5)  # float32 slack
+        check = flt.extra.get("check") if flt is not None else None
+        expr = (flt.native or "") if flt is not None else ""
+        fields = ["terms", "tfs", "nterms"] + (["rec", "position", "seq"] if check is not None else [])
+        limit = min(max(4 * n, 64), _MAX_TOPK)
+        rounds = 0
+        while True:
+            rounds += 1
+            hits = self.client.search(self.collection, data=[query], anns_field="sp", limit=limit, filter=expr,
+                                      output_fields=fields, search_params={"metric_type": "IP"})[0]
+            rows = [(h["key"] if "key" in h else h["id"], h["entity"], float(h["distance"])) for h in hits]
+            exhausted = len(rows) < limit
+            if check is not None:
+                rows = [r for r in rows if pyfilter.row_passes(check, _row({"key": r[0], **r[1]}))]
+            scores = _terms.bm25_scores(live, [(e["terms"], e["tfs"], int(e["nterms"])) for _, e, _ in rows],
+                                        df, totals)
+            keep = scores > 0
+            keys = [r[0] for r, k in zip(rows, keep) if k]
+            scores = scores[keep]
+            if exhausted:
+                break
+            bound = ratio * float(hits[-1]["distance"])  # hits are best first: no unread row scores above
+            if len(scores) >= n and float(np.sort(scores)[-n]) > bound:
+                break
+            if limit >= _MAX_TOPK:
+                return self._bm25_all(qkeys, flt)  # the bound did not close within the top-k window
+            limit = min(limit * 4, _MAX_TOPK)
+        self.last_stats = {"path": "bm25-sparse", "rounds": rounds, "read": limit}
+        order = np.argsort(-scores, kind="stable")
+        return [keys[i] for i in order], scores[order]
+
+    def bm25_scores(self, text: str, rows: Sequence[Row]) -> np.ndarray:
+        """BM25 of ``text`` for each row (0.0 where no query term occurs); statistics over all rows."""
+        qkeys = _terms.query_keys(self.analyzer.terms(text))
+        out = np.zeros(len(rows), dtype=np.float64)
+        if not qkeys or not rows:
+            return out
+        contains = f"array_contains_any(terms, [{', '.join(literal(t) for t in qkeys)}])"
+        with self._backend("bm25"):
+            totals = self._totals()
+            df = self._df(qkeys, totals)
+            wanted = list(dict.fromkeys(row_key(r.doc_id, r.position) for r in rows))
+            got: dict[str, tuple[list[str], list[int], int]] = {}
+            for i in range(0, len(wanted), _READ_BATCH):
+                expr = f"{_keys_in('key', wanted[i : i + _READ_BATCH])} and {contains}"
+                for r in self.client.query(self.collection, filter=expr, output_fields=["key", "terms", "tfs", "nterms"]):
+                    got[r["key"]] = (r["terms"], r["tfs"], int(r["nterms"]))
+        keys = [row_key(r.doc_id, r.position) for r in rows]
+        hit = [i for i, key in enumerate(keys) if key in got]
+        if hit:
+            out[hit] = _terms.bm25_scores(qkeys, [got[keys[i]] for i in hit], df, totals)
+        return out
+
+
+# ---------------------------------------------------------------------- helpers
+
+
+_REF_AVGLEN = 32.0
+_NO_TERM_DIM = 2**32 - 2
+
+
+def _dim(term_key: str) -> int:
+    """The sparse-vector dimension of a term key (a hash; collisions only cost widening)."""
+    return int(hashlib.sha1(term_key.encode("utf-8")).hexdigest()[:8], 16) % _NO_TERM_DIM
+
+
+def _sparse(terms: Sequence[str], tfs: Sequence[int], length: int) -> dict[int, float]:
+    """A sentence's BM25 term weights at a fixed reference average length, as a sparse vector.
+
+    ``w(t) = tf·(k1+1) / (tf + k1·(1 − b + b·len/A₀))`` with ``A₀ = 32``. For query weights ``idf(t)``
+    the sparse inner product ``S₀`` and the true score ``S`` (at the current average length ``A``)
+    satisfy ``S ≤ max(1, A/A₀)·S₀`` term by term (the ratio of the two saturations is at most ``A/A₀``,
+    approached as ``len → ∞``, and at most 1 when ``A ≤ A₀``). So when the ``n``-th best true score
+    among the rows read exceeds that factor times the smallest ``S₀`` read, no unread row can reach
+    the top ``n``: the search is widened until it does. Hash collisions only raise ``S₀``.
+    """
+    if not terms:
+        return {_NO_TERM_DIM: 1.0}
+    k1, b = _terms.K1, _terms.B
+    norm = k1 * (1.0 - b + b * length / _REF_AVGLEN)
+    out: dict[int, float] = {}
+    for t, tf in zip(terms, tfs):
+        d = _dim(t)
+        out[d] = out.get(d, 0.0) + tf * (k1 + 1.0) / (tf + norm)
+    return out
+
+
+def _is_local(uri: str) -> bool:
+    return "://" not in uri
+
+
+def _row(r: dict[str, Any]) -> Row:
+    rec = json.loads(r["rec"])
+    return Row(key=r["key"], doc_id=rec["d"], position=int(r["position"]), content=rec["c"], metadata=rec["m"],
+               seq=int(r["seq"]), start=int(rec["s"]), end=int(rec["e"]), tail=rec["t"])
+
+
+def _normalise(mat: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(mat, axis=1, keepdims=True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return mat / np.where(norms == 0, 1, norms)
+
+
+def _threshold(out: list[list[tuple[Any, float]]], min_score: float | None) -> list[list[tuple[Any, float]]]:
+    if min_score is None:
+        return out
+    return [[h for h in hits if h[1] >= min_score] for hits in out]
+
+
+def _exact_number(value: Any) -> bool:
+    return abs(value) < _EXACT_INT
+
+
+def _cmp(kind: str, path: tuple[str, ...], op: str, value: Any, loose: list[str]) -> str:
+    p = _path(kind, path)
+    if kind in ("n", "f"):
+        if not _exact_number(value):
+            loose.append(f"{p} {_RANGE[op]} {value!r} (beyond 2^53: re-checked)")
+            return f"exists {p}"
+        return f"{p} {_RANGE[op]} {literal(float(value))}"
+    if kind == "d":
+        micros = T.datetime_micros(value)
+        if micros is None:
+            loose.append(f"{p} {_RANGE[op]} {value!r} (out of range: re-checked)")
+            return f"exists {p}"
+        return f"{p} {_RANGE[op]} {micros}"
+    if kind in ("s", "c"):
+        return f"{p} {_RANGE[op]} {literal(escape(value))}"
+    return f"{p} {_RANGE[op]} {literal(value)}"
+
+
+def _present(kind: str, path: tuple[str, ...]) -> str:
+    return "true" if T.always_present(kind, path) else f"exists {_path(kind, path)}"
+
+
+def _render(node: T.VNode, loose: list[str]) -> str:
+    """A view-level node as a Milvus expression; superset leaves are noted in ``loose``."""
+    if isinstance(node, T.Present):
+        return _present(node.kind, node.path)
+    if isinstance(node, T.Absent):
+        return f"not (exists {_path(node.kind, node.path)})"
+    if isinstance(node, T.Cmp):
+        return _cmp(node.kind, node.path, node.op, node.value, loose)
+    if isinstance(node, T.InSet):
+        return "(" + " or ".join(_cmp(node.kind, node.path, "eq", v, loose) for v in node.values) + ")"
+    if isinstance(node, T.NotIn):
+        sub: list[str] = []
+        parts = [_cmp(node.kind, node.path, "eq", v, sub) for v in node.values]
+        if sub:  # a negated superset is not a superset: check the whole leaf in the adapter
+            loose.extend(sub)
+            return _present(node.kind, node.path)
+        return "(" + " and ".join([_present(node.kind, node.path), *(f"not ({x})" for x in parts)]) + ")"
+    if isinstance(node, (T.Substr, T.NotSubstr)):
+        p = _path("c", node.path)
+        needle = escape(node.needle)
+        if any(ch in needle for ch in "%_\\"):
+            loose.append(f"{p} {'not ' if isinstance(node, T.NotSubstr) else ''}contains {node.needle!r} "
+                         "(LIKE wildcard in the needle: re-checked)")
+            return _present("c", node.path)
+        like = f"{p} like {literal('%' + needle + '%')}"
+        if isinstance(node, T.Substr):
+            return like
+        return f"({_present('c', node.path)} and not ({like}))"
+    if isinstance(node, T.VAnd):
+        return "(" + " and ".join(_render(i, loose) for i in node.items) + ")"
+    if isinstance(node, T.VOr):
+        return "(" + " or ".join(_render(i, loose) for i in node.items) + ")"
+    if isinstance(node, T.VConst):
+        return "true" if node.value else "false"
+    raise TypeError(f"cannot render {node!r}")
+
+
+def _leaf_text(cond: Any) -> str:
+    value = cond.value.isoformat() if isinstance(cond.value, (datetime, date)) else cond.value
+    return f"{'.'.join(cond.path)} {cond.op} {json.dumps(value, ensure_ascii=True, default=str)}"
+
+
+def from_url(url: str) -> dict[str, Any]:
+    """Constructor arguments for ``milvus:///path/file.db`` or ``milvus+http(s)://host:port[/db]``.
+
+    Query parameters ``collection``, ``index``, ``token``, ``hnsw_ef`` and ``db_name`` pass through,
+    e.g. ``milvus+http://localhost:19530?collection=docs&index=hnsw``.
+
+    >>> from_url("milvus:///tmp/x.db")
+    {'uri': '/tmp/x.db'}
+    >>> from_url("milvus+http://h:19530?index=hnsw")
+    {'uri': 'http://h:19530', 'index': 'hnsw'}
+    """
+    scheme, _, rest = url.partition("://")
+    scheme = scheme.lower()
+    parts = urlsplit("x://" + rest)
+    query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+    allowed = {"collection", "index", "token", "hnsw_ef", "db_name"}
+    unknown = sorted(set(query) - allowed)
+    if unknown:
+        raise NLQLError(f"unknown option {unknown[0]!r} in store URL {url!r}",
+                        hint="known options: " + ", ".join(sorted(allowed)))
+    out: dict[str, Any] = {}
+    if scheme == "milvus":
+        path = rest.split("?", 1)[0]
+        if not path:
+            raise NLQLError(f"store URL {url!r} names no file", hint="write milvus:///path/to/file.db")
+        out["uri"] = path
+    elif scheme in ("milvus+http", "milvus+https"):
+        if not parts.netloc:
+            raise NLQLError(f"store URL {url!r} names no host", hint="write milvus+http://host:19530")
+        out["uri"] = f"{scheme.split('+', 1)[1]}://{parts.netloc}"
+        db = parts.path.strip("/")
+        if db:
+            out["db_name"] = db
+    else:
+        raise NLQLError(f"not a Milvus URL: {url!r}")
+    for k, v in query.items():
+        out[k] = int(v) if k == "hnsw_ef" else v
+    return out
+
+
+__all__ = ["MilvusStore", "doc_key", "escape", "from_url", "literal", "row_key"]

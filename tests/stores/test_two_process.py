@@ -1,0 +1,190 @@
+"""Two engines, one server store (SPEC §10): a write from either is seen by the other at once, with
+identical rows and BM25 scores, because every per-document fact (rows, vectors, BM25 terms and totals)
+lives in the store and the engines hold nothing that grows with the corpus.
+
+- Milvus: Milvus Lite allows one process per file, so the test starts ``milvus-lite server`` (the same
+  engine behind a gRPC port) and a second engine runs in a child process; both use ``milvus+http://``,
+  the code path of a Milvus server or cluster.
+- Qdrant: local mode (``path=``) locks its folder to one process and no Qdrant server can be installed
+  here, so the two engines share one local-mode client in one process; each has its own store object
+  (its own writer record), which is what a second process would have.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nlql import Engine
+from nlql.embedders import HashEmbedder
+from nlql.stores._terms import StoreKeywordIndex
+
+BM25_Q = 'SELECT SENTENCE LET kw = BM25(content, "zebra stripes") WHERE kw > 0 ORDER BY kw DESC'
+QUERIES = [
+    BM25_Q,
+    'SELECT SENTENCE LET s = SIMILARITY(content, "zebra"), k = BM25(content, "stripes"), f = RRF(s, k) '
+    'WHERE meta.zoo == "north" ORDER BY f DESC LIMIT 5',
+    "SELECT DOCUMENT",
+]
+
+CHILD = textwrap.dedent("""
+    import json, sys
+    from nlql import Engine
+    from nlql.embedders import HashEmbedder
+    e = Engine(embedder=HashEmbedder(dim=32), store=sys.argv[1], warm_up=False)
+    print("ready", flush=True)
+    for line in sys.stdin:
+        cmd = json.loads(line)
+        if cmd["op"] == "search":
+            out = [[h.id, h.content, h.scores] for h in e.search(cmd["q"])]
+        elif cmd["op"] == "add":
+            out = e.add_texts(cmd["texts"], ids=cmd["ids"], metadatas=cmd["metas"])
+        else:
+            out = e.delete(cmd["id"])
+        print(json.dumps(out), flush=True)
+""")
+
+
+def _rows(hits: Any) -> list[list[Any]]:
+    return [[h.id, h.content, h.scores] for h in hits]
+
+
+class Child:
+    """An engine in another process, driven over stdin/stdout."""
+
+    def __init__(self, url: str) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-c", CHILD, url], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True)
+        assert self.proc.stdout is not None and self.proc.stdout.readline().strip() == "ready"
+
+    def call(self, **cmd: Any) -> Any:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(json.dumps(cmd) + "\n")
+        self.proc.stdin.flush()
+        return json.loads(self.proc.stdout.readline())
+
+    def search(self, q: str) -> list[list[Any]]:
+        return self.call(op="search", q=q)
+
+    def add_texts(self, texts: list[str], ids: list[str], metadatas: list[dict]) -> Any:
+        return self.call(op="add", texts=texts, ids=ids, metas=metadatas)
+
+    def delete(self, doc_id: str) -> Any:
+        return self.call(op="delete", id=doc_id)
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        self.proc.wait(timeout=60)
+
+
+class Local:
+    """An engine in this process with the same calls as :class:`Child`."""
+
+    def __init__(self, store: Any) -> None:
+        self.engine = Engine(embedder=HashEmbedder(dim=32), store=store, warm_up=False)
+
+    def search(self, q: str) -> list[list[Any]]:
+        return json.loads(json.dumps(_rows(self.engine.search(q))))
+
+    def add_texts(self, texts: list[str], ids: list[str], metadatas: list[dict]) -> Any:
+        return self.engine.add_texts(texts, ids=ids, metadatas=metadatas)
+
+    def delete(self, doc_id: str) -> Any:
+        return self.engine.delete(doc_id)
+
+    def close(self) -> None:
+        self.engine.close()
+
+
+def _same(a: Any, b: Any) -> None:
+    for q in QUERIES:
+        got, want = b.search(q), a.search(q)
+        assert [r[:2] for r in got] == [r[:2] for r in want], q
+        for g, w in zip(got, want):
+            assert g[2] == pytest.approx(w[2], rel=1e-12, abs=1e-12), q
+
+
+def _exercise(a: Any, b: Any) -> None:
+    a.add_texts(["Zebra stripes are black. Lions sleep.", "A zebra has stripes."], ids=["z1", "z2"],
+                metadatas=[{"zoo": "north"}, {"zoo": "south"}])
+    first = b.search(BM25_Q)
+    assert [r[0] for r in first] == ["z1#0", "z2#0"]
+    _same(a, b)
+    a.add_texts(["Stripes, stripes and a zebra.", "Zebra crossings have stripes too."], ids=["z3", "z4"],
+                metadatas=[{"zoo": "north"}, {"zoo": "north"}])
+    second = b.search(BM25_Q)  # at once, with the new statistics: four rows, every score changed
+    assert {r[0] for r in second} == {"z1#0", "z2#0", "z3#0", "z4#0"}
+    old = {r[0]: r[2]["kw"] for r in first}
+    assert all(r[2]["kw"] != old[r[0]] for r in second if r[0] in old)
+    _same(a, b)
+    b.add_texts(["No zebra here, only stripes."], ids=["z5"], metadatas=[{"zoo": "north"}])  # the other way
+    _same(a, b)
+    b.add_texts(["Replaced: nothing striped."], ids=["z1"], metadatas=[{"zoo": "north"}])
+    a.delete("z3")
+    _same(a, b)
+    assert "z3#0" not in {r[0] for r in b.search(BM25_Q)}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def milvus_server(tmp_path: Path) -> Iterator[str]:
+    pytest.importorskip("pymilvus")
+    pytest.importorskip("milvus_lite")
+    port = _free_port()
+    exe = Path(sys.executable).with_name("milvus-lite")
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "milvus_lite"]
+    proc = subprocess.Popen([*cmd, "server", "--data-dir", str(tmp_path / "data"), "--host", "127.0.0.1",
+                             "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                break
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                pytest.fail("milvus-lite server did not start")
+            time.sleep(0.2)
+    yield f"milvus+http://127.0.0.1:{port}?collection=two"
+    proc.terminate()
+    proc.wait(timeout=30)
+
+
+def test_two_processes_on_one_milvus(milvus_server: str) -> None:
+    a = Local(milvus_server)
+    b = Child(milvus_server)
+    try:
+        _exercise(a, b)
+        assert isinstance(a.engine._bm25, StoreKeywordIndex)  # nothing corpus-sized in the engine
+    finally:
+        b.close()
+        a.close()
+
+
+def test_two_engines_on_one_qdrant() -> None:
+    pytest.importorskip("qdrant_client")
+    from qdrant_client import QdrantClient
+
+    from nlql.stores.qdrant import QdrantStore
+
+    client = QdrantClient(location=":memory:")
+    a, b = Local(QdrantStore(client, collection="two")), Local(QdrantStore(client, collection="two"))
+    _exercise(a, b)
+    assert isinstance(a.engine._bm25, StoreKeywordIndex) and isinstance(b.engine._bm25, StoreKeywordIndex)
+    a.close()
+    b.close()
