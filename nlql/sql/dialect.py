@@ -597,11 +597,19 @@ class Dialect:
         return sql("UPDATE ", self.stats, " SET n = n + ", Param(int(n), "bigint"), ", total_len = total_len + ",
                    Param(int(length), "bigint"))
 
-    def keyword_postings(self, terms: list[str], keys: list[int] | None) -> Fragment:
+    def keyword_postings(self, terms: list[str], keys: list[int] | None, where: Fragment | None = None,
+                         docs: bool = False) -> Fragment:
         """Per query term (1-based ``qi``) its postings (``key``, ``tf``) with the sentence's length,
         the term's document frequency ``df`` over the whole table and the table's ``n``/``total_len``:
-        everything SPEC §5's BM25 needs for these rows (all matching rows when ``keys`` is None)."""
-        only = sql() if keys is None else sql("\nWHERE p.key = ANY(", Param(keys, "bigint[]"), ")")
+        everything SPEC §5's BM25 needs for these rows (all matching rows when ``keys`` is None; only
+        rows passing the pushed filter ``where``, reading ``d`` when ``docs``)."""
+        conds: list[Fragment] = []
+        if keys is not None:
+            conds.append(sql("p.key = ANY(", Param(keys, "bigint[]"), ")"))
+        if where is not None:
+            conds.append(where)
+        only = sql("\nWHERE ", join(" AND ", conds)) if conds else sql()
+        docs_join = sql(" JOIN ", self.docs, " d ON d.doc_id = u.doc_id") if docs else sql()
         return template(
             "WITH q (term, qi) AS (\n  {terms_with_order}\n),\n"
             "post AS{mat} (\n"
@@ -609,10 +617,11 @@ class Dialect:
             "  FROM {terms_table} t JOIN q ON q.term = t.term\n"
             ")\n"
             "SELECT p.key, p.qi, p.tf, p.df, u.nterms, u.doc_id, u.position, c.n, c.total_len\n"
-            "FROM post p JOIN {units} u ON u.key = p.key CROSS JOIN {stats} c{only}\n"
+            "FROM post p JOIN {units} u ON u.key = p.key{docs_join} CROSS JOIN {stats} c{only}\n"
             "ORDER BY p.key, p.qi",
             terms_with_order=self.fn("terms_with_order", terms=sql(Param(list(terms), "text[]"))),
-            mat=self._mat(), terms_table=self.terms, units=self.units, stats=self.stats, only=only)
+            mat=self._mat(), terms_table=self.terms, units=self.units, stats=self.stats, only=only,
+            docs_join=docs_join)
 
 
 def _feature(node: Any) -> str:

@@ -44,17 +44,18 @@ class KeywordIndex:
     ``on_delete``) but keeps no state: writes of any process are visible to the next query.
 
     Args:
-        postings: ``postings(escaped terms, keys or None) -> (rows, N, total length)``, rows
-            ``(key, qi, tf, df, nterms, doc_id, position, …)`` sorted by key then qi (the store runs
-            :meth:`nlql.sql.dialect.Dialect.keyword_postings`).
+        postings: ``postings(escaped terms, keys or None, pushed filter or None) -> (rows, N, total
+            length)``, rows ``(key, qi, tf, df, nterms, doc_id, position, …)`` sorted by key then qi
+            (the store runs :meth:`nlql.sql.dialect.Dialect.keyword_postings`).
         terms_analyzer: The analyzer that wrote the term table (analyses the query the same way).
         analyzer: What the engine passed (None: the default analyzer), for lowering.
         codec: How the store's text is written (terms are escaped like every stored text).
     """
 
     built = True
+    in_store = True  # Capabilities.KEYWORD_STATS: recall may narrow with candidates()
 
-    def __init__(self, postings: Callable[[list[str], list[int] | None], tuple[list[tuple[Any, ...]], int, int]],
+    def __init__(self, postings: Callable[..., tuple[list[tuple[Any, ...]], int, int]],
                  terms_analyzer: Any, analyzer: Any = None, codec: TextCodec | None = None) -> None:
         self._postings_of = postings
         self._terms_analyzer = terms_analyzer
@@ -67,11 +68,20 @@ class KeywordIndex:
     def on_delete(self, doc_ids: Sequence[str]) -> None:
         """Nothing to do: the store removed the terms in the same transaction as the rows."""
 
-    def _postings(self, text: str, keys: list[int] | None) -> tuple[list[tuple[Any, ...]], int, int]:
+    def _postings(self, text: str, keys: list[int] | None, flt: Any = None) -> tuple[list[tuple[Any, ...]], int, int]:
         terms = [self.codec.escape(t) for t in dict.fromkeys(self._terms_analyzer.terms(text))]
         if not terms or keys == []:
             return [], 0, 0
-        return self._postings_of(terms, keys)
+        return self._postings_of(terms, keys, flt)
+
+    def candidates(self, text: str, flt: Any = None, n: int | None = None) -> tuple[list[Any], np.ndarray]:
+        """Store keys and BM25 scores (> 0) of every row passing the compiled filter ``flt`` that holds a
+        term of ``text`` (all of them, so at least the ``n`` best)."""
+        rows, total_n, total = self._postings(text, None, flt)
+        if not rows:
+            return [], np.zeros(0, dtype=np.float64)
+        uniq, scores = self._score(rows, total_n, total)
+        return [int(k) for k in uniq], scores
 
     def matches(self, text: str) -> tuple[list[tuple[str, int]], np.ndarray]:
         """Every row that contains a term of ``text``: its (doc_id, position) and BM25 score."""

@@ -122,11 +122,11 @@ QUERIES: list[tuple[str, str]] = [
 
 
 def reference_bm25(docs: list[str], query: str, k1: float = 1.2, b: float = 0.75) -> list[float]:
-    """SPEC §5, written out independently: casefolded \\w+ terms, distinct query terms, OR semantics."""
-    import re
+    """SPEC §5's formula, written out independently over the engine's default analyzer's terms
+    (distinct query terms, OR semantics)."""
+    from nlql.text.analyzer import Analyzer
 
-    def terms(t: str) -> list[str]:
-        return re.findall(r"\w+", t.casefold())
+    terms = Analyzer().terms
 
     rows = [Counter(terms(d)) for d in docs]
     lengths = [sum(c.values()) for c in rows]

@@ -133,16 +133,16 @@ def test_analyzer_must_match_and_reopen_rebuilds_terms(tmp_path: Path) -> None:
     path = tmp_path / "a.duckdb"
     q = 'SELECT SENTENCE LET kw = BM25(content, "running runners") ORDER BY kw DESC LIMIT 5'
     e = Engine(embedder=HashEmbedder(dim=64), store=DuckDBStore(path), clock=lambda: CLOCK, warm_up=False,
-               analyzer=Analyzer(stemmer="english"))
+               analyzer=Analyzer.named("plain"))
     e.add_texts(["Running fast.", "The runners ran.", "Nothing here."], ids=["a", "b", "c"])
     low = e.explain(q).to_dict()["lowering"]
     assert low["strategy"] == "engine" and "analyzer" in low["reason"].lower()
     e.close()
-    e2 = Engine(embedder=HashEmbedder(dim=64), store=DuckDBStore(path, analyzer=Analyzer(stemmer="english")),
-                clock=lambda: CLOCK, warm_up=False, analyzer=Analyzer(stemmer="english"))
+    e2 = Engine(embedder=HashEmbedder(dim=64), store=DuckDBStore(path, analyzer=Analyzer.named("plain")),
+                clock=lambda: CLOCK, warm_up=False, analyzer=Analyzer.named("plain"))
     assert e2.explain(q).to_dict()["lowering"]["strategy"] == "sql"
     ref = Engine(embedder=HashEmbedder(dim=64), clock=lambda: CLOCK, warm_up=False,
-                 analyzer=Analyzer(stemmer="english"))
+                 analyzer=Analyzer.named("plain"))
     ref.add_texts(["Running fast.", "The runners ran.", "Nothing here."], ids=["a", "b", "c"])
     got, want = e2.search(q), ref.search(q)
     assert _ids(got) == _ids(want)

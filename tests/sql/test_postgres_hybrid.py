@@ -157,17 +157,17 @@ def test_analyzer_must_match_and_reopen_rebuilds_terms(pg_dsn: str) -> None:
     texts, ids, metas = corpus()
     q = 'SELECT SENTENCE LET kw = BM25(content, "running runners") ORDER BY kw DESC LIMIT 5'
     e = Engine(embedder=HashEmbedder(dim=64), store=PgVectorStore(pg_dsn, exact=True), clock=lambda: CLOCK,
-               warm_up=False, analyzer=Analyzer(stemmer="english"))
+               warm_up=False, analyzer=Analyzer.named("plain"))
     e.add_texts(["Running fast.", "The runners ran.", "Nothing here."], ids=["a", "b", "c"])
     low = e.explain(q).to_dict()["lowering"]
     assert low["strategy"] == "engine" and "analyzer" in low["reason"].lower()
     e.close()
-    stemmed = PgVectorStore(pg_dsn, exact=True, analyzer=Analyzer(stemmer="english"))  # rebuilds the terms
-    e2 = Engine(embedder=HashEmbedder(dim=64), store=stemmed, clock=lambda: CLOCK, warm_up=False,
-                analyzer=Analyzer(stemmer="english"))
+    plain = PgVectorStore(pg_dsn, exact=True, analyzer=Analyzer.named("plain"))  # rebuilds the terms
+    e2 = Engine(embedder=HashEmbedder(dim=64), store=plain, clock=lambda: CLOCK, warm_up=False,
+                analyzer=Analyzer.named("plain"))
     assert e2.explain(q).to_dict()["lowering"]["strategy"] == "sql"
     ref = Engine(embedder=HashEmbedder(dim=64), clock=lambda: CLOCK, warm_up=False,
-                 analyzer=Analyzer(stemmer="english"))
+                 analyzer=Analyzer.named("plain"))
     ref.add_texts(["Running fast.", "The runners ran.", "Nothing here."], ids=["a", "b", "c"])
     got, want = e2.search(q), ref.search(q)
     assert _ids(got) == _ids(want)

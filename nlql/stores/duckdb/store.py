@@ -96,7 +96,7 @@ class DuckDBStore:
         self.dialect = DuckDBDialect(self.table_prefix, analyzer=self.analyzer, normalized=table is None,
                                      codec=codec)
         self.capabilities = self.dialect.capabilities(
-            NAME="duckdb", EXACT=True, SCORE_THRESHOLD=True, BM25=True, SQL_ARMS=True)
+            NAME="duckdb", EXACT=True, SCORE_THRESHOLD=True, BM25=True, SQL_ARMS=True, KEYWORD_STATS=True)
 
     @classmethod
     def from_table(cls, conn: Any, table: str, *, text: str, vector: str, id: str | None = None,  # noqa: A002
@@ -305,17 +305,27 @@ class DuckDBStore:
             return None
         return KeywordIndex(self.keyword_postings, self.analyzer, analyzer, self.dialect.codec)
 
-    def keyword_postings(self, terms: list[str], keys: list[int] | None) -> tuple[list[tuple[Any, ...]], int, int]:
-        """Postings of escaped ``terms`` with what BM25 needs (see ``Dialect.keyword_postings``)."""
+    def keyword_postings(self, terms: list[str], keys: list[int] | None,
+                         flt: NativeFilter | None = None) -> tuple[list[tuple[Any, ...]], int, int]:
+        """Postings of escaped ``terms`` with what BM25 needs, for the rows ``keys`` (every row when
+        None) passing the compiled filter ``flt`` (see ``Dialect.keyword_postings``)."""
         self._need_open()
+        where = flt.extra["fragment"] if flt is not None else None
+        docs = bool(flt.extra.get("docs", True)) if flt is not None else False
+        statement = self.dialect.keyword_postings(terms, keys, where, docs)
 
         def run() -> tuple[list[tuple[Any, ...]], int, int]:
-            rows = self._run(self._conn, self.dialect.keyword_postings(terms, keys)).fetchall()
+            rows = self._run(self._conn, statement).fetchall()
             if rows:
                 return rows, int(rows[0][7]), int(rows[0][8])
             return [], 0, 0
 
         return self._guard(run)
+
+    def bm25_candidates(self, text: str, flt: NativeFilter | None = None,
+                        n: int | None = None) -> tuple[list[Any], np.ndarray]:
+        """Keys and BM25 scores of the rows passing ``flt`` that hold a term of ``text`` (every one)."""
+        return KeywordIndex(self.keyword_postings, self.analyzer, None, self.dialect.codec).candidates(text, flt, n)
 
     # ---------------------------------------------------------------------------------- writing
 

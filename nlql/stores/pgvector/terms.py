@@ -40,20 +40,30 @@ class TermsMixin:
             return None
         return KeywordIndex(self.keyword_postings, self.analyzer, analyzer)
 
-    def keyword_postings(self, terms: list[str], keys: list[int] | None) -> tuple[list[tuple[Any, ...]], int, int]:
+    def keyword_postings(self, terms: list[str], keys: list[int] | None,
+                         flt: Any = None) -> tuple[list[tuple[Any, ...]], int, int]:
         """(postings rows ``(key, qi, tf, df, nterms, doc_id, position, n, total_len)``, N, total
-        length) of escaped ``terms``, for the rows ``keys`` (every row when None), in one statement."""
+        length) of escaped ``terms``, for the rows ``keys`` (every row when None) passing the compiled
+        filter ``flt``, in one statement."""
         self._need_open()  # type: ignore[attr-defined]
+        where = flt.extra["fragment"] if flt is not None else None
+        docs = bool(flt.extra.get("docs", True)) if flt is not None else False
+        statement = self.dialect.keyword_postings(terms, keys, where, docs)
 
         def run() -> tuple[list[tuple[Any, ...]], int, int]:
             with self._tx() as conn:  # type: ignore[attr-defined]
-                rows = conn.execute(*render(self.dialect, self.dialect.keyword_postings(terms, keys))).fetchall()
+                rows = conn.execute(*render(self.dialect, statement)).fetchall()
                 if rows:
                     return rows, int(rows[0][7]), int(rows[0][8])
                 return [], 0, 0
 
         out: tuple[list[tuple[Any, ...]], int, int] = self._guard(run)  # type: ignore[attr-defined]
         return out
+
+    def bm25_candidates(self, text: str, flt: Any = None, n: int | None = None) -> tuple[list[Any], Any]:
+        """Keys and BM25 scores of the rows passing ``flt`` that hold a term of ``text`` (every one)."""
+        index = KeywordIndex(self.keyword_postings, self.analyzer)
+        return index.candidates(text, flt, n)
 
     def _analyzer_config(self) -> str:
         return json.dumps(self.analyzer.config(), sort_keys=True)
