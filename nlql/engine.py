@@ -222,8 +222,13 @@ class Engine:
         try:
             record.check_embedder(self.store, wanted)
             resolved = record.resolve_analyzer(self.store, analyzer)
-            if hasattr(self.store, "analyzer"):  # a store with native BM25 takes the engine's analyzer
+            if hasattr(self.store, "analyzer") and self.store.analyzer != resolved:
+                # a store with BM25 of its own takes the engine's analyzer (its term table is rebuilt
+                # for it on open), so BM25 is the same on every store
                 self.store.analyzer = resolved
+                dialect = getattr(self.store, "dialect", None)
+                if dialect is not None and hasattr(dialect, "analyzer"):
+                    dialect.analyzer = resolved
             self.store.open(dim)
             record.adopt(self.store, wanted, resolved)
         except NLQLError:
