@@ -237,11 +237,17 @@ class Engine:
         from nlql.stores import record
 
         wanted = {**embedder_record(embedder), "dim": dim}
+
         def read_record() -> Any:
             record.check_embedder(self.store, wanted)
             found = record.resolve_analyzer(self.store, analyzer)
-            if hasattr(self.store, "analyzer"):  # a store with native BM25 takes the engine's analyzer
+            if hasattr(self.store, "analyzer") and self.store.analyzer != found:
+                # a store with BM25 of its own takes the engine's analyzer (its term table is rebuilt
+                # for it on open), so BM25 is the same on every store
                 self.store.analyzer = found
+                dialect = getattr(self.store, "dialect", None)
+                if dialect is not None and hasattr(dialect, "analyzer"):
+                    dialect.analyzer = found
             return found
 
         try:
