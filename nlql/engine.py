@@ -253,9 +253,11 @@ class Engine:
         try:
             try:
                 resolved = read_record()
+            except BackendError:  # the store answers only once open (SQL stores, Milvus): read it after
+                resolved = None
             except NLQLError:
                 raise
-            except Exception:  # noqa: BLE001 - a store that answers only once open (SQL stores): after it
+            except Exception:  # noqa: BLE001 - likewise, a driver error before open
                 resolved = None
             self.store.open(dim)
             if resolved is None:
