@@ -382,8 +382,9 @@ def section_embed(d: Mapping[str, Any], results: Path) -> str:
         for k in ("onnx", "onnx-int8"):
             v = tp.get(k, {})
             if v.get("speedup_vs_torch"):
-                out.append(f"`{k}` against torch: {v['speedup_vs_torch']} in wall time, "
-                           f"{v['cpu_speedup_vs_torch']} per CPU second.")
+                wall = ", ".join(f"{s_} {x}×" for s_, x in v["speedup_vs_torch"].items())
+                cpu = ", ".join(f"{s_} {x}×" for s_, x in v["cpu_speedup_vs_torch"].items())
+                out.append(f"`{k}` against torch: {wall} in wall time; {cpu} per CPU second.")
     cq = d.get("cli_query", {})
     if cq:
         rows = [[k, v.get("wall_s"), v.get("cpu_s")] for k, v in cq.items() if isinstance(v, dict)]

