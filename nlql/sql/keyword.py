@@ -53,7 +53,7 @@ class KeywordIndex:
     """
 
     built = True
-    in_store = True  # Capabilities.KEYWORD_STATS: recall may narrow with candidates()
+    in_store = True  # BM25 kept in the store: with Capabilities.KEYWORD_STATS recall may narrow with candidates()
 
     def __init__(self, postings: Callable[..., tuple[list[tuple[Any, ...]], int, int]],
                  terms_analyzer: Any, analyzer: Any = None, codec: TextCodec | None = None) -> None:

@@ -651,7 +651,8 @@ def test_info_record_persists_and_is_shared(pg_dsn: str) -> None:
 
 
 def test_bm25_candidates_read_only_the_filtered_rows_of_the_terms(pg_dsn: str) -> None:
-    """KEYWORD_STATS: the store scores BM25 from its term tables for the rows passing a pushed filter."""
+    """The store scores BM25 from its term tables for the rows passing a pushed filter (KeywordStats'
+    ``bm25_candidates``; the capability stays undeclared while recall's narrowing cannot take a dropped arm)."""
     from nlql import Engine
     from nlql.embedders import HashEmbedder
 
@@ -662,7 +663,6 @@ def test_bm25_candidates_read_only_the_filtered_rows_of_the_terms(pg_dsn: str) -
     for e in (pg, ref):
         e.add_texts(texts, ids=[f"t{i}" for i in range(4)], metadatas=metas)
     store = pg.store
-    assert store.capabilities.KEYWORD_STATS
     keys, scores = store.bm25_candidates("solar power", store.compile_filter(Cond("eq", ("meta", "k"), 1)))
     got = {r.id: s for r, s in zip(store.fetch(keys), scores, strict=True)}
     want = {h.id: h.scores["kw"] for h in ref.search(
