@@ -130,22 +130,28 @@ def test_rerank_after_the_statement(duck: Engine, reference: Engine) -> None:
 
 
 def test_analyzer_must_match_and_reopen_rebuilds_terms(tmp_path: Path) -> None:
+    from nlql.plan.lower_hybrid import lower_hybrid
+    from nlql.sql.duckdb import DuckDBDialect
+
     path = tmp_path / "a.duckdb"
+    plain = Analyzer.named("plain")
     q = 'SELECT SENTENCE LET kw = BM25(content, "running runners") ORDER BY kw DESC LIMIT 5'
+    # the engine gives a store of its own BM25 its analyzer (the term table follows it)
     e = Engine(embedder=HashEmbedder(dim=64), store=DuckDBStore(path), clock=lambda: CLOCK, warm_up=False,
-               analyzer=Analyzer.named("plain"))
+               analyzer=plain)
     e.add_texts(["Running fast.", "The runners ran.", "Nothing here."], ids=["a", "b", "c"])
-    low = e.explain(q).to_dict()["lowering"]
+    assert e.store.analyzer == plain and e.explain(q).to_dict()["lowering"]["strategy"] == "sql"
+    # rule 7 at the dialect: terms written by another analyzer than the engine's keep the engine path
+    low = lower_hybrid(e.explain(q).plan, DuckDBDialect(analyzer=Analyzer()), plain).lowering
     assert low["strategy"] == "engine" and "analyzer" in low["reason"].lower()
     e.close()
-    e2 = Engine(embedder=HashEmbedder(dim=64), store=DuckDBStore(path, analyzer=Analyzer.named("plain")),
-                clock=lambda: CLOCK, warm_up=False, analyzer=Analyzer.named("plain"))
+    e2 = Engine(embedder=HashEmbedder(dim=64), store=DuckDBStore(path, analyzer=plain),
+                clock=lambda: CLOCK, warm_up=False, analyzer=plain)
     assert e2.explain(q).to_dict()["lowering"]["strategy"] == "sql"
-    ref = Engine(embedder=HashEmbedder(dim=64), clock=lambda: CLOCK, warm_up=False,
-                 analyzer=Analyzer.named("plain"))
+    ref = Engine(embedder=HashEmbedder(dim=64), clock=lambda: CLOCK, warm_up=False, analyzer=plain)
     ref.add_texts(["Running fast.", "The runners ran.", "Nothing here."], ids=["a", "b", "c"])
     got, want = e2.search(q), ref.search(q)
-    assert _ids(got) == _ids(want)
+    assert _ids(got) == _ids(want) and got
     assert [h.scores["kw"] for h in got] == pytest.approx([h.scores["kw"] for h in want], abs=1e-9)
     e2.close()
 

@@ -156,10 +156,17 @@ def test_index_mode_matches_when_ef_covers_the_table(pg_dsn: str, reference: Eng
 def test_analyzer_must_match_and_reopen_rebuilds_terms(pg_dsn: str) -> None:
     texts, ids, metas = corpus()
     q = 'SELECT SENTENCE LET kw = BM25(content, "running runners") ORDER BY kw DESC LIMIT 5'
+    from nlql.plan.lower_hybrid import lower_hybrid
+    from nlql.sql.postgres import PostgresDialect
+
+    # the engine gives a store of its own BM25 its analyzer (the term table follows it)
     e = Engine(embedder=HashEmbedder(dim=64), store=PgVectorStore(pg_dsn, exact=True), clock=lambda: CLOCK,
                warm_up=False, analyzer=Analyzer.named("plain"))
     e.add_texts(["Running fast.", "The runners ran.", "Nothing here."], ids=["a", "b", "c"])
-    low = e.explain(q).to_dict()["lowering"]
+    assert e.store.analyzer == Analyzer.named("plain")
+    assert e.explain(q).to_dict()["lowering"]["strategy"] == "sql"
+    # rule 7 at the dialect: terms written by another analyzer than the engine's keep the engine path
+    low = lower_hybrid(e.explain(q).plan, PostgresDialect(analyzer=Analyzer()), Analyzer.named("plain")).lowering
     assert low["strategy"] == "engine" and "analyzer" in low["reason"].lower()
     e.close()
     plain = PgVectorStore(pg_dsn, exact=True, analyzer=Analyzer.named("plain"))  # rebuilds the terms
@@ -170,7 +177,7 @@ def test_analyzer_must_match_and_reopen_rebuilds_terms(pg_dsn: str) -> None:
                  analyzer=Analyzer.named("plain"))
     ref.add_texts(["Running fast.", "The runners ran.", "Nothing here."], ids=["a", "b", "c"])
     got, want = e2.search(q), ref.search(q)
-    assert _ids(got) == _ids(want)
+    assert _ids(got) == _ids(want) and got
     assert [h.scores["kw"] for h in got] == pytest.approx([h.scores["kw"] for h in want], abs=1e-9)
     e2.close()
 
