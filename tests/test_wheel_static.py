@@ -22,7 +22,7 @@ def test_wheel_ships_the_playground(tmp_path: Path) -> None:
                                   or "Could not find a version" in built.stderr):
         pytest.skip("the build backend (hatchling) cannot be installed here: " + built.stderr[-300:])
     assert built.returncode == 0, built.stdout + built.stderr
-    (wheel,) = tmp_path.glob("nlql-*.whl")
+    (wheel,) = tmp_path.glob("nlql_engine-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     static = sorted(p.name for p in (ROOT / "nlql" / "serve" / "static").iterdir() if p.is_file())
     assert {"index.html", "playground.js", "playground.css"} <= set(static)

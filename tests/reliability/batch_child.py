@@ -51,6 +51,7 @@ class DyingEmbedder:
 
         self.inner = HashEmbedder(dim=32)
         self.dim = 32
+        self.model_id = "hash-32"  # the same vector space as the HashEmbedder that reopens the store
         self.calls = 0
         self.kill_at = kill_at
         self.mode = mode
