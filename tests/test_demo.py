@@ -36,4 +36,4 @@ def test_nlql_demo_with_the_real_model(tmp_path: Path) -> None:
     assert "fusion: RRF score = 1/(60 + rank_sem) + 1/(60 + rank_kw)" in out
     assert "no matching content" not in out
     assert "Traceback" not in r.stderr
-    assert "docs/s" in r.stderr  # the progress bar
+    assert "sentences/s" in r.stderr and "eta" in r.stderr  # progress counts sentences, with an ETA
