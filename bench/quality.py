@@ -18,14 +18,23 @@ Data sets:
   docstrings (PSF licence; see its README). Query = a function's or class's one-line summary; the one
   relevant passage = the rest of its docstring, among every other such passage. Reports MRR@10 and
   recall@10 (plus nDCG@10 and recall@100). ``--build`` regenerates it deterministically.
+* ``man-pages`` (``--set man``): this machine's manual pages (sections 1 and 8 of everyday packages: the
+  NAME line and the start of DESCRIPTION), built at bench time (not shipped: their licences vary), with
+  60 task questions written and labelled by hand in ``bench/data/man-queries`` ("how much disk space a
+  directory uses" → ``du``). ``--set both`` (the default) runs both sets.
+
+Every set runs with the default English analyzer (stopwords + stemming), then BM25 and RRF again with the
+``plain`` analyzer of earlier versions, and a small fusion sweep (``k => 10``, weights ``[2, 1]`` and
+``[1, 2]``, and ``k => 10, weights => [3, 1]``) beside the default ``RRF(s, k, k => 60)``. Headline:
+nDCG@10 and recall@10; ``verdict`` says for each fusion setting whether it reaches the best single arm.
 
 The embedder is the real all-MiniLM-L6-v2 (offline) behind an on-disk cache (``bench/.cache``), so a
 rerun does not re-embed; ``--embedder hash`` uses the hash embedder (fast, for smoke tests). No
 cross-encoder ships offline here, so the rerank row is reported as not available.
 
-    python bench/quality.py [--beir DIR] [--embedder minilm|hash] [--limit N] [--build]
+    python bench/quality.py [--set stdlib|man|both] [--beir DIR] [--embedder minilm|hash] [--limit N] [--build]
 
-Writes bench/results/quality.json.
+Writes bench/results/quality.json (stdlib) and quality_man.json (man pages).
 """
 
 from __future__ import annotations
@@ -61,8 +70,23 @@ QUERIES: dict[str, str] = {
     "rrf": "SELECT DOCUMENT LET s = SIMILARITY(content, $q), k = BM25(content, $q), f = RRF(s, k, k => 60) "
            "ORDER BY f DESC LIMIT {limit}",
 }
+#: Other fusion settings, measured beside the default to say which one helps where it does not.
+SWEEP: dict[str, str] = {
+    "rrf_k10": "SELECT DOCUMENT LET s = SIMILARITY(content, $q), k = BM25(content, $q), f = RRF(s, k, k => 10) "
+               "ORDER BY f DESC LIMIT {limit}",
+    "rrf_sim2": "SELECT DOCUMENT LET s = SIMILARITY(content, $q), k = BM25(content, $q), "
+                "f = RRF(s, k, k => 60, weights => [2, 1]) ORDER BY f DESC LIMIT {limit}",
+    "rrf_bm2": "SELECT DOCUMENT LET s = SIMILARITY(content, $q), k = BM25(content, $q), "
+               "f = RRF(s, k, k => 60, weights => [1, 2]) ORDER BY f DESC LIMIT {limit}",
+    "rrf_k10_sim3": "SELECT DOCUMENT LET s = SIMILARITY(content, $q), k = BM25(content, $q), "
+                    "f = RRF(s, k, k => 10, weights => [3, 1]) ORDER BY f DESC LIMIT {limit}",
+}
+QUERIES.update(SWEEP)
 LABELS = {"similarity": "SIMILARITY (MiniLM)", "bm25": "BM25", "rrf": "RRF(SIMILARITY, BM25, k => 60)",
+          "rrf_k10": "RRF(…, k => 10)", "rrf_sim2": "RRF(…, weights => [2, 1])",
+          "rrf_bm2": "RRF(…, weights => [1, 2])", "rrf_k10_sim3": "RRF(…, k => 10, weights => [3, 1])",
           "rerank": "RRF + cross-encoder rerank", "routed": "engine.ask (default router)"}
+HEADLINE = ("ndcg@10", "recall@10")
 
 
 # ---------------------------------------------------------------------------------------- BEIR layout
@@ -335,6 +359,114 @@ METRICS = (("ndcg@10", ndcg_at, 10), ("recall@100", recall_at, 100), ("mrr@10", 
            ("recall@10", recall_at, 10))
 
 
+# ------------------------------------------------------------------------------- the man-page set
+
+MAN_QUERIES = ROOT / "bench" / "data" / "man-queries" / "queries.jsonl"
+#: Debian packages whose section 1 and 8 manual pages form the corpus: the everyday command line.
+MAN_PACKAGES = (
+    "coreutils", "util-linux", "procps", "findutils", "grep", "sed", "tar", "gzip", "bzip2", "xz-utils",
+    "iproute2", "iputils-ping", "openssh-client", "apt", "dpkg", "man-db", "bash", "diffutils", "file", "less",
+    "psmisc", "net-tools", "curl", "wget", "rsync", "cron", "passwd", "login", "mount", "e2fsprogs", "kmod",
+    "systemd", "hostname", "sudo", "lsof", "strace", "zip", "unzip", "bsdextrautils", "bsdutils", "ncurses-bin",
+    "debianutils", "gawk", "mawk", "patch", "make", "sqlite3", "openssl", "time", "tmux", "jq", "fdisk",
+)
+_ROFF_ESCAPES = [(r"\(aq", "'"), (r"\(em", "—"), (r"\(en", "–"), (r"\(lq", '"'), (r"\(rq", '"'),
+                 (r"\(bu", "•"), (r"\-", "-"), (r"\&", ""), (r"\e", "\\"), (r"\ ", " "), (r"\~", " "),
+                 (r"\|", ""), (r"\^", ""), (r"\c", "")]
+
+
+def _roff_text(line: str) -> str:
+    """One roff line as plain text: font escapes and character names resolved, macro names dropped."""
+    line = re.sub(r"\\f(\[[^\]]*\]|\(..|.)", "", line)
+    line = re.sub(r"\\s[+-]?\d", "", line)
+    for esc, rep in _ROFF_ESCAPES:
+        line = line.replace(esc, rep)
+    line = re.sub(r"\\\*(\[[^\]]*\]|\(..|.)", "", line)
+    line = re.sub(r"\\\(..", "", line)
+    if line.startswith((".", "'")):
+        macro, _, rest = line[1:].partition(" ")
+        if macro in ("B", "I", "BR", "RB", "IR", "RI", "BI", "IB", "SM", "SB", "TP", "IP", "TQ", "UR", "MT", "Nm", "Nd",
+                     "Ar", "Fl", "Xr", "Pa", "Cm", "Em", "Sy", "Dq", "Ql", "Li"):
+            return " ".join(a.strip('"') for a in re.findall(r'"[^"]*"|\S+', rest))
+        return ""
+    return line
+
+
+def _man_sections(raw: str) -> dict[str, str]:
+    """Section name → plain text of a man page's roff source (``.SH`` / ``.Sh`` headings)."""
+    out: dict[str, list[str]] = {}
+    current = None
+    for line in raw.splitlines():
+        m = re.match(r'^\.(SH|Sh)\s+"?([^"]*)"?\s*$', line)
+        if m:
+            current = m.group(2).strip().upper()
+            out.setdefault(current, [])
+            continue
+        if current is not None:
+            if re.match(r"^\.(PP|LP|P|Pp|sp)\b", line):
+                out[current].append("\n\n")
+                continue
+            text = _roff_text(line)
+            if text:
+                out[current].append(text + " ")
+    return {k: "".join(v) for k, v in out.items()}
+
+
+def build_man_set(max_chars: int = 700) -> BeirSet:
+    """The man-page set, built from this machine: one passage per section 1/8 page of :data:`MAN_PACKAGES`
+    (its NAME line and the start of its DESCRIPTION), queries and labels from ``bench/data/man-queries``.
+
+    The pages are not shipped (their licences vary by package); the queries and their labels are ours.
+    A label naming a page this machine does not have is dropped, and a query left without one too.
+    """
+    import gzip
+
+    files: list[Path] = []
+    info_dir = Path("/var/lib/dpkg/info")
+    for pkg in MAN_PACKAGES:
+        for lst in (info_dir / f"{pkg}.list", info_dir / f"{pkg}:amd64.list"):
+            if lst.is_file():
+                files += [Path(line.strip()) for line in lst.read_text(encoding="utf-8", errors="replace").splitlines()
+                          if re.match(r"^/usr/share/man/man[18]/[^/]+\.[18]\w*\.gz$", line.strip())]
+    corpus: dict[str, dict[str, str]] = {}
+    for f in sorted(set(files), key=lambda x: (x.parent.name, x.name)):
+        name = re.sub(r"\.[18]\w*\.gz$", "", f.name)
+        if name in corpus or not f.exists():
+            continue
+        try:
+            raw = gzip.decompress(f.read_bytes()).decode("utf-8", "replace")
+        except (OSError, EOFError):
+            continue
+        if raw.lstrip().startswith(".so "):  # a page that includes another one
+            target = f.parent.parent / raw.split()[1]
+            try:
+                raw = gzip.decompress(Path(str(target) + ".gz").read_bytes()).decode("utf-8", "replace")
+            except OSError:
+                continue
+        sections = _man_sections(raw)
+        title = " ".join(sections.get("NAME", "").split())
+        body = " ".join(sections.get("DESCRIPTION", "").split())
+        if not title:
+            continue
+        if len(body) > max_chars:
+            cut = body.rfind(". ", 0, max_chars)
+            body = body[: cut + 1 if cut > max_chars // 3 else max_chars]
+        corpus[name] = {"title": title, "text": body}
+    queries, qrels = {}, {}
+    for q in _read_jsonl(MAN_QUERIES):
+        rel = {r: 1 for r in q["relevant"] if r in corpus}
+        if rel:
+            queries[q["_id"]] = q["text"]
+            qrels[q["_id"]] = rel
+    info = {"source": "this machine's manual pages (sections 1 and 8 of the packages in MAN_PACKAGES)",
+            "labelling": "60 task questions written by hand for this benchmark, each labelled with the "
+                         "page(s) a user would need (e.g. 'how much disk space a directory uses' → du); "
+                         "labels were chosen from knowledge of the commands, before any run",
+            "licence": "not redistributed: built at bench time from /usr/share/man",
+            "pages": len(corpus), "queries": len(queries)}
+    return BeirSet("man-pages", corpus, queries, qrels, info)
+
+
 # --------------------------------------------------------------------------------------- evaluation
 
 
@@ -347,12 +479,16 @@ def make_embedder(kind: str) -> Any:
     if kind == "minilm":
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-        return CachedEmbedder(SentenceTransformerEmbedder(), CACHE / "embeddings.sqlite")
+        from nlql.embedders import default_embedder
+
+        # the default (ONNX) path; torch and ONNX vectors agree to cosine 0.9999 and share a cache name
+        inner = default_embedder() if os.environ.get("NLQL_BENCH_TORCH") != "1" else SentenceTransformerEmbedder()
+        return CachedEmbedder(inner, CACHE / "embeddings.sqlite")
     raise ValueError(f"unknown embedder {kind!r} (minilm or hash)")
 
 
 def evaluate(ds: BeirSet, embedder: Any, methods: Sequence[str] = tuple(QUERIES),
-             limit: int = LIMIT) -> dict[str, Any]:
+             limit: int = LIMIT, analyzer: Any = None) -> dict[str, Any]:
     """Index ``ds`` (one document per passage) and score every judged query with each method.
 
     Returns:
@@ -360,7 +496,7 @@ def evaluate(ds: BeirSet, embedder: Any, methods: Sequence[str] = tuple(QUERIES)
     """
     from nlql import Engine
 
-    engine = Engine(embedder=embedder, store="memory", warm_up=False)
+    engine = Engine(embedder=embedder, store="memory", warm_up=False, analyzer=analyzer)
     doc_ids = list(ds.corpus)
     t = time.perf_counter()
     engine.add_texts([ds.passage(d) for d in doc_ids], ids=doc_ids)
@@ -385,6 +521,7 @@ def evaluate(ds: BeirSet, embedder: Any, methods: Sequence[str] = tuple(QUERIES)
         out["methods"][method] = row
     if "similarity" in ranked_by and "bm25" in ranked_by:
         out["arms_top10"] = arms_overlap(qids, ds.qrels, ranked_by["similarity"], ranked_by["bm25"], 10)
+    out["analyzer"] = engine._bm25.analyzer.name
     if "routed" in methods:
         out["methods"]["routed"] = routed_row(engine, ds, qids, texts)
     out["methods"]["rerank"] = {"query": "RRF as above + CrossEncoderReranker", "available": False,
@@ -484,7 +621,8 @@ def verdict(result: Mapping[str, Any], metric: str) -> dict[str, Any]:
     m = result["methods"]
     rrf, sim, bm = m["rrf"][metric], m["similarity"][metric], m["bm25"][metric]
     return {"metric": metric, "rrf": rrf, "similarity": sim, "bm25": bm,
-            "beats_similarity": rrf > sim, "beats_bm25": rrf > bm, "beats_both": rrf > sim and rrf > bm}
+            "beats_similarity": rrf > sim, "beats_bm25": rrf > bm, "beats_both": rrf > sim and rrf > bm,
+            "rrf_at_least_best": rrf >= max(sim, bm)}
 
 
 def load_stdlib_set(build: bool = False) -> BeirSet:
@@ -495,48 +633,75 @@ def load_stdlib_set(build: bool = False) -> BeirSet:
     return load_beir(STDLIB_SET)
 
 
-def main(argv: list[str] | None = None) -> dict[str, Any]:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--beir", type=Path, default=None, help="a BEIR-layout directory (default: the stdlib set)")
-    ap.add_argument("--split", default="test")
-    ap.add_argument("--embedder", choices=("minilm", "hash"), default="minilm")
-    ap.add_argument("--limit", type=int, default=None, help="evaluate only the first N queries (a slice)")
-    ap.add_argument("--build", action="store_true", help="rebuild bench/data/stdlib-known-item first")
-    ap.add_argument("--out", type=Path, default=RESULTS / "quality.json")
-    args = ap.parse_args(argv)
-
+def run_set(ds: BeirSet, kind: str, embedder_kind: str, out_path: Path) -> dict[str, Any]:
+    """Every method with the default (English) analyzer, BM25 and RRF again with the plain one."""
     started = time.perf_counter()
-    ds = load_beir(args.beir, args.split) if args.beir else load_stdlib_set(args.build)
-    if args.limit:
-        ds = ds.subset(args.limit)
-    kind = "BEIR" if args.beir else "known-item"
-    log(f"[quality] {ds.name}: {len(ds.judged_queries())} queries, {len(ds.corpus)} passages, {args.embedder}")
-    t = time.perf_counter()
-    result = evaluate(ds, make_embedder(args.embedder), methods=(*QUERIES, "routed"))
-    headline = ("ndcg@10", "recall@100") if kind == "BEIR" else ("mrr@10", "recall@10")
+    log(f"[quality] {ds.name}: {len(ds.judged_queries())} queries, {len(ds.corpus)} passages, {embedder_kind}")
+    embedder = make_embedder(embedder_kind)
+    result = evaluate(ds, embedder, methods=(*QUERIES, "routed"))
+    plain = evaluate(ds, embedder, methods=("bm25", "rrf"), analyzer="plain")
+    headline = ("ndcg@10", "recall@100") if kind == "BEIR" else HEADLINE
     out: dict[str, Any] = {
         "title": f"Retrieval quality on {ds.name} ({kind})",
         "machine": machine_info(),
         "dataset": {"name": ds.name, "kind": kind, **{k: v for k, v in ds.info.items() if k != "modules"}},
-        "embedder": args.embedder if args.embedder == "hash" else "all-MiniLM-L6-v2 (fp32, cached on disk)",
+        "embedder": embedder_kind if embedder_kind == "hash" else "all-MiniLM-L6-v2 (fp32, cached on disk)",
         "headline_metrics": list(headline),
         **result,
+        "plain_analyzer": {m: {k: v for k, v in row.items() if k != "query"}
+                           for m, row in plain["methods"].items() if row.get("available") is not False},
         "verdict": [verdict(result, m) for m in headline],
-        "total_s": round(time.perf_counter() - t, 1),
+        "fusion_at_least_best_arm": {
+            f: all(result["methods"][f][m] >= max(result["methods"]["similarity"][m], result["methods"]["bm25"][m])
+                   for m in headline)
+            for f in ("rrf", *SWEEP)},
+        "total_s": round(time.perf_counter() - started, 1),
     }
     stamp_end(out, started)
-    write_json(args.out, out)
-    print(f"{ds.name}: {result['n_queries']} queries over {result['n_passages']} passages ({args.embedder})")
+    write_json(out_path, out)
+    print(f"{ds.name}: {result['n_queries']} queries over {result['n_passages']} passages ({embedder_kind}, "
+          f"analyzer {result['analyzer']})")
     for method, row in result["methods"].items():
         if row.get("available") is False:
             print(f"  {LABELS[method]:<34} not available offline")
             continue
-        cells = "  ".join(f"{m} {row[m]:.4f}" for m in ("ndcg@10", "recall@100", "mrr@10", "recall@10"))
+        cells = "  ".join(f"{m} {row[m]:.4f}" for m in ("ndcg@10", "recall@10", "mrr@10", "recall@100"))
         print(f"  {LABELS[method]:<34} {cells}  ({row['ms_per_query']} ms/query)")
+    for method, row in out["plain_analyzer"].items():
+        cells = "  ".join(f"{m} {row[m]:.4f}" for m in ("ndcg@10", "recall@10", "mrr@10", "recall@100"))
+        print(f"  {LABELS[method] + ' [plain analyzer]':<34} {cells}")
     for v in out["verdict"]:
-        print(f"  hybrid beats both arms on {v['metric']}: {v['beats_both']}")
-    log(f"wrote {args.out}")
+        print(f"  RRF >= the best single arm on {v['metric']}: {v['rrf_at_least_best']}")
+    log(f"wrote {out_path}")
     return out
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--beir", type=Path, default=None, help="a BEIR-layout directory (instead of --set)")
+    ap.add_argument("--set", dest="sets", choices=("stdlib", "man", "both"), default="both",
+                    help="the stdlib known-item set, the man-page set built from this machine, or both")
+    ap.add_argument("--split", default="test")
+    ap.add_argument("--embedder", choices=("minilm", "hash"), default="minilm")
+    ap.add_argument("--limit", type=int, default=None, help="evaluate only the first N queries (a slice)")
+    ap.add_argument("--build", action="store_true", help="rebuild bench/data/stdlib-known-item first")
+    ap.add_argument("--out", type=Path, default=None, help="output file (default: bench/results/quality*.json)")
+    args = ap.parse_args(argv)
+
+    runs: list[tuple[BeirSet, str, Path]] = []
+    if args.beir:
+        runs.append((load_beir(args.beir, args.split), "BEIR", args.out or RESULTS / "quality_beir.json"))
+    else:
+        if args.sets in ("stdlib", "both"):
+            runs.append((load_stdlib_set(args.build), "known-item", args.out or RESULTS / "quality.json"))
+        if args.sets in ("man", "both"):
+            runs.append((build_man_set(), "labelled", args.out or RESULTS / "quality_man.json"))
+    outs = {}
+    for ds, kind, path in runs:
+        if args.limit:
+            ds = ds.subset(args.limit)
+        outs[ds.name] = run_set(ds, kind, args.embedder, path)
+    return outs
 
 
 if __name__ == "__main__":

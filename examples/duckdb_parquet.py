@@ -8,7 +8,7 @@ paragraph, with an ``embedding`` column and metadata columns), then opens it wit
 ``DuckDBStore.from_table`` — read-only, nothing copied — prints the plan of a hybrid query (each arm's
 SQL, the RRF formula, the whole DuckDB statement with numbered placeholders), runs it, shows that the
 file is unchanged and cannot be written, and that the built-in store gives the same rows.
-Needs ``pip install 'nlql[duckdb]'``.
+Needs ``pip install 'nlql-engine[duckdb]'``.
 """
 
 from __future__ import annotations

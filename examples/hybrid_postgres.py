@@ -7,7 +7,7 @@ Starts a throw-away PostgreSQL 16 + pgvector (the ``pgserver`` wheel) in a tempo
 the Python standard library docs that ship with nlql, prints the plan of a hybrid query — each arm's
 SQL, its k, the RRF formula, the whole statement with numbered placeholders — then runs it, and runs
 the same query on the built-in store to show that both give the same rows.
-Needs ``pip install 'nlql[pgvector]' pgserver``.
+Needs ``pip install 'nlql-engine[pgvector]' pgserver``.
 """
 
 from __future__ import annotations

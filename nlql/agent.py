@@ -97,6 +97,8 @@ go wherever a literal does and are bound with `params={"name": value}`; a missin
 | `INTERLEAVE(a, b, ... [, window => n])` | round-robin fusion of rankings (value 1/position) |
 | `IF(cond, a, b)` | a when cond is TRUE, else b (UNKNOWN takes b) |
 | `RECENCY(meta.date [, half_life => "90d"])` | exponential decay in (0, 1]; null date gives null |
+| `GRAPH($q [, hops => 1] [, decay => 0.5])` | entity arm: 1.0 for rows naming an entity named in the text (a whole question works), less for entities named together with them; null otherwise |
+| `TEMPORAL(meta.date, $q)` | time arm: in (0.5, 1] when the date lies in the period the text names ("last week", "la semana pasada"); null otherwise or when no period is named |
 | `LENGTH(x)`, `LOWER(x)`, `UPPER(x)`, `COUNT(content, "needle")` | scalars |
 | `NOW()`, `DATE(s)`, `TIMESTAMP(s)` | datetimes (NOW is fixed for the whole query) |
 
@@ -156,6 +158,8 @@ A bare unknown name is an error: write meta.topic, not topic.
 Score functions (use in LET): SIMILARITY(content, "text" | ["t1", "t2"]) cosine in [-1, 1]; \
 BM25(content, "words") keyword score (min => x on either: NULL below x); RRF(a, b, k => 60, \
 weights => [1, 1], window => 100) fuses arms (scores or numbers like RECENCY(meta.date)); INTERLEAVE(a, b). \
+Arms from a question: GRAPH($q, hops => 1) (entities named in $q and their neighbours), \
+TEMPORAL(meta.date, $q) (the period $q names); null when they do not apply. \
 Others: IF(c, a, b), RECENCY(meta.date, half_life => "90d"), LENGTH, LOWER, UPPER, \
 COUNT(content, "x"), NOW(), DATE("2024-01-01"), TIMESTAMP(...).
 Operators: OR, AND, NOT; = == != <> < <= > >=; + - * /; [NOT] IN (a, b); [NOT] BETWEEN a AND b; \
@@ -474,7 +478,7 @@ def build_mcp_server(engine: Engine, name: str = "nlql") -> Any:
     --store DIR`` does).
 
     Raises:
-        MissingDependencyError: The ``mcp`` package is not installed (``pip install 'nlql[mcp]'``).
+        MissingDependencyError: The ``mcp`` package is not installed (``pip install 'nlql-engine[mcp]'``).
     """
     try:
         from mcp.server.mcpserver import MCPServer as Server

@@ -793,6 +793,15 @@ class _Checker:
                 self._report(e.args[0], f"RECENCY needs a date, not {_A[types[0]]}", "e.g. RECENCY(meta.date)",
                              code="type")
             self._half_life(e.kwarg("half_life"))
+        elif name == "GRAPH":
+            if n >= 1:
+                self._arm_text(e.args[0], name, 'e.g. GRAPH($q) or GRAPH("Bertrand Russell", hops => 2)')
+            self._spread(e)
+        elif name == "TEMPORAL":
+            if n >= 1:
+                self._temporal_path(e.args[0], types[0])
+            if n >= 2:
+                self._arm_text(e.args[1], name, "e.g. TEMPORAL(meta.date, $q) or TEMPORAL(meta.date, \"last week\")")
         elif name in ("DATE", "TIMESTAMP"):
             if n == 1 and isinstance(e.args[0], Literal) and isinstance(e.args[0].value, str):
                 self._typed(e.args[0], name, e.args[0].value)
@@ -959,6 +968,44 @@ class _Checker:
         elif len(values) != arms:
             self._report(w, f"RRF has {arms} arms but {len(values)} weights", "give one weight per argument",
                          code="score")
+
+    def _arm_text(self, text: Node, name: str, hint: str) -> None:
+        """The text of GRAPH / TEMPORAL: a string literal or a $parameter bound to a string."""
+        if isinstance(text, Literal) and isinstance(text.value, str):
+            return
+        if isinstance(text, Param):
+            value = self._param_value(text)
+            if value is _UNBOUND or isinstance(value, str):
+                return
+            self._report(text, f"${text.name} must be a string for {name}, not {type(value).__name__}", hint,
+                         code="type")
+            return
+        self._report(text, f"{name} needs a text (a string literal or a $parameter), not {_short(text)}", hint,
+                     code="type")
+
+    def _temporal_path(self, path: Node, t: str) -> None:
+        """TEMPORAL's first argument: a metadata path holding dates (whether it does is known with data only)."""
+        if not isinstance(path, Meta):
+            self._report(path, f"the first argument of TEMPORAL must be a metadata path, not {_short(path)}",
+                         "e.g. TEMPORAL(meta.date, $q)", code="type")
+        elif t in ("number", "score", "bool", "list"):
+            self._report(path, f"TEMPORAL needs a date, not {_A[t]}", "e.g. TEMPORAL(meta.date, $q)", code="type")
+
+    def _spread(self, e: Call) -> None:
+        """GRAPH's ``hops`` (a whole number >= 0) and ``decay`` (a number in [0, 1])."""
+        for key, ok, message, hint in (
+            ("hops", lambda v: _whole(v) and v >= 0, "GRAPH hops must be a whole number >= 0",
+             "e.g. GRAPH($q, hops => 2); hops => 0 scores only the entities named in the text"),
+            ("decay", lambda v: not isinstance(v, bool) and isinstance(v, (int, float)) and 0 <= v <= 1,
+             "GRAPH decay must be a number between 0 and 1", "e.g. GRAPH($q, decay => 0.5)"),
+        ):
+            node = e.kwarg(key)
+            if node is None or (isinstance(node, Param) and self._param_value(node) is _UNBOUND):
+                continue
+            value = self._constant(node) if isinstance(node, (Literal, Param)) else _UNBOUND
+            if value is _UNBOUND or not ok(value):
+                shown = _short(node) if value is _UNBOUND or isinstance(node, Literal) else repr(value)
+                self._report(node, f"{message}, not {shown}", hint, code="type")
 
     def _half_life(self, h: Node | None) -> None:
         if h is None:

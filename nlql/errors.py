@@ -207,6 +207,13 @@ class LimitError(NLQLError):
     kind = "limit"
 
 
+#: The distribution name on the package index (the import name stays ``nlql``).
+DISTRIBUTION = "nlql-engine"
+
+#: What a missing model needs, said once: CPU torch first (the default wheel on Linux pulls CUDA).
+TORCH_CPU_HINT = ("install the CPU build of torch first (pip install torch --index-url "
+                  "https://download.pytorch.org/whl/cpu), then pip install '{dist}[{extra}]'; "
+                  "--embedder hash (HashEmbedder) works without any model")
 class RouteError(NLQLError):
     """A router cannot be built or cannot route: a rule that is not a valid regex, a rule whose intent
     has no template, an empty question, a caller parameter that the router binds itself."""
@@ -230,16 +237,42 @@ class TemplateError(CheckError):
 
 
 class MissingDependencyError(NLQLError, ImportError):
-    """An optional dependency is not installed; the message names the ``pip install`` that fixes it."""
+    """An optional dependency is not installed; the message names the ``pip install`` that fixes it.
+
+    >>> print(MissingDependencyError("qdrant", "qdrant-client").hint)
+    pip install 'nlql-engine[qdrant]'
+    """
 
     kind = "dependency"
 
     def __init__(self, extra: str, module: str) -> None:
+        if extra in ("st", "onnx"):
+            hint = TORCH_CPU_HINT.format(dist=DISTRIBUTION, extra=extra)
+        else:
+            hint = f"pip install '{DISTRIBUTION}[{extra}]'"
         NLQLError.__init__(
             self,
-            f"the '{module}' package is not installed (needed by nlql[{extra}])",
-            hint=f"pip install 'nlql[{extra}]'",
+            f"the '{module}' package is not installed (needed by {DISTRIBUTION}[{extra}])",
+            hint=hint,
         )
+        self.extra = extra
+        self.module = module
+
+
+class StoreMismatchError(NLQLError):
+    """A store was opened with another embedder (or BM25 analyzer) than the one that built it.
+
+    Vectors of two embedders live in unrelated spaces, so their similarities mean nothing; the message
+    names both, the hint how to re-embed into a new store.
+    """
+
+    kind = "store"
+
+    def __init__(self, what: str, recorded: str, given: str, hint: str | None = None) -> None:
+        super().__init__(f"this store was built with the {what} {recorded}, not {given}", hint=hint)
+        self.what = what
+        self.recorded = recorded
+        self.given = given
 
 
 class EmbedderError(BackendError):

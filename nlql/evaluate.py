@@ -34,6 +34,7 @@ class RowContext:
     scores: dict[str, float | None] = field(default_factory=dict)
     bindings: dict[str, Any] = field(default_factory=dict)
     seq: int = 0
+    positions: tuple[int, ...] | None = None  # CHUNK / DOCUMENT rows: the positions of their sentences
 
 
 @dataclass
@@ -47,6 +48,12 @@ class Env:
     periods: Mapping[ir.Node, tuple[datetime, datetime]]
     regexes: dict[str, Regex] = field(default_factory=dict)
     compiled_bindings: dict[str, RowFn] = field(default_factory=dict)
+    # GRAPH: call -> (text, hops, decay), and (text, hops, decay) -> {(doc_id, position): activation},
+    # filled by the executor before rows are evaluated (lazily: a GRAPH call asks for its values)
+    graphs: Mapping[ir.Node, tuple[str, int, float]] = field(default_factory=dict)
+    graph_values: Callable[[tuple[str, int, float]], Mapping[tuple[str, int], float]] | None = None
+    # TEMPORAL: call -> the period extracted from its text at plan time (None: no period found)
+    temporals: Mapping[ir.Node, Any] = field(default_factory=dict)
 
     def binding_fn(self, name: str) -> RowFn:
         fn = self.compiled_bindings.get(name)
@@ -115,6 +122,29 @@ def constant_value(expr: ir.Expr, env: Env) -> tuple[bool, Any]:
 
 _EMPTY = RowContext("", "", "", 0, {})
 _HALF_LIFE: str = BUILTINS["RECENCY"].default("half_life")
+
+
+def _graph(expr: ir.Call, env: Env) -> RowFn:
+    """GRAPH's value: the activation of the row's sentence (a CHUNK / DOCUMENT row: its best sentence)."""
+    key = env.graphs.get(expr)
+    source = env.graph_values
+    if key is None or source is None:
+        raise EvaluationError("GRAPH needs the engine's entity graph", expr.span)
+    values: list[Mapping[tuple[str, int], float]] = []
+
+    def f_graph(ctx: RowContext) -> Any:
+        if not values:
+            values.append(source(key))  # type: ignore[misc]
+        got = values[0]
+        if ctx.positions is None:
+            return got.get((ctx.doc_id, ctx.position))
+        best = None
+        for p in ctx.positions:
+            v = got.get((ctx.doc_id, p))
+            if v is not None and (best is None or v > best):
+                best = v
+        return best
+    return f_graph
 
 
 def compile_expr(expr: ir.Expr, env: Env) -> RowFn:  # noqa: C901 - one dispatch table
@@ -298,6 +328,16 @@ def _compile_call(expr: ir.Call, env: Env) -> RowFn:  # noqa: C901
             age = max(0.0, (now - dt).total_seconds())
             return math.exp(-math.log(2) * age / hl_seconds)
         return f_recency
+    if name == "GRAPH":
+        return _graph(expr, env)
+    if name == "TEMPORAL":
+        x = args[0]
+        period = env.temporals.get(expr)
+        if period is None:
+            return lambda ctx: None
+        from nlql.text.temporal import temporal_value
+
+        return lambda ctx: temporal_value(V.as_datetime(x(ctx)), period)
     fn = env.functions.get(name)
     if fn is not None:
         kw = {k: compile_expr(v, env) for k, v in expr.kwargs}

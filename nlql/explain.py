@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from nlql.ir import Literal
 from nlql.plan.nodes import Plan
 from nlql.render import render_expr
 
@@ -52,10 +53,12 @@ def _sql_lines(sql: dict[str, Any]) -> list[str]:
 class Explain:
     """What ``engine.explain()`` returns: ``str(plan)`` is a text tree, ``to_dict()`` a JSON-ready dict."""
 
-    def __init__(self, plan: Plan, store_notes: list[str] | None = None, sql: dict[str, Any] | None = None):
+    def __init__(self, plan: Plan, store_notes: list[str] | None = None, sql: dict[str, Any] | None = None,
+                 graphs: dict[tuple[str, int, float], Any] | None = None):
         self.plan = plan
         self.store_notes = store_notes or []
         self.sql = sql
+        self.graphs = graphs or {}  # (text, hops, decay) -> Activation (nlql.text.graph), from the engine
 
     def to_dict(self) -> dict[str, Any]:
         p = self.plan
@@ -92,6 +95,18 @@ class Explain:
             "rerank": p.rerank,
             "fusion": _fusion(p),
         }
+        if p.graphs:
+            out["graph"] = [self._graph(call, key) for call, key in p.graphs.items()]
+        if p.temporals:
+            from nlql.text.temporal import describe_extraction
+
+            out["temporal"] = [
+                {"call": render_expr(call), "text": call.args[1].value if isinstance(call.args[1], Literal) else None,
+                 "period": None if period is None else {
+                     "text": period.text, "method": period.method, "start": period.start.isoformat(),
+                     "end": period.end.isoformat(), "open_start": period.open_start, "open_end": period.open_end},
+                 "description": describe_extraction(period)}
+                for call, period in p.temporals.items()]
         if p.fast_path is not None:
             out["fast_path"] = {"kind": p.fast_path.kind, "description": p.fast_path.describe()}
         elif p.fast_path_reason:
@@ -102,6 +117,16 @@ class Explain:
             out["sql"] = self.sql
         if self.store_notes:
             out["notes"] = list(self.store_notes)
+        return out
+
+    def _graph(self, call: Any, key: tuple[str, int, float]) -> dict[str, Any]:
+        text, hops, decay = key
+        out: dict[str, Any] = {"call": render_expr(call), "text": text, "hops": hops, "decay": decay}
+        act = self.graphs.get(key)
+        if act is not None:
+            d = act.to_dict()
+            out.update({"found": d["found"], "per_hop": d["per_hop"], "entities": d["entities"],
+                        "rows": d["rows"], "max_weight": d["max_weight"], "lines": act.describe()})
         return out
 
     def __str__(self) -> str:
@@ -132,6 +157,14 @@ class Explain:
             lines.append("after fusion: " + " AND ".join(d["after_fusion_filter"]))
         for k, (a, b) in d["periods"].items():
             lines.append(f"period: {k} -> [{a}, {b})")
+        for g in d.get("graph", ()):
+            lines.append(f"graph: {g['call']} (hops {g['hops']}, decay {g['decay']:g}; entity graph in the engine)")
+            for line in g.get("lines", ()):
+                lines.append(f"  {line}")
+            if "rows" in g:
+                lines.append(f"  rows activated: {g['rows']} (via {g['entities']} entities)")
+        for t in d.get("temporal", ()):
+            lines.append(f"temporal: {t['call']}: {t['description']}")
         for f in d["fusion"]:
             window = "every row" if f["window"] is None else f"{f['window']} rows"
             lines.append(f"fusion: {f['method']} {f['formula']} (window: each arm ranks {window})")

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-__all__ = ["BUILTINS", "FUSION_FUNCTIONS", "SCORE_FUNCTIONS", "TEXT_SCORES", "TYPES", "FunctionSig",
+__all__ = ["BUILTINS", "FUSION_FUNCTIONS", "SCORE_FUNCTIONS", "TEXT_ARMS", "TEXT_SCORES", "TYPES", "FunctionSig",
            "parse_duration"]
 
 #: Value types the checker reasons about. ``score`` is a number produced by a score function.
@@ -100,6 +100,12 @@ BUILTINS: dict[str, FunctionSig] = dict([
          doc="the second argument when the condition is TRUE, else the third"),
     _sig("RECENCY", 1, 1, "number", named=(("half_life", "90d"),), arg_types=("datetime",),
          doc="exponential decay in (0, 1] of a date's age, from the engine clock"),
+    _sig("GRAPH", 1, 1, "number", named=(("hops", 1), ("decay", 0.5)), arg_types=("string",),
+         doc="entity-graph activation in (0, 1] of a row's entities from the entities named in a text; "
+             "NULL for rows with no activated entity"),
+    _sig("TEMPORAL", 2, 2, "number", arg_types=("datetime", "string"),
+         doc="in (0.5, 1] for a date inside the period a free text names, rising to 1 at its midpoint; "
+             "NULL outside it or when the text names no period"),
     _sig("LENGTH", 1, 1, "number", arg_types=("any",), doc="length of a string (characters) or a list"),
     _sig("LOWER", 1, 1, "string", arg_types=("string",), doc="lower-case text"),
     _sig("UPPER", 1, 1, "string", arg_types=("string",), doc="upper-case text"),
@@ -116,6 +122,8 @@ SCORE_FUNCTIONS = frozenset(name for name, sig in BUILTINS.items() if sig.score)
 FUSION_FUNCTIONS = frozenset(name for name, sig in BUILTINS.items() if sig.fuses)
 #: The score functions that score a row's content against a query text (SIMILARITY, BM25).
 TEXT_SCORES = SCORE_FUNCTIONS - FUSION_FUNCTIONS
+#: The arms whose text is bound at plan time and evaluated by the engine (GRAPH, TEMPORAL).
+TEXT_ARMS = frozenset({"GRAPH", "TEMPORAL"})
 
 _DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]+)\s*\Z")
 _UNITS = {

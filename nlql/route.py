@@ -140,12 +140,11 @@ def _hybrid(arm: str | None = None, name: str = "arm") -> str:
             "LIMIT 10")
 
 
-#: One template per default intent. When the GRAPH and TEMPORAL arms land, entity and temporal switch with
-#: one line each: ``_hybrid("GRAPH($q, hops => 1, decay => 0.5)", "graph")`` and
-#: ``_hybrid("TEMPORAL(meta.date, $q)", "period")``.
+#: One template per default intent: entity questions put the GRAPH arm first, temporal ones the TEMPORAL
+#: arm, each fused with semantic + BM25 by RRF (SPEC §9 "Routing").
 DEFAULT_TEMPLATES: dict[str, str] = {
-    "entity": _hybrid(),
-    "temporal": _hybrid(),
+    "entity": _hybrid("GRAPH($q, hops => 1, decay => 0.5)", "graph"),
+    "temporal": _hybrid("TEMPORAL(meta.date, $q)", "period"),
     "conceptual": _hybrid(),
     GENERAL: _hybrid(),
 }

@@ -465,7 +465,7 @@ def test_check_of_ir_without_spans() -> None:
 
 def test_function_table() -> None:
     assert set(BUILTINS) == {"SIMILARITY", "BM25", "RRF", "INTERLEAVE", "IF", "RECENCY", "LENGTH", "LOWER", "UPPER",
-                             "COUNT", "NOW", "DATE", "TIMESTAMP"}
+                             "COUNT", "NOW", "DATE", "TIMESTAMP", "GRAPH", "TEMPORAL"}
     assert SCORE_FUNCTIONS == {"SIMILARITY", "BM25", "RRF", "INTERLEAVE"}
     rrf = BUILTINS["RRF"]
     assert isinstance(rrf, FunctionSig) and rrf.default("k") == 60 and rrf.default("weights") is None

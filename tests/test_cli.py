@@ -50,7 +50,8 @@ def store(corpus: Path) -> Path:
     assert r.returncode == 0, r.stderr
     assert "ingested 4 documents" in r.stdout
     assert "sentences" in r.stdout and " s " in r.stdout.replace("s (", "s  (")
-    assert "docs/s" in r.stderr  # the progress bar's rate column
+    # piped, so plain progress lines: sentences embedded and their rate
+    assert "ingest: done, 7 sentences of 4 documents" in r.stderr and "sentences/s" in r.stderr
     return store
 
 
@@ -63,9 +64,19 @@ def query_json(store: Path, q: str, *extra: str) -> dict[str, Any]:
 # ----------------------------------------------------------------------------------------- ingest
 
 
+def _record(store: Path, key: str) -> dict[str, Any]:
+    import sqlite3
+
+    with sqlite3.connect(store / "nlql.sqlite") as db:
+        (value,) = db.execute("SELECT value FROM info WHERE key = ?", (key,)).fetchone()
+    return json.loads(value)
+
+
 def test_ingest_writes_a_store_that_remembers_its_embedder(store: Path) -> None:
     assert (store / "nlql.sqlite").is_file()
-    assert json.loads((store / "nlql-cli.json").read_text())["embedder"] == "hash"
+    assert _record(store, "embedder") == {"model": "hash-384", "dim": 384, "normalization": "l2"}
+    assert _record(store, "analyzer")["name"] == "english"
+    assert not (store / "nlql-cli.json").exists()  # the store keeps its own record now
 
 
 def test_ingested_documents_have_ids_and_metadata_by_file_type(store: Path) -> None:
@@ -107,10 +118,79 @@ def test_ingest_reports_bad_input_without_a_traceback(tmp_path: Path) -> None:
 
 
 def test_an_embedder_other_than_the_stores_is_refused(store: Path) -> None:
-    r = nlql("query", "SELECT SENTENCE", "--store", str(store), "--embedder", "minilm", cwd=store.parent)
-    assert r.returncode == 1
-    assert "built with the 'hash' embedder" in r.stderr
-    assert "Traceback" not in r.stderr
+    for command in (["query", "SELECT SENTENCE"], ["ingest", "docs"]):
+        r = nlql(*command, "--store", str(store), "--embedder", "minilm", cwd=store.parent)
+        assert r.returncode == 1
+        assert "built with the 'hash' embedder (hash-384), not 'minilm'" in r.stderr
+        assert "re-embed into a new store: nlql ingest FILES --store NEW_DIR --embedder minilm" in r.stderr
+        assert "Traceback" not in r.stderr
+    assert _record(store, "embedder")["model"] == "hash-384"  # nothing was changed
+
+
+def test_an_interrupted_first_ingest_still_recorded_its_embedder(tmp_path: Path) -> None:
+    """The record is written when the store is opened, before any vector: a crash cannot lose it."""
+    (tmp_path / "bad.jsonl").write_text('{"text": "one sentence."}\n', encoding="utf-8")
+    store = tmp_path / "s"
+    # an analyzer name that fails after the store exists would be a usage error; a real crash is simulated
+    # by opening the store and stopping before any write
+    code = ("import sys; from nlql.cli import open_engine, EmbedderName; "
+            "e, _ = open_engine(sys.argv[1], EmbedderName.hash, create=True); import os; os._exit(3)")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    r = subprocess.run([sys.executable, "-c", code, str(store)], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 3, r.stderr
+    assert _record(store, "embedder")["model"] == "hash-384"
+    r = nlql("ingest", "bad.jsonl", "--store", str(store), "--embedder", "minilm", cwd=tmp_path)
+    assert r.returncode == 1 and "built with the 'hash' embedder" in r.stderr
+
+
+def test_a_store_recorded_by_an_old_cli_is_read_and_adopted(tmp_path: Path) -> None:
+    (tmp_path / "a.txt").write_text("Cats sleep all day.", encoding="utf-8")
+    store = tmp_path / "s"
+    r = nlql("ingest", "a.txt", "--store", str(store), "--embedder", "hash", "-q", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    import sqlite3
+
+    with sqlite3.connect(store / "nlql.sqlite") as db:  # as an older version left it: no record
+        db.execute("DELETE FROM info WHERE key IN ('embedder', 'analyzer')")
+    (store / "nlql-cli.json").write_text(json.dumps({"embedder": "hash", "dim": 384}) + "\n", encoding="utf-8")
+    r = nlql("query", SIM.format("cats", 1), "--store", str(store), "--json", cwd=tmp_path)  # no --embedder
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["hits"][0]["content"] == "Cats sleep all day."
+    assert _record(store, "embedder")["model"] == "hash-384"  # adopted on first open
+
+
+def test_piped_ingest_prints_periodic_progress_lines(tmp_path: Path) -> None:
+    lines = [json.dumps({"id": f"d{i}", "text": f"Sentence {i} of the doc. Another {i} here. A third one."})
+             for i in range(200)]
+    (tmp_path / "many.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    r = nlql("ingest", "many.jsonl", "--store", str(tmp_path / "s"), "--embedder", "hash", "--batch-size", "50",
+             cwd=tmp_path, env={"NLQL_PROGRESS_INTERVAL": "0"})
+    assert r.returncode == 0, r.stderr
+    progress = [line for line in r.stderr.splitlines() if line.startswith("ingest: ")]
+    assert progress[0].startswith("ingest: 64/600 sentences (10%), 0/200 documents")  # after the first chunk
+    assert "sentences/s, eta " in progress[0]
+    counts = [int(line.split()[1].split("/")[0].replace(",", "")) for line in progress[:-1]]
+    assert counts == sorted(counts) and len(counts) >= 4  # it moves within and across batches
+    assert progress[-1].startswith("ingest: done, 600 sentences of 200 documents in ")
+    assert "ingested 200 documents, 600 sentences" in r.stdout
+
+
+def test_analyzer_is_chosen_at_ingest_and_recorded(tmp_path: Path) -> None:
+    (tmp_path / "a.txt").write_text("The running cats sat.", encoding="utf-8")
+    store = tmp_path / "s"
+    r = nlql("ingest", "a.txt", "--store", str(store), "--embedder", "hash", "--analyzer", "plain", "-q",
+             cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert _record(store, "analyzer")["name"] == "plain"
+    bm25 = 'SELECT SENTENCE LET k = BM25(content, "{}") WHERE k > 0 LIMIT 1'
+    assert query_json(store, bm25.format("the"))["hits"]  # 'the' is a term for the plain analyzer
+    assert not query_json(store, bm25.format("cat"))["hits"]  # and 'cats' is not stemmed
+    r = nlql("ingest", "a.txt", "--store", str(store), "--analyzer", "english", "-q", cwd=tmp_path)
+    assert r.returncode == 1 and "BM25 analyzer 'plain'" in r.stderr and "Traceback" not in r.stderr
+    r = nlql("ingest", "a.txt", "--store", str(tmp_path / "t"), "--embedder", "hash", "--analyzer", "klingon",
+             cwd=tmp_path)
+    assert r.returncode == 1 and "unknown analyzer 'klingon'" in r.stderr
 
 
 # ------------------------------------------------------------------------------------------ query

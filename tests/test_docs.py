@@ -24,7 +24,7 @@ def _mkdocs() -> list[str] | None:
 def test_mkdocs_build_strict(tmp_path: Path) -> None:
     mkdocs = _mkdocs()
     if mkdocs is None:
-        pytest.skip("mkdocs is not installed (pip install 'nlql[docs]')")
+        pytest.skip("mkdocs is not installed (pip install 'nlql-engine[docs]')")
     pytest.importorskip("material")
     r = subprocess.run([*mkdocs, "build", "--strict", "-q", "-d", str(tmp_path / "site")], cwd=ROOT,
                        text=True, capture_output=True, timeout=300,

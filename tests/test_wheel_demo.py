@@ -35,7 +35,7 @@ def test_wheel_ships_grammar_and_demo(tmp_path: Path) -> None:
                                   or "Could not find a version" in built.stderr):
         pytest.skip("the build backend (hatchling) cannot be installed here: " + built.stderr[-300:])
     assert built.returncode == 0, built.stdout + built.stderr
-    wheels = list(dist.glob("nlql-*.whl"))
+    wheels = list(dist.glob("nlql_engine-*.whl"))  # the distribution is nlql-engine; the import name nlql
     assert len(wheels) == 1
 
     target = tmp_path / "venv"

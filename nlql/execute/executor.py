@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from nlql.deadline import Deadline, active
-from nlql.errors import NLQLTimeoutError
+from nlql.errors import EvaluationError, NLQLTimeoutError
 from nlql.evaluate import Env, compile_expr
 from nlql.execute.candidates import Candidate, Search, keep_passing
 from nlql.execute.degrade import cause_of, drop_arms, embed_within
@@ -38,8 +38,9 @@ class Executor:
 
     def __init__(self, store: Store, embed: Callable[[Sequence[str]], np.ndarray],
                  bm25: Any, functions: dict[str, Callable[..., Any]], chunk_chars: int,
-                 on_arm_error: str = "raise") -> None:
+                 on_arm_error: str = "raise", graph: Any = None) -> None:
         self.store = store
+        self.graph = graph  # the engine's entity graph (nlql.execute.graph.GraphSidecar), for GRAPH
         self.embed = embed
         self.bm25 = bm25
         self.functions = functions
@@ -56,7 +57,8 @@ class Executor:
              deadline: Deadline, max_tokens: int | None) -> Hits:
         env = Env(now=plan.now, score_names=plan.slots,
                   binding_exprs={b.name: b.expr for b in plan.query.bindings},
-                  functions=self.functions, periods=plan.periods)
+                  functions=self.functions, periods=plan.periods, graphs=plan.graphs,
+                  temporals=plan.temporals, graph_values=self._graph_values(plan) if plan.graphs else None)
         need = None
         if plan.limit is not None:
             need = plan.limit + plan.offset
@@ -118,6 +120,20 @@ class Executor:
                 spec.arms[i] for spec in plan.fusions for i in run.dropped_arms.get(spec.slot, ()))
         stats.counts["returned"] = len(out)
         return Hits(out, stats.to_dict(), run.warnings)
+
+    def _graph_values(self, plan: Plan) -> Callable[[tuple[str, int, float]], dict[tuple[str, int], float]]:
+        """Each distinct GRAPH (text, hops, decay) activated once per search, on first use."""
+        cache: dict[tuple[str, int, float], dict[tuple[str, int], float]] = {}
+        graph = self.graph
+
+        def values(key: tuple[str, int, float]) -> dict[tuple[str, int], float]:
+            got = cache.get(key)
+            if got is None:
+                if graph is None:
+                    raise EvaluationError("GRAPH needs the engine's entity graph", None)
+                got = cache[key] = graph.activate(*key).as_dict()
+            return got
+        return values
 
     def _embed(self, run: Search) -> dict[str, np.ndarray]:
         """The query vectors; with ``"degrade"`` an embedder failure or timeout drops the SIMILARITY arms."""

@@ -20,7 +20,7 @@ anything else (mixed)       string: strings as they are, other values as JSON te
 ==========================  ===================================================================
 
 The table is built in plain Python (:func:`columns`); pandas, pyarrow and polars are imported only by
-the conversion that needs them, and a missing one names ``pip install 'nlql[frames]'``.
+the conversion that needs them, and a missing one names ``pip install 'nlql-engine[frames]'``.
 
 >>> from nlql.execute.results import Hit, Hits
 >>> hits = Hits([Hit("a#0", "a", "SENTENCE", 0, "Agents call tools.", {"year": 2024}, {"rel": 0.8}),
@@ -188,7 +188,7 @@ def _require(module: str) -> Any:
 
 
 def to_arrow(hits: Iterable[Hit]) -> Any:
-    """A ``pyarrow.Table`` (``pip install 'nlql[frames]'``)."""
+    """A ``pyarrow.Table`` (``pip install 'nlql-engine[frames]'``)."""
     pa = _require("pyarrow")
     scalar = {"bool": pa.bool_(), "int": pa.int64(), "float": pa.float64(), "string": pa.string()}
 
@@ -205,7 +205,7 @@ def to_arrow(hits: Iterable[Hit]) -> Any:
 
 def to_pandas(hits: Iterable[Hit]) -> Any:
     """A ``pandas.DataFrame`` with nullable dtypes (``string``, ``Int64``, ``Float64``, ``boolean``; lists
-    as ``object``), so a missing value is ``pd.NA`` in every column (``pip install 'nlql[frames]'``)."""
+    as ``object``), so a missing value is ``pd.NA`` in every column (``pip install 'nlql-engine[frames]'``)."""
     pd = _require("pandas")
     dtypes = {"bool": "boolean", "int": "Int64", "float": "Float64", "string": "string"}
     data = {}
@@ -218,7 +218,7 @@ def to_pandas(hits: Iterable[Hit]) -> Any:
 
 
 def to_polars(hits: Iterable[Hit]) -> Any:
-    """A ``polars.DataFrame`` (``pip install 'nlql[frames]'``)."""
+    """A ``polars.DataFrame`` (``pip install 'nlql-engine[frames]'``)."""
     pl = _require("polars")
     scalar = {"bool": pl.Boolean, "int": pl.Int64, "float": pl.Float64, "string": pl.String}
 

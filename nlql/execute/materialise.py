@@ -125,10 +125,12 @@ def _group(run: Search, doc_ids: list[str], by_doc: dict[str, list[Row]],
                     if cur is None or (v is not None and v > cur):
                         scores[s] = v
             first = grp[0]
+            positions = tuple(r.position for r in grp)
             if kind == "DOCUMENT":
-                ctx = RowContext(join_rows(grp), d, d, 0, first.metadata, scores, {}, first.seq)
+                ctx = RowContext(join_rows(grp), d, d, 0, first.metadata, scores, {}, first.seq, positions)
             else:
-                ctx = RowContext(join_rows(grp), f"{d}#chunk{ci}", d, ci, first.metadata, scores, {}, first.seq)
+                ctx = RowContext(join_rows(grp), f"{d}#chunk{ci}", d, ci, first.metadata, scores, {}, first.seq,
+                                 positions)
             out.append(Candidate(ctx, grp, ci, groups))
     return out
 

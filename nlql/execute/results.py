@@ -60,7 +60,7 @@ class Hits(list[Hit]):
         """A ``pandas.DataFrame``, one row per hit (columns: :mod:`nlql.execute.frames`).
 
         Raises:
-            MissingDependencyError: pandas is not installed (``pip install 'nlql[frames]'``).
+            MissingDependencyError: pandas is not installed (``pip install 'nlql-engine[frames]'``).
         """
         from nlql.execute.frames import to_pandas
 
@@ -70,7 +70,7 @@ class Hits(list[Hit]):
         """A ``pyarrow.Table``, one row per hit (columns: :mod:`nlql.execute.frames`).
 
         Raises:
-            MissingDependencyError: pyarrow is not installed (``pip install 'nlql[frames]'``).
+            MissingDependencyError: pyarrow is not installed (``pip install 'nlql-engine[frames]'``).
         """
         from nlql.execute.frames import to_arrow
 
@@ -80,7 +80,7 @@ class Hits(list[Hit]):
         """A ``polars.DataFrame``, one row per hit (columns: :mod:`nlql.execute.frames`).
 
         Raises:
-            MissingDependencyError: polars is not installed (``pip install 'nlql[frames]'``).
+            MissingDependencyError: polars is not installed (``pip install 'nlql-engine[frames]'``).
         """
         from nlql.execute.frames import to_polars
 

@@ -6,9 +6,9 @@ and checked once, when the retriever is built, so a mistake in it is an :class:`
 at construction, not at the first question.
 
 - :class:`nlql.integrations.langchain.NLQLRetriever`: a ``langchain_core`` ``BaseRetriever`` returning
-  ``Document`` objects (``pip install 'nlql[langchain]'``).
+  ``Document`` objects (``pip install 'nlql-engine[langchain]'``).
 - :class:`nlql.integrations.llamaindex.NLQLRetriever`: a ``llama_index.core`` ``BaseRetriever``
-  returning ``NodeWithScore`` objects (``pip install 'nlql[llamaindex]'``).
+  returning ``NodeWithScore`` objects (``pip install 'nlql-engine[llamaindex]'``).
 
 This module imports neither framework; :class:`Template` holds what both share.
 

@@ -1,4 +1,4 @@
-"""A LangChain retriever over an NLQL engine (``pip install 'nlql[langchain]'``).
+"""A LangChain retriever over an NLQL engine (``pip install 'nlql-engine[langchain]'``).
 
 >>> from nlql.embedders import HashEmbedder
 >>> from nlql.engine import Engine

@@ -1,4 +1,4 @@
-"""A LlamaIndex retriever over an NLQL engine (``pip install 'nlql[llamaindex]'``).
+"""A LlamaIndex retriever over an NLQL engine (``pip install 'nlql-engine[llamaindex]'``).
 
 >>> from nlql.embedders import HashEmbedder
 >>> from nlql.engine import Engine

@@ -41,6 +41,8 @@ def choose_fastpath(plan: Plan, caps: Capabilities) -> Plan:
         return _none(plan, "there is no LIMIT (every row is returned)")
     if not plan.unit.rows_are_sentences:
         return _none(plan, "rows group sentences")
+    if plan.graphs or plan.temporals:
+        return _none(plan, "GRAPH / TEMPORAL values come from the engine, row by row")
     if plan.fusion_residual:
         return _none(plan, "a condition applies after fusion")
     bm25_texts = tuple((s.slot, " ".join(s.texts)) for s in plan.scores if s.kind == "BM25")

@@ -123,6 +123,8 @@ class Plan:
     store: str
     arm_depth: int | None
     residual_is_thresholds: bool = False  # every residual conjunct is a similarity threshold
+    graphs: dict[ir.Call, tuple[str, int, float]] = field(default_factory=dict)  # GRAPH call -> (text, hops, decay)
+    temporals: dict[ir.Call, Any] = field(default_factory=dict)  # TEMPORAL call -> Period, or None (no period)
     warnings: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     # set by lower_hybrid for hybrid plans (BM25 / RRF / INTERLEAVE): the statement a SQL store runs

@@ -19,9 +19,11 @@ from nlql.plan.dedupe_scores import dedupe_scores
 from nlql.plan.lower_hybrid import lower_hybrid
 from nlql.plan.nodes import ARM_DEPTH_FACTOR, ARM_DEPTH_MIN, FUSION_FUNCTIONS, OrderSpec, Plan
 from nlql.plan.order_residual import order_residual
+from nlql.plan.resolve_arms import resolve_arms
 from nlql.plan.resolve_periods import resolve_periods
 from nlql.plan.split_filters import split_filters, threshold_of
 from nlql.render import render, render_expr
+from nlql.sql import dialect_of
 from nlql.stores.base import Store
 
 
@@ -61,8 +63,9 @@ def build_plan(
     bound = bind_params(query, params)
     specs, slots, binding_slots = dedupe_scores(bound)
     periods = resolve_periods(bound, now)
+    graphs, temporals = resolve_arms(bound, now)
     env = Env(now=now, score_names=slots, binding_exprs={b.name: b.expr for b in bound.bindings},
-              functions=dict(functions), periods=periods)
+              functions=dict(functions), periods=periods, graphs=graphs, temporals=temporals)
     caps = store.capabilities
     sim_slots = {c: s for c, s in slots.items() if c.name == "SIMILARITY"}
     pushed, residual, late, thresholds = split_filters(
@@ -105,10 +108,15 @@ def build_plan(
         binding_slots=binding_slots, pushed=pushed, native=native, residual=residual,
         fusion_residual=late, recall=recall, order=order, limit=limit, offset=offset, rerank=rerank,
         periods=periods, now=now, store=caps.NAME, arm_depth=arm_depth,
-        residual_is_thresholds=residual_is_thresholds,
+        residual_is_thresholds=residual_is_thresholds, graphs=graphs, temporals=temporals,
     )
     with_min = [s.label for s in specs if s.min is not None]
-    if with_min and any(s.kind == "BM25" or s.kind in FUSION_FUNCTIONS for s in specs):
+    if (graphs or temporals) and dialect_of(store) is not None:
+        # the entity graph and the extracted periods live in the engine: on a SQL store such plans run
+        # arm by arm in the engine (the one-statement graph CTE is a follow-up)
+        what = " and ".join(n for n, used in (("GRAPH", graphs), ("TEMPORAL", temporals)) if used)
+        plan.lowering = {"strategy": "engine", "reason": f"{what} run in the engine (not lowered to SQL)"}
+    elif with_min and any(s.kind == "BM25" or s.kind in FUSION_FUNCTIONS for s in specs):
         # the SQL lowering has no arm-local thresholds yet: the engine runs such plans arm by arm
         plan.lowering = {"strategy": "engine", "reason": f"{with_min[0]} has an arm-local min => "
                                                          "(evaluated by the engine)"}

@@ -1,4 +1,4 @@
-"""``nlql serve``: an HTTP JSON API over one engine, and a web playground (``pip install 'nlql[serve]'``).
+"""``nlql serve``: an HTTP JSON API over one engine, and a web playground (``pip install 'nlql-engine[serve]'``).
 
 >>> from nlql.embedders import HashEmbedder
 >>> from nlql.engine import Engine

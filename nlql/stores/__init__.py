@@ -3,7 +3,7 @@
 :data:`REGISTRY` is the one table of stores: ``Engine(store=...)``, the CLI, the contract suite, the
 shared adapter tests and ``bench/stores.py`` all read it. Adding a store is its module, one row here,
 its tests and its docs page (docs/architecture.md). Adapters import their optional dependency only when
-used; a missing one raises an error naming the ``pip install 'nlql[<extra>]'`` that fixes it.
+used; a missing one raises an error naming the ``pip install 'nlql-engine[<extra>]'`` that fixes it.
 """
 
 from __future__ import annotations

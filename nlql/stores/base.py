@@ -80,6 +80,11 @@ class Store(Protocol):
       Ties are broken by (seq, position) ascending when ``EXACT``.
     - ``scan`` returns every key passing ``flt`` in insertion order (seq, position).
     - ``similarities(vectors, keys)`` returns a (len(vectors), len(keys)) cosine matrix.
+    - ``get_info(key)`` / ``set_info(key, value)``: a small persistent key/value record beside the data,
+      kept where the data is (a file, a server) so every process sees it. The engine keeps there what
+      built the store (:mod:`nlql.stores.record`: the embedder and the BM25 analyzer). ``get_info`` may
+      be called before ``open`` and returns None for a key never set (or a store not created yet);
+      ``set_info`` is called after ``open``, before the first ``upsert``.
     - ``last_stats`` says what the last ``knn`` / ``run_lowered`` call did (path, rounds, …), for
       ``hits.stats["store"]``; it may stay empty.
 
@@ -103,6 +108,8 @@ class Store(Protocol):
     def fetch(self, keys: Sequence[Any]) -> list[Row]: ...
     def document_rows(self, doc_ids: Sequence[str]) -> dict[str, list[Row]]: ...
     def similarities(self, vectors: np.ndarray, keys: Sequence[Any]) -> np.ndarray: ...
+    def get_info(self, key: str) -> str | None: ...
+    def set_info(self, key: str, value: str) -> None: ...
     def close(self) -> None: ...
 
 

@@ -56,6 +56,7 @@ _MIN_FLOAT = -1.7976931348623157e308  # every finite float is >= this; Chroma re
 _MIN_MICROS = -(2**62)
 _TAGS = ["s", "n", "b", "x"]
 _SEQ_KEY = "nlql_max_seq"
+_INFO_PREFIX = "nlql_info:"  # collection-metadata keys of the store's record (get_info/set_info)
 # Chroma casts a float operand to an int field's type (position == 0.5 matches position 0), so number
 # views are always stored as floats, the position included ("n:position").
 _BUILTIN_KEYS = {
@@ -196,6 +197,28 @@ class ChromaStore:
                 self._max_seq = int(meta[_SEQ_KEY])
             else:
                 self._max_seq = max((int(m["seq"]) for m in self._metadatas(None, None)), default=0)
+
+    def _info_collection(self) -> Any:
+        if self._col is not None:
+            return self._col
+        try:  # before open: the collection may already exist (a persistent store reopened)
+            return self.client.get_collection(self.collection_name, embedding_function=None)
+        except Exception:  # noqa: BLE001 - chromadb raises NotFoundError/ValueError by version: not created yet
+            return None
+
+    def get_info(self, key: str) -> str | None:
+        """A value of the store's record, kept in the collection's metadata."""
+        with self._backend("get_info"):
+            col = self._info_collection()
+            value = (col.metadata or {}).get(_INFO_PREFIX + key) if col is not None else None
+            return None if value is None else str(value)
+
+    def set_info(self, key: str, value: str) -> None:
+        """Set a value of the store's record (after ``open``)."""
+        with self._backend("set_info"):
+            if self._col is None:
+                raise RuntimeError("store not opened")
+            self._col.modify(metadata={**(self._col.metadata or {}), _INFO_PREFIX + key: str(value)})
 
     def close(self) -> None:
         """Drop an in-memory store's collection and release a client this store created."""

@@ -99,6 +99,7 @@ class MatrixStore:
         self._matrix = np.zeros((0, 0), dtype=np.float32)
         self._sub_cache: OrderedDict[tuple[int, Any], tuple[np.ndarray, np.ndarray]] = OrderedDict()
         self._lock = threading.RLock()
+        self._info: dict[str, str] = {}
         self.last_stats: dict[str, Any] = {}
 
     # -------------------------------------------------------------------------------------- writing
@@ -239,6 +240,11 @@ class MatrixStore:
             idx = np.asarray(keys, dtype=np.int64)
             return matmul_t(vectors, self.matrix[idx])
 
+    def get_info(self, key: str) -> str | None:
+        return self._info.get(key)
+
+    def set_info(self, key: str, value: str) -> None:
+        self._info[key] = str(value)
     def fast_select(self, path: FastPath, keys: np.ndarray, scores: Any, need: int,
                     bm25: Bm25Matches) -> tuple[np.ndarray, dict[str, np.ndarray]] | None:
         """The table fast paths (:mod:`nlql.stores.fastpath`)."""
@@ -376,6 +382,17 @@ class MemoryStore(MatrixStore):
         self._note_damaged(changes.damaged)
 
     # ------------------------------------------------------------------------------ writing
+
+    def get_info(self, key: str) -> str | None:
+        if self._log is not None:
+            return self._log.get_info(key)
+        return super().get_info(key)
+
+    def set_info(self, key: str, value: str) -> None:
+        if self._log is not None:
+            self._log.set_info(key, str(value))  # committed at once: on disk before any vector
+        else:
+            super().set_info(key, value)
 
     def upsert(self, docs: Sequence[DocRecord]) -> None:
         with self._lock:

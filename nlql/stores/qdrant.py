@@ -89,6 +89,10 @@ _OPS = frozenset({
 })
 
 
+#: Collection-metadata keys of the store's record (``get_info``/``set_info``) start with this.
+_INFO_PREFIX = "nlql_info:"
+
+
 def point_id(doc_id: str, position: int) -> str:
     """The deterministic point id (a UUID string) of a sentence."""
     return str(uuid.uuid5(_NAMESPACE, json.dumps([doc_id, position], ensure_ascii=True)))
@@ -215,6 +219,20 @@ class QdrantStore:
             self._dim = dim
             self._max_seq = self._read_max_seq()
             self._open_stats()
+
+    def get_info(self, key: str) -> str | None:
+        """A value of the store's record, kept in the collection's metadata (so a server shares it)."""
+        with self._backend("get_info"):
+            if not self.client.collection_exists(self.collection):
+                return None
+            meta = self.client.get_collection(self.collection).config.metadata or {}
+            value = meta.get(_INFO_PREFIX + key)
+            return None if value is None else str(value)
+
+    def set_info(self, key: str, value: str) -> None:
+        """Set a value of the store's record (Qdrant merges it into the collection's metadata)."""
+        with self._backend("set_info"):
+            self.client.update_collection(self.collection, metadata={_INFO_PREFIX + key: str(value)})
 
     def _create_indexes(self) -> None:
         import warnings

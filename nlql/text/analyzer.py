@@ -2,14 +2,21 @@
 
 BM25 (SPEC §5) must mean the same on the built-in store and on a SQL backend, so terms are always
 computed here, in Python, at ingest and at query time: casefold the text, take unicode ``\\w+``
-words, drop stopwords (none by default), then stem with a Snowball stemmer if one is configured
-(PyStemmer, the C implementation, when installed; the pure-Python ``snowballstemmer`` otherwise;
-both implement the same Snowball algorithms).
+words, drop stopwords, then stem with a Snowball stemmer (PyStemmer, the C implementation, when
+installed; the pure-Python ``snowballstemmer`` otherwise; both implement the same Snowball
+algorithms and give the same stems).
+
+The default is English: Snowball's English stop word list and its English ("Porter2") stemmer, so
+``disk usage of directories`` matches ``directory uses disk space``. ``Analyzer.named("plain")``
+(``Analyzer(stemmer=None, stopwords=None)``) is the analyzer of earlier versions: casefolded
+``\\w+`` words and nothing else. The engine records its analyzer in the store, like its embedder.
 
 >>> Analyzer().terms("The Cats' café — naïve CAFÉ!")
+['cat', 'café', 'naïv', 'café']
+>>> Analyzer.named("plain").terms("The Cats' café — naïve CAFÉ!")
 ['the', 'cats', 'café', 'naïve', 'café']
->>> Analyzer(stemmer="english").terms("Running runners ran")
-['run', 'runner', 'ran']
+>>> Analyzer().terms("how much disk space a directory uses")
+['much', 'disk', 'space', 'directori', 'use']
 """
 
 from __future__ import annotations
@@ -18,9 +25,32 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-__all__ = ["Analyzer", "STEMMER_ALIASES"]
+__all__ = ["ENGLISH_STOPWORDS", "PRESETS", "STEMMER_ALIASES", "Analyzer"]
 
 _WORD = re.compile(r"\w+")
+
+#: Snowball's English stop word list (snowballstem.org, ``algorithms/english/stop.txt``), as the
+#: ``\w+`` words the analyzer sees: contractions split at the apostrophe, so ``don't`` contributes
+#: ``don`` and ``t``. ``let`` and ``won`` are left out: alone they are ordinary words.
+ENGLISH_STOPWORDS: frozenset[str] = frozenset("""
+i me my myself we our ours ourselves you your yours yourself yourselves he him his himself she her hers
+herself it its itself they them their theirs themselves what which who whom this that these those am is
+are was were be been being have has had having do does did doing would should could ought
+a an the and but if or because as until while of at by for with about against between into through
+during before after above below to from up down in out on off over under again further then once here
+there when where why how all any both each few more most other some such no nor not only own same so
+than too very cannot
+m re s ve d ll t isn aren wasn weren hasn haven hadn doesn don didn wouldn shan shouldn can couldn mustn
+""".split())
+
+#: Named analyzers: the CLI's ``--analyzer`` and ``Engine(analyzer="…")``. Any Snowball language name
+#: (or ISO 639-1 code) also names an analyzer: that stemmer, no stopwords.
+PRESETS: dict[str, dict[str, Any]] = {
+    "english": {"stemmer": "english", "stopwords": "english"},
+    "plain": {"stemmer": None, "stopwords": None},
+}
+_NAMED_STOPWORDS: dict[str, frozenset[str]] = {"english": ENGLISH_STOPWORDS}
+_DEFAULT: Any = object()
 
 #: ISO 639-1 codes accepted as stemmer names, mapped to the Snowball algorithm name.
 STEMMER_ALIASES: dict[str, str] = {
@@ -50,7 +80,8 @@ def _load_stemmer(name: str) -> tuple[Callable[[list[str]], list[str]], str]:
     except ImportError as exc:
         if known:  # PyStemmer is there and does not know the name: a user mistake, not a missing package
             raise ValueError(f"unknown stemmer {name!r}; choose one of {', '.join(sorted(known))}") from None
-        raise ImportError("stemming needs PyStemmer or snowballstemmer: pip install 'nlql[stem]'") from exc
+        raise ImportError("stemming needs PyStemmer or snowballstemmer: pip install 'nlql-engine[stem]' "
+                          "(or use the 'plain' analyzer)") from exc
     if name not in snowballstemmer.algorithms():
         raise ValueError(
             f"unknown stemmer {name!r}; choose one of {', '.join(sorted(snowballstemmer.algorithms()))}"
@@ -62,18 +93,23 @@ class Analyzer:
     """Turns text into index terms: casefold, unicode ``\\w+`` words, stopwords, Snowball stemming.
 
     Deterministic and stateless after construction, so one instance can serve documents and
-    queries from many threads.
+    queries from many threads. The defaults are the English analyzer; pass ``None`` to turn a part off.
 
     Args:
         stemmer: A Snowball algorithm name (``"english"``, ``"german"``, …) or an ISO 639-1 code
-            (``"en"``); ``None`` (the default) keeps words as they are.
-        stopwords: Words to drop (compared after casefolding, before stemming); none by default.
+            (``"en"``); ``None`` keeps words as they are. Default ``"english"``.
+        stopwords: Words to drop (compared after casefolding, before stemming), or ``"english"`` for
+            :data:`ENGLISH_STOPWORDS`; ``None`` drops none. Default ``"english"``.
 
     Raises:
-        ValueError: ``stemmer`` names no known algorithm.
+        ValueError: ``stemmer`` names no known algorithm, or ``stopwords`` no known list.
     """
 
-    def __init__(self, stemmer: str | None = None, stopwords: Iterable[str] | None = None) -> None:
+    def __init__(self, stemmer: str | None = _DEFAULT, stopwords: Iterable[str] | str | None = _DEFAULT) -> None:
+        if stemmer is _DEFAULT:
+            stemmer = "english"
+        if stopwords is _DEFAULT:
+            stopwords = "english"
         self._stemmer_name: str | None = None
         self._stem: Callable[[list[str]], list[str]] | None = None
         self._backend: str | None = None
@@ -82,7 +118,37 @@ class Analyzer:
             name = STEMMER_ALIASES.get(name, name)
             self._stem, self._backend = _load_stemmer(name)
             self._stemmer_name = name
+        if isinstance(stopwords, str):
+            listed = _NAMED_STOPWORDS.get(stopwords.strip().lower())
+            if listed is None:
+                raise ValueError(f"unknown stop word list {stopwords!r}; known: {', '.join(_NAMED_STOPWORDS)}")
+            stopwords = listed
         self._stopwords: frozenset[str] = frozenset(w.casefold() for w in (stopwords or ()))
+        self._memo: dict[str, str] = {}
+
+    #: Distinct words whose stems are remembered; the memo is dropped when it grows past this.
+    MAX_MEMO = 200_000
+
+    @classmethod
+    def named(cls, name: str) -> Analyzer:
+        """A preset (:data:`PRESETS`: ``"english"``, ``"plain"``) or a Snowball language (stemming only).
+
+        >>> Analyzer.named("plain") == Analyzer(stemmer=None, stopwords=None)
+        True
+        >>> Analyzer.named("german").terms("Die Häuser")
+        ['die', 'haus']
+
+        Raises:
+            ValueError: no preset or stemmer has that name.
+        """
+        key = name.strip().lower()
+        if key in PRESETS:
+            return cls(**PRESETS[key])
+        try:
+            return cls(stemmer=key, stopwords=None)
+        except ValueError:
+            raise ValueError(f"unknown analyzer {name!r}: use {', '.join(PRESETS)} or a Snowball language "
+                             "name such as 'german'") from None
 
     @property
     def stemmer(self) -> str | None:
@@ -90,21 +156,61 @@ class Analyzer:
         return self._stemmer_name
 
     @property
+    def backend(self) -> str | None:
+        """The stemming library in use (``"PyStemmer"`` or ``"snowballstemmer"``), or ``None``."""
+        return self._backend
+
+    @property
     def stopwords(self) -> frozenset[str]:
         """The (casefolded) stopwords."""
         return self._stopwords
 
+    @property
+    def name(self) -> str:
+        """The preset this analyzer equals (``"english"``, ``"plain"``, a stemmer's name), else ``"custom"``.
+
+        >>> Analyzer().name, Analyzer(stopwords=None).name, Analyzer(stopwords=["x"]).name
+        ('english', 'english-stemmer', 'custom')
+        """
+        for preset, args in PRESETS.items():
+            if (self._stemmer_name, self._stopwords) == Analyzer._spec(**args):
+                return preset
+        if not self._stopwords:
+            if self._stemmer_name in PRESETS:
+                return f"{self._stemmer_name}-stemmer"
+            return self._stemmer_name or "plain"
+        return "custom"
+
+    @staticmethod
+    def _spec(stemmer: str | None, stopwords: str | None) -> tuple[str | None, frozenset[str]]:
+        return stemmer, _NAMED_STOPWORDS.get(stopwords, frozenset()) if stopwords else frozenset()
+
+    def describe(self) -> str:
+        """One line for messages: ``'english' (stemmer english, 175 stopwords)``."""
+        parts = [f"stemmer {self._stemmer_name}" if self._stemmer_name else "no stemming",
+                 f"{len(self._stopwords)} stopwords" if self._stopwords else "no stopwords"]
+        return f"{self.name!r} ({', '.join(parts)})"
+
     def terms(self, text: str) -> list[str]:
         """The index terms of ``text``, in order, repeats kept (term frequency counts them).
 
-        >>> Analyzer(stopwords=["the"]).terms("The end of THE story")
-        ['end', 'of', 'story']
+        >>> Analyzer(stopwords=["the"]).terms("The end of THE stories")
+        ['end', 'of', 'stori']
         """
         words = _WORD.findall(text.casefold())
         if self._stopwords:
             words = [w for w in words if w not in self._stopwords]
         if self._stem is not None and words:
-            words = self._stem(words)
+            # Stemming is the costly step and text repeats its words: stem each distinct word once.
+            memo = self._memo
+            out = list(map(memo.get, words))
+            if None in out:
+                missing = list({w for w, stem in zip(words, out) if stem is None})
+                if len(memo) + len(missing) > self.MAX_MEMO:
+                    memo.clear()
+                memo.update(zip(missing, self._stem(missing)))
+                out = list(map(memo.__getitem__, words))
+            return out
         return words
 
     def terms_many(self, texts: Sequence[str]) -> list[list[str]]:
@@ -112,23 +218,33 @@ class Analyzer:
         return [self.terms(t) for t in texts]
 
     def config(self) -> dict[str, Any]:
-        """A JSON-ready description, for explain and persistence (``Analyzer.from_config`` reverses it).
+        """A JSON-ready description, for explain, persistence and the store's record
+        (``Analyzer.from_config`` reverses it). A named stop word list is written by its name.
 
-        >>> Analyzer().config()
-        {'kind': 'standard', 'lowercase': 'casefold', 'token_pattern': '\\\\w+', 'stemmer': None, 'stemmer_backend': None, 'stopwords': []}
+        >>> Analyzer.named("plain").config()
+        {'kind': 'standard', 'lowercase': 'casefold', 'token_pattern': '\\\\w+', 'stemmer': None, 'stopwords': []}
+        >>> Analyzer().config()["stopwords"]
+        'english'
         """
+        stop: str | list[str] = sorted(self._stopwords)
+        for list_name, words in _NAMED_STOPWORDS.items():
+            if self._stopwords == words:
+                stop = list_name
         return {
             "kind": "standard",
             "lowercase": "casefold",
             "token_pattern": _WORD.pattern,
             "stemmer": self._stemmer_name,
-            "stemmer_backend": self._backend,
-            "stopwords": sorted(self._stopwords),
+            "stopwords": stop,
         }
+
+    def record(self) -> dict[str, Any]:
+        """What a store records: ``config()`` plus the preset name (for people reading it)."""
+        return {**self.config(), "name": self.name}
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> Analyzer:
-        """Rebuild an analyzer from ``config()`` output.
+        """Rebuild an analyzer from ``config()`` output (or a store's record of it).
 
         Raises:
             ValueError: the config describes an analyzer this version cannot build.
@@ -146,9 +262,11 @@ class Analyzer:
         return hash((self._stemmer_name, self._stopwords))
 
     def __repr__(self) -> str:
-        parts = []
-        if self._stemmer_name:
-            parts.append(f"stemmer={self._stemmer_name!r}")
+        if self.name in PRESETS:
+            return f"Analyzer.named({self.name!r})"
+        parts = [f"stemmer={self._stemmer_name!r}"]
         if self._stopwords:
             parts.append(f"stopwords=<{len(self._stopwords)} words>")
+        else:
+            parts.append("stopwords=None")
         return f"Analyzer({', '.join(parts)})"

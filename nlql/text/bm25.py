@@ -30,7 +30,7 @@ query ≈ 0.06 ms for rare terms and 1–3 ms for terms found in most rows.
 >>> index.add([10, 11, 12], ["the cat sat", "the dog sat", "a cat and a cat"])
 >>> keys, scores = index.score("cat")
 >>> keys.tolist(), scores.round(4).tolist()
-([10, 12], [0.5078, 0.5863])
+([10, 12], [0.47, 0.6463])
 >>> index.top_k("cat dog", 1)[0].tolist()
 [11]
 """

@@ -45,6 +45,8 @@ def corpus() -> tuple[list[str], list[str], list[dict]]:
         m["title"] = f"Title {w[0]} {i}"
         if i % 13 == 0:
             m["rare"] = "needle"
+        if i % 4:  # GRAPH: names for every sentence of the document, beside what the extractor finds
+            m["entities"] = [["Ada Lovelace"], ["Grace Hopper", "Ada Lovelace"], ["Alan Turing"]][i % 3]
         texts_ = texts
         del texts_
         metas.append(m)
@@ -150,6 +152,21 @@ QUERIES: list[str] = [
     'SELECT SENTENCE LET s = SIMILARITY(content, "cats dogs", min => 0.25) ORDER BY s DESC LIMIT 8',
     'SELECT DOCUMENT LET s = SIMILARITY(content, "cats dogs", min => 0.25), k = BM25(content, "cats dogs"), '
     'f = RRF(s, k) ORDER BY f DESC LIMIT 5',
+    # SPEC §9 GRAPH and TEMPORAL (the entity graph and the periods are the engine's, on every store)
+    'SELECT SENTENCE LET g = GRAPH("who mentioned Grace Hopper?") ORDER BY g DESC LIMIT 12',
+    'SELECT SENTENCE LET g = GRAPH("Alan Turing and solar", hops => 2, decay => 0.8) WHERE g IS NOT NULL '
+    'ORDER BY g DESC, meta.n ASC',
+    'SELECT SENTENCE LET g = GRAPH("Agents", hops => 0) WHERE g IS NOT NULL',
+    'SELECT DOCUMENT LET g = GRAPH("Ada Lovelace") WHERE g IS NOT NULL ORDER BY g DESC LIMIT 6',
+    'SELECT SENTENCE LET t = TEMPORAL(meta.date, "what happened in March 2024?") WHERE t IS NOT NULL '
+    'ORDER BY t DESC',
+    'SELECT SENTENCE WHERE TEMPORAL(meta.date, "in 2024") IS NOT NULL AND meta.status == "draft" LIMIT 7',
+    'SELECT SENTENCE LET t = TEMPORAL(meta.date, "nothing to see here") WHERE t IS NOT NULL',
+    'SELECT SENTENCE LET s = SIMILARITY(content, "agents memory"), k = BM25(content, "agents memory"), '
+    'g = GRAPH("Grace Hopper"), t = TEMPORAL(meta.date, "in May 2024"), f = RRF(s, k, g, t) '
+    'ORDER BY f DESC LIMIT 10',
+    'SELECT SENTENCE LET f = INTERLEAVE(GRAPH("Alan Turing"), TEMPORAL(meta.date, "June 2024"), window => 4) '
+    'ORDER BY f DESC LIMIT 8',
 ]
 
 
@@ -173,6 +190,8 @@ def _load(store: object) -> Engine:
     e = Engine(embedder=HashEmbedder(dim=64), store=store, clock=lambda: CLOCK, chunk_chars=60, warm_up=False)
     texts, ids, metas = corpus()
     e.add_texts(texts[:30], ids=ids[:30], metadatas=metas[:30])
+    # the entity graph is built here, so the writes below reach it incrementally on every store
+    assert e.search('SELECT SENTENCE LET g = GRAPH("Ada Lovelace") WHERE g IS NOT NULL LIMIT 1')
     e.add_texts(texts[30:], ids=ids[30:], metadatas=metas[30:])
     # replace one and delete one, so every store has been through both
     e.add_text(texts[5] + " Revised.", id=ids[5], metadata=metas[5])

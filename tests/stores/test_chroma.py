@@ -91,7 +91,7 @@ def test_missing_dependency(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(cmod, "chromadb", None)
     with pytest.raises(MissingDependencyError) as err:
         ChromaStore()
-    assert "nlql[chroma]" in str(err.value)
+    assert "nlql-engine[chroma]" in str(err.value)
 
 
 # ------------------------------------------------------------------------------ knn

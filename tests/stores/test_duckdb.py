@@ -94,7 +94,7 @@ def test_missing_duckdb_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setitem(sys.modules, "duckdb", None)
     with pytest.raises(MissingDependencyError) as info:
         DuckDBStore()
-    assert "nlql[duckdb]" in str(info.value)
+    assert "nlql-engine[duckdb]" in str(info.value)
 
 
 def test_capabilities_are_declared_honestly() -> None:

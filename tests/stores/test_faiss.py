@@ -45,7 +45,7 @@ def test_missing_dependency_names_the_install(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setitem(sys.modules, "faiss", None)
     with pytest.raises(MissingDependencyError) as err:
         FaissStore()
-    assert "pip install 'nlql[faiss]'" in str(err.value)
+    assert "pip install 'nlql-engine[faiss]'" in str(err.value)
     assert "faiss-cpu" in str(err.value)
 
 

@@ -50,7 +50,7 @@ def test_missing_dependency_names_the_install(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setitem(sys.modules, "hnswlib", None)
     with pytest.raises(MissingDependencyError) as err:
         HnswlibStore()
-    assert "pip install 'nlql[hnswlib]'" in str(err.value)
+    assert "pip install 'nlql-engine[hnswlib]'" in str(err.value)
 
 
 def test_module_import_finds_the_real_hnswlib() -> None:

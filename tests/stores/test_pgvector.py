@@ -117,7 +117,7 @@ def test_missing_psycopg_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setitem(sys.modules, "psycopg", None)
     with pytest.raises(MissingDependencyError) as info:
         PgVectorStore("postgresql://unused")
-    assert "nlql[pgvector]" in str(info.value)
+    assert "nlql-engine[pgvector]" in str(info.value)
 
 
 def test_compiled_filter_binds_every_value() -> None:

@@ -76,7 +76,7 @@ def test_missing_dependency(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(qmod, "QdrantClient", None)
     with pytest.raises(MissingDependencyError) as err:
         QdrantStore()
-    assert "nlql[qdrant]" in str(err.value)
+    assert "nlql-engine[qdrant]" in str(err.value)
 
 
 # ------------------------------------------------------------------------------ knn

@@ -6,28 +6,52 @@ import json
 
 import pytest
 
-from nlql.text.analyzer import Analyzer
+from nlql.text.analyzer import ENGLISH_STOPWORDS, Analyzer
 
 
-def test_default_is_casefold_unicode_words() -> None:
-    a = Analyzer()
+def test_plain_is_casefold_unicode_words() -> None:
+    a = Analyzer.named("plain")
+    assert a == Analyzer(stemmer=None, stopwords=None)
     assert a.terms("Hello, WORLD! Straße naïve—café 3.14 foo_bar") == [
         "hello", "world", "strasse", "naïve", "café", "3", "14", "foo_bar",
     ]
     assert a.terms("") == []
     assert a.terms("!!! ... ???") == []
     assert a.terms("日本語 テキスト") == ["日本語", "テキスト"]
+    assert "the" in a.terms("the end")
+
+
+def test_default_is_english_stopwords_and_stemming() -> None:
+    a = Analyzer()
+    assert a.name == "english" and a.stemmer == "english" and a.stopwords == ENGLISH_STOPWORDS
+    assert a == Analyzer.named("english") == Analyzer(stemmer="en", stopwords="english")
+    # the query of issue 17: question words go, inflections meet their stems
+    assert a.terms("How much disk space does a directory use?") == ["much", "disk", "space", "directori", "use"]
+    assert a.terms("estimate file space usage of directories") == ["estim", "file", "space", "usag", "directori"]
+    assert a.terms("Don't stop") == ["stop"]  # contraction pieces are stopwords
+    assert a.terms("日本語 テキスト 3.14") == ["日本語", "テキスト", "3", "14"]
 
 
 def test_repeats_are_kept() -> None:
-    assert Analyzer().terms("a cat, a CAT") == ["a", "cat", "a", "cat"]
+    assert Analyzer().terms("a cat, a CAT, cats") == ["cat", "cat", "cat"]
+    assert Analyzer.named("plain").terms("a cat, a CAT") == ["a", "cat", "a", "cat"]
 
 
-def test_stopwords_off_by_default_and_casefolded() -> None:
-    assert "the" in Analyzer().terms("the end")
-    a = Analyzer(stopwords=["The", "OF"])
+def test_custom_stopwords_are_casefolded() -> None:
+    a = Analyzer(stopwords=["The", "OF"], stemmer=None)
     assert a.terms("The end of THE story") == ["end", "story"]
     assert a.stopwords == frozenset({"the", "of"})
+    assert a.name == "custom"
+    with pytest.raises(ValueError, match="stop word list"):
+        Analyzer(stopwords="klingon")
+
+
+def test_named_presets_and_languages() -> None:
+    assert Analyzer.named("English") == Analyzer()
+    assert Analyzer.named("german").terms("Die Häuser") == ["die", "haus"]  # stemming only
+    assert Analyzer.named("german").name == "german"
+    with pytest.raises(ValueError, match="unknown analyzer"):
+        Analyzer.named("klingon")
 
 
 def test_stemming_by_name_and_iso_code() -> None:
@@ -42,6 +66,13 @@ def test_stopwords_apply_before_stemming() -> None:
     assert a.terms("running runs") == ["run"]
 
 
+def test_stem_memo_gives_the_same_terms() -> None:
+    a = Analyzer()
+    text = "generously caresses ponies " * 3
+    first = a.terms(text)
+    assert a.terms(text) == first == Analyzer().terms(text) == ["generous", "caress", "poni"] * 3
+
+
 def test_unknown_stemmer_is_a_value_error() -> None:
     with pytest.raises(ValueError, match="unknown stemmer"):
         Analyzer(stemmer="klingon")
@@ -50,7 +81,12 @@ def test_unknown_stemmer_is_a_value_error() -> None:
 def test_pystemmer_and_snowballstemmer_agree() -> None:
     stemmer = pytest.importorskip("Stemmer")
     snowball = pytest.importorskip("snowballstemmer")
-    words = "running runners generously caresses ponies happily agreed national nationalism".split()
+    import re
+
+    from nlql.data import demo_text
+
+    words = sorted(set(re.findall(r"\w+", demo_text().casefold())))  # a few thousand real words
+    assert len(words) > 2000
     assert stemmer.Stemmer("english").stemWords(words) == snowball.stemmer("english").stemWords(words)
 
 
@@ -64,6 +100,9 @@ def test_config_round_trip_and_json() -> None:
     assert b == a and hash(b) == hash(a)
     assert b.terms("The running") == a.terms("The running")
     assert Analyzer.from_config(Analyzer().config()) == Analyzer()
+    assert Analyzer().config()["stopwords"] == "english"  # a named list is written by name
+    assert Analyzer.from_config(Analyzer.named("plain").config()) == Analyzer.named("plain")
+    assert "stemmer_backend" not in cfg  # the library is an implementation detail, not the analyzer
     with pytest.raises(ValueError):
         Analyzer.from_config({**cfg, "token_pattern": "[a-z]+"})
 

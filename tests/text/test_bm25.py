@@ -159,7 +159,7 @@ def test_interleaved_single_adds_and_queries() -> None:
 
 
 def test_formula_by_hand() -> None:
-    index = BM25Index()
+    index = BM25Index(Analyzer.named("plain"))  # every word is a term: lengths 3, 3, 5
     index.add([10, 11, 12], ["the cat sat", "the dog sat", "a cat and a cat"])
     n, big_n, avglen = 2, 3, 11 / 3
     idf = math.log(1 + (big_n - n + 0.5) / (n + 0.5))
@@ -169,11 +169,25 @@ def test_formula_by_hand() -> None:
     assert scores[1] == pytest.approx(idf * 2 * 2.2 / (2 + 1.2 * (0.25 + 0.75 * 5 / avglen)))
 
 
+def test_formula_by_hand_default_english_analyzer() -> None:
+    """Stopwords do not count in a row's length; stems match across inflections."""
+    index = BM25Index()
+    index.add([10, 11, 12], ["the cats sat", "the dog sat", "a cat and a cat"])  # lengths 2, 2, 2
+    n, big_n, avglen = 2, 3, 2.0
+    idf = math.log(1 + (big_n - n + 0.5) / (n + 0.5))
+    keys, scores = index.score("Cats")
+    assert keys.tolist() == [10, 12]
+    assert scores[0] == pytest.approx(idf * 1 * 2.2 / (1 + 1.2 * (0.25 + 0.75 * 2 / avglen)))
+    assert scores[1] == pytest.approx(idf * 2 * 2.2 / (2 + 1.2 * (0.25 + 0.75 * 2 / avglen)))
+    assert index.score("the and a")[0].size == 0  # only stopwords: no term, no row
+
+
 def test_repeated_query_terms_count_once() -> None:
     index = BM25Index()
     index.add([1, 2], ["cat dog", "dog"])
     assert np.array_equal(index.score("cat cat cat")[1], index.score("cat")[1])
-    assert index.query_terms("Cat the CAT") == ["cat", "the"]
+    assert index.query_terms("Cat the CATS") == ["cat"]
+    assert BM25Index(Analyzer.named("plain")).query_terms("Cat the CAT") == ["cat", "the"]
 
 
 def test_no_match_means_no_row() -> None:
@@ -335,7 +349,9 @@ def test_speed_100k_rows() -> None:
     index.add(range(100_000), docs)
     index.stats(["t1"])  # forces the pending rows into postings
     add_seconds = time.process_time() - t0
-    assert add_seconds < 3.0, f"adding 100k rows took {add_seconds:.2f}s of CPU"
+    # the default English analyzer (stopwords + Snowball stemming, memoised per word) costs ~0.6 s more
+    # than the plain one measured here on an idle core; a loaded 2-core machine adds up to half again
+    assert add_seconds < 4.0, f"adding 100k rows took {add_seconds:.2f}s of CPU"
     latencies = []
     for q in ["t1", "t1 t2 t3", "t5 t900 t20000", "t3 t4 t5 t6 t7 t8"]:
         t0 = time.process_time()

@@ -47,7 +47,7 @@ def from_url(url: str) -> dict[str, Any]:
 
 
 class DuckDBStore:
-    """The Store protocol on DuckDB (in process; ``pip install 'nlql[duckdb]'``).
+    """The Store protocol on DuckDB (in process; ``pip install 'nlql-engine[duckdb]'``).
 
     Args:
         path: A database file (created if missing), or None for an in-memory database.

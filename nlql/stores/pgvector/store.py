@@ -74,7 +74,7 @@ class PgVectorStore(SchemaMixin, TermsMixin, KnnMixin):
             to run in SQL; opening a table built with another analyzer rebuilds the term table.
 
     Raises:
-        MissingDependencyError: psycopg 3 is not installed (``pip install 'nlql[pgvector]'``).
+        MissingDependencyError: psycopg 3 is not installed (``pip install 'nlql-engine[pgvector]'``).
     """
 
     def __init__(self, dsn: str | None = None, *, connection: Any = None, table_prefix: str = "nlql",
