@@ -116,7 +116,7 @@ def _are_escape(c: str) -> str:
 
 
 def _like_tokens(pattern: str) -> list[tuple[str, str]]:
-    """Tokens of an NLQL LIKE pattern exactly as :func:`nlql.values.like_regex` reads it."""
+    """Tokens of an NLQL LIKE pattern exactly as :class:`nlql.patterns.LikeMatcher` reads it."""
     out: list[tuple[str, str]] = []
     i = 0
     while i < len(pattern):

@@ -32,6 +32,7 @@ import os
 import re
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -196,9 +197,20 @@ class DocLog:
     @staticmethod
     def _connect_rw(path: Path) -> sqlite3.Connection:
         db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None, timeout=30.0)
-        mode = db.execute("PRAGMA journal_mode=WAL").fetchone()
-        if mode is None:  # pragma: no cover - SQLite always answers
-            raise sqlite3.OperationalError("journal_mode")
+        # Switching to WAL needs an exclusive lock and SQLite does not wait for it with the busy handler:
+        # another process creating or writing the same file at this instant makes it fail at once, so
+        # retry (and skip it when the file is in WAL mode already).
+        deadline = time.monotonic() + 30.0
+        while True:
+            try:
+                if str(db.execute("PRAGMA journal_mode").fetchone()[0]).lower() != "wal":
+                    db.execute("PRAGMA journal_mode=WAL").fetchone()
+                break
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) and "busy" not in str(exc) or time.monotonic() > deadline:
+                    db.close()
+                    raise
+                time.sleep(0.01)
         db.execute("PRAGMA synchronous=NORMAL")
         return db
 

@@ -385,13 +385,15 @@ class MemoryStore(MatrixStore):
 
     def get_info(self, key: str) -> str | None:
         if self._log is not None:
-            return self._log.get_info(key)
+            value = self._log.get_info(key)
+            if value is not None:
+                return value
         return super().get_info(key)
 
     def set_info(self, key: str, value: str) -> None:
-        if self._log is not None:
+        if self._log is not None and not self._log.read_only:
             self._log.set_info(key, str(value))  # committed at once: on disk before any vector
-        else:
+        else:  # in RAM, or a read-only file: kept for this process only
             super().set_info(key, value)
 
     def upsert(self, docs: Sequence[DocRecord]) -> None:

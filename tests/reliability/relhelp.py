@@ -122,10 +122,13 @@ def fresh_store(name: str, request: pytest.FixtureRequest, tmp_path: Any) -> Any
         return "memory"
     if name == "directory":
         return str(tmp_path / f"store-{uuid.uuid4().hex[:6]}")
+    from nlql.errors import MissingDependencyError
+
     e = entry(name)
-    if e.extra:
-        pytest.importorskip({"qdrant": "qdrant_client", "chroma": "chromadb", "faiss": "faiss",
-                             "hnswlib": "hnswlib", "pgvector": "psycopg"}.get(e.extra, e.extra))
+    try:
+        e.load()
+    except (ImportError, MissingDependencyError) as exc:
+        pytest.skip(f"{name}: {exc}")
     options = dict(e.exact)
     params = inspect.signature(e.load()).parameters
     if "collection" in params:
