@@ -52,6 +52,7 @@ import hashlib
 import json
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
@@ -305,7 +306,7 @@ class MilvusStore:
                 if timeout is not None:
                     kwargs["timeout"] = timeout
                 try:
-                    self.client = MilvusClient(**kwargs)
+                    self.client = self._connect(kwargs)
                 except ImportError as exc:  # a .db path without milvus-lite
                     raise MissingDependencyError("milvus", "milvus-lite") from exc
                 except Exception as exc:
@@ -316,6 +317,22 @@ class MilvusStore:
                                  "`milvus-lite server --data-dir DIR --port 19530` and open "
                                  "milvus+http://127.0.0.1:19530") from exc
                     raise
+
+    def _connect(self, kwargs: dict[str, Any]) -> Any:
+        """A client; a Milvus Lite file's in-process server is asked again when its first handshake
+        times out (its gRPC threads share this process's GIL, so a busy process can miss the driver's
+        10 s wait). A server URL is asked once: retrying is the caller's policy there."""
+        tries = 3 if _is_local(self.uri) else 1
+        for attempt in range(tries):
+            try:
+                return MilvusClient(**kwargs)
+            except ImportError:
+                raise
+            except Exception as exc:
+                if attempt == tries - 1 or "connect" not in str(exc).lower():
+                    raise
+                time.sleep(0.5 * (attempt + 1))
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def _caps(self, keyword_stats: bool) -> Capabilities:
         return Capabilities(
