@@ -128,6 +128,7 @@ class Dialect:
     FUSIONS: ClassVar[frozenset[str]] = frozenset()  # RRF, INTERLEAVE, SINGLE
     UNITS: ClassVar[frozenset[str]] = frozenset()    # result units a statement can return
     FILTER_OPS: ClassVar[frozenset[str]] = frozenset()  # pushed-filter leaf operators it compiles
+    MODES: ClassVar[tuple[str, ...]] = ("exact", "index")  # how semantic arms may be served (compile)
     FILTER_FIELDS: ClassVar[frozenset[str]] = FIELDS
     TYPES: ClassVar[dict[str, str]] = {}             # NLQL type name (text, numeric, float8, …) → SQL type
     TRANSFORMS: ClassVar[dict[str, str]] = {         # named operation → its spelling (a template)
@@ -240,6 +241,14 @@ class Dialect:
     def subject(self, path: tuple[str, ...]) -> Any:
         """The typed views of one filter path (:class:`nlql.sql.filters.Subject`) over this schema."""
         raise UnsupportedError(self.NAME, "pushed filters")
+
+    def indexed_leaf(self, cond: Any) -> tuple[Fragment, bool] | None:
+        """A leaf of the pushed filter in a form an index of this schema serves, and whether it reads
+        the documents table; None (the default): the typed views. The pushed filter only ever stands in
+        a ``WHERE`` (a conjunction with the statement's own conditions), and its tree has no NOT (negation
+        lives in the leaf operators), so a form need only be TRUE on exactly the rows where the
+        leaf is TRUE: where the leaf is UNKNOWN it may be FALSE."""
+        return None
 
     def filter_sql(self, flt: Filter) -> tuple[Fragment, bool]:
         """The pushed filter as a SQL boolean over ``u``/``d``, and whether it reads the documents table."""
@@ -365,7 +374,7 @@ class Dialect:
         why = self.missing_feature(lowered)
         if why is not None:
             raise UnsupportedError(self.NAME, f"this hybrid plan ({why})")
-        if mode not in ("exact", "index"):
+        if mode not in self.MODES:
             raise ValueError(f"unknown mode {mode!r}")
         if mode == "index" and not self.VECTOR_ORDER:
             raise UnsupportedError(self.NAME, "index-served semantic arms")

@@ -279,6 +279,11 @@ class _Compiler:
         if op not in self.d.FILTER_OPS:
             raise UnsupportedError(self.d.STORE_NAME, f"pushing the filter operator '{op}'",
                                    hint="keep it in the residual filter")
+        indexed = self.d.indexed_leaf(cond)
+        if indexed is not None:  # the same rows, in a form the dialect's index serves (WHERE only)
+            frag, reads_docs = indexed
+            self.reads_docs = self.reads_docs or reads_docs
+            return frag
         subj = self.d.subject(cond.path)
         frag = self.leaf_sql(subj, op, cond.value)
         if subj.reads_docs:

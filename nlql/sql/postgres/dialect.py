@@ -25,12 +25,13 @@ for writers in several processes. Every value is a bound parameter (``$1``, ``$2
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import ClassVar
+from typing import Any, ClassVar
 
-from nlql.sql.binder import Fragment, Param, sql
+from nlql.sql.binder import Fragment, Param, Slot, sql, template
 from nlql.sql.dialect import Compiled, Dialect, quote_ident
 from nlql.sql.filters import Subject
-from nlql.sql.postgres.filters import PGVECTOR_OPS, subject
+from nlql.sql.nodes import Arm
+from nlql.sql.postgres.filters import PGVECTOR_OPS, containment, subject
 
 __all__ = ["LOCK_NAMESPACE", "PostgresDialect", "describe_params"]
 
@@ -65,7 +66,34 @@ class PostgresDialect(Dialect):
         "text_order": ' COLLATE "C"',
     }
 
+    MODES = ("exact", "index", "rescored")
+    RESCORED_ARM = (
+        "{name} AS{mat} (\n"
+        "  SELECT u.key, u.seq, u.position, g.dist\n"
+        "  FROM unnest({keys}, {dists}) AS g(key, dist) JOIN {units} u ON u.key = g.key\n"
+        "),\n"
+        "{name}_ranked AS (\n"
+        "  SELECT key, seq, position, row_number() OVER (ORDER BY dist, seq, position) AS rank\n"
+        "  FROM {name} WHERE {own}\n"
+        ")"
+    )
+
+    def visit_Arm(self, arm: Arm, st: Any) -> Fragment:  # noqa: N802
+        """In ``rescored`` mode a semantic arm's rows come in as two arrays (keys, distances): the
+        store ranked them beforehand, scored exactly as the built-in store scores
+        (:meth:`~nlql.stores.pgvector.PgVectorStore.run_lowered`); otherwise the shared arm."""
+        if st.mode != "rescored" or arm.kind != "semantic":
+            return super().visit_Arm(arm, st)
+        own = [t for t in st.lowered.thresholds if t.slot == arm.slot]
+        return template(self.RESCORED_ARM, name=st.name[arm.slot], mat=self._mat(), units=self.units,
+                        keys=sql(Slot(f"{arm.slot}:keys", "bigint[]", f"ranked keys of {arm.slot}")),
+                        dists=sql(Slot(f"{arm.slot}:dists", "float8[]", f"distances of {arm.slot}")),
+                        own=self._conds([self.visit(t, st, "dist") for t in own]))
+
     def describe_semantic(self, mode: str) -> str:
+        if mode == "rescored":
+            return ("exact scan, the arm rescored as the built-in store scores (float32, rounded) and "
+                    "ranked on (score, seq, position) before the statement")
         if mode == "exact":
             return super().describe_semantic(mode)
         return ("HNSW index (ef_search = max(ef_search, k), doubled while an arm under-fills, then exact); "
@@ -73,6 +101,10 @@ class PostgresDialect(Dialect):
 
     def subject(self, path: tuple[str, ...]) -> Subject:
         return subject(path)
+
+    def indexed_leaf(self, cond: Any) -> tuple[Fragment, bool] | None:
+        """Metadata equality and IN as jsonb containment (:func:`~nlql.sql.postgres.filters.containment`)."""
+        return containment(cond)
 
     # -------------------------------------------------------------------------------------- writes
 
@@ -112,6 +144,9 @@ class PostgresDialect(Dialect):
             " fold text, num numeric, ts bigint,"
             f" embedding vector({int(dim)}) NOT NULL, nterms int NOT NULL DEFAULT 0)",
             f"CREATE INDEX IF NOT EXISTS {t('units_doc')} ON {t('units')} (doc_id, position)",
+            # metadata equality / IN compile to containment tests on mflat (filters.containment):
+            # this index serves them, and its operator class gives the planner real estimates
+            f"CREATE INDEX IF NOT EXISTS {t('docs_mflat')} ON {t('docs')} USING gin (mflat jsonb_path_ops)",
         ]
 
     def key_value_table(self, suffix: str) -> str:

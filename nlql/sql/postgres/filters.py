@@ -8,13 +8,17 @@ the floats themselves; strings under ``COLLATE "C"`` (code-point order).
 
 from __future__ import annotations
 
-from nlql.pushdown import Filter, NativeFilter
-from nlql.sql.binder import Fragment, Param, sql
-from nlql.sql.codec import TextCodec, path_key
+from datetime import date, datetime
+from typing import Any
+
+from nlql import values as V
+from nlql.pushdown import Cond, Filter, NativeFilter
+from nlql.sql.binder import Fragment, Param, join, sql
+from nlql.sql.codec import TextCodec, compact_json, escape_text, micros, path_key
 from nlql.sql.dialect import SQL_FILTER_OPS
 from nlql.sql.filters import Subject, like_pattern
 
-__all__ = ["PGVECTOR_OPS", "compile_where", "filter_sql", "like_sql", "subject"]
+__all__ = ["PGVECTOR_OPS", "compile_where", "containment", "filter_sql", "like_sql", "subject"]
 
 # MATCH is a Python regex; PostgreSQL's POSIX regex means something else, so it is never pushed.
 PGVECTOR_OPS = SQL_FILTER_OPS
@@ -47,6 +51,41 @@ def subject(path: tuple[str, ...]) -> Subject:
         return Subject(sql("u.position"), s=None, fold=None, n="u.position::numeric", t=None, b=None,
                        exists="TRUE", is_str=None)
     raise ValueError(f"unknown filter path {path!r}")
+
+
+def _typed_value(v: Any) -> dict[str, Any] | None:
+    """The part of a stored typed record (:func:`nlql.sql.codec.flatten_metadata`) that a record holds
+    exactly when ``meta.x == v`` is TRUE; None where equality needs more than containment (a numeric
+    string equals the number too: the typed views answer that)."""
+    if isinstance(v, bool):
+        return {"b": v}
+    if isinstance(v, (datetime, date)):
+        dt = V.as_datetime(v)
+        return {"t": micros(dt)} if dt is not None else None
+    if V.is_number(v):
+        f = V.as_number(v)
+        return {"n": f} if f is not None else None
+    if isinstance(v, str) and V.numeric_string(v) is None:
+        return {"s": escape_text(v)}
+    return None
+
+
+def containment(cond: Cond) -> tuple[Fragment, bool] | None:
+    """``meta.x == v`` / ``meta.x IN (…)`` as ``d.mflat @> '{"[\"x\"]": {"s": "v"}}'`` (an OR of
+    them for IN), which the GIN index on ``mflat`` (``jsonb_path_ops``) serves and PostgreSQL's
+    statistics estimate. TRUE on exactly the rows where the typed-view form is TRUE (the stored record
+    holds that typed value), FALSE where that form is FALSE or UNKNOWN: right in a WHERE
+    (:meth:`~nlql.sql.dialect.Dialect.indexed_leaf`). None for any other leaf."""
+    if cond.path[0] != "meta" or len(cond.path) < 2 or cond.op not in ("eq", "in"):
+        return None
+    values = [cond.value] if cond.op == "eq" else list(cond.value)
+    records = [_typed_value(v) for v in values]
+    if not records or any(r is None for r in records):
+        return None
+    key = path_key(cond.path[1:])
+    docs = dict.fromkeys(compact_json({key: r}) for r in records)  # one test per distinct value
+    tests = [sql("(d.mflat @> ", Param(doc, "jsonb", "metadata value"), ")") for doc in docs]
+    return (tests[0] if len(tests) == 1 else sql("(", join(" OR ", tests), ")")), True
 
 
 def like_sql(pattern: str) -> tuple[str, str]:

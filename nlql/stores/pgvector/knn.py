@@ -16,6 +16,7 @@ Score thresholds (``1 − distance >= min_score``) are applied outside the CTE, 
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -28,8 +29,34 @@ from nlql.sql.binder import Fragment, Param, sql
 from nlql.sql.dialect import Compiled
 from nlql.stores.base import Row
 from nlql.stores.pgvector.driver import Vector, first_line, render, vector_bytes
+from nlql.values import SCORE_DECIMALS, round_scores
 
 EF_MAX = 1000  # pgvector's upper bound for hnsw.ef_search
+OVERFETCH = 2.0  # an HNSW round under a filter aims at this many times k matching candidates
+EXACT_ROW_COST = 1.0  # relative cost of one matching row on the exact path (measured: bench/pg_speed.py)
+HNSW_EF_COST = 20.0  # relative cost of one unit of ef_search on the HNSW path (measured: ~15–25× a row)
+ESTIMATE_TTL = 10.0  # seconds a filter's estimated selectivity is reused
+RESCORE_EXTRA = 32  # rows fetched beyond k for the exact rescoring (widened when near-ties need more)
+# pgvector's float4 cosine and numpy's float32 product of unit vectors differ by less than this (a
+# float4 sum over 2,000 dimensions errs by at most ~1.2e-4 in theory and ~1e-6 in practice), plus
+# one rounding step of SCORE_DECIMALS
+COSINE_SLACK = 1e-4 + 10.0 ** -SCORE_DECIMALS
+
+
+def query_vector(vec: Vector) -> np.ndarray:
+    """The float32 query vector back from its wire format."""
+    return np.frombuffer(vec.data, dtype=">f4", offset=4).astype(np.float32)
+
+
+def rescore(qv: np.ndarray, rows: list[tuple[Any, ...]]) -> list[tuple[Any, float]]:
+    """(key, score) of rows ``(key, seq, position, dist, embedding, …)``, scored as the built-in store
+    scores (float32 product, rounded) and ranked by (score desc, seq, position, key)."""
+    if not rows:
+        return []
+    mat = np.stack([np.asarray(r[4], dtype=np.float32) for r in rows])
+    scores = round_scores(np.atleast_2d(qv[None, :] @ mat.T)[0].astype(np.float32))
+    order = sorted(range(len(rows)), key=lambda i: (-float(scores[i]), rows[i][1], rows[i][2], rows[i][0]))
+    return [(rows[i][0], float(scores[i])) for i in order]
 
 
 class KnnMixin:
@@ -45,6 +72,7 @@ class KnnMixin:
     last_stats: dict[str, Any]
     _index_ready: bool
     _small_until: float
+    _estimates: dict[tuple[str, str], tuple[float, tuple[float, float] | None]]
 
     def _from(self, flt: NativeFilter | None) -> Fragment:
         """``FROM … WHERE …`` for a filter (joining the documents table only when it is read)."""
@@ -87,12 +115,9 @@ class KnnMixin:
         rounds_max = 0
         with self._tx() as conn:  # type: ignore[attr-defined]
             matching: int | None = None
+            ef0 = max(self.ef_search, k)
             if not exact and flt is not None:
-                cap = max(10 * k, self.exact_threshold)
-                matching = self._matching(conn, flt, cap)
-                stats["matches"] = matching if matching <= cap else None  # None: more than the cap
-                if matching <= cap:
-                    exact, reason = True, f"filter matches {matching} rows (≤ {cap})"
+                exact, reason, ef0 = self._plan_filtered(conn, flt, k, stats)
             for vec in q:
                 param = Vector(vector_bytes(vec))
                 if exact:
@@ -100,7 +125,7 @@ class KnnMixin:
                     paths.append("exact")
                     rounds_max = max(rounds_max, 1)
                     continue
-                ef = max(self.ef_search, k)
+                ef = ef0
                 rounds = 0
                 path = "hnsw"
                 while True:
@@ -132,6 +157,71 @@ class KnnMixin:
             stats["reason"] = reason
         self.last_stats = stats
         return results
+
+    # ---------------------------------------------------------------------- exact or HNSW, by cost
+
+    def _estimate(self, conn: Any, flt: NativeFilter) -> tuple[float, float] | None:
+        """(rows passing ``flt``, rows in the table) as PostgreSQL's planner estimates them from its
+        statistics (the GIN index on the typed metadata gives containment tests real estimates), or
+        None when the table was never analysed. Remembered per filter for ``ESTIMATE_TTL`` seconds
+        (forgotten at this store's next write): two catalogue round trips saved per query."""
+        key = (flt.native, repr(flt.extra.get("params")))
+        now = time.monotonic()
+        hit = self._estimates.get(key)
+        if hit is not None and hit[0] > now:
+            return hit[1]
+        d = self.dialect
+        # the planner's own table size: reltuples scaled to the table's current number of pages
+        row = conn.execute("SELECT reltuples, relpages, pg_relation_size(oid) / current_setting('block_size')::int "
+                           "FROM pg_class WHERE oid = to_regclass(%s)", [d.table("units")]).fetchone()
+        if row is None or row[0] is None or float(row[0]) < 0:
+            return None
+        tuples, pages, now_pages = float(row[0]), float(row[1]), float(row[2])
+        total = tuples * now_pages / pages if pages > 0 else tuples
+        plan = conn.execute(*render(d, sql("EXPLAIN (FORMAT JSON) SELECT 1 ", self._from(flt)))).fetchone()[0]
+        if isinstance(plan, str):
+            plan = json.loads(plan)
+        out = (float(plan[0]["Plan"]["Plan Rows"]), max(1.0, total))
+        if len(self._estimates) > 256:
+            self._estimates.clear()
+        self._estimates[key] = (now + ESTIMATE_TTL, out)
+        return out
+
+    def _plan_filtered(self, conn: Any, flt: NativeFilter, k: int,
+                       stats: dict[str, Any]) -> tuple[bool, str, int]:
+        """(exact?, why, first ef_search) for a filtered top-``k``, from the filter's estimated selectivity.
+
+        pgvector 0.6's HNSW scan yields ``ef_search`` candidates and the filter keeps a share ``s`` of
+        them, so an index scan expecting ``k`` rows needs ``ef ≈ OVERFETCH·k / s``; the exact scan reads
+        the ``m`` matching rows (through the filter's own index where it has one). The cheaper of
+        ``m·EXACT_ROW_COST`` and ``ef·HNSW_EF_COST`` wins; an ``ef`` above pgvector's 1000 means the
+        index would under-fill: exact. A filter estimated to match at most ``exact_threshold`` rows is
+        exact outright. ``plan="index"`` skips the choice (HNSW whenever the index exists).
+        """
+        if getattr(self, "plan", "auto") == "index":
+            return False, "plan='index'", max(self.ef_search, k)
+        est = self._estimate(conn, flt)
+        if est is None:  # never analysed: count (bounded) instead of estimating
+            cap = max(10 * k, self.exact_threshold)
+            m = self._matching(conn, flt, cap)
+            stats["matches"] = m if m <= cap else None
+            if m <= cap:
+                return True, f"filter matches {m} rows (≤ {cap}; no statistics yet)", 0
+            return False, f"filter matches more than {cap} rows (no statistics yet)", max(self.ef_search, k)
+        m, n = est
+        s = min(1.0, max(m, 1.0) / n)
+        ef = max(self.ef_search, k, int(np.ceil(OVERFETCH * k / s)))
+        stats["estimated_rows"] = int(round(m))
+        stats["selectivity"] = round(s, 6)
+        if m <= self.exact_threshold:
+            return True, f"filter estimated to match {m:.0f} rows (≤ exact_threshold {self.exact_threshold})", 0
+        if ef > EF_MAX:
+            return True, (f"filter estimated to keep {s:.2%} of the rows: an index scan would need "
+                          f"ef_search {ef} > {EF_MAX}"), 0
+        if m * EXACT_ROW_COST <= ef * HNSW_EF_COST:
+            return True, (f"filter estimated to match {m:.0f} rows ({s:.2%}): an exact scan is cheaper "
+                          f"than HNSW at ef_search {ef}"), 0
+        return False, f"filter estimated to keep {s:.2%} of the rows: HNSW at ef_search {ef}", ef
 
     def _index_or_exact(self, k: int, stats: dict[str, Any]) -> tuple[bool, str]:
         """(exact?, why) for a top-``k`` search, building the HNSW index once the table is large enough."""
@@ -170,20 +260,67 @@ class KnnMixin:
         """
         v = Param(vec, None)
         if ef is None:
-            # "+ 0" keeps the HNSW index from serving this ORDER BY: the scan is exact
-            inner = sql("SELECT u.key, u.seq, u.position, (u.embedding <=> ", v, ") + 0 AS dist ", self._from(flt),
-                        " ORDER BY dist, u.seq, u.position, u.key LIMIT ", Param(k, None))
-        else:
+            return self._exact_query(conn, vec, k, flt, min_score)
+        if flt is None:
             conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", [str(ef)])
             inner = sql("SELECT u.key, u.seq, u.position, u.embedding <=> ", v, " AS dist ", self._from(flt),
                         " ORDER BY dist LIMIT ", Param(k, None))
+            query = sql("WITH c AS MATERIALIZED (", inner, ") ")
+        else:
+            # the index's ef candidates first (what pgvector's filtered index scan would read anyway),
+            # then the filter on those rows only: the planner cannot trade the index scan for a plan
+            # built on a misestimated filter
+            conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", [str(ef)])
+            d = self.dialect
+            cand = sql("SELECT key, embedding <=> ", v, " AS dist FROM ", d.units, " ORDER BY dist LIMIT ",
+                       Param(ef, None))
+            join_docs = sql(" JOIN ", d.docs, " d ON d.doc_id = u.doc_id") if flt.extra.get("docs", True) else sql()
+            inner = sql("SELECT u.key, u.seq, u.position, h.dist FROM h JOIN ", d.units, " u ON u.key = h.key",
+                        join_docs, " WHERE ", flt.extra["fragment"], " ORDER BY h.dist, u.seq, u.position LIMIT ",
+                        Param(k, None))
+            query = sql("WITH h AS MATERIALIZED (", cand, "), c AS MATERIALIZED (", inner, ") ")
         cond = sql("1 - c.dist >= ", Param(float(min_score), None)) if min_score is not None else sql("TRUE")
-        query = sql("WITH c AS MATERIALIZED (", inner, ") "
+        query = sql(query,
                     "SELECT n.total, c.key, 1 - c.dist FROM (SELECT count(*) AS total FROM c) n "
                     "LEFT JOIN c ON ", cond, " ORDER BY c.dist, c.seq, c.position, c.key")
         rows = conn.execute(*render(self.dialect, query), prepare=False).fetchall()
         fetched = int(rows[0][0]) if rows else 0
         return [(r[1], float(r[2])) for r in rows if r[1] is not None], fetched
+
+    def _exact_query(self, conn: Any, vec: Vector, k: int, flt: NativeFilter | None,
+                     min_score: float | None) -> tuple[list[tuple[Any, float]], int]:
+        """The exact top-``k``, scored exactly as the built-in store scores (SPEC: every store reports
+        the same score and breaks the same ties).
+
+        pgvector computes the cosine in float4 with its own summation order, a few 1e-7 away from
+        numpy's float32 product; scores are rounded to ``SCORE_DECIMALS`` places so that near-equal
+        ones tie and break on insertion order, and a pgvector score on one side of a rounding step
+        with numpy's on the other reorders near-ties. So the scan fetches a few more rows than ``k``
+        (with their vectors), numpy rescores them (float32 product, then :func:`nlql.values.round_scores`)
+        and they are ranked by (score, seq, position); the fetch widens until no row left out could
+        reach the ``k``-th score (pgvector and numpy differ by less than ``COSINE_SLACK``).
+        """
+        qv = query_vector(vec)
+        limit = k + RESCORE_EXTRA
+        while True:
+            # "+ 0" keeps the HNSW index from serving this ORDER BY: the scan is exact
+            query = sql("SELECT u.key, u.seq, u.position, (u.embedding <=> ", Param(vec, None), ") + 0 AS dist, "
+                        "u.embedding ", self._from(flt), " ORDER BY dist, u.seq, u.position, u.key LIMIT ",
+                        Param(limit, None))
+            cur = conn.cursor(binary=True)
+            rows = cur.execute(*render(self.dialect, query), prepare=False).fetchall()
+            ranked = rescore(qv, rows)
+            if len(rows) < limit or len(ranked) < k:
+                break  # every matching row was fetched
+            last = rows[-1][3]
+            kth = ranked[k - 1][1]
+            if last == last and 1 - float(last) + COSINE_SLACK < kth:  # (NaN: a zero vector, widen)
+                break
+            limit *= 4
+        out = ranked[:k]
+        if min_score is not None:
+            out = [r for r in out if r[1] >= min_score]
+        return out, min(k, len(rows))
 
     # ------------------------------------------------------------------------------ hybrid SQL
 
@@ -229,28 +366,33 @@ class KnnMixin:
             sem_slots = {a.slot for a in sem}
             if not exact and any(t.slot not in sem_slots or not t.lower_bound for t in lowered.thresholds):
                 exact, reason = True, "score conditions inside the semantic arm: an index scan would under-fill"
-            if not exact and lowered.filter is not None:
-                cap = max(10 * lowered.depth, self.exact_threshold)
-                with self._tx() as conn:  # type: ignore[attr-defined]
-                    matching = self._matching(conn, self.compile_filter(lowered.filter), cap)  # type: ignore[attr-defined]
-                stats["matches"] = matching if matching <= cap else None
-                if matching <= cap:
-                    exact, reason = True, f"filter matches {matching} rows (≤ {cap})"
         ef = max(self.ef_search, lowered.depth)
+        if sem and not exact and lowered.filter is not None:
+            with self._tx() as conn:  # type: ignore[attr-defined]
+                exact, reason, ef = self._plan_filtered(
+                    conn, self.compile_filter(lowered.filter), lowered.depth, stats)  # type: ignore[attr-defined]
+        rescored = False
         while True:
             stats["rounds"] += 1
             mode = "exact" if exact else "index"
+            if exact and sem and self._rescorable(lowered):
+                mode = "rescored"
             compiled = self.dialect.compile(lowered, mode)
             with self._tx() as conn:  # type: ignore[attr-defined]
                 if mode == "index":
                     conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", [str(ef)])
                     stats["ef_search"] = ef
+                values = dict(slots)
+                if mode == "rescored":
+                    values.update(self._rescored_arms(conn, lowered, slots))
                 cur = self._pg.RawCursor(conn)  # type: ignore[attr-defined]
-                raw = cur.execute(compiled.text, compiled.params(slots), prepare=False).fetchall()
+                raw = cur.execute(compiled.text, compiled.params(values), prepare=False).fetchall()
                 col = Compiled.reader([c.name for c in cur.description])
                 underfilled = False
                 if mode == "index":
                     underfilled = self._underfilled(conn, lowered, compiled, col, raw)
+                rescored = mode == "rescored"
+                sims = self._rescored_similarities(conn, lowered, slots, [r[col["key"]] for r in raw]) if rescored else {}
             if not underfilled:
                 break
             if ef >= EF_MAX or not raw:
@@ -268,9 +410,55 @@ class KnnMixin:
         for r in raw:
             row = self._row_from(r, col, metas)  # type: ignore[attr-defined]
             scores = {slot: float(r[col[compiled.names[slot]]]) for slot in compiled.columns}
+            for slot, by_key in sims.items():
+                scores[slot] = by_key.get(row.key, scores[slot]) if row is not None else scores[slot]
             if not single:
                 scores[lowered.fusion.slot] = float(r[col["fused"]])
             out.append((row, scores))
+        return out
+
+    @staticmethod
+    def _rescorable(lowered: Any) -> bool:
+        """Whether an exact plan's semantic arms can be ranked beforehand by :meth:`_exact_query`:
+        no score condition (each would be evaluated in SQL, on pgvector's own cosine) and one query
+        vector per SIMILARITY slot."""
+        from nlql.sql.nodes import SimilarityScore
+
+        return not lowered.thresholds and all(
+            s.n_vectors == 1 for s in lowered.scores if isinstance(s, SimilarityScore))
+
+    def _rescored_arms(self, conn: Any, lowered: Any, slots: dict[str, Any]) -> dict[str, Any]:
+        """Per semantic arm, its ``depth`` rows ranked exactly as the built-in store ranks them (keys and
+        distances, the execution-time values of :attr:`PostgresDialect.RESCORED_ARM`)."""
+        flt = self.compile_filter(lowered.filter) if lowered.filter is not None else None  # type: ignore[attr-defined]
+        out: dict[str, Any] = {}
+        for arm in lowered.semantic_arms:
+            s = lowered.score(arm.slot)
+            ranked = self._exact_query(conn, slots[s.vector_key(0)], lowered.depth, flt, None)[0]
+            out[f"{arm.slot}:keys"] = [int(k) for k, _ in ranked]
+            out[f"{arm.slot}:dists"] = [1.0 - float(v) for _, v in ranked]
+        return out
+
+    def _rescored_similarities(self, conn: Any, lowered: Any, slots: dict[str, Any],
+                               keys: list[Any]) -> dict[str, dict[Any, float]]:
+        """Every SIMILARITY slot of the returned rows, scored as the built-in store scores."""
+        from nlql.sql.nodes import SimilarityScore
+
+        wanted = [int(k) for k in keys if k is not None]
+        if not wanted:
+            return {}
+        query = sql("SELECT key, embedding FROM ", self.dialect.units, " WHERE key = ANY(",
+                    Param(wanted, "bigint[]"), ")")
+        found = conn.cursor(binary=True).execute(*render(self.dialect, query)).fetchall()
+        if not found:
+            return {}
+        mat = np.stack([np.asarray(v, dtype=np.float32) for _, v in found])
+        out: dict[str, dict[Any, float]] = {}
+        for s in lowered.scores:
+            if isinstance(s, SimilarityScore):
+                q = np.stack([query_vector(slots[s.vector_key(i)]) for i in range(s.n_vectors)])
+                best = round_scores(np.atleast_2d(q @ mat.T).max(axis=0).astype(np.float32))
+                out[s.slot] = {int(k): float(v) for (k, _), v in zip(found, best, strict=True)}
         return out
 
     def _underfilled(self, conn: Any, lowered: Any, compiled: Compiled, col: dict[str, int],

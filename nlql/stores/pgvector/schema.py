@@ -109,5 +109,9 @@ class SchemaMixin:
             exists = conn.execute("SELECT to_regclass(%s)", [d.table("units_hnsw")]).fetchone()[0]
             if exists is None:
                 self._run(conn, d.hnsw_index(self.m, self.ef_construction))  # type: ignore[attr-defined]
+        if exists is None:
+            # fresh planner statistics after the bulk load the index usually follows: the exact-vs-HNSW
+            # choice reads the filter's estimated selectivity from them (autovacuum keeps them later)
+            self._run(conn, f"ANALYZE {d.table('docs')}, {d.table('units')}")
         self._index_ready = True
         return exists is None

@@ -59,8 +59,12 @@ class PgVectorStore(SchemaMixin, TermsMixin, KnnMixin):
         ef_construction: HNSW ``ef_construction`` (index build parameter).
         statement_timeout_ms: Per-statement timeout (``SET LOCAL statement_timeout``); exceeding it
             raises :class:`~nlql.errors.NLQLTimeoutError`.
-        exact_threshold: A filtered knn whose filter matches at most ``max(10·k, exact_threshold)``
-            rows is answered by an exact scan over those rows.
+        exact_threshold: A filtered knn whose filter is estimated to match at most this many rows is
+            answered by an exact scan over those rows; above it the choice between the exact scan and
+            HNSW follows the filter's estimated selectivity (PostgreSQL's statistics, ``EXPLAIN``'s row
+            estimate; a bounded count on a table never analysed): see ``docs/pgvector.md``.
+        plan: ``"auto"`` (the cost-based choice above) or ``"index"``: HNSW whenever the index exists,
+            whatever the filter (diagnostics; under-fill still widens ``ef_search``, then falls back).
         index_threshold: The HNSW index is built (once, by the first knn that needs it, or by
             :meth:`build_index`) when the table holds at least this many sentences; below it every knn
             is an exact scan. Building after loading is ~3.5× faster than maintaining the index row
@@ -80,8 +84,8 @@ class PgVectorStore(SchemaMixin, TermsMixin, KnnMixin):
     def __init__(self, dsn: str | None = None, *, connection: Any = None, table_prefix: str = "nlql",
                  hnsw: bool = True, ef_search: int = 100, exact: bool = False, m: int = 16,
                  ef_construction: int = 64, statement_timeout_ms: int | None = None,
-                 exact_threshold: int = 20_000, index_threshold: int = 20_000, bm25: bool = True,
-                 analyzer: Any = None) -> None:
+                 exact_threshold: int = 1_000, index_threshold: int = 20_000, bm25: bool = True,
+                 analyzer: Any = None, plan: str = "auto") -> None:
         self._pg = import_psycopg()
         if dsn is None and connection is None:
             raise ValueError("PgVectorStore needs a dsn or a connection")
@@ -96,9 +100,13 @@ class PgVectorStore(SchemaMixin, TermsMixin, KnnMixin):
         self.ef_construction = int(ef_construction)
         self.statement_timeout_ms = statement_timeout_ms
         self.exact_threshold = int(exact_threshold)
+        if plan not in ("auto", "index"):
+            raise ValueError(f"plan must be 'auto' or 'index', not {plan!r}")
+        self.plan = plan
         self.index_threshold = int(index_threshold)
         self._index_ready = False
         self._small_until = 0.0  # until then the table is known to be below index_threshold
+        self._estimates: dict[tuple[str, str], Any] = {}  # filter -> (until, estimated rows, total)
         self.dim: int | None = None
         self.last_stats: dict[str, Any] = {}
         from nlql.text.analyzer import Analyzer
@@ -204,6 +212,7 @@ class PgVectorStore(SchemaMixin, TermsMixin, KnnMixin):
         ids = [r[0] for r in doc_rows]
         self._guard(lambda: self._write(ids, doc_rows, unit_rows, terms))
         self._small_until = 0.0
+        self._estimates.clear()
 
     def _prepare(self, docs: list[DocRecord]) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]], Terms]:
         """(document rows, unit rows, term rows by (escaped doc id, position)) ready to COPY."""
@@ -290,6 +299,7 @@ class PgVectorStore(SchemaMixin, TermsMixin, KnnMixin):
                 assert cur is not None
                 return int(cur.rowcount)
 
+        self._estimates.clear()
         return self._guard(run)
 
     def count(self) -> int:
