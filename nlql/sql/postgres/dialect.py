@@ -31,7 +31,7 @@ from nlql.sql.binder import Fragment, Param, Slot, sql, template
 from nlql.sql.dialect import Compiled, Dialect, quote_ident
 from nlql.sql.filters import Subject
 from nlql.sql.nodes import Arm
-from nlql.sql.postgres.filters import PGVECTOR_OPS, containment, subject
+from nlql.sql.postgres.filters import PGVECTOR_OPS, containment, indexable, subject
 
 __all__ = ["LOCK_NAMESPACE", "PostgresDialect", "describe_params"]
 
@@ -101,6 +101,13 @@ class PostgresDialect(Dialect):
 
     def subject(self, path: tuple[str, ...]) -> Subject:
         return subject(path)
+
+    def compile_filter(self, flt: Any, style: str | None = None) -> Any:
+        """The shared compiled filter, plus ``extra["indexed"]``: whether the GIN index on the typed
+        metadata can serve it (a containment leaf in every branch of an OR, or in a conjunction)."""
+        out = super().compile_filter(flt, style)
+        out.extra["indexed"] = indexable(flt)
+        return out
 
     def indexed_leaf(self, cond: Any) -> tuple[Fragment, bool] | None:
         """Metadata equality and IN as jsonb containment (:func:`~nlql.sql.postgres.filters.containment`)."""

@@ -12,13 +12,13 @@ from datetime import date, datetime
 from typing import Any
 
 from nlql import values as V
-from nlql.pushdown import Cond, Filter, NativeFilter
+from nlql.pushdown import Cond, FAnd, Filter, FOr, NativeFilter
 from nlql.sql.binder import Fragment, Param, join, sql
 from nlql.sql.codec import TextCodec, compact_json, escape_text, micros, path_key
 from nlql.sql.dialect import SQL_FILTER_OPS
 from nlql.sql.filters import Subject, like_pattern
 
-__all__ = ["PGVECTOR_OPS", "compile_where", "containment", "filter_sql", "like_sql", "subject"]
+__all__ = ["PGVECTOR_OPS", "compile_where", "containment", "filter_sql", "indexable", "like_sql", "subject"]
 
 # MATCH is a Python regex; PostgreSQL's POSIX regex means something else, so it is never pushed.
 PGVECTOR_OPS = SQL_FILTER_OPS
@@ -86,6 +86,18 @@ def containment(cond: Cond) -> tuple[Fragment, bool] | None:
     docs = dict.fromkeys(compact_json({key: r}) for r in records)  # one test per distinct value
     tests = [sql("(d.mflat @> ", Param(doc, "jsonb", "metadata value"), ")") for doc in docs]
     return (tests[0] if len(tests) == 1 else sql("(", join(" OR ", tests), ")")), True
+
+
+def indexable(flt: Filter) -> bool:
+    """Whether the GIN index on ``mflat`` can narrow ``flt``: a containment leaf (:func:`containment`),
+    a conjunction with one, or a disjunction of such branches only."""
+    if isinstance(flt, Cond):
+        return containment(flt) is not None
+    if isinstance(flt, FAnd):
+        return any(indexable(i) for i in flt.items)
+    if isinstance(flt, FOr):
+        return bool(flt.items) and all(indexable(i) for i in flt.items)
+    return False
 
 
 def like_sql(pattern: str) -> tuple[str, str]:

@@ -36,6 +36,7 @@ OVERFETCH = 2.0  # an HNSW round under a filter aims at this many times k matchi
 EXACT_ROW_COST = 1.0  # relative cost of one matching row on the exact path (measured: bench/pg_speed.py)
 HNSW_EF_COST = 20.0  # relative cost of one unit of ef_search on the HNSW path (measured: ~15–25× a row)
 ESTIMATE_TTL = 10.0  # seconds a filter's estimated selectivity is reused
+SELECTIVE = 0.05  # an indexed filter estimated to keep at most this share of rows is read through its index
 RESCORE_EXTRA = 32  # rows fetched beyond k for the exact rescoring (widened when near-ties need more)
 # pgvector's float4 cosine and numpy's float32 product of unit vectors differ by less than this (a
 # float4 sum over 2,000 dimensions errs by at most ~1.2e-4 in theory and ~1e-6 in practice), plus
@@ -288,7 +289,7 @@ class KnnMixin:
         return [(r[1], float(r[2])) for r in rows if r[1] is not None], fetched
 
     def _exact_query(self, conn: Any, vec: Vector, k: int, flt: NativeFilter | None,
-                     min_score: float | None) -> tuple[list[tuple[Any, float]], int]:
+                     min_score: float | None, restore: bool = False) -> tuple[list[tuple[Any, float]], int]:
         """The exact top-``k``, scored exactly as the built-in store scores (SPEC: every store reports
         the same score and breaks the same ties).
 
@@ -299,9 +300,28 @@ class KnnMixin:
         (with their vectors), numpy rescores them (float32 product, then :func:`nlql.values.round_scores`)
         and they are ranked by (score, seq, position); the fetch widens until no row left out could
         reach the ``k``-th score (pgvector and numpy differ by less than ``COSINE_SLACK``).
+        ``restore``: put back the planner setting this changes for the rest of the transaction.
         """
         qv = query_vector(vec)
         limit = k + RESCORE_EXTRA
+        est = self._estimate(conn, flt) if flt is not None and flt.extra.get("indexed") else None
+        if est is not None and est[0] <= SELECTIVE * est[1]:
+            # few rows match and the GIN index can find them, but the planner's estimate of a rare
+            # value is coarse (a 0.1% value caught in the statistics sample reads as 1%), and on such
+            # an estimate it may prefer a (parallel) sequential scan of every document: for this
+            # statement only, the index is used
+            before = conn.execute("SELECT current_setting('enable_seqscan'), "
+                                  "set_config('enable_seqscan', 'off', true)").fetchone()[0]
+            if not restore:  # (knn: the transaction runs exact scans only from here on)
+                return self._exact_rows(conn, vec, qv, k, flt, min_score, limit)
+            try:
+                return self._exact_rows(conn, vec, qv, k, flt, min_score, limit)
+            finally:
+                conn.execute("SELECT set_config('enable_seqscan', %s, true)", [before])
+        return self._exact_rows(conn, vec, qv, k, flt, min_score, limit)
+
+    def _exact_rows(self, conn: Any, vec: Vector, qv: np.ndarray, k: int, flt: NativeFilter | None,
+                    min_score: float | None, limit: int) -> tuple[list[tuple[Any, float]], int]:
         while True:
             # "+ 0" keeps the HNSW index from serving this ORDER BY: the scan is exact
             query = sql("SELECT u.key, u.seq, u.position, (u.embedding <=> ", Param(vec, None), ") + 0 AS dist, "
@@ -434,7 +454,7 @@ class KnnMixin:
         out: dict[str, Any] = {}
         for arm in lowered.semantic_arms:
             s = lowered.score(arm.slot)
-            ranked = self._exact_query(conn, slots[s.vector_key(0)], lowered.depth, flt, None)[0]
+            ranked = self._exact_query(conn, slots[s.vector_key(0)], lowered.depth, flt, None, restore=True)[0]
             out[f"{arm.slot}:keys"] = [int(k) for k, _ in ranked]
             out[f"{arm.slot}:dists"] = [1.0 - float(v) for _, v in ranked]
         return out

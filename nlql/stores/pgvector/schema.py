@@ -112,6 +112,7 @@ class SchemaMixin:
         if exists is None:
             # fresh planner statistics after the bulk load the index usually follows: the exact-vs-HNSW
             # choice reads the filter's estimated selectivity from them (autovacuum keeps them later)
-            self._run(conn, f"ANALYZE {d.table('docs')}, {d.table('units')}")
+            tables = ["docs", "units"] + (["terms", "bm25"] if self.bm25 else [])
+            self._run(conn, "ANALYZE " + ", ".join(d.table(t) for t in tables))
         self._index_ready = True
         return exists is None

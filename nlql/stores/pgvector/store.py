@@ -303,9 +303,26 @@ class PgVectorStore(SchemaMixin, TermsMixin, KnnMixin):
         return self._guard(run)
 
     def count(self) -> int:
-        """Number of stored sentences."""
+        """Number of stored sentences.
+
+        With BM25 statistics in step with the rows (the analyzer's entry in ``<prefix>_meta``, which a
+        write without them removes), their ``n``, kept in the same transaction as every write: the
+        engine asks before every knn, and ``count(*)`` reads the whole table (~30 ms at 100k).
+        """
         self._need_open()
-        return self._guard(lambda: self._scalar(sql("SELECT count(*) FROM ", self.dialect.units)))
+        d = self.dialect
+
+        def run() -> int:
+            with self._tx() as conn:
+                if self.bm25:
+                    row = self._run(conn, sql("SELECT b.n FROM ", d.table("bm25"), " b WHERE EXISTS (SELECT 1 FROM ",
+                                              d.table("meta"), " m WHERE m.key = ", Param("analyzer", None),
+                                              ")")).fetchone()
+                    if row is not None:
+                        return int(row[0])
+                return int(self._run(conn, sql("SELECT count(*) FROM ", d.units)).fetchone()[0])
+
+        return self._guard(run)
 
     def max_seq(self) -> int:
         """Largest ``seq`` ever written (0 when nothing was); deleting a document does not lower it."""
