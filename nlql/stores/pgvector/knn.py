@@ -37,7 +37,8 @@ EXACT_ROW_COST = 1.0  # relative cost of one matching row on the exact path (mea
 HNSW_EF_COST = 20.0  # relative cost of one unit of ef_search on the HNSW path (measured: ~15–25× a row)
 ESTIMATE_TTL = 10.0  # seconds a filter's estimated selectivity is reused
 SELECTIVE = 0.05  # an indexed filter estimated to keep at most this share of rows is read through its index
-RESCORE_EXTRA = 32  # rows fetched beyond k for the exact rescoring (widened when near-ties need more)
+FORCE_INDEX_FROM = 0.002  # (below this share the planner picks the index on its own: no setting to send)
+RESCORE_EXTRA = 16  # rows fetched beyond k for the exact rescoring (widened when near-ties need more)
 # pgvector's float4 cosine and numpy's float32 product of unit vectors differ by less than this (a
 # float4 sum over 2,000 dimensions errs by at most ~1.2e-4 in theory and ~1e-6 in practice), plus
 # one rounding step of SCORE_DECIMALS
@@ -305,7 +306,7 @@ class KnnMixin:
         qv = query_vector(vec)
         limit = k + RESCORE_EXTRA
         est = self._estimate(conn, flt) if flt is not None and flt.extra.get("indexed") else None
-        if est is not None and est[0] <= SELECTIVE * est[1]:
+        if est is not None and FORCE_INDEX_FROM * est[1] < est[0] <= SELECTIVE * est[1]:
             # few rows match and the GIN index can find them, but the planner's estimate of a rare
             # value is coarse (a 0.1% value caught in the statistics sample reads as 1%), and on such
             # an estimate it may prefer a (parallel) sequential scan of every document: for this

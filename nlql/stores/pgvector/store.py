@@ -179,15 +179,22 @@ class PgVectorStore(SchemaMixin, TermsMixin, KnnMixin):
                 pass
 
     @contextmanager
-    def _tx(self) -> Iterator[Any]:
+    def _tx(self, single: bool = False) -> Iterator[Any]:
         """A transaction on the (re)opened connection, with the statement timeout set locally: the
-        store's ``statement_timeout_ms``, or the time left to the search's deadline if that is shorter."""
+        store's ``statement_timeout_ms``, or the time left to the search's deadline if that is shorter.
+
+        ``single``: the block sends one read statement, so without a timeout to set the connection's
+        autocommit runs it in its own transaction (no BEGIN/COMMIT round trips: a selective query's
+        reads are a few hundred µs each, and a search makes several)."""
         ms = int(self.statement_timeout_ms) if self.statement_timeout_ms else None
         left = deadline.remaining()
         if left is not None:
             deadline.check("pgvector", "the statement")
             ms = max(1, int(left * 1000)) if ms is None else min(ms, max(1, int(left * 1000)))
         conn = self._connection()
+        if single and not ms:
+            yield conn
+            return
         with conn.transaction():
             if ms:
                 conn.execute("SELECT set_config('statement_timeout', %s, true)", [str(ms)])
@@ -313,7 +320,7 @@ class PgVectorStore(SchemaMixin, TermsMixin, KnnMixin):
         d = self.dialect
 
         def run() -> int:
-            with self._tx() as conn:
+            with self._tx(single=True) as conn:
                 if self.bm25:
                     row = self._run(conn, sql("SELECT b.n FROM ", d.table("bm25"), " b WHERE EXISTS (SELECT 1 FROM ",
                                               d.table("meta"), " m WHERE m.key = ", Param("analyzer", None),
@@ -405,7 +412,7 @@ class PgVectorStore(SchemaMixin, TermsMixin, KnnMixin):
         d = self.dialect
         query = sql(f"SELECT {ROW_COLUMNS} FROM ", d.docs, " d LEFT JOIN ", d.units,
                     " u ON u.doc_id = d.doc_id WHERE ", where, f" ORDER BY {order}")
-        with self._tx() as conn:
+        with self._tx(single=True) as conn:
             cur = conn.execute(*render(d, query), prepare=True)
             col = {c.name: i for i, c in enumerate(cur.description)}
             metas: dict[str, dict[str, Any]] = {}
@@ -461,7 +468,7 @@ class PgVectorStore(SchemaMixin, TermsMixin, KnnMixin):
                     Param(wanted, "bigint[]"), ")")
 
         def run() -> dict[int, np.ndarray]:
-            with self._tx() as conn:
+            with self._tx(single=True) as conn:
                 cur = conn.cursor(binary=True)
                 return {int(k): v for k, v in cur.execute(*render(self.dialect, query), prepare=True).fetchall()}
 
