@@ -253,7 +253,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--repeat", type=int, default=20, help="interleaved repetitions per shape (median)")
     ap.add_argument("--out", type=Path, default=RESULTS / "pg_speed.json")
     args = ap.parse_args(argv)
-    started = time.time()
+    started = time.perf_counter()
     data: dict[str, Any] = {"title": "NLQL on PostgreSQL + pgvector vs the built-in store (issue 21)",
                             "description": DESCRIPTION, "benchmark": "pg_speed", "sentences": args.n, "dim": DIM, "repeat": args.repeat,
                             "shapes_nlql": SHAPES, "pages_nlql": PAGES, "machine": machine_info()}
