@@ -125,6 +125,7 @@ def _full(run: Search, qv: dict[str, np.ndarray], fast_ok: bool) -> list[Candida
     t = time.perf_counter()
     sim_slots = [s.slot for s in plan.scores if s.kind == "SIMILARITY" and s.slot not in run.failed]
     sentence_scores: dict[str, np.ndarray] = {}
+    unordered = False
     try:
         if caps.FULL_SCORES:
             if sim_slots:
@@ -136,6 +137,11 @@ def _full(run: Search, qv: dict[str, np.ndarray], fast_ok: bool) -> list[Candida
                     sentence_scores[s] = mat[row:row + n].max(axis=0)
                     row += n
                 keys_arr = np.asarray(keys_arr)
+            elif plan.fast_path is not None and plan.fast_path.prunes and hasattr(store, "mask"):
+                # a table's live keys as an array, in row order: the fast path orders what it picks, and
+                # if it declines they are put in insertion order below
+                keys_arr = np.flatnonzero(store.mask(plan.native))
+                unordered = True
             else:
                 keys_arr = np.asarray(store.scan(plan.native))
         else:
@@ -167,14 +173,19 @@ def _full(run: Search, qv: dict[str, np.ndarray], fast_ok: bool) -> list[Candida
     fast = run.plan.fast_path if not run.failed else None
     picked = None
     if fast is not None and run.need is not None and (fast.prunes or fast_ok):
-        picked = cast(TablePaths, store).fast_select(fast, keys_arr, sentence_scores, run.need, run.bm25.matches)
+        matches = getattr(run.bm25, "fast_matches", None) or run.bm25.matches  # dense BM25 for a table
+        picked = cast(TablePaths, store).fast_select(fast, keys_arr, sentence_scores, run.need, matches)
         run.stats.counts["fast_path"] = fast.kind if picked is not None else f"{fast.kind} (declined)"
+    if unordered and picked is None:  # the general path reads the keys in insertion order
+        keys_arr = np.asarray(store.scan(plan.native))
     if picked is not None and not fast.prunes:  # type: ignore[union-attr]
         top_keys, scores = picked
         units = candidates(run, [int(k) for k in top_keys], qv, scores)
     else:
         if picked is not None:
             keys_arr, sentence_scores = picked
+            if unordered:  # (no similarity slot here, so no scores to reorder)
+                keys_arr = cast(Any, store).table.order(np.asarray(keys_arr, dtype=np.int64))
             run.stats.counts["pruned_to"] = int(len(keys_arr))
         units = candidates(run, list(keys_arr), qv, dict(sentence_scores))
         units = keep_passing(units, run.residual, run.deadline, run.warnings)

@@ -150,6 +150,7 @@ class BM25Index:
         self._pending_ids: list[int] = []
         self._sealed_slots = 0  # slots [0, _sealed_slots) are in segments
         self._key_table: tuple[str, np.ndarray, np.ndarray] | None = None
+        self._norm_cache: tuple[tuple[int, int, int], np.ndarray] | None = None
 
     # ------------------------------------------------------------------ mutation
 
@@ -212,20 +213,24 @@ class BM25Index:
         """The distinct analysed terms of ``query``, in first-occurrence order (what ``score`` uses)."""
         return list(dict.fromkeys(self.analyzer.terms(query)))
 
-    def score(self, query: str, keys: np.ndarray | Sequence[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def score(self, query: str, keys: np.ndarray | Sequence[int] | None = None, *,
+              ordered: bool = True) -> tuple[np.ndarray, np.ndarray]:
         """BM25 of every live row that contains at least one query term.
 
         Args:
             query: The query text (analysed like the rows).
             keys: If given, only these rows are scored (unknown or removed keys are ignored).
                 ``N``, ``n`` and ``avglen`` still come from all live rows.
+            ordered: Sort by key (the default); ``False`` returns insertion order, which skips a sort.
 
         Returns:
-            ``(keys, scores)``: int64 keys ascending and their float64 scores (all > 0).
+            ``(keys, scores)``: int64 keys (ascending when ``ordered``) and their float64 scores (all > 0).
         """
         with self._lock:
             slots, scores = self._score_slots(query, keys)
             out_keys = self._slot_key[slots]
+            if not ordered or out_keys.size < 2 or bool((out_keys[1:] > out_keys[:-1]).all()):
+                return out_keys, scores
             order = np.argsort(out_keys, kind="stable")
             return out_keys[order], scores[order]
 
@@ -513,10 +518,26 @@ class BM25Index:
         hit = a[pos] == arr
         return b[pos[hit]]
 
+    def _norms(self) -> np.ndarray:
+        """``k1 · (1 − b + b · len / avglen)`` per slot, cached until the next write (lock held)."""
+        key = (self._n_slots, self._n_live, self._total_len)
+        if self._norm_cache is None or self._norm_cache[0] != key:
+            k1, b = self.k1, self.b
+            avglen = self._total_len / self._n_live if self._n_live else 0.0
+            length = self._slot_len[: self._n_slots].astype(np.float64)
+            norm = k1 * (1.0 - b + b * length / avglen) if avglen > 0 else np.full(length.size, k1 * (1.0 - b))
+            self._norm_cache = (key, norm)
+        return self._norm_cache[1]
+
     def _score_slots(
         self, query: str, keys: np.ndarray | Sequence[int] | None
     ) -> tuple[np.ndarray, np.ndarray]:
-        """(slots, scores) of matching live rows, slots ascending (lock held)."""
+        """(slots, scores) of matching live rows, slots ascending (lock held).
+
+        One pass per distinct query term, in query order: its postings are a contiguous slice of each
+        segment's term-major arrays (a CSR row), their contributions are added into the rows' sums. A
+        row's sum is thus built in query-term order, as every other BM25 in the project sums.
+        """
         self._seal()
         q_ids = [self._vocab[t] for t in self.query_terms(query) if t in self._vocab]
         if not q_ids or self._n_live == 0:
@@ -529,44 +550,54 @@ class BM25Index:
             return _EMPTY_KEYS.copy(), _EMPTY_SCORES.copy()
         big_n = float(self._n_live)
         idf = np.log1p((big_n - n_q + 0.5) / (n_q + 0.5))
-        slot_parts, tf_parts, qi_parts = [], [], []
+        # Where each query term's postings lie in each segment (a CSR row per term).
+        spans: list[tuple[_Segment, int, int]] = []
+        total = 0
         for seg in self._segments:
             if seg.terms.size == 0:
                 continue
             pos = np.searchsorted(seg.terms, q)
             pos_c = np.minimum(pos, seg.terms.size - 1)
             found = seg.terms[pos_c] == q
-            if not found.any():
-                continue
-            qi = np.flatnonzero(found)
-            starts = seg.offsets[pos_c[qi]]
-            ends = seg.offsets[pos_c[qi] + 1]
-            idx = _ranges(starts, ends)
-            slot_parts.append(seg.slots[idx])
-            tf_parts.append(seg.tf[idx])
-            qi_parts.append(np.repeat(qi, ends - starts))
-        if not slot_parts:
+            starts = np.where(found, seg.offsets[pos_c], 0)
+            ends = np.where(found, seg.offsets[pos_c + 1], 0)
+            for lo, hi in zip(starts.tolist(), ends.tolist(), strict=True):
+                spans.append((seg, lo, hi))
+                total += hi - lo
+        if total == 0:
             return _EMPTY_KEYS.copy(), _EMPTY_SCORES.copy()
-        slot = np.concatenate(slot_parts)
-        tf = np.concatenate(tf_parts).astype(np.float64)
-        qi = np.concatenate(qi_parts)
-        keep = self._alive[slot]
-        if keys is not None:
-            allowed = np.zeros(self._n_slots, dtype=bool)
-            allowed[self._slots_for_keys(keys)] = True
-            keep &= allowed[slot]
-        if not keep.all():
-            slot, tf, qi = slot[keep], tf[keep], qi[keep]
-        if slot.size == 0:
-            return _EMPTY_KEYS.copy(), _EMPTY_SCORES.copy()
-        avglen = self._total_len / self._n_live
-        length = self._slot_len[slot].astype(np.float64)
-        k1, b = self.k1, self.b
-        norm = k1 * (1.0 - b + b * length / avglen) if avglen > 0 else np.full(slot.size, k1 * (1.0 - b))
-        contrib = idf[qi] * tf * (k1 + 1.0) / (tf + norm)
-        if slot.size * 8 < self._n_slots:
+        norms = self._norms()
+        k1p = self.k1 + 1.0
+        n_slots = self._n_slots
+        dense_path = total * 8 >= n_slots
+        acc = np.zeros(n_slots, dtype=np.float64) if dense_path else None
+        slot_parts, contrib_parts = [], []
+        for t in range(q.size):
+            w = idf[t]
+            for seg, lo, hi in spans[t::q.size]:
+                if hi == lo:
+                    continue
+                sl = seg.slots[lo:hi]
+                tf = seg.tf[lo:hi].astype(np.float64)
+                contrib = w * tf * k1p / (tf + norms[sl])
+                if acc is not None:
+                    acc[sl] += contrib  # one posting per (term, slot): no repeated index in ``sl``
+                else:
+                    slot_parts.append(sl)
+                    contrib_parts.append(contrib)
+        if acc is not None:
+            uniq = np.flatnonzero(acc > 0)  # every contribution is > 0 (idf > 0, tf ≥ 1)
+            scores = acc[uniq]
+        else:
+            slot = np.concatenate(slot_parts)
             uniq, inverse = np.unique(slot, return_inverse=True)
-            return uniq, np.bincount(inverse, weights=contrib, minlength=uniq.size)
-        dense = np.bincount(slot, weights=contrib, minlength=self._n_slots)
-        uniq = np.flatnonzero(dense)  # every contribution is > 0 (idf > 0, tf ≥ 1)
-        return uniq, dense[uniq]
+            # bincount adds in array order: term by term, the query order
+            scores = np.bincount(inverse, weights=np.concatenate(contrib_parts), minlength=uniq.size)
+        keep = self._alive[uniq]
+        if keys is not None:
+            allowed = np.zeros(n_slots, dtype=bool)
+            allowed[self._slots_for_keys(keys)] = True
+            keep &= allowed[uniq]
+        if not keep.all():
+            uniq, scores = uniq[keep], scores[keep]
+        return uniq, scores
