@@ -57,6 +57,7 @@ class BM25Sidecar:
         # the last few query texts' scores as dense vectors over ids (cleared by every write): a page's
         # rows are scored again after the fast path picked them, and fusions read one text twice
         self._dense: dict[str, np.ndarray] = {}
+        self._by_row: dict[str, np.ndarray] = {}  # the same over table rows (valid for _row_state)
         self.fast_matches = _FastMatches(self)
 
     @property
@@ -89,6 +90,7 @@ class BM25Sidecar:
     def on_upsert(self, docs: Sequence[DocRecord]) -> None:
         with self._lock:
             self._dense.clear()
+            self._by_row.clear()
             if self._index is None:
                 return
             docs = latest_per_id(docs)  # the same id twice in one write: the last one wins (as in the store)
@@ -100,6 +102,7 @@ class BM25Sidecar:
     def on_delete(self, doc_ids: Sequence[str]) -> None:
         with self._lock:
             self._dense.clear()
+            self._by_row.clear()
             if self._index is not None:
                 self._remove(doc_ids)
                 self._follow_table(self._next, [])
@@ -171,6 +174,10 @@ class BM25Sidecar:
                 self._build()
             if self._row_state != (id(table), table.version, table.size):
                 self._map_table(table)
+                self._by_row.clear()
+            hit = self._by_row.get(text)
+            if hit is not None:
+                return hit
             ids, values = self._index.score(text, ordered=False)
             self._remember(text, ids, values)
             out = np.zeros(table.size, dtype=np.float64)
@@ -178,6 +185,10 @@ class BM25Sidecar:
                 rows = self._row_of[ids]
                 ok = rows >= 0
                 out[rows[ok]] = values[ok]
+            out.setflags(write=False)  # shared by the callers of this query text until the next write
+            if len(self._by_row) >= 4:
+                self._by_row.pop(next(iter(self._by_row)))
+            self._by_row[text] = out
             return out
 
     def _remember(self, text: str, ids: np.ndarray, values: np.ndarray) -> None:

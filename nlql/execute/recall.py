@@ -22,6 +22,7 @@ from nlql.evaluate import RowContext
 from nlql.execute import keyword_recall
 from nlql.execute.candidates import Candidate, Search, keep_passing
 from nlql.execute.degrade import cause_of, drop_arms
+from nlql.execute.fused_page import fused_page
 from nlql.execute.materialise import candidates, similarities
 from nlql.stores.base import RunsLowered, ScoresAll, TablePaths
 
@@ -178,6 +179,20 @@ def _full(run: Search, qv: dict[str, np.ndarray], fast_ok: bool) -> list[Candida
         run.stats.counts["fast_path"] = fast.kind if picked is not None else f"{fast.kind} (declined)"
     if unordered and picked is None:  # the general path reads the keys in insertion order
         keys_arr = np.asarray(store.scan(plan.native))
+    if picked is not None and fast_ok and fast.kind == "fusion":  # type: ignore[union-attr]
+        page = fused_page(run, picked[0], picked[1], getattr(matches, "rows", None))
+        if page is not None:
+            page_keys, page_scores, slot = page
+            fused = page_scores.pop(slot)
+            units = candidates(run, [int(k) for k in page_keys], qv, page_scores)
+            for u, v in zip(units, fused.tolist(), strict=True):
+                u.ctx.scores[slot] = v
+            run.prefused.add(slot)
+            run.stats.counts["pruned_to"] = int(len(picked[0]))
+            run.stats.counts["fused_page"] = len(units)
+            units = keep_passing(units, run.residual, run.deadline, run.warnings)
+            run.stats.add("filter", (time.perf_counter() - t) * 1000)
+            return units
     if picked is not None and not fast.prunes:  # type: ignore[union-attr]
         top_keys, scores = picked
         units = candidates(run, [int(k) for k in top_keys], qv, scores)
