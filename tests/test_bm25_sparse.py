@@ -257,10 +257,12 @@ def test_equal_scores_rank_in_insertion_order() -> None:
     assert [h.doc_id for h in e.search(q)] == ["c", "a"]
 
 
-def test_a_dropped_similarity_arm_narrows_keyword_recall_without_it() -> None:
-    """Qdrant keeps BM25 itself (``KEYWORD_STATS``): with ``on_arm_error="degrade"`` a failing embedder
-    drops the SIMILARITY arm, and recall narrowing by the arms once raised ``KeyError: 'sem'``."""
-    pytest.importorskip("qdrant_client")
+@pytest.mark.parametrize("name,module", [("qdrant", "qdrant_client"), ("duckdb", "duckdb")])
+def test_a_dropped_similarity_arm_narrows_keyword_recall_without_it(name: str, module: str) -> None:
+    """Qdrant and DuckDB keep BM25 themselves (``KEYWORD_STATS``): with ``on_arm_error="degrade"`` a failing
+    embedder drops the SIMILARITY arm, and recall narrowing by the arms once raised ``KeyError: 'sem'``
+    (on DuckDB the lowered statement is given up for the arm-by-arm plan, which narrows)."""
+    pytest.importorskip(module)
     from nlql.stores import entry
 
     tests = str(Path(__file__).resolve().parent)
@@ -268,9 +270,9 @@ def test_a_dropped_similarity_arm_narrows_keyword_recall_without_it() -> None:
         sys.path.insert(0, tests)
     from test_arms import FUSED, BrokenEmbedder, _texts
 
-    qd = entry("qdrant")
+    row = entry(name)
     emb = BrokenEmbedder()
-    e = Engine(embedder=emb, store=qd.create(**qd.exact), on_arm_error="degrade", warm_up=False)
+    e = Engine(embedder=emb, store=row.create(**row.exact), on_arm_error="degrade", warm_up=False)
     texts, ids, metas = _texts()
     e.add_texts(texts, ids=ids, metadatas=metas)
     assert e.store.capabilities.KEYWORD_STATS
@@ -279,3 +281,15 @@ def test_a_dropped_similarity_arm_narrows_keyword_recall_without_it() -> None:
     hits = e.search(FUSED)
     assert [h.id for h in hits] == [h.id for h in keyword_only]
     assert hits.stats["dropped_arms"] == ["sem"] and hits.stats.get("keyword_recall", 0) >= 5
+
+
+def test_the_speed_bench_runs_at_a_tiny_size() -> None:
+    """bench/bm25_speed.py checks the engine's BM25 page against its sparse reference before timing."""
+    root = str(Path(__file__).resolve().parent.parent)
+    if root not in sys.path:
+        sys.path.insert(0, root)
+    from bench import bm25_speed
+
+    out = bm25_speed.run(1500, 2)
+    assert set(out["queries"]) == {"nlql_bm25", "index_top_k", "floor_bm25", "nlql_rrf", "floor_rrf", "floor_matvec"}
+    assert all(q["median_ms"] > 0 for q in out["queries"].values()) and out["postings"] > 1500

@@ -11,20 +11,26 @@ live rows (rows without any term count too), ``n(t)`` the number of live rows co
 semantics over terms), so ``"cat cat"`` scores like ``"cat"``. A row that matches no query term has
 no score at all (it is absent from the result, not scored 0).
 
-Implementation: numpy postings, not bm25s and not a scipy matrix. bm25s bakes N, n and avglen
-into a precomputed score matrix at index time and cannot add or remove rows (its maintainer says
-so in xhluca/bm25s#5; #19 and #98 ask for it), and a scipy matrix would have to be rebuilt after
-every mutation. Here ``add`` only analyses the text and appends to a pending buffer; the
-buffer is sealed (sorted into an immutable postings segment) lazily before the next query or
-removal, and segments are merged log-structured (the newest two whenever the older is at most
-twice the newer), so there are O(log n) segments and mutations stay cheap. A segment keeps
-postings (term → slots, tf) for queries and a forward index (slot → terms) so a removal can
-decrement document frequencies without a scan. Removing marks a slot dead; dead postings are
-dropped on merge, and all slots are renumbered once dead ones outnumber live ones. A query
-gathers the postings of its terms from every segment with vectorised range gathers and sums the
-per-posting contributions with ``np.bincount``: no Python loop over rows. Measured on a 2-core box
-with 100k one-sentence rows: ``add`` + seal ≈ 0.6 s of CPU (half of it the analyzer), a top-10
-query ≈ 0.06 ms for rare terms and 1–3 ms for terms found in most rows.
+Implementation: term statistics as compressed sparse rows (CSR: one row of (slot, tf) postings per
+term), in numpy, not bm25s and not a scipy matrix. bm25s bakes N, n and avglen into a precomputed
+score matrix at index time and cannot add or remove rows (its maintainer says so in xhluca/bm25s#5;
+#19 and #98 ask for it), and a scipy matrix of weights would have to be rebuilt after every
+mutation, since every weight depends on avglen. Here ``add`` only analyses the text and appends to a
+pending buffer; the buffer is sealed (sorted into an immutable CSR segment) lazily before the next
+query or removal, and segments are merged log-structured (the newest two whenever the older is at
+most twice the newer), so there is a large base segment plus O(log n) small deltas and mutations
+stay cheap. A segment keeps the term-major CSR for queries and a slot-major copy (slot → terms) so a
+removal can decrement document frequencies without a scan. Removing marks a slot dead; dead
+postings are dropped on merge, and all slots are renumbered once dead ones outnumber live ones.
+
+A query is a sparse row product: for each distinct query term, in query order, its CSR row in each
+segment is one contiguous slice; the slice's contributions (the formula above, with the per-row
+length norm cached until the next write) are added into a dense accumulator over slots, so a row's
+sum is built term by term in query order, exactly as the other BM25 implementations of the project
+sum (``nlql.stores._terms``, ``nlql.sql.keyword``). Dead rows and rows outside a key filter are
+dropped from the matches, and ``top_k`` partitions (ties kept) before it sorts. Measured on a 2-core
+box with 100k one-sentence rows (``bench/bm25_speed.py``): a three-term top-10 over 11k matching rows
+≈ 0.5–1 ms, the order of a scipy product of a sparse query row with precomputed weights.
 
 >>> index = BM25Index()
 >>> index.add([10, 11, 12], ["the cat sat", "the dog sat", "a cat and a cat"])
