@@ -215,6 +215,8 @@ PAGES = [
     "WHERE meta.g == 2 ORDER BY f DESC LIMIT 10",
     f'SELECT SENTENCE LET sem = SIMILARITY(content, "{T}"), kw = BM25(content, "qqqq"), f = RRF(sem, kw) '
     "ORDER BY f DESC LIMIT 10",
+    f'SELECT SENTENCE LET sem = SIMILARITY(content, "{T}"), kw = BM25(content, "{T}"), f = RRF(sem, kw) '
+    "WHERE f > 0.0163 ORDER BY f DESC LIMIT 10",  # a condition after fusion that fails at 0
 ]
 
 
