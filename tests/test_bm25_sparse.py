@@ -295,3 +295,27 @@ def test_the_speed_bench_runs_at_a_tiny_size() -> None:
     out = bm25_speed.run(1500, 2)
     assert set(out["queries"]) == {"nlql_bm25", "index_top_k", "floor_bm25", "nlql_rrf", "floor_rrf", "floor_matvec"}
     assert all(q["median_ms"] > 0 for q in out["queries"].values()) and out["postings"] > 1500
+
+
+@pytest.mark.parametrize("name,module", [("duckdb", "duckdb"), ("qdrant", "qdrant_client")])
+def test_stores_keeping_bm25_score_like_the_engine_index(corpus: list[str], name: str, module: str) -> None:
+    """DuckDB (term tables, SQL) and Qdrant (terms in payloads, ``nlql.stores._terms``) keep their own BM25:
+    on the stdlib docstrings their pages equal the built-in store's, scores to 1e-9."""
+    pytest.importorskip(module)
+    from nlql.stores import entry
+
+    texts = corpus[:400]
+    row = entry(name)
+    engines = []
+    for store in ("memory", row.create(**row.exact)):
+        e = Engine(embedder=HashEmbedder(dim=32), store=store, warm_up=False)
+        e.add_texts(texts, ids=[str(i) for i in range(len(texts))])
+        e.delete("3")
+        e.add_texts(["Return the value of a string."], ids=["5"])
+        engines.append(e)
+    for q in ("return the value", "iterator of iterators", "json json encode", "nothing zzzz"):
+        query = f'SELECT SENTENCE LET kw = BM25(content, "{q}") ORDER BY kw DESC LIMIT 20'
+        want, got = (list(e.search(query)) for e in engines)
+        assert [h.id for h in got] == [h.id for h in want], q
+        for a, b in zip(got, want, strict=True):
+            assert abs(a.scores["kw"] - b.scores["kw"]) <= 1e-9, (q, a.id)
