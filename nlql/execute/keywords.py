@@ -54,8 +54,8 @@ class BM25Sidecar:
         # id -> table row number (-1: none), valid for (table, version, size) in _row_state
         self._row_of = np.full(0, -1, dtype=np.int64)
         self._row_state: tuple[int, int, int] | None = None
-        # the last few query texts' scores as dense vectors over ids (cleared by every write): a page's
-        # rows are scored again after the fast path picked them, and fusions read one text twice
+        # the query texts' scores of the current search as dense vectors over ids (cleared by every write
+        # and every search): a page's rows are scored again after the fast path picked them
         self._dense: dict[str, np.ndarray] = {}
         self._by_row: dict[str, np.ndarray] = {}  # the same over table rows (valid for _row_state)
         self.fast_matches = _FastMatches(self)
@@ -190,6 +190,13 @@ class BM25Sidecar:
                 self._by_row.pop(next(iter(self._by_row)))
             self._by_row[text] = out
             return out
+
+    def begin_search(self) -> None:
+        """Forget the scores kept for the last search (they serve the stages of one search only, so a
+        repeated query is scored again, as a benchmark expects)."""
+        with self._lock:
+            self._dense.clear()
+            self._by_row.clear()
 
     def _remember(self, text: str, ids: np.ndarray, values: np.ndarray) -> None:
         dense = np.zeros(self._next, dtype=np.float64)

@@ -132,6 +132,9 @@ def _full(run: Search, qv: dict[str, np.ndarray], fast_ok: bool) -> list[Candida
     sim_slots = [s.slot for s in plan.scores if s.kind == "SIMILARITY" and s.slot not in run.failed]
     sentence_scores: dict[str, np.ndarray] = {}
     unordered = False
+    begin = getattr(run.bm25, "begin_search", None)
+    if begin is not None and plan.fast_path is not None:
+        begin()  # the BM25 scores a fast path keeps serve this search only
     try:
         if caps.FULL_SCORES:
             if sim_slots:
