@@ -54,10 +54,9 @@ class BM25Sidecar:
         # id -> table row number (-1: none), valid for (table, version, size) in _row_state
         self._row_of = np.full(0, -1, dtype=np.int64)
         self._row_state: tuple[int, int, int] | None = None
-        # the query texts' scores of the current search as dense vectors over ids (cleared by every write
-        # and every search): a page's rows are scored again after the fast path picked them
-        self._dense: dict[str, np.ndarray] = {}
-        self._by_row: dict[str, np.ndarray] = {}  # the same over table rows (valid for _row_state)
+        # the query texts' scores of the current search over table rows (valid for _row_state; cleared by
+        # every write and every search): a page's rows are scored again after the fast path picked them
+        self._by_row: dict[str, np.ndarray] = {}
         self.fast_matches = _FastMatches(self)
 
     @property
@@ -89,7 +88,6 @@ class BM25Sidecar:
 
     def on_upsert(self, docs: Sequence[DocRecord]) -> None:
         with self._lock:
-            self._dense.clear()
             self._by_row.clear()
             if self._index is None:
                 return
@@ -101,7 +99,6 @@ class BM25Sidecar:
 
     def on_delete(self, doc_ids: Sequence[str]) -> None:
         with self._lock:
-            self._dense.clear()
             self._by_row.clear()
             if self._index is not None:
                 self._remove(doc_ids)
@@ -179,7 +176,6 @@ class BM25Sidecar:
             if hit is not None:
                 return hit
             ids, values = self._index.score(text, ordered=False)
-            self._remember(text, ids, values)
             out = np.zeros(table.size, dtype=np.float64)
             if ids.size:
                 rows = self._row_of[ids]
@@ -195,15 +191,7 @@ class BM25Sidecar:
         """Forget the scores kept for the last search (they serve the stages of one search only, so a
         repeated query is scored again, as a benchmark expects)."""
         with self._lock:
-            self._dense.clear()
             self._by_row.clear()
-
-    def _remember(self, text: str, ids: np.ndarray, values: np.ndarray) -> None:
-        dense = np.zeros(self._next, dtype=np.float64)
-        dense[ids] = values
-        if len(self._dense) >= 4:
-            self._dense.pop(next(iter(self._dense)))
-        self._dense[text] = dense
 
     # ------------------------------------------------------------------ generic answers
 
@@ -221,14 +209,16 @@ class BM25Sidecar:
         with self._lock:
             if self._index is None:
                 self._build()
+            table = getattr(self.store, "table", None)
+            by_row = self._by_row.get(text) if table is not None else None
+            if by_row is not None and self._row_state == (id(table), table.version, table.size) and len(keys):
+                # this search's fast path scored the text over the table (0.0 for a row the index does
+                # not hold), and the keys are the table's row numbers
+                return by_row[np.asarray(keys, dtype=np.int64)]
             ids = np.fromiter((self._ids.get(r.id, -1) for r in rows), dtype=np.int64, count=len(rows))
             out = np.zeros(len(rows), dtype=np.float64)
             valid = ids >= 0
             if not valid.any():
-                return out
-            dense = self._dense.get(text)
-            if dense is not None and dense.size == self._next:
-                out[valid] = dense[ids[valid]]
                 return out
             got_keys, got_scores = self._index.score(text, ids[valid])
             if len(got_keys) == 0:
