@@ -403,3 +403,19 @@ def test_cli_json_and_table_show_best(tmp_path: Path) -> None:
     r = run("query", q, "--store", "./store")
     assert r.returncode == 0, r.stderr
     assert "best (sentence 1): Cats sleep all day." in r.stdout
+
+
+def test_http_search_json_has_best_and_distinct(engine: Engine) -> None:
+    httpx = pytest.importorskip("httpx")
+    pytest.importorskip("uvicorn")
+    from nlql.serve import BackgroundServer, ServeConfig
+
+    q = 'SELECT DOCUMENT LET rel = SIMILARITY(content, "cats sleep") DISTINCT BY meta.lang ORDER BY rel DESC LIMIT 3'
+    with BackgroundServer(engine, ServeConfig(port=0, timeout=5.0)) as s, httpx.Client(base_url=s.url, timeout=30) as c:
+        r = c.post("/search", json={"query": q})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    direct = engine.search(q)
+    assert [h["id"] for h in body["hits"]] == [h.id for h in direct]
+    assert [h["best"] for h in body["hits"]] == [json.loads(json.dumps(h.best.to_dict())) for h in direct]
+    assert body["stats"]["distinct"]["keys"] == ["meta.lang"]

@@ -25,6 +25,7 @@ from nlql.execute.candidates import Candidate, Search, keep_passing
 from nlql.execute.degrade import cause_of, drop_arms
 from nlql.execute.distinct import kept
 from nlql.execute.materialise import candidates, similarities
+from nlql.plan.decide_overfetch import DISTINCT_FACTOR
 from nlql.stores.base import RunsLowered, ScoresAll, TablePaths
 
 WIDEN_FACTOR = 4
@@ -68,6 +69,14 @@ def _enough(run: Search, units: list[Candidate], need: int) -> bool:
     return kept(run, units) >= need
 
 
+def _wider(run: Search, units: list[Candidate], k: int, need: int) -> int:
+    """The next round's k: ×4, or with DISTINCT BY as far as the rows kept so far suggest (twice that)."""
+    if run.plan.distinct is None or (run.plan.fusions and run.plan.lowered is None):
+        return k * WIDEN_FACTOR
+    got = kept(run, units)
+    return max(k * WIDEN_FACTOR, 2 * k * need // max(1, got))
+
+
 def _distinct_rounds(run: Search, rounds: int) -> None:
     if run.plan.distinct is not None:
         run.extra["distinct_rounds"] = rounds
@@ -97,7 +106,7 @@ def _lowered(run: Search, qv: dict[str, np.ndarray]) -> list[Candidate]:
         if run.deadline.expired():
             run.warn_timeout("timeout while widening recall: fewer rows than LIMIT may be returned")
             break
-        lowered = replace(lowered, fetch=lowered.fetch * WIDEN_FACTOR)
+        lowered = replace(lowered, fetch=_wider(run, units, lowered.fetch, run.need))
     run.stats.counts.update({"rounds": rounds, "candidates": len(got)})
     _distinct_rounds(run, rounds)
     _store_stats(run)
@@ -144,7 +153,7 @@ def _knn(run: Search, qv: dict[str, np.ndarray]) -> list[Candidate]:
         if run.deadline.expired():
             run.warn_timeout("timeout while widening recall: fewer rows than LIMIT may be returned")
             break
-        k *= WIDEN_FACTOR
+        k = _wider(run, units, k, need)
     run.stats.counts.update({"rounds": rounds, "candidates": n_candidates, "recall_k": k})
     _distinct_rounds(run, rounds)
     _store_stats(run)
@@ -219,6 +228,8 @@ def _fast(run: Search, fast: Any, keys_arr: np.ndarray, sentence_scores: dict[st
     assert run.need is not None
     store = cast(TablePaths, run.store)
     want, rounds = run.need, 0
+    if run.plan.distinct is not None:
+        want = int(want * DISTINCT_FACTOR)
     while True:
         rounds += 1
         picked = store.fast_select(fast, keys_arr, sentence_scores, want, run.bm25.matches)
@@ -238,6 +249,6 @@ def _fast(run: Search, fast: Any, keys_arr: np.ndarray, sentence_scores: dict[st
             break
         if want >= len(keys_arr) or run.deadline.expired():
             break
-        want *= WIDEN_FACTOR
+        want = _wider(run, units, want, run.need)
     _distinct_rounds(run, rounds)
     return units

@@ -92,7 +92,8 @@ def build_plan(
     unit_kind = bound.unit.kind
     if unit_kind == "SPAN" and bound.unit.base == "CHUNK":
         unit_kind = "SPAN_CHUNK"
-    recall = decide_overfetch(recall, limit, offset, unit_kind, bool(residual), rerank_factor if rerank else None)
+    recall = decide_overfetch(recall, limit, offset, unit_kind, bool(residual), rerank_factor if rerank else None,
+                              distinct=bound.distinct is not None)
     native = store.compile_filter(pushed) if pushed is not None else None
     window = 1
     if bound.unit.window is not None:
