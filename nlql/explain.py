@@ -92,8 +92,8 @@ class Explain:
                          for o in p.order] or [{"key": "insertion order (document, position)"}],
             "distinct": None if p.distinct is None else {
                 "keys": list(p.distinct.labels), "keep": p.distinct.keep,
-                "widening": "recall widens ×4 per round until LIMIT+OFFSET rows are kept "
-                            "(rounds in hits.stats['distinct'])"},
+                "widening": "a bounded recall asks for 10× the rows the page needs, then widens (×4 or more "
+                            "per round) until LIMIT+OFFSET rows are kept; rounds in hits.stats['distinct']"},
             "limit": p.limit,
             "offset": p.offset,
             "rerank": p.rerank,

@@ -419,3 +419,41 @@ def test_http_search_json_has_best_and_distinct(engine: Engine) -> None:
     assert [h["id"] for h in body["hits"]] == [h.id for h in direct]
     assert [h["best"] for h in body["hits"]] == [json.loads(json.dumps(h.best.to_dict())) for h in direct]
     assert body["stats"]["distinct"]["keys"] == ["meta.lang"]
+
+
+# ---------------------------------------------------------------- docs/recall-pipelines.md, checked
+
+PAGES = [
+    ("Ms-101/1", "Ms-101", "Russell came to Cambridge in May. Russell and Moore read the proofs. The rooms were cold."),
+    ("Ms-101/2", "Ms-101", "Russell wrote about the theory of types. Russell doubted the proofs."),
+    ("Ms-101/3", "Ms-101", "A note on Russell's paradox. Russell again, in pencil."),
+    ("Ts-201/4", "Ts-201", "Russell came to Cambridge in May. Russell and Moore read the proofs."),
+    ("Ms-102/1", "Ms-102", "A letter that mentions Russell once. Keynes sends regards."),
+    ("Ms-103/7", "Ms-103", "Russell and Frege exchanged letters on sense and reference."),
+]
+
+
+def _doc_lines(hits: Any) -> list[str]:
+    out = []
+    for x in hits:
+        best = f"  best {x.best.position}: {x.best.content}" if x.best else ""
+        text = x.content if x.unit == "SENTENCE" else ""
+        out.append(f"{x.id:10} {x.metadata['source']:7} k={x.scores['k']:.4f} {text}{best}")
+    return out
+
+
+def test_recall_pipelines_page_shows_real_output() -> None:
+    e = Engine(embedder=HashEmbedder(dim=64), warm_up=False, chunk_chars=80)
+    for pid, source, text in PAGES:
+        e.add_text(text, id=pid, metadata={"source": source})
+    page = (ROOT / "docs" / "recall-pipelines.md").read_text(encoding="utf-8")
+    section = page.split("## wittsrc: dedup layers with DISTINCT BY")[1].split("\n## ")[0]
+    blocks = section.split("```")
+    queries = [b[4:].split("  --")[0].strip() for b in blocks if b.startswith("sql\n")]
+    outputs = [b[5:].strip("\n").split("\n") for b in blocks if b.startswith("text\n")]
+    assert len(queries) == len(outputs) == 3
+    for q, want in zip(queries, outputs):
+        hits = e.search(q, {"q": "Russell"})
+        assert _doc_lines(hits) == want, q
+    stats = e.search(queries[2], {"q": "Russell"}).stats["distinct"]
+    assert str(stats) in section.replace("\n", " ")
