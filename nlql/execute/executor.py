@@ -1,4 +1,4 @@
-"""Runs a plan: embed → recall → fuse → filter → order → rerank → page → hits.
+"""Runs a plan: embed → recall → fuse → filter → order → rerank → distinct → page → hits.
 
 The stages live in their own modules (:mod:`~nlql.execute.recall`, :mod:`~nlql.execute.fuse`,
 :mod:`~nlql.execute.order`, :mod:`~nlql.execute.materialise`); this one only sequences them, times
