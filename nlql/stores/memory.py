@@ -133,6 +133,7 @@ class _Rows:
     sub: np.ndarray | None = None       # the gathered blocks of the keys' rows (see block_rows)
     pos: np.ndarray | None = None
     selectors: Any = None                # Faiss selectors of the keys for the int8 copy
+    int8: Any = None                     # or the keys' own int8 copy (quant.Int8Copy.subset)
 
 
 def describe_filter(flt: Filter) -> str:
@@ -296,12 +297,12 @@ class MatrixStore:
             rows = self._rows(flt)
             n = rows.size if rows.keys is None else len(rows.keys)
             if n == 0 or k <= 0:
-                self.last_stats = {"filter": rows.how, "rows": n}
+                self.last_stats = {"filter": rows.how, "rows": n, "scan": "none"}
                 return [[] for _ in range(len(vectors))]
             out = []
             stats: dict[str, Any] = {"filter": rows.how, "rows": n}
             for v in np.asarray(vectors, dtype=np.float32):
-                got = self._quantised_top(v, k, rows, min_score, stats) if self._use_quant(n) else None
+                got = self._quantised_top(v, k, rows, min_score, stats) if self._use_quant(n, k) else None
                 if got is None:
                     got = self._top(self._scores(v, rows), rows.keys, k, min_score)
                     stats.setdefault("scan", "fp32")
@@ -314,10 +315,10 @@ class MatrixStore:
     #: Whether this store keeps an int8 copy (the built-in store does; the ANN stores' exact path not).
     QUANTISE = False
     #: Fewest rows (passing the filter) for which the int8 scan is tried first.
-    QUANT_MIN_ROWS = 50_000
+    QUANT_MIN_ROWS = 16_384
 
-    def _use_quant(self, n: int) -> bool:
-        return self.QUANTISE and n >= self.QUANT_MIN_ROWS and quant.available()
+    def _use_quant(self, n: int, k: int) -> bool:
+        return self.QUANTISE and n >= self.QUANT_MIN_ROWS and 32 * k <= n and quant.available()
 
     def _int8(self) -> quant.Int8Copy:
         if self._quant is None:
@@ -330,15 +331,22 @@ class MatrixStore:
                        stats: dict[str, Any]) -> list[tuple[int, float]] | None:
         """The exact top k through the int8 copy, or None when no depth certified it (see quant)."""
         copy = self._int8()
-        if rows.keys is not None and rows.selectors is None:
-            mask = np.zeros(rows.size, dtype=bool)
-            mask[rows.keys] = True
-            rows.selectors = copy.selectors(mask)
+        local = None  # a filter's own int8 copy: ids are positions in rows.keys
+        if rows.keys is not None:
+            if len(rows.keys) * 2 > rows.size:  # most rows: the whole copy, the others deselected
+                if rows.selectors is None:
+                    mask = np.zeros(rows.size, dtype=bool)
+                    mask[rows.keys] = True
+                    rows.selectors = copy.selectors(mask)
+            else:
+                if rows.int8 is None:
+                    rows.int8 = copy.subset(self.matrix, rows.keys)
+                copy, local = rows.int8, rows.keys
         n = rows.size if rows.keys is None else len(rows.keys)
         depth = quant.depth_for(k, n)
         for attempt in range(2):
-            labels, approx = copy.search(v, depth, rows.selectors)
-            cand = np.sort(labels)
+            labels, approx = copy.search(v, depth, None if local is not None else rows.selectors)
+            cand = np.sort(labels if local is None else local[labels])
             top = self._top(self.exact_scores(v, cand), cand, k, min_score)
             exhaustive = len(labels) < depth
             bound = copy.bound(v, float(approx[-1])) if len(approx) else -math.inf

@@ -69,9 +69,18 @@ class Int8Copy:
     def nbytes(self) -> int:
         return self.size * self.dim
 
-    def sync(self, matrix: np.ndarray) -> None:
-        """Encode the rows of ``matrix`` not yet encoded (rows are only ever appended)."""
-        n = len(matrix)
+    def subset(self, matrix: np.ndarray, keys: np.ndarray) -> Int8Copy:
+        """A copy over the rows ``keys`` only (local ids 0..len(keys)), with this copy's quantiser: a
+        filter's rows scanned without reading the others (the codes are the same, so the bound too)."""
+        sub = Int8Copy(self.dim)
+        sub._trained = self._trained
+        sub.err_max = self.err_max
+        sub.sync(matrix, keys)
+        return sub
+
+    def sync(self, matrix: np.ndarray, keys: np.ndarray | None = None) -> None:
+        """Encode the rows of ``matrix`` (or of ``matrix[keys]``) not yet encoded (only ever appended)."""
+        n = len(matrix) if keys is None else len(keys)
         if n <= self.size:
             return
         faiss = _faiss
@@ -87,7 +96,7 @@ class Int8Copy:
                 self._shards.append((lo, faiss.clone_index(self._trained)))
             first, index = self._shards[-1]
             hi = min(n, lo + SHARD_ROWS - index.ntotal)
-            chunk = np.ascontiguousarray(matrix[lo:hi], dtype=np.float32)
+            chunk = np.ascontiguousarray(matrix[lo:hi] if keys is None else matrix[keys[lo:hi]], dtype=np.float32)
             codes = index.sa_encode(chunk)
             err = np.linalg.norm(chunk - index.sa_decode(codes), axis=1)
             self.err_max = max(self.err_max, float(err.max()) if len(err) else 0.0)
