@@ -303,6 +303,20 @@ def latest_per_id(docs: Sequence[DocRecord]) -> list[DocRecord]:
     return [d for i, d in enumerate(docs) if last[d.doc_id] == i]
 
 
+def _grown(arr: np.ndarray, used: int, new: np.ndarray) -> np.ndarray:
+    """``arr[:used]`` followed by ``new``, as a view of a buffer that doubles when full (amortised
+    O(len(new)); a concatenation per call made many small writes quadratic). The spare capacity is the
+    view's ``base``: appending again writes past the view, in place, while it fits."""
+    n = used + len(new)
+    base = arr.base
+    if not (isinstance(base, np.ndarray) and base.ndim == 1 and base.dtype == arr.dtype and len(base) >= n
+            and arr.__array_interface__["data"][0] == base.__array_interface__["data"][0]):
+        base = np.empty(max(n, 2 * used, 1024), dtype=arr.dtype)
+        base[:used] = arr[:used]
+    base[used:n] = new
+    return base[:n]
+
+
 class RowTable:
     """Sentence rows in RAM; keys are row numbers (stable until :meth:`compact`)."""
 
@@ -374,10 +388,11 @@ class RowTable:
             self.doc_rows[d.doc_id] = range(first, self.size)
             self._max_seq = max(self._max_seq, d.seq)
         n_new = self.size - start
-        self.row_doc = np.concatenate([self.row_doc, np.asarray(new_row_doc, dtype=np.int64)])
-        self.seq = np.concatenate([self.seq, np.asarray(new_seq, dtype=np.int64)])
-        self.pos = np.concatenate([self.pos, np.asarray(new_pos, dtype=np.int64)])
-        self.alive = np.concatenate([self.alive, np.ones(n_new, dtype=bool)])
+        # the per-row arrays grow by doubling (a concatenation per call made many small writes quadratic)
+        self.row_doc = _grown(self.row_doc, start, np.asarray(new_row_doc, dtype=np.int64))
+        self.seq = _grown(self.seq, start, np.asarray(new_seq, dtype=np.int64))
+        self.pos = _grown(self.pos, start, np.asarray(new_pos, dtype=np.int64))
+        self.alive = _grown(self.alive, start, np.ones(n_new, dtype=bool))
         self._live += n_new
         for path, index in self._indexes.items():
             index.extend(self._column_of_rows(path, start, self.size), start)
