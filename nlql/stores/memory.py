@@ -1,9 +1,18 @@
-"""The built-in store: one float32 matrix, columnar metadata, exact recall near the bandwidth limit.
+"""The built-in store: one float32 matrix, columnar metadata, exact recall at or below the bandwidth limit.
 
-Recall is one matrix-vector product per query text plus a partial sort (``argpartition``). A pushed
-filter is a boolean mask from :class:`~nlql.stores.table.RowTable`; for a repeated filter the store keeps
-the filtered sub-matrix, so a 10%-selective query reads 10% of the memory. Score thresholds are applied
-inside recall. ``MemoryStore(path)`` persists every write to a SQLite file (see
+Recall is one matrix-vector product per query text plus a partial sort (``argpartition``); from
+``QUANT_MIN_ROWS`` rows (and Faiss installed) an int8 copy is scanned first and its best candidates are
+rescored exactly, with a certificate that nothing left out could enter the top k (:mod:`nlql.stores.quant`;
+otherwise the float32 scan runs, and ``last_stats`` says which). Every score has the bits of one
+single-threaded scan over the whole matrix, whatever rows are scored: a few rows are scored in whole
+aligned BLAS blocks (:func:`block_rows`), so a filtered, a rescored and a full answer never differ in
+the last bit. A pushed filter is a set of rows from :class:`~nlql.stores.table.RowTable` (equality and
+IN looked up in a value index, anything else a vectorised mask), cached per filter with its gathered
+rows (or its int8 copy), so a selective query reads its own rows only. Score thresholds are applied
+inside recall.
+
+Memory per vector: 4·dim bytes of float32 (1,536 at dim 384), plus dim bytes of int8 (384) once the
+int8 copy is built, plus the copies of cached filters (at most 8). ``MemoryStore(path)`` persists every write to a SQLite file (see
 :mod:`nlql.stores.doclog`) and reloads vectors on reopen without re-embedding.
 """
 

@@ -289,3 +289,19 @@ def test_count_is_kept_not_recounted() -> None:
     assert len(t) == 48 == int(t.alive.sum())
     t.compact()
     assert len(t) == 48 == int(t.alive.sum())
+
+
+def test_builtin_speed_bench_runs_at_a_tiny_size(tmp_path: Path) -> None:
+    import json
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+    from bench import builtin_speed
+
+    out = tmp_path / "b.json"
+    builtin_speed.main(["--size", "3000", "--repeat", "1", "--centres", "30", "--out", str(out)])
+    run = json.loads(out.read_text(encoding="utf-8"))["run"]
+    assert set(run["identical_top10_and_scores"].values()) == {"8/8"}
+    assert run["rows"]["tag"] > 0 and run["ingest_s"] > 0
