@@ -129,11 +129,12 @@ def run(n: int, repeat: int, centres: int, noise: float) -> dict[str, Any]:
     q0 = qvs[0]
 
     def floor(m: np.ndarray, threads: int) -> None:
+        kk = min(K, len(m))
         if threads == 1:
             with _blas_one_thread():
-                np.argpartition(-(m @ q0), K - 1)[:K]
+                np.argpartition(-(m @ q0), kk - 1)[:kk]
         else:
-            np.argpartition(-(m @ q0), K - 1)[:K]
+            np.argpartition(-(m @ q0), kk - 1)[:kk]
 
     def scan_mask() -> None:
         with _blas_one_thread():
