@@ -17,7 +17,7 @@ from nlql.plan.choose_recall import choose_recall
 from nlql.plan.decide_overfetch import decide_overfetch
 from nlql.plan.dedupe_scores import dedupe_scores
 from nlql.plan.lower_hybrid import lower_hybrid
-from nlql.plan.nodes import ARM_DEPTH_FACTOR, ARM_DEPTH_MIN, FUSION_FUNCTIONS, OrderSpec, Plan
+from nlql.plan.nodes import ARM_DEPTH_FACTOR, ARM_DEPTH_MIN, FUSION_FUNCTIONS, DistinctSpec, OrderSpec, Plan
 from nlql.plan.order_residual import order_residual
 from nlql.plan.resolve_arms import resolve_arms
 from nlql.plan.resolve_periods import resolve_periods
@@ -92,7 +92,8 @@ def build_plan(
     unit_kind = bound.unit.kind
     if unit_kind == "SPAN" and bound.unit.base == "CHUNK":
         unit_kind = "SPAN_CHUNK"
-    recall = decide_overfetch(recall, limit, offset, unit_kind, bool(residual), rerank_factor if rerank else None)
+    recall = decide_overfetch(recall, limit, offset, unit_kind, bool(residual), rerank_factor if rerank else None,
+                              distinct=bound.distinct is not None)
     native = store.compile_filter(pushed) if pushed is not None else None
     window = 1
     if bound.unit.window is not None:
@@ -110,6 +111,12 @@ def build_plan(
         periods=periods, now=now, store=caps.NAME, arm_depth=arm_depth,
         residual_is_thresholds=residual_is_thresholds, graphs=graphs, temporals=temporals,
     )
+    if bound.distinct is not None:
+        keep = _int_value(bound.distinct.keep, "KEEP")
+        if keep is not None and keep < 1:
+            raise PlanError("KEEP must be at least 1", bound.distinct.keep.span if bound.distinct.keep else None)
+        plan.distinct = DistinctSpec(tuple(bound.distinct.keys),
+                                     tuple(render_expr(k) for k in bound.distinct.keys), keep or 1)
     with_min = [s.label for s in specs if s.min is not None]
     if (graphs or temporals) and dialect_of(store) is not None:
         # the entity graph and the extracted periods live in the engine: on a SQL store such plans run
