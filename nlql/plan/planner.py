@@ -101,7 +101,7 @@ def build_plan(
     default_depth = None if limit is None else max(ARM_DEPTH_MIN, ARM_DEPTH_FACTOR * (limit + offset))
     specs = [replace(s, window=s.window if s.window is not None else default_depth)
              if s.kind in FUSION_FUNCTIONS else s for s in specs]
-    fusions = [s for s in specs if s.kind in FUSION_FUNCTIONS]
+    fusions = [s for s in specs if s.kind in FUSION_FUNCTIONS and s.kind != "MMR"]  # MMR has its own window
     arm_depth = fusions[0].window if fusions else default_depth
     plan = Plan(
         query=bound, canonical=canonical, unit=bound.unit, window=window, scores=specs, slots=slots,

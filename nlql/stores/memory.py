@@ -240,6 +240,11 @@ class MatrixStore:
             idx = np.asarray(keys, dtype=np.int64)
             return matmul_t(vectors, self.matrix[idx])
 
+    def vectors(self, keys: Sequence[Any]) -> np.ndarray:
+        """The rows' own unit vectors, ``(len(keys), dim)`` float32 (a copy; in process, no round trip)."""
+        with self._lock:
+            return self.matrix[np.asarray(keys, dtype=np.int64)]
+
     def get_info(self, key: str) -> str | None:
         return self._info.get(key)
 
