@@ -219,6 +219,10 @@ def _fresh(name: str, request: pytest.FixtureRequest, tmp_path: Any) -> Any:
     options = dict(e.exact)
     if "collection" in inspect.signature(e.load()).parameters:
         options["collection"] = "v" + uuid.uuid4().hex[:8]
+    if name == "pgvector":  # a fresh database per test
+        return e.create(request.getfixturevalue("pg_dsn"), **options)
+    if name == "duckdb":
+        return e.create("duckdb:///" + str(tmp_path / "store.duckdb").lstrip("/"), **options)
     if e.schemes:
         return e.create(request.getfixturevalue(f"{name}_module_url"), **options)
     return e.create(**options)
@@ -245,7 +249,8 @@ def test_every_store_hands_back_the_rows_own_unit_vectors(name: str, request: py
     pick = [keys[4], keys[1], keys[4]]
     got = store.vectors(pick)
     assert got.shape == (3, dim) and got.dtype == np.float32
-    expect = np.stack([want[(r.doc_id, r.position)] for r in store.fetch(pick)])
+    by_key = {r.key: want[(r.doc_id, r.position)] for r in rows}
+    expect = np.stack([by_key[k] for k in pick])
     assert np.allclose(got, expect, atol=1e-6)
     assert np.allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5)
     assert store.vectors([]).shape[0] == 0
