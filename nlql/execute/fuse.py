@@ -71,7 +71,13 @@ def fuse(run: Search, specs: list[ScoreSpec], units: list[Candidate]) -> list[Ca
 
 def _ranked(plan: Plan, env: Any, arm: ir.Expr, units: list[Candidate]) -> list[tuple[float, int]]:
     """(value, candidate index) of the rows an arm ranks, best first; ties on insertion order."""
-    fn = env.binding_fn(arm.name) if isinstance(arm, ir.Ref) else compile_expr(arm, env)
+    slot = plan.slot_of(arm)
+    spec = plan.spec(slot) if slot is not None else None
+    if spec is not None and spec.kind in TEXT_SCORES:  # a bare score: its value is in every row's scores
+        def fn(ctx: Any, slot: str = spec.slot) -> Any:
+            return ctx.scores.get(slot)
+    else:
+        fn = env.binding_fn(arm.name) if isinstance(arm, ir.Ref) else compile_expr(arm, env)
     bm25_only = _is_bm25_arm(plan, arm)
     vals = []
     for i, u in enumerate(units):

@@ -12,9 +12,9 @@ repeatedly takes the row maximising ``λ·rel − (1 − λ)·max cos(row, taken
 - ``cos``: between the rows' own unit vectors, read from the store in one call per search
   (:meth:`nlql.stores.base.Store.vectors`). A SENTENCE or SPAN row is its (centre) sentence; a CHUNK or
   DOCUMENT row is the normalised mean of its sentences' vectors.
-- Determinism: cosines are rounded like every score (``nlql.values.round_scores``) and objectives to 9
-  places, and ``argmax`` takes the first best in window order, so ties go to the better-ranked row,
-  then insertion order (seq, position), on every store.
+- Determinism: cosines are rounded like every score (``nlql.values.round_scores``), so equal vectors
+  tie exactly on every store, and ``argmax`` takes the first best in window order: ties go to the
+  better-ranked row, then insertion order (seq, position).
 
 The work is a ``w × w`` Gram matrix and ``w`` vector steps (numpy), a fraction of a millisecond at the
 default window of 100.
@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from nlql import values as V
+from nlql.stores.memory import matmul_t
 
 __all__ = ["mmr_order", "unit_vectors"]
 
@@ -48,42 +48,44 @@ def mmr_order(rel: np.ndarray, vectors: np.ndarray, lam: float) -> list[int]:
     n = len(rel)
     if n == 0:
         return []
-    rel = np.asarray(rel, dtype=np.float64)
-    vecs = np.asarray(vectors, dtype=np.float64)
-    gram = V.round_scores(vecs @ vecs.T)
-    gain = lam * rel
-    first = int(np.argmax(np.round(gain, 9)))
+    vecs = np.ascontiguousarray(vectors, dtype=np.float32)
+    # cosines rounded as every score is; single-threaded BLAS (a 100 × 100 product is faster on one core)
+    gram = matmul_t(vecs, vecs).astype(np.float64) if vecs.shape[1] else np.zeros((n, n))
+    gain = lam * np.asarray(rel, dtype=np.float64)
+    penalty = (lam - 1.0) * gram   # −(1 − λ)·cos: the objective's diversity term, row by row
+    first = int(np.argmax(gain))   # nothing taken yet: the most relevant row (the first of equals)
     order = [first]
-    taken = np.zeros(n, dtype=bool)
-    taken[first] = True
-    most = gram[first].copy()  # each row's highest cosine to a row already taken
+    worst = penalty[first].copy()  # each row's −(1 − λ)·(highest cosine to a row already taken)
+    gain[first] = -np.inf          # a taken row never wins again
+    obj = np.empty(n)
     for _ in range(n - 1):
-        obj = np.round(gain - (1.0 - lam) * most, 9)
-        obj[taken] = -np.inf
-        j = int(np.argmax(obj))
+        np.add(gain, worst, out=obj)
+        j = int(obj.argmax())
         order.append(j)
-        taken[j] = True
-        np.maximum(most, gram[j], out=most)
+        gain[j] = -np.inf
+        np.minimum(worst, penalty[j], out=worst)
     return order
 
 
 def unit_vectors(groups: list[list[Any]], fetch: Any) -> np.ndarray:
-    """One unit vector per group of store keys: the normalised mean of their stored vectors.
+    """One unit vector per group of store keys: the stored vector of a single key, else the normalised
+    mean of the group's vectors.
 
-    ``fetch(keys) -> np.ndarray`` is the store's ``vectors``; it is called once, for the distinct keys.
-    A key the store no longer holds (a NaN row) counts as nothing.
+    ``fetch(keys) -> np.ndarray`` is the store's ``vectors`` (unit vectors already); it is called once.
+    A key the store no longer holds (a NaN row) counts as nothing (a zero vector).
     """
+    if all(len(g) == 1 for g in groups):
+        mat = np.asarray(fetch([g[0] for g in groups]), dtype=np.float32)
+        if mat.size and not np.isfinite(mat).all():
+            mat = np.where(np.isfinite(mat), mat, np.float32(0))
+        return mat
     distinct = list(dict.fromkeys(k for g in groups for k in g))
     if not distinct:
-        return np.zeros((len(groups), 0), dtype=np.float64)
-    mat = np.asarray(fetch(distinct), dtype=np.float64)
-    mat = np.where(np.isfinite(mat), mat, 0.0)
-    if all(len(g) == 1 for g in groups):
-        where = {k: i for i, k in enumerate(distinct)}
-        out = mat[[where[g[0]] for g in groups]]
-    else:
-        where = {k: i for i, k in enumerate(distinct)}
-        out = np.stack([mat[[where[k] for k in g]].mean(axis=0) if g else np.zeros(mat.shape[1])
-                        for g in groups])
+        return np.zeros((len(groups), 0), dtype=np.float32)
+    mat = np.asarray(fetch(distinct), dtype=np.float32)
+    mat = np.where(np.isfinite(mat), mat, np.float32(0))
+    where = {k: i for i, k in enumerate(distinct)}
+    out = np.stack([mat[[where[k] for k in g]].mean(axis=0) if g else np.zeros(mat.shape[1], np.float32)
+                    for g in groups])
     norms = np.linalg.norm(out, axis=1, keepdims=True)
     return np.divide(out, norms, out=np.zeros_like(out), where=norms > 0)
