@@ -97,16 +97,22 @@ def test_window_bounds_and_null_outside_it(eng: Engine) -> None:
     assert [h.scores["m"] is None for h in dogs] == [False, False, False, True]
 
 
-def test_fast_path_and_general_path_agree(eng: Engine) -> None:
+def test_knn_window_fast_path_and_general_path_agree(eng: Engine) -> None:
+    """The three ways the engine finds MMR's window give the same rows and values."""
     for mmr, limit in (("MMR(s, lambda => 0.3, window => 6)", 6), ("MMR(s, lambda => 0.3, window => 6)", 9),
-                       ("MMR(s, lambda => 0.5)", 12)):
-        fast = eng.search(_q(mmr, limit=limit))
-        slow = eng.search(_q(mmr, limit=limit, where="WHERE LENGTH(content) > 0 "))
-        assert [(h.id, h.scores["m"]) for h in fast] == [(h.id, h.scores["m"]) for h in slow]
-    plan = eng.explain(_q("MMR(s, window => 6)", limit=6)).to_dict()
-    assert plan["fast_path"]["kind"] == "fusion"
-    plan = eng.explain(_q("MMR(s, window => 6)", limit=9)).to_dict()
-    assert plan["fast_path"]["kind"] is None and "window" in plan["fast_path"]["description"]
+                       ("MMR(s, lambda => 0.5)", 12), ("MMR(s, lambda => 0.2, window => 4)", 3)):
+        for where in ("", "WHERE s > 0.05 "):
+            got = eng.search(_q(mmr, limit=limit, where=where))
+            slow = eng.search(_q(mmr, limit=limit, where=(where or "WHERE ") + ("AND " if where else "")
+                                 + "LENGTH(content) > 0 "))
+            assert [(h.id, h.scores["m"]) for h in got] == [(h.id, h.scores["m"]) for h in slow]
+    knn = eng.explain(_q("MMR(s, window => 6)", limit=6)).to_dict()
+    assert (knn["recall"]["strategy"], knn["recall"]["k"]) == ("knn", 6)  # the store's top 6 is the window
+    fast = eng.explain(_q("MMR(s, window => 6)", limit=6, where="WHERE s > 0.05 ")).to_dict()
+    assert fast["recall"]["strategy"] == "full" and fast["fast_path"]["kind"] == "fusion"
+    longer = eng.explain(_q("MMR(s, window => 6)", limit=9)).to_dict()  # the page is longer than the window
+    assert longer["recall"]["strategy"] == "full" and longer["fast_path"]["kind"] is None
+    assert "window" in longer["fast_path"]["description"]
 
 
 def test_ties_are_deterministic_on_insertion_order() -> None:
@@ -297,3 +303,23 @@ def test_mmr_with_the_real_model() -> None:
     diverse = [h.doc_id for h in e.search(q.format(lam=0.3))]
     assert diverse[0] == plain[0]
     assert {d.rstrip("0123456789") for d in diverse} == {"tea", "coffee", "cocoa"}
+
+
+def test_the_recall_pipelines_example() -> None:
+    """docs/recall-pipelines.md, "near-duplicate pages merged": the rows it shows."""
+    e = Engine(embedder=HashEmbedder(), warm_up=False)
+    pages = {"ts213-p1": "The meaning of a word is its use in the language.",
+             "ts213-copy": "The meaning of a word is its use in the language!",
+             "ms140-p1": "The meaning of a word is its use in language.",
+             "ms115-p2": "A rule does not determine its own application.",
+             "ms142-p3": "To follow a rule is a practice, like obeying an order."}
+    for doc_id, text in pages.items():
+        e.add_text(text, id=doc_id)
+    params = {"q": "what is the meaning of a word, and what is a rule?"}
+    plain = e.search("SELECT SENTENCE LET s = SIMILARITY(content, $q) ORDER BY s DESC LIMIT 3", params)
+    assert [h.doc_id for h in plain] == ["ms140-p1", "ts213-p1", "ts213-copy"]
+    q = "SELECT SENTENCE LET s = SIMILARITY(content, $q), m = MMR(s, lambda => 0.5) ORDER BY m DESC LIMIT 3"
+    got = e.search(q, params)
+    assert [(h.doc_id, round(h.scores["s"], 4), round(h.scores["m"], 4)) for h in got] == [
+        ("ms140-p1", 0.611, 1.0), ("ms142-p3", 0.4554, 0.5), ("ms115-p2", 0.2336, 0.3333)]
+    assert "fusion: MMR m = 1/position in the greedy order of the top 100 rows by s" in str(e.explain(q, params))

@@ -13,7 +13,7 @@ from nlql.errors import PlanError
 from nlql.evaluate import Env
 from nlql.plan.bind_params import bind_params
 from nlql.plan.choose_fastpath import choose_fastpath
-from nlql.plan.choose_recall import choose_recall
+from nlql.plan.choose_recall import choose_recall, mmr_window_recall
 from nlql.plan.decide_overfetch import decide_overfetch
 from nlql.plan.dedupe_scores import dedupe_scores
 from nlql.plan.lower_hybrid import lower_hybrid
@@ -93,6 +93,11 @@ def build_plan(
     if unit_kind == "SPAN" and bound.unit.base == "CHUNK":
         unit_kind = "SPAN_CHUNK"
     recall = decide_overfetch(recall, limit, offset, unit_kind, bool(residual), rerank_factor if rerank else None)
+    if limit is not None and any(s.kind == "MMR" for s in specs):
+        need = (limit + offset) * (max(1, rerank_factor or 1) if rerank else 1)
+        recall = mmr_window_recall(recall, order, specs, slots, binding_slots, need,
+                                   sentences=bound.unit.rows_are_sentences, engine_where=bool(residual or late),
+                                   caps=caps)
     native = store.compile_filter(pushed) if pushed is not None else None
     window = 1
     if bound.unit.window is not None:
