@@ -323,3 +323,23 @@ def test_the_recall_pipelines_example() -> None:
     assert [(h.doc_id, round(h.scores["s"], 4), round(h.scores["m"], 4)) for h in got] == [
         ("ms140-p1", 0.611, 1.0), ("ms142-p3", 0.4554, 0.5), ("ms115-p2", 0.2336, 0.3333)]
     assert "fusion: MMR m = 1/position in the greedy order of the top 100 rows by s" in str(e.explain(q, params))
+
+
+def test_the_benchmark_runs_at_a_tiny_size(tmp_path: Any) -> None:
+    """bench/mmr.py end to end on 300 sentences: the JSON's shape, never its timings."""
+    import json
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+    from bench import mmr as bench_mmr
+
+    out = tmp_path / "mmr.json"
+    result = bench_mmr.main(["--n", "300", "--repeat", "2", "--out", str(out)])
+    saved = json.loads(out.read_text(encoding="utf-8"))
+    assert saved["n"] == 300 and saved["window"] == 100 and saved["target_ms"] == 5.0
+    assert set(saved["ms"]) >= {"base_median", "mmr_median", "added_median", "added_cpu_median"}
+    assert saved["rows"] == {"mmr": 10, "base": 10, "same_first_row": True}
+    assert result["queries"]["mmr"].startswith("SELECT SENTENCE") and "MMR(s, window => 100)" in result["queries"]["mmr"]
