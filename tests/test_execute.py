@@ -51,6 +51,12 @@ FAST_QUERIES = {
                           "ORDER BY f DESC LIMIT 8 OFFSET 2",
     "fusion_filtered": f"SELECT SENTENCE LET s = {SEM}, k = {KW}, f = RRF(s, k, k => 10) "
                        'WHERE meta.status == "draft" ORDER BY f DESC LIMIT 10',
+    # a condition after fusion that fails at 0 (no arm ranks the row) keeps the fusion path
+    "fusion_gated": "SELECT SENTENCE LET s = SIMILARITY(content, \"solar energy\", min => 0.3), "
+                    "k = BM25(content, \"rivers\", min => 0.000001), f = RRF(s, k) WHERE f > 0 "
+                    "ORDER BY f DESC LIMIT 300",
+    "fusion_gated_flipped": f"SELECT SENTENCE LET s = {SEM}, k = {KW}, f = RRF(s, k, window => 20) "
+                            "WHERE 0.001 < f ORDER BY f DESC LIMIT 50",
 }
 
 
@@ -86,6 +92,15 @@ def test_no_fast_path_says_why(engines: tuple[Engine, Engine]) -> None:
     text = str(fast.explain(f'SELECT SENTENCE LET k = {KW} WHERE LENGTH(content) > 10 OR k > 1 ORDER BY k DESC LIMIT 3'))
     assert "fast path (memory table): none: WHERE has conditions the engine evaluates row by row" in text
     assert "none: rows group sentences" in str(fast.explain(f"SELECT DOCUMENT LET k = {KW} ORDER BY k DESC LIMIT 3"))
+
+
+@pytest.mark.parametrize("late", ["f < 0.5", "f >= 0", "f > -1", "f + 0 > 0", "f > 0 OR s > 0.9"])
+def test_a_condition_after_fusion_that_holds_at_zero_keeps_every_row(engines: tuple[Engine, Engine],
+                                                                      late: str) -> None:
+    fast, slow = engines
+    q = f"SELECT SENTENCE LET s = {SEM}, k = {KW}, f = RRF(s, k, window => 5) WHERE {late} ORDER BY f DESC LIMIT 30"
+    assert "none: a condition applies after fusion" in str(fast.explain(q))
+    assert _rows(fast.search(q)) == _rows(slow.search(q))
 
 
 def test_recency_half_life_reads_durations_as_check_does() -> None:

@@ -121,17 +121,18 @@ class Executor:
         stats.counts["returned"] = len(out)
         return Hits(out, stats.to_dict(), run.warnings)
 
-    def _graph_values(self, plan: Plan) -> Callable[[tuple[str, int, float]], dict[tuple[str, int], float]]:
-        """Each distinct GRAPH (text, hops, decay) activated once per search, on first use."""
-        cache: dict[tuple[str, int, float], dict[tuple[str, int], float]] = {}
+    def _graph_values(self, plan: Plan) -> Callable[[tuple[str, int, float]], Any]:
+        """Each distinct GRAPH (text, hops, decay) activated once per search, on first use (an
+        :class:`~nlql.text.graph.Activation`: ``.get((doc_id, position))`` per row read)."""
+        cache: dict[tuple[str, int, float], Any] = {}
         graph = self.graph
 
-        def values(key: tuple[str, int, float]) -> dict[tuple[str, int], float]:
+        def values(key: tuple[str, int, float]) -> Any:
             got = cache.get(key)
             if got is None:
                 if graph is None:
                     raise EvaluationError("GRAPH needs the engine's entity graph", None)
-                got = cache[key] = graph.activate(*key).as_dict()
+                got = cache[key] = graph.activate(*key)
             return got
         return values
 

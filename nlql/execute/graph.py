@@ -4,8 +4,9 @@ activates the same rows on every backend (the graph and its formulas are :mod:`n
 Like the BM25 sidecar (:mod:`nlql.execute.keywords`) it is built from the store's rows on first use
 (this is also how a re-attached store gets it): the engine's entity extractor runs on every stored
 sentence, and a document's ``metadata["entities"]`` applies to each of its sentences. After that the
-engine's writes keep it in step (a replaced document is replaced whole, a deleted one removed). A
-search that uses no GRAPH never builds it, and writes cost nothing until it is built.
+engine's writes keep it in step (a replaced document is replaced whole, a deleted one removed), and a
+write by another process (the store's row count or largest ``seq`` moved) rebuilds it at the next GRAPH
+query. A search that uses no GRAPH never builds it, and writes cost nothing until it is built.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ class GraphSidecar:
         self.store = store
         self.extractor = extractor
         self._graph: Any = None
+        self._fp: tuple[int, int] | None = None  # the store's (count, max seq) the graph reflects
         self._lock = threading.Lock()
 
     @property
@@ -63,10 +65,24 @@ class GraphSidecar:
         self._graph = graph
         return graph
 
+    def _fingerprint(self) -> tuple[int, int]:
+        return int(self.store.count()), int(self.store.max_seq())
+
     def graph(self) -> Any:
-        """The graph (built from the store on first use)."""
+        """The graph (built from the store on first use, and built again when the store changed under
+        this engine: another process wrote or deleted, which moves the store's row count or its
+        largest ``seq``; this engine's own writes are applied incrementally instead)."""
         with self._lock:
-            return self._graph if self._graph is not None else self._build()
+            if self._graph is not None:
+                fp = self._fingerprint()
+                if self._fp is None:  # after this engine's own writes: take the store's state as seen
+                    self._fp = fp
+                elif fp != self._fp:
+                    self._graph = None
+            if self._graph is None:
+                self._fp = self._fingerprint()
+                self._build()
+            return self._graph
 
     def on_upsert(self, docs: Sequence[DocRecord]) -> None:
         with self._lock:
@@ -78,12 +94,14 @@ class GraphSidecar:
                 sentences = [(u.position, names) for u in d.units if (names := self._names(u.content, doc_names))]
                 items.append((d.doc_id, sentences, d.seq))
             self._graph.add_many(items)
+            self._fp = None
 
     def on_delete(self, doc_ids: Sequence[str]) -> None:
         with self._lock:
             if self._graph is not None:
                 for d in doc_ids:
                     self._graph.remove(d)
+                self._fp = None
 
     def activate(self, text: str, hops: int, decay: float) -> Any:
         """The :class:`~nlql.text.graph.Activation` of ``text`` (see :meth:`EntityGraph.activate`)."""

@@ -22,6 +22,7 @@ from nlql.evaluate import RowContext
 from nlql.execute import keyword_recall
 from nlql.execute.candidates import Candidate, Search, keep_passing
 from nlql.execute.degrade import cause_of, drop_arms
+from nlql.execute.graph_recall import recall_by_graph
 from nlql.execute.materialise import candidates, similarities
 from nlql.stores.base import RunsLowered, ScoresAll, TablePaths
 
@@ -121,6 +122,10 @@ def _knn(run: Search, qv: dict[str, np.ndarray]) -> list[Candidate]:
 
 def _full(run: Search, qv: dict[str, np.ndarray], fast_ok: bool) -> list[Candidate]:
     plan, store = run.plan, run.store
+    if fast_ok and not run.failed:
+        by_graph = recall_by_graph(run, qv)
+        if by_graph is not None:
+            return by_graph
     caps = store.capabilities
     t = time.perf_counter()
     sim_slots = [s.slot for s in plan.scores if s.kind == "SIMILARITY" and s.slot not in run.failed]

@@ -12,6 +12,9 @@ lowered to SQL), the rows are sentences and there is a LIMIT. Two families:
   can still reach the page and the engine finishes (fusion, order, limit). ``MMR`` of one bare
   SIMILARITY (no ``min =>``) prunes to its window when LIMIT + OFFSET fits in it.
 
+A condition after fusion keeps the *fusion* path only when it fails for a row no arm ranks
+(``score > 0``: such a row's fused value is 0, so pruning it away changes nothing).
+
 Every choice is exact. ``plan.fast_path_reason`` says why a table store got no fast path.
 """
 
@@ -44,7 +47,7 @@ def choose_fastpath(plan: Plan, caps: Capabilities) -> Plan:
         return _none(plan, "rows group sentences")
     if plan.graphs or plan.temporals:
         return _none(plan, "GRAPH / TEMPORAL values come from the engine, row by row")
-    if plan.fusion_residual:
+    if plan.fusion_residual and not _zero_fails_all(plan):
         return _none(plan, "a condition applies after fusion")
     bm25_texts = tuple((s.slot, " ".join(s.texts)) for s in plan.scores if s.kind == "BM25")
     kinds = {s.kind for s in plan.scores}
@@ -100,6 +103,34 @@ def choose_fastpath(plan: Plan, caps: Capabilities) -> Plan:
         return _set(plan, FastPath("fusion", arms=tuple(arms), depth=spec.window,
                                    bm25_texts=_used(bm25_texts, [a.slot for a in arms])))
     return _none(plan, f"{first.label} is not a BM25, fusion or arithmetic score")
+
+
+_HOLDS_AT_ZERO = {">": lambda v: 0.0 > v, ">=": lambda v: 0.0 >= v, "<": lambda v: 0.0 < v,
+                  "<=": lambda v: 0.0 <= v}
+
+
+def _zero_fails_all(plan: Plan) -> bool:
+    """Every condition after fusion compares the first sort key's fusion score with a number and fails
+    at 0, the value of a row no arm ranks (``score > 0``): such rows are never on the page, so pruning
+    to the rows the arms rank stays exact, and the engine applies the conditions after fusion."""
+    if not plan.order:
+        return False
+    slot = plan.slot_of(plan.order[0].expr)
+    spec = plan.spec(slot) if slot is not None else None
+    if spec is None or spec.kind not in FUSION_FUNCTIONS:
+        return False
+    for c in plan.fusion_residual:
+        if not isinstance(c, ir.Compare) or c.op not in _HOLDS_AT_ZERO:
+            return False
+        op, other = c.op, c.right
+        if plan.slot_of(c.left) != slot:
+            op, other = {">": "<", ">=": "<=", "<": ">", "<=": ">="}[op], c.left
+            if plan.slot_of(c.right) != slot:
+                return False
+        if not isinstance(other, ir.Literal) or isinstance(other.value, bool) or \
+                not isinstance(other.value, (int, float)) or _HOLDS_AT_ZERO[op](float(other.value)):
+            return False
+    return True
 
 
 def _set(plan: Plan, path: FastPath) -> Plan:

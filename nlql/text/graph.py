@@ -153,15 +153,16 @@ class Activation:
     """
 
     __slots__ = ("text", "hops", "decay", "max_weight", "found", "per_hop", "values", "_slots", "_snap",
-                 "_entity_ids", "_entity_values", "_entities")
+                 "_entity_ids", "_entity_values", "_entities", "_row_best")
 
     def __init__(self, text: str, hops: int, decay: float, max_weight: int, found: tuple[FoundEntity, ...],
                  per_hop: tuple[HopDetail, ...], slots: np.ndarray, values: np.ndarray, entity_ids: np.ndarray,
-                 entity_values: np.ndarray, snapshot: _Compiled) -> None:
+                 entity_values: np.ndarray, snapshot: _Compiled, row_best: np.ndarray | None = None) -> None:
         self.text, self.hops, self.decay, self.max_weight = text, hops, decay, max_weight
         self.found, self.per_hop = found, per_hop
         self.values = values
         self._slots, self._snap = slots, snapshot
+        self._row_best = row_best
         self._entity_ids, self._entity_values = entity_ids, entity_values
         self._entities: dict[str, float] | None = None
 
@@ -204,6 +205,18 @@ class Activation:
     def pairs(self) -> list[tuple[str, int]]:
         """The activated sentences as ``(doc_id, position)``, in insertion order."""
         return list(zip(self.doc_ids.tolist(), self.positions.tolist()))
+
+    def get(self, pair: tuple[str, int], default: Any = None) -> float | Any:
+        """The activation of one sentence ``(doc_id, position)``, or ``default`` when it has none: a
+        dictionary lookup and an array read, so a query that reads a few rows never builds
+        :meth:`as_dict` over every activated one."""
+        if self._row_best is None:
+            return self.as_dict().get(pair, default)
+        slot = self._snap.slot_of().get(pair)
+        if slot is None:
+            return default
+        v = float(self._row_best[slot])
+        return v if v > 0.0 else default
 
     def as_dict(self) -> dict[tuple[str, int], float]:
         """``{(doc_id, position): activation}``."""
@@ -274,6 +287,15 @@ class _Compiled:
     slot_seq: np.ndarray
     in_order: bool
     display: dict[int, str] = field(default_factory=dict)
+    _slot_of: dict[tuple[str, int], int] | None = None
+
+    def slot_of(self) -> dict[tuple[str, int], int]:
+        """``(doc_id, position)`` → its newest sentence slot (built once per snapshot, on first use)."""
+        got = self._slot_of
+        if got is None:  # later slots of a replaced document overwrite its dead ones
+            got = self._slot_of = dict(zip(zip(self.slot_doc.tolist(), self.slot_pos.tolist()),
+                                           range(self.slot_pos.shape[0])))
+        return got
 
     def display_name(self, e: int) -> str:
         """The commonest live spelling of entity ``e`` (ties: the smallest string)."""
@@ -709,7 +731,7 @@ class EntityGraph:
         return Activation(
             text=text, hops=hops, decay=decay, max_weight=snap.max_weight, found=tuple(found),
             per_hop=tuple(per_hop), slots=hit, values=values, entity_ids=active, entity_values=act[active],
-            snapshot=snap,
+            snapshot=snap, row_best=row_best,
         )
 
     def values_for(self, activation: Activation, pairs: Sequence[tuple[str, int]]) -> np.ndarray:
