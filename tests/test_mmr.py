@@ -195,16 +195,32 @@ def test_mmr_order_is_the_greedy_objective() -> None:
     v /= np.linalg.norm(v, axis=1, keepdims=True)
     rel = np.sort(rng.uniform(size=30))[::-1]
     lam = 0.6
-    order = mmr_order(rel, v, lam)
-    assert sorted(order) == list(range(30))
+    order, complete = mmr_order(rel, v, lam)
+    assert complete and sorted(order) == list(range(30))
     taken: list[int] = []
     for j in order:  # each step takes the row with the best objective among those left
         best = max((lam * rel[i] - (1 - lam) * max((float(v[i] @ v[t]) for t in taken), default=0.0), -i)
                    for i in range(30) if i not in taken)
         assert -best[1] == j
         taken.append(j)
-    assert mmr_order(rel, v, 1.0) == list(range(30))
-    assert mmr_order(np.zeros(0), np.zeros((0, 8)), 0.5) == []
+    assert mmr_order(rel, v, 1.0) == (list(range(30)), True)
+    assert mmr_order(np.zeros(0), np.zeros((0, 8)), 0.5) == ([], True)
+    # past GRAM_MAX rows the cosines are computed row by row: the same order
+    import nlql.execute.mmr as M
+
+    big_v = rng.normal(size=(300, 8))
+    big_v /= np.linalg.norm(big_v, axis=1, keepdims=True)
+    big_rel = np.sort(rng.uniform(size=300))[::-1]
+    with_gram = mmr_order(big_rel, big_v, 0.4)
+    old, M.GRAM_MAX = M.GRAM_MAX, 100
+    try:
+        assert mmr_order(big_rel, big_v, 0.4) == with_gram
+    finally:
+        M.GRAM_MAX = old
+    # at the deadline the rest of the window follows in score order
+    part, complete = mmr_order(big_rel, big_v, 0.4, stop=lambda: True)
+    assert not complete and part[:64] == with_gram[0][:64]
+    assert part[64:] == [i for i in range(300) if i not in set(part[:64])]
 
 
 # ---------------------------------------------------------------- every store: vectors() and MMR answers

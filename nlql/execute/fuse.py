@@ -105,7 +105,11 @@ def _mmr(run: Search, spec: ScoreSpec, units: list[Candidate], dropped: set[int]
             rel = (rel - lo) / (hi - lo) if hi > lo else np.ones_like(rel)
         groups = [[r.key for r in units[i].rows] for _, i in window]
         vecs = unit_vectors(groups, run.store.vectors)
-        for position, j in enumerate(mmr_order(rel, vecs, spec.mmr_lambda), start=1):
+        order, complete = mmr_order(rel, vecs, spec.mmr_lambda, stop=run.deadline.expired)
+        if not complete:
+            run.warn_timeout(f"timeout during {spec.label}: past the first rows of its window, positions "
+                             "follow the score order; results may be incomplete")
+        for position, j in enumerate(order, start=1):
             value[window[j][1]] = 1.0 / position
     for i, u in enumerate(units):
         u.ctx.scores[spec.slot] = value.get(i)  # type: ignore[assignment]

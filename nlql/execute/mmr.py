@@ -17,54 +17,74 @@ repeatedly takes the row maximising ``λ·rel − (1 − λ)·max cos(row, taken
   better-ranked row, then insertion order (seq, position).
 
 The work is a ``w × w`` Gram matrix and ``w`` vector steps (numpy), a fraction of a millisecond at the
-default window of 100.
+default window of 100 (above ``GRAM_MAX`` rows each taken row's cosines are computed when it is taken).
+At the search's deadline the greedy loop stops and the rest of the window follows in score order, with
+a warning.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from nlql.stores.memory import matmul_t
 
-__all__ = ["mmr_order", "unit_vectors"]
+__all__ = ["GRAM_MAX", "mmr_order", "unit_vectors"]
 
 
-def mmr_order(rel: np.ndarray, vectors: np.ndarray, lam: float) -> list[int]:
-    """The greedy MMR order of the rows (indices into ``rel``).
+#: Windows up to this size use a precomputed Gram matrix; larger ones compute a taken row's cosines
+#: when it is taken (memory O(window × dim), not O(window²)).
+GRAM_MAX = 2048
+
+
+def mmr_order(rel: np.ndarray, vectors: np.ndarray, lam: float,
+              stop: Callable[[], bool] | None = None) -> tuple[list[int], bool]:
+    """The greedy MMR order of the rows (indices into ``rel``), and whether it is complete.
 
     Args:
         rel: Relevance per row, in window order (best first, ties already broken by insertion order).
         vectors: One unit vector per row (``len(rel) × dim``); a zero row is dissimilar to everything.
         lam: λ in [0, 1]: 1 is ``rel`` order, 0 picks the row least like those already taken.
+        stop: Asked every 64 steps (the search's deadline); when it says so, the rows not taken yet
+            follow in window order and the second value is False.
 
     >>> v = np.array([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0]])
     >>> mmr_order(np.array([0.9, 0.8, 0.5]), v, 0.3)
-    [0, 2, 1]
+    ([0, 2, 1], True)
     >>> mmr_order(np.array([0.9, 0.8, 0.5]), v, 1.0)
-    [0, 1, 2]
+    ([0, 1, 2], True)
     """
     n = len(rel)
     if n == 0:
-        return []
+        return [], True
     vecs = np.ascontiguousarray(vectors, dtype=np.float32)
+    if not vecs.shape[1]:
+        vecs = np.zeros((n, 1), dtype=np.float32)
     # cosines rounded as every score is; single-threaded BLAS (a 100 × 100 product is faster on one core)
-    gram = matmul_t(vecs, vecs).astype(np.float64) if vecs.shape[1] else np.zeros((n, n))
+    gram = matmul_t(vecs, vecs).astype(np.float64) if n <= GRAM_MAX else None
+
+    def penalty(j: int) -> np.ndarray:  # −(1 − λ)·cos(row, j): the objective's diversity term
+        cos = gram[j] if gram is not None else matmul_t(vecs[j:j + 1], vecs)[0].astype(np.float64)
+        return (lam - 1.0) * cos
+
     gain = lam * np.asarray(rel, dtype=np.float64)
-    penalty = (lam - 1.0) * gram   # −(1 − λ)·cos: the objective's diversity term, row by row
     first = int(np.argmax(gain))   # nothing taken yet: the most relevant row (the first of equals)
     order = [first]
-    worst = penalty[first].copy()  # each row's −(1 − λ)·(highest cosine to a row already taken)
+    worst = penalty(first)         # each row's −(1 − λ)·(highest cosine to a row already taken)
     gain[first] = -np.inf          # a taken row never wins again
     obj = np.empty(n)
-    for _ in range(n - 1):
+    for step in range(1, n):
+        if stop is not None and step % 64 == 0 and stop():
+            taken = set(order)
+            return order + [i for i in range(n) if i not in taken], False
         np.add(gain, worst, out=obj)
         j = int(obj.argmax())
         order.append(j)
         gain[j] = -np.inf
-        np.minimum(worst, penalty[j], out=worst)
-    return order
+        np.minimum(worst, penalty(j), out=worst)
+    return order, True
 
 
 def unit_vectors(groups: list[list[Any]], fetch: Any) -> np.ndarray:
