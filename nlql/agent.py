@@ -60,6 +60,7 @@ limits them.
 SELECT unit
 [LET name = expr, ...]          -- bindings; may use earlier/other bindings (no cycles)
 [WHERE condition]
+[DISTINCT BY expr, ... [KEEP n]] -- at most n rows (default 1) per distinct key value, in ORDER BY order
 [ORDER BY expr [ASC|DESC] [NULLS FIRST|NULLS LAST], ...]
 [LIMIT n] [OFFSET m]            -- non-negative integers; no LIMIT means every matching row
 [;]                             -- optional
@@ -74,6 +75,10 @@ Keywords and function names are case-insensitive. Comments: `-- to end of line`,
   WHERE and scores apply to the centre sentence, the window only widens the returned text.
 - `CHUNK`: consecutive sentences grouped up to a size.
 - `DOCUMENT`: one row per document with its full text, scored by its best sentence.
+
+DOCUMENT and CHUNK hits carry `best`: the position, content and scores of the sentence that scored
+the row (null when nothing scored it). `DISTINCT BY doc_id KEEP 2` gives at most two rows per document;
+`DISTINCT BY meta.source` one per source (NULL is one value); LIMIT and OFFSET count the rows kept.
 
 ## Names
 
@@ -148,9 +153,10 @@ filters, order, limit). 4. Call `nlql_search`; pass `max_tokens` to fit the resu
 #: The tool description: the language in the fewest words that let a model write correct queries.
 TOOL_DESCRIPTION = """\
 Search the text collection with NLQL, a SQL-like query language for semantic and hybrid retrieval. \
-Returns hits (id, doc_id, unit, content, metadata, scores).
+Returns hits (id, doc_id, unit, content, metadata, scores; DOCUMENT/CHUNK hits: best sentence).
 
 Clauses, in order: SELECT unit [LET name = expr, ...] [WHERE cond] \
+[DISTINCT BY expr, ... [KEEP n]] (at most n rows per distinct key, e.g. DISTINCT BY doc_id) \
 [ORDER BY expr [ASC|DESC] [NULLS FIRST|LAST], ...] [LIMIT n] [OFFSET m]
 Units: SENTENCE | CHUNK | DOCUMENT (whole document, scored by its best sentence) | \
 SPAN(SENTENCE, window => k) (hit sentence + k neighbours).
@@ -381,6 +387,9 @@ def hits_text(result: dict[str, Any]) -> str:
         meta = json.dumps(h.get("metadata", {}), ensure_ascii=False, sort_keys=True)
         lines.append(f"{i}. {h['id']} ({h['unit']}{', ' + scores if scores else ''}) meta={meta}")
         lines.append(f"   {h['content']}")
+        best = h.get("best")
+        if best:  # DOCUMENT / CHUNK hits: the sentence that scored the row
+            lines.append(f"   best sentence {best['position']}: {best['content']}")
     return "\n".join(lines)
 
 

@@ -37,6 +37,7 @@ from nlql.ir import (
     Binding,
     Call,
     Compare,
+    Distinct,
     Field,
     In,
     IsNull,
@@ -344,6 +345,8 @@ class _Checker:
         self._bindings()
         if q.where is not None:
             self._condition(q.where, self._expr(q.where), "WHERE")
+        if q.distinct is not None:
+            self._distinct(q.distinct)
         for key in q.order_by:
             t = self._expr(key.expr)
             if t == "list":
@@ -394,6 +397,33 @@ class _Checker:
                          "write SPAN(SENTENCE, window => 2)", code="unit")
         if unit.window is not None:
             self._count(unit.window, "the SPAN window")
+
+    def _distinct(self, d: Distinct) -> None:
+        """DISTINCT BY: the keys are ordinary expressions; KEEP is a whole number literal ≥ 1."""
+        if not d.keys:
+            self._report(d, "DISTINCT BY needs at least one key", "e.g. DISTINCT BY doc_id", code="distinct")
+        for key in d.keys:
+            self._expr(key)
+        e = d.keep
+        if e is None:
+            return
+        hint = "KEEP n keeps the first n rows of each distinct key, e.g. DISTINCT BY doc_id KEEP 2"
+        if isinstance(e, Param):
+            self._param(e)
+            self._report(e, "KEEP takes a whole number written in the query, not a $parameter", hint,
+                         code="distinct")
+            return
+        if not isinstance(e, Literal):
+            self._expr(e)
+            self._report(e, f"KEEP must be a whole number ≥ 1, not {_short(e)}", hint, code="distinct")
+            return
+        v = e.value
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            self._report(e, f"KEEP must be a whole number ≥ 1, not {_A[self._expr(e)]}", hint, code="distinct")
+        elif not _whole(v):
+            self._report(e, f"KEEP must be a whole number ≥ 1, not {_show(v)}", hint, code="distinct")
+        elif v < 1:
+            self._report(e, f"KEEP must be at least 1, not {v}", hint, code="distinct")
 
     def _count(self, e: Node, what: str) -> None:
         """LIMIT, OFFSET and the SPAN window: a whole number ≥ 0, literal or bound parameter."""

@@ -100,6 +100,10 @@ class Explain:
             "order_by": [{"key": o.label, "direction": "DESC" if o.descending else "ASC",
                           "nulls": "FIRST" if o.nulls_first else "LAST", "implicit": o.implicit}
                          for o in p.order] or [{"key": "insertion order (document, position)"}],
+            "distinct": None if p.distinct is None else {
+                "keys": list(p.distinct.labels), "keep": p.distinct.keep,
+                "widening": "a bounded recall asks for 10× the rows the page needs, then widens (×4 or more "
+                            "per round) until LIMIT+OFFSET rows are kept; rounds in hits.stats['distinct']"},
             "limit": p.limit,
             "offset": p.offset,
             "rerank": p.rerank,
@@ -186,6 +190,11 @@ class Explain:
             o["key"] if "direction" not in o else f"{o['key']} {o['direction']} NULLS {o['nulls']}"
             + (" (default)" if o.get("implicit") else "")
             for o in d["order_by"])
+        dist = d["distinct"]
+        if dist is not None:
+            lines.append(f"distinct by: {', '.join(dist['keys'])} keep {dist['keep']} (engine, after WHERE in "
+                         "ORDER BY order; NULL is one value)")
+            lines.append(f"  widening: {dist['widening']}")
         lines.append(f"order by: {order}; ties by insertion order")
         lines.append(f"limit: {d['limit'] if d['limit'] is not None else 'all'} offset: {d['offset']}")
         if d["rerank"]:

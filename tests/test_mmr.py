@@ -359,3 +359,14 @@ def test_the_benchmark_runs_at_a_tiny_size(tmp_path: Any) -> None:
     assert set(saved["ms"]) >= {"base_median", "mmr_median", "added_median", "added_cpu_median"}
     assert saved["rows"] == {"mmr": 10, "base": 10, "same_first_row": True}
     assert result["queries"]["mmr"].startswith("SELECT SENTENCE") and "MMR(s, window => 100)" in result["queries"]["mmr"]
+
+
+def test_distinct_by_after_mmr_fills_the_page_from_outside_the_window(eng: Engine) -> None:
+    """DISTINCT BY keeps the first row per key in MMR order; rows outside the window (NULL) fill the rest."""
+    q = _q("MMR(s, lambda => 0.3, window => 2)", limit=3).replace("ORDER BY", "DISTINCT BY doc_id ORDER BY")
+    fast = eng.search(q)
+    slow = eng.search(q.replace("DISTINCT BY", "WHERE LENGTH(content) > 0 DISTINCT BY"))
+    assert [(h.id, h.scores["m"]) for h in fast] == [(h.id, h.scores["m"]) for h in slow]
+    assert len(fast) == 3 and [h.scores["m"] is None for h in fast] == [False, False, True]
+    plain = eng.search(_q("MMR(s, lambda => 0.3, window => 2)", limit=3))
+    assert [h.id for h in fast] == [h.id for h in plain]  # one sentence per document: nothing to drop

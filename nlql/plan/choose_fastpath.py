@@ -92,6 +92,8 @@ def choose_fastpath(plan: Plan, caps: Capabilities) -> Plan:
             return _none(plan, f"the arm of {spec.slot} is not exactly one SIMILARITY call without min =>")
         if spec.window is None or need > spec.window:
             return _none(plan, f"the page (LIMIT + OFFSET) is longer than {spec.slot}'s window")
+        if plan.distinct is not None:  # DISTINCT BY may need rows from outside the window to fill the page
+            return _none(plan, f"DISTINCT BY may keep rows outside {spec.slot}'s window")
         return _set(plan, FastPath("fusion", arms=(FastArm(arm.slot, arm.kind, None),), depth=spec.window))
     if spec.kind in FUSION_FUNCTIONS and spec.window is not None:
         arms = []

@@ -64,7 +64,8 @@ def dedupe_scores(query: ir.Query) -> tuple[list[ScoreSpec], dict[ir.Call, str],
         visit(b.expr, b.name)
         if isinstance(b.expr, ir.Call) and b.expr in slots:
             binding_slots[b.name] = slots[b.expr]
-    for part in (query.where, *(k.expr for k in query.order_by)):
+    keys = query.distinct.keys if query.distinct is not None else ()
+    for part in (query.where, *keys, *(k.expr for k in query.order_by)):
         if part is not None:
             visit(part, None)
     return specs, slots, binding_slots

@@ -29,6 +29,7 @@ from __future__ import annotations
 from typing import Any
 
 from nlql import ir
+from nlql.plan.decide_overfetch import DISTINCT_FACTOR
 from nlql.plan.nodes import Plan, ScoreSpec
 from nlql.render import render_expr
 from nlql.sql import dialect_of
@@ -163,6 +164,8 @@ def lower_hybrid(plan: Plan, dialect: Dialect | Any, analyzer: Any = None) -> Pl
     fetch = plan.limit + plan.offset
     if plan.rerank:
         fetch = max(fetch, int(plan.rerank.get("factor") or 1) * fetch)
+    if plan.distinct is not None:  # the engine keeps LIMIT + OFFSET of these rows (and widens if short)
+        fetch = int(fetch * DISTINCT_FACTOR)
     lowered = Lowered(scores=tuple(scores), fusion=fusion, filter=plan.pushed, thresholds=tuple(thresholds),
                       fused_thresholds=tuple(fused), depth=plan.arm_depth, fetch=max(fetch, 0))
     why = d.missing_feature(lowered)

@@ -11,7 +11,7 @@ from nlql.functions import FUSION_FUNCTIONS, SCORE_FUNCTIONS, TEXT_SCORES
 from nlql.pushdown import FastPath, Filter, NativeFilter
 
 __all__ = ["ARM_DEPTH_FACTOR", "ARM_DEPTH_MIN", "FUSION_FUNCTIONS", "SCORE_FUNCTIONS", "TEXT_SCORES",
-           "OrderSpec", "Plan", "Recall", "ScoreCondition", "ScoreSpec", "score_condition", "slot_of"]
+           "DistinctSpec", "OrderSpec", "Plan", "Recall", "ScoreCondition", "ScoreSpec", "score_condition", "slot_of"]
 
 ARM_DEPTH_MIN = 100      # rows per fusion arm, at least
 ARM_DEPTH_FACTOR = 10    # … or this many times LIMIT + OFFSET
@@ -84,6 +84,15 @@ class OrderSpec:
     implicit: bool = False
 
 
+@dataclass(frozen=True)
+class DistinctSpec:
+    """``DISTINCT BY keys KEEP keep``: applied by the engine after WHERE, fusion, ORDER BY and rerank."""
+
+    keys: tuple[ir.Expr, ...]
+    labels: tuple[str, ...]
+    keep: int = 1
+
+
 @dataclass
 class Recall:
     """How candidates are found.
@@ -135,6 +144,7 @@ class Plan:
     # set by choose_fastpath on table stores (Capabilities.FAST_PATH): the page picked with numpy
     fast_path: FastPath | None = None
     fast_path_reason: str = ""
+    distinct: DistinctSpec | None = None  # DISTINCT BY … KEEP n (recall widens until enough rows are kept)
 
     def slot_of(self, expr: ir.Expr) -> str | None:
         """The score slot ``expr`` is exactly (a score call or a binding bound to one), else None."""

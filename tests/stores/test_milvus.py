@@ -19,8 +19,7 @@ from adapter_kit import HOSTILE, make_doc, unit_vectors  # noqa: E402
 
 from nlql import Engine  # noqa: E402
 from nlql.embedders import HashEmbedder  # noqa: E402
-from nlql.errors import BackendError, NLQLError  # noqa: E402
-from nlql.execute.keywords import BM25Sidecar  # noqa: E402
+from nlql.errors import BackendError, NLQLError, StoreMismatchError  # noqa: E402
 from nlql.pushdown import Cond, FAnd  # noqa: E402
 from nlql.stores import pyfilter  # noqa: E402
 from nlql.stores._terms import StoreKeywordIndex  # noqa: E402
@@ -116,21 +115,27 @@ def test_bm25_is_read_from_the_store_and_equals_the_builtin(tmp_path: Path) -> N
     e.close()
 
 
-@pytest.mark.xfail(strict=True, reason="since the store records its analyzer, the engine hands its analyzer to a "
-                   "native-BM25 store instead of keeping BM25 itself; this test's expectation predates that")
-def test_another_analyzer_keeps_bm25_in_the_engine(tmp_path: Path) -> None:
+def test_the_recorded_analyzer_wins_over_a_store_objects_own(tmp_path: Path) -> None:
+    """The terms on disk were cut by the analyzer the store recorded: a store object made with another
+    analyzer gets the recorded one back (BM25 stays in the store, same scores); an engine asked for
+    another analyzer is refused with a hint, before anything is read or written."""
     path = str(tmp_path / "an.db")
     e = _engine(MilvusStore(path))
     e.add_texts(TEXTS[:2], ids=["a", "b"])
     want = _rows(e.search(BM25_Q))
+    recorded = e.store.analyzer.describe()
     e.close()
     other = _engine(MilvusStore(path, analyzer=Analyzer(stopwords=["a"])))
-    assert not other.store.capabilities.KEYWORD_STATS  # terms on disk are the default analyzer's
+    assert other.store.analyzer.describe() == recorded
+    assert other.store.capabilities.KEYWORD_STATS and isinstance(other._bm25, StoreKeywordIndex)
     assert _rows(other.search(BM25_Q)) == want
-    assert isinstance(other._bm25, BM25Sidecar) and other._bm25.built  # so the engine scores BM25
     other.close()
+    with pytest.raises(StoreMismatchError, match="BM25 analyzer") as err:
+        Engine(embedder=HashEmbedder(dim=32), store=MilvusStore(path), analyzer=Analyzer(stopwords=["a"]),
+               warm_up=False)
+    assert "omit the analyzer" in (err.value.hint or "")
     again = _engine(MilvusStore(path))
-    assert again.store.capabilities.KEYWORD_STATS and _rows(again.search(BM25_Q)) == want
+    assert _rows(again.search(BM25_Q)) == want
     again.close()
 
 
