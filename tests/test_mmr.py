@@ -361,12 +361,17 @@ def test_the_benchmark_runs_at_a_tiny_size(tmp_path: Any) -> None:
     assert result["queries"]["mmr"].startswith("SELECT SENTENCE") and "MMR(s, window => 100)" in result["queries"]["mmr"]
 
 
-def test_distinct_by_after_mmr_fills_the_page_from_outside_the_window(eng: Engine) -> None:
+def test_distinct_by_after_mmr_fills_the_page_from_outside_the_window() -> None:
     """DISTINCT BY keeps the first row per key in MMR order; rows outside the window (NULL) fill the rest."""
-    q = _q("MMR(s, lambda => 0.3, window => 2)", limit=3).replace("ORDER BY", "DISTINCT BY doc_id ORDER BY")
-    fast = eng.search(q)
-    slow = eng.search(q.replace("DISTINCT BY", "WHERE LENGTH(content) > 0 DISTINCT BY"))
-    assert [(h.id, h.scores["m"]) for h in fast] == [(h.id, h.scores["m"]) for h in slow]
-    assert len(fast) == 3 and [h.scores["m"] is None for h in fast] == [False, False, True]
-    plain = eng.search(_q("MMR(s, lambda => 0.3, window => 2)", limit=3))
-    assert [h.id for h in fast] == [h.id for h in plain]  # one sentence per document: nothing to drop
+    e = Engine(embedder=HashEmbedder(dim=64), warm_up=False)
+    for c, sentences in enumerate(CLUSTERS):  # one document per cluster, its four near-copies as sentences
+        e.add_text(" ".join(sentences), id=f"c{c}")
+    q = (f'SELECT SENTENCE LET s = SIMILARITY(content, "{Q}"), m = MMR(s, lambda => 1, window => 4) '
+         "DISTINCT BY doc_id ORDER BY m DESC LIMIT 3")
+    window = e.search(q.replace("DISTINCT BY doc_id ", "").replace("LIMIT 3", "LIMIT 4"))
+    assert {h.doc_id for h in window if h.scores["m"] is not None} == {"c0"}  # the window is one document
+    got = e.search(q)
+    slow = e.search(q.replace("DISTINCT BY", "WHERE LENGTH(content) > 0 DISTINCT BY"))
+    assert [(h.id, h.scores["m"]) for h in got] == [(h.id, h.scores["m"]) for h in slow]
+    assert [h.doc_id for h in got] == ["c0", "c1", "c2"] and [h.scores["m"] for h in got] == [1.0, None, None]
+    assert e.explain(q).to_dict()["recall"]["strategy"] == "full"
