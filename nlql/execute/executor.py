@@ -80,7 +80,7 @@ class Executor:
         units = recall(run, qv, fast_ok=reranker is None)
         plan = run.plan  # degrading may have replaced a lowered plan by its arm-by-arm form
 
-        fusion = plan.fusions
+        fusion = [f for f in plan.fusions if f.slot not in run.prefused]
         if fusion and plan.lowered is None:
             t = time.perf_counter()
             units = fuse(run, fusion, units)

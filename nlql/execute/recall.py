@@ -24,6 +24,7 @@ from nlql.execute import keyword_recall
 from nlql.execute.candidates import Candidate, Search, keep_passing
 from nlql.execute.degrade import cause_of, drop_arms
 from nlql.execute.distinct import kept
+from nlql.execute.fused_page import fused_page
 from nlql.execute.graph_recall import recall_by_graph
 from nlql.execute.materialise import candidates, similarities
 from nlql.plan.decide_overfetch import DISTINCT_FACTOR
@@ -171,6 +172,10 @@ def _full(run: Search, qv: dict[str, np.ndarray], fast_ok: bool) -> list[Candida
     t = time.perf_counter()
     sim_slots = [s.slot for s in plan.scores if s.kind == "SIMILARITY" and s.slot not in run.failed]
     sentence_scores: dict[str, np.ndarray] = {}
+    unordered = False
+    begin = getattr(run.bm25, "begin_search", None)
+    if begin is not None and plan.fast_path is not None:
+        begin()  # the BM25 scores a fast path keeps serve this search only
     try:
         if caps.FULL_SCORES:
             if sim_slots:
@@ -182,6 +187,11 @@ def _full(run: Search, qv: dict[str, np.ndarray], fast_ok: bool) -> list[Candida
                     sentence_scores[s] = mat[row:row + n].max(axis=0)
                     row += n
                 keys_arr = np.asarray(keys_arr)
+            elif plan.fast_path is not None and plan.fast_path.prunes and hasattr(store, "mask"):
+                # a table's live keys as an array, in row order: the fast path orders what it picks, and
+                # if it declines they are put in insertion order below
+                keys_arr = np.flatnonzero(store.mask(plan.native))
+                unordered = True
             else:
                 keys_arr = np.asarray(store.scan(plan.native))
         else:
@@ -213,10 +223,12 @@ def _full(run: Search, qv: dict[str, np.ndarray], fast_ok: bool) -> list[Candida
     t = time.perf_counter()
     fast = run.plan.fast_path if not run.failed else None
     if fast is not None and run.need is not None and (fast.prunes or fast_ok):
-        units = _fast(run, fast, keys_arr, sentence_scores, qv)
+        units = _fast(run, fast, keys_arr, sentence_scores, qv, fast_ok=fast_ok, unordered=unordered)
         if units is not None:
             run.stats.add("filter", (time.perf_counter() - t) * 1000)
             return units
+    if unordered:  # the general path reads the keys in insertion order
+        keys_arr = np.asarray(store.scan(plan.native))
     units = candidates(run, list(keys_arr), qv, dict(sentence_scores))
     units = keep_passing(units, run.residual, run.deadline, run.warnings)
     run.stats.add("filter", (time.perf_counter() - t) * 1000)
@@ -224,11 +236,13 @@ def _full(run: Search, qv: dict[str, np.ndarray], fast_ok: bool) -> list[Candida
 
 
 def _fast(run: Search, fast: Any, keys_arr: np.ndarray, sentence_scores: dict[str, np.ndarray],
-          qv: dict[str, np.ndarray]) -> list[Candidate] | None:
+          qv: dict[str, np.ndarray], *, fast_ok: bool, unordered: bool) -> list[Candidate] | None:
     """The table fast path's page (None when the store declines it).
 
     With DISTINCT BY the path picks ``need`` rows, then ×4 per round, until enough rows are kept or it
-    picked fewer than it was asked for (every matching row is then in).
+    picked fewer than it was asked for (every matching row is then in). Without it, a fusion's page is
+    fused with numpy over the arms' windows (:mod:`nlql.execute.fused_page`). ``unordered``: ``keys_arr``
+    is in row order (no similarity slot), so pruned keys are put in insertion order here.
     """
     assert run.need is not None
     store = cast(TablePaths, run.store)
@@ -237,15 +251,31 @@ def _fast(run: Search, fast: Any, keys_arr: np.ndarray, sentence_scores: dict[st
         want = int(want * DISTINCT_FACTOR)
     while True:
         rounds += 1
-        picked = store.fast_select(fast, keys_arr, sentence_scores, want, run.bm25.matches)
+        matches = getattr(run.bm25, "fast_matches", None) or run.bm25.matches  # dense BM25 for a table
+        picked = store.fast_select(fast, keys_arr, sentence_scores, want, matches)
         run.stats.counts["fast_path"] = fast.kind if picked is not None else f"{fast.kind} (declined)"
         if picked is None:
             return None
+        page = None
+        if fast.kind == "fusion" and fast_ok and run.plan.distinct is None:
+            page = fused_page(run, picked[0], picked[1], getattr(matches, "rows", None))
+        if page is not None:
+            page_keys, page_scores, slot = page
+            fused = page_scores.pop(slot)
+            run.stats.counts["pruned_to"] = int(len(picked[0]))
+            units = candidates(run, [int(k) for k in page_keys], qv, page_scores)
+            for u, v in zip(units, fused.tolist(), strict=True):
+                u.ctx.scores[slot] = v
+            run.prefused.add(slot)
+            run.stats.counts["fused_page"] = len(units)
+            return keep_passing(units, run.residual, run.deadline, run.warnings)
         if not fast.prunes:
             top_keys, scores = picked
             units = candidates(run, [int(k) for k in top_keys], qv, scores)
         else:
             pruned, pruned_scores = picked
+            if unordered:  # (no similarity slot here, so no scores to reorder)
+                pruned = cast(Any, run.store).table.order(np.asarray(pruned, dtype=np.int64))
             run.stats.counts["pruned_to"] = int(len(pruned))
             units = candidates(run, list(pruned), qv, dict(pruned_scores))
             units = keep_passing(units, run.residual, run.deadline, run.warnings)
