@@ -100,6 +100,7 @@ go wherever a literal does and are bound with `params={"name": value}`; a missin
 | `BM25(content, "words" [, min => 1.0])` | keyword score >= 0 (OR over terms); rows matching no term have no BM25 rank |
 | `RRF(a, b, ... [, k => 60] [, weights => [w1, w2]] [, window => n])` | reciprocal rank fusion of arms a, b (scores or any numbers, e.g. RECENCY(meta.date)): sum of w/(k + rank) |
 | `INTERLEAVE(a, b, ... [, window => n])` | round-robin fusion of rankings (value 1/position) |
+| `MMR(s [, lambda => 0.5] [, window => 100])` | diversity: 1/position in the greedy MMR order of the top window rows by s (near-duplicates pushed down); NULL outside the window |
 | `IF(cond, a, b)` | a when cond is TRUE, else b (UNKNOWN takes b) |
 | `RECENCY(meta.date [, half_life => "90d"])` | exponential decay in (0, 1]; null date gives null |
 | `GRAPH($q [, hops => 1] [, decay => 0.5])` | entity arm: 1.0 for rows naming an entity named in the text (a whole question works), less for entities named together with them; null otherwise |
@@ -163,7 +164,8 @@ Names: content, id, doc_id, position, meta.key (meta.a.b; meta.`odd-key`), LET b
 A bare unknown name is an error: write meta.topic, not topic.
 Score functions (use in LET): SIMILARITY(content, "text" | ["t1", "t2"]) cosine in [-1, 1]; \
 BM25(content, "words") keyword score (min => x on either: NULL below x); RRF(a, b, k => 60, \
-weights => [1, 1], window => 100) fuses arms (scores or numbers like RECENCY(meta.date)); INTERLEAVE(a, b). \
+weights => [1, 1], window => 100) fuses arms (scores or numbers like RECENCY(meta.date)); INTERLEAVE(a, b); \
+MMR(s, lambda => 0.5) orders the top rows by s for diversity (near-duplicates pushed down). \
 Arms from a question: GRAPH($q, hops => 1) (entities named in $q and their neighbours), \
 TEMPORAL(meta.date, $q) (the period $q names); null when they do not apply. \
 Others: IF(c, a, b), RECENCY(meta.date, half_life => "90d"), LENGTH, LOWER, UPPER, \

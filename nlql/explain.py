@@ -22,6 +22,16 @@ def _fusion(plan: Plan) -> list[dict[str, Any]]:
             out.append({"binding": s.slot, "method": "INTERLEAVE", "arms": list(s.arms),
                         "window": s.window, "arm_depth": s.window,
                         "formula": f"{s.slot} = 1/position in round-robin over {', '.join(s.arms)}"})
+        elif s.kind == "MMR":
+            arm = plan.spec(plan.slot_of(s.arm_exprs[0])) if s.arm_exprs else None
+            rel = ("the arm as it is (a cosine)" if arm is not None and arm.kind == "SIMILARITY"
+                   else "the arm min-max normalised over the window")
+            out.append({"binding": s.slot, "method": "MMR", "arms": list(s.arms), "lambda": s.mmr_lambda,
+                        "window": s.window, "arm_depth": s.window, "relevance": rel,
+                        "formula": f"{s.slot} = 1/position in the greedy order of the top {s.window} rows by "
+                                   f"{', '.join(s.arms)}, each step taking the row maximising "
+                                   f"{s.mmr_lambda:g}·rel − {1 - s.mmr_lambda:g}·max cos(row, taken); "
+                                   "NULL outside the window"})
     return out
 
 
@@ -171,6 +181,10 @@ class Explain:
             lines.append(f"temporal: {t['call']}: {t['description']}")
         for f in d["fusion"]:
             window = "every row" if f["window"] is None else f"{f['window']} rows"
+            if f["method"] == "MMR":
+                lines.append(f"fusion: MMR {f['formula']} (lambda {f['lambda']:g}, window {window}; "
+                             f"rel: {f['relevance']}; cos between the rows' own vectors)")
+                continue
             lines.append(f"fusion: {f['method']} {f['formula']} (window: each arm ranks {window})")
         order = ", ".join(
             o["key"] if "direction" not in o else f"{o['key']} {o['direction']} NULLS {o['nulls']}"

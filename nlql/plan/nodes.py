@@ -62,7 +62,7 @@ class ScoreSpec:
     """One deduplicated score computation. ``slot`` is its name in ``hit.scores`` when unbound."""
 
     slot: str
-    kind: str                       # SIMILARITY | BM25 | RRF | INTERLEAVE
+    kind: str                       # SIMILARITY | BM25 | RRF | INTERLEAVE | MMR
     call: ir.Call
     texts: tuple[str, ...] = ()     # SIMILARITY / BM25: the query texts (params bound)
     arms: tuple[str, ...] = ()      # RRF / INTERLEAVE: each arm's label (a binding name, or its text)
@@ -70,8 +70,9 @@ class ScoreSpec:
     weights: tuple[float, ...] = ()  # RRF weights (one per arm)
     label: str = ""                 # canonical text of the call
     min: float | None = None        # SIMILARITY / BM25: min => x (below it the score is NULL: out of the arm)
-    window: int | None = None       # RRF / INTERLEAVE: rows each arm ranks (None: every row)
-    arm_exprs: tuple[ir.Expr, ...] = ()  # RRF / INTERLEAVE: each arm's expression (a Ref for a binding)
+    window: int | None = None       # RRF / INTERLEAVE: rows each arm ranks (None: every row); MMR: its window
+    arm_exprs: tuple[ir.Expr, ...] = ()  # RRF / INTERLEAVE / MMR: each arm's expression (a Ref for a binding)
+    mmr_lambda: float = 0.5         # MMR: weight of relevance against diversity (lambda => λ)
 
 
 @dataclass(frozen=True)
@@ -159,5 +160,5 @@ class Plan:
 
     @property
     def fusions(self) -> list[ScoreSpec]:
-        """The RRF / INTERLEAVE scores."""
+        """The RRF / INTERLEAVE / MMR scores (computed by the engine's fusion stage, or a lowered statement)."""
         return [s for s in self.scores if s.kind in FUSION_FUNCTIONS]

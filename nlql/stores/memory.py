@@ -426,6 +426,11 @@ class MatrixStore:
                 out[b, order] = self.exact_scores(v, idx[order])
             return out
 
+    def vectors(self, keys: Sequence[Any]) -> np.ndarray:
+        """The rows' own unit vectors, ``(len(keys), dim)`` float32 (a copy; in process, no round trip)."""
+        with self._lock:
+            return self.matrix[np.asarray(keys, dtype=np.int64)]
+
     def get_info(self, key: str) -> str | None:
         return self._info.get(key)
 

@@ -167,6 +167,16 @@ QUERIES: list[str] = [
     'ORDER BY f DESC LIMIT 10',
     'SELECT SENTENCE LET f = INTERLEAVE(GRAPH("Alan Turing"), TEMPORAL(meta.date, "June 2024"), window => 4) '
     'ORDER BY f DESC LIMIT 8',
+    # SPEC §9 MMR: the greedy order over the rows' own vectors (every store hands them back)
+    'SELECT SENTENCE LET s = SIMILARITY(content, "agents memory tools"), m = MMR(s, lambda => 0.3) '
+    'ORDER BY m DESC LIMIT 10',
+    'SELECT SENTENCE LET s = SIMILARITY(content, "solar energy policy"), m = MMR(s, lambda => 0.5, window => 8) '
+    'WHERE meta.status != "archived" ORDER BY s DESC LIMIT 12',
+    'SELECT SENTENCE LET s = SIMILARITY(content, "cats dogs"), k = BM25(content, "cats dogs"), '
+    'm = MMR(RRF(s, k), lambda => 0.4, window => 20) ORDER BY m DESC LIMIT 8 OFFSET 2',
+    'SELECT SENTENCE LET k = BM25(content, "retrieval graphs"), m = MMR(k, lambda => 0.2) ORDER BY m DESC LIMIT 6',
+    'SELECT DOCUMENT LET s = SIMILARITY(content, "memory retrieval"), m = MMR(s, lambda => 0.3, window => 12) '
+    'ORDER BY m DESC LIMIT 5',
     # SPEC §9 diversity: DISTINCT BY … KEEP n (engine-side on every store; recall widens until enough rows are kept)
     f"SELECT SENTENCE {SIM} DISTINCT BY doc_id ORDER BY rel DESC LIMIT 10",
     f"SELECT SENTENCE {SIM} DISTINCT BY doc_id KEEP 2 ORDER BY rel DESC LIMIT 9 OFFSET 3",
