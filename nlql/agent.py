@@ -60,6 +60,7 @@ limits them.
 SELECT unit
 [LET name = expr, ...]          -- bindings; may use earlier/other bindings (no cycles)
 [WHERE condition]
+[DISTINCT BY expr, ... [KEEP n]] -- at most n rows (default 1) per distinct key value, in ORDER BY order
 [ORDER BY expr [ASC|DESC] [NULLS FIRST|NULLS LAST], ...]
 [LIMIT n] [OFFSET m]            -- non-negative integers; no LIMIT means every matching row
 [;]                             -- optional
@@ -74,6 +75,10 @@ Keywords and function names are case-insensitive. Comments: `-- to end of line`,
   WHERE and scores apply to the centre sentence, the window only widens the returned text.
 - `CHUNK`: consecutive sentences grouped up to a size.
 - `DOCUMENT`: one row per document with its full text, scored by its best sentence.
+
+DOCUMENT and CHUNK hits carry `best`: the position, content and scores of the sentence that scored
+the row (null when nothing scored it). `DISTINCT BY doc_id KEEP 2` gives at most two rows per document;
+`DISTINCT BY meta.source` one per source (NULL is one value); LIMIT and OFFSET count the rows kept.
 
 ## Names
 
@@ -95,6 +100,7 @@ go wherever a literal does and are bound with `params={"name": value}`; a missin
 | `BM25(content, "words" [, min => 1.0])` | keyword score >= 0 (OR over terms); rows matching no term have no BM25 rank |
 | `RRF(a, b, ... [, k => 60] [, weights => [w1, w2]] [, window => n])` | reciprocal rank fusion of arms a, b (scores or any numbers, e.g. RECENCY(meta.date)): sum of w/(k + rank) |
 | `INTERLEAVE(a, b, ... [, window => n])` | round-robin fusion of rankings (value 1/position) |
+| `MMR(s [, lambda => 0.5] [, window => 100])` | diversity: 1/position in the greedy MMR order of the top window rows by s (near-duplicates pushed down); NULL outside the window |
 | `IF(cond, a, b)` | a when cond is TRUE, else b (UNKNOWN takes b) |
 | `RECENCY(meta.date [, half_life => "90d"])` | exponential decay in (0, 1]; null date gives null |
 | `GRAPH($q [, hops => 1] [, decay => 0.5])` | entity arm: 1.0 for rows naming an entity named in the text (a whole question works), less for entities named together with them; null otherwise |
@@ -147,9 +153,10 @@ filters, order, limit). 4. Call `nlql_search`; pass `max_tokens` to fit the resu
 #: The tool description: the language in the fewest words that let a model write correct queries.
 TOOL_DESCRIPTION = """\
 Search the text collection with NLQL, a SQL-like query language for semantic and hybrid retrieval. \
-Returns hits (id, doc_id, unit, content, metadata, scores).
+Returns hits (id, doc_id, unit, content, metadata, scores; DOCUMENT/CHUNK hits: best sentence).
 
 Clauses, in order: SELECT unit [LET name = expr, ...] [WHERE cond] \
+[DISTINCT BY expr, ... [KEEP n]] (at most n rows per distinct key, e.g. DISTINCT BY doc_id) \
 [ORDER BY expr [ASC|DESC] [NULLS FIRST|LAST], ...] [LIMIT n] [OFFSET m]
 Units: SENTENCE | CHUNK | DOCUMENT (whole document, scored by its best sentence) | \
 SPAN(SENTENCE, window => k) (hit sentence + k neighbours).
@@ -157,7 +164,8 @@ Names: content, id, doc_id, position, meta.key (meta.a.b; meta.`odd-key`), LET b
 A bare unknown name is an error: write meta.topic, not topic.
 Score functions (use in LET): SIMILARITY(content, "text" | ["t1", "t2"]) cosine in [-1, 1]; \
 BM25(content, "words") keyword score (min => x on either: NULL below x); RRF(a, b, k => 60, \
-weights => [1, 1], window => 100) fuses arms (scores or numbers like RECENCY(meta.date)); INTERLEAVE(a, b). \
+weights => [1, 1], window => 100) fuses arms (scores or numbers like RECENCY(meta.date)); INTERLEAVE(a, b); \
+MMR(s, lambda => 0.5) orders the top rows by s for diversity (near-duplicates pushed down). \
 Arms from a question: GRAPH($q, hops => 1) (entities named in $q and their neighbours), \
 TEMPORAL(meta.date, $q) (the period $q names); null when they do not apply. \
 Others: IF(c, a, b), RECENCY(meta.date, half_life => "90d"), LENGTH, LOWER, UPPER, \
@@ -379,6 +387,9 @@ def hits_text(result: dict[str, Any]) -> str:
         meta = json.dumps(h.get("metadata", {}), ensure_ascii=False, sort_keys=True)
         lines.append(f"{i}. {h['id']} ({h['unit']}{', ' + scores if scores else ''}) meta={meta}")
         lines.append(f"   {h['content']}")
+        best = h.get("best")
+        if best:  # DOCUMENT / CHUNK hits: the sentence that scored the row
+            lines.append(f"   best sentence {best['position']}: {best['content']}")
     return "\n".join(lines)
 
 

@@ -37,6 +37,7 @@ from nlql.ir import (
     Binding,
     Call,
     Compare,
+    Distinct,
     Field,
     In,
     IsNull,
@@ -127,7 +128,7 @@ class BindingFacts:
         type: Its checker type: ``number``, ``score``, ``string``, ``datetime``, ``bool``, ``list`` or ``any``.
         score: Its value is a score: a score call, a score binding, or arithmetic / IF over one. A
             comparison of a score (``SIMILARITY(…) > 2``) is a boolean, not a score.
-        fusion: It reads a fusion score (RRF / INTERLEAVE), itself or through another binding.
+        fusion: It reads a fusion score (RRF / INTERLEAVE / MMR), itself or through another binding.
     """
 
     name: str
@@ -344,6 +345,8 @@ class _Checker:
         self._bindings()
         if q.where is not None:
             self._condition(q.where, self._expr(q.where), "WHERE")
+        if q.distinct is not None:
+            self._distinct(q.distinct)
         for key in q.order_by:
             t = self._expr(key.expr)
             if t == "list":
@@ -394,6 +397,33 @@ class _Checker:
                          "write SPAN(SENTENCE, window => 2)", code="unit")
         if unit.window is not None:
             self._count(unit.window, "the SPAN window")
+
+    def _distinct(self, d: Distinct) -> None:
+        """DISTINCT BY: the keys are ordinary expressions; KEEP is a whole number literal ≥ 1."""
+        if not d.keys:
+            self._report(d, "DISTINCT BY needs at least one key", "e.g. DISTINCT BY doc_id", code="distinct")
+        for key in d.keys:
+            self._expr(key)
+        e = d.keep
+        if e is None:
+            return
+        hint = "KEEP n keeps the first n rows of each distinct key, e.g. DISTINCT BY doc_id KEEP 2"
+        if isinstance(e, Param):
+            self._param(e)
+            self._report(e, "KEEP takes a whole number written in the query, not a $parameter", hint,
+                         code="distinct")
+            return
+        if not isinstance(e, Literal):
+            self._expr(e)
+            self._report(e, f"KEEP must be a whole number ≥ 1, not {_short(e)}", hint, code="distinct")
+            return
+        v = e.value
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            self._report(e, f"KEEP must be a whole number ≥ 1, not {_A[self._expr(e)]}", hint, code="distinct")
+        elif not _whole(v):
+            self._report(e, f"KEEP must be a whole number ≥ 1, not {_show(v)}", hint, code="distinct")
+        elif v < 1:
+            self._report(e, f"KEEP must be at least 1, not {v}", hint, code="distinct")
 
     def _count(self, e: Node, what: str) -> None:
         """LIMIT, OFFSET and the SPAN window: a whole number ≥ 0, literal or bound parameter."""
@@ -904,6 +934,8 @@ class _Checker:
                              f'e.g. {name}(sem, kw, RECENCY(meta.date)): each arm ranks rows by its value',
                              code="score")
         self._window(e.kwarg("window"), name)
+        if name == "MMR":
+            self._mmr_lambda(e.kwarg("lambda"))
         if name != "RRF":
             return
         k = e.kwarg("k")
@@ -917,6 +949,19 @@ class _Checker:
         if weights is not None:
             self._weights(weights, len(e.args))
 
+    def _mmr_lambda(self, node: Node | None) -> None:
+        """MMR's ``lambda => λ``: a number in [0, 1] (1 is pure relevance, 0 pure diversity)."""
+        if node is None or (isinstance(node, Param) and self._param_value(node) is _UNBOUND):
+            return
+        value = self._constant(node) if isinstance(node, (Literal, Param)) else _UNBOUND
+        ok = (value is not _UNBOUND and not isinstance(value, bool) and isinstance(value, (int, float))
+              and 0 <= value <= 1)
+        if not ok:
+            shown = _short(node) if value is _UNBOUND or isinstance(node, Literal) else repr(value)
+            self._report(node, f"MMR lambda must be a number between 0 and 1, not {shown}",
+                         "e.g. MMR(s, lambda => 0.5): 1 orders by relevance only, lower values favour diversity",
+                         code="score")
+
     def _window(self, w: Node | None, name: str) -> None:
         """``window => n``: how deep each arm of a fusion ranks; a whole number ≥ 1."""
         if w is None:
@@ -925,8 +970,9 @@ class _Checker:
         if isinstance(w, Param) and self._param_value(w) is _UNBOUND:
             return
         if not (isinstance(w, (Literal, Param)) and _whole(value) and value >= 1):
+            example = "MMR(s, window => 100)" if name == "MMR" else f"{name}(sem, kw, window => 200)"
             self._report(w, f"{name} window must be a whole number of rows, at least 1",
-                         f"e.g. {name}(sem, kw, window => 200)", code="score")
+                         f"e.g. {example}", code="score")
 
     def _arm_min(self, e: Call, name: str) -> None:
         """``min => x`` on SIMILARITY / BM25: a number (rows below it are out of that arm)."""
@@ -1038,6 +1084,7 @@ _ARITY_HINTS = {
     "BM25": 'write BM25(content, "your text")',
     "RRF": "write RRF(a, b, k => 60) over two or more arms (scores or numbers)",
     "INTERLEAVE": "write INTERLEAVE(a, b) over two or more arms (scores or numbers)",
+    "MMR": "write MMR(s, lambda => 0.5, window => 100) over one arm (a score or a number)",
     "IF": "write IF(condition, then, else)",
     "COUNT": 'write COUNT(content, "needle")',
     "NOW": "write NOW()",

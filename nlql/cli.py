@@ -403,6 +403,8 @@ def hits_table(hits: Hits, title: str | None = None) -> Table:
         # a span's hit sentence sits in the middle of its window: show the whole window
         limit = SNIPPET_CHARS * 3 if h.unit in ("SENTENCE", "SPAN") else SNIPPET_CHARS
         content = snippet(h.content, limit) + (" [truncated]" if h.truncated else "")
+        if h.best is not None:  # the sentence that scored a DOCUMENT / CHUNK row
+            content += f"\nbest (sentence {h.best.position}): {snippet(h.best.content, SNIPPET_CHARS)}"
         table.add_row(str(rank), Text(h.id), Text(scores), Text(content), Text(_meta_text(h.metadata, h.doc_id)))
     return table
 

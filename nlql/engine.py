@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import gc
 import math
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
@@ -52,6 +53,32 @@ def _too_deep(exc: BaseException) -> LimitError:
                       hint="simplify the query, or split long chains of LET bindings")
 
 
+_FLAT_TYPES = (str, bool, type(None))
+
+
+def _flat_metadata(meta: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The common case, checked and normalised in one loop: non-empty string keys and plain strings,
+    booleans, None, finite floats and ints of a storable size. None for anything else (the general
+    walk in :func:`_check_metadata` handles it, with its errors)."""
+    out = {}
+    for k, v in meta.items():
+        if type(k) is not str or not k:
+            return None
+        tv = type(v)
+        if tv is int:
+            if v.bit_length() > _MAX_INT_BITS:
+                return None
+        elif tv is float:
+            if not math.isfinite(v):
+                return None
+        elif tv not in _FLAT_TYPES:
+            return None
+        out[k] = v
+    if "entities" in out:  # a string is not a list of names: the general walk says so
+        return None
+    return out
+
+
 def _check_metadata(meta: Any) -> dict[str, Any]:
     """The metadata of one document, normalised, refusing what no store can write (docs/reliability.md).
 
@@ -63,6 +90,9 @@ def _check_metadata(meta: Any) -> dict[str, Any]:
         return {}
     if not isinstance(meta, Mapping):
         raise TypeError(f"metadata must be a mapping (a dict), not {type(meta).__name__}")
+    flat = _flat_metadata(meta)
+    if flat is not None:
+        return flat
     out = dict(meta)
     # (value, whether it is reached through mappings only: its keys are paths a query can write)
     stack: list[tuple[Any, bool]] = [(out, True)]
@@ -143,6 +173,21 @@ class _RWLock:
 
 #: ``Engine(entity_extractor=…)`` not given: the built-in rule-based extractor.
 _DEFAULT: Any = object()
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """The cyclic garbage collector paused for one ingest call: a large ingest allocates millions of
+    objects that all survive (rows, records, metadata), and every full collection walks all of them
+    again, which made ingest superlinear (issue 21). Nothing an ingest builds is a reference cycle
+    that needs collecting during the call; the collector runs again as usual afterwards."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def _system_clock() -> datetime:
@@ -308,6 +353,12 @@ class Engine:
             EmbedderError: The embedder failed or returned anything but one finite vector per sentence.
             BackendError: The store failed.
         """
+        with _gc_paused():
+            return self._add_texts(texts, ids, metadatas, batch_size, progress)
+
+    def _add_texts(self, texts: Sequence[str], ids: Sequence[str | int | None] | None,
+                   metadatas: Sequence[Mapping[str, Any] | None] | None, batch_size: int,
+                   progress: Any) -> list[str]:
         texts = _check_texts(texts)
         n = len(texts)
         given_ids = _check_sequence(ids, "ids", n)

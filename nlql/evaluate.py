@@ -42,7 +42,7 @@ class Env:
     """Plan-time environment: the clock, resolved periods, compiled bindings, user functions."""
 
     now: datetime
-    score_names: Mapping[ir.Node, str]  # score Call (SIMILARITY/BM25/RRF/INTERLEAVE) -> score slot
+    score_names: Mapping[ir.Node, str]  # score Call (SIMILARITY/BM25/RRF/INTERLEAVE/MMR) -> score slot
     binding_exprs: Mapping[str, ir.Expr]
     functions: Mapping[str, Callable[..., Any]]
     periods: Mapping[ir.Node, tuple[datetime, datetime]]

@@ -22,6 +22,16 @@ def _fusion(plan: Plan) -> list[dict[str, Any]]:
             out.append({"binding": s.slot, "method": "INTERLEAVE", "arms": list(s.arms),
                         "window": s.window, "arm_depth": s.window,
                         "formula": f"{s.slot} = 1/position in round-robin over {', '.join(s.arms)}"})
+        elif s.kind == "MMR":
+            arm = plan.spec(plan.slot_of(s.arm_exprs[0])) if s.arm_exprs else None
+            rel = ("the arm as it is (a cosine)" if arm is not None and arm.kind == "SIMILARITY"
+                   else "the arm min-max normalised over the window")
+            out.append({"binding": s.slot, "method": "MMR", "arms": list(s.arms), "lambda": s.mmr_lambda,
+                        "window": s.window, "arm_depth": s.window, "relevance": rel,
+                        "formula": f"{s.slot} = 1/position in the greedy order of the top {s.window} rows by "
+                                   f"{', '.join(s.arms)}, each step taking the row maximising "
+                                   f"{s.mmr_lambda:g}·rel − {1 - s.mmr_lambda:g}·max cos(row, taken); "
+                                   "NULL outside the window"})
     return out
 
 
@@ -90,6 +100,10 @@ class Explain:
             "order_by": [{"key": o.label, "direction": "DESC" if o.descending else "ASC",
                           "nulls": "FIRST" if o.nulls_first else "LAST", "implicit": o.implicit}
                          for o in p.order] or [{"key": "insertion order (document, position)"}],
+            "distinct": None if p.distinct is None else {
+                "keys": list(p.distinct.labels), "keep": p.distinct.keep,
+                "widening": "a bounded recall asks for 10× the rows the page needs, then widens (×4 or more "
+                            "per round) until LIMIT+OFFSET rows are kept; rounds in hits.stats['distinct']"},
             "limit": p.limit,
             "offset": p.offset,
             "rerank": p.rerank,
@@ -167,11 +181,20 @@ class Explain:
             lines.append(f"temporal: {t['call']}: {t['description']}")
         for f in d["fusion"]:
             window = "every row" if f["window"] is None else f"{f['window']} rows"
+            if f["method"] == "MMR":
+                lines.append(f"fusion: MMR {f['formula']} (lambda {f['lambda']:g}, window {window}; "
+                             f"rel: {f['relevance']}; cos between the rows' own vectors)")
+                continue
             lines.append(f"fusion: {f['method']} {f['formula']} (window: each arm ranks {window})")
         order = ", ".join(
             o["key"] if "direction" not in o else f"{o['key']} {o['direction']} NULLS {o['nulls']}"
             + (" (default)" if o.get("implicit") else "")
             for o in d["order_by"])
+        dist = d["distinct"]
+        if dist is not None:
+            lines.append(f"distinct by: {', '.join(dist['keys'])} keep {dist['keep']} (engine, after WHERE in "
+                         "ORDER BY order; NULL is one value)")
+            lines.append(f"  widening: {dist['widening']}")
         lines.append(f"order by: {order}; ties by insertion order")
         lines.append(f"limit: {d['limit'] if d['limit'] is not None else 'all'} offset: {d['offset']}")
         if d["rerank"]:

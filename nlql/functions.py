@@ -29,8 +29,8 @@ class FunctionSig:
         min_args: Fewest positional arguments.
         max_args: Most positional arguments; None for variadic.
         returns: Result type, one of :data:`TYPES` (``any`` when it depends on the arguments, as for IF).
-        score: True for the score functions (SIMILARITY, BM25, RRF, INTERLEAVE).
-        fuses: True for the fusion functions (RRF, INTERLEAVE): their arguments are arms.
+        score: True for the score functions (SIMILARITY, BM25, RRF, INTERLEAVE, MMR).
+        fuses: True for the functions whose arguments are arms (RRF, INTERLEAVE, MMR).
         named: Allowed named arguments and their defaults, in documentation order.
         arg_types: Expected type of each positional argument; the last one repeats for variadic functions.
         doc: One line for docs and ``explain``.
@@ -96,6 +96,9 @@ BUILTINS: dict[str, FunctionSig] = dict([
              "each ranked down to window => n rows"),
     _sig("INTERLEAVE", 2, None, "score", True, True, named=(("window", None),), arg_types=("number",),
          doc="round-robin fusion of arms (any numeric expressions); the value is 1/position"),
+    _sig("MMR", 1, 1, "score", True, True, named=(("lambda", 0.5), ("window", 100)), arg_types=("number",),
+         doc="maximal marginal relevance: 1/position in the greedy MMR order of the top window => n rows "
+             "by the arm (lambda => 0.5 trades relevance against similarity to the rows already taken)"),
     _sig("IF", 3, 3, "any", arg_types=("bool", "any", "any"),
          doc="the second argument when the condition is TRUE, else the third"),
     _sig("RECENCY", 1, 1, "number", named=(("half_life", "90d"),), arg_types=("datetime",),
@@ -116,9 +119,10 @@ BUILTINS: dict[str, FunctionSig] = dict([
     _sig("TIMESTAMP", 1, 1, "datetime", arg_types=("string",), doc="a timestamp from an ISO-8601 string"),
 ])
 
-#: Names of the score functions (SIMILARITY, BM25, RRF, INTERLEAVE).
+#: Names of the score functions (SIMILARITY, BM25, RRF, INTERLEAVE, MMR).
 SCORE_FUNCTIONS = frozenset(name for name, sig in BUILTINS.items() if sig.score)
-#: Names of the fusion functions (RRF, INTERLEAVE): their arguments are arms.
+#: Names of the functions whose arguments are arms (RRF, INTERLEAVE, MMR): each ranks rows among the
+#: candidates that passed WHERE, so conditions on them apply after fusion.
 FUSION_FUNCTIONS = frozenset(name for name, sig in BUILTINS.items() if sig.fuses)
 #: The score functions that score a row's content against a query text (SIMILARITY, BM25).
 TEXT_SCORES = SCORE_FUNCTIONS - FUSION_FUNCTIONS

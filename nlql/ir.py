@@ -248,8 +248,18 @@ class OrderKey(Node):
 
 
 @dataclass(frozen=True, slots=True)
+class Distinct(Node):
+    """``DISTINCT BY key, … [KEEP n]``: keep the first ``keep`` rows (in ORDER BY order) of each distinct
+    value of the key tuple; ``keep`` None means the default, 1 (the checker wants a whole number ≥ 1)."""
+
+    keys: tuple[Expr, ...]
+    keep: Expr | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Query(Node):
-    """A whole query, clauses in SPEC order."""
+    """A whole query, clauses in SPEC order (``distinct`` sits between WHERE and ORDER BY in the text;
+    it is the last field so that positional construction of the older clauses keeps working)."""
 
     unit: Unit
     bindings: tuple[Binding, ...] = ()
@@ -257,6 +267,7 @@ class Query(Node):
     order_by: tuple[OrderKey, ...] = ()
     limit: Expr | None = None
     offset: Expr | None = None
+    distinct: Distinct | None = None
 
     def binding(self, name: str) -> Binding | None:
         for b in self.bindings:
@@ -280,7 +291,7 @@ NODE_TYPES: dict[str, type[Node]] = {
     c.__name__: c
     for c in (
         Literal, TypedLiteral, Param, Field, Meta, Ref, ListExpr, Call, Unary, Binary, Compare, In,
-        Between, IsNull, TextMatch, Within, Unit, Binding, OrderKey, Query,
+        Between, IsNull, TextMatch, Within, Unit, Binding, OrderKey, Distinct, Query,
     )
 }
 EXPR_TYPES = tuple(NODE_TYPES[n] for n in (
@@ -335,7 +346,10 @@ def to_dict(node: Node) -> dict[str, Any]:
     for f in dataclasses.fields(node):
         if f.name == "span":
             continue
-        out[f.name] = _value_to_json(getattr(node, f.name))
+        value = getattr(node, f.name)
+        if value is None and f.name == "distinct":
+            continue  # a query without DISTINCT BY serialises as it did before the clause existed
+        out[f.name] = _value_to_json(value)
     return out
 
 
@@ -460,7 +474,9 @@ def _field_from_json(cls: type[Node], name: str, value: Any, path: str, depth: i
                 raise _fail("expected a [name, value] pair", f"{path}[{i}]")
             pairs.append((_expect_str(pair[0], f"{path}[{i}][0]"), _expr(pair[1], f"{path}[{i}][1]", depth)))
         return tuple(pairs)
-    if name in ("args", "items"):
+    if name in ("args", "items") or (kind == "Distinct" and name == "keys"):
+        if kind == "Distinct" and isinstance(value, list) and not value:
+            raise _fail("DISTINCT BY needs at least one key", path)
         return _expr_list(value, path, depth)
     if kind == "Query":
         if name == "unit":
@@ -473,6 +489,8 @@ def _field_from_json(cls: type[Node], name: str, value: Any, path: str, depth: i
             if not isinstance(value, list):
                 raise _fail("expected a list of order keys", path)
             return tuple(_from_dict(v, f"{path}[{i}]", OrderKey, depth + 1) for i, v in enumerate(value))
+        if name == "distinct":
+            return None if value is None else _from_dict(value, path, Distinct, depth + 1)
     if isinstance(cls.__dataclass_fields__[name].type, str) and "Expr" in cls.__dataclass_fields__[name].type:
         if value is None and "None" in cls.__dataclass_fields__[name].type:
             return None
@@ -510,6 +528,10 @@ def query_json_schema() -> dict[str, Any]:
                 }
             elif f.name in ("args", "items"):
                 schema = {"type": "array", "items": expr_ref}
+            elif kind == "Distinct" and f.name == "keys":
+                schema = {"type": "array", "items": expr_ref, "minItems": 1}
+            elif kind == "Query" and f.name == "distinct":
+                schema = {"anyOf": [{"$ref": "#/$defs/Distinct"}, {"type": "null"}]}
             elif kind == "Query" and f.name == "unit":
                 schema = {"$ref": "#/$defs/Unit"}
             elif kind == "Query" and f.name == "bindings":

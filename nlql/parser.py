@@ -39,6 +39,7 @@ from nlql.ir import (
     Binding,
     Call,
     Compare,
+    Distinct,
     Expr,
     Field,
     In,
@@ -259,6 +260,14 @@ class _Kwarg:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class _Keep:
+    """The ``KEEP n`` of DISTINCT BY, before it is folded into :class:`~nlql.ir.Distinct`."""
+
+    value: Expr
+    span: Span
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class _Range:
     """The ``(low, high)`` of WITHIN."""
 
@@ -280,8 +289,8 @@ _COMPARE = {"=": "==", "==": "==", "!=": "!=", "<>": "!=", "<": "<", "<=": "<=",
 _FIELDS = frozenset(BUILTIN_FIELDS)
 # Structural rules do not add to the nesting depth; every other rule is one level (like the IR).
 _FLAT_RULES = frozenset({
-    "start", "query", "select_clause", "let_clause", "where_clause", "order_clause", "limit_clause",
-    "offset_clause", "direction", "nulls", "span_base", "unit", "keyword_key",
+    "start", "query", "select_clause", "let_clause", "where_clause", "distinct_clause", "keep", "order_clause",
+    "limit_clause", "offset_clause", "direction", "nulls", "span_base", "unit", "keyword_key",
 })
 _ESCAPES = {'"': '"', "'": "'", "\\": "\\", "n": "\n", "t": "\t", "r": "\r"}
 _HEX4 = re.compile(r"[0-9A-Fa-f]{4}")
@@ -396,6 +405,7 @@ class _Builder:
             parts.get("order", ()),
             parts.get("limit"),
             parts.get("offset"),
+            parts.get("distinct"),
             span=_join(c[0].span, c[-1].span),
         )
 
@@ -434,6 +444,16 @@ class _Builder:
 
     def on_where_clause(self, c: list[Any]) -> _Clause:
         return _Clause("where", c[0], c[0].span)
+
+    def on_distinct_clause(self, c: list[Any]) -> _Clause:
+        keep = c[-1] if isinstance(c[-1], _Keep) or c[-1] is None else None
+        keys = tuple(c[:-1]) if keep is not None or c[-1] is None else tuple(c)
+        value = keep.value if isinstance(keep, _Keep) else None
+        end = keep.span if isinstance(keep, _Keep) else keys[-1].span
+        return _Clause("distinct", Distinct(keys, value, span=_join(keys[0].span, end)), end)
+
+    def on_keep(self, c: list[Any]) -> _Keep:
+        return _Keep(c[0], c[0].span)
 
     def on_order_clause(self, c: list[OrderKey]) -> _Clause:
         return _Clause("order", tuple(c), c[-1].span)
@@ -710,8 +730,8 @@ _HANDLERS: dict[str, Callable[[_Builder, list[Any]], Any]] = {
 _OPERAND_STARTS = frozenset({
     "NAME", "NUMBER", "STRING", "PARAM", "LPAR", "LSQB", "MINUS", "NOT", "TRUE", "FALSE", "NULL",
 })
-_CLAUSES = ("SELECT", "_LET", "_WHERE", "_ORDER", "_LIMIT", "_OFFSET")
-_CLAUSE_WORDS = {"SELECT": "SELECT", "_LET": "LET", "_WHERE": "WHERE", "_ORDER": "ORDER BY",
+_CLAUSES = ("SELECT", "_LET", "_WHERE", "_DISTINCT", "_ORDER", "_LIMIT", "_OFFSET")
+_CLAUSE_WORDS = {"SELECT": "SELECT", "_LET": "LET", "_WHERE": "WHERE", "_DISTINCT": "DISTINCT BY", "_ORDER": "ORDER BY",
                  "_LIMIT": "LIMIT", "_OFFSET": "OFFSET"}
 _PUNCT = {
     "EQEQ": "==", "EQUAL": "=", "NE": "!=", "LTGT": "<>", "LE": "<=", "GE": ">=", "LT": "<", "GT": ">",
@@ -724,7 +744,7 @@ _VALUE_AFTER = _COMPARISONS | {"PLUS", "MINUS", "STAR", "SLASH", "_ARROW", "CONT
 _CONDITION_AFTER = frozenset({"_AND", "_OR", "NOT", "_WHERE"})
 _OPERATORS = _COMPARISONS | {"PLUS", "MINUS", "STAR", "SLASH", "_IN", "_BETWEEN", "_IS", "CONTAINS",
                              "LIKE", "MATCH", "_WITHIN", "NOT"}
-_ORDER_HINT = "clauses go in this order: SELECT, LET, WHERE, ORDER BY, LIMIT, OFFSET"
+_ORDER_HINT = "clauses go in this order: SELECT, LET, WHERE, DISTINCT BY, ORDER BY, LIMIT, OFFSET"
 _SELECT_HINT = "a query looks like: SELECT SENTENCE WHERE … LIMIT 5"
 _UNIT_MESSAGE = "expected a unit: SENTENCE, CHUNK, DOCUMENT or SPAN(…)"
 
@@ -950,7 +970,8 @@ def _describe_token_error(  # noqa: C901 - one flat list of named cases reads be
     # Where an operand must follow (after AND, WHERE, '>=', …) but none does.
     if accepts & {"NAME", "NUMBER"} and kind not in _OPERAND_STARTS:
         if last.type == "_COMMA":
-            where = "binding" if clause == "_LET" else "sort key" if clause == "_ORDER" else "item"
+            where = ("binding" if clause == "_LET" else "sort key" if clause == "_ORDER"
+                     else "DISTINCT BY key" if clause == "_DISTINCT" else "item")
             if at_end or kind in ("RPAR", "RSQB") or kind in _CLAUSES:
                 return f"trailing comma: expected another {where}", "remove the comma or add another " + where, span
             return f"expected another {where} after ','", None, span
@@ -972,8 +993,12 @@ def _describe_token_error(  # noqa: C901 - one flat list of named cases reads be
                     "WITHIN (DATE '2024-01-01', DATE '2024-02-01')", span)
         if last.type == "EQUAL" and clause == "_LET" and len(prev) >= 3 and prev[-3].type in ("_LET", "_COMMA"):
             return f"expected an expression after '{prev[-2].value} ='", None, span
+        if last.type == "_BY" and len(prev) >= 2 and prev[-2].type == "_DISTINCT":
+            return "expected a key after DISTINCT BY", "e.g. DISTINCT BY doc_id KEEP 2", span
         if last.type == "_BY":
             return "expected a sort key after ORDER BY", "e.g. ORDER BY rel DESC", span
+        if last.type == "_KEEP":
+            return "expected a whole number after KEEP", "e.g. DISTINCT BY doc_id KEEP 2", span
         if last.type in _VALUE_AFTER or last.type == "_AND":
             hint = _keyword_name_hint(tok) if kind in _KEYWORD_TERMINALS else None
             return f"expected a value after {_show(last)}", hint, span
@@ -981,6 +1006,8 @@ def _describe_token_error(  # noqa: C901 - one flat list of named cases reads be
 
     if last.type == "_ORDER":
         return "expected BY after ORDER", "write ORDER BY key [ASC|DESC]", span
+    if last.type == "_DISTINCT":
+        return "expected BY after DISTINCT", "write DISTINCT BY key, … [KEEP n]", span
     if last.type == "_NULLS":
         return "expected FIRST or LAST after NULLS", None, span
     if last.type == "_IS":
@@ -1009,6 +1036,7 @@ def _describe_token_error(  # noqa: C901 - one flat list of named cases reads be
                 "_WHERE": "combine conditions with AND in one WHERE",
                 "_LET": "bind several names in one LET: LET a = …, b = …",
                 "_ORDER": "list several sort keys in one ORDER BY: ORDER BY a DESC, b",
+                "_DISTINCT": "list several keys in one DISTINCT BY: DISTINCT BY a, b",
             }.get(kind, _ORDER_HINT)
             return f"duplicate {word} clause", hint, span
         later = [c for c in clauses if _CLAUSES.index(c.type) > _CLAUSES.index(kind)]
@@ -1047,7 +1075,7 @@ def _describe_token_error(  # noqa: C901 - one flat list of named cases reads be
 
 
 _KEYWORD_TERMINALS = frozenset({
-    "SELECT", "_LET", "_WHERE", "_ORDER", "_BY", "_LIMIT", "_OFFSET", "ASC", "DESC", "_NULLS", "FIRST", "LAST",
+    "SELECT", "_LET", "_WHERE", "_DISTINCT", "_KEEP", "_ORDER", "_BY", "_LIMIT", "_OFFSET", "ASC", "DESC", "_NULLS", "FIRST", "LAST",
     "SENTENCE", "CHUNK", "DOCUMENT", "SPAN", "_OR", "_AND", "NOT", "_IN", "_BETWEEN", "_IS", "CONTAINS",
     "LIKE", "MATCH", "_WITHIN", "TRUE", "FALSE", "NULL",
 })

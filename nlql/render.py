@@ -20,6 +20,7 @@ from nlql.ir import (
     Binding,
     Call,
     Compare,
+    Distinct,
     Field,
     In,
     IsNull,
@@ -42,7 +43,7 @@ __all__ = ["KEYWORDS", "UNITS", "quote_key", "quote_string", "render", "render_e
 
 #: Reserved words (case-insensitive). A metadata key spelled like one is written in backticks.
 KEYWORDS = frozenset({
-    "SELECT", "LET", "WHERE", "ORDER", "BY", "LIMIT", "OFFSET", "ASC", "DESC", "NULLS", "FIRST", "LAST",
+    "SELECT", "LET", "WHERE", "DISTINCT", "KEEP", "ORDER", "BY", "LIMIT", "OFFSET", "ASC", "DESC", "NULLS", "FIRST", "LAST",
     "SENTENCE", "CHUNK", "DOCUMENT", "SPAN", "OR", "AND", "NOT", "IN", "BETWEEN", "IS", "CONTAINS",
     "LIKE", "MATCH", "WITHIN", "TRUE", "FALSE", "NULL",
 })
@@ -74,6 +75,8 @@ def render(q: Query) -> str:
         parts.append("LET " + ", ".join(_binding(b) for b in q.bindings))
     if q.where is not None:
         parts.append("WHERE " + render_expr(q.where))
+    if q.distinct is not None:
+        parts.append(_distinct(q.distinct))
     if q.order_by:
         parts.append("ORDER BY " + ", ".join(_order_key(k) for k in q.order_by))
     if q.limit is not None:
@@ -139,6 +142,13 @@ def _unit(u: Unit) -> str:
 
 def _binding(b: Binding) -> str:
     return f"{b.name} = {_expr(b.expr, 0)}"
+
+
+def _distinct(d: Distinct) -> str:
+    text = "DISTINCT BY " + ", ".join(_expr(k, 0) for k in d.keys)
+    if d.keep is not None:
+        text += " KEEP " + _expr(d.keep, _UNARY)
+    return text
 
 
 def _order_key(k: OrderKey) -> str:
@@ -259,6 +269,8 @@ def _bare(e: Node) -> str:  # noqa: C901 - one case per node type
         return _binding(e)
     if isinstance(e, OrderKey):
         return _order_key(e)
+    if isinstance(e, Distinct):
+        return _distinct(e)
     raise TypeError(f"cannot render {type(e).__name__}")
 
 

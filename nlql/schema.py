@@ -35,6 +35,9 @@ _ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+
 _NUMBER = re.compile(r"\s*[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?\s*$")
 
 
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
 def value_type(value: Any) -> str:
     """The schema type of one metadata value: string, number, bool, date (an ISO string), list, object, null."""
     if value is None:
@@ -92,6 +95,7 @@ class MetaSummary:
     def __init__(self) -> None:
         self.documents = 0
         self._keys: dict[tuple[str, ...], _Key] = {}
+        self._paths: dict[Any, tuple[str, ...]] = {}  # a top-level key -> its path tuple, made once
 
     def add(self, meta: Mapping[str, Any]) -> None:
         self.documents += 1
@@ -102,7 +106,13 @@ class MetaSummary:
         self._count(meta, -1)
 
     def _count(self, meta: Mapping[str, Any], sign: int) -> None:
-        for path, value in _entries(meta):
+        paths = self._paths
+        if all(type(v) in _SCALARS for v in meta.values()):  # flat: each key is its own path
+            entries: Iterable[tuple[tuple[str, ...], Any]] = [
+                (paths.get(k) or paths.setdefault(k, (str(k),)), v) for k, v in meta.items()]
+        else:
+            entries = _entries(meta)
+        for path, value in entries:
             key = self._keys.get(path)
             if key is None:
                 if sign < 0:

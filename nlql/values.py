@@ -288,6 +288,41 @@ def sort_key(v: Any) -> tuple[int, Any]:
     return (4, repr(v))
 
 
+def distinct_key(v: Any, _depth: int = 0) -> Any:
+    """A hashable key under which equal values fall together (DISTINCT BY, as SQL DISTINCT).
+
+    NULL (and a missing key) is one value; numbers are one value when they are equal exactly (``1`` and
+    ``1.0`` together, ``2**53 + 1`` apart from ``2**53``; NaN is null); booleans, strings, dates and
+    numbers never share a group (``"1"`` is not ``1``: numeric-string equality is a comparison rule, not
+    an equivalence, since ``"1.0" == 1 == "1"`` while ``"1.0" != "1"``). Lists and maps compare item by
+    item.
+    """
+    if is_null(v):
+        return ("null",)
+    if isinstance(v, bool):
+        return ("bool", v)
+    if is_number(v):
+        num = exact_number(v)
+        return ("num", num if num is not None else v)
+    if isinstance(v, str):
+        return ("str", v)
+    if isinstance(v, datetime):
+        return ("time", v)
+    if isinstance(v, date):
+        return ("date", v)
+    if _depth > 32:
+        return ("other", repr(v))
+    if isinstance(v, (list, tuple)):
+        return ("list", tuple(distinct_key(x, _depth + 1) for x in v))
+    if isinstance(v, dict):
+        return ("map", tuple(sorted((str(k), distinct_key(x, _depth + 1)) for k, x in v.items())))
+    try:
+        hash(v)
+    except TypeError:
+        return ("other", repr(v))
+    return ("other", v)
+
+
 def normalize_metadata(value: Any, _depth: int = 0) -> Any:
     """Make user metadata JSON-safe for every store: dates → ISO strings, tuples → lists, keys → str.
 

@@ -154,3 +154,15 @@ def test_generic_section_shapes() -> None:
     text = report.generic_section("wide", wide)
     assert "| runs | n=0 | n=1 |" in text  # transposed when there are many columns
     assert report.fmt(1234567) == "1,234,567" and report.fmt(0.00012) == "1.20e-04" and report.fmt(None) == "—"
+
+
+def test_diversity_bench_at_tiny_size(tmp_path: Path) -> None:
+    from bench import diversity
+
+    out = tmp_path / "diversity.json"
+    result = diversity.main(["--n", "400", "--per-doc", "10", "--repeat", "2", "--out", str(out)])
+    assert json.loads(out.read_text(encoding="utf-8"))["benchmark"] == "diversity"
+    clustered = result["layouts"]["clustered"]
+    assert clustered["plain_top10_distinct_docs_median"] == 1  # the layout makes DISTINCT BY work for it
+    assert {"plain_ms", "distinct_ms", "ratio", "distinct_rounds_median"} <= set(clustered)
+    assert set(result["layouts"]) == {"clustered", "random"}

@@ -465,8 +465,8 @@ def test_check_of_ir_without_spans() -> None:
 
 def test_function_table() -> None:
     assert set(BUILTINS) == {"SIMILARITY", "BM25", "RRF", "INTERLEAVE", "IF", "RECENCY", "LENGTH", "LOWER", "UPPER",
-                             "COUNT", "NOW", "DATE", "TIMESTAMP", "GRAPH", "TEMPORAL"}
-    assert SCORE_FUNCTIONS == {"SIMILARITY", "BM25", "RRF", "INTERLEAVE"}
+                             "COUNT", "NOW", "DATE", "TIMESTAMP", "GRAPH", "TEMPORAL", "MMR"}
+    assert SCORE_FUNCTIONS == {"SIMILARITY", "BM25", "RRF", "INTERLEAVE", "MMR"}
     rrf = BUILTINS["RRF"]
     assert isinstance(rrf, FunctionSig) and rrf.default("k") == 60 and rrf.default("weights") is None
     assert rrf.max_args is None and rrf.named_args == ("k", "weights", "window") and rrf.returns == "score"

@@ -128,6 +128,8 @@ def test_every_node_of_a_reparsed_query_has_a_span(e) -> None:
 # --------------------------------------------------------------------------------------------- fuzz
 
 SEEDS = [
+    'SELECT DOCUMENT LET rel = SIMILARITY(content, $q) WHERE rel > 0.1 DISTINCT BY meta.source, doc_id KEEP 2 '
+    'ORDER BY rel DESC LIMIT 10 OFFSET 5',
     'SELECT SENTENCE LET rel = SIMILARITY(content, "AI agents") WHERE rel >= 0.3 AND meta.status == "published" '
     'AND content CONTAINS "tool" ORDER BY rel DESC, meta.created_at DESC NULLS LAST LIMIT 5 OFFSET 0',
     'SELECT SPAN(SENTENCE, window => 2) LET rel = SIMILARITY(content, $q) WHERE meta.lang IN ("en", "de") LIMIT 3',

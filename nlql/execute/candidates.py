@@ -42,6 +42,8 @@ class Search:
     mins: dict[str, float] = field(default_factory=dict)   # slot -> arm-local min => x
     failed: dict[str, str] = field(default_factory=dict)   # slot -> why its arm was dropped
     dropped_arms: dict[str, set[int]] = field(default_factory=dict)  # fusion slot -> indices of lost arms
+    prefused: set[str] = field(default_factory=set)  # fusion slots recall already set (nlql.execute.fused_page)
+    extra: dict[str, Any] = field(default_factory=dict)    # per-search caches (compiled DISTINCT BY keys, …)
 
     def warn_timeout(self, message: str) -> None:
         """Add a timeout warning unless one is there already."""

@@ -1,4 +1,4 @@
-"""Runs a plan: embed → recall → fuse → filter → order → rerank → page → hits.
+"""Runs a plan: embed → recall → fuse → filter → order → rerank → distinct → page → hits.
 
 The stages live in their own modules (:mod:`~nlql.execute.recall`, :mod:`~nlql.execute.fuse`,
 :mod:`~nlql.execute.order`, :mod:`~nlql.execute.materialise`); this one only sequences them, times
@@ -18,6 +18,7 @@ from nlql.errors import EvaluationError, NLQLTimeoutError
 from nlql.evaluate import Env, compile_expr
 from nlql.execute.candidates import Candidate, Search, keep_passing
 from nlql.execute.degrade import cause_of, drop_arms, embed_within
+from nlql.execute.distinct import distinct
 from nlql.execute.fuse import fuse
 from nlql.execute.materialise import estimate_tokens, hits, pack_tokens
 from nlql.execute.order import order, rerank
@@ -79,7 +80,7 @@ class Executor:
         units = recall(run, qv, fast_ok=reranker is None)
         plan = run.plan  # degrading may have replaced a lowered plan by its arm-by-arm form
 
-        fusion = plan.fusions
+        fusion = [f for f in plan.fusions if f.slot not in run.prefused]
         if fusion and plan.lowered is None:
             t = time.perf_counter()
             units = fuse(run, fusion, units)
@@ -101,6 +102,15 @@ class Executor:
             t = time.perf_counter()
             units = rerank(run, units, reranker, rerank_query)
             stats.add("rerank", (time.perf_counter() - t) * 1000)
+
+        if plan.distinct is not None:
+            t = time.perf_counter()
+            before = len(units)
+            units = distinct(run, units)
+            stats.add("distinct", (time.perf_counter() - t) * 1000)
+            stats.counts["distinct"] = {"keys": list(plan.distinct.labels), "keep": plan.distinct.keep,
+                                        "rounds": run.extra.get("distinct_rounds", 1),
+                                        "kept": len(units), "dropped": before - len(units)}
 
         page = units[plan.offset:]
         if plan.limit is not None:

@@ -13,7 +13,8 @@ page):
   so the full path runs;
 - the first sort key is ``RRF``/``INTERLEAVE`` of bare SIMILARITY and BM25 arms, descending, with nothing
   left in the engine's WHERE: each SIMILARITY arm's top ``arm_depth`` rows by the store's knn and each BM25
-  arm's top ``arm_depth`` rows (ties kept), so every row an arm ranks inside its window is a candidate.
+  arm's top ``arm_depth`` rows (ties kept), so every row an arm ranks inside its window is a candidate;
+  a SIMILARITY arm dropped by ``on_arm_error="degrade"`` (no query vector) adds none.
 
 Anything else returns None and the executor takes its full path.
 """
@@ -73,6 +74,8 @@ def narrow(plan: Any, store: Any, index: Any, qv: dict[str, np.ndarray], need: i
             if arm_spec is None or arm_spec.kind not in ("SIMILARITY", "BM25"):
                 return None
             if arm_spec.kind == "SIMILARITY":
+                if arm_spec.slot not in qv:  # dropped (on_arm_error="degrade"): the arm ranks nothing
+                    continue
                 for lst in store.knn(qv[arm_spec.slot], plan.arm_depth, plan.native):
                     out.update((key, None) for key, _ in lst)
             else:

@@ -4,6 +4,13 @@
 Rows are identified by their unit id (``doc_id#position``), which every store can give back, so the
 index is independent of store-internal keys. It is built lazily from the store on first use (this is
 also how a re-attached store gets it) and then kept in step by the engine's writes.
+
+For a table store (``Capabilities.FAST_PATH``: keys are row numbers of a
+:class:`~nlql.stores.table.RowTable`) the sidecar also keeps an int array from its own row ids to the
+table's row numbers, so a fast path reads a query's BM25 as one dense vector over the table
+(:meth:`BM25Sidecar.table_scores`) without a Python loop over the matching rows. The array follows the
+engine's writes row by row; when the table renumbered its rows (compaction) or changed behind the
+sidecar's back (its ``version`` moved without a write hook), it is rebuilt from the table once.
 """
 
 from __future__ import annotations
@@ -15,6 +22,21 @@ from typing import Any
 import numpy as np
 
 from nlql.stores.base import DocRecord, Row, Store, unit_id
+from nlql.stores.table import latest_per_id
+
+
+class _FastMatches:
+    """What the engine hands a table fast path: callable like ``matches`` (the generic protocol
+    :data:`nlql.stores.base.Bm25Matches`), and ``rows(text, table)`` for the dense vectorised form."""
+
+    def __init__(self, sidecar: BM25Sidecar) -> None:
+        self._sidecar = sidecar
+
+    def __call__(self, text: str) -> tuple[list[tuple[str, int]], np.ndarray]:
+        return self._sidecar.matches(text)
+
+    def rows(self, text: str, table: Any) -> np.ndarray | None:
+        return self._sidecar.table_scores(text, table)
 
 
 class BM25Sidecar:
@@ -29,6 +51,13 @@ class BM25Sidecar:
         self._rev: dict[int, tuple[str, int]] = {}
         self._next = 0
         self._lock = threading.Lock()
+        # id -> table row number (-1: none), valid for (table, version, size) in _row_state
+        self._row_of = np.full(0, -1, dtype=np.int64)
+        self._row_state: tuple[int, int, int] | None = None
+        # the query texts' scores of the current search over table rows (valid for _row_state; cleared by
+        # every write and every search): a page's rows are scored again after the fast path picked them
+        self._by_row: dict[str, np.ndarray] = {}
+        self.fast_matches = _FastMatches(self)
 
     @property
     def built(self) -> bool:
@@ -59,15 +88,21 @@ class BM25Sidecar:
 
     def on_upsert(self, docs: Sequence[DocRecord]) -> None:
         with self._lock:
+            self._by_row.clear()
             if self._index is None:
                 return
+            docs = latest_per_id(docs)  # the same id twice in one write: the last one wins (as in the store)
+            first = self._next
             self._remove([d.doc_id for d in docs])
             self._add_rows([(d.doc_id, u.position, u.content) for d in docs for u in d.units])
+            self._follow_table(first, [d.doc_id for d in docs])
 
     def on_delete(self, doc_ids: Sequence[str]) -> None:
         with self._lock:
+            self._by_row.clear()
             if self._index is not None:
                 self._remove(doc_ids)
+                self._follow_table(self._next, [])
 
     def _remove(self, doc_ids: Sequence[str]) -> None:
         gone: list[int] = []
@@ -78,6 +113,87 @@ class BM25Sidecar:
                 gone.append(i)
         if gone:
             self._index.remove(gone)
+            if self._row_of.size:
+                arr = np.asarray(gone, dtype=np.int64)
+                self._row_of[arr[arr < self._row_of.size]] = -1
+
+    # ------------------------------------------------------------------ the table mapping
+
+    def _follow_table(self, first: int, doc_ids: Sequence[str]) -> None:
+        """After a write: map the ids added since ``first`` to table rows, if the mapping was valid before
+        and the table kept its row numbers; otherwise drop it (rebuilt on the next fast-path query)."""
+        state = self._row_state
+        table = getattr(self.store, "table", None)
+        if state is None or table is None or state[0] != id(table):
+            self._row_state = None
+            return
+        new_ids = [i for d in dict.fromkeys(doc_ids) for _, i in self._doc_ids.get(d, ()) if i >= first]
+        # Rows are only appended unless the table compacted (which renumbers every row and shrinks it).
+        if table.size != state[2] + len(new_ids):
+            self._row_state = None
+            return
+        self._grow(self._next)
+        doc_rows = table.doc_rows
+        for i in new_ids:
+            doc_id, position = self._rev[i]
+            rows = doc_rows.get(doc_id)
+            if rows is None or position >= len(rows):
+                self._row_state = None
+                return
+            self._row_of[i] = rows[position]
+        self._row_state = (id(table), table.version, table.size)
+
+    def _grow(self, n: int) -> None:
+        if self._row_of.size < n:
+            grown = np.full(max(n, 2 * self._row_of.size, 1024), -1, dtype=np.int64)
+            grown[: self._row_of.size] = self._row_of
+            self._row_of = grown
+
+    def _map_table(self, table: Any) -> None:
+        """Rebuild the id -> row mapping from the table (one pass over the live documents)."""
+        self._grow(self._next)
+        self._row_of[:] = -1
+        doc_rows = table.doc_rows
+        for doc_id, pairs in self._doc_ids.items():
+            rows = doc_rows.get(doc_id)
+            if rows is None:
+                continue
+            for _, i in pairs:
+                position = self._rev[i][1]
+                if position < len(rows):
+                    self._row_of[i] = rows[position]
+        self._row_state = (id(table), table.version, table.size)
+
+    def table_scores(self, text: str, table: Any) -> np.ndarray:
+        """BM25 of ``text`` for every row number of ``table`` (0.0 where no query term occurs)."""
+        with self._lock:
+            if self._index is None:
+                self._build()
+            if self._row_state != (id(table), table.version, table.size):
+                self._map_table(table)
+                self._by_row.clear()
+            hit = self._by_row.get(text)
+            if hit is not None:
+                return hit
+            ids, values = self._index.score(text, ordered=False)
+            out = np.zeros(table.size, dtype=np.float64)
+            if ids.size:
+                rows = self._row_of[ids]
+                ok = rows >= 0
+                out[rows[ok]] = values[ok]
+            out.setflags(write=False)  # shared by the callers of this query text until the next write
+            if len(self._by_row) >= 4:
+                self._by_row.pop(next(iter(self._by_row)))
+            self._by_row[text] = out
+            return out
+
+    def begin_search(self) -> None:
+        """Forget the scores kept for the last search (they serve the stages of one search only, so a
+        repeated query is scored again, as a benchmark expects)."""
+        with self._lock:
+            self._by_row.clear()
+
+    # ------------------------------------------------------------------ generic answers
 
     def matches(self, text: str) -> tuple[list[tuple[str, int]], np.ndarray]:
         """Every row that contains a term of ``text``: its (doc_id, position) and BM25 score."""
@@ -85,13 +201,20 @@ class BM25Sidecar:
             if self._index is None:
                 self._build()
             ids, values = self._index.score(text)
-            return [self._rev[int(i)] for i in ids], np.asarray(values, dtype=np.float64)
+            rev = self._rev
+            return [rev[i] for i in ids.tolist()], np.asarray(values, dtype=np.float64)
 
     def scores(self, text: str, keys: Sequence[Any], rows: Sequence[Row]) -> np.ndarray:
         """BM25 of ``text`` for each row (0.0 where no query term occurs)."""
         with self._lock:
             if self._index is None:
                 self._build()
+            table = getattr(self.store, "table", None)
+            by_row = self._by_row.get(text) if table is not None else None
+            if by_row is not None and self._row_state == (id(table), table.version, table.size) and len(keys):
+                # this search's fast path scored the text over the table (0.0 for a row the index does
+                # not hold), and the keys are the table's row numbers
+                return by_row[np.asarray(keys, dtype=np.int64)]
             ids = np.fromiter((self._ids.get(r.id, -1) for r in rows), dtype=np.int64, count=len(rows))
             out = np.zeros(len(rows), dtype=np.float64)
             valid = ids >= 0
@@ -100,6 +223,12 @@ class BM25Sidecar:
             got_keys, got_scores = self._index.score(text, ids[valid])
             if len(got_keys) == 0:
                 return out
-            pos = {int(k): float(s) for k, s in zip(got_keys, got_scores)}
-            out[valid] = [pos.get(int(i), 0.0) for i in ids[valid]]
+            # got_keys is ascending: place each valid id's score by binary search
+            want = ids[valid]
+            pos = np.searchsorted(got_keys, want)
+            pos[pos >= got_keys.size] = 0
+            hit = got_keys[pos] == want
+            vals = np.zeros(want.size, dtype=np.float64)
+            vals[hit] = got_scores[pos[hit]]
+            out[valid] = vals
             return out

@@ -14,12 +14,13 @@ from typing import Any, cast
 
 import numpy as np
 
+from nlql import ir
 from nlql import values as V
 from nlql.errors import BackendError, NLQLTimeoutError
 from nlql.evaluate import RowContext
 from nlql.execute.candidates import Candidate, Search
 from nlql.execute.degrade import cause_of, drop_arms
-from nlql.execute.results import Hit
+from nlql.execute.results import Best, Hit
 from nlql.execute.units import chunk_rows, join_rows
 from nlql.stores.base import Row, Store, TablePaths
 
@@ -131,7 +132,9 @@ def _group(run: Search, doc_ids: list[str], by_doc: dict[str, list[Row]],
             else:
                 ctx = RowContext(join_rows(grp), f"{d}#chunk{ci}", d, ci, first.metadata, scores, {}, first.seq,
                                  positions)
-            out.append(Candidate(ctx, grp, ci, groups))
+            cand = Candidate(ctx, grp, ci, groups)
+            cand.extra["row_scores"] = [score_of[id(r)] for r in grp]  # for hit.best
+            out.append(cand)
     return out
 
 
@@ -173,6 +176,8 @@ def hits(run: Search, page: list[Candidate]) -> list[Hit]:
             run.warnings.append(f"{changed} document(s) changed while the query ran: "
                                 "their SPAN hits show the hit sentence without its window")
     names = [b.name for b in plan.query.bindings]
+    grouped = not plan.unit.rows_are_sentences
+    best_slot, best_names = _best_basis(plan) if grouped else (None, [])
     out = []
     for u in page:
         scores: dict[str, Any] = {n: V.jsonable_scalar(env.binding_fn(n)(u.ctx)) for n in names}
@@ -182,8 +187,79 @@ def hits(run: Search, page: list[Candidate]) -> list[Hit]:
             id=u.ctx.id if plan.unit.kind != "DOCUMENT" else u.ctx.doc_id,
             doc_id=u.ctx.doc_id, unit=plan.unit.kind, position=u.ctx.position,
             content=unit_text(run, u), metadata=copy.deepcopy(u.ctx.metadata), scores=scores,
+            best=_best(run, u, best_slot, best_names) if best_slot is not None else None,
         ))
     return out
+
+
+def _best_basis(plan: Any) -> tuple[str | None, list[str]]:
+    """(the sentence score that decides a grouped row's best sentence, the bindings shown for it).
+
+    The score is the first SIMILARITY/BM25 the ranking reads: in the first ORDER BY key (through
+    bindings and fusion arms), else the first SIMILARITY/BM25 of the query. The bindings shown are the
+    score bindings that read no fusion (a fused value belongs to the row, not to one sentence).
+    """
+    text_slots = {s.slot for s in plan.scores if s.kind in ("SIMILARITY", "BM25")}
+    fusion_slots = {s.slot for s in plan.fusions}
+    exprs = {b.name: b.expr for b in plan.query.bindings}
+
+    def reads(expr: ir.Node) -> list[str]:
+        """Score slots an expression reads, in source order, bindings and fusion arms followed."""
+        found: list[str] = []
+        stack: list[ir.Node] = [expr]
+        seen: set[str] = set()
+        while stack:
+            node = stack.pop()
+            slot = plan.slot_of(node) if isinstance(node, (ir.Ref, ir.Call)) else None
+            if slot is not None and slot not in found:
+                found.append(slot)
+                spec = plan.spec(slot)
+                if spec is not None and spec.arm_exprs:
+                    stack.extend(reversed(spec.arm_exprs))
+                    continue
+            if isinstance(node, ir.Ref) and node.name in exprs and node.name not in seen:
+                seen.add(node.name)
+                stack.append(exprs[node.name])
+                continue
+            stack.extend(reversed(list(node.children())))
+        return found
+
+    slot = None
+    if plan.order:
+        slot = next((s for s in reads(plan.order[0].expr) if s in text_slots), None)
+    if slot is None:
+        slot = next((s.slot for s in plan.scores if s.slot in text_slots), None)
+    if slot is None:
+        return None, []
+    names = []
+    for name in exprs:
+        slots = reads(ir.Ref(name))
+        if any(s in text_slots for s in slots) and not any(s in fusion_slots for s in slots):
+            names.append(name)
+    return slot, names
+
+
+def _best(run: Search, u: Candidate, slot: str, names: list[str]) -> Best | None:
+    """The sentence of a grouped candidate with the highest ``slot`` (first on ties); None if none has one."""
+    row_scores = u.extra.get("row_scores")
+    if not row_scores:
+        return None
+    spec = run.plan.spec(slot)
+    bm25 = spec is not None and spec.kind == "BM25"
+    best_i, best_v = -1, None
+    for i, sc in enumerate(row_scores):
+        v = sc.get(slot)
+        if v is None or (isinstance(v, float) and math.isnan(v)) or (bm25 and v <= 0):
+            continue
+        if best_v is None or v > best_v:
+            best_i, best_v = i, v
+    if best_i < 0:
+        return None
+    r = u.rows[best_i]
+    ctx = RowContext(r.content, r.id, r.doc_id, r.position, r.metadata, dict(row_scores[best_i]), {}, r.seq)
+    env = run.env
+    return Best(position=r.position, content=r.content,
+                scores={n: V.jsonable_scalar(env.binding_fn(n)(ctx)) for n in names})
 
 
 def estimate_tokens(text: str) -> int:

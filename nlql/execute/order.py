@@ -8,6 +8,7 @@ from typing import Any
 from nlql import values as V
 from nlql.evaluate import compile_expr
 from nlql.execute.candidates import Candidate, Search
+from nlql.execute.distinct import head_for
 from nlql.execute.materialise import unit_text
 
 __all__ = ["order", "rerank"]
@@ -48,6 +49,8 @@ def rerank(run: Search, units: list[Candidate], reranker: Any, rerank_query: str
         run.warnings.append("rerank skipped: no rerank_query and no SIMILARITY/BM25 text in the query")
         return units
     need = run.need
+    if need is not None and plan.distinct is not None:
+        need = head_for(run, units, need)  # enough rows that DISTINCT BY still keeps LIMIT + OFFSET of them
     head = units if need is None else units[:need]
     tail = [] if need is None else units[need:]
     texts = [unit_text(run, u) for u in head]

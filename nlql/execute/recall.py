@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any, cast
 
 import numpy as np
@@ -22,8 +23,11 @@ from nlql.evaluate import RowContext
 from nlql.execute import keyword_recall
 from nlql.execute.candidates import Candidate, Search, keep_passing
 from nlql.execute.degrade import cause_of, drop_arms
+from nlql.execute.distinct import kept
+from nlql.execute.fused_page import fused_page
 from nlql.execute.graph_recall import recall_by_graph
 from nlql.execute.materialise import candidates, similarities
+from nlql.plan.decide_overfetch import DISTINCT_FACTOR
 from nlql.stores.base import RunsLowered, ScoresAll, TablePaths
 
 WIDEN_FACTOR = 4
@@ -57,6 +61,29 @@ def recall(run: Search, qv: dict[str, np.ndarray], *, fast_ok: bool) -> list[Can
     return _full(run, qv, fast_ok)
 
 
+def _enough(run: Search, units: list[Candidate], need: int) -> bool:
+    """Whether ``units`` fill the page: LIMIT + OFFSET rows, counted after DISTINCT BY when there is one.
+
+    Before fusion the fused scores are not known yet, so a plan that fuses in the engine counts rows.
+    """
+    if run.plan.distinct is None or (run.plan.fusions and run.plan.lowered is None):
+        return len(units) >= need
+    return kept(run, units) >= need
+
+
+def _wider(run: Search, units: list[Candidate], k: int, need: int) -> int:
+    """The next round's k: ×4, or with DISTINCT BY as far as the rows kept so far suggest (twice that)."""
+    if run.plan.distinct is None or (run.plan.fusions and run.plan.lowered is None):
+        return k * WIDEN_FACTOR
+    got = kept(run, units)
+    return max(k * WIDEN_FACTOR, 2 * k * need // max(1, got))
+
+
+def _distinct_rounds(run: Search, rounds: int) -> None:
+    if run.plan.distinct is not None:
+        run.extra["distinct_rounds"] = rounds
+
+
 def _store_stats(run: Search) -> None:
     last = run.store.last_stats
     if last:
@@ -65,13 +92,27 @@ def _store_stats(run: Search) -> None:
 
 def _lowered(run: Search, qv: dict[str, np.ndarray]) -> list[Candidate]:
     """Rows of a lowered plan, scored by the store's statement (ORDER BY/LIMIT/hits stay shared)."""
-    t = time.perf_counter()
-    got = cast(RunsLowered, run.store).run_lowered(run.plan.lowered, qv)
-    run.stats.add("recall", (time.perf_counter() - t) * 1000)
-    run.stats.counts.update({"rounds": 1, "candidates": len(got)})
+    lowered = run.plan.lowered
+    rounds = 0
+    while True:
+        rounds += 1
+        t = time.perf_counter()
+        got = cast(RunsLowered, run.store).run_lowered(lowered, qv)
+        run.stats.add("recall", (time.perf_counter() - t) * 1000)
+        units = [Candidate(RowContext(r.content, r.id, r.doc_id, r.position, r.metadata, dict(scores), {}, r.seq),
+                           [r]) for r, scores in got]
+        # DISTINCT BY: the statement returns the top `fetch` rows; widen until enough rows are kept
+        if (run.plan.distinct is None or run.need is None or len(got) < lowered.fetch
+                or _enough(run, units, run.need)):
+            break
+        if run.deadline.expired():
+            run.warn_timeout("timeout while widening recall: fewer rows than LIMIT may be returned")
+            break
+        lowered = replace(lowered, fetch=_wider(run, units, lowered.fetch, run.need))
+    run.stats.counts.update({"rounds": rounds, "candidates": len(got)})
+    _distinct_rounds(run, rounds)
     _store_stats(run)
-    return [Candidate(RowContext(r.content, r.id, r.doc_id, r.position, r.metadata, dict(scores), {}, r.seq), [r])
-            for r, scores in got]
+    return units
 
 
 def _knn(run: Search, qv: dict[str, np.ndarray]) -> list[Candidate]:
@@ -109,13 +150,14 @@ def _knn(run: Search, qv: dict[str, np.ndarray]) -> list[Candidate]:
         units = candidates(run, keys, qv, None, restrict=set(keys))
         units = keep_passing(units, run.residual, run.deadline, run.warnings)
         run.stats.add("filter", (time.perf_counter() - t) * 1000)
-        if len(units) >= need or exhausted:
+        if exhausted or _enough(run, units, need):
             break
         if run.deadline.expired():
             run.warn_timeout("timeout while widening recall: fewer rows than LIMIT may be returned")
             break
-        k *= WIDEN_FACTOR
+        k = _wider(run, units, k, need)
     run.stats.counts.update({"rounds": rounds, "candidates": n_candidates, "recall_k": k})
+    _distinct_rounds(run, rounds)
     _store_stats(run)
     return units
 
@@ -130,6 +172,10 @@ def _full(run: Search, qv: dict[str, np.ndarray], fast_ok: bool) -> list[Candida
     t = time.perf_counter()
     sim_slots = [s.slot for s in plan.scores if s.kind == "SIMILARITY" and s.slot not in run.failed]
     sentence_scores: dict[str, np.ndarray] = {}
+    unordered = False
+    begin = getattr(run.bm25, "begin_search", None)
+    if begin is not None and plan.fast_path is not None:
+        begin()  # the BM25 scores a fast path keeps serve this search only
     try:
         if caps.FULL_SCORES:
             if sim_slots:
@@ -141,11 +187,17 @@ def _full(run: Search, qv: dict[str, np.ndarray], fast_ok: bool) -> list[Candida
                     sentence_scores[s] = mat[row:row + n].max(axis=0)
                     row += n
                 keys_arr = np.asarray(keys_arr)
+            elif plan.fast_path is not None and plan.fast_path.prunes and hasattr(store, "mask"):
+                # a table's live keys as an array, in row order: the fast path orders what it picks, and
+                # if it declines they are put in insertion order below
+                keys_arr = np.flatnonzero(store.mask(plan.native))
+                unordered = True
             else:
                 keys_arr = np.asarray(store.scan(plan.native))
         else:
             narrowed = None
-            if caps.KEYWORD_STATS and getattr(run.bm25, "in_store", False):  # BM25 kept in the store
+            # BM25 kept in the store (narrowing keeps the top LIMIT rows: not with DISTINCT BY)
+            if caps.KEYWORD_STATS and getattr(run.bm25, "in_store", False) and plan.distinct is None:
                 narrowed = keyword_recall.narrow(plan, store, run.bm25, qv, run.need)
                 if narrowed is not None:
                     run.stats.counts["keyword_recall"] = len(narrowed)
@@ -170,18 +222,68 @@ def _full(run: Search, qv: dict[str, np.ndarray], fast_ok: bool) -> list[Candida
                 sentence_scores = {k: v[keep] for k, v in sentence_scores.items()}
     t = time.perf_counter()
     fast = run.plan.fast_path if not run.failed else None
-    picked = None
     if fast is not None and run.need is not None and (fast.prunes or fast_ok):
-        picked = cast(TablePaths, store).fast_select(fast, keys_arr, sentence_scores, run.need, run.bm25.matches)
-        run.stats.counts["fast_path"] = fast.kind if picked is not None else f"{fast.kind} (declined)"
-    if picked is not None and not fast.prunes:  # type: ignore[union-attr]
-        top_keys, scores = picked
-        units = candidates(run, [int(k) for k in top_keys], qv, scores)
-    else:
-        if picked is not None:
-            keys_arr, sentence_scores = picked
-            run.stats.counts["pruned_to"] = int(len(keys_arr))
-        units = candidates(run, list(keys_arr), qv, dict(sentence_scores))
-        units = keep_passing(units, run.residual, run.deadline, run.warnings)
+        units = _fast(run, fast, keys_arr, sentence_scores, qv, fast_ok=fast_ok, unordered=unordered)
+        if units is not None:
+            run.stats.add("filter", (time.perf_counter() - t) * 1000)
+            return units
+    if unordered:  # the general path reads the keys in insertion order
+        keys_arr = np.asarray(store.scan(plan.native))
+    units = candidates(run, list(keys_arr), qv, dict(sentence_scores))
+    units = keep_passing(units, run.residual, run.deadline, run.warnings)
     run.stats.add("filter", (time.perf_counter() - t) * 1000)
+    return units
+
+
+def _fast(run: Search, fast: Any, keys_arr: np.ndarray, sentence_scores: dict[str, np.ndarray],
+          qv: dict[str, np.ndarray], *, fast_ok: bool, unordered: bool) -> list[Candidate] | None:
+    """The table fast path's page (None when the store declines it).
+
+    With DISTINCT BY the path picks ``need`` rows, then ×4 per round, until enough rows are kept or it
+    picked fewer than it was asked for (every matching row is then in). Without it, a fusion's page is
+    fused with numpy over the arms' windows (:mod:`nlql.execute.fused_page`). ``unordered``: ``keys_arr``
+    is in row order (no similarity slot), so pruned keys are put in insertion order here.
+    """
+    assert run.need is not None
+    store = cast(TablePaths, run.store)
+    want, rounds = run.need, 0
+    if run.plan.distinct is not None:
+        want = int(want * DISTINCT_FACTOR)
+    while True:
+        rounds += 1
+        matches = getattr(run.bm25, "fast_matches", None) or run.bm25.matches  # dense BM25 for a table
+        picked = store.fast_select(fast, keys_arr, sentence_scores, want, matches)
+        run.stats.counts["fast_path"] = fast.kind if picked is not None else f"{fast.kind} (declined)"
+        if picked is None:
+            return None
+        page = None
+        if fast.kind == "fusion" and fast_ok and run.plan.distinct is None:
+            page = fused_page(run, picked[0], picked[1], getattr(matches, "rows", None))
+        if page is not None:
+            page_keys, page_scores, slot = page
+            fused = page_scores.pop(slot)
+            run.stats.counts["pruned_to"] = int(len(picked[0]))
+            units = candidates(run, [int(k) for k in page_keys], qv, page_scores)
+            for u, v in zip(units, fused.tolist(), strict=True):
+                u.ctx.scores[slot] = v
+            run.prefused.add(slot)
+            run.stats.counts["fused_page"] = len(units)
+            return keep_passing(units, run.residual, run.deadline, run.warnings)
+        if not fast.prunes:
+            top_keys, scores = picked
+            units = candidates(run, [int(k) for k in top_keys], qv, scores)
+        else:
+            pruned, pruned_scores = picked
+            if unordered:  # (no similarity slot here, so no scores to reorder)
+                pruned = cast(Any, run.store).table.order(np.asarray(pruned, dtype=np.int64))
+            run.stats.counts["pruned_to"] = int(len(pruned))
+            units = candidates(run, list(pruned), qv, dict(pruned_scores))
+            units = keep_passing(units, run.residual, run.deadline, run.warnings)
+            top_keys = pruned
+        if run.plan.distinct is None or len(top_keys) < want or _enough(run, units, run.need):
+            break
+        if want >= len(keys_arr) or run.deadline.expired():
+            break
+        want = _wider(run, units, want, run.need)
+    _distinct_rounds(run, rounds)
     return units

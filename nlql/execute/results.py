@@ -12,8 +12,32 @@ REPR_ROWS = 10
 
 
 @dataclass
+class Best:
+    """The sentence that scored a DOCUMENT or CHUNK hit: its position in the document, its text, and
+    the score bindings evaluated on that sentence alone."""
+
+    position: int
+    content: str
+    scores: dict[str, float | None]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"position": self.position, "content": self.content, "scores": dict(self.scores)}
+
+    def __repr__(self) -> str:
+        scores = ", ".join(f"{k}={_fmt(v)}" for k, v in self.scores.items())
+        return f"Best(position={self.position}, {'scores ' + scores + ', ' if scores else ''}" \
+               f"content={_short(self.content, REPR_CONTENT_CHARS)!r})"
+
+
+#: Units whose hits group sentences and so carry ``best`` (None when nothing scored them).
+GROUPED_UNITS = ("DOCUMENT", "CHUNK")
+
+
+@dataclass
 class Hit:
-    """One result row of the selected unit."""
+    """One result row of the selected unit. ``best``: for DOCUMENT and CHUNK hits, the sentence that
+    scored the row (:class:`Best`), None when nothing scored it (no SIMILARITY/BM25 in the query, or
+    no sentence has a score); None for SENTENCE and SPAN hits."""
 
     id: str
     doc_id: str
@@ -23,13 +47,17 @@ class Hit:
     metadata: dict[str, Any]
     scores: dict[str, float | None]
     truncated: bool = False
+    best: Best | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "id": self.id, "doc_id": self.doc_id, "unit": self.unit, "position": self.position,
             "content": self.content, "metadata": self.metadata, "scores": self.scores,
             **({"truncated": True} if self.truncated else {}),
         }
+        if self.best is not None or self.unit in GROUPED_UNITS:
+            out["best"] = self.best.to_dict() if self.best is not None else None
+        return out
 
     def __repr__(self) -> str:
         scores = ", ".join(f"{k}={_fmt(v)}" for k, v in self.scores.items())

@@ -9,7 +9,8 @@ lowered to SQL), the rows are sentences and there is a LIMIT. Two families:
 - *prune* (``bm25``, ``formula``, ``fusion``): WHERE left nothing but similarity thresholds (already
   applied inside recall) and the first sort key is, descending, one BM25 score, arithmetic over
   SIMILARITY/BM25 scores, or a fusion of bare SIMILARITY/BM25 arms: the store keeps every row that
-  can still reach the page and the engine finishes (fusion, order, limit).
+  can still reach the page and the engine finishes (fusion, order, limit). ``MMR`` of one bare
+  SIMILARITY (no ``min =>``) prunes to its window when LIMIT + OFFSET fits in it.
 
 A condition after fusion keeps the *fusion* path only when it fails for a row no arm ranks
 (``score > 0``: such a row's fused value is 0, so pruning it away changes nothing).
@@ -80,6 +81,20 @@ def choose_fastpath(plan: Plan, caps: Capabilities) -> Plan:
         return _none(plan, f"{first.label} has min =>")
     if spec.kind == "BM25":
         return _set(plan, FastPath("bm25", slot=spec.slot, bm25_texts=_used(bm25_texts, [spec.slot])))
+    if spec.kind == "MMR":
+        # rows outside MMR's window stay candidates (NULL, sorted last): pruning to the window is exact
+        # only when the page fits in it and every candidate is in the arm (a SIMILARITY without min =>)
+        arm = plan.spec(plan.slot_of(spec.arm_exprs[0]))
+        need = (plan.limit or 0) + plan.offset
+        if plan.rerank:
+            need *= max(1, int(plan.rerank.get("factor") or 1))
+        if arm is None or arm.kind != "SIMILARITY" or arm.min is not None:
+            return _none(plan, f"the arm of {spec.slot} is not exactly one SIMILARITY call without min =>")
+        if spec.window is None or need > spec.window:
+            return _none(plan, f"the page (LIMIT + OFFSET) is longer than {spec.slot}'s window")
+        if plan.distinct is not None:  # DISTINCT BY may need rows from outside the window to fill the page
+            return _none(plan, f"DISTINCT BY may keep rows outside {spec.slot}'s window")
+        return _set(plan, FastPath("fusion", arms=(FastArm(arm.slot, arm.kind, None),), depth=spec.window))
     if spec.kind in FUSION_FUNCTIONS and spec.window is not None:
         arms = []
         for name, expr in zip(spec.arms, spec.arm_exprs):

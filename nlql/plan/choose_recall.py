@@ -6,6 +6,8 @@ from nlql import ir
 from nlql.plan.nodes import OrderSpec, Recall, ScoreSpec, slot_of
 from nlql.pushdown import Capabilities
 
+__all__ = ["choose_recall", "mmr_window_recall"]
+
 
 def choose_recall(
     order: list[OrderSpec],
@@ -31,3 +33,30 @@ def choose_recall(
         return Recall("full", min_score=dict(thresholds), exact=True,
                       reason=f"scores every row passing the pushed filter ({why})")
     return Recall("scan", reason="no score: rows in insertion order")
+
+
+def mmr_window_recall(recall: Recall, order: list[OrderSpec], specs: list[ScoreSpec], slots: dict[ir.Call, str],
+                      binding_slots: dict[str, str], need: int | None, *, sentences: bool, engine_where: bool,
+                      caps: Capabilities) -> Recall:
+    """``knn`` of MMR's window when that is exactly the rows the page can come from, else ``recall``.
+
+    When the first sort key is ``MMR(s, window => w)`` DESC over one SIMILARITY ``s`` (no ``min =>``),
+    it is the only fusion, the rows are sentences, WHERE leaves nothing to the engine (nor after
+    fusion) and the page (``need`` = (LIMIT + OFFSET) × rerank factor) fits in the window, the page is
+    among the top ``w`` rows by ``s``: the store's top-``w`` knn is the window, and rows outside it (NULL,
+    sorted last) are never reached. Anything else keeps the full pass.
+    """
+    if recall.kind != "full" or need is None or not sentences or engine_where or not order:
+        return recall
+    first = order[0]
+    by_slot = {s.slot: s for s in specs}
+    spec = by_slot.get(slot_of(first.expr, slots, binding_slots) or "")
+    fusions = [s for s in specs if s.kind in ("RRF", "INTERLEAVE", "MMR")]
+    if spec is None or spec.kind != "MMR" or not first.descending or len(fusions) != 1 or spec.window is None:
+        return recall
+    arm = by_slot.get(slot_of(spec.arm_exprs[0], slots, binding_slots) or "") if spec.arm_exprs else None
+    if arm is None or arm.kind != "SIMILARITY" or arm.min is not None or need > spec.window:
+        return recall
+    return Recall("knn", slot=arm.slot, k=spec.window, min_score=dict(recall.min_score), exact=caps.EXACT,
+                  reason=f"first sort key is {spec.label} DESC: its window is the top {spec.window} rows by "
+                         f"{arm.label}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from nlql import ir
+from nlql.functions import BUILTINS
 from nlql.plan.nodes import SCORE_FUNCTIONS, TEXT_SCORES, ScoreSpec
 from nlql.render import render_expr
 
@@ -50,15 +51,21 @@ def dedupe_scores(query: ir.Query) -> tuple[list[ScoreSpec], dict[ir.Call, str],
                     weights = tuple(float(i.value) for i in w_expr.items) if isinstance(
                         w_expr, ir.ListExpr) else tuple(1.0 for _ in arms)
                     window = _number(sub.kwarg("window"))
+                    lam = None
+                    if sub.name == "MMR":  # SPEC §9: lambda => 0.5, window => 100 (not the fusion arm depth)
+                        lam = _number(sub.kwarg("lambda"))
+                        window = float(BUILTINS["MMR"].default("window")) if window is None else window
                     specs.append(ScoreSpec(slot, sub.name, sub, arms=arms, k=60.0 if k is None else k,
                                            weights=weights, label=label, arm_exprs=tuple(sub.args),
-                                           window=None if window is None else int(window)))
+                                           window=None if window is None else int(window),
+                                           mmr_lambda=BUILTINS["MMR"].default("lambda") if lam is None else lam))
 
     for b in query.bindings:
         visit(b.expr, b.name)
         if isinstance(b.expr, ir.Call) and b.expr in slots:
             binding_slots[b.name] = slots[b.expr]
-    for part in (query.where, *(k.expr for k in query.order_by)):
+    keys = query.distinct.keys if query.distinct is not None else ()
+    for part in (query.where, *keys, *(k.expr for k in query.order_by)):
         if part is not None:
             visit(part, None)
     return specs, slots, binding_slots

@@ -14,7 +14,8 @@ A plan with a BM25, RRF or INTERLEAVE score is *lowered* (``plan.lowered`` set t
    (and on the fusion score after fusion);
 7. BM25 terms come from the same analyzer on both sides (the dialect's ``analyzer``, which built the
    store's term table, equals the engine's);
-8. the dialect's capability flags cover the plan (:meth:`~nlql.sql.dialect.Dialect.missing_feature`).
+8. the dialect's capability flags cover the plan (:meth:`~nlql.sql.dialect.Dialect.missing_feature`);
+9. there is no MMR (its greedy selection reads the window's own vectors, in the engine).
 
 Everything else — the bindings' values, ORDER BY, OFFSET/LIMIT, hits — stays the engine's shared code,
 so both paths give the same rows in the same order with the same scores.
@@ -28,6 +29,7 @@ from __future__ import annotations
 from typing import Any
 
 from nlql import ir
+from nlql.plan.decide_overfetch import DISTINCT_FACTOR
 from nlql.plan.nodes import Plan, ScoreSpec
 from nlql.render import render_expr
 from nlql.sql import dialect_of
@@ -82,11 +84,14 @@ def lower_hybrid(plan: Plan, dialect: Dialect | Any, analyzer: Any = None) -> Pl
             SQL). A store is accepted too: its ``dialect`` when it declares ``Capabilities.SQL_ARMS``.
         analyzer: The engine's BM25 analyzer (``None`` is the default :class:`~nlql.text.analyzer.Analyzer`).
     """
-    if not any(s.kind in ("BM25", "RRF", "INTERLEAVE") for s in plan.scores):
+    if not any(s.kind in ("BM25", "RRF", "INTERLEAVE", "MMR") for s in plan.scores):
         return plan
     d = dialect_of(dialect) if dialect is not None else None
     if d is None:
         return _engine(plan, f"the {plan.store} store has no SQL dialect")
+    mmr = next((s for s in plan.scores if s.kind == "MMR"), None)
+    if mmr is not None:  # the greedy selection reads the rows' own vectors: the engine runs it
+        return _engine(plan, f"{mmr.label} runs in the engine over the window's own vectors")
     unit = plan.unit
     if unit.kind not in d.UNITS or (unit.kind == "SPAN" and unit.base == "CHUNK"):
         shown = unit.kind if unit.kind != "SPAN" else f"SPAN({unit.base})"
@@ -159,6 +164,8 @@ def lower_hybrid(plan: Plan, dialect: Dialect | Any, analyzer: Any = None) -> Pl
     fetch = plan.limit + plan.offset
     if plan.rerank:
         fetch = max(fetch, int(plan.rerank.get("factor") or 1) * fetch)
+    if plan.distinct is not None:  # the engine keeps LIMIT + OFFSET of these rows (and widens if short)
+        fetch = int(fetch * DISTINCT_FACTOR)
     lowered = Lowered(scores=tuple(scores), fusion=fusion, filter=plan.pushed, thresholds=tuple(thresholds),
                       fused_thresholds=tuple(fused), depth=plan.arm_depth, fetch=max(fetch, 0))
     why = d.missing_feature(lowered)

@@ -11,7 +11,7 @@ from nlql.functions import FUSION_FUNCTIONS, SCORE_FUNCTIONS, TEXT_SCORES
 from nlql.pushdown import FastPath, Filter, NativeFilter
 
 __all__ = ["ARM_DEPTH_FACTOR", "ARM_DEPTH_MIN", "FUSION_FUNCTIONS", "SCORE_FUNCTIONS", "TEXT_SCORES",
-           "OrderSpec", "Plan", "Recall", "ScoreCondition", "ScoreSpec", "score_condition", "slot_of"]
+           "DistinctSpec", "OrderSpec", "Plan", "Recall", "ScoreCondition", "ScoreSpec", "score_condition", "slot_of"]
 
 ARM_DEPTH_MIN = 100      # rows per fusion arm, at least
 ARM_DEPTH_FACTOR = 10    # … or this many times LIMIT + OFFSET
@@ -62,7 +62,7 @@ class ScoreSpec:
     """One deduplicated score computation. ``slot`` is its name in ``hit.scores`` when unbound."""
 
     slot: str
-    kind: str                       # SIMILARITY | BM25 | RRF | INTERLEAVE
+    kind: str                       # SIMILARITY | BM25 | RRF | INTERLEAVE | MMR
     call: ir.Call
     texts: tuple[str, ...] = ()     # SIMILARITY / BM25: the query texts (params bound)
     arms: tuple[str, ...] = ()      # RRF / INTERLEAVE: each arm's label (a binding name, or its text)
@@ -70,8 +70,9 @@ class ScoreSpec:
     weights: tuple[float, ...] = ()  # RRF weights (one per arm)
     label: str = ""                 # canonical text of the call
     min: float | None = None        # SIMILARITY / BM25: min => x (below it the score is NULL: out of the arm)
-    window: int | None = None       # RRF / INTERLEAVE: rows each arm ranks (None: every row)
-    arm_exprs: tuple[ir.Expr, ...] = ()  # RRF / INTERLEAVE: each arm's expression (a Ref for a binding)
+    window: int | None = None       # RRF / INTERLEAVE: rows each arm ranks (None: every row); MMR: its window
+    arm_exprs: tuple[ir.Expr, ...] = ()  # RRF / INTERLEAVE / MMR: each arm's expression (a Ref for a binding)
+    mmr_lambda: float = 0.5         # MMR: weight of relevance against diversity (lambda => λ)
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,15 @@ class OrderSpec:
     nulls_first: bool
     label: str
     implicit: bool = False
+
+
+@dataclass(frozen=True)
+class DistinctSpec:
+    """``DISTINCT BY keys KEEP keep``: applied by the engine after WHERE, fusion, ORDER BY and rerank."""
+
+    keys: tuple[ir.Expr, ...]
+    labels: tuple[str, ...]
+    keep: int = 1
 
 
 @dataclass
@@ -134,6 +144,7 @@ class Plan:
     # set by choose_fastpath on table stores (Capabilities.FAST_PATH): the page picked with numpy
     fast_path: FastPath | None = None
     fast_path_reason: str = ""
+    distinct: DistinctSpec | None = None  # DISTINCT BY … KEEP n (recall widens until enough rows are kept)
 
     def slot_of(self, expr: ir.Expr) -> str | None:
         """The score slot ``expr`` is exactly (a score call or a binding bound to one), else None."""
@@ -149,5 +160,5 @@ class Plan:
 
     @property
     def fusions(self) -> list[ScoreSpec]:
-        """The RRF / INTERLEAVE scores."""
+        """The RRF / INTERLEAVE / MMR scores (computed by the engine's fusion stage, or a lowered statement)."""
         return [s for s in self.scores if s.kind in FUSION_FUNCTIONS]

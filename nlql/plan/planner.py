@@ -13,11 +13,11 @@ from nlql.errors import PlanError
 from nlql.evaluate import Env
 from nlql.plan.bind_params import bind_params
 from nlql.plan.choose_fastpath import choose_fastpath
-from nlql.plan.choose_recall import choose_recall
+from nlql.plan.choose_recall import choose_recall, mmr_window_recall
 from nlql.plan.decide_overfetch import decide_overfetch
 from nlql.plan.dedupe_scores import dedupe_scores
 from nlql.plan.lower_hybrid import lower_hybrid
-from nlql.plan.nodes import ARM_DEPTH_FACTOR, ARM_DEPTH_MIN, FUSION_FUNCTIONS, OrderSpec, Plan
+from nlql.plan.nodes import ARM_DEPTH_FACTOR, ARM_DEPTH_MIN, FUSION_FUNCTIONS, DistinctSpec, OrderSpec, Plan
 from nlql.plan.order_residual import order_residual
 from nlql.plan.resolve_arms import resolve_arms
 from nlql.plan.resolve_periods import resolve_periods
@@ -92,7 +92,13 @@ def build_plan(
     unit_kind = bound.unit.kind
     if unit_kind == "SPAN" and bound.unit.base == "CHUNK":
         unit_kind = "SPAN_CHUNK"
-    recall = decide_overfetch(recall, limit, offset, unit_kind, bool(residual), rerank_factor if rerank else None)
+    recall = decide_overfetch(recall, limit, offset, unit_kind, bool(residual), rerank_factor if rerank else None,
+                              distinct=bound.distinct is not None)
+    if limit is not None and bound.distinct is None and any(s.kind == "MMR" for s in specs):
+        need = (limit + offset) * (max(1, rerank_factor or 1) if rerank else 1)
+        recall = mmr_window_recall(recall, order, specs, slots, binding_slots, need,
+                                   sentences=bound.unit.rows_are_sentences, engine_where=bool(residual or late),
+                                   caps=caps)
     native = store.compile_filter(pushed) if pushed is not None else None
     window = 1
     if bound.unit.window is not None:
@@ -101,7 +107,7 @@ def build_plan(
     default_depth = None if limit is None else max(ARM_DEPTH_MIN, ARM_DEPTH_FACTOR * (limit + offset))
     specs = [replace(s, window=s.window if s.window is not None else default_depth)
              if s.kind in FUSION_FUNCTIONS else s for s in specs]
-    fusions = [s for s in specs if s.kind in FUSION_FUNCTIONS]
+    fusions = [s for s in specs if s.kind in FUSION_FUNCTIONS and s.kind != "MMR"]  # MMR has its own window
     arm_depth = fusions[0].window if fusions else default_depth
     plan = Plan(
         query=bound, canonical=canonical, unit=bound.unit, window=window, scores=specs, slots=slots,
@@ -110,6 +116,12 @@ def build_plan(
         periods=periods, now=now, store=caps.NAME, arm_depth=arm_depth,
         residual_is_thresholds=residual_is_thresholds, graphs=graphs, temporals=temporals,
     )
+    if bound.distinct is not None:
+        keep = _int_value(bound.distinct.keep, "KEEP")
+        if keep is not None and keep < 1:
+            raise PlanError("KEEP must be at least 1", bound.distinct.keep.span if bound.distinct.keep else None)
+        plan.distinct = DistinctSpec(tuple(bound.distinct.keys),
+                                     tuple(render_expr(k) for k in bound.distinct.keys), keep or 1)
     with_min = [s.label for s in specs if s.min is not None]
     if (graphs or temporals) and dialect_of(store) is not None:
         # the entity graph and the extracted periods live in the engine: on a SQL store such plans run

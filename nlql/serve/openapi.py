@@ -71,6 +71,13 @@ _SCHEMAS: dict[str, Any] = {
             "scores": {"type": "object", "additionalProperties": {"type": ["number", "string", "boolean", "null"]},
                        "description": "one value per LET binding"},
             "truncated": {"type": "boolean"},
+            "best": {"description": "DOCUMENT and CHUNK hits: the sentence that scored the row (null when "
+                                    "nothing scored it)",
+                     "anyOf": [{"type": "null"}, {
+                         "type": "object", "required": ["position", "content", "scores"],
+                         "properties": {"position": {"type": "integer"}, "content": {"type": "string"},
+                                        "scores": {"type": "object", "additionalProperties": {
+                                            "type": ["number", "string", "boolean", "null"]}}}}]},
         },
     },
     "Hits": {

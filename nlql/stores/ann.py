@@ -52,7 +52,7 @@ import numpy as np
 
 from nlql.pushdown import NativeFilter
 from nlql.stores.base import DocRecord
-from nlql.stores.memory import MatrixStore, MemoryStore, matmul_t
+from nlql.stores.memory import MatrixStore, MemoryStore
 
 
 class AnnStore(MemoryStore):
@@ -240,17 +240,19 @@ class AnnStore(MemoryStore):
                 self.last_stats = {"path": "exact", "rounds": 0, "matches": 0, "fallback": 0}
                 return [[] for _ in range(len(q))]
             if self._index is None:  # exact by configuration: the built-in product, nothing else
-                _, sub = self._candidates(flt)  # cached: the product below reuses it
-                self.last_stats = {"path": "exact", "rounds": 1, "matches": len(sub), "fallback": 0}
-                return MatrixStore.knn(self, q, k, flt, min_score)
+                out = MatrixStore.knn(self, q, k, flt, min_score)
+                self.last_stats = {"path": "exact", "rounds": 1, "matches": self.last_stats.get("rows", 0),
+                                   "fallback": 0}
+                return out
             entry = self._selection(flt)
             matches = entry["matches"]
             if matches == 0:
                 self.last_stats = {"path": "exact", "rounds": 0, "matches": 0, "fallback": 0}
                 return [[] for _ in range(len(q))]
             if self._prefer_exact(matches, k):
+                out = MatrixStore.knn(self, q, k, flt, min_score)
                 self.last_stats = {"path": "exact", "rounds": 1, "matches": matches, "fallback": 0}
-                return MatrixStore.knn(self, q, k, flt, min_score)
+                return out
             return self._index_knn(q, k, flt, min_score, entry)
 
     def _prefer_exact(self, matches: int, k: int) -> bool:
@@ -345,7 +347,7 @@ class AnnStore(MemoryStore):
         keys = np.unique(keys)
         if len(keys) == 0:
             return []
-        scores = matmul_t(np.atleast_2d(q), self.matrix[keys])[0]
+        scores = self.exact_scores(np.asarray(q, dtype=np.float32).reshape(-1), keys)  # the exact scan's bits
         if min_score is not None:
             keep = scores >= min_score
             keys, scores = keys[keep], scores[keep]

@@ -579,6 +579,27 @@ class ChromaStore:
                     mat[index[rid]] = np.asarray(emb, dtype=np.float32)
         return queries @ V.normalize_rows(mat).T
 
+    def vectors(self, keys: Sequence[Any]) -> np.ndarray:
+        """The rows' own unit vectors, ``(len(keys), dim)`` float32; NaN for keys not stored.
+
+        One ``get(ids=…, include=["embeddings"])`` per 4096 keys (in process for embedded Chroma, a
+        round trip for a Chroma server)."""
+        index: dict[str, list[int]] = {}
+        for i, k in enumerate(keys):
+            index.setdefault(str(k), []).append(i)
+        wanted = list(index)
+        found: dict[str, np.ndarray] = {}
+        with self._backend("vectors"):
+            for i in range(0, len(wanted), _PAGE):
+                res = self._col.get(ids=wanted[i : i + _PAGE], include=["embeddings"])
+                for rid, emb in zip(res["ids"], res["embeddings"], strict=True):
+                    found[rid] = np.asarray(emb, dtype=np.float32)
+        dim = len(next(iter(found.values()))) if found else 0
+        out = np.full((len(keys), dim), np.nan, dtype=np.float32)
+        for rid, vec in found.items():
+            out[index[rid]] = vec
+        return V.normalize_rows(out) if len(keys) else out
+
 
 # ---------------------------------------------------------------------- record helpers
 

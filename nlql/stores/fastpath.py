@@ -27,25 +27,27 @@ def select(table: RowTable, path: FastPath, keys: np.ndarray, scores: Mapping[st
     if len(keys) == 0:
         return None
     keys = np.asarray(keys).astype(np.int64, copy=False)
-    seq, pos = table.seq[keys], table.pos[keys]
     if path.kind == "insertion":
-        idx = np.lexsort((pos, seq))[:need]
+        idx = np.lexsort((table.pos[keys], table.seq[keys]))[:need]
     elif path.kind == "score":
         s = scores.get(path.slot or "")
         if s is None:
             return None
-        idx = np.lexsort((pos, seq, -s if path.descending else s))[:need]
+        idx = np.lexsort((table.pos[keys], table.seq[keys], -s if path.descending else s))[:need]
     elif path.kind == "bm25":
         bm = _bm25_over(table, path, path.slot or "", keys, bm25)
-        if bm is None or int(np.count_nonzero(bm > 0)) < need:
+        if bm is None:
             return None
-        idx = top_rows(bm, seq, pos, need, ties=True)
+        eligible = bm > 0
+        if int(np.count_nonzero(eligible)) < need:
+            return None
+        idx = top_rows(bm, keys, table, need, ties=True, eligible=eligible)
     elif path.kind == "formula":
         assert path.formula is not None
         values = _evaluate(path.formula, table, path, keys, scores, bm25)
         if values is None or bool(np.isnan(values).any()):
             return None
-        idx = top_rows(values, seq, pos, need, ties=True)
+        idx = top_rows(values, keys, table, need, ties=True)
     elif path.kind == "fusion":
         assert path.depth is not None
         parts = []
@@ -61,23 +63,31 @@ def select(table: RowTable, path: FastPath, keys: np.ndarray, scores: Mapping[st
             if arm.min is not None:  # below an arm-local min the row is out of that arm
                 above = arm_scores >= arm.min
                 eligible = above if eligible is None else eligible & above
-            parts.append(top_rows(arm_scores, seq, pos, path.depth, ties=False, eligible=eligible))
+            parts.append(top_rows(arm_scores, keys, table, path.depth, ties=False, eligible=eligible))
         idx = np.unique(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
     else:
         return None
     return keys[idx], {k: v[idx] for k, v in scores.items()}
 
 
-def top_rows(scores: np.ndarray, seq: np.ndarray, pos: np.ndarray, n: int, *, ties: bool,
+def top_rows(scores: np.ndarray, keys: np.ndarray, table: RowTable, n: int, *, ties: bool,
              eligible: np.ndarray | None = None) -> np.ndarray:
-    """Indices of the ``n`` best rows by (score desc, seq, position); with ``ties``, every row tied
-    with the n-th score too."""
-    idx = np.arange(len(scores)) if eligible is None else np.flatnonzero(eligible)
-    if len(idx) > n:
-        sub = scores[idx]
-        kth = np.partition(-sub, n - 1)[n - 1]
-        idx = idx[-sub <= kth]  # all rows at least as good as the n-th (ties included)
-    order = np.lexsort((pos[idx], seq[idx], -scores[idx]))
+    """Indices (into ``keys``) of the ``n`` best rows by (score desc, seq, position); with ``ties``, every
+    row tied with the n-th score too. Only the rows at or above the n-th score are sorted."""
+    if eligible is None:
+        if len(scores) > n:
+            kth = np.partition(scores, len(scores) - n)[len(scores) - n]
+            idx = np.flatnonzero(scores >= kth)  # all rows at least as good as the n-th (ties included)
+        else:
+            idx = np.arange(len(scores))
+    else:
+        idx = np.flatnonzero(eligible)
+        if len(idx) > n:
+            sub = scores[idx]
+            kth = np.partition(sub, len(sub) - n)[len(sub) - n]
+            idx = idx[sub >= kth]
+    rows = keys[idx]
+    order = np.lexsort((table.pos[rows], table.seq[rows], -scores[idx]))
     return idx[order] if ties else idx[order[:n]]
 
 
@@ -87,6 +97,11 @@ def _bm25_over(table: RowTable, path: FastPath, slot: str, keys: np.ndarray,
     text = path.bm25_text(slot)
     if text is None:
         return None
+    dense = getattr(bm25, "rows", None)  # the engine's index maps its rows to the table's itself
+    if dense is not None:
+        full = dense(text, table)
+        if full is not None and full.shape == (table.size,):
+            return full[keys]
     found, values = bm25(text)
     full = np.zeros(table.size, dtype=np.float64)
     doc_rows = table.doc_rows

@@ -1,18 +1,31 @@
-"""The built-in store: one float32 matrix, columnar metadata, exact recall near the bandwidth limit.
+"""The built-in store: one float32 matrix, columnar metadata, exact recall at or below the bandwidth limit.
 
-Recall is one matrix-vector product per query text plus a partial sort (``argpartition``). A pushed
-filter is a boolean mask from :class:`~nlql.stores.table.RowTable`; for a repeated filter the store keeps
-the filtered sub-matrix, so a 10%-selective query reads 10% of the memory. Score thresholds are applied
-inside recall. ``MemoryStore(path)`` persists every write to a SQLite file (see
+Recall is one matrix-vector product per query text plus a partial sort (``argpartition``); from
+``QUANT_MIN_ROWS`` rows (and Faiss installed) an int8 copy is scanned first and its best candidates are
+rescored exactly, with a certificate that nothing left out could enter the top k (:mod:`nlql.stores.quant`;
+otherwise the float32 scan runs, and ``last_stats`` says which). Every score has the bits of one
+single-threaded scan over the whole matrix, whatever rows are scored: a few rows are scored in whole
+aligned BLAS blocks (:func:`block_rows`), so a filtered, a rescored and a full answer never differ in
+the last bit. A pushed filter is a set of rows from :class:`~nlql.stores.table.RowTable` (equality and
+IN looked up in a value index, anything else a vectorised mask), cached per filter with its gathered
+rows (or its int8 copy), so a selective query reads its own rows only. Score thresholds are applied
+inside recall.
+
+Memory per vector: 4·dim bytes of float32 (1,536 at dim 384), plus dim bytes of int8 (384) once the
+int8 copy is built, plus the copies of cached filters (at most 8). ``MemoryStore(path)`` persists every write to a SQLite file (see
 :mod:`nlql.stores.doclog`) and reloads vectors on reopen without re-embedding.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
+import os
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +34,7 @@ import numpy as np
 from nlql.errors import BackendError
 from nlql.pushdown import Capabilities, FastPath, Filter, NativeFilter
 from nlql.schema import DataSummary
-from nlql.stores import fastpath
+from nlql.stores import fastpath, quant
 from nlql.stores.base import Bm25Matches, DocRecord, Row
 from nlql.stores.doclog import FILE_NAME, Changes, DocLog
 from nlql.stores.table import RowTable, latest_per_id
@@ -75,6 +88,63 @@ def matmul_t(vectors: np.ndarray, sub: np.ndarray) -> np.ndarray:
     return round_scores(out)
 
 
+#: Rows per block of OpenBLAS's float32 matrix-vector kernel: a row's score depends on its place in
+#: such a block (and on whether it lies in the matrix's last, partial block), so scoring a few rows
+#: with the bits of a full scan gathers whole aligned blocks (:func:`block_rows`).
+BLOCK = 4
+#: From this many rows a full scan runs as two halves on two threads (the same bits: the halves split
+#: on a block boundary).
+PARALLEL_ROWS = 1 << 18
+
+_scan_pool: ThreadPoolExecutor | None = None
+
+
+def block_rows(keys: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """(rows to gather, where each of ``keys`` lands among them) so that ``q @ M[gather].T`` gives each
+    key the very bits of ``q @ M[:size].T``: whole aligned blocks of :data:`BLOCK` rows, and the last
+    partial block (if a key is in it) whole and last, as in the full matrix. ``keys`` ascending."""
+    keys = np.asarray(keys, dtype=np.int64)
+    tail = size - size % BLOCK
+    head = keys[keys < tail]
+    blocks = np.unique(head // BLOCK)
+    gather = (blocks[:, None] * BLOCK + np.arange(BLOCK)).ravel()
+    if len(head) < len(keys):
+        gather = np.concatenate([gather, np.arange(tail, size, dtype=np.int64)])
+    return gather, np.searchsorted(gather, keys)
+
+
+def _full_scan(matrix: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """``matrix @ v`` rounded, on two threads when large (each half single-threaded BLAS)."""
+    global _scan_pool
+    n = len(matrix)
+    if n < PARALLEL_ROWS or (os.cpu_count() or 1) < 2:
+        return matmul_t(v[None, :], matrix)[0]
+    half = (n // 2) - (n // 2) % BLOCK
+    out = np.empty(n, dtype=np.float32)
+    if _scan_pool is None:
+        _scan_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="nlql-scan")
+
+    def part(lo: int, hi: int) -> None:
+        np.matmul(matrix[lo:hi], v, out=out[lo:hi])
+
+    with _blas_one_thread():
+        list(_scan_pool.map(lambda b: part(*b), [(0, half), (half, n)]))
+    return round_scores(out)
+
+
+@dataclass
+class _Rows:
+    """The rows a filter selects: ``keys`` ascending (None: every row slot 0..size, all live)."""
+
+    keys: np.ndarray | None
+    size: int
+    how: str
+    sub: np.ndarray | None = None       # the gathered blocks of the keys' rows (see block_rows)
+    pos: np.ndarray | None = None
+    selectors: Any = None                # Faiss selectors of the keys for the int8 copy
+    int8: Any = None                     # or the keys' own int8 copy (quant.Int8Copy.subset)
+
+
 def describe_filter(flt: Filter) -> str:
     """A compact, deterministic text form of a pushed filter (used by Python-evaluated stores)."""
     from nlql.pushdown import Cond, FAnd
@@ -97,7 +167,8 @@ class MatrixStore:
         self.table = RowTable()
         self.dim: int | None = None
         self._matrix = np.zeros((0, 0), dtype=np.float32)
-        self._sub_cache: OrderedDict[tuple[int, Any], tuple[np.ndarray, np.ndarray]] = OrderedDict()
+        self._sub_cache: OrderedDict[tuple[int, Any], _Rows] = OrderedDict()
+        self._quant: quant.Int8Copy | None = None
         self._lock = threading.RLock()
         self._info: dict[str, str] = {}
         self.last_stats: dict[str, Any] = {}
@@ -151,6 +222,12 @@ class MatrixStore:
         if size > 4096 and len(self.table) < size // 2:
             keep = self.table.compact()
             self._matrix[: len(keep)] = self._matrix[keep]
+            self._drop_quant()
+
+    def _drop_quant(self) -> None:
+        if self._quant is not None:
+            self._quant.close()
+            self._quant = None
 
     def count(self) -> int:
         return len(self.table)
@@ -166,56 +243,158 @@ class MatrixStore:
     def mask(self, flt: NativeFilter | None) -> np.ndarray:
         return self.table.mask(None if flt is None else flt.native)
 
-    def _candidates(self, flt: NativeFilter | None) -> tuple[np.ndarray | None, np.ndarray]:
-        """(keys or None for all rows, the matrix rows to score)."""
-        if flt is None and bool(self.table.alive.all()):
-            return None, self.matrix
-        key = (self.table.version, flt.native if flt is not None else None)
+    def _rows(self, flt: NativeFilter | None) -> _Rows:
+        """The rows a filter selects (cached per table version and filter, at most 8 filters)."""
+        t = self.table
+        if flt is None and len(t) == t.size:
+            return _Rows(None, t.size, "all rows")
+        key = (t.version, flt.native if flt is not None else None)
         hit = self._sub_cache.get(key)
         if hit is not None:
             self._sub_cache.move_to_end(key)
             return hit
-        keys = np.flatnonzero(self.mask(flt))
-        sub = self.matrix[keys]
-        entry = (keys, sub)
-        if sub.nbytes <= 512 * 2**20:
-            self._sub_cache[key] = entry
-            while len(self._sub_cache) > 8:
-                self._sub_cache.popitem(last=False)
+        if flt is None:
+            entry = _Rows(np.flatnonzero(t.alive), t.size, "live rows")
+        else:
+            keys, how = t.matching(flt.native)
+            entry = _Rows(keys, t.size, how)
+        self._sub_cache[key] = entry
+        while len(self._sub_cache) > 8:
+            self._sub_cache.popitem(last=False)
         return entry
+
+    def _scores(self, v: np.ndarray, rows: _Rows) -> np.ndarray:
+        """Exact scores of ``rows`` (rounded), bit for bit those of one scan over the whole matrix."""
+        if rows.keys is None or len(rows.keys) * 2 > rows.size:
+            full = _full_scan(self.matrix, v)
+            return full if rows.keys is None else full[rows.keys]
+        if rows.sub is None:
+            gather, pos = block_rows(rows.keys, rows.size)
+            sub = self.matrix[gather]
+            if sub.nbytes <= 512 * 2**20:
+                rows.sub, rows.pos = sub, pos
+        else:
+            sub, pos = rows.sub, rows.pos
+        return matmul_t(v[None, :], sub)[0][pos]
+
+    def exact_scores(self, v: np.ndarray, keys: np.ndarray) -> np.ndarray:
+        """Exact scores of some row keys (ascending), with the bits of a scan over the whole matrix."""
+        gather, pos = block_rows(keys, self.table.size)
+        return matmul_t(v[None, :], self.matrix[gather])[0][pos]
+
+    def _top(self, row: np.ndarray, keys: np.ndarray | None, k: int,
+             min_score: float | None) -> list[tuple[int, float]]:
+        """The k best of scored rows by (score desc, seq, position); ``keys`` None: row i is key i."""
+        kk = min(k, len(row))
+        if kk < len(row):
+            idx = np.argpartition(-row, kk - 1)[:kk]
+            # include every row tied with the k-th score so ties break on insertion order
+            kth = row[idx].min()
+            idx = np.flatnonzero(row >= kth)
+        else:
+            idx = np.arange(len(row))
+        if min_score is not None:
+            idx = idx[row[idx] >= min_score]
+        real = idx if keys is None else keys[idx]
+        seq, pos = self.table.seq, self.table.pos
+        order = np.lexsort((pos[real], seq[real], -row[idx]))[:kk]
+        return [(int(real[i]), float(row[idx[i]])) for i in order]
 
     def knn(self, vectors: np.ndarray, k: int, flt: NativeFilter | None = None,
             min_score: float | None = None) -> list[list[tuple[Any, float]]]:
         with self._lock:
-            keys, sub = self._candidates(flt)
-            if len(sub) == 0 or k <= 0:
+            rows = self._rows(flt)
+            n = rows.size if rows.keys is None else len(rows.keys)
+            if n == 0 or k <= 0:
+                self.last_stats = {"filter": rows.how, "rows": n, "scan": "none"}
                 return [[] for _ in range(len(vectors))]
-            scores = matmul_t(vectors, sub)  # (batch, N)
             out = []
-            seq, pos = self.table.seq, self.table.pos
-            for row in scores:
-                kk = min(k, len(row))
-                if kk < len(row):
-                    idx = np.argpartition(-row, kk - 1)[:kk]
-                    # include every row tied with the k-th score so ties break on insertion order
-                    kth = row[idx].min()
-                    idx = np.flatnonzero(row >= kth)
-                else:
-                    idx = np.arange(len(row))
-                if min_score is not None:
-                    idx = idx[row[idx] >= min_score]
-                real = idx if keys is None else keys[idx]
-                order = np.lexsort((pos[real], seq[real], -row[idx]))[:kk]
-                out.append([(int(real[i]), float(row[idx[i]])) for i in order])
+            stats: dict[str, Any] = {"filter": rows.how, "rows": n}
+            for v in np.asarray(vectors, dtype=np.float32):
+                got = self._quantised_top(v, k, rows, min_score, stats) if self._use_quant(n, k) else None
+                if got is None:
+                    got = self._top(self._scores(v, rows), rows.keys, k, min_score)
+                    stats.setdefault("scan", "fp32")
+                out.append(got)
+            self.last_stats = stats
+            return out
+
+    # ----------------------------------------------------------------------------- quantised scan
+
+    #: Whether this store keeps an int8 copy (the built-in store does; the ANN stores' exact path not).
+    QUANTISE = False
+    #: Fewest rows (passing the filter) for which the int8 scan is tried first.
+    QUANT_MIN_ROWS = 16_384
+
+    def _use_quant(self, n: int, k: int) -> bool:
+        return self.QUANTISE and n >= self.QUANT_MIN_ROWS and 32 * k <= n and quant.available()
+
+    def _int8(self) -> quant.Int8Copy:
+        if self._quant is None:
+            assert self.dim is not None
+            self._quant = quant.Int8Copy(self.dim)
+        self._quant.sync(self.matrix)
+        return self._quant
+
+    def _quantised_top(self, v: np.ndarray, k: int, rows: _Rows, min_score: float | None,
+                       stats: dict[str, Any]) -> list[tuple[int, float]] | None:
+        """The exact top k through the int8 copy, or None when no depth certified it (see quant)."""
+        copy = self._int8()
+        local = None  # a filter's own int8 copy: ids are positions in rows.keys
+        if rows.keys is not None:
+            if len(rows.keys) * 2 > rows.size:  # most rows: the whole copy, the others deselected
+                if rows.selectors is None:
+                    mask = np.zeros(rows.size, dtype=bool)
+                    mask[rows.keys] = True
+                    rows.selectors = copy.selectors(mask)
+            else:
+                if rows.int8 is None:
+                    rows.int8 = copy.subset(self.matrix, rows.keys)
+                copy, local = rows.int8, rows.keys
+        n = rows.size if rows.keys is None else len(rows.keys)
+        depth = quant.depth_for(k, n)
+        for attempt in range(2):
+            labels, approx = copy.search(v, depth, None if local is not None else rows.selectors)
+            cand = np.sort(labels if local is None else local[labels])
+            top = self._top(self.exact_scores(v, cand), cand, k, min_score)
+            exhaustive = len(labels) < depth
+            bound = copy.bound(v, float(approx[-1])) if len(approx) else -math.inf
+            if exhaustive:
+                certified = True
+            elif len(top) == k:
+                certified = top[-1][1] > bound
+            else:  # fewer than k at or above min_score among the candidates
+                certified = min_score is not None and bound < min_score
+            if certified:
+                stats.update({"scan": "int8 + fp32 rescore", "depth": depth, "rounds": attempt + 1,
+                              "bound": round(bound, 6)})
+                return top
+            if depth * 8 > n // 4:
+                break
+            depth *= 8
+        stats.update({"scan": "fp32", "fallback": f"int8 scan not certified at depth {depth}"})
+        return None
+
+    def memory_stats(self) -> dict[str, Any]:
+        """Bytes held per vector: the float32 matrix, and the int8 copy when one is built."""
+        with self._lock:
+            n = max(1, self.table.size)
+            out = {"rows": self.table.size, "fp32_bytes_per_vector": 4 * (self.dim or 0)}
+            if self._quant is not None:
+                out["int8_bytes_per_vector"] = round(self._quant.nbytes / n, 1)
+                out["int8_err_max"] = round(self._quant.err_max, 6)
             return out
 
     def score_all(self, vectors: np.ndarray, flt: NativeFilter | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(keys, scores (batch × len(keys))) over every live row passing the filter."""
         with self._lock:
-            keys, sub = self._candidates(flt)
-            if keys is None:
-                keys = np.arange(self.table.size)
-            return keys, matmul_t(vectors, sub)
+            rows = self._rows(flt)
+            keys = np.arange(self.table.size) if rows.keys is None else rows.keys
+            vecs = np.asarray(vectors, dtype=np.float32)
+            if not len(keys):
+                return keys, np.zeros((len(vecs), 0), dtype=np.float32)
+            return keys, np.stack([self._scores(v, rows) for v in vecs]) if len(vecs) else np.zeros(
+                (0, len(keys)), dtype=np.float32)
 
     def scan(self, flt: NativeFilter | None = None) -> list[Any]:
         with self._lock:
@@ -238,7 +417,19 @@ class MatrixStore:
     def similarities(self, vectors: np.ndarray, keys: Sequence[Any]) -> np.ndarray:
         with self._lock:
             idx = np.asarray(keys, dtype=np.int64)
-            return matmul_t(vectors, self.matrix[idx])
+            vecs = np.asarray(vectors, dtype=np.float32)
+            if not len(idx) or not len(vecs):
+                return np.zeros((len(vecs), len(idx)), dtype=np.float32)
+            order = np.argsort(idx, kind="stable")
+            out = np.empty((len(vecs), len(idx)), dtype=np.float32)
+            for b, v in enumerate(vecs):
+                out[b, order] = self.exact_scores(v, idx[order])
+            return out
+
+    def vectors(self, keys: Sequence[Any]) -> np.ndarray:
+        """The rows' own unit vectors, ``(len(keys), dim)`` float32 (a copy; in process, no round trip)."""
+        with self._lock:
+            return self.matrix[np.asarray(keys, dtype=np.int64)]
 
     def get_info(self, key: str) -> str | None:
         return self._info.get(key)
@@ -263,7 +454,7 @@ class MatrixStore:
             return DataSummary(len(t.doc_slot), len(t), t.summary.keys())
 
     def close(self) -> None:
-        pass
+        self._drop_quant()
 
 
 _NO_VECTORS = np.zeros((0, 0), dtype=np.float32)
@@ -276,7 +467,13 @@ class MemoryStore(MatrixStore):
     truth and RAM a copy that :meth:`sync` brings up to date incrementally (see
     :mod:`nlql.stores.doclog`). ``damaged`` maps the ids of rows that could not be read to the reason;
     ``read_only`` is True for a store opened from a read-only file or medium.
+
+    From :attr:`QUANT_MIN_ROWS` rows a top-k is first answered from an int8 copy of the vectors and
+    rescored exactly (:mod:`nlql.stores.quant`), when Faiss is installed; ``last_stats["scan"]`` says
+    which scan ran.
     """
+
+    QUANTISE = True
 
     def __init__(self, path: str | Path | None = None) -> None:
         super().__init__()
@@ -432,6 +629,7 @@ class MemoryStore(MatrixStore):
         self.dim = None
         self._matrix = np.zeros((0, 0), dtype=np.float32)
         self._sub_cache.clear()
+        self._drop_quant()
         if dim is not None:
             MatrixStore.open(self, dim)
         self._load()
@@ -440,6 +638,7 @@ class MemoryStore(MatrixStore):
             rebuild()
 
     def close(self) -> None:
+        super().close()
         if self._log is not None:
             self._log.close()
             self._log = None

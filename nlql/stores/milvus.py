@@ -779,6 +779,24 @@ class MilvusStore:
                                                output_fields=["key", "vec"]):
                         mat[index[r["key"]]] = np.asarray(r["vec"], dtype=np.float32)
         return _normalise(queries) @ _normalise(mat).T
+    def vectors(self, keys: Sequence[Any]) -> np.ndarray:
+        """The rows' own unit vectors, ``(len(keys), dim)`` float32; NaN for keys not stored.
+
+        One ``query`` per batch of keys: a round trip to a Milvus server (in process for Milvus Lite)."""
+        out = np.full((len(keys), self._dim or 0), np.nan, dtype=np.float32)
+        if len(keys):
+            index: dict[str, list[int]] = {}
+            for i, key in enumerate(keys):
+                index.setdefault(str(key), []).append(i)
+            uniq = list(index)
+            with self._backend("vectors"):
+                for i in range(0, len(uniq), _READ_BATCH):
+                    for r in self.client.query(self.collection, filter=_keys_in("key", uniq[i : i + _READ_BATCH]),
+                                               output_fields=["key", "vec"]):
+                        out[index[r["key"]]] = np.asarray(r["vec"], dtype=np.float32)
+            out = _normalise(out).astype(np.float32, copy=False)
+        return out
+
 
     # ------------------------------------------------------------------ BM25 from stored terms
 

@@ -633,6 +633,23 @@ class QdrantStore:
         mat = V.normalize_rows(mat)
         return V.normalize_rows(queries) @ mat.T
 
+    def vectors(self, keys: Sequence[Any]) -> np.ndarray:
+        """The rows' own unit vectors, ``(len(keys), dim)`` float32; NaN for keys not stored.
+
+        One ``retrieve(with_vectors=True)`` call: a round trip to a Qdrant server (in process in local mode)."""
+        out = np.full((len(keys), self._dim or 0), np.nan, dtype=np.float32)
+        if len(keys):
+            with self._backend("vectors"):
+                points = self.client.retrieve(self.collection, ids=list(dict.fromkeys(str(k) for k in keys)),
+                                              with_payload=False, with_vectors=True, **self._timeout())
+            index: dict[str, list[int]] = {}
+            for i, k in enumerate(keys):
+                index.setdefault(str(k), []).append(i)
+            for p in points:
+                out[index[str(p.id)]] = np.asarray(p.vector, dtype=np.float32)
+            out = V.normalize_rows(out)
+        return out
+
 
 # ---------------------------------------------------------------------- payload helpers
 

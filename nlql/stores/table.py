@@ -221,12 +221,100 @@ def leaf_mask(col: Column, cond: Cond) -> np.ndarray:
     raise ValueError(f"unknown filter op {op!r}")
 
 
+class ValueIndex:
+    """Ascending row keys per typed value of one metadata path: ``==`` and ``IN`` cost their own rows.
+
+    The views follow :meth:`Column.eq` exactly: a number literal matches numbers and numeric strings
+    (``num``), a string literal matches equal strings and, when it is numeric, numbers (``real``), a
+    bool matches bools. Rows are appended as the table grows (:meth:`extend`); dead rows stay listed
+    (the caller drops them with the table's ``alive``); the table drops its indexes when it compacts.
+    """
+
+    def __init__(self) -> None:
+        self._parts: dict[tuple[str, Any], list[np.ndarray]] = {}
+        self._joined: dict[tuple[str, Any], np.ndarray] = {}
+
+    def extend(self, col: Column, start: int) -> None:
+        """Add the rows ``start..start+len(col)`` described by ``col``."""
+        kinds = col.kind
+        self._add("num", col.num, ~np.isnan(col.num), start)
+        self._add("real", col.num, kinds == K_NUM, start)
+        self._add("bool", col.bools, kinds == K_BOOL, start)
+        has = col.codes >= 0
+        if bool(has.any()):
+            rows = np.flatnonzero(has)
+            codes = col.codes[rows]
+            order = np.argsort(codes, kind="stable")
+            codes, rows = codes[order], rows[order]
+            cut = np.flatnonzero(np.diff(codes)) + 1
+            for c, r in zip(codes[np.r_[0, cut]], np.split(rows, cut)):
+                self._put(("str", col.strings[int(c)]), r + start)
+
+    def _add(self, view: str, values: np.ndarray, where: np.ndarray, start: int) -> None:
+        rows = np.flatnonzero(where)
+        if not len(rows):
+            return
+        vals = values[rows]
+        order = np.argsort(vals, kind="stable")
+        vals, rows = vals[order], rows[order]
+        cut = np.flatnonzero(vals[1:] != vals[:-1]) + 1
+        for v, r in zip(vals[np.r_[0, cut]].tolist(), np.split(rows, cut)):
+            self._put((view, v), r + start)
+
+    def _put(self, key: tuple[str, Any], rows: np.ndarray) -> None:
+        self._parts.setdefault(key, []).append(rows.astype(np.int64, copy=False))
+        self._joined.pop(key, None)
+
+    def _get(self, key: tuple[str, Any]) -> np.ndarray:
+        got = self._joined.get(key)
+        if got is None:
+            parts = self._parts.get(key)
+            got = np.zeros(0, dtype=np.int64) if not parts else parts[0] if len(parts) == 1 else np.concatenate(parts)
+            if parts and len(parts) > 1:
+                self._parts[key] = [got]
+            self._joined[key] = got
+        return got
+
+    def equal(self, v: Any) -> np.ndarray | None:
+        """Ascending keys where ``x == v`` is TRUE, or None for a literal this index does not answer."""
+        if V.is_null(v):
+            return np.zeros(0, dtype=np.int64)
+        if isinstance(v, bool):
+            return self._get(("bool", int(v)))
+        if isinstance(v, datetime):
+            return None
+        if V.is_number(v):
+            f = V.as_number(v)
+            return np.zeros(0, dtype=np.int64) if f is None else self._get(("num", f))
+        if isinstance(v, str):
+            rows = self._get(("str", v))
+            f = V.numeric_string(v)
+            if f is not None:
+                rows = np.union1d(rows, self._get(("real", f)))
+            return rows
+        return None
+
+
 def latest_per_id(docs: Sequence[DocRecord]) -> list[DocRecord]:
     """``docs`` with one record per id, the last one, in the order of those last records."""
     if len({d.doc_id for d in docs}) == len(docs):
         return list(docs)
     last = {d.doc_id: i for i, d in enumerate(docs)}
     return [d for i, d in enumerate(docs) if last[d.doc_id] == i]
+
+
+def _grown(arr: np.ndarray, used: int, new: np.ndarray) -> np.ndarray:
+    """``arr[:used]`` followed by ``new``, as a view of a buffer that doubles when full (amortised
+    O(len(new)); a concatenation per call made many small writes quadratic). The spare capacity is the
+    view's ``base``: appending again writes past the view, in place, while it fits."""
+    n = used + len(new)
+    base = arr.base
+    if not (isinstance(base, np.ndarray) and base.ndim == 1 and base.dtype == arr.dtype and len(base) >= n
+            and arr.__array_interface__["data"][0] == base.__array_interface__["data"][0]):
+        base = np.empty(max(n, 2 * used, 1024), dtype=arr.dtype)
+        base[:used] = arr[:used]
+    base[used:n] = new
+    return base[:n]
 
 
 class RowTable:
@@ -246,7 +334,10 @@ class RowTable:
         # documents (slots; a replaced/deleted document's slot is dead)
         self.doc_meta: list[dict[str, Any]] = []
         self.doc_slot: dict[str, int] = {}           # live doc_id -> slot
-        self.doc_rows: dict[str, list[int]] = {}     # live doc_id -> row keys by position
+        # live doc_id -> its row keys by position: always contiguous, so a ``range`` (not a list: a
+        # million lists are a million objects the garbage collector walks on every full collection,
+        # which made ingest superlinear)
+        self.doc_rows: dict[str, range] = {}
         self.summary = MetaSummary()                 # metadata keys of the live documents (nlql.schema)
         self.version = 0
         self._columns: dict[tuple[str, ...], Column] = {}
@@ -254,11 +345,13 @@ class RowTable:
         self._folded: list[str] | None = None
         self._row_cache: dict[int, Row] = {}
         self._max_seq = 0
+        self._live = 0
+        self._indexes: dict[tuple[str, ...], ValueIndex] = {}  # kept across writes (extended on add)
 
     # ------------------------------------------------------------------------------------- mutation
 
     def __len__(self) -> int:
-        return int(self.alive.sum())
+        return self._live
 
     @property
     def size(self) -> int:
@@ -281,9 +374,8 @@ class RowTable:
             self.doc_meta.append(d.metadata)
             self.summary.add(d.metadata)
             self.doc_slot[d.doc_id] = slot
-            keys = []
+            first = self.size
             for u in d.units:
-                keys.append(self.size)
                 self.doc_ids.append(d.doc_id)
                 self.positions.append(u.position)
                 self.contents.append(u.content)
@@ -293,13 +385,17 @@ class RowTable:
                 new_row_doc.append(slot)
                 new_seq.append(d.seq)
                 new_pos.append(u.position)
-            self.doc_rows[d.doc_id] = keys
+            self.doc_rows[d.doc_id] = range(first, self.size)
             self._max_seq = max(self._max_seq, d.seq)
         n_new = self.size - start
-        self.row_doc = np.concatenate([self.row_doc, np.asarray(new_row_doc, dtype=np.int64)])
-        self.seq = np.concatenate([self.seq, np.asarray(new_seq, dtype=np.int64)])
-        self.pos = np.concatenate([self.pos, np.asarray(new_pos, dtype=np.int64)])
-        self.alive = np.concatenate([self.alive, np.ones(n_new, dtype=bool)])
+        # the per-row arrays grow by doubling (a concatenation per call made many small writes quadratic)
+        self.row_doc = _grown(self.row_doc, start, np.asarray(new_row_doc, dtype=np.int64))
+        self.seq = _grown(self.seq, start, np.asarray(new_seq, dtype=np.int64))
+        self.pos = _grown(self.pos, start, np.asarray(new_pos, dtype=np.int64))
+        self.alive = _grown(self.alive, start, np.ones(n_new, dtype=bool))
+        self._live += n_new
+        for path, index in self._indexes.items():
+            index.extend(self._column_of_rows(path, start, self.size), start)
         self._changed()
         return np.arange(start, self.size, dtype=np.int64)
 
@@ -311,8 +407,9 @@ class RowTable:
             if keys is None:
                 continue
             self.summary.remove(self.doc_meta[self.doc_slot.pop(doc_id)])
-            if keys:
-                self.alive[np.asarray(keys, dtype=np.int64)] = False
+            if len(keys):
+                self.alive[keys.start : keys.stop] = False
+                self._live -= len(keys)
             removed += 1
         if removed:
             self._changed()
@@ -332,9 +429,13 @@ class RowTable:
         self.seq = self.seq[keep]
         self.pos = self.pos[keep]
         self.alive = np.ones(len(keep), dtype=bool)
+        self._live = len(keep)
         self.doc_slot = {d: int(slot_map[s]) for d, s in self.doc_slot.items()}
-        remap = {int(old): new for new, old in enumerate(keep)}
-        self.doc_rows = {d: [remap[k] for k in ks] for d, ks in self.doc_rows.items()}
+        remap = np.zeros(int(keep[-1]) + 1 if len(keep) else 0, dtype=np.int64)
+        remap[keep] = np.arange(len(keep), dtype=np.int64)
+        self.doc_rows = {d: range(int(remap[ks.start]), int(remap[ks.start]) + len(ks)) if len(ks) else range(0)
+                         for d, ks in self.doc_rows.items()}
+        self._indexes.clear()
         self._changed()
         return keep
 
@@ -431,6 +532,109 @@ class RowTable:
         if root == "content":
             return self._content_mask(flt)
         return leaf_mask(self.field_column(root), flt)
+
+    # ------------------------------------------------------------------------------------ row sets
+
+    #: Below this many row slots a filter is always a mask (a full pass costs microseconds).
+    ROWSET_MIN = 4096
+
+    def matching(self, flt: Filter | None) -> tuple[np.ndarray, str]:
+        """Live keys (ascending) for which the filter is TRUE, and how they were found: ``"rowset"``
+        (equality and IN on metadata looked up in a :class:`ValueIndex`, any other leaf of an AND
+        evaluated on those rows only) or ``"mask"`` (a vectorised pass over every row)."""
+        if flt is not None and self.size >= self.ROWSET_MIN:
+            rows = self._rowset(flt)
+            if rows is not None:
+                return rows[self.alive[rows]], "rowset"
+        return np.flatnonzero(self.mask(flt)), "mask"
+
+    def _rowset(self, flt: Filter) -> np.ndarray | None:
+        """Ascending keys (dead ones included) where ``flt`` is TRUE, or None when no index applies."""
+        if isinstance(flt, Cond):
+            return self._leaf_rows(flt)
+        if isinstance(flt, FOr):
+            parts = [self._rowset(item) for item in flt.items]
+            if any(p is None for p in parts):
+                return None
+            return np.unique(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
+        if isinstance(flt, FAnd):
+            found = [(i, r) for i, item in enumerate(flt.items) if (r := self._rowset(item)) is not None]
+            if not found:
+                return None
+            rows = found[0][1]
+            for _, r in found[1:]:
+                rows = np.intersect1d(rows, r, assume_unique=True)
+            rest = [item for i, item in enumerate(flt.items) if i not in {j for j, _ in found}]
+            for item in rest:
+                if not len(rows):
+                    break
+                rows = rows[self._mask_rows(item, rows)]
+            return rows
+        return None
+
+    def _leaf_rows(self, cond: Cond) -> np.ndarray | None:
+        if cond.path[0] != "meta" or len(cond.path) < 2 or cond.op not in ("eq", "in"):
+            return None
+        keys = cond.path[1:]
+        index = self._indexes.get(keys)
+        if index is None:
+            index = ValueIndex()
+            index.extend(self.meta_column(keys), 0)
+            self._indexes[keys] = index
+        options = (cond.value,) if cond.op == "eq" else tuple(cond.value)
+        parts = []
+        for v in options:
+            got = index.equal(v)
+            if got is None:
+                return None
+            parts.append(got)
+        if len(parts) == 1:
+            return parts[0]
+        return np.unique(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
+
+    def _column_of_rows(self, keys: tuple[str, ...], lo: int, hi: int) -> Column:
+        """The typed column of ``meta.<keys>`` over rows ``lo..hi`` (built from their documents)."""
+        slots = self.row_doc[lo:hi]
+        uniq, inverse = np.unique(slots, return_inverse=True)
+        per_doc = Column.build([V.lookup(self.doc_meta[int(s)], keys) for s in uniq])
+        return Column(per_doc.kind[inverse], per_doc.num[inverse], per_doc.codes[inverse], per_doc.strings,
+                      per_doc.bools[inverse])
+
+    def _mask_rows(self, flt: Filter, rows: np.ndarray) -> np.ndarray:
+        """TRUE mask of ``flt`` over ``rows`` only (the same column code as :meth:`mask`, on a subset)."""
+        if isinstance(flt, FAnd):
+            out = np.ones(len(rows), dtype=bool)
+            for item in flt.items:
+                out &= self._mask_rows(item, rows)
+            return out
+        if isinstance(flt, FOr):
+            out = np.zeros(len(rows), dtype=bool)
+            for item in flt.items:
+                out |= self._mask_rows(item, rows)
+            return out
+        root = flt.path[0]
+        if root == "meta":
+            slots = self.row_doc[rows]
+            uniq, inverse = np.unique(slots, return_inverse=True)
+            per_doc = Column.build([V.lookup(self.doc_meta[int(s)], flt.path[1:]) for s in uniq])
+            return leaf_mask(per_doc, flt)[inverse]
+        if root == "content":
+            if flt.op in ("contains", "not_contains") and isinstance(flt.value, str):
+                needle = flt.value.casefold()
+                hit = np.fromiter((needle in self.contents[int(k)].casefold() for k in rows), dtype=bool,
+                                  count=len(rows))
+                return hit if flt.op == "contains" else ~hit
+            return np.fromiter((eval_cond(flt, self.contents[int(k)]) is True for k in rows), dtype=bool,
+                               count=len(rows))
+        if root == "doc_id":
+            values: list[Any] = [self.doc_ids[int(k)] for k in rows]
+        elif root == "id":
+            values = [unit_id(self.doc_ids[int(k)], self.positions[int(k)]) for k in rows]
+        elif root == "position":
+            values = [self.positions[int(k)] for k in rows]
+        else:
+            raise ValueError(root)
+        return leaf_mask(Column.build(values), flt)
 
     def _content_mask(self, cond: Cond) -> np.ndarray:
         if cond.op in ("contains", "not_contains") and isinstance(cond.value, str):

@@ -11,20 +11,26 @@ live rows (rows without any term count too), ``n(t)`` the number of live rows co
 semantics over terms), so ``"cat cat"`` scores like ``"cat"``. A row that matches no query term has
 no score at all (it is absent from the result, not scored 0).
 
-Implementation: numpy postings, not bm25s and not a scipy matrix. bm25s bakes N, n and avglen
-into a precomputed score matrix at index time and cannot add or remove rows (its maintainer says
-so in xhluca/bm25s#5; #19 and #98 ask for it), and a scipy matrix would have to be rebuilt after
-every mutation. Here ``add`` only analyses the text and appends to a pending buffer; the
-buffer is sealed (sorted into an immutable postings segment) lazily before the next query or
-removal, and segments are merged log-structured (the newest two whenever the older is at most
-twice the newer), so there are O(log n) segments and mutations stay cheap. A segment keeps
-postings (term → slots, tf) for queries and a forward index (slot → terms) so a removal can
-decrement document frequencies without a scan. Removing marks a slot dead; dead postings are
-dropped on merge, and all slots are renumbered once dead ones outnumber live ones. A query
-gathers the postings of its terms from every segment with vectorised range gathers and sums the
-per-posting contributions with ``np.bincount``: no Python loop over rows. Measured on a 2-core box
-with 100k one-sentence rows: ``add`` + seal ≈ 0.6 s of CPU (half of it the analyzer), a top-10
-query ≈ 0.06 ms for rare terms and 1–3 ms for terms found in most rows.
+Implementation: term statistics as compressed sparse rows (CSR: one row of (slot, tf) postings per
+term), in numpy, not bm25s and not a scipy matrix. bm25s bakes N, n and avglen into a precomputed
+score matrix at index time and cannot add or remove rows (its maintainer says so in xhluca/bm25s#5;
+#19 and #98 ask for it), and a scipy matrix of weights would have to be rebuilt after every
+mutation, since every weight depends on avglen. Here ``add`` only analyses the text and appends to a
+pending buffer; the buffer is sealed (sorted into an immutable CSR segment) lazily before the next
+query or removal, and segments are merged log-structured (the newest two whenever the older is at
+most twice the newer), so there is a large base segment plus O(log n) small deltas and mutations
+stay cheap. A segment keeps the term-major CSR for queries and a slot-major copy (slot → terms) so a
+removal can decrement document frequencies without a scan. Removing marks a slot dead; dead
+postings are dropped on merge, and all slots are renumbered once dead ones outnumber live ones.
+
+A query is a sparse row product: for each distinct query term, in query order, its CSR row in each
+segment is one contiguous slice; the slice's contributions (the formula above, with the per-row
+length norm cached until the next write) are added into a dense accumulator over slots, so a row's
+sum is built term by term in query order, exactly as the other BM25 implementations of the project
+sum (``nlql.stores._terms``, ``nlql.sql.keyword``). Dead rows and rows outside a key filter are
+dropped from the matches, and ``top_k`` partitions (ties kept) before it sorts. Measured on a 2-core
+box with 100k one-sentence rows (``bench/bm25_speed.py``): a three-term top-10 over 11k matching rows
+≈ 0.5–1 ms, the order of a scipy product of a sparse query row with precomputed weights.
 
 >>> index = BM25Index()
 >>> index.add([10, 11, 12], ["the cat sat", "the dog sat", "a cat and a cat"])
@@ -150,6 +156,7 @@ class BM25Index:
         self._pending_ids: list[int] = []
         self._sealed_slots = 0  # slots [0, _sealed_slots) are in segments
         self._key_table: tuple[str, np.ndarray, np.ndarray] | None = None
+        self._norm_cache: tuple[tuple[int, int, int], np.ndarray] | None = None
 
     # ------------------------------------------------------------------ mutation
 
@@ -212,20 +219,24 @@ class BM25Index:
         """The distinct analysed terms of ``query``, in first-occurrence order (what ``score`` uses)."""
         return list(dict.fromkeys(self.analyzer.terms(query)))
 
-    def score(self, query: str, keys: np.ndarray | Sequence[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def score(self, query: str, keys: np.ndarray | Sequence[int] | None = None, *,
+              ordered: bool = True) -> tuple[np.ndarray, np.ndarray]:
         """BM25 of every live row that contains at least one query term.
 
         Args:
             query: The query text (analysed like the rows).
             keys: If given, only these rows are scored (unknown or removed keys are ignored).
                 ``N``, ``n`` and ``avglen`` still come from all live rows.
+            ordered: Sort by key (the default); ``False`` returns insertion order, which skips a sort.
 
         Returns:
-            ``(keys, scores)``: int64 keys ascending and their float64 scores (all > 0).
+            ``(keys, scores)``: int64 keys (ascending when ``ordered``) and their float64 scores (all > 0).
         """
         with self._lock:
             slots, scores = self._score_slots(query, keys)
             out_keys = self._slot_key[slots]
+            if not ordered or out_keys.size < 2 or bool((out_keys[1:] > out_keys[:-1]).all()):
+                return out_keys, scores
             order = np.argsort(out_keys, kind="stable")
             return out_keys[order], scores[order]
 
@@ -513,10 +524,26 @@ class BM25Index:
         hit = a[pos] == arr
         return b[pos[hit]]
 
+    def _norms(self) -> np.ndarray:
+        """``k1 · (1 − b + b · len / avglen)`` per slot, cached until the next write (lock held)."""
+        key = (self._n_slots, self._n_live, self._total_len)
+        if self._norm_cache is None or self._norm_cache[0] != key:
+            k1, b = self.k1, self.b
+            avglen = self._total_len / self._n_live if self._n_live else 0.0
+            length = self._slot_len[: self._n_slots].astype(np.float64)
+            norm = k1 * (1.0 - b + b * length / avglen) if avglen > 0 else np.full(length.size, k1 * (1.0 - b))
+            self._norm_cache = (key, norm)
+        return self._norm_cache[1]
+
     def _score_slots(
         self, query: str, keys: np.ndarray | Sequence[int] | None
     ) -> tuple[np.ndarray, np.ndarray]:
-        """(slots, scores) of matching live rows, slots ascending (lock held)."""
+        """(slots, scores) of matching live rows, slots ascending (lock held).
+
+        One pass per distinct query term, in query order: its postings are a contiguous slice of each
+        segment's term-major arrays (a CSR row), their contributions are added into the rows' sums. A
+        row's sum is thus built in query-term order, as every other BM25 in the project sums.
+        """
         self._seal()
         q_ids = [self._vocab[t] for t in self.query_terms(query) if t in self._vocab]
         if not q_ids or self._n_live == 0:
@@ -529,44 +556,54 @@ class BM25Index:
             return _EMPTY_KEYS.copy(), _EMPTY_SCORES.copy()
         big_n = float(self._n_live)
         idf = np.log1p((big_n - n_q + 0.5) / (n_q + 0.5))
-        slot_parts, tf_parts, qi_parts = [], [], []
+        # Where each query term's postings lie in each segment (a CSR row per term).
+        spans: list[tuple[_Segment, int, int]] = []
+        total = 0
         for seg in self._segments:
             if seg.terms.size == 0:
                 continue
             pos = np.searchsorted(seg.terms, q)
             pos_c = np.minimum(pos, seg.terms.size - 1)
             found = seg.terms[pos_c] == q
-            if not found.any():
-                continue
-            qi = np.flatnonzero(found)
-            starts = seg.offsets[pos_c[qi]]
-            ends = seg.offsets[pos_c[qi] + 1]
-            idx = _ranges(starts, ends)
-            slot_parts.append(seg.slots[idx])
-            tf_parts.append(seg.tf[idx])
-            qi_parts.append(np.repeat(qi, ends - starts))
-        if not slot_parts:
+            starts = np.where(found, seg.offsets[pos_c], 0)
+            ends = np.where(found, seg.offsets[pos_c + 1], 0)
+            for lo, hi in zip(starts.tolist(), ends.tolist(), strict=True):
+                spans.append((seg, lo, hi))
+                total += hi - lo
+        if total == 0:
             return _EMPTY_KEYS.copy(), _EMPTY_SCORES.copy()
-        slot = np.concatenate(slot_parts)
-        tf = np.concatenate(tf_parts).astype(np.float64)
-        qi = np.concatenate(qi_parts)
-        keep = self._alive[slot]
-        if keys is not None:
-            allowed = np.zeros(self._n_slots, dtype=bool)
-            allowed[self._slots_for_keys(keys)] = True
-            keep &= allowed[slot]
-        if not keep.all():
-            slot, tf, qi = slot[keep], tf[keep], qi[keep]
-        if slot.size == 0:
-            return _EMPTY_KEYS.copy(), _EMPTY_SCORES.copy()
-        avglen = self._total_len / self._n_live
-        length = self._slot_len[slot].astype(np.float64)
-        k1, b = self.k1, self.b
-        norm = k1 * (1.0 - b + b * length / avglen) if avglen > 0 else np.full(slot.size, k1 * (1.0 - b))
-        contrib = idf[qi] * tf * (k1 + 1.0) / (tf + norm)
-        if slot.size * 8 < self._n_slots:
+        norms = self._norms()
+        k1p = self.k1 + 1.0
+        n_slots = self._n_slots
+        dense_path = total * 8 >= n_slots
+        acc = np.zeros(n_slots, dtype=np.float64) if dense_path else None
+        slot_parts, contrib_parts = [], []
+        for t in range(q.size):
+            w = idf[t]
+            for seg, lo, hi in spans[t::q.size]:
+                if hi == lo:
+                    continue
+                sl = seg.slots[lo:hi]
+                tf = seg.tf[lo:hi].astype(np.float64)
+                contrib = w * tf * k1p / (tf + norms[sl])
+                if acc is not None:
+                    acc[sl] += contrib  # one posting per (term, slot): no repeated index in ``sl``
+                else:
+                    slot_parts.append(sl)
+                    contrib_parts.append(contrib)
+        if acc is not None:
+            uniq = np.flatnonzero(acc > 0)  # every contribution is > 0 (idf > 0, tf ≥ 1)
+            scores = acc[uniq]
+        else:
+            slot = np.concatenate(slot_parts)
             uniq, inverse = np.unique(slot, return_inverse=True)
-            return uniq, np.bincount(inverse, weights=contrib, minlength=uniq.size)
-        dense = np.bincount(slot, weights=contrib, minlength=self._n_slots)
-        uniq = np.flatnonzero(dense)  # every contribution is > 0 (idf > 0, tf ≥ 1)
-        return uniq, dense[uniq]
+            # bincount adds in array order: term by term, the query order
+            scores = np.bincount(inverse, weights=np.concatenate(contrib_parts), minlength=uniq.size)
+        keep = self._alive[uniq]
+        if keys is not None:
+            allowed = np.zeros(n_slots, dtype=bool)
+            allowed[self._slots_for_keys(keys)] = True
+            keep &= allowed[uniq]
+        if not keep.all():
+            uniq, scores = uniq[keep], scores[keep]
+        return uniq, scores

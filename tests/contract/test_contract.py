@@ -167,6 +167,31 @@ QUERIES: list[str] = [
     'ORDER BY f DESC LIMIT 10',
     'SELECT SENTENCE LET f = INTERLEAVE(GRAPH("Alan Turing"), TEMPORAL(meta.date, "June 2024"), window => 4) '
     'ORDER BY f DESC LIMIT 8',
+    # SPEC §9 MMR: the greedy order over the rows' own vectors (every store hands them back)
+    'SELECT SENTENCE LET s = SIMILARITY(content, "agents memory tools"), m = MMR(s, lambda => 0.3) '
+    'ORDER BY m DESC LIMIT 10',
+    'SELECT SENTENCE LET s = SIMILARITY(content, "solar energy policy"), m = MMR(s, lambda => 0.5, window => 8) '
+    'WHERE meta.status != "archived" ORDER BY s DESC LIMIT 12',
+    'SELECT SENTENCE LET s = SIMILARITY(content, "cats dogs"), k = BM25(content, "cats dogs"), '
+    'm = MMR(RRF(s, k), lambda => 0.4, window => 20) ORDER BY m DESC LIMIT 8 OFFSET 2',
+    'SELECT SENTENCE LET k = BM25(content, "retrieval graphs"), m = MMR(k, lambda => 0.2) ORDER BY m DESC LIMIT 6',
+    'SELECT DOCUMENT LET s = SIMILARITY(content, "memory retrieval"), m = MMR(s, lambda => 0.3, window => 12) '
+    'ORDER BY m DESC LIMIT 5',
+    # SPEC §9 diversity: DISTINCT BY … KEEP n (engine-side on every store; recall widens until enough rows are kept)
+    f"SELECT SENTENCE {SIM} DISTINCT BY doc_id ORDER BY rel DESC LIMIT 10",
+    f"SELECT SENTENCE {SIM} DISTINCT BY doc_id KEEP 2 ORDER BY rel DESC LIMIT 9 OFFSET 3",
+    f"SELECT SENTENCE {SIM} DISTINCT BY meta.year ORDER BY rel DESC LIMIT 10",
+    f'SELECT SENTENCE {SIM} WHERE meta.status == "published" DISTINCT BY meta.lang, meta.flag KEEP 2 '
+    "ORDER BY rel DESC LIMIT 10",
+    f"SELECT SENTENCE {SIM} WHERE rel >= 0.1 DISTINCT BY meta.nested.tag KEEP 3 ORDER BY rel DESC LIMIT 10",
+    f"SELECT DOCUMENT {SIM} DISTINCT BY meta.status ORDER BY rel DESC LIMIT 5",
+    f"SELECT CHUNK {SIM} DISTINCT BY doc_id ORDER BY rel DESC LIMIT 6",
+    'SELECT SENTENCE LET s = SIMILARITY(content, "solar energy"), k = BM25(content, "solar energy"), '
+    'f = RRF(s, k) DISTINCT BY doc_id ORDER BY f DESC LIMIT 10',
+    'SELECT SENTENCE LET k = BM25(content, "agents memory") WHERE k > 0 DISTINCT BY meta.lang KEEP 3 '
+    'ORDER BY k DESC LIMIT 10',
+    "SELECT SENTENCE DISTINCT BY meta.lang KEEP 2 LIMIT 5",
+    "SELECT SENTENCE DISTINCT BY meta.score ORDER BY meta.n DESC",
 ]
 
 
@@ -226,6 +251,10 @@ def test_same_rows_as_builtin(engine: Engine, reference: Engine, query: str) -> 
         for k in w.scores:
             if isinstance(w.scores[k], float):
                 assert g.scores[k] == pytest.approx(w.scores[k], abs=1e-5)
+        # DOCUMENT / CHUNK hits: the same scoring sentence on every store
+        assert (g.best is None) == (w.best is None)
+        if w.best is not None:
+            assert (g.best.position, g.best.content) == (w.best.position, w.best.content)
 
 
 def test_contract_has_enough_queries() -> None:

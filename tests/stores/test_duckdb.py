@@ -352,6 +352,9 @@ EXTERNAL_QUERIES = [
     'SELECT SENTENCE WHERE content CONTAINS "MUSIC" OR content LIKE "Item 1_ %"',
     'SELECT SENTENCE WHERE doc_id IN ("x3", "x7") OR id == "x9#0"',
     'SELECT DOCUMENT LET s = SIMILARITY(content, "rivers") ORDER BY s DESC LIMIT 4',
+    # MMR reads the source's own vectors (not normalised there): DuckDBStore.vectors normalises them
+    'SELECT SENTENCE LET s = SIMILARITY(content, "cats music"), m = MMR(s, lambda => 0.3, window => 12) '
+    "ORDER BY m DESC LIMIT 8",
     'SELECT SENTENCE LET k = BM25(content, "solar energy") WHERE k > 0 ORDER BY k DESC',
     'SELECT SENTENCE LET s = SIMILARITY(content, "cats"), k = BM25(content, "cats music"), f = RRF(s, k) '
     "WHERE meta.year IS NOT NULL ORDER BY f DESC LIMIT 6",

@@ -96,7 +96,7 @@ class DuckDBStore:
         self.dialect = DuckDBDialect(self.table_prefix, analyzer=self.analyzer, normalized=table is None,
                                      codec=codec)
         self.capabilities = self.dialect.capabilities(
-            NAME="duckdb", EXACT=True, SCORE_THRESHOLD=True, BM25=True, SQL_ARMS=True)
+            NAME="duckdb", EXACT=True, SCORE_THRESHOLD=True, BM25=True, SQL_ARMS=True, KEYWORD_STATS=True)
 
     @classmethod
     def from_table(cls, conn: Any, table: str, *, text: str, vector: str, id: str | None = None,  # noqa: A002
@@ -652,6 +652,35 @@ class DuckDBStore:
             if j is not None:
                 mat[i] = found[j]
         return np.atleast_2d(q @ mat.T)
+
+    def vectors(self, keys: Sequence[Any]) -> np.ndarray:
+        """The rows' own unit vectors, ``(len(keys), dim)`` float32; NaN for a key deleted meanwhile.
+
+        One statement (``key = ANY(…)``), in process."""
+        self._need_open()
+        assert self.dim is not None
+        wanted = [int(k) for k in keys]
+        out = np.full((len(wanted), self.dim), np.nan, dtype=np.float32)
+        if not wanted:
+            return out
+        query = sql("SELECT key, embedding FROM ", self.dialect.units, " WHERE key = ANY(",
+                    Param(list(dict.fromkeys(wanted)), "bigint[]"), ")")
+
+        def run() -> Any:
+            text, values = render(self.dialect, query)
+            rel = self._conn.sql(text, params=values)
+            fetch = getattr(rel, "to_arrow_table", None) or rel.arrow  # duckdb 2 renamed it
+            return fetch()
+
+        tbl = self._guard(run)
+        found = tbl.column("embedding").combine_chunks()
+        mat = np.asarray(found.flatten().to_numpy(zero_copy_only=False), dtype=np.float32).reshape(-1, self.dim)
+        pos = {int(k): i for i, k in enumerate(tbl.column("key").to_numpy())}
+        for i, k in enumerate(wanted):
+            j = pos.get(k)
+            if j is not None:
+                out[i] = mat[j]
+        return V.normalize_rows(out)  # (vectors NLQL did not write are normalised here, as at ingest)
 
     def close(self) -> None:
         """Close the connection this store opened (a connection passed in is left open)."""

@@ -118,6 +118,7 @@ class PgVectorStore(SchemaMixin, TermsMixin, KnnMixin):
                                        semantic_mode="exact" if exact_only else "index")
         self.capabilities = self.dialect.capabilities(
             NAME="pgvector", EXACT=exact_only, SCORE_THRESHOLD=True, BM25=self.bm25, SQL_ARMS=self.bm25,
+            KEYWORD_STATS=self.bm25,
             DEADLINE=True, DESCRIBES_DATA=True)
         if connection is not None and not connection.autocommit:
             raise ValueError("PgVectorStore needs a connection in autocommit mode "
@@ -480,6 +481,31 @@ class PgVectorStore(SchemaMixin, TermsMixin, KnnMixin):
             if vec is not None:
                 mat[i] = vec
         return np.atleast_2d(q @ mat.T)
+
+    def vectors(self, keys: Sequence[Any]) -> np.ndarray:
+        """The rows' own unit vectors, ``(len(keys), dim)`` float32; NaN for a key deleted meanwhile.
+
+        One statement (``key = ANY(…)``): a round trip to the server."""
+        self._need_open()
+        assert self.dim is not None
+        wanted = [int(k) for k in keys]
+        out = np.full((len(wanted), self.dim), np.nan, dtype=np.float32)
+        if not wanted:
+            return out
+        query = sql("SELECT key, embedding FROM ", self.dialect.units, " WHERE key = ANY(",
+                    Param(list(dict.fromkeys(wanted)), "bigint[]"), ")")
+
+        def run() -> dict[int, np.ndarray]:
+            with self._tx() as conn:
+                cur = conn.cursor(binary=True)
+                return {int(k): v for k, v in cur.execute(*render(self.dialect, query), prepare=True).fetchall()}
+
+        found = self._guard(run)
+        for i, k in enumerate(wanted):
+            vec = found.get(k)
+            if vec is not None:
+                out[i] = vec
+        return V.normalize_rows(out)
 
     def close(self) -> None:
         """Close the connection this store opened (a connection passed in is left open)."""

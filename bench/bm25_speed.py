@@ -1,0 +1,199 @@
+#!/usr/bin/env python3
+"""BM25 alone and RRF(SIMILARITY, BM25) on the built-in store against their floors (issue 21).
+
+On the synthetic corpus (``bench/corpus.py``, one sentence per document, HashEmbedder dim 384, query
+embedding memoised so nobody pays for it) it times, round-robin in one run (medians of ``--repeat``
+interleaved repetitions, after a warm-up round):
+
+* ``nlql_bm25``: ``engine.search`` of ``BM25(content, q)`` top-10 (parse, plan, fast path, rows);
+* ``index_top_k``: the engine's BM25 index alone (``BM25Index.top_k(q, 10)``, analyzer included);
+* ``floor_bm25``: the sparse reference — a scipy CSC matrix of precomputed BM25 weights (documents ×
+  terms, built once outside the timing), the query's columns times their idf, and ``argpartition``;
+* ``nlql_rrf``: ``engine.search`` of ``RRF(sem, kw)`` top-10 (windows of 100 per arm, the default);
+* ``floor_rrf``: numpy ``M @ q`` + ``argpartition`` for the similarity window, the sparse BM25 window,
+  and RRF of the two windows in numpy (the same formula), top-10;
+* ``floor_matvec``: ``M @ q`` + ``argpartition`` alone (what any exact similarity arm pays).
+
+Before timing it checks that the engine's BM25 top-10 is the reference's (same rows, scores equal to
+1e-9), so the figures compare the same answer.
+
+    python bench/bm25_speed.py [--size 100000] [--repeat 25]
+
+Writes bench/results/bm25_speed.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench.common import RESULTS, QueryMemo, interleaved_runs, log, machine_info, stamp_end, write_json  # noqa: E402
+from bench.corpus import synthetic_corpus  # noqa: E402
+
+TEXT = "renewable energy policy"
+BM25_Q = f'SELECT SENTENCE LET kw = BM25(content, "{TEXT}") ORDER BY kw DESC LIMIT 10'
+RRF_Q = (f'SELECT SENTENCE LET sem = SIMILARITY(content, "{TEXT}"), kw = BM25(content, "{TEXT}"), '
+         "f = RRF(sem, kw) ORDER BY f DESC LIMIT 10")
+K, WINDOW, RRF_K = 10, 100, 60
+
+
+def _top(scores: np.ndarray, k: int) -> np.ndarray:
+    """Indices of the k best scores, best first (ties by index)."""
+    k = min(k, int(scores.size))
+    if k == 0:
+        return np.zeros(0, dtype=np.int64)
+    kth = np.partition(scores, scores.size - k)[scores.size - k]
+    idx = np.flatnonzero(scores >= kth)  # every row tied with the k-th, so ties break on the index
+    return idx[np.lexsort((idx, -scores[idx]))][:k]
+
+
+def run(n: int, repeat: int) -> dict[str, Any]:
+    import scipy.sparse as sp
+
+    from nlql import Engine
+    from nlql.embedders import HashEmbedder
+    from nlql.stores.memory import _blas_one_thread
+
+    t = time.perf_counter()
+    texts, metas = synthetic_corpus(n, seed=42)
+    emb = QueryMemo(HashEmbedder(dim=384))
+    engine = Engine(embedder=emb, store="memory", warm_up=False)
+    engine.add_texts(texts, ids=[str(i) for i in range(n)], metadatas=metas, batch_size=8192)
+    ingest_s = time.perf_counter() - t
+    t = time.perf_counter()
+    engine.search(BM25_Q)  # the engine builds its BM25 index on first use
+    first_bm25_s = time.perf_counter() - t
+    index = engine._bm25._index  # noqa: SLF001 - the bench reads the engine's own index
+
+    # The sparse reference: the same terms (the engine's analyzer), weights baked in once.
+    analyzer = index.analyzer
+    vocab: dict[str, int] = {}
+    rows, cols, tfs, lens = [], [], [], []
+    for i, text in enumerate(texts):
+        terms = analyzer.terms(text)
+        lens.append(len(terms))
+        counts: dict[int, int] = {}
+        for w in terms:
+            j = vocab.setdefault(w, len(vocab))
+            counts[j] = counts.get(j, 0) + 1
+        rows.extend([i] * len(counts))
+        cols.extend(counts)
+        tfs.extend(counts.values())
+    r, c = np.asarray(rows), np.asarray(cols)
+    tf = np.asarray(tfs, dtype=np.float64)
+    length = np.asarray(lens, dtype=np.float64)
+    k1, b = 1.2, 0.75
+    weight = tf * (k1 + 1.0) / (tf + k1 * (1.0 - b + b * length[r] / length.mean()))
+    mat = sp.csr_array((weight, (c, r)), shape=(len(vocab), n))  # terms × documents
+    df = np.bincount(c, minlength=len(vocab)).astype(np.float64)
+    idf_all = np.log1p((n - df + 0.5) / (df + 0.5))
+    vectors = engine.store.matrix  # type: ignore[attr-defined]
+    qv = emb.embed([TEXT])[0]
+
+    def sparse_bm25() -> tuple[np.ndarray, np.ndarray]:
+        """(matching rows, their scores): a sparse query row (idf weights) times the weight matrix."""
+        q = [vocab[w] for w in dict.fromkeys(analyzer.terms(TEXT)) if w in vocab]
+        qrow = sp.csr_array((idf_all[q], (np.zeros(len(q), dtype=np.int64), q)), shape=(1, len(vocab)))
+        res = (qrow @ mat).tocsr()
+        return res.indices, res.data
+
+    # Same answer first: the engine's BM25 page is the reference's.
+    ref_rows, ref_scores = sparse_bm25()
+    ref = np.zeros(n)
+    ref[ref_rows] = ref_scores
+    ref_top = _top(np.round(ref, 9), K)  # equal scores summed in another order differ in the last bits
+    got = engine.search(BM25_Q)
+    if [int(x.doc_id) for x in got] != ref_top.tolist():
+        raise AssertionError(f"BM25 page differs: {[(x.doc_id, x.scores) for x in got]} vs {list(zip(ref_top.tolist(), ref[ref_top]))}")
+    assert np.allclose([x.scores["kw"] for x in got], ref[ref_top], rtol=0, atol=1e-9)
+
+    def floor_bm25() -> None:
+        rows_, scores_ = sparse_bm25()
+        rows_[_top(scores_, K)]
+
+    def floor_matvec() -> None:
+        with _blas_one_thread():
+            s = vectors @ qv
+        np.argpartition(-s, K - 1)[:K]
+
+    def floor_rrf() -> None:
+        with _blas_one_thread():
+            sim = vectors @ qv
+        kw_rows, kw_scores = sparse_bm25()
+        sem_w = _top(sim, WINDOW)
+        kw_w = kw_rows[_top(kw_scores, WINDOW)]
+        fused = np.zeros(n)
+        fused[sem_w] += 1.0 / (RRF_K + np.arange(1, sem_w.size + 1))
+        fused[kw_w] += 1.0 / (RRF_K + np.arange(1, kw_w.size + 1))
+        cand = np.union1d(sem_w, kw_w)
+        cand[_top(fused[cand], K)]
+
+    fns = {
+        "nlql_bm25": lambda: engine.search(BM25_Q),
+        "index_top_k": lambda: index.top_k(TEXT, K),
+        "floor_bm25": floor_bm25,
+        "nlql_rrf": lambda: engine.search(RRF_Q),
+        "floor_rrf": floor_rrf,
+        "floor_matvec": floor_matvec,
+    }
+    runs = interleaved_runs(fns, repeat, warmup=2)
+    med = {name: round(statistics.median(v), 3) for name, v in runs.items()}
+    what = {
+        "nlql_bm25": "engine.search, BM25 top-10",
+        "index_top_k": "the engine's BM25 index alone, top-10",
+        "floor_bm25": "scipy: sparse query row × precomputed weights, top-10",
+        "nlql_rrf": "engine.search, RRF(SIMILARITY, BM25) top-10 (windows of 100)",
+        "floor_rrf": "numpy M @ q window + sparse BM25 window + RRF in numpy, top-10",
+        "floor_matvec": "numpy M @ q + argpartition alone (1 BLAS thread)",
+    }
+    out: dict[str, Any] = {
+        "size": n,
+        "repeat": repeat,
+        "ingest_s": round(ingest_s, 2),
+        "first_bm25_query_s": round(first_bm25_s, 2),
+        "postings": int(mat.nnz),
+        "bm25_vs_sparse_floor": round(med["nlql_bm25"] / med["floor_bm25"], 2),
+        "index_vs_sparse_floor": round(med["index_top_k"] / med["floor_bm25"], 2),
+        "rrf_vs_floor": round(med["nlql_rrf"] / med["floor_rrf"], 2),
+        "rrf_minus_matvec_ms": round(med["nlql_rrf"] - med["floor_matvec"], 3),
+        "queries": {name: {"median_ms": med[name], "what": what[name]} for name in fns},
+    }
+    log(f"n={n}: " + ", ".join(f"{k} {v} ms" for k, v in med.items()))
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--size", type=int, default=100_000)
+    ap.add_argument("--repeat", type=int, default=25)
+    ap.add_argument("--out", type=Path, default=RESULTS / "bm25_speed.json")
+    args = ap.parse_args()
+    started = time.perf_counter()
+    results: dict[str, Any] = {
+        "title": "BM25 and RRF(SIMILARITY, BM25) against their floors",
+        "description": ("Medians of interleaved repetitions in one run; floors: a scipy sparse product of "
+                        "precomputed BM25 weights, numpy M @ q; embedding excluded."),
+        "machine": machine_info(),
+    }
+    results.update(run(args.size, args.repeat))
+    stamp_end(results, started)
+    write_json(args.out, results)
+    print(f"{'query':<16}{'ms':>10}  what")
+    for k, v in results["queries"].items():
+        print(f"{k:<16}{v['median_ms']:>10.3f}  {v['what']}")
+    for k in ("bm25_vs_sparse_floor", "index_vs_sparse_floor", "rrf_vs_floor", "rrf_minus_matvec_ms"):
+        print(f"{k:<26}{results[k]:>10}")
+
+
+if __name__ == "__main__":
+    main()

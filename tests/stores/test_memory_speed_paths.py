@@ -1,0 +1,307 @@
+"""The built-in store's fast paths answer exactly what its plain paths answer (issue 21).
+
+* scores of a few rows carry the bits of one scan over the whole matrix (aligned BLAS blocks), and the
+  two-thread scan the bits of the one-thread scan;
+* the int8 scan + fp32 rescore returns the exact scan's top-k, keys *and* scores, on adversarial data
+  (ties, near-ties, filters, k above the matches, thresholds), or falls back and says so;
+* filter row sets (``==`` and ``IN`` looked up in a value index) select exactly the rows of the mask
+  pass, for mixed types (1, "1", 1.0, True), missing keys, NOT, AND/OR, after writes, replacements,
+  deletes and compaction, and in a reopened directory store.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from nlql import Engine
+from nlql.embedders import HashEmbedder
+from nlql.pushdown import Cond, FAnd, FOr, NativeFilter
+from nlql.stores import memory as mem
+from nlql.stores import quant
+from nlql.stores.base import DocRecord, UnitRecord
+from nlql.stores.memory import MemoryStore, block_rows, matmul_t
+from nlql.stores.table import RowTable
+
+needs_faiss = pytest.mark.skipif(not quant.available(), reason="the int8 scan needs faiss-cpu")
+
+DIM = 48
+
+
+def unit(v: np.ndarray) -> np.ndarray:
+    v = np.asarray(v, dtype=np.float32)
+    return (v / np.linalg.norm(v, axis=-1, keepdims=True)).astype(np.float32)
+
+
+def docs(vectors: np.ndarray, metas: list[dict[str, Any]] | None = None, start: int = 0,
+         prefix: str = "d") -> list[DocRecord]:
+    out = []
+    for i, v in enumerate(vectors):
+        meta = metas[i] if metas is not None else {}
+        out.append(DocRecord(f"{prefix}{start + i}", f"s{start + i}", meta,
+                             [UnitRecord(0, f"s{start + i}", 0, 2)], v[None, :].astype(np.float32), seq=start + i + 1))
+    return out
+
+
+def store_with(vectors: np.ndarray, metas: list[dict[str, Any]] | None = None, *, quantise: bool,
+               path: Path | None = None) -> MemoryStore:
+    s = MemoryStore(path)
+    s.QUANTISE = quantise  # type: ignore[misc]
+    s.QUANT_MIN_ROWS = 64  # type: ignore[misc]
+    s.table.ROWSET_MIN = 0  # type: ignore[misc]
+    s.open(vectors.shape[1])
+    for lo in range(0, len(vectors), 700):
+        s.upsert(docs(vectors[lo:lo + 700], metas[lo:lo + 700] if metas else None, start=lo))
+    return s
+
+
+def nf(flt: Any) -> NativeFilter | None:
+    return None if flt is None else NativeFilter(native=flt, text="")
+
+
+# ------------------------------------------------------------------------------------ scan bits
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 7, 8, 61, 1001, 4099])
+def test_gathered_blocks_give_every_row_the_bits_of_the_full_scan(n: int) -> None:
+    rng = np.random.default_rng(n)
+    m = unit(rng.standard_normal((n, 384)))
+    q = unit(rng.standard_normal(384))
+    full = matmul_t(q[None, :], m)[0]
+    for _ in range(30):
+        keys = np.unique(rng.integers(0, n, int(rng.integers(1, n + 1))))
+        gather, pos = block_rows(keys, n)
+        got = matmul_t(q[None, :], m[gather])[0][pos]
+        assert np.array_equal(got.view(np.uint32), full[keys].view(np.uint32))
+
+
+def test_two_thread_scan_has_the_bits_of_the_one_thread_scan(monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = np.random.default_rng(3)
+    m = unit(rng.standard_normal((20_003, 384)))
+    q = unit(rng.standard_normal(384))
+    one = matmul_t(q[None, :], m)[0]
+    monkeypatch.setattr(mem, "PARALLEL_ROWS", 1000)
+    two = mem._full_scan(m, q)
+    assert np.array_equal(one.view(np.uint32), two.view(np.uint32))
+
+
+# ------------------------------------------------------------------------------ int8 + rescore
+
+
+def adversarial(rng: np.random.Generator, n: int) -> np.ndarray:
+    """Clusters, exact duplicates (ties) and near-duplicates a quantisation step apart (near-ties)."""
+    centres = unit(rng.standard_normal((6, DIM)))
+    x = centres[rng.integers(0, 6, n)] + rng.standard_normal((n, DIM)).astype(np.float32) * 0.15
+    x[n // 4: n // 4 + 40] = x[n // 4]                         # 40 identical vectors
+    base = x[n // 2]
+    x[n // 2: n // 2 + 40] = base + rng.standard_normal((40, DIM)).astype(np.float32) * 1e-4
+    return unit(x)
+
+
+def queries(rng: np.random.Generator, x: np.ndarray) -> np.ndarray:
+    n = len(x)
+    picks = [x[n // 4], x[n // 2], x[3], unit(rng.standard_normal(DIM))]
+    return unit(np.stack(picks + [unit(p + rng.standard_normal(DIM).astype(np.float32) * 0.05) for p in picks]))
+
+
+FILTERS = [None, Cond("eq", ("meta", "g"), 1), Cond("in", ("meta", "g"), (0, 2)),
+           Cond("eq", ("meta", "rare"), True), Cond("ne", ("meta", "g"), 1), Cond("eq", ("meta", "g"), 99)]
+
+
+@needs_faiss
+@pytest.mark.parametrize("k", [1, 10, 57, 5000])
+@pytest.mark.parametrize("min_score", [None, 0.3, 0.97])
+def test_int8_scan_returns_the_exact_top_k_and_scores(k: int, min_score: float | None) -> None:
+    rng = np.random.default_rng(k)
+    n = 3000
+    x = adversarial(rng, n)
+    metas = [{"g": i % 3, "rare": i % 97 == 0} for i in range(n)]
+    exact = store_with(x, metas, quantise=False)
+    fast = store_with(x, metas, quantise=True)
+    scans = set()
+    for flt in FILTERS:
+        for q in queries(rng, x):
+            want = exact.knn(q[None, :], k, nf(flt), min_score)
+            got = fast.knn(q[None, :], k, nf(flt), min_score)
+            assert got == want, (flt, k, min_score)
+            scans.add(fast.last_stats["scan"])
+    if k < 60:
+        assert "int8 + fp32 rescore" in scans
+        assert fast.memory_stats()["int8_bytes_per_vector"] == DIM
+
+
+@needs_faiss
+def test_an_uncertified_int8_scan_falls_back_and_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = np.random.default_rng(7)
+    x = adversarial(rng, 2000)
+    exact = store_with(x, quantise=False)
+    fast = store_with(x, quantise=True)
+    monkeypatch.setattr(quant, "MARGIN", 5.0)  # no candidate depth can beat such a bound
+    q = queries(rng, x)[2]
+    assert fast.knn(q[None, :], 10) == exact.knn(q[None, :], 10)
+    assert fast.last_stats["scan"] == "fp32"
+    assert "not certified" in fast.last_stats["fallback"]
+
+
+@needs_faiss
+def test_int8_copy_follows_writes_replacements_deletes_and_compaction() -> None:
+    rng = np.random.default_rng(11)
+    x = adversarial(rng, 4500)
+    exact = store_with(x, quantise=False)
+    fast = store_with(x, quantise=True)
+    qs = queries(rng, x)
+
+    def same() -> None:
+        for q in qs:
+            assert fast.knn(q[None, :], 10) == exact.knn(q[None, :], 10)
+            assert fast.knn(q[None, :], 10, nf(Cond("eq", ("meta", "v"), 2))) == exact.knn(
+                q[None, :], 10, nf(Cond("eq", ("meta", "v"), 2)))
+
+    same()
+    more = adversarial(rng, 500)
+    for s in (exact, fast):
+        s.upsert(docs(more, [{"v": 2}] * 500, start=4500))          # appended rows
+        s.upsert(docs(unit(-x[:200]), [{"v": 2}] * 200, start=0))    # replaced documents
+    same()
+    for s in (exact, fast):
+        s.delete([f"d{i}" for i in range(200, 4000)])               # enough to compact
+    assert fast.table.size < 5200
+    same()
+
+
+@needs_faiss
+def test_engine_answers_through_the_int8_scan_identically() -> None:
+    texts = [f"Report {i} on {'solar wind grid battery'.split()[i % 4]} costs in city {i % 17}." for i in range(3000)]
+    metas = [{"status": "published" if i % 2 else "draft", "n": i % 5} for i in range(3000)]
+    hits = {}
+    for quantise in (False, True):
+        e = Engine(embedder=HashEmbedder(dim=64), store="memory", warm_up=False)
+        e.store.QUANTISE = quantise  # type: ignore[attr-defined]
+        e.store.QUANT_MIN_ROWS = 100  # type: ignore[attr-defined]
+        e.add_texts(texts, ids=[str(i) for i in range(3000)], metadatas=metas)
+        got = e.search('SELECT SENTENCE LET rel = SIMILARITY(content, "solar costs in the city") '
+                       'WHERE rel >= 0.1 AND meta.status == "published" ORDER BY rel DESC LIMIT 10')
+        hits[quantise] = ([(h.id, h.scores["rel"]) for h in got], got.stats["store"]["scan"])
+        e.close()
+    assert hits[True][0] == hits[False][0] and len(hits[True][0]) == 10
+    assert hits[True][1] == "int8 + fp32 rescore" and hits[False][1] == "fp32"
+
+
+# ---------------------------------------------------------------------------------- row sets
+
+
+MIXED = [1, "1", 1.0, True, False, "x", "X", None, 2, "2.0", 0, -0.0, "", [1], {"a": 1}]
+
+
+def mixed_meta(i: int) -> dict[str, Any]:
+    meta: dict[str, Any] = {"k": MIXED[i % len(MIXED)], "t": i % 7, "nest": {"z": MIXED[(i * 5) % len(MIXED)]}}
+    if i % 11 == 0:
+        del meta["k"]  # missing key
+    return meta
+
+
+LEAF_FILTERS = [
+    Cond("eq", ("meta", "k"), 1), Cond("eq", ("meta", "k"), "1"), Cond("eq", ("meta", "k"), 1.0),
+    Cond("eq", ("meta", "k"), True), Cond("eq", ("meta", "k"), False), Cond("eq", ("meta", "k"), "x"),
+    Cond("eq", ("meta", "k"), 0), Cond("eq", ("meta", "k"), "2"), Cond("eq", ("meta", "k"), ""),
+    Cond("eq", ("meta", "k"), None), Cond("eq", ("meta", "missing"), 1), Cond("eq", ("meta", "nest", "z"), 1),
+    Cond("in", ("meta", "k"), (1, "x", True)), Cond("in", ("meta", "k"), ()), Cond("in", ("meta", "t"), (2, "3")),
+    Cond("ne", ("meta", "k"), 1), Cond("not_in", ("meta", "k"), (1, "x")),
+    FAnd((Cond("eq", ("meta", "t"), 3), Cond("gt", ("meta", "k"), 0))),
+    FAnd((Cond("eq", ("meta", "t"), 3), Cond("in", ("meta", "k"), (1, 2)), Cond("contains", ("content",), "1"))),
+    FOr((Cond("eq", ("meta", "t"), 3), Cond("eq", ("meta", "k"), "x"))),
+    FOr((Cond("eq", ("meta", "t"), 3), Cond("lt", ("meta", "k"), 1))),
+    FAnd((Cond("eq", ("meta", "t"), 1), FOr((Cond("eq", ("doc_id",), "d8"), Cond("eq", ("meta", "k"), 2))))),
+]
+
+
+def table_with(n: int) -> RowTable:
+    t = RowTable()
+    t.ROWSET_MIN = 0  # type: ignore[misc]
+    t.add(docs(np.zeros((n, 2), np.float32), [mixed_meta(i) for i in range(n)]))
+    return t
+
+
+def assert_rowsets_match(t: RowTable) -> None:
+    for flt in LEAF_FILTERS:
+        got, how = t.matching(flt)
+        want = np.flatnonzero(t.mask(flt))
+        assert np.array_equal(got, want), flt
+        is_index = isinstance(flt, Cond) and flt.op in ("eq", "in") or isinstance(flt, (FAnd, FOr)) and flt != LEAF_FILTERS[-2]
+        if is_index:
+            assert how == "rowset", flt
+
+
+def test_row_sets_equal_the_mask_pass_for_mixed_types_missing_keys_and_negations() -> None:
+    t = table_with(600)
+    assert_rowsets_match(t)
+    assert len(t.matching(Cond("eq", ("meta", "k"), 1))[0]) > 0
+    assert t.matching(Cond("ne", ("meta", "k"), 1))[1] == "mask"
+
+
+def test_row_sets_follow_appends_replacements_deletes_and_compaction() -> None:
+    t = table_with(600)
+    assert_rowsets_match(t)  # builds the indexes
+    t.add(docs(np.zeros((300, 2), np.float32), [mixed_meta(i + 3) for i in range(300)], start=600))
+    assert_rowsets_match(t)
+    t.add(docs(np.zeros((100, 2), np.float32), [mixed_meta(i + 1) for i in range(100)], start=0))  # replace
+    assert_rowsets_match(t)
+    t.remove([f"d{i}" for i in range(100, 700)])
+    assert_rowsets_match(t)
+    t.compact()
+    assert_rowsets_match(t)
+
+
+def test_directory_store_row_sets_and_int8_after_reopen(tmp_path: Path) -> None:
+    rng = np.random.default_rng(5)
+    x = adversarial(rng, 1500)
+    metas = [mixed_meta(i) for i in range(1500)]
+    exact = store_with(x, metas, quantise=False)
+    s = store_with(x, metas, quantise=True, path=tmp_path)
+    s.delete(["d3", "d4"])
+    exact.delete(["d3", "d4"])
+    s.close()
+    again = MemoryStore(tmp_path)
+    again.QUANTISE = quant.available()  # type: ignore[misc]
+    again.QUANT_MIN_ROWS = 64  # type: ignore[misc]
+    again.table.ROWSET_MIN = 0  # type: ignore[misc]
+    def named(store: MemoryStore, lists: list[list[tuple[Any, float]]]) -> list[tuple[str, float]]:
+        return [(r.doc_id, score) for r, (_, score) in zip(store.fetch([k for k, _ in lists[0]]), lists[0])]
+
+    for flt in [None, *LEAF_FILTERS[:6], LEAF_FILTERS[12]]:
+        for q in queries(rng, x)[:4]:
+            got = named(again, again.knn(q[None, :], 10, nf(flt)))
+            assert got == named(exact, exact.knn(q[None, :], 10, nf(flt))), flt
+        if flt is not None:
+            assert again.last_stats["filter"] == "rowset"
+    again.close()
+
+
+def test_count_is_kept_not_recounted() -> None:
+    t = table_with(50)
+    assert len(t) == 50
+    t.remove(["d1", "d2", "nope"])
+    assert len(t) == 48 == int(t.alive.sum())
+    t.add(docs(np.zeros((3, 2), np.float32), start=5))  # d5..d7 replaced
+    assert len(t) == 48 == int(t.alive.sum())
+    t.compact()
+    assert len(t) == 48 == int(t.alive.sum())
+
+
+def test_builtin_speed_bench_runs_at_a_tiny_size(tmp_path: Path) -> None:
+    import json
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+    from bench import builtin_speed
+
+    out = tmp_path / "b.json"
+    builtin_speed.main(["--size", "3000", "--repeat", "1", "--centres", "30", "--out", str(out)])
+    run = json.loads(out.read_text(encoding="utf-8"))["run"]
+    assert set(run["identical_top10_and_scores"].values()) == {"8/8"}
+    assert run["rows"]["tag"] > 0 and run["ingest_s"] > 0
