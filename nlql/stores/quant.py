@@ -164,8 +164,10 @@ class Int8Copy:
 def depth_for(k: int, rows: int) -> int:
     """The first candidate depth for a top-k over ``rows`` rows: a second round costs a second scan, so
     the first one keeps enough (Faiss's heap of a few thousand costs little beside the scan); one in
-    256 rows certified every query of bench/builtin_speed.py at 1M in one round."""
-    return int(min(rows, max(16 * k, 512, rows // 256)))
+    256 rows certified every query of bench/builtin_speed.py at 1M in one round. A wide top-k (MMR's
+    window of 100) grows by 4k + 512, not 16k: each candidate is rescored exactly, and the 1,600 rows
+    16k gave cost MMR 2.4 ms more at 100k (bench/mmr.py) with the same answers."""
+    return int(min(rows, max(min(16 * k, 4 * k + 512), 512, rows // 256)))
 
 
 __all__ = ["MARGIN", "SHARD_ROWS", "Int8Copy", "available", "depth_for"]
