@@ -621,48 +621,13 @@ class DuckDBStore:
                 rows.append(row)
         return {x: out[x] for x in dict.fromkeys(doc_ids) if x in out}
 
-    def similarities(self, vectors: np.ndarray, keys: Sequence[Any]) -> np.ndarray:
-        """(len(vectors), len(keys)) cosine matrix in float32 (NaN for a key deleted meanwhile)."""
-        self._need_open()
-        q = np.atleast_2d(np.asarray(vectors, dtype=np.float32))
-        wanted = [int(k) for k in keys]
-        if not wanted:
-            return np.zeros((len(q), 0), dtype=np.float32)
-        query = sql("SELECT key, embedding FROM ", self.dialect.units, " WHERE key = ANY(",
-                    Param(wanted, "bigint[]"), ")")
-
-        def run() -> Any:
-            text, values = render(self.dialect, query)
-            rel = self._conn.sql(text, params=values)
-            fetch = getattr(rel, "to_arrow_table", None) or rel.arrow  # duckdb 2 renamed it
-            return fetch()
-
-        tbl = self._guard(run)
+    def _unit_vectors(self, wanted: list[int]) -> np.ndarray:
+        """``(len(wanted), dim)`` float32 rows of the stored vectors (one statement, ``key = ANY(…)``),
+        NaN for a key deleted meanwhile; vectors NLQL did not write are normalised as at ingest."""
         assert self.dim is not None
-        found_keys = tbl.column("key").to_numpy()
-        emb = tbl.column("embedding").combine_chunks()
-        found = np.asarray(emb.flatten().to_numpy(zero_copy_only=False), dtype=np.float32).reshape(-1, self.dim)
-        if self._external is not None:  # vectors NLQL did not write: normalise like the engine does at ingest
-            norms = np.linalg.norm(found, axis=1, keepdims=True)
-            found = np.divide(found, norms, out=np.zeros_like(found), where=norms > 0)
-        pos = {int(k): i for i, k in enumerate(found_keys)}
         mat = np.full((len(wanted), self.dim), np.nan, dtype=np.float32)
-        for i, k in enumerate(wanted):
-            j = pos.get(k)
-            if j is not None:
-                mat[i] = found[j]
-        return np.atleast_2d(q @ mat.T)
-
-    def vectors(self, keys: Sequence[Any]) -> np.ndarray:
-        """The rows' own unit vectors, ``(len(keys), dim)`` float32; NaN for a key deleted meanwhile.
-
-        One statement (``key = ANY(…)``), in process."""
-        self._need_open()
-        assert self.dim is not None
-        wanted = [int(k) for k in keys]
-        out = np.full((len(wanted), self.dim), np.nan, dtype=np.float32)
         if not wanted:
-            return out
+            return mat
         query = sql("SELECT key, embedding FROM ", self.dialect.units, " WHERE key = ANY(",
                     Param(list(dict.fromkeys(wanted)), "bigint[]"), ")")
 
@@ -673,14 +638,33 @@ class DuckDBStore:
             return fetch()
 
         tbl = self._guard(run)
-        found = tbl.column("embedding").combine_chunks()
-        mat = np.asarray(found.flatten().to_numpy(zero_copy_only=False), dtype=np.float32).reshape(-1, self.dim)
+        emb = tbl.column("embedding").combine_chunks()
+        found = np.asarray(emb.flatten().to_numpy(zero_copy_only=False), dtype=np.float32).reshape(-1, self.dim)
+        if self._external is not None:
+            norms = np.linalg.norm(found, axis=1, keepdims=True)
+            found = np.divide(found, norms, out=np.zeros_like(found), where=norms > 0)
         pos = {int(k): i for i, k in enumerate(tbl.column("key").to_numpy())}
         for i, k in enumerate(wanted):
             j = pos.get(k)
             if j is not None:
-                out[i] = mat[j]
-        return V.normalize_rows(out)  # (vectors NLQL did not write are normalised here, as at ingest)
+                mat[i] = found[j]
+        return mat
+
+    def similarities(self, vectors: np.ndarray, keys: Sequence[Any]) -> np.ndarray:
+        """(len(vectors), len(keys)) cosine matrix in float32 (NaN for a key deleted meanwhile)."""
+        self._need_open()
+        q = np.atleast_2d(np.asarray(vectors, dtype=np.float32))
+        wanted = [int(k) for k in keys]
+        if not wanted:
+            return np.zeros((len(q), 0), dtype=np.float32)
+        return np.atleast_2d(q @ self._unit_vectors(wanted).T)
+
+    def vectors(self, keys: Sequence[Any]) -> np.ndarray:
+        """The rows' own unit vectors, ``(len(keys), dim)`` float32; NaN for a key deleted meanwhile.
+
+        One statement (``key = ANY(…)``), in process."""
+        self._need_open()
+        return self._unit_vectors([int(k) for k in keys])
 
     def close(self) -> None:
         """Close the connection this store opened (a connection passed in is left open)."""
