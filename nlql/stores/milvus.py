@@ -582,7 +582,11 @@ class MilvusStore:
             return max(self._totals().max_seq, self._mine["seq"])
 
     def _query_all(self, expr: str, fields: list[str]) -> list[dict[str, Any]]:
-        """Every row matching ``expr`` (paged by the iterator: no topk window)."""
+        """Every row matching ``expr``: one query when they fit in one page (what a write's look-up of
+        the ids it replaces usually finds: none or a few), else paged by the iterator (no topk window)."""
+        first = self.client.query(self.collection, filter=expr, output_fields=fields, limit=_ITER_BATCH)
+        if len(first) < _ITER_BATCH:
+            return list(first)
         out: list[dict[str, Any]] = []
         for batch in self._iterate(expr, fields):
             out.extend(batch)
