@@ -122,15 +122,8 @@ def _zero_fails_all(plan: Plan) -> bool:
     if spec is None or spec.kind not in FUSION_FUNCTIONS:
         return False
     for c in plan.fusion_residual:
-        if not isinstance(c, ir.Compare) or c.op not in _HOLDS_AT_ZERO:
-            return False
-        op, other = c.op, c.right
-        if plan.slot_of(c.left) != slot:
-            op, other = {">": "<", ">=": "<=", "<": ">", "<=": ">="}[op], c.left
-            if plan.slot_of(c.right) != slot:
-                return False
-        if not isinstance(other, ir.Literal) or isinstance(other.value, bool) or \
-                not isinstance(other.value, (int, float)) or _HOLDS_AT_ZERO[op](float(other.value)):
+        cond = plan.score_condition(c)
+        if cond is None or cond.slot != slot or _HOLDS_AT_ZERO[cond.op](cond.value):
             return False
     return True
 

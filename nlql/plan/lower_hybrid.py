@@ -38,34 +38,13 @@ from nlql.sql.nodes import Arm, Fusion, KeywordScore, Lowered, Score, Similarity
 
 __all__ = ["lower_hybrid"]
 
-_FLIP = {">": "<", ">=": "<=", "<": ">", "<=": ">="}
-_OPS = (">", ">=", "<", "<=")
-
-
-def _slot_of(expr: ir.Expr, plan: Plan) -> str | None:
-    if isinstance(expr, ir.Ref):
-        return plan.binding_slots.get(expr.name)
-    if isinstance(expr, ir.Call):
-        return plan.slots.get(expr)
-    return None
-
-
 def _threshold(expr: ir.Expr, plan: Plan, kinds: dict[str, str]) -> Threshold | None:
-    """``score op number`` / ``number op score`` on a score slot, else None."""
-    if not isinstance(expr, ir.Compare) or expr.op not in _OPS:
+    """``score op number`` / ``number op score`` on a score slot (the plan's one recogniser), else None."""
+    cond = plan.score_condition(expr)
+    if cond is None or cond.slot not in kinds:
         return None
-    op, score, other = expr.op, expr.left, expr.right
-    slot = _slot_of(score, plan)
-    if slot is None:
-        op, score, other = _FLIP[op], expr.right, expr.left
-        slot = _slot_of(score, plan)
-    if slot is None or slot not in kinds:
-        return None
-    if not isinstance(other, ir.Literal) or isinstance(other.value, bool) or not isinstance(
-            other.value, (int, float)):
-        return None
-    kind = kinds[slot]
-    return Threshold(slot, "FUSED" if kind in ("RRF", "INTERLEAVE") else kind, op, float(other.value),
+    kind = kinds[cond.slot]
+    return Threshold(cond.slot, "FUSED" if kind in ("RRF", "INTERLEAVE") else kind, cond.op, cond.value,
                      render_expr(expr))
 
 
@@ -106,7 +85,7 @@ def lower_hybrid(plan: Plan, dialect: Dialect | Any, analyzer: Any = None) -> Pl
         return _engine(plan, f"ORDER BY has {len(plan.order)} keys (the statement orders by one score)"
                        if plan.order else "there is no score to order by")
     key = plan.order[0]
-    order_slot = _slot_of(key.expr, plan)
+    order_slot = plan.slot_of(key.expr)
     if fusions:
         spec = fusions[0]
         if order_slot != spec.slot or not key.descending:
