@@ -21,6 +21,7 @@ from nlql import values as V
 from nlql.errors import BackendError, NLQLTimeoutError
 from nlql.evaluate import RowContext
 from nlql.execute import keyword_recall
+from nlql.execute.arm_values import value_arms
 from nlql.execute.candidates import Candidate, Search, keep_passing
 from nlql.execute.degrade import cause_of, drop_arms
 from nlql.execute.distinct import kept
@@ -223,7 +224,12 @@ def _full(run: Search, qv: dict[str, np.ndarray], fast_ok: bool) -> list[Candida
     t = time.perf_counter()
     fast = run.plan.fast_path if not run.failed else None
     if fast is not None and run.need is not None and (fast.prunes or fast_ok):
-        units = _fast(run, fast, keys_arr, sentence_scores, qv, fast_ok=fast_ok, unordered=unordered)
+        arm_scores: dict[str, np.ndarray] | None = sentence_scores
+        if any(a.kind == "VALUE" for a in fast.arms):  # GRAPH / TEMPORAL / RECENCY arms as vectors
+            values = value_arms(run, fast, keys_arr)
+            arm_scores = None if values is None else {**sentence_scores, **values}
+        units = (None if arm_scores is None else
+                 _fast(run, fast, keys_arr, arm_scores, qv, fast_ok=fast_ok, unordered=unordered))
         if units is not None:
             run.stats.add("filter", (time.perf_counter() - t) * 1000)
             return units
@@ -274,6 +280,7 @@ def _fast(run: Search, fast: Any, keys_arr: np.ndarray, sentence_scores: dict[st
             units = candidates(run, [int(k) for k in top_keys], qv, scores)
         else:
             pruned, pruned_scores = picked
+            pruned_scores = {k: v for k, v in pruned_scores.items() if not k.startswith("~")}  # (VALUE arms)
             if unordered:  # (no similarity slot here, so no scores to reorder)
                 pruned = cast(Any, run.store).table.order(np.asarray(pruned, dtype=np.int64))
             run.stats.counts["pruned_to"] = int(len(pruned))

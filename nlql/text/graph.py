@@ -218,6 +218,16 @@ class Activation:
         v = float(self._row_best[slot])
         return v if v > 0.0 else default
 
+    def mapped(self, token: Any, build: Any) -> np.ndarray:
+        """This activation's rows (aligned with ``values``) through a per-snapshot mapping: ``build(doc_ids,
+        positions)`` over every sentence slot of the graph snapshot (e.g. a store's row numbers),
+        computed once per snapshot and ``token`` and shared by every activation of that snapshot."""
+        snap = self._snap
+        got = snap.mapped
+        if got is None or got[0] != token:
+            got = snap.mapped = (token, np.asarray(build(snap.slot_doc, snap.slot_pos)))
+        return got[1][self._slots]
+
     def as_dict(self) -> dict[tuple[str, int], float]:
         """``{(doc_id, position): activation}``."""
         return dict(zip(self.pairs(), self.values.tolist()))
@@ -287,6 +297,7 @@ class _Compiled:
     slot_seq: np.ndarray
     in_order: bool
     display: dict[int, str] = field(default_factory=dict)
+    mapped: tuple[Any, np.ndarray] | None = None  # (token, array over slots): Activation.mapped's memo
     _slot_of: dict[tuple[str, int], int] | None = None
 
     def slot_of(self) -> dict[tuple[str, int], int]:
