@@ -140,3 +140,33 @@ def test_without_value_arms_the_query_falls_back(monkeypatch: pytest.MonkeyPatch
     declined = _engine(True)
     got = declined.search(q, {"q": QUESTIONS[0]})
     assert got.stats.get("fast_path") is None and _page(got) == want
+
+
+# ------------------------------------------------------------------ SIMILARITY windows through int8
+
+def test_similarity_windows_through_the_int8_copy_give_the_exact_pages(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fusion's SIMILARITY arm takes its top window from the int8 copy (certified, rescored in fp32):
+    the pages equal the fp32 row-by-row path's, scores bit for bit, with windows, offsets, min =>, a
+    pushed filter, a reranker (pruned path, no fused page) and DISTINCT BY (the full scan)."""
+    pytest.importorskip("faiss")
+    from nlql.stores.memory import MemoryStore
+
+    monkeypatch.setattr(MemoryStore, "QUANT_MIN_ROWS", 64)  # the test corpus is small
+    fast, slow = _engine(True), _engine(False)
+    lets = ("LET s = SIMILARITY(content, $q), k = BM25(content, $q), g = GRAPH($q), "
+            "s2 = SIMILARITY(content, \"the budget\"), ")
+    queries = [
+        "f = RRF(s, k, window => 5) ORDER BY f DESC LIMIT 4",
+        "f = RRF(s, k, g, window => 6) ORDER BY f DESC LIMIT 5 OFFSET 2",
+        "f = RRF(s, s2, window => 4) WHERE meta.section == \"notes\" ORDER BY f DESC LIMIT 3",
+        "f = INTERLEAVE(SIMILARITY(content, $q, min => 0.2), k, window => 5) ORDER BY f DESC LIMIT 6",
+        "f = RRF(s, k, window => 5) DISTINCT BY meta.section ORDER BY f DESC LIMIT 4",
+    ]
+    for tail in queries:
+        q = f"SELECT SENTENCE {lets}{tail}"
+        for question in QUESTIONS[:4]:
+            got = fast.search(q, {"q": question})
+            assert _page(got) == _page(slow.search(q, {"q": question})), (q, question)
+        if "DISTINCT" not in tail:
+            assert got.stats.get("similarity_windows") is not None, got.stats
+            assert got.stats["store"]["scan"] == "int8 + fp32 rescore"

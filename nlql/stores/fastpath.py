@@ -55,6 +55,8 @@ def select(table: RowTable, path: FastPath, keys: np.ndarray, scores: Mapping[st
             eligible = None
             if arm.kind == "SIMILARITY":
                 arm_scores = scores.get(arm.slot)
+                if arm_scores is not None and bool(np.isnan(arm_scores).any()):  # NaN ranks nothing
+                    eligible = ~np.isnan(arm_scores)
             elif arm.kind == "VALUE":  # the engine's vector of the arm's values, NaN where absent
                 arm_scores = scores.get(arm.slot)
                 eligible = ~np.isnan(arm_scores) if arm_scores is not None else None
