@@ -9,7 +9,9 @@ lowered to SQL), the rows are sentences and there is a LIMIT. Two families:
 - *prune* (``bm25``, ``formula``, ``fusion``): WHERE left nothing but similarity thresholds (already
   applied inside recall) and the first sort key is, descending, one BM25 score, arithmetic over
   SIMILARITY/BM25 scores, or a fusion of bare SIMILARITY/BM25 arms: the store keeps every row that
-  can still reach the page and the engine finishes (fusion, order, limit). ``MMR`` of one bare
+  can still reach the page and the engine finishes (fusion, order, limit). A fusion arm may also be
+  GRAPH, TEMPORAL or RECENCY of a metadata date (a ``VALUE`` arm: the engine computes it as one vector,
+  :mod:`nlql.execute.arm_values`). ``MMR`` of one bare
   SIMILARITY (no ``min =>``) prunes to its window when LIMIT + OFFSET fits in it.
 
 A condition after fusion keeps the *fusion* path only when it fails for a row no arm ranks
