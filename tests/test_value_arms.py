@@ -147,7 +147,7 @@ def test_without_value_arms_the_query_falls_back(monkeypatch: pytest.MonkeyPatch
 def test_similarity_windows_through_the_int8_copy_give_the_exact_pages(monkeypatch: pytest.MonkeyPatch) -> None:
     """A fusion's SIMILARITY arm takes its top window from the int8 copy (certified, rescored in fp32):
     the pages equal the fp32 row-by-row path's, scores bit for bit, with windows, offsets, min =>, a
-    pushed filter, a reranker (pruned path, no fused page) and DISTINCT BY (the full scan)."""
+    pushed filter and DISTINCT BY (the full scan)."""
     pytest.importorskip("faiss")
     from nlql.stores.memory import MemoryStore
 
@@ -170,3 +170,16 @@ def test_similarity_windows_through_the_int8_copy_give_the_exact_pages(monkeypat
         if "DISTINCT" not in tail:
             assert got.stats.get("similarity_windows") is not None, got.stats
             assert got.stats["store"]["scan"] == "int8 + fp32 rescore"
+
+
+def test_a_reranker_reads_the_pruned_rows_with_the_same_answer(engines: tuple[Engine, Engine]) -> None:
+    """With a reranker the fast path prunes to the arms' windows and the engine fuses them (no fused page)."""
+    from nlql.rerankers import FakeReranker
+
+    fast, slow = engines
+    q = f"SELECT SENTENCE {LETS}f = RRF(s, k, g, t, window => 5) ORDER BY f DESC LIMIT 4"
+    for question in QUESTIONS:
+        got = fast.search(q, {"q": question}, reranker=FakeReranker(), rerank_query=question)
+        assert got.stats.get("fast_path") == "fusion" and "fused_page" not in got.stats
+        want = slow.search(q, {"q": question}, reranker=FakeReranker(), rerank_query=question)
+        assert _page(got) == _page(want), question
