@@ -551,7 +551,7 @@ def run(n: int, repeat: int, skip: set[str]) -> dict[str, Any]:
         "loadavg_during_timing": {"before": [round(x, 2) for x in load_before],
                                   "after": [round(x, 2) for x in load_after]},
         "peers": {k: (v or "not installed") for k, v in peers.items()},
-        "not_run": notes,
+        "notes": notes,
         "build": builds,
         "median_ms": median,
         "recall_at_10": recall,
@@ -590,7 +590,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             ms = row[lab]
             cells.append("—" if ms is None else f"{ms:.2f} ({rec[lab]:.2f})")
         print(f"{name:<36}" + "".join(f"{c:>20}" for c in cells))
-    for k, v in results["not_run"].items():
+    for k, v in results["notes"].items():
         print(f"{k}: {v}")
     print(f"load {results['loadavg_during_timing']}; wrote {args.out}")
     return results

@@ -180,7 +180,7 @@ def test_side_by_side_tiny_run_without_optional_peers(tmp_path: Path) -> None:
         assert all(data["median_ms"][row][lab] > 0 for lab in labels), row
         assert all(data["recall_at_10"][row][lab] == 1.0 for lab in labels), row  # both are exact
     assert data["median_ms"]["NLQL built-in, BM25 with WHERE kw > 0"]["pure top-10"] is None
-    assert {"NLQL on pgvector", "Chroma", "LanceDB", "bm25s"} <= set(data["not_run"])
+    assert {"NLQL on pgvector", "Chroma", "LanceDB", "bm25s"} <= set(data["notes"])
     assert "LanceDB flat" not in data["median_ms"]
     section = report.generic_section("side_by_side", data)
     assert "**median_ms**" in section and "**recall_at_10**" in section
