@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import importlib.metadata
 import importlib.util
 import os
 import statistics
@@ -86,15 +87,14 @@ def _top(scores: np.ndarray, k: int) -> np.ndarray:
     return idx[np.lexsort((idx, -scores[idx]))][:k]
 
 
-def installed(module: str) -> str | None:
-    """The package's version if it imports here, else None."""
+def installed(module: str, dist: str) -> str | None:
+    """The distribution's version if its module is importable here, else None (nothing is imported)."""
     if importlib.util.find_spec(module) is None:
         return None
     try:
-        mod = __import__(module)
-    except Exception:  # noqa: BLE001 - a broken install counts as missing
-        return None
-    return str(getattr(mod, "__version__", "?"))
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return "?"
 
 
 class Data:
@@ -419,8 +419,8 @@ def run(n: int, repeat: int, skip: set[str]) -> dict[str, Any]:
 
     started_build = time.perf_counter()
     data = Data(n)
-    peers = {"lancedb": installed("lancedb"), "bm25s": installed("bm25s"), "chromadb": installed("chromadb"),
-             "faiss": installed("faiss")}
+    peers = {"lancedb": installed("lancedb", "lancedb"), "bm25s": installed("bm25s", "bm25s"),
+             "chromadb": installed("chromadb", "chromadb"), "faiss": installed("faiss", "faiss-cpu")}
     use = {name: bool(version) and name not in skip for name, version in peers.items()}
     with_pg = "pg" not in skip
     builds: dict[str, Any] = {}
