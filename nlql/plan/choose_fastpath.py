@@ -15,7 +15,9 @@ lowered to SQL), the rows are sentences and there is a LIMIT. Two families:
   SIMILARITY (no ``min =>``) prunes to its window when LIMIT + OFFSET fits in it.
 
 A condition after fusion keeps the *fusion* path only when it fails for a row no arm ranks
-(``score > 0``: such a row's fused value is 0, so pruning it away changes nothing).
+(``score > 0``: such a row's fused value is 0, so pruning it away changes nothing). A lower bound on
+the first sort key when that key is one BM25 score (``WHERE kw > 0 ORDER BY kw DESC``) keeps the *bm25*
+path: the rows passing it are a prefix of that order.
 
 Every choice is exact. ``plan.fast_path_reason`` says why a table store got no fast path.
 """
@@ -68,7 +70,7 @@ def choose_fastpath(plan: Plan, caps: Capabilities) -> Plan:
             slot = plan.slot_of(key.expr)
             if slot is not None and slot not in with_min:
                 return _set(plan, FastPath("score", slot=slot, descending=key.descending))
-    if not plan.residual_is_thresholds:
+    if not plan.residual_is_thresholds and not _key_thresholds(plan):
         return _none(plan, "WHERE has conditions the engine evaluates row by row")
     if not plan.order or not plan.order[0].descending:
         return _none(plan, "the first sort key is not a score DESC")
@@ -176,6 +178,27 @@ def _zero_fails_all(plan: Plan) -> bool:
     for c in plan.fusion_residual:
         cond = plan.score_condition(c)
         if cond is None or cond.slot != slot or _HOLDS_AT_ZERO[cond.op](cond.value):
+            return False
+    return True
+
+
+def _key_thresholds(plan: Plan) -> bool:
+    """Every residual conjunct is a similarity threshold or a lower bound on the first sort key, one
+    BM25 score ordered descending (``kw > 0``, ``kw >= 2.5``): the rows passing a lower bound on the sort
+    key come first in its order, so the page is among the rows the *bm25* prune keeps, and the engine
+    applies the conditions to them (``min =>`` scores are NULL below their minimum: not handled here)."""
+    if not plan.order or not plan.order[0].descending:
+        return False
+    slot = plan.slot_of(plan.order[0].expr)
+    spec = plan.spec(slot) if slot is not None else None
+    if spec is None or spec.kind != "BM25" or spec.min is not None:
+        return False
+    for c in plan.residual:
+        cond = plan.score_condition(c)
+        if cond is None or cond.op not in (">", ">="):
+            return False
+        arm = plan.spec(cond.slot)
+        if cond.slot != slot and (arm is None or arm.kind != "SIMILARITY"):
             return False
     return True
 
