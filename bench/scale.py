@@ -15,7 +15,7 @@ query text and we record, per query (medians):
 - ``store_cpu_ms``: CPU time of the store's processes over the same query (psutil, 10 ms ticks; for
   PostgreSQL the postmaster and every backend);
 - ``engine_rss_mb``: the resident memory of the engine that ran the queries, after them (and its peak,
-  ``ru_maxrss``). That engine is a fresh **query worker** process per size (``--worker``), as a stateless
+  ``VmHWM``). That engine is a fresh **query worker** process per size (``--worker``), as a stateless
   API worker in front of the store would be; the ingest runs in the bench's own process, whose RSS is
   reported apart (``ingest_rss_mb``: it holds allocator high-water marks of the write batches, not
   corpus state).
@@ -150,6 +150,18 @@ def start_postgres() -> tuple[Any, str, psutil.Process]:
     return pg, pg.uri, psutil.Process(pid)
 
 
+def _peak_rss_kb() -> float:
+    """This process's resident high-water mark: ``VmHWM`` (reset by exec, so a worker's own peak), else
+    ``ru_maxrss`` (which on Linux a child inherits from the parent that forked it)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return float(line.split()[1])
+    except OSError:
+        pass
+    return float(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+
+
 def measure(engine: Engine, server: StoreProcesses, repeat: int, texts: list[str]) -> dict[str, Any]:
     me = psutil.Process()
     out: dict[str, Any] = {}
@@ -170,7 +182,7 @@ def measure(engine: Engine, server: StoreProcesses, repeat: int, texts: list[str
         out[shape] = {"wall_ms": round(statistics.median(wall), 1), "engine_cpu_ms": round(statistics.median(cpu), 2),
                       "store_cpu_ms": round(statistics.median(scpu), 1), "rows_min": min(rows)}
     out["engine_rss_mb"] = round(me.memory_info().rss / 2**20, 1)
-    out["engine_peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    out["engine_peak_rss_mb"] = round(_peak_rss_kb() / 1024, 1)
     out["store_rss_mb"] = round(server.rss_mb(), 1)
     return out
 
