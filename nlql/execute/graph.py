@@ -68,9 +68,14 @@ class GraphSidecar:
         """Whether the store keeps the entity links with its data (``Capabilities.ENTITY_LINKS``)."""
         return bool(self.store.capabilities.ENTITY_LINKS)
 
-    def prepare(self, docs: Sequence[DocRecord]) -> None:
-        """Before a write: each sentence's entity names into ``DocRecord.entities``, for a store that
-        keeps them (the extractor runs here, once per sentence; other stores pay nothing until GRAPH)."""
+    def prepare(self, docs: Sequence[DocRecord] = ()) -> None:
+        """Before a write (or a delete, with no ``docs``): a graph that another process's writes made
+        stale is dropped (it would otherwise take them for this engine's own), and each sentence's entity
+        names go into ``DocRecord.entities`` for a store that keeps them (the extractor runs here, once
+        per sentence; other stores pay nothing until GRAPH)."""
+        with self._lock:
+            if self._graph is not None and self._fp is not None and self._fingerprint() != self._fp:
+                self._graph = None
         if not self.keeps_links:
             return
         for d in docs:
@@ -111,14 +116,11 @@ class GraphSidecar:
     def graph(self) -> Any:
         """The graph (built from the store on first use, and built again when the store changed under
         this engine: another process wrote or deleted, which moves the store's row count or its
-        largest ``seq``; this engine's own writes are applied incrementally instead)."""
+        largest ``seq``; this engine's own writes are applied incrementally instead, and the store's
+        state after them recorded)."""
         with self._lock:
-            if self._graph is not None:
-                fp = self._fingerprint()
-                if self._fp is None:  # after this engine's own writes: take the store's state as seen
-                    self._fp = fp
-                elif fp != self._fp:
-                    self._graph = None
+            if self._graph is not None and self._fingerprint() != self._fp:
+                self._graph = None
             if self._graph is None:
                 self._fp = self._fingerprint()
                 self._build()
@@ -129,14 +131,14 @@ class GraphSidecar:
             if self._graph is None:
                 return
             self._graph.add_many([(d.doc_id, self._sentences(d), d.seq) for d in docs])
-            self._fp = None
+            self._fp = self._fingerprint()
 
     def on_delete(self, doc_ids: Sequence[str]) -> None:
         with self._lock:
             if self._graph is not None:
                 for d in doc_ids:
                     self._graph.remove(d)
-                self._fp = None
+                self._fp = self._fingerprint()
 
     @property
     def in_store(self) -> bool:
