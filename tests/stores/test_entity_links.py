@@ -31,8 +31,13 @@ def lower_greek(text: str) -> list[str]:
     return [w.strip(".,") for w in text.split() if w.strip(".,") in {"zeta", "omega", "kappa", "sigma"}]
 
 
-def _engine(path: Path, **kwargs) -> Engine:  # type: ignore[no-untyped-def]
-    return Engine(store=str(path), embedder=HashEmbedder(dim=32), warm_up=False, **kwargs)
+def _engine(path: Path, kind: str = "memory", **kwargs) -> Engine:  # type: ignore[no-untyped-def]
+    store: object = str(path)
+    if kind == "faiss":  # an ANN store keeps its documents in the same SQLite log
+        from nlql.stores.faiss import FaissStore
+
+        store = FaissStore(path)
+    return Engine(store=store, embedder=HashEmbedder(dim=32), warm_up=False, **kwargs)
 
 
 def _graph(e: Engine, q: str) -> list[tuple[str, float]]:
@@ -47,8 +52,11 @@ def _links(path: Path) -> list[tuple[str, int, str]]:
         db.close()
 
 
-def test_links_reopen_without_the_extractor(tmp_path: Path) -> None:
-    writer = _engine(tmp_path, entity_extractor=lower_greek)
+@pytest.mark.parametrize("kind", ["memory", "faiss"])
+def test_links_reopen_without_the_extractor(tmp_path: Path, kind: str) -> None:
+    if kind == "faiss":
+        pytest.importorskip("faiss")
+    writer = _engine(tmp_path, kind, entity_extractor=lower_greek)
     for doc_id, text in DOCS:
         writer.add_text(text, id=doc_id, metadata={"entities": ["Lab"]} if doc_id == "c" else {})
     before = {q: _graph(writer, q) for q in ("zeta", "kappa", "lab", "sigma")}
@@ -63,7 +71,7 @@ def test_links_reopen_without_the_extractor(tmp_path: Path) -> None:
         return ["Nobody"]
 
     for kwargs in ({"entity_extractor": None}, {"entity_extractor": spy}, {}):
-        reopened = _engine(tmp_path, **kwargs)
+        reopened = _engine(tmp_path, kind, **kwargs)
         assert {q: _graph(reopened, q) for q in before} == before
         assert _graph(reopened, "nobody") == []  # the reopening engine's extractor is not run on stored rows
         reopened.close()
