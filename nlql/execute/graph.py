@@ -52,6 +52,7 @@ class GraphSidecar:
         self._graph: Any = None
         self._fp: tuple[int, int] | None = None  # the store's (count, max seq) the graph reflects
         self._lock = threading.Lock()
+        self._links_ok = False  # a GRAPH_ARM store's tables known to hold every document's links
 
     @property
     def built(self) -> bool:
@@ -139,6 +140,17 @@ class GraphSidecar:
                 for d in doc_ids:
                     self._graph.remove(d)
                 self._fp = self._fingerprint()
+
+    def ensure_links(self) -> None:
+        """Before a statement that reads the store's entity tables: a store written before links were
+        kept is adopted first (once per engine; the store remembers it is done)."""
+        if not self.in_store or self._links_ok:
+            return
+        if not self.store.entities_kept():  # type: ignore[attr-defined]
+            with self._lock:
+                self._build()
+                self._graph = None
+        self._links_ok = True
 
     @property
     def in_store(self) -> bool:

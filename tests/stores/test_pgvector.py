@@ -422,7 +422,7 @@ def test_hostile_values_round_trip_and_filter(pg_dsn: str) -> None:
     conn = psycopg.connect(pg_dsn, autocommit=True)
     tables_before = conn.execute("SELECT count(*) FROM pg_tables").fetchone()[0]
     store = open_store(pg_dsn, exact=True)
-    tables_before += 6  # the store's own tables (docs, units, meta, info; BM25: terms, bm25)
+    tables_before += 8  # the store's own tables (docs, units, meta, info; BM25: terms, bm25; GRAPH: entity_links, entity_edges)
     docs = []
     for i, h in enumerate(HOSTILE):
         meta = {h: h, "v": h, "nest": {h: {"k": h}}, "num": "1\x00"}

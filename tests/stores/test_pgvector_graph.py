@@ -119,3 +119,38 @@ def test_a_database_written_before_the_graph_tables_is_adopted(pg_dsn: str) -> N
     assert _rows(again) == want and len(calls) == 9
     assert not again._graph.built
     again.close()
+
+
+ONE_STATEMENT = [
+    "SELECT SENTENCE LET s = SIMILARITY(content, $q), k = BM25(content, $q), g = GRAPH($q, hops => 2), "
+    "f = RRF(s, k, g) ORDER BY f DESC LIMIT 5",
+    "SELECT SENTENCE LET k = BM25(content, $q), g = GRAPH($q), f = INTERLEAVE(g, k) ORDER BY f DESC LIMIT 6",
+    "SELECT SENTENCE LET k = BM25(content, $q), g = GRAPH($q, decay => 0.9), f = RRF(k, g, k => 10) "
+    'WHERE meta.entities IS NULL ORDER BY f DESC LIMIT 3',
+]
+
+
+def test_graph_fused_with_bm25_and_similarity_is_one_statement(pg_dsn: str) -> None:
+    pg, mem = _load(_engine(pg_dsn)), _load(_engine(None))
+    texts = ("Russell and Frege", "Keynes", "nobody at all")
+    for q in ONE_STATEMENT:  # explain reads the entities found and the hops from the database
+        for text in texts:
+            assert pg.explain(q, {"q": text}).to_dict()["lowering"]["strategy"] == "sql"
+    pg.search(ONE_STATEMENT[0], {"q": "Russell"})  # the first search checks the tables are whole, once
+
+    def no_second_statement(*args: Any) -> Any:
+        raise AssertionError("GRAPH ran as a statement of its own")
+
+    pg.store.graph_activation = no_second_statement  # type: ignore[method-assign]
+    for q in ONE_STATEMENT:
+        for text in texts:
+            got = pg.search(q, {"q": text})
+            want = mem.search(q, {"q": text})
+            assert [h.id for h in got] == [h.id for h in want], (q, text)
+            for g, w in zip(got, want):  # GRAPH and the fusion exactly; BM25 sums may differ in the last bit
+                assert g.scores["g"] == w.scores["g"] and g.scores["f"] == w.scores["f"]
+                assert g.scores.keys() == w.scores.keys()
+                assert all(g.scores[k] == pytest.approx(v, rel=1e-12) for k, v in w.scores.items() if v is not None)
+            activated = got.stats["store"]["arm_rows"].get("g", 0)  # no row returned: no counts
+            assert activated == 0 if text == "nobody at all" else activated > 0
+    pg.close()

@@ -70,6 +70,16 @@ class EntityMixin:
     def _entities_kept(self, conn: Any) -> bool:
         return self._run(conn, self.dialect.get_meta("meta", _FLAG)).fetchone() is not None
 
+    def entities_kept(self) -> bool:
+        """Whether the tables hold every document's links (never becomes false again)."""
+        self._need_open()
+
+        def run() -> bool:
+            with self._tx(single=True) as conn:
+                return self._entities_kept(conn)
+
+        return bool(self._guard(run))
+
     # ------------------------------------------------------------------------------ writing
 
     def _write_entities(self, conn: Any, ids: list[str], docs: Sequence[DocRecord]) -> None:
