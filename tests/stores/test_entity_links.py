@@ -165,3 +165,34 @@ def test_a_second_engine_on_the_directory_sees_links_written_by_the_first(tmp_pa
     assert _graph(b, "omega") == [] and _graph(b, "kappa") == _graph(a, "kappa")
     a.close()
     b.close()
+
+
+def test_qdrant_keeps_names_in_the_payload() -> None:
+    pytest.importorskip("qdrant_client")
+    from qdrant_client import QdrantClient
+
+    from nlql.stores.qdrant import QdrantStore
+
+    client = QdrantClient(location=":memory:")
+
+    def engine(**kwargs) -> Engine:  # type: ignore[no-untyped-def]
+        return Engine(store=QdrantStore(client, collection="ents"), embedder=HashEmbedder(dim=32), warm_up=False,
+                      **kwargs)
+
+    writer = engine(entity_extractor=lower_greek)
+    for doc_id, text in DOCS:
+        writer.add_text(text, id=doc_id, metadata={"entities": ["Lab"]} if doc_id == "c" else {})
+    want = {q: _graph(writer, q) for q in ("zeta", "kappa", "lab", "sigma")}
+    calls: list[str] = []
+
+    def spy(text: str) -> list[str]:
+        calls.append(text)
+        return []
+
+    other = engine(entity_extractor=spy)  # another engine on the same collection: names read, not extracted
+    assert {q: _graph(other, q) for q in want} == want
+    assert calls == []
+    writer.add_text("sigma met zeta.", id="c")
+    writer.delete("b")
+    assert {q: _graph(other, q) for q in want} == {q: _graph(writer, q) for q in want}
+    assert calls == []
