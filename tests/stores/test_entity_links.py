@@ -196,3 +196,19 @@ def test_qdrant_keeps_names_in_the_payload() -> None:
     writer.delete("b")
     assert {q: _graph(other, q) for q in want} == {q: _graph(writer, q) for q in want}
     assert calls == []
+
+
+def test_duckdb_keeps_names_in_a_table(tmp_path: Path) -> None:
+    pytest.importorskip("duckdb")
+    url = f"duckdb:///{tmp_path / 'g.duckdb'}"
+    writer = Engine(store=url, embedder=HashEmbedder(dim=32), warm_up=False, entity_extractor=lower_greek)
+    for doc_id, text in DOCS:
+        writer.add_text(text, id=doc_id, metadata={"entities": ["Lab"]} if doc_id == "c" else {})
+    writer.add_text("sigma and omega met.", id="c")
+    writer.delete("b")
+    want = {q: _graph(writer, q) for q in ("zeta", "kappa", "lab", "sigma", "omega")}
+    assert want["lab"] == [] and want["sigma"][0] == ("c#0", 1.0) and len(want["sigma"]) == 3
+    writer.close()
+    reopened = Engine(store=url, embedder=HashEmbedder(dim=32), warm_up=False, entity_extractor=None)
+    assert {q: _graph(reopened, q) for q in want} == want
+    reopened.close()
