@@ -167,17 +167,29 @@ def test_a_second_engine_on_the_directory_sees_links_written_by_the_first(tmp_pa
     b.close()
 
 
-def test_qdrant_keeps_names_in_the_payload() -> None:
-    pytest.importorskip("qdrant_client")
-    from qdrant_client import QdrantClient
+def _shared(kind: str, tmp_path: Path):  # type: ignore[no-untyped-def]
+    """A factory of store objects on one collection (a second engine there is what another process sees)."""
+    if kind == "qdrant":
+        pytest.importorskip("qdrant_client")
+        from qdrant_client import QdrantClient
 
-    from nlql.stores.qdrant import QdrantStore
+        from nlql.stores.qdrant import QdrantStore
 
-    client = QdrantClient(location=":memory:")
+        client = QdrantClient(location=":memory:")
+        return lambda: QdrantStore(client, collection="ents")
+    pytest.importorskip("chromadb")
+    from nlql.stores.chroma import ChromaStore
+
+    first = ChromaStore(path=str(tmp_path / "chroma"), collection="ents")
+    return lambda: ChromaStore(first.client, collection="ents")
+
+
+@pytest.mark.parametrize("kind", ["qdrant", "chroma"])
+def test_server_stores_keep_names_in_their_payload(tmp_path: Path, kind: str) -> None:
+    make = _shared(kind, tmp_path)
 
     def engine(**kwargs) -> Engine:  # type: ignore[no-untyped-def]
-        return Engine(store=QdrantStore(client, collection="ents"), embedder=HashEmbedder(dim=32), warm_up=False,
-                      **kwargs)
+        return Engine(store=make(), embedder=HashEmbedder(dim=32), warm_up=False, **kwargs)
 
     writer = engine(entity_extractor=lower_greek)
     for doc_id, text in DOCS:
