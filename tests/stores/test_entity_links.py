@@ -224,3 +224,25 @@ def test_duckdb_keeps_names_in_a_table(tmp_path: Path) -> None:
     reopened = Engine(store=url, embedder=HashEmbedder(dim=32), warm_up=False, entity_extractor=None)
     assert {q: _graph(reopened, q) for q in want} == want
     reopened.close()
+
+
+def test_milvus_lite_keeps_names_in_its_records(tmp_path: Path) -> None:
+    pytest.importorskip("pymilvus")
+    pytest.importorskip("milvus_lite")
+    url = f"milvus://{tmp_path / 'm.db'}"
+    writer = Engine(store=url, embedder=HashEmbedder(dim=32), warm_up=False, entity_extractor=lower_greek)
+    for doc_id, text in DOCS:
+        writer.add_text(text, id=doc_id)
+    writer.add_text("sigma and omega met.", id="c")
+    writer.delete("b")
+    want = {q: _graph(writer, q) for q in ("zeta", "kappa", "sigma")}
+    writer.close()
+    calls: list[str] = []
+
+    def spy(text: str) -> list[str]:
+        calls.append(text)
+        return []
+
+    reopened = Engine(store=url, embedder=HashEmbedder(dim=32), warm_up=False, entity_extractor=spy)
+    assert {q: _graph(reopened, q) for q in want} == want and calls == []
+    reopened.close()
