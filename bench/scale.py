@@ -14,7 +14,11 @@ query text and we record, per query (medians):
   thread, including the gRPC client and decoding what the store returns);
 - ``store_cpu_ms``: CPU time of the store's processes over the same query (psutil, 10 ms ticks; for
   PostgreSQL the postmaster and every backend);
-- ``engine_rss_mb``: the engine's resident memory after the queries (and its peak, ``ru_maxrss``).
+- ``engine_rss_mb``: the resident memory of the engine that ran the queries, after them (and its peak,
+  ``ru_maxrss``). That engine is a fresh **query worker** process per size (``--worker``), as a stateless
+  API worker in front of the store would be; the ingest runs in the bench's own process, whose RSS is
+  reported apart (``ingest_rss_mb``: it holds allocator high-water marks of the write batches, not
+  corpus state).
 
 Shapes: ``canonical`` (threshold + ``status == "published"``), ``filtered_1pct`` (``cohort == 7``),
 ``bm25`` (top 10 by BM25) and ``rrf`` (SIMILARITY + BM25 fused, top 10). Vectors come from
@@ -30,9 +34,11 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import json
 import os
 import random
 import resource
+import signal
 import socket
 import statistics
 import subprocess
@@ -109,8 +115,11 @@ class StoreProcesses:
         return [self.root, *self.root.children(recursive=True)]
 
     def cpu_s(self) -> float:
-        total = 0.0
-        for p in self._procs():
+        """User + system CPU of the live processes, plus what the root's exited children used
+        (PostgreSQL's parallel workers live for one query: the postmaster reaps them)."""
+        t = self.root.cpu_times()
+        total = t.user + t.system + t.children_user + t.children_system
+        for p in self.root.children(recursive=True):
             try:
                 t = p.cpu_times()
                 total += t.user + t.system
@@ -166,8 +175,25 @@ def measure(engine: Engine, server: StoreProcesses, repeat: int, texts: list[str
     return out
 
 
+def run_worker(url: str, store_pid: int, repeat: int, texts: int) -> dict[str, Any]:
+    """A query worker in a new process: a fresh engine on ``url``, every shape measured (see measure)."""
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", url, "--store-pid", str(store_pid),
+           "--repeat", str(repeat), "--texts", str(texts)]
+    done = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=3600)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def worker_main(args: argparse.Namespace) -> None:
+    engine = Engine(embedder=HashEmbedder(dim=384), store=args.worker, warm_up=False)
+    row = measure(engine, StoreProcesses(psutil.Process(args.store_pid)), args.repeat, TEXTS[: args.texts])
+    engine.close()
+    print(json.dumps(row))
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--worker", metavar="URL", help=argparse.SUPPRESS)
+    ap.add_argument("--store-pid", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--texts", type=int, default=len(TEXTS), help="how many query texts per shape")
@@ -176,6 +202,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--out", type=Path, default=None, help="default: bench/results/scale.json (milvus), "
                     "scale_pg.json (postgres)")
     args = ap.parse_args(argv)
+    if args.worker:
+        worker_main(args)
+        return {}
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so the store is stopped on a kill
     out_path = args.out or RESULTS / ("scale.json" if args.store == "milvus" else "scale_pg.json")
     started = time.perf_counter()
     results: dict[str, Any] = {
@@ -219,7 +249,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 ingest_s += dt
                 have = n
                 log(f"n={n}: ingested in {dt:.1f} s")
-                row = measure(engine, server, args.repeat, TEXTS[: args.texts])
+                row = run_worker(url, server.root.pid, args.repeat, args.texts)
+                row["ingest_rss_mb"] = round(psutil.Process().memory_info().rss / 2**20, 1)
                 row["ingest_s_step"] = round(dt, 1)
                 row["sentences_per_s"] = round(have / ingest_s)
                 results["sizes"][str(n)] = row
