@@ -427,6 +427,7 @@ class Engine:
                 seq += 1
                 r.seq = seq  # a store shared between processes allocates its own inside its write
             self._writes += 1
+            self._graph.prepare(records)  # entity names with the write, for a store that keeps them
             self._call_store("upsert", records)
             self._bm25.on_upsert(records)
             self._graph.on_upsert(records)
@@ -438,6 +439,7 @@ class Engine:
         with self._write_mutex, self._lock.write():
             self._catch_up()
             self._writes += 1
+            self._graph.prepare()  # a graph others' writes made stale is dropped, not taken for ours
             n = self._call_store("delete", [key])
             self._bm25.on_delete([key])
             self._graph.on_delete([key])

@@ -124,15 +124,25 @@ _EMPTY = RowContext("", "", "", 0, {})
 _HALF_LIFE: str = BUILTINS["RECENCY"].default("half_life")
 
 
+def graph_slot(key: tuple[str, int, float]) -> str:
+    """The score slot under which a one-statement SQL plan returns a GRAPH activation per row."""
+    return "graph:" + repr(key)
+
+
 def _graph(expr: ir.Call, env: Env) -> RowFn:
-    """GRAPH's value: the activation of the row's sentence (a CHUNK / DOCUMENT row: its best sentence)."""
+    """GRAPH's value: the activation of the row's sentence (a CHUNK / DOCUMENT row: its best sentence).
+
+    A sentence row that a one-statement SQL plan returned carries it in its scores (:func:`graph_slot`)."""
     key = env.graphs.get(expr)
     source = env.graph_values
     if key is None or source is None:
         raise EvaluationError("GRAPH needs the engine's entity graph", expr.span)
     values: list[Mapping[tuple[str, int], float]] = []
+    slot = graph_slot(key)
 
     def f_graph(ctx: RowContext) -> Any:
+        if ctx.positions is None and slot in ctx.scores:
+            return ctx.scores[slot]
         if not values:
             values.append(source(key))  # type: ignore[misc]
         got = values[0]

@@ -105,6 +105,8 @@ class Capabilities:
     DESCRIBES_DATA: bool = False              # DescribesData: describe_data(), sizes and metadata keys (schema)
     EXACT_INTS: bool = False                  # compares numbers at or beyond 2^53 exactly (not as float64)
     KEYWORD_STATS: bool = False               # KeywordStats: bm25_candidates(), BM25 kept in the store (SPEC §10)
+    ENTITY_LINKS: bool = False                # KeepsEntities: entity_rows(), the graph's links kept with the data
+    GRAPH_ARM: bool = False                   # GraphInStore: graph_activation(), GRAPH computed by the store
 
 
 @dataclass(slots=True)

@@ -60,6 +60,8 @@ class Executor:
                   binding_exprs={b.name: b.expr for b in plan.query.bindings},
                   functions=self.functions, periods=plan.periods, graphs=plan.graphs,
                   temporals=plan.temporals, graph_values=self._graph_values(plan) if plan.graphs else None)
+        if plan.lowered is not None and plan.graphs and self.graph is not None:
+            self.graph.ensure_links()  # the statement reads the store's entity tables: they must be whole
         need = None
         if plan.limit is not None:
             need = plan.limit + plan.offset

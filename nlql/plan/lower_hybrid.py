@@ -7,7 +7,8 @@ A plan with a BM25, RRF or INTERLEAVE score is *lowered* (``plan.lowered`` set t
 1. there is a dialect (a store passes its ``dialect`` when it declares ``Capabilities.SQL_ARMS``);
 2. the unit is SENTENCE or SPAN(SENTENCE) (the statement ranks sentences);
 3. there is a LIMIT (arms are cut at ``plan.arm_depth``);
-4. at most one fusion score; every arm is a binding that is exactly one SIMILARITY or BM25 call;
+4. at most one fusion score; every arm is a binding that is exactly one SIMILARITY or BM25 call, or
+   (SENTENCE rows, a dialect with the store's entity tables) one GRAPH call;
 5. ORDER BY is one key, DESC: the fusion binding, or (no fusion) a BM25 binding, written or implicit;
 6. the whole WHERE is pushed, except score conditions ``score op number`` (op one of > >= < <=) on a
    SIMILARITY, BM25 or the fusion binding, which the statement applies to every arm before its LIMIT
@@ -29,12 +30,13 @@ from __future__ import annotations
 from typing import Any
 
 from nlql import ir
+from nlql.evaluate import graph_slot
 from nlql.plan.decide_overfetch import DISTINCT_FACTOR
 from nlql.plan.nodes import Plan, ScoreSpec
 from nlql.render import render_expr
 from nlql.sql import dialect_of
 from nlql.sql.dialect import Dialect
-from nlql.sql.nodes import Arm, Fusion, KeywordScore, Lowered, Score, SimilarityScore, Threshold
+from nlql.sql.nodes import Arm, Fusion, GraphScore, KeywordScore, Lowered, Score, SimilarityScore, Threshold
 
 __all__ = ["lower_hybrid"]
 
@@ -46,6 +48,15 @@ def _threshold(expr: ir.Expr, plan: Plan, kinds: dict[str, str]) -> Threshold | 
     kind = kinds[cond.slot]
     return Threshold(cond.slot, "FUSED" if kind in ("RRF", "INTERLEAVE") else kind, cond.op, cond.value,
                      render_expr(expr))
+
+
+def _graph_arm(plan: Plan, name: str) -> GraphScore | None:
+    """The GRAPH call a fusion arm's binding is exactly, as a SQL score, or None."""
+    binding = plan.query.binding(name)
+    if binding is None or not isinstance(binding.expr, ir.Call) or binding.expr not in plan.graphs:
+        return None
+    key = plan.graphs[binding.expr]
+    return GraphScore(graph_slot(key), key[0], key[1], key[2], render_expr(binding.expr))
 
 
 def _engine(plan: Plan, why: str) -> Plan:
@@ -79,6 +90,7 @@ def lower_hybrid(plan: Plan, dialect: Dialect | Any, analyzer: Any = None) -> Pl
         return _engine(plan, "there is no LIMIT (every row is ranked)")
     by_slot: dict[str, ScoreSpec] = {s.slot: s for s in plan.scores}
     fusions = [s for s in plan.scores if s.kind in ("RRF", "INTERLEAVE")]
+    graphs: list[GraphScore] = []
     if len(fusions) > 1:
         return _engine(plan, "the query has more than one fusion score")
     if len(plan.order) != 1:
@@ -94,6 +106,14 @@ def lower_hybrid(plan: Plan, dialect: Dialect | Any, analyzer: Any = None) -> Pl
         arms = []
         for name in spec.arms:
             slot = plan.binding_slots.get(name)
+            graph = _graph_arm(plan, name) if slot is None else None
+            if graph is not None:
+                if unit.kind != "SENTENCE":
+                    return _engine(plan, f"GRAPH arm {name} over {unit.kind} rows runs in the engine")
+                if graph not in graphs:
+                    graphs.append(graph)
+                arms.append(Arm(name, graph.slot, "graph"))
+                continue
             kind = by_slot[slot].kind if slot in by_slot else None
             if slot is None or kind not in ("SIMILARITY", "BM25"):
                 return _engine(plan, f"arm {name} is not exactly one SIMILARITY or BM25 call")
@@ -139,6 +159,7 @@ def lower_hybrid(plan: Plan, dialect: Dialect | Any, analyzer: Any = None) -> Pl
                 return _engine(plan, f"the store's BM25 terms use {store_an!r}, the engine {engine_an!r}")
             terms = tuple(dict.fromkeys(engine_an.terms(" ".join(s.texts))))
             scores.append(KeywordScore(s.slot, terms, s.label))
+    scores.extend(graphs)
 
     fetch = plan.limit + plan.offset
     if plan.rerank:

@@ -123,9 +123,10 @@ def build_plan(
         plan.distinct = DistinctSpec(tuple(bound.distinct.keys),
                                      tuple(render_expr(k) for k in bound.distinct.keys), keep or 1)
     with_min = [s.label for s in specs if s.min is not None]
-    if (graphs or temporals) and dialect_of(store) is not None:
-        # the entity graph and the extracted periods live in the engine: on a SQL store such plans run
-        # arm by arm in the engine (the one-statement graph CTE is a follow-up)
+    sql_graph = bool(getattr(dialect_of(store), "GRAPH_CTE", False))
+    if (temporals or (graphs and not sql_graph)) and dialect_of(store) is not None:
+        # the extracted periods (and, without the store's entity tables, the entity graph) live in the
+        # engine: on a SQL store such plans run arm by arm in the engine
         what = " and ".join(n for n, used in (("GRAPH", graphs), ("TEMPORAL", temporals)) if used)
         plan.lowering = {"strategy": "engine", "reason": f"{what} run in the engine (not lowered to SQL)"}
     elif with_min and any(s.kind == "BM25" or s.kind in FUSION_FUNCTIONS for s in specs):
@@ -134,4 +135,6 @@ def build_plan(
                                                          "(evaluated by the engine)"}
     else:
         plan = lower_hybrid(plan, store, analyzer)
+        if graphs and plan.lowering is None and dialect_of(store) is not None:  # no BM25 or fusion to lower
+            plan.lowering = {"strategy": "engine", "reason": "GRAPH runs as its own statement (nothing to fuse in SQL)"}
     return choose_fastpath(plan, caps)

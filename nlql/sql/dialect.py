@@ -36,7 +36,7 @@ from nlql.errors import UnsupportedError
 from nlql.pushdown import OPS, Capabilities, Filter, NativeFilter
 from nlql.sql.binder import Binder, Fragment, Param, Slot, join, sql, template
 from nlql.sql.codec import TextCodec, to_decimal
-from nlql.sql.nodes import Arm, Fusion, KeywordScore, Lowered, SimilarityScore, Threshold
+from nlql.sql.nodes import Arm, Fusion, GraphScore, KeywordScore, Lowered, SimilarityScore, Threshold
 
 __all__ = ["Compiled", "Dialect", "quote_ident"]
 
@@ -100,6 +100,9 @@ class _Build:
             self.name[s.slot] = f"sem{i}"
         for i, k in enumerate(self.kws, start=1):
             self.name[k.slot] = f"bm{i}"
+        self.graphs = [s for s in lowered.scores if isinstance(s, GraphScore)]
+        for i, g in enumerate(self.graphs, start=1):
+            self.name[g.slot] = f"gr{i}"
 
 
 class Dialect:
@@ -125,6 +128,7 @@ class Dialect:
     BM25_NATIVE: ClassVar[bool] = False              # BM25 from term statistics kept at ingest
     MULTI_VECTOR_SIMILARITY: ClassVar[bool] = False  # SIMILARITY over several texts (max)
     ADVISORY_LOCKS: ClassVar[bool] = False           # writers of several processes serialise on a lock
+    GRAPH_CTE: ClassVar[bool] = False                # GRAPH from the store's entity tables, as CTEs
     FUSIONS: ClassVar[frozenset[str]] = frozenset()  # RRF, INTERLEAVE, SINGLE
     UNITS: ClassVar[frozenset[str]] = frozenset()    # result units a statement can return
     FILTER_OPS: ClassVar[frozenset[str]] = frozenset()  # pushed-filter leaf operators it compiles
@@ -227,6 +231,10 @@ class Dialect:
                 return f"the {self.NAME} dialect has no native BM25"
             if isinstance(s, SimilarityScore) and s.n_vectors > 1 and not self.MULTI_VECTOR_SIMILARITY:
                 return f"the {self.NAME} dialect has no SIMILARITY over several texts"
+            if isinstance(s, GraphScore) and not self.GRAPH_CTE:
+                return f"the {self.NAME} dialect has no entity tables for GRAPH"
+        if sum(isinstance(s, GraphScore) for s in lowered.scores) > 1:
+            return "more than one GRAPH arm (the statement holds one activation)"
         bm_th = {t.slot for t in lowered.thresholds if t.kind == "BM25"}
         if len(bm_th) > 1:
             return "score conditions on more than one BM25 score"
@@ -296,6 +304,13 @@ class Dialect:
         "  CROSS JOIN (SELECT n::float8 AS n, total_len::float8 / nullif(n, 0) AS avglen FROM {stats}) c\n"
         "  WHERE {where}\n"
         "  GROUP BY u.key, u.seq, u.position\n"
+        ")"
+    )
+    GRAPH_SCORES = (
+        "{name} AS{mat} (\n"
+        "  SELECT u.key, u.seq, u.position, g.activation AS score\n"
+        "  FROM graph_rows g JOIN {units} u ON u.doc_id = g.doc_id AND u.position = g.position{docs_join}\n"
+        "  WHERE {where}\n"
         ")"
     )
     KEYWORD_RANKS = (
@@ -385,6 +400,8 @@ class Dialect:
         ctes: list[tuple[str, Fragment]] = []
         for k in st.kws:
             ctes.append((f"score {st.name[k.slot]}", self.visit(k, st)))
+        for g in st.graphs:
+            ctes.append((f"score {st.name[g.slot]}", self.visit(g, st)))
         arm_ctes: dict[str, Fragment] = {}
         seen: set[str] = set()
         for arm in lowered.fusion.arms:
@@ -405,7 +422,7 @@ class Dialect:
         for arm in lowered.fusion.arms:
             frags = []
             score = lowered.score(arm.slot)
-            if isinstance(score, KeywordScore):
+            if isinstance(score, (KeywordScore, GraphScore)):
                 frags.append(self.visit(score, st))
             if arm.slot in arm_ctes:
                 frags.append(arm_ctes[arm.slot])
@@ -441,6 +458,17 @@ class Dialect:
             docs_join=self._docs_join(st), where=self._shared(st, k.slot),
         )
 
+    def visit_GraphScore(self, g: GraphScore, st: _Build) -> Fragment:  # noqa: N802
+        """The activation CTEs over the entity tables (:func:`nlql.text.graph.postgres_graph_ctes`, the
+        same values as the engine's graph) and the arm's rows that pass the shared WHERE."""
+        from nlql.text.graph import SqlValue, postgres_graph_ctes
+
+        parts = [Param(p.value, p.cast, p.label or "word positions of the text") if isinstance(p, SqlValue) else p
+                 for p in postgres_graph_ctes(self.table_prefix, g.text, g.hops, g.decay)]
+        return sql(sql(*parts), ",\n", template(self.GRAPH_SCORES, name=st.name[g.slot], mat=self._mat(),
+                                               units=self.units, docs_join=self._docs_join(st),
+                                               where=self._shared(st, g.slot)))
+
     def visit_Threshold(self, t: Threshold, st: _Build, subject: str = "row") -> Fragment:  # noqa: N802
         """``subject op value``: on a row (``u``) for shared filters, or on a CTE's ``score``/``dist``."""
         op = _CMP[t.op]
@@ -463,7 +491,7 @@ class Dialect:
         name = st.name[arm.slot]
         depth = self._int(lw.depth, "arm depth")
         own = [t for t in lw.thresholds if t.slot == arm.slot]
-        if arm.kind == "bm25":
+        if arm.kind in ("bm25", "graph"):
             return template(self.KEYWORD_RANKS, name=name, depth=depth,
                             own=self._conds([self.visit(t, st, "score") for t in own]))
         s = lw.score(arm.slot)
@@ -517,6 +545,10 @@ class Dialect:
             names[s.slot] = alias
             if isinstance(s, SimilarityScore):
                 cols.append(sql(self.visit(s, st), f" AS {alias}"))
+            elif isinstance(s, GraphScore):  # NULL for a row with no activated entity
+                name = st.name[s.slot]
+                cols.append(sql(f"{name}.score AS {alias}"))
+                joins.append(sql(f"\nLEFT JOIN {name} ON {name}.key = top.key"))
             else:
                 name = st.name[s.slot]
                 cols.append(sql(f"coalesce({name}.score, 0::float8) AS {alias}"))

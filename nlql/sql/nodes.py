@@ -34,7 +34,19 @@ class KeywordScore:
     label: str
 
 
-Score = SimilarityScore | KeywordScore
+@dataclass(frozen=True)
+class GraphScore:
+    """A GRAPH slot: SPEC §9 spreading activation from the entities named in ``text`` over the store's
+    entity tables (``hops`` steps, ``decay`` per step); NULL for a sentence with no activated entity."""
+
+    slot: str
+    text: str
+    hops: int
+    decay: float
+    label: str
+
+
+Score = SimilarityScore | KeywordScore | GraphScore
 
 
 @dataclass(frozen=True)
@@ -61,8 +73,8 @@ class Threshold:
 class Arm:
     """One ranked input of the fusion: the binding ``binding`` over score ``slot``.
 
-    ``kind`` is ``semantic`` (top ``depth`` by similarity) or ``bm25`` (top ``depth`` rows that match a
-    query term, by BM25).
+    ``kind`` is ``semantic`` (top ``depth`` by similarity), ``bm25`` (top ``depth`` rows that match a
+    query term, by BM25) or ``graph`` (top ``depth`` activated rows, by activation).
     """
 
     binding: str
@@ -88,7 +100,8 @@ class Lowered:
     """A whole hybrid plan as one statement.
 
     Attributes:
-        scores: Every SIMILARITY/BM25 slot the query reads (each computed for the returned rows).
+        scores: Every SIMILARITY/BM25 slot the query reads (each computed for the returned rows), and
+            the GRAPH arm's slot.
         fusion: The ranking and its arms.
         filter: The pushed WHERE (shared by every arm, applied before each arm's LIMIT).
         thresholds: Score conjuncts of WHERE on SIMILARITY/BM25 slots (also shared by every arm).
@@ -119,4 +132,4 @@ class Lowered:
         return tuple(a for a in self.fusion.arms if a.kind == "semantic")
 
 
-__all__ = ["Arm", "Fusion", "KeywordScore", "Lowered", "Score", "SimilarityScore", "Threshold"]
+__all__ = ["Arm", "Fusion", "GraphScore", "KeywordScore", "Lowered", "Score", "SimilarityScore", "Threshold"]

@@ -39,6 +39,9 @@ class DocRecord:
     units: list[UnitRecord]
     vectors: np.ndarray
     seq: int  # insertion order: ties break on it (document, then position)
+    # per unit, the entity names its sentence names (``metadata["entities"]`` and the engine's extractor),
+    # filled by the engine for stores that keep entity links (``Capabilities.ENTITY_LINKS``); None: not given
+    entities: list[list[str]] | None = None
 
 
 @dataclass(slots=True)
@@ -187,6 +190,33 @@ class KeywordStats(Protocol):
     def keyword_index(self, analyzer: Any = None) -> Any: ...
     def bm25_candidates(self, text: str, flt: NativeFilter | None,
                         n: int | None = None) -> tuple[list[Any], np.ndarray]: ...
+
+
+class KeepsEntities(Protocol):
+    """``Capabilities.ENTITY_LINKS``: the entity graph's links kept with the data (SPEC §9).
+
+    The engine fills ``DocRecord.entities`` before ``upsert``; the store writes them in the same
+    transaction as the document and drops them with it (delete, replace). A reopened store gives the
+    graph back without re-running the extractor:
+    - ``entity_rows()``: every link as ``(doc_id, seq, position, name)`` (the canonical rows of
+      :meth:`nlql.text.graph.EntityGraph.to_rows`), or None when the store cannot vouch that every
+      document's links are there (a store written by a version that kept none);
+    - ``adopt_entities(rows)``: store links the engine built once for such a store (documents that have
+      links already keep theirs) and vouch for them from then on.
+    """
+
+    def entity_rows(self) -> list[tuple[str, int, int, str]] | None: ...
+    def adopt_entities(self, rows: Sequence[tuple[str, int, int, str]]) -> None: ...
+
+
+class GraphInStore(Protocol):
+    """``Capabilities.GRAPH_ARM``: GRAPH computed by the store from the links it keeps (PostgreSQL), so
+    the engine holds no graph for it. ``graph_activation(text, hops, decay)`` gives an object with the
+    activated sentences as arrays ``doc_ids``, ``positions``, ``seqs``, ``values`` (insertion order) and
+    ``hop_rows()`` → ``(max weight, [(hop, entity key, display name, activation), …])`` for explain; or
+    None when the store cannot vouch for every document's links (the engine then adopts them once)."""
+
+    def graph_activation(self, text: str, hops: int, decay: float) -> Any: ...
 
 
 @contextmanager

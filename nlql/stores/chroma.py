@@ -136,6 +136,7 @@ class ChromaStore:
             EXACT=False,
             SCORE_THRESHOLD=False,
             DEADLINE=True,
+            ENTITY_LINKS=True,  # each record's entity names in its metadata (``ents``, a JSON list)
         )
         self.last_stats: dict[str, Any] = {}
         # filtered knn searches up to this many matching rows exactly (0: always HNSW first)
@@ -254,8 +255,11 @@ class ChromaStore:
             meta = V.normalize_metadata(doc.metadata or {})
             base = {"seq": doc.seq, "meta": json.dumps(meta), **_meta_views(meta)}
             vectors = np.asarray(doc.vectors, dtype=np.float32)
-            for unit, vec in zip(doc.units, vectors, strict=True):
+            names = doc.entities if doc.entities is not None else [None] * len(doc.units)
+            for unit, vec, ents in zip(doc.units, vectors, names, strict=True):
                 record = dict(base)
+                if ents is not None:  # metadata values are scalars: the list as JSON text
+                    record["ents"] = json.dumps(list(ents), ensure_ascii=False)
                 record.update(
                     doc_id=doc.doc_id,
                     uid=unit_id(doc.doc_id, unit.position),
@@ -380,6 +384,23 @@ class ChromaStore:
                 continue
             out.append((int(meta["seq"]), int(meta["position"]), rid))
         return out
+
+    def entity_rows(self) -> list[tuple[str, int, int, str]] | None:
+        """Every record's entity names as ``(doc_id, seq, position, name)``; None when some record was
+        written without them (by an older version)."""
+        out: list[tuple[str, int, int, str]] = []
+        with self._backend("entity_rows"):
+            for _, meta in self._records(None, None):
+                raw = meta.get("ents")
+                if not isinstance(raw, str):
+                    return None
+                names = json.loads(raw)
+                d, s, p = str(meta["doc_id"]), int(meta["seq"]), int(meta["position"])
+                out.extend((d, s, p, n) for n in names if isinstance(n, str))
+        return out
+
+    def adopt_entities(self, rows: Sequence[tuple[str, int, int, str]]) -> None:
+        """Records written without names keep none (the engine extracts them again when it rebuilds)."""
 
     def scan(self, flt: NativeFilter | None = None) -> list[Any]:
         """Every key passing ``flt``, in insertion order (seq, position)."""

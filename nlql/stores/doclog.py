@@ -23,6 +23,13 @@ SQLite text must be valid UTF-8, but a Python string may hold lone surrogates (`
 the in-RAM store accepts. Such a string (a doc id or a text) is stored as a BLOB of its
 ``surrogatepass`` UTF-8 bytes instead, and the JSON columns escape them (``\\ud800``); every other
 string is stored as plain text, so the file stays readable and earlier files need no migration.
+
+**Entity links.** ``entity_links(doc_id, seq, position, name)`` holds, per sentence, the entity names
+the engine found at ingest (the canonical rows of :meth:`nlql.text.graph.EntityGraph.to_rows`), written
+and removed in the same transaction as their document, so a reopened store rebuilds GRAPH's graph
+without running an extractor. A file written before the table existed gets it on open (empty, and
+without the ``info`` key :data:`ENTITY_LINKS_KEY`): :meth:`DocLog.entity_rows` then says None until
+:meth:`DocLog.adopt_entities` has stored the links the engine built once.
 """
 
 from __future__ import annotations
@@ -64,7 +71,18 @@ CREATE INDEX IF NOT EXISTS docs_seq ON docs(seq);
 CREATE TABLE IF NOT EXISTS info (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS deleted (doc_id TEXT PRIMARY KEY, seq INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS deleted_seq ON deleted(seq);
+CREATE TABLE IF NOT EXISTS entity_links (
+  doc_id   TEXT NOT NULL,
+  seq      INTEGER NOT NULL,
+  position INTEGER NOT NULL,
+  name     TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS entity_links_doc ON entity_links(doc_id);
+CREATE INDEX IF NOT EXISTS entity_links_seq ON entity_links(seq);
 """
+#: ``info`` key saying every document's entity links are in ``entity_links`` (absent in files written
+#: before the table existed, until the engine has adopted links built once from its extractor)
+ENTITY_LINKS_KEY = "entity_links"
 _SELECT = "SELECT doc_id, seq, text, metadata, units, dim, vectors FROM docs"
 
 
@@ -112,6 +130,7 @@ class DocLog:
         self.read_only = read_only
         self._lock = threading.RLock()
         self._has_deleted = not first_format or self._table_exists("deleted")
+        self._has_links = self._table_exists("entity_links")
         self._data_version = self._version()
 
     # ---------------------------------------------------------------------------------- opening
@@ -154,13 +173,14 @@ class DocLog:
                 writable = False
             except sqlite3.Error as exc:
                 raise _error(path, f"cannot be opened ({path.name})", exc) from exc
-        if writable and not tables >= {"deleted"}:
+        if writable and not tables >= {"deleted", "entity_links"}:
             try:  # an empty file, or an NLQL file of the first format: add what is missing (ours to change)
                 with _transaction(db):
                     _create_schema(db)
                     if not tables:
                         db.executemany("INSERT OR IGNORE INTO info(key, value) VALUES (?, ?)",
-                                       [("format", FORMAT), ("format_version", FORMAT_VERSION), ("clock", "0")])
+                                       [("format", FORMAT), ("format_version", FORMAT_VERSION), ("clock", "0"),
+                                        (ENTITY_LINKS_KEY, "1")])
             except sqlite3.Error as exc:
                 raise _error(path, f"cannot be upgraded ({path.name})", exc) from exc
         return cls(path, db, read_only=not writable, first_format="deleted" not in tables)
@@ -187,7 +207,7 @@ class DocLog:
                 if not tables:  # ours and new: stamp it in the same transaction as the schema
                     db.executemany("INSERT OR IGNORE INTO info(key, value) VALUES (?, ?)",
                                    [("format", FORMAT), ("format_version", FORMAT_VERSION),
-                                    ("dim", str(int(dim))), ("clock", "0")])
+                                    ("dim", str(int(dim))), ("clock", "0"), (ENTITY_LINKS_KEY, "1")])
         except BackendError:
             raise
         except sqlite3.Error as exc:
@@ -252,7 +272,7 @@ class DocLog:
             names = ", ".join(sorted(tables)[:6])
             raise _error(path, f"holds a SQLite file {path.name} that is not an NLQL store (tables: {names}); "
                          "it was left untouched")
-        extra = tables - {"docs", "info", "deleted"}
+        extra = tables - {"docs", "info", "deleted", "entity_links"}
         if extra:
             raise _error(path, f"holds {path.name} with tables NLQL does not know ({', '.join(sorted(extra))}); "
                          "it was left untouched")
@@ -349,6 +369,8 @@ class DocLog:
                 keys = [(_text(x),) for x in dict.fromkeys(delete)]
                 for key in keys:
                     removed += self._db.execute("DELETE FROM docs WHERE doc_id = ?", key).rowcount
+                if self._has_links:
+                    self._db.executemany("DELETE FROM entity_links WHERE doc_id = ?", keys)
                 clock += 1
                 self._db.executemany("INSERT OR REPLACE INTO deleted(doc_id, seq) VALUES (?, ?)",
                                      [(k[0], clock) for k in keys])
@@ -359,10 +381,64 @@ class DocLog:
                     "VALUES (?, ?, ?, ?, ?, ?, ?)",
                     rows,
                 )
+                if self._has_links:
+                    self._write_links(rows, docs)
             self._db.execute("INSERT OR REPLACE INTO info(key, value) VALUES ('clock', ?)", (str(clock),))
             others.clock = clock
         self._data_version = version  # our own commit does not change it; others' later ones will
         return removed, others
+
+    def _write_links(self, rows: list[list[Any]], docs: Sequence[DocRecord]) -> None:
+        """Replace the written documents' entity links (inside the write's transaction)."""
+        from nlql.text.graph import sentence_entities
+
+        self._db.executemany("DELETE FROM entity_links WHERE doc_id = ?", [(r[0],) for r in rows])
+        links = [
+            (row[0], row[1], int(u.position), _text(name))
+            for row, d in zip(rows, docs, strict=True) if d.entities is not None
+            for u, names in zip(d.units, d.entities, strict=True) for _, name in sentence_entities(names)
+        ]
+        if links:
+            self._db.executemany("INSERT INTO entity_links(doc_id, seq, position, name) VALUES (?, ?, ?, ?)",
+                                 links)
+
+    def entity_rows(self) -> list[tuple[str, int, int, str]] | None:
+        """Every entity link as ``(doc_id, seq, position, name)``, read in one snapshot; None when the
+        file cannot vouch for them (written before links were kept, and not adopted yet)."""
+        with self._lock:
+            if not self._has_links:
+                return None
+            self._db.execute("BEGIN")
+            try:
+                if self._one("SELECT value FROM info WHERE key = ?", (ENTITY_LINKS_KEY,)) is None:
+                    return None
+                # only links of live documents at their current seq (a link outliving its row is ignored)
+                cur = self._db.execute("SELECT l.doc_id, l.seq, l.position, l.name FROM entity_links l "
+                                       "JOIN docs d ON d.doc_id = l.doc_id AND d.seq = l.seq")
+                return [(_untext(d), int(s), int(p), _untext(n)) for d, s, p, n in cur]
+            finally:
+                self._db.execute("COMMIT")
+
+    def adopt_entities(self, rows: Sequence[tuple[str, int, int, str]]) -> bool:
+        """Store links built by the engine for a file that kept none, and mark the file as keeping them.
+
+        Documents that already have links (written meanwhile by a version that keeps them) keep theirs;
+        a row whose document is gone or was rewritten since (another ``seq``) is skipped. False when
+        the file is read-only (nothing is stored).
+        """
+        if self.read_only or not self._has_links:
+            return False
+        with self._lock, _transaction(self._db):
+            if self._one("SELECT value FROM info WHERE key = ?", (ENTITY_LINKS_KEY,)) is not None:
+                return True
+            have = {_untext(r[0]) for r in self._db.execute("SELECT DISTINCT doc_id FROM entity_links")}
+            live = {_untext(r[0]): int(r[1]) for r in self._db.execute("SELECT doc_id, seq FROM docs")}
+            self._db.executemany(
+                "INSERT INTO entity_links(doc_id, seq, position, name) VALUES (?, ?, ?, ?)",
+                [(_text(d), int(s), int(p), _text(n)) for d, s, p, n in rows
+                 if d not in have and live.get(d) == int(s)])
+            self._db.execute("INSERT OR REPLACE INTO info(key, value) VALUES (?, '1')", (ENTITY_LINKS_KEY,))
+        return True
 
     def _clock(self) -> int:
         """The last allocated number: the recorded clock, or (an older file) the largest stored one."""
@@ -382,12 +458,13 @@ class DocLog:
         with self._lock:
             return self._version() != self._data_version
 
-    def changes_since(self, clock: int) -> Changes:
-        """Documents written and ids deleted after ``clock``, read in one snapshot."""
+    def changes_since(self, clock: int, *, entities: bool = True) -> Changes:
+        """Documents written and ids deleted after ``clock``, read in one snapshot (with their entity
+        links in ``DocRecord.entities`` when ``entities`` and the file keeps them)."""
         with self._lock:
             self._db.execute("BEGIN")
             try:
-                out = self._changes_since(clock)
+                out = self._changes_since(clock, entities=entities)
                 out.clock = self._clock()
                 version = self._version()  # the snapshot's: a commit after it still shows as a change
             finally:
@@ -395,10 +472,19 @@ class DocLog:
             self._data_version = version
         return out
 
-    def _changes_since(self, clock: int) -> Changes:
+    def _changes_since(self, clock: int, *, entities: bool = True) -> Changes:
         out = Changes()
         docs, damaged = _decode_rows(self._db.execute(_SELECT + " WHERE seq > ? ORDER BY seq", (clock,)))
         out.docs, out.damaged = docs, damaged
+        if entities and docs and self._has_links and \
+                self._one("SELECT value FROM info WHERE key = ?", (ENTITY_LINKS_KEY,)) is not None:
+            links: dict[tuple[str, int], dict[int, list[str]]] = {}
+            for d, sq, p, n in self._db.execute("SELECT doc_id, seq, position, name FROM entity_links "
+                                                "WHERE seq > ?", (clock,)):
+                links.setdefault((_untext(d), int(sq)), {}).setdefault(int(p), []).append(_untext(n))
+            for doc in docs:
+                got = links.get((doc.doc_id, doc.seq), {})
+                doc.entities = [got.get(u.position, []) for u in doc.units]
         if self._has_deleted:
             out.deleted = [_untext(r[0]) for r in
                            self._db.execute("SELECT doc_id FROM deleted WHERE seq > ? ORDER BY seq", (clock,))]
@@ -406,7 +492,7 @@ class DocLog:
 
     def load(self) -> Changes:
         """Every document in insertion order (``Changes.docs``), with the damaged rows and the clock."""
-        return self.changes_since(-(2**62))
+        return self.changes_since(-(2**62), entities=False)
 
     def close(self) -> None:
         with self._lock:

@@ -25,7 +25,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -507,6 +507,8 @@ class MemoryStore(MatrixStore):
         self._pending = Changes()
         self.damaged: dict[str, str] = {}
         if self.path is not None:
+            # a directory keeps the entity graph's links with the documents (nlql.stores.doclog)
+            self.capabilities = replace(self.capabilities, ENTITY_LINKS=True)
             self._log = DocLog.attach(self.path / FILE_NAME)  # None until open() creates the file
             if self._log is not None:
                 dim = self._log.dim()
@@ -598,7 +600,8 @@ class MemoryStore(MatrixStore):
             self._sub_cache.clear()
         self._clock = max(self._clock, changes.clock)
         # for the engine's BM25: ids and sentences are enough (no text, metadata or vectors kept)
-        self._pending.docs.extend(DocRecord(d.doc_id, "", {}, d.units, _NO_VECTORS, d.seq) for d in docs)
+        self._pending.docs.extend(DocRecord(d.doc_id, "", {}, d.units, _NO_VECTORS, d.seq, d.entities)
+                                  for d in docs)
         self._pending.deleted.extend(changes.deleted)
         self._note_damaged(changes.damaged)
 
@@ -660,6 +663,18 @@ class MemoryStore(MatrixStore):
         rebuild = getattr(self, "_rebuild_index", None)  # an ANN store's index follows the rows
         if rebuild is not None:
             rebuild()
+
+    # ------------------------------------------------------------------------------ entity links
+
+    def entity_rows(self) -> list[tuple[str, int, int, str]] | None:
+        """The entity links kept in the directory (see :class:`nlql.stores.base.KeepsEntities`)."""
+        with self._lock:
+            return None if self._log is None else self._log.entity_rows()
+
+    def adopt_entities(self, rows: Sequence[tuple[str, int, int, str]]) -> None:
+        with self._lock:
+            if self._log is not None:
+                self._log.adopt_entities(rows)
 
     def close(self) -> None:
         super().close()

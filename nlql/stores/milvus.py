@@ -348,6 +348,7 @@ class MilvusStore:
             SCORE_THRESHOLD=True,
             BM25=keyword_stats,
             KEYWORD_STATS=keyword_stats,
+            ENTITY_LINKS=True,  # each row's entity names inside its record (rec["n"])
         )
 
     def _backend(self, what: str) -> AbstractContextManager[None]:
@@ -494,14 +495,17 @@ class MilvusStore:
         meta = V.normalize_metadata(doc.metadata or {})
         dkey = doc_key(doc.doc_id)
         vectors = np.asarray(doc.vectors, dtype=np.float32)
+        names = doc.entities if doc.entities is not None else [None] * len(doc.units)
         rows, total = [], 0
-        for unit, vec in zip(doc.units, vectors, strict=True):
+        for unit, vec, ents in zip(doc.units, vectors, names, strict=True):
             terms, tfs, length = _terms.sentence_terms(self.analyzer.terms(unit.content))
             if len(terms) > _MAX_TERMS:
                 raise BackendError("milvus", f"a sentence of document {doc.doc_id!r} has {len(terms)} distinct "
                                              f"terms; Milvus arrays hold at most {_MAX_TERMS}")
-            rec = json.dumps({"d": doc.doc_id, "c": unit.content, "s": unit.start, "e": unit.end,
-                              "t": unit.tail, "m": meta}, ensure_ascii=True)
+            fields = {"d": doc.doc_id, "c": unit.content, "s": unit.start, "e": unit.end, "t": unit.tail, "m": meta}
+            if ents is not None:
+                fields["n"] = list(ents)
+            rec = json.dumps(fields, ensure_ascii=True)
             if len(rec) > _MAX_VARCHAR:
                 raise BackendError("milvus", f"a sentence of document {doc.doc_id!r} with its metadata is "
                                              f"{len(rec)} bytes as JSON; Milvus VARCHAR holds {_MAX_VARCHAR}")
@@ -636,6 +640,24 @@ class MilvusStore:
                     continue
                 out.append((int(r["seq"]), int(r["position"]), r["key"]))
         return out
+
+    def entity_rows(self) -> list[tuple[str, int, int, str]] | None:
+        """Every row's entity names as ``(doc_id, seq, position, name)``; None when some row was written
+        without them (by an older version)."""
+        out: list[tuple[str, int, int, str]] = []
+        with self._backend("entity_rows"):
+            for batch in self._iterate("", ["rec", "seq", "position"]):
+                for r in batch:
+                    rec = json.loads(r["rec"])
+                    names = rec.get("n")
+                    if not isinstance(names, list):
+                        return None
+                    d, s, p = rec["d"], int(r["seq"]), int(r["position"])
+                    out.extend((d, s, p, n) for n in names if isinstance(n, str))
+        return out
+
+    def adopt_entities(self, rows: Sequence[tuple[str, int, int, str]]) -> None:
+        """Rows written without names keep none (the engine extracts them again when it rebuilds)."""
 
     def scan(self, flt: NativeFilter | None = None) -> list[Any]:
         """Every key passing ``flt``, in insertion order (seq, position)."""

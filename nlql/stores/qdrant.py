@@ -152,6 +152,7 @@ class QdrantStore:
             DEADLINE=True,
             BM25=True,
             KEYWORD_STATS=True,
+            ENTITY_LINKS=True,  # each point's entity names in its payload (_ent): the graph rebuilds from them
         )
         self.last_stats: dict[str, Any] = {}
         self._owns_client = client is None
@@ -407,9 +408,12 @@ class QdrantStore:
             base["_mj"] = json.dumps(meta)
         base.update(_meta_views(meta))
         vectors = np.asarray(doc.vectors, dtype=np.float32)
+        names = doc.entities if doc.entities is not None else [None] * len(doc.units)
         out = []
-        for unit, vec in zip(doc.units, vectors, strict=True):
+        for unit, vec, ents in zip(doc.units, vectors, names, strict=True):
             payload = dict(base)
+            if ents is not None:
+                payload["_ent"] = list(ents)
             terms, tfs, length = _terms.sentence_terms(self.analyzer.terms(unit.content))
             payload.update(
                 terms=terms,
@@ -444,6 +448,25 @@ class QdrantStore:
                 self.client.delete(self.collection, points_selector=qm.FilterSelector(filter=flt), wait=True)
                 self._bump(-len(old), -sum(int(p.payload.get("nterms", 0)) for p in old), 0)
         return len(found)
+
+    # ------------------------------------------------------------------ entity links
+
+    def entity_rows(self) -> list[tuple[str, int, int, str]] | None:
+        """Every point's entity names as ``(doc_id, seq, position, name)`` rows (one scroll of four
+        payload fields); None when some point was written without them (by an older version)."""
+        rows: list[tuple[str, int, int, str]] = []
+        with self._backend("entity_rows"):
+            for p in self._scroll(None, ["doc_id", "seq", "position", "_ent"]):
+                payload = p.payload or {}
+                names = payload.get("_ent")
+                if not isinstance(names, list):
+                    return None
+                d, s, pos = payload["doc_id"], int(payload["seq"]), int(payload["position"])
+                rows.extend((d, s, pos, n) for n in names if isinstance(n, str))
+        return rows
+
+    def adopt_entities(self, rows: Sequence[tuple[str, int, int, str]]) -> None:
+        """Points written without names keep none (the engine extracts them again when it rebuilds)."""
 
     # ------------------------------------------------------------------ reads
 

@@ -994,3 +994,18 @@ def postgres_hop_detail(prefix: str, text: str, hops: int = 1, decay: float = 0.
         "SELECT r.hop, r.entity, s.name, r.act FROM raised r JOIN spell s ON s.entity = r.entity AND s.rn = 1 "
         'ORDER BY r.hop, r.act DESC, r.entity COLLATE "C"',
     ))
+
+
+def postgres_graph_ctes(prefix: str, text: str, hops: int = 1, decay: float = 0.5) -> tuple[str | SqlValue, ...]:
+    """The CTEs of :func:`postgres_activation` without ``WITH`` and the final ``SELECT``, for a hybrid
+    statement that takes the GRAPH arm as one of its CTEs: ``cand``, ``known``, ``seeds``, ``mx``,
+    ``act0`` … ``act<hops>`` and last ``graph_rows(doc_id, position, activation)``."""
+    hops, decay = check_spread(hops, decay)
+    links, _ = _tables(prefix)
+    parts = list(_activation_ctes(prefix, text, hops, decay))
+    head = parts[0]
+    assert isinstance(head, str) and head.startswith("WITH ")
+    parts[0] = head[len("WITH "):]
+    parts.append(f", graph_rows AS (SELECT l.doc_id, l.position, max(a.act) AS activation FROM {links} l "
+                 f"JOIN act{hops} a ON a.entity = l.entity GROUP BY l.doc_id, l.position)")
+    return tuple(parts)

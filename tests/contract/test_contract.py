@@ -167,6 +167,12 @@ QUERIES: list[str] = [
     'ORDER BY f DESC LIMIT 10',
     'SELECT SENTENCE LET f = INTERLEAVE(GRAPH("Alan Turing"), TEMPORAL(meta.date, "June 2024"), window => 4) '
     'ORDER BY f DESC LIMIT 8',
+    # GRAPH fused with SIMILARITY / BM25 only: on PostgreSQL one hybrid statement (the graph arm's CTEs)
+    'SELECT SENTENCE LET s = SIMILARITY(content, "who mentioned Grace Hopper?"), '
+    'k = BM25(content, "who mentioned Grace Hopper?"), g = GRAPH("who mentioned Grace Hopper?", hops => 2), '
+    'f = RRF(s, k, g) ORDER BY f DESC LIMIT 10',
+    'SELECT SENTENCE LET g = GRAPH("Ada Lovelace"), k = BM25(content, "Ada Lovelace agents"), f = INTERLEAVE(g, k) '
+    'WHERE meta.status == "draft" ORDER BY f DESC LIMIT 6',
     # SPEC §9 MMR: the greedy order over the rows' own vectors (every store hands them back)
     'SELECT SENTENCE LET s = SIMILARITY(content, "agents memory tools"), m = MMR(s, lambda => 0.3) '
     'ORDER BY m DESC LIMIT 10',

@@ -422,7 +422,7 @@ def test_hostile_values_round_trip_and_filter(pg_dsn: str) -> None:
     conn = psycopg.connect(pg_dsn, autocommit=True)
     tables_before = conn.execute("SELECT count(*) FROM pg_tables").fetchone()[0]
     store = open_store(pg_dsn, exact=True)
-    tables_before += 6  # the store's own tables (docs, units, meta, info; BM25: terms, bm25)
+    tables_before += 8  # the store's own tables (docs, units, meta, info; BM25: terms, bm25; GRAPH: entity_links, entity_edges)
     docs = []
     for i, h in enumerate(HOSTILE):
         meta = {h: h, "v": h, "nest": {h: {"k": h}}, "num": "1\x00"}
@@ -632,12 +632,19 @@ def test_table_prefix_with_percent_runs_every_statement(pg_dsn: str, prefix: str
               'WHERE meta.k LIKE "v%" ORDER BY f DESC LIMIT 3')
     assert [h.id for h in e.search(hybrid)] == ["a#0", "a#1"]
     assert len(e.search('SELECT SENTENCE LET k = BM25(content, "zebra") WHERE k > 0')) == 2
+    # GRAPH: its own statement, and one CTE chain of the hybrid statement (both over the entity tables)
+    assert [h.id for h in e.search('SELECT SENTENCE LET g = GRAPH("Zebra") WHERE g IS NOT NULL')] == ["a#0"]
+    fused = ('SELECT SENTENCE LET k = BM25(content, "zebra"), g = GRAPH("Zebra"), f = RRF(k, g) '
+             'ORDER BY f DESC LIMIT 3')
+    assert e.explain(fused).to_dict()["lowering"]["strategy"] == "sql"
+    assert [h.id for h in e.search(fused)][0] == "a#0"
     assert e.delete("b") and store.count() == 2
     store.set_info("k", "v")
     tables = psycopg.connect(pg_dsn, autocommit=True).execute(
         "SELECT tablename FROM pg_tables WHERE tablename LIKE %s ORDER BY 1", [prefix.replace("%", "\\%") + "\\_%"]
     ).fetchall()
-    assert [t[0] for t in tables] == [f"{prefix}_{s}" for s in ("bm25", "docs", "info", "meta", "terms", "units")]
+    assert [t[0] for t in tables] == [f"{prefix}_{s}" for s in ("bm25", "docs", "entity_edges", "entity_links", "info",
+                                                                "meta", "terms", "units")]
     e.close()
 
 

@@ -35,6 +35,9 @@ QUERIES = [
     'WHERE meta.zoo == "north" ORDER BY f DESC LIMIT 5',
     "SELECT DOCUMENT",
 ]
+# the entity graph (SPEC §9): on PostgreSQL computed from its tables, elsewhere rebuilt when the store moved
+GRAPH_Q = 'SELECT SENTENCE LET g = GRAPH("zebra stripes and lions", hops => 2) WHERE g IS NOT NULL ORDER BY g DESC'
+QUERIES.append(GRAPH_Q)
 
 CHILD = textwrap.dedent("""
     import json, sys
@@ -127,6 +130,7 @@ def _exercise(a: Any, b: Any) -> None:
     assert {r[0] for r in second} == {"z1#0", "z2#0", "z3#0", "z4#0"}
     old = {r[0]: r[2]["kw"] for r in first}
     assert all(r[2]["kw"] != old[r[0]] for r in second if r[0] in old)
+    assert {"z3#0", "z4#0"} <= {r[0] for r in b.search(GRAPH_Q)}  # the other engine's entities, at once
     _same(a, b)
     b.add_texts(["No zebra here, only stripes."], ids=["z5"], metadatas=[{"zoo": "north"}])  # the other way
     _same(a, b)
@@ -172,6 +176,19 @@ def test_two_processes_on_one_milvus(milvus_server: str) -> None:
     try:
         _exercise(a, b)
         assert isinstance(a.engine._bm25, StoreKeywordIndex)  # nothing corpus-sized in the engine
+    finally:
+        b.close()
+        a.close()
+
+
+def test_two_processes_on_one_postgres(pg_dsn: str) -> None:
+    pytest.importorskip("psycopg")
+    a = Local(pg_dsn)
+    b = Child(pg_dsn)
+    try:
+        _exercise(a, b)
+        assert "z3#0" not in {r[0] for r in b.search(GRAPH_Q)}
+        assert not a.engine._graph.built  # GRAPH ran in SQL: no graph in the engine
     finally:
         b.close()
         a.close()

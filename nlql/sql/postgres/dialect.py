@@ -57,6 +57,7 @@ class PostgresDialect(Dialect):
     BM25_NATIVE = True
     MULTI_VECTOR_SIMILARITY = True
     ADVISORY_LOCKS = True
+    GRAPH_CTE = True
     FUSIONS = frozenset({"RRF", "INTERLEAVE", "SINGLE"})
     UNITS = frozenset({"SENTENCE", "SPAN"})
     FILTER_OPS = PGVECTOR_OPS

@@ -30,6 +30,7 @@ from nlql.stores.duckdb.driver import (
     registered,
     render,
 )
+from nlql.text.graph import sentence_entities
 
 __all__ = ["DuckDBStore", "from_url"]
 
@@ -96,7 +97,8 @@ class DuckDBStore:
         self.dialect = DuckDBDialect(self.table_prefix, analyzer=self.analyzer, normalized=table is None,
                                      codec=codec)
         self.capabilities = self.dialect.capabilities(
-            NAME="duckdb", EXACT=True, SCORE_THRESHOLD=True, BM25=True, SQL_ARMS=True, KEYWORD_STATS=True)
+            NAME="duckdb", EXACT=True, SCORE_THRESHOLD=True, BM25=True, SQL_ARMS=True, KEYWORD_STATS=True,
+            ENTITY_LINKS=table is None)  # its own tables keep each sentence's entity names (<prefix>_entities)
 
     @classmethod
     def from_table(cls, conn: Any, table: str, *, text: str, vector: str, id: str | None = None,  # noqa: A002
@@ -240,6 +242,70 @@ class DuckDBStore:
             if not self._run(conn, sql("SELECT count(*) FROM ", d.stats)).fetchone()[0]:
                 self._run(conn, sql("INSERT INTO ", d.stats, " VALUES (0, 0)"))
             self._sync_terms(conn)
+            self._open_entities(conn)
+
+    # ---------------------------------------------------------------------------------- entity links
+
+    def _open_entities(self, conn: Any) -> None:
+        """``<prefix>_entities(doc_id, position, name)``; created beside no documents (or found), the
+        tables keep every document's names from now on (``entity_links`` in ``<prefix>_meta``)."""
+        d = self.dialect
+        t = d.table("entities")
+        existed = conn.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = $1",
+                               [f"{self.table_prefix}_entities"]).fetchone()[0]
+        self._run(conn, f"CREATE TABLE IF NOT EXISTS {t} (doc_id VARCHAR NOT NULL, position INTEGER NOT NULL, "
+                        "name VARCHAR NOT NULL)")
+        if not existed and not self._run(conn, sql("SELECT count(*) FROM ", d.docs)).fetchone()[0]:
+            self._run(conn, d.put_meta("meta", "entity_links", "1"))
+
+    def entity_rows(self) -> list[tuple[str, int, int, str]] | None:
+        """Every sentence's entity names as ``(doc_id, seq, position, name)``; None when the tables
+        cannot vouch for every document (written before they kept names)."""
+        self._need_open()
+        d = self.dialect
+        unescape = d.codec.unescape
+
+        def run() -> list[tuple[str, int, int, str]] | None:
+            conn = self._conn
+            if self._run(conn, d.get_meta("meta", "entity_links")).fetchone() is None:
+                return None
+            got = self._run(conn, sql("SELECT e.doc_id, u.seq, e.position, e.name FROM ", d.table("entities"),
+                                      " e JOIN ", d.units, " u ON u.doc_id = e.doc_id AND u.position = e.position"))
+            return [(unescape(a), int(sq), int(p), unescape(n)) for a, sq, p, n in got.fetchall()]
+
+        with self._lock:
+            return self._guard(run)
+
+    def adopt_entities(self, rows: Sequence[tuple[str, int, int, str]]) -> None:
+        """Store names the engine built once for documents written before names were kept."""
+        if self.read_only or self._external is not None:
+            return
+        self._need_open()
+        pa = import_arrow()
+        d = self.dialect
+        esc = d.codec.escape
+
+        def run() -> None:
+            with self._tx() as conn:
+                if self._run(conn, d.get_meta("meta", "entity_links")).fetchone() is not None:
+                    return
+                have = {r[0] for r in self._run(conn, sql("SELECT DISTINCT doc_id FROM ", d.table("entities"))).fetchall()}
+                live = dict(self._run(conn, sql("SELECT doc_id, seq FROM ", d.docs)).fetchall())
+                ec: dict[str, list[Any]] = {"doc_id": [], "position": [], "name": []}
+                for doc, seq, pos, name in rows:
+                    key = esc(doc)
+                    if key not in have and live.get(key) == int(seq):
+                        ec["doc_id"].append(key)
+                        ec["position"].append(int(pos))
+                        ec["name"].append(esc(name))
+                table = arrow_table(ec, {"doc_id": pa.string(), "position": pa.int32(), "name": pa.string()})
+                if table.num_rows:
+                    with registered(conn, table) as name:
+                        self._run(conn, sql("INSERT INTO ", d.table("entities"), " (doc_id, position, name) "
+                                            f"SELECT doc_id, position, name FROM \"{name}\""))
+                self._run(conn, d.put_meta("meta", "entity_links", "1"))
+
+        self._guard(run)
 
     def _check_dim(self, dim: int) -> None:
         d = self.dialect
@@ -342,8 +408,8 @@ class DuckDBStore:
         tables = self._prepare(list(latest.values()))
         self._guard(lambda: self._write(*tables))
 
-    def _prepare(self, docs: list[DocRecord]) -> tuple[list[str], Any, Any, Any, int, int]:
-        """(escaped ids, Arrow docs, units and terms tables, sentences added, terms added)."""
+    def _prepare(self, docs: list[DocRecord]) -> tuple[list[str], Any, Any, Any, int, int, Any]:
+        """(escaped ids, Arrow docs, units and terms tables, sentences added, terms added, entity names)."""
         pa = import_arrow()
         esc = self.dialect.codec.escape
         assert self.dim is not None
@@ -391,11 +457,27 @@ class DuckDBStore:
         flat = np.concatenate(vectors).ravel() if vectors else np.zeros(0, dtype=np.float32)
         units_t = units_t.append_column("embedding", pa.FixedSizeListArray.from_arrays(pa.array(flat), self.dim))
         terms_t = arrow_table(tc, {"doc_id": s, "position": i32, "term": s, "tf": i32})
-        return dc["doc_id"], docs_t, units_t, terms_t, units_t.num_rows, added_len
+        ec: dict[str, list[Any]] = {"doc_id": [], "position": [], "name": []}
+        for doc in docs:
+            if doc.entities is None:
+                continue
+            for u, names in zip(doc.units, doc.entities, strict=True):
+                for _, name in sentence_entities(names):
+                    ec["doc_id"].append(esc(doc.doc_id))
+                    ec["position"].append(int(u.position))
+                    ec["name"].append(esc(name))
+        ents_t = arrow_table(ec, {"doc_id": s, "position": i32, "name": s})
+        return dc["doc_id"], docs_t, units_t, terms_t, units_t.num_rows, added_len, ents_t
 
-    def _write(self, ids: list[str], docs_t: Any, units_t: Any, terms_t: Any, added_n: int, added_len: int) -> None:
+    def _write(self, ids: list[str], docs_t: Any, units_t: Any, terms_t: Any, added_n: int, added_len: int,
+               ents_t: Any = None) -> None:
         d = self.dialect
         with self._tx() as conn:
+            self._run(conn, sql("DELETE FROM ", d.table("entities"), " WHERE doc_id = ANY(", Param(ids, "text[]"), ")"))
+            if ents_t is not None and ents_t.num_rows:
+                with registered(conn, ents_t) as name:
+                    self._run(conn, sql("INSERT INTO ", d.table("entities"), " (doc_id, position, name) "
+                                        f"SELECT doc_id, position, name FROM \"{name}\""))
             for statement in d.forget_terms(ids):
                 self._run(conn, statement)
             for statement in d.delete_documents(ids):
@@ -429,6 +511,8 @@ class DuckDBStore:
 
         def run() -> int:
             with self._tx() as conn:
+                self._run(conn, sql("DELETE FROM ", self.dialect.table("entities"), " WHERE doc_id = ANY(",
+                                    Param(ids, "text[]"), ")"))
                 for statement in self.dialect.forget_terms(ids):
                     self._run(conn, statement)
                 n = 0

@@ -430,7 +430,7 @@ class KnnMixin:
         metas: dict[str, dict[str, Any]] = {}
         for r in raw:
             row = self._row_from(r, col, metas)  # type: ignore[attr-defined]
-            scores = {slot: float(r[col[compiled.names[slot]]]) for slot in compiled.columns}
+            scores = {slot: _score(r[col[compiled.names[slot]]]) for slot in compiled.columns}
             for slot, by_key in sims.items():
                 scores[slot] = by_key.get(row.key, scores[slot]) if row is not None else scores[slot]
             if not single:
@@ -494,3 +494,8 @@ class KnnMixin:
             return False
         flt = self.compile_filter(lowered.filter) if lowered.filter is not None else None  # type: ignore[attr-defined]
         return self._matching(conn, flt, lowered.depth) > min(short)
+
+
+def _score(value: Any) -> float | None:
+    """A score column: a float, or None (a GRAPH slot of a row with no activated entity)."""
+    return None if value is None else float(value)

@@ -68,6 +68,7 @@ class SchemaMixin:
                 )
             for statement in d.schema(dim):
                 self._run(conn, statement)
+            self._open_entities(conn)  # type: ignore[attr-defined]
             if self.bm25:
                 # tables of a schema written before BM25 statistics existed gain them here
                 has = conn.execute("SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass(%s) "

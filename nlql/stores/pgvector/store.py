@@ -29,6 +29,7 @@ from nlql.sql.codec import (
 from nlql.sql.postgres import PostgresDialect
 from nlql.stores.base import DocRecord, Row
 from nlql.stores.pgvector.driver import first_line, import_psycopg, render
+from nlql.stores.pgvector.entities import EntityMixin
 from nlql.stores.pgvector.knn import EF_MAX, KnnMixin
 from nlql.stores.pgvector.schema import SchemaMixin
 from nlql.stores.pgvector.terms import Terms, TermsMixin
@@ -41,7 +42,7 @@ ROW_COLUMNS = ("u.key, u.doc_id, u.position, u.content, u.seq, u.start, u.\"end\
                "d.metadata::text AS metadata, d.doc_id AS document")
 
 
-class PgVectorStore(SchemaMixin, TermsMixin, KnnMixin):
+class PgVectorStore(SchemaMixin, TermsMixin, KnnMixin, EntityMixin):
     """The Store protocol on PostgreSQL + pgvector.
 
     Args:
@@ -118,7 +119,7 @@ class PgVectorStore(SchemaMixin, TermsMixin, KnnMixin):
                                        semantic_mode="exact" if exact_only else "index")
         self.capabilities = self.dialect.capabilities(
             NAME="pgvector", EXACT=exact_only, SCORE_THRESHOLD=True, BM25=self.bm25, SQL_ARMS=self.bm25,
-            KEYWORD_STATS=self.bm25,
+            KEYWORD_STATS=self.bm25, ENTITY_LINKS=True, GRAPH_ARM=True,
             DEADLINE=True, DESCRIBES_DATA=True)
         if connection is not None and not connection.autocommit:
             raise ValueError("PgVectorStore needs a connection in autocommit mode "
@@ -216,9 +217,10 @@ class PgVectorStore(SchemaMixin, TermsMixin, KnnMixin):
             latest[d.doc_id] = d
         if not latest:
             return
-        doc_rows, unit_rows, terms = self._prepare(list(latest.values()))
+        written = list(latest.values())
+        doc_rows, unit_rows, terms = self._prepare(written)
         ids = [r[0] for r in doc_rows]
-        self._guard(lambda: self._write(ids, doc_rows, unit_rows, terms))
+        self._guard(lambda: self._write(ids, doc_rows, unit_rows, terms, written))
         self._small_until = 0.0
         self._estimates.clear()
 
@@ -260,7 +262,7 @@ class PgVectorStore(SchemaMixin, TermsMixin, KnnMixin):
         return doc_rows, unit_rows, terms_of
 
     def _write(self, ids: list[str], doc_rows: list[tuple[Any, ...]], unit_rows: list[tuple[Any, ...]],
-               terms: Terms) -> None:
+               terms: Terms, docs: Sequence[DocRecord] = ()) -> None:
         d = self.dialect
         with self._tx() as conn:
             self._run(conn, d.lock_writers())
@@ -286,6 +288,7 @@ class PgVectorStore(SchemaMixin, TermsMixin, KnnMixin):
                         copy.write_row(r)
             if self.bm25:
                 self._write_terms(conn, ids, terms, len(unit_rows), sum(r[-1] for r in unit_rows))
+            self._write_entities(conn, ids, docs)  # the entity graph's links and edges, same transaction
 
     def delete(self, doc_ids: Sequence[str]) -> int:
         """Delete documents (and their sentences); returns how many documents existed."""
@@ -301,6 +304,7 @@ class PgVectorStore(SchemaMixin, TermsMixin, KnnMixin):
                     self._forget_terms(conn, ids)
                 else:
                     self._stale_terms(conn)
+                self._forget_entities(conn, ids)
                 cur = None
                 for statement in self.dialect.delete_documents(ids):
                     cur = self._run(conn, statement)
