@@ -716,7 +716,7 @@ class OnnxEmbedder:
             while idle (see ``spinning``), so a busy machine loses little. A query (≤ 8 texts) runs on
             one thread.
         quantize: ``None`` (fp32) or ``"int8"``: dynamic int8 quantisation (per-channel int8
-            weights, activations quantised per batch), about 1.7× the fp32 throughput at cosine
+            weights, activations quantised per batch), about 1.5× the fp32 throughput at cosine
             0.98 (min) / 0.99 (median) to the fp32 vectors: a different ``model_id`` (``…@int8``).
             Variants that keep more of the model in fp32 were measured and are not offered: none
             reaches cosine 0.999 while being faster than fp32 (``bench/embed.py``, the frontier).
