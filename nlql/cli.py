@@ -185,7 +185,7 @@ def make_embedder(name: str) -> Any:
     """The embedder a CLI name stands for.
 
     ``minilm``: all-MiniLM-L6-v2, offline, on ONNX Runtime when installed (else torch); ``minilm-int8``:
-    the same model int8-quantised on ONNX Runtime (faster, cosine ≈ 0.99: a store of its own);
+    the same model int8-quantised on ONNX Runtime (about 1.5× faster, cosine 0.98-0.99: a store of its own);
     ``minilm-torch``: the same model on sentence-transformers/torch (the same vectors as ``minilm``);
     ``hash``: :class:`~nlql.embedders.HashEmbedder` (384 dims, no model).
     """

@@ -713,10 +713,16 @@ class OnnxEmbedder:
             (BERT-family, mean or CLS pooling).
         batch_size: Texts per forward pass.
         threads: ONNX Runtime intra-op threads for batches; ``None``: every core. Threads do not spin
-            while idle, so a busy machine loses little. A query (≤ 8 texts) runs on one thread.
-        quantize: ``None`` (fp32) or ``"int8"``: dynamic int8 quantisation, about twice the
-            throughput at cosine ≈ 0.99 to the fp32 vectors (a different ``model_id``:
-            ``…@int8``; see docs/performance.md).
+            while idle (see ``spinning``), so a busy machine loses little. A query (≤ 8 texts) runs on
+            one thread.
+        quantize: ``None`` (fp32) or ``"int8"``: dynamic int8 quantisation (per-channel int8
+            weights, activations quantised per batch), about 1.5× the fp32 throughput at cosine
+            0.98 (min) / 0.99 (median) to the fp32 vectors: a different ``model_id`` (``…@int8``).
+            Variants that keep more of the model in fp32 were measured and are not offered: none
+            reaches cosine 0.999 while being faster than fp32 (``bench/embed.py``, the frontier).
+        spinning: Let idle ONNX Runtime pool threads spin (ONNX Runtime's own default) instead of
+            sleeping. Off by default: on a shared machine a spinning thread takes the core another
+            process needs; on a dedicated one it can shave the hand-off between operators.
         cache: Directory for the exported files (default :func:`cache_dir`).
         name: Overrides ``name`` and ``model_id``.
 
@@ -732,6 +738,7 @@ class OnnxEmbedder:
         *,
         threads: int | None = None,
         quantize: str | None = None,
+        spinning: bool = False,
         cache: str | os.PathLike[str] | None = None,
         name: str | None = None,
     ) -> None:
@@ -745,6 +752,7 @@ class OnnxEmbedder:
         self.batch_size = int(batch_size)
         self.threads = max(1, int(threads)) if threads is not None else max(1, os.cpu_count() or 1)
         self.quantize = quantize
+        self.spinning = bool(spinning)
         self.cache = Path(cache) if cache is not None else cache_dir()
         if model is None:
             self.model_dir = Path(_default_model_path())
@@ -839,9 +847,9 @@ class OnnxEmbedder:
                 opts.inter_op_num_threads = 1
                 opts.log_severity_level = 3
                 opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-                # Idle pool threads sleep instead of spinning: on a shared machine a spinning thread
-                # takes the core the other one needs.
-                opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+                # Idle pool threads sleep instead of spinning unless asked: on a shared machine a
+                # spinning thread takes the core the other one needs.
+                opts.add_session_config_entry("session.intra_op.allow_spinning", "1" if self.spinning else "0")
                 sess = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
                 self._inputs = frozenset(i.name for i in sess.get_inputs())
                 self._sessions[threads] = sess

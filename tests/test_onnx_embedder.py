@@ -108,6 +108,13 @@ def test_int8_is_a_measured_choice_with_its_own_model_id(onnx: OnnxEmbedder, onn
         OnnxEmbedder(quantize="int4")
 
 
+@pytest.mark.model
+def test_spinning_threads_change_speed_not_vectors(onnx: OnnxEmbedder, onnx_cache: Path) -> None:
+    spin = OnnxEmbedder(cache=onnx_cache, batch_size=4, spinning=True)  # opens the cached export
+    assert spin.spinning and not onnx.spinning and spin.model_id == onnx.model_id
+    np.testing.assert_allclose(spin.embed(TEXTS), onnx.embed(TEXTS), atol=1e-5)
+
+
 def test_default_embedder_is_onnx_when_available() -> None:
     if not OnnxEmbedder.available():
         pytest.skip("ONNX path not available here")
