@@ -28,6 +28,7 @@ from nlql.execute.units import DEFAULT_CHUNK_CHARS
 from nlql.explain import Explain
 from nlql.parser import parse as parse_query
 from nlql.patterns import deadline_scope
+from nlql.plan.cache import PlanCache
 from nlql.plan.planner import build_plan
 from nlql.route import RESERVED_PARAMS, Route, RouteExplain, Router, default_router, nothing_about
 from nlql.stores import open_store
@@ -171,6 +172,9 @@ class _RWLock:
                 self._cond.notify_all()
 
 
+#: A plan cache entry that says: this query reads the clock, look it up with the instant (nlql/plan/cache.py).
+_CLOCKED: Any = object()
+
 #: ``Engine(entity_extractor=…)`` not given: the built-in rule-based extractor.
 _DEFAULT: Any = object()
 
@@ -222,6 +226,7 @@ class Engine:
         default_timeout: float | None = None,
         router: Router | None = None,
         entity_extractor: Callable[[str], Sequence[str]] | None | Any = _DEFAULT,
+        plan_cache_size: int = 256,
     ) -> None:
         if on_arm_error not in ("raise", "degrade"):
             raise ValueError(f"on_arm_error must be 'raise' or 'degrade', not {on_arm_error!r}")
@@ -246,6 +251,8 @@ class Engine:
         self._write_mutex = threading.Lock()
         self._schema_cache: tuple[int, float, Any] | None = None  # (writes, when, Schema) for data warnings
         self._writes = 0
+        self._functions_version = 0
+        self._plans = PlanCache(plan_cache_size)  # nlql/plan/cache.py: what the key holds
         if router is not None and not callable(getattr(router, "route", None)):
             raise TypeError(f"router must be an nlql.Router, not {type(router).__name__}")
         self.router = router
@@ -514,6 +521,7 @@ class Engine:
         key = name.upper()
         self._functions[key] = fn
         self._arity[key] = arity
+        self._functions_version += 1  # plans checked against the old set are not reused
 
     def check(self, query: str | ir.Query, params: Mapping[str, Any] | None = None,
               schema: Mapping[str, str] | None = None) -> list[Diagnostic]:
@@ -556,13 +564,22 @@ class Engine:
             except Exception as exc:
                 raise BackendError(self.store.capabilities.NAME, f"schema failed: {exc}") from exc
 
-    def _data_warnings(self, q: ir.Query) -> list[Diagnostic]:
-        """Warnings from the data for a valid query; never raises (a schema that cannot be read warns nothing)."""
+    def _data_warnings(self, q: ir.Query, memo: dict[str, Any] | None = None) -> list[Diagnostic]:
+        """Warnings from the data for a valid query; never raises (a schema that cannot be read warns nothing).
+
+        ``memo`` (a plan cache entry's): whether the query reads metadata, and its warnings against the
+        schema they were computed from, so a cached plan does not walk its query again.
+        """
         import time
 
         from nlql.schema import data_warnings
 
-        if not any(isinstance(n, ir.Meta) for n in q.walk()):
+        reads_meta = memo.get("meta") if memo is not None else None
+        if reads_meta is None:
+            reads_meta = any(isinstance(n, ir.Meta) for n in q.walk())
+            if memo is not None:
+                memo["meta"] = reads_meta
+        if not reads_meta:
             return []
         now = time.monotonic()
         cached = self._schema_cache
@@ -575,7 +592,14 @@ class Engine:
             except Exception:  # noqa: BLE001 - warnings are advice: never fail a query over them
                 return []
             self._schema_cache = cached
-        return data_warnings(q, cached[2])
+        if memo is not None:
+            got = memo.get("warnings")
+            if got is not None and got[0] is cached:
+                return list(got[1])
+        found = data_warnings(q, cached[2])
+        if memo is not None:
+            memo["warnings"] = (cached, found)
+        return list(found)
 
     def _prepare(self, query: str | ir.Query, params: Mapping[str, Any] | None) -> tuple[Any, str | None]:
         from nlql.check import check_query
@@ -584,20 +608,66 @@ class Engine:
         return check_query(query, params=params or {}, functions=self._arity), source
 
     def _plan(self, query: str | ir.Query, params: Mapping[str, Any] | None, reranker: Any = None) -> Any:
+        return self._planned(query, params, reranker)[0]
+
+    def _planned(self, query: str | ir.Query, params: Mapping[str, Any] | None,
+                 reranker: Any = None) -> tuple[Any, dict[str, Any] | None]:
+        """(the plan, the cache entry's memo for data warnings, or None when not cached)."""
         try:
-            return self._plan_unguarded(query, _params(params), reranker)
+            return self._plan_cached(query, _params(params), reranker)
         except RecursionError as exc:  # a hand-built IR, a long LET chain or a caller deep in its stack
             raise _too_deep(exc) from None
 
-    def _plan_unguarded(self, query: str | ir.Query, params: Mapping[str, Any] | None, reranker: Any) -> Any:
-        q, source = self._prepare(query, params)
+    def _plan_key(self, query: str | ir.Query, params: Mapping[str, Any] | None, rr: Any) -> Any:
+        """Everything planning reads besides the clock (nlql/plan/cache.py), or None: not cacheable."""
+        from nlql.plan.cache import Unkeyable, params_key
+
+        if not self._plans.size or not isinstance(query, (str, ir.Query)):
+            return None
+        try:
+            pk = params_key(params)
+        except Unkeyable:
+            return None
+        return (query, pk, self.store.capabilities, self._writes, self._functions_version,
+                type(rr).__name__ if rr is not None else None, self.rerank_factor, self.limit_ceiling,
+                id(self._bm25.analyzer))
+
+    def _plan_cached(self, query: str | ir.Query, params: Mapping[str, Any] | None,
+                     reranker: Any) -> tuple[Any, dict[str, Any] | None]:
         rr = reranker if reranker is not None else self.reranker
+        key = self._plan_key(query, params, rr)
+        now = self._now()
+        if key is not None:
+            entry = self._plans.get(key)
+            if entry is _CLOCKED:  # planned against the clock: reused only at the very same instant
+                entry = self._plans.get((key, repr(now)))
+                if entry is not None:
+                    return entry
+            elif entry is not None:
+                plan, memo = entry
+                return dataclasses.replace(plan, now=now), memo
+        plan = self._plan_unguarded(query, params, rr, now)
+        if key is None:
+            return plan, None
+        from nlql.plan.cache import reads_clock
+
+        memo: dict[str, Any] = {}
+        if reads_clock(plan.query):
+            self._plans.put(key, _CLOCKED)
+            self._plans.put((key, repr(now)), (plan, memo))
+        else:
+            self._plans.put(key, (plan, memo))
+        return plan, memo
+
+    def _plan_unguarded(self, query: str | ir.Query, params: Mapping[str, Any] | None, rr: Any,
+                        now: datetime) -> Any:
+        q, source = self._prepare(query, params)
         rerank = None
         if rr is not None:
             rerank = {"reranker": type(rr).__name__, "factor": self.rerank_factor,
                       "score": "scores['rerank']"}
         try:
-            return build_plan(q, params=params, store=self.store, now=self._now(),
+            return build_plan(q, params=params, store=self.store, now=now,
                               functions=self._functions, rerank=rerank, rerank_factor=self.rerank_factor,
                               limit_ceiling=self.limit_ceiling, analyzer=self._bm25.analyzer)
         except NLQLError as exc:
@@ -654,14 +724,14 @@ class Engine:
         rr = reranker if reranker is not None else self.reranker
         self._sync()
         with self._lock.read(), deadline_scope(timeout):
-            plan = self._plan(query, params, rr)
+            plan, memo = self._planned(query, params, rr)
             try:
                 hits = self._executor.run(plan, reranker=rr, rerank_query=rerank_query,
                                           rerank_factor=self.rerank_factor, timeout=timeout,
                                           max_tokens=max_tokens)
                 from nlql.schema import warning_text
 
-                hits.warnings[:0] = [warning_text(d) for d in self._data_warnings(plan.query)]
+                hits.warnings[:0] = [warning_text(d) for d in self._data_warnings(plan.query, memo)]
                 return hits
             except NLQLError as exc:
                 if source is not None:

@@ -105,6 +105,7 @@ class Capabilities:
     DESCRIBES_DATA: bool = False              # DescribesData: describe_data(), sizes and metadata keys (schema)
     EXACT_INTS: bool = False                  # compares numbers at or beyond 2^53 exactly (not as float64)
     KEYWORD_STATS: bool = False               # KeywordStats: bm25_candidates(), BM25 kept in the store (SPEC §10)
+    KNN_SCORES: bool = False                  # knn's scores are bit for bit similarities()' (the engine keeps them)
 
 
 @dataclass(slots=True)

@@ -59,6 +59,7 @@ MEMORY_CAPABILITIES = Capabilities(
     FULL_SCORES=True,
     FAST_PATH=True,
     DESCRIBES_DATA=True,
+    KNN_SCORES=True,  # knn and similarities score a row with the same aligned blocks (block_rows)
 )
 
 
