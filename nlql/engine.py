@@ -55,6 +55,7 @@ def _too_deep(exc: BaseException) -> LimitError:
 
 
 _FLAT_TYPES = (str, bool, type(None))
+_STR_ONLY = frozenset({str})
 
 
 def _flat_metadata(meta: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -87,6 +88,10 @@ def _check_metadata(meta: Any) -> dict[str, Any]:
         TypeError: ``meta`` is not a mapping.
         ValueError: it holds an integer (value or key) too large to write as text (over ~4,200 digits).
     """
+    if type(meta) is dict:  # the common case first (an isinstance against the Mapping ABC is slow)
+        flat = _flat_metadata(meta)
+        if flat is not None:
+            return flat
     if meta is None:
         return {}
     if not isinstance(meta, Mapping):
@@ -370,13 +375,16 @@ class Engine:
         n = len(texts)
         given_ids = _check_sequence(ids, "ids", n)
         given_metas = _check_sequence(metadatas, "metadatas", n)
-        out_ids = [uuid.uuid4().hex if i is None else doc_id_of(i)
-                   for i in (given_ids if given_ids is not None else [None] * n)]
+        if given_ids is not None and _STR_ONLY.issuperset(map(type, given_ids)):
+            out_ids = given_ids  # every id a str already (checked): the common case, without a call per id
+        else:
+            out_ids = [uuid.uuid4().hex if i is None else doc_id_of(i)
+                       for i in (given_ids if given_ids is not None else [None] * n)]
         # validated and normalised in full before the first write, so a bad entry leaves nothing half-added
         checked = [_check_metadata(m) for m in given_metas] if given_metas is not None else None
         # the same id twice: only its last text is written (as if added one after the other)
         last = {doc_id: i for i, doc_id in enumerate(out_ids)}
-        order = [i for i in range(n) if last[out_ids[i]] == i]
+        order = list(range(n)) if len(last) == n else [i for i in range(n) if last[out_ids[i]] == i]
         from nlql.progress import make_progress
 
         report = make_progress(progress)
@@ -406,24 +414,32 @@ class Engine:
 
     def _records(self, docs: Sequence[tuple[str, str, dict[str, Any]]], report: Any = None) -> list[DocRecord]:
         """Split and embed one batch into records (checked, not yet written)."""
-        from nlql.text.split import split_sentences
+        from nlql.text.split import split_many
 
         parts = []
         sentences: list[str] = []
-        for doc_id, text, meta in docs:
-            spans = split_sentences(text)
+        add = sentences.append
+        for (doc_id, text, meta), spans in zip(docs, split_many([d[1] for d in docs])):
+            if len(spans) == 1:  # the common case of short documents, without the loop
+                s, e = spans[0]
+                content = text[s:e]
+                add(content)
+                parts.append((doc_id, text, meta, [UnitRecord(0, content, s, e)]))
+                continue
             units = []
             for p, (s, e) in enumerate(spans):
                 nxt = spans[p + 1][0] if p + 1 < len(spans) else e
-                units.append(UnitRecord(p, text[s:e], s, e, text[e:nxt]))
-                sentences.append(text[s:e])
+                content = text[s:e]
+                units.append(UnitRecord(p, content, s, e, text[e:nxt]))
+                add(content)
             parts.append((doc_id, text, meta, units))
         vecs = self._embed_documents(sentences, report)
         records = []
         row = 0
         for doc_id, text, meta, units in parts:
-            records.append(DocRecord(doc_id, text, meta, units, vecs[row:row + len(units)], 0))
-            row += len(units)
+            n = len(units)
+            records.append(DocRecord(doc_id, text, meta, units, vecs[row:row + n], 0))
+            row += n
         return records
 
     def _write(self, records: list[DocRecord]) -> None:
@@ -912,9 +928,10 @@ def _check_texts(texts: Any) -> list[str]:
     if isinstance(texts, Mapping) or not isinstance(texts, Iterable):
         raise TypeError(f"texts must be a sequence of strings, not {type(texts).__name__}")
     out = list(texts)
-    for t in out:
-        if not isinstance(t, str):
-            raise TypeError(f"texts must be strings, not {type(t).__name__}")
+    if not _STR_ONLY.issuperset(map(type, out)):
+        for t in out:
+            if not isinstance(t, str):
+                raise TypeError(f"texts must be strings, not {type(t).__name__}")
     return out
 
 
@@ -926,7 +943,7 @@ def _check_sequence(values: Any, name: str, n: int) -> list[Any] | None:
     out = list(values)
     if len(out) != n:
         raise ValueError(f"{name} must have one entry per text ({len(out)} for {n} texts)")
-    if name == "ids":
+    if name == "ids" and not _STR_ONLY.issuperset(map(type, out)):
         for i in out:
             if i is not None:
                 doc_id_of(i)

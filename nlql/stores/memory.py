@@ -193,7 +193,7 @@ class MatrixStore:
             raise RuntimeError("store not opened")
         docs = latest_per_id(docs)  # the same id twice in one call: the last one wins
         before = self.table.size
-        keys = self.table.add(docs)
+        keys = self.table.add(docs, unique=True)
         need = self.table.size
         if need > len(self._matrix):
             cap = max(need, 2 * len(self._matrix), 1024)
@@ -201,8 +201,8 @@ class MatrixStore:
             grown[:before] = self._matrix[:before]
             self._matrix = grown
         if len(keys):
-            vecs = [d.vectors for d in docs if len(d.units)]
-            self._matrix[keys[0] : keys[0] + len(keys)] = np.concatenate(vecs) if vecs else 0
+            vecs = [d.vectors for d in docs if d.units]
+            np.concatenate(vecs, out=self._matrix[keys[0] : keys[0] + len(keys)])
         return keys
 
     def upsert(self, docs: Sequence[DocRecord]) -> None:
