@@ -258,6 +258,7 @@ class Engine:
         self._writes = 0
         self._functions_version = 0
         self._plans = PlanCache(plan_cache_size)  # nlql/plan/cache.py: what the key holds
+        self._warn_memo: dict[int, list[Any]] = {}  # id(query) -> [query, reads meta, (schema, warnings)]
         if router is not None and not callable(getattr(router, "route", None)):
             raise TypeError(f"router must be an nlql.Router, not {type(router).__name__}")
         self.router = router
@@ -580,22 +581,24 @@ class Engine:
             except Exception as exc:
                 raise BackendError(self.store.capabilities.NAME, f"schema failed: {exc}") from exc
 
-    def _data_warnings(self, q: ir.Query, memo: dict[str, Any] | None = None) -> list[Diagnostic]:
+    def _data_warnings(self, q: ir.Query) -> list[Diagnostic]:
         """Warnings from the data for a valid query; never raises (a schema that cannot be read warns nothing).
 
-        ``memo`` (a plan cache entry's): whether the query reads metadata, and its warnings against the
-        schema they were computed from, so a cached plan does not walk its query again.
+        A cached plan brings the same query object back: whether it reads metadata, and its warnings
+        against the schema they came from, are kept for it (``_warn_memo``, by identity) so a search
+        with a cached plan does not walk its query again.
         """
         import time
 
         from nlql.schema import data_warnings
 
-        reads_meta = memo.get("meta") if memo is not None else None
-        if reads_meta is None:
-            reads_meta = any(isinstance(n, ir.Meta) for n in q.walk())
-            if memo is not None:
-                memo["meta"] = reads_meta
-        if not reads_meta:
+        memo = self._warn_memo.get(id(q))
+        if memo is None or memo[0] is not q:
+            if len(self._warn_memo) >= 1024:
+                self._warn_memo.clear()
+            memo = [q, any(isinstance(n, ir.Meta) for n in q.walk()), None]
+            self._warn_memo[id(q)] = memo
+        if not memo[1]:
             return []
         now = time.monotonic()
         cached = self._schema_cache
@@ -608,13 +611,11 @@ class Engine:
             except Exception:  # noqa: BLE001 - warnings are advice: never fail a query over them
                 return []
             self._schema_cache = cached
-        if memo is not None:
-            got = memo.get("warnings")
-            if got is not None and got[0] is cached:
-                return list(got[1])
+        got = memo[2]  # (the schema entry, its warnings): one object, so threads read a matching pair
+        if got is not None and got[0] is cached:
+            return list(got[1])
         found = data_warnings(q, cached[2])
-        if memo is not None:
-            memo["warnings"] = (cached, found)
+        memo[2] = (cached, found)
         return list(found)
 
     def _prepare(self, query: str | ir.Query, params: Mapping[str, Any] | None) -> tuple[Any, str | None]:
@@ -627,8 +628,8 @@ class Engine:
         return self._planned(query, params, reranker)[0]
 
     def _planned(self, query: str | ir.Query, params: Mapping[str, Any] | None,
-                 reranker: Any = None) -> tuple[Any, dict[str, Any] | None]:
-        """(the plan, the cache entry's memo for data warnings, or None when not cached)."""
+                 reranker: Any = None) -> tuple[Any, str]:
+        """(the plan, whether the plan cache had it: ``hit``, ``miss`` or ``off``)."""
         try:
             return self._plan_cached(query, _params(params), reranker)
         except RecursionError as exc:  # a hand-built IR, a long LET chain or a caller deep in its stack
@@ -649,7 +650,7 @@ class Engine:
                 id(self._bm25.analyzer))
 
     def _plan_cached(self, query: str | ir.Query, params: Mapping[str, Any] | None,
-                     reranker: Any) -> tuple[Any, dict[str, Any] | None]:
+                     reranker: Any) -> tuple[Any, str]:
         rr = reranker if reranker is not None else self.reranker
         key = self._plan_key(query, params, rr)
         now = self._now()
@@ -658,22 +659,20 @@ class Engine:
             if entry is _CLOCKED:  # planned against the clock: reused only at the very same instant
                 entry = self._plans.get((key, repr(now)))
                 if entry is not None:
-                    return entry
-            elif entry is not None:
-                plan, memo = entry
-                return dataclasses.replace(plan, now=now), memo
+                    return entry, "hit"
+            elif entry is not None:  # the plan reads no clock: only its record of the time changes
+                return dataclasses.replace(entry, now=now), "hit"
         plan = self._plan_unguarded(query, params, rr, now)
         if key is None:
-            return plan, None
+            return plan, "off"
         from nlql.plan.cache import reads_clock
 
-        memo: dict[str, Any] = {}
         if reads_clock(plan.query):
             self._plans.put(key, _CLOCKED)
-            self._plans.put((key, repr(now)), (plan, memo))
+            self._plans.put((key, repr(now)), plan)
         else:
-            self._plans.put(key, (plan, memo))
-        return plan, memo
+            self._plans.put(key, plan)
+        return plan, "miss"
 
     def _plan_unguarded(self, query: str | ir.Query, params: Mapping[str, Any] | None, rr: Any,
                         now: datetime) -> Any:
@@ -740,14 +739,18 @@ class Engine:
         rr = reranker if reranker is not None else self.reranker
         self._sync()
         with self._lock.read(), deadline_scope(timeout):
-            plan, memo = self._planned(query, params, rr)
+            t = time.perf_counter()
+            plan, cached = self._planned(query, params, rr)
+            plan_ms = (time.perf_counter() - t) * 1000
             try:
                 hits = self._executor.run(plan, reranker=rr, rerank_query=rerank_query,
                                           rerank_factor=self.rerank_factor, timeout=timeout,
                                           max_tokens=max_tokens)
                 from nlql.schema import warning_text
 
-                hits.warnings[:0] = [warning_text(d) for d in self._data_warnings(plan.query, memo)]
+                hits.warnings[:0] = [warning_text(d) for d in self._data_warnings(plan.query)]
+                hits.stats.setdefault("timings_ms", {})["plan"] = round(plan_ms, 3)
+                hits.stats["plan_cache"] = cached
                 return hits
             except NLQLError as exc:
                 if source is not None:

@@ -159,6 +159,12 @@ def describe_filter(flt: Filter) -> str:
     return "(" + joiner.join(describe_filter(i) for i in flt.items) + ")"
 
 
+def _filter_key(flt: NativeFilter | None) -> Any:
+    """A cache key for a compiled filter: its tree and its text, which shows each value's type (the
+    tree alone would take ``== true`` for ``== 1``, as ``True == 1`` in Python)."""
+    return None if flt is None else (flt.native, flt.text)
+
+
 class MatrixStore:
     """Rows + a growable float32 matrix. Shared by the built-in store and the ANN stores' exact path."""
 
@@ -249,7 +255,7 @@ class MatrixStore:
         t = self.table
         if flt is None and len(t) == t.size:
             return _Rows(None, t.size, "all rows")
-        key = (t.version, flt.native if flt is not None else None)
+        key = (t.version, _filter_key(flt))
         hit = self._sub_cache.get(key)
         if hit is not None:
             self._sub_cache.move_to_end(key)
