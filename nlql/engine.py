@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import dataclasses
 import gc
 import math
@@ -661,7 +662,9 @@ class Engine:
                 if entry is not None:
                     return entry, "hit"
             elif entry is not None:  # the plan reads no clock: only its record of the time changes
-                return dataclasses.replace(entry, now=now), "hit"
+                plan = copy.copy(entry)
+                plan.now = now
+                return plan, "hit"
         plan = self._plan_unguarded(query, params, rr, now)
         if key is None:
             return plan, "off"
