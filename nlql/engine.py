@@ -642,13 +642,16 @@ class Engine:
 
         if not self._plans.size or not isinstance(query, (str, ir.Query)):
             return None
+        analyzer = self._bm25.analyzer
         try:
             pk = params_key(params)
+            hash(analyzer)  # the object itself (held by the key, so its id is never reused meanwhile)
         except Unkeyable:
             return None
+        except TypeError:
+            analyzer = id(analyzer)
         return (query, pk, self.store.capabilities, self._writes, self._functions_version,
-                type(rr).__name__ if rr is not None else None, self.rerank_factor, self.limit_ceiling,
-                id(self._bm25.analyzer))
+                type(rr).__name__ if rr is not None else None, self.rerank_factor, self.limit_ceiling, analyzer)
 
     def _plan_cached(self, query: str | ir.Query, params: Mapping[str, Any] | None,
                      reranker: Any) -> tuple[Any, str]:
