@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
 
 TOPICS = {
     "energy": ["solar", "wind", "grid", "battery", "renewable", "policy", "carbon", "power"],
@@ -16,16 +17,22 @@ FILLER = ["the", "a", "new", "report", "says", "local", "people", "expect", "mor
 STATUSES = ["published", "draft", "archived", "review"]
 
 
-def synthetic_corpus(n: int, seed: int = 42) -> tuple[list[str], list[dict]]:
-    """``n`` one-sentence texts and their metadata, deterministic for a seed."""
+def iter_synthetic(n: int, seed: int = 42) -> Iterator[tuple[str, dict]]:
+    """The ``(text, metadata)`` pairs of :func:`synthetic_corpus`, one at a time (nothing kept)."""
     rng = random.Random(seed)
     names = list(TOPICS)
-    texts, metas = [], []
     for i in range(n):
         topic = names[i % len(names)]
         words = rng.sample(TOPICS[topic], 3) + rng.sample(FILLER, 6)
         rng.shuffle(words)
-        texts.append(" ".join(words).capitalize() + f" number {i}.")
-        metas.append({"status": STATUSES[rng.randrange(4)], "year": 2015 + rng.randrange(11),
-                      "topic": topic})
+        yield (" ".join(words).capitalize() + f" number {i}.",
+               {"status": STATUSES[rng.randrange(4)], "year": 2015 + rng.randrange(11), "topic": topic})
+
+
+def synthetic_corpus(n: int, seed: int = 42) -> tuple[list[str], list[dict]]:
+    """``n`` one-sentence texts and their metadata, deterministic for a seed."""
+    texts, metas = [], []
+    for text, meta in iter_synthetic(n, seed):
+        texts.append(text)
+        metas.append(meta)
     return texts, metas

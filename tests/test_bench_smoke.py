@@ -166,3 +166,22 @@ def test_diversity_bench_at_tiny_size(tmp_path: Path) -> None:
     assert clustered["plain_top10_distinct_docs_median"] == 1  # the layout makes DISTINCT BY work for it
     assert {"plain_ms", "distinct_ms", "ratio", "distinct_rounds_median"} <= set(clustered)
     assert set(result["layouts"]) == {"clustered", "random"}
+
+
+def test_side_by_side_tiny_run_without_optional_peers(tmp_path: Path) -> None:
+    from bench import side_by_side
+
+    out = tmp_path / "side_by_side.json"
+    data = side_by_side.main(["--size", "600", "--repeat", "1", "--skip", "pg,chromadb,lancedb,bm25s",
+                              "--out", str(out)])
+    assert json.loads(out.read_text(encoding="utf-8"))["median_ms"] == data["median_ms"]
+    labels = list(side_by_side.SHAPE_LABEL.values())
+    for row in ("NLQL built-in", "numpy floor (1 BLAS thread)"):
+        assert all(data["median_ms"][row][lab] > 0 for lab in labels), row
+        assert all(data["recall_at_10"][row][lab] == 1.0 for lab in labels), row  # both are exact
+    assert data["median_ms"]["NLQL built-in, BM25 with WHERE kw > 0"]["pure top-10"] is None
+    assert {"NLQL on pgvector", "Chroma", "LanceDB", "bm25s"} <= set(data["notes"])
+    assert "LanceDB flat" not in data["median_ms"]
+    section = report.generic_section("side_by_side", data)
+    assert "**median_ms**" in section and "**recall_at_10**" in section
+    assert "| NLQL built-in |" in section

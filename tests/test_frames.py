@@ -216,3 +216,28 @@ def test_cli_table_format_and_conflicting_flags(store: str, capsys: pytest.Captu
     assert code == 0 and "4 rows" in out
     code, _, err = _run(capsys, "query", QUERY, "--store", store, "--format", "csv", "--json")
     assert code == 2 and "not both" in err
+
+
+def test_document_hits_carry_their_best_sentence_as_columns() -> None:
+    engine = Engine(embedder=HashEmbedder(dim=64), warm_up=False)
+    for doc_id, text, meta in DOCS:
+        engine.add_text(text, id=doc_id, metadata=meta)
+    engine.add_text("Birds sing at dawn.", id="d")
+    result = engine.search('SELECT DOCUMENT LET kw = BM25(content, "tools") ORDER BY kw DESC')
+    by_id = {h.id: h for h in result}
+    assert by_id["d"].best is None and all(by_id[k].best is not None for k in "abc")
+    df = result.to_pandas()
+    names = list(df.columns)
+    assert names[names.index("kw") + 1: names.index("kw") + 4] == ["best.position", "best.content", "best.kw"]
+    for row in df.itertuples(index=False):
+        best = by_id[row.id].best
+        if best is None:
+            assert pd.isna(row[names.index("best.position")]) and pd.isna(row[names.index("best.content")])
+            continue
+        assert row[names.index("best.position")] == best.position
+        assert row[names.index("best.content")] == best.content
+        assert row[names.index("best.kw")] == pytest.approx(best.scores["kw"])
+    assert str(df.dtypes["best.position"]) == "Int64" and str(df.dtypes["best.kw"]) == "Float64"
+    assert pl.from_arrow(result.to_arrow()).columns == result.to_polars().columns == names
+    # a sentence query has no best columns
+    assert not any(c.name.startswith("best.") for c in columns(engine.search(QUERY)))

@@ -55,6 +55,10 @@ def test_langchain_invoke_returns_documents_with_scores_and_metadata(engine: Eng
     assert top.metadata["score"] == pytest.approx(expected[0].scores["score"])
     assert [d.metadata["score"] for d in docs] == sorted((d.metadata["score"] for d in docs), reverse=True)
     assert retriever.last_hits is not None and "timings_ms" in retriever.last_hits.stats
+    # a CHUNK hit says which of its sentences scored it, as hit.best does
+    best = top.metadata["best"]
+    assert best == expected[0].best.to_dict() and best["content"] in top.page_content
+    assert set(best["scores"]) == {"sem", "kw"}  # the sentence's own arms (fusion ranks whole hits)
 
 
 def test_langchain_in_a_chain_and_async(engine: Engine) -> None:
@@ -69,6 +73,7 @@ def test_langchain_in_a_chain_and_async(engine: Engine) -> None:
     docs = asyncio.run(retriever.ainvoke("tools return observations"))
     assert docs and all(d.metadata["unit"] == "SENTENCE" and "rel" in d.metadata["scores"] for d in docs)
     assert docs[0].metadata["score"] == docs[0].metadata["scores"]["rel"]
+    assert all(d.metadata["best"] is None for d in docs)  # a sentence is its own best
 
 
 def test_llamaindex_retrieve_returns_nodes_with_scores(engine: Engine) -> None:

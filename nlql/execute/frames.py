@@ -1,8 +1,10 @@
 """Hits as a table: typed columns, then pandas, Arrow or polars (``Hits.to_pandas()`` and friends).
 
 One row per hit. Columns, in order: ``id``, ``doc_id``, ``unit``, ``position``, ``content``; one column per
-score binding (named like the binding, in the order the query binds them); one column per metadata key
-path, flattened and named as a query would write it (``meta.year``, ``meta.author.name``,
+score binding (named like the binding, in the order the query binds them); when any hit is a DOCUMENT or
+CHUNK, the sentence that scored it (``hit.best``): ``best.position``, ``best.content`` and one
+``best.<binding>`` per score of that sentence (null where a hit has no ``best``); then one column per
+metadata key path, flattened and named as a query would write it (``meta.year``, ``meta.author.name``,
 ``meta.`content-type```). A hit without a key has null in that column.
 
 Every column has one type, decided from all of its non-null values:
@@ -63,7 +65,7 @@ class Column:
     name: str
     kind: str
     values: list[Any]
-    source: str  # "base", "score" or "meta"
+    source: str  # "base", "score", "best" or "meta"
 
 
 def _flatten(meta: Mapping[str, Any], prefix: str, out: dict[str, Any]) -> None:
@@ -153,6 +155,7 @@ def columns(hits: Iterable[Hit]) -> list[Column]:
         name = key if key not in taken else f"scores.{key}"
         out.append(Column(name, kind, _coerce(values, kind), "score"))
         taken.add(name)
+    out.extend(_best_columns(rows))
 
     flat_rows: list[dict[str, Any]] = []
     meta_names: dict[str, None] = {}
@@ -165,6 +168,26 @@ def columns(hits: Iterable[Hit]) -> list[Column]:
         values = [f.get(name) for f in flat_rows]
         kind = _infer(values, "string")
         out.append(Column(name, kind, _coerce(values, kind), "meta"))
+    return out
+
+
+def _best_columns(rows: Sequence[Hit]) -> list[Column]:
+    """``best.position``, ``best.content`` and ``best.<binding>`` when any row is a grouped unit."""
+    from nlql.execute.results import GROUPED_UNITS
+
+    if not any(h.best is not None or h.unit in GROUPED_UNITS for h in rows):
+        return []
+    bests = [h.best for h in rows]
+    out = [Column("best.position", "int", [b.position if b else None for b in bests], "best"),
+           Column("best.content", "string", [b.content if b else None for b in bests], "best")]
+    names: dict[str, None] = {}
+    for b in bests:
+        if b is not None:
+            names.update(dict.fromkeys(b.scores))
+    for key in names:
+        values = [b.scores.get(key) if b else None for b in bests]
+        kind = _infer(values, "float")
+        out.append(Column(f"best.{key}", kind, _coerce(values, kind), "best"))
     return out
 
 

@@ -49,7 +49,7 @@ ORDER BY score DESC
 LIMIT $k"""
 
 #: Metadata keys a retriever sets on every result (a document's own key of the same name is replaced).
-RESERVED_METADATA = ("doc_id", "unit", "position", "score", "scores")
+RESERVED_METADATA = ("doc_id", "unit", "position", "score", "scores", "best")
 
 
 class Template:
@@ -132,8 +132,11 @@ def _default_score_key(q: ir.Query) -> str | None:
 
 
 def hit_metadata(hit: Hit, score: float | None) -> dict[str, Any]:
-    """The metadata a retriever attaches: the hit's own metadata plus :data:`RESERVED_METADATA`."""
+    """The metadata a retriever attaches: the hit's own metadata plus :data:`RESERVED_METADATA`
+    (``best``: the sentence that scored a DOCUMENT or CHUNK hit as ``{"position", "content", "scores"}``,
+    None when nothing scored it and on SENTENCE and SPAN hits)."""
     out = dict(hit.metadata)
     out.update({"doc_id": hit.doc_id, "unit": hit.unit, "position": hit.position, "score": score,
                 "scores": dict(hit.scores)})
+    out["best"] = hit.best.to_dict() if hit.best is not None else None
     return out
