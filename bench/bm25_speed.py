@@ -138,11 +138,30 @@ def run(n: int, repeat: int) -> dict[str, Any]:
         cand = np.union1d(sem_w, kw_w)
         cand[_top(fused[cand], K)]
 
+    from nlql.execute import recall as recall_mod
+
+    int8_windows = recall_mod._windows  # noqa: SLF001 - the bench compares the engine with and without it
+
+    def rrf_fp32() -> Any:
+        """The same query with each SIMILARITY window from the fp32 full scan (the path before issue 21's
+        int8 windows): the before/after of one run."""
+        recall_mod._windows = lambda *a, **k: None  # noqa: SLF001
+        try:
+            return engine.search(RRF_Q)
+        finally:
+            recall_mod._windows = int8_windows  # noqa: SLF001
+
+    fast_page, fp32_page = engine.search(RRF_Q), rrf_fp32()
+    if [(h.id, h.scores) for h in fast_page] != [(h.id, h.scores) for h in fp32_page]:
+        raise AssertionError("RRF page through the int8 windows differs from the fp32 scan's")
+    windows = fast_page.stats.get("store", {})
+
     fns = {
         "nlql_bm25": lambda: engine.search(BM25_Q),
         "index_top_k": lambda: index.top_k(TEXT, K),
         "floor_bm25": floor_bm25,
         "nlql_rrf": lambda: engine.search(RRF_Q),
+        "nlql_rrf_fp32": rrf_fp32,
         "floor_rrf": floor_rrf,
         "floor_matvec": floor_matvec,
     }
@@ -152,7 +171,9 @@ def run(n: int, repeat: int) -> dict[str, Any]:
         "nlql_bm25": "engine.search, BM25 top-10",
         "index_top_k": "the engine's BM25 index alone, top-10",
         "floor_bm25": "scipy: sparse query row × precomputed weights, top-10",
-        "nlql_rrf": "engine.search, RRF(SIMILARITY, BM25) top-10 (windows of 100)",
+        "nlql_rrf": "engine.search, RRF(SIMILARITY, BM25) top-10 (windows of 100; the similarity window "
+                    "from the int8 copy, certified and rescored in fp32)",
+        "nlql_rrf_fp32": "the same with the similarity window from the fp32 full scan (before; same page)",
         "floor_rrf": "numpy M @ q window + sparse BM25 window + RRF in numpy, top-10",
         "floor_matvec": "numpy M @ q + argpartition alone (1 BLAS thread)",
     }
@@ -165,6 +186,9 @@ def run(n: int, repeat: int) -> dict[str, Any]:
         "bm25_vs_sparse_floor": round(med["nlql_bm25"] / med["floor_bm25"], 2),
         "index_vs_sparse_floor": round(med["index_top_k"] / med["floor_bm25"], 2),
         "rrf_vs_floor": round(med["nlql_rrf"] / med["floor_rrf"], 2),
+        "rrf_int8_vs_fp32": round(med["nlql_rrf"] / med["nlql_rrf_fp32"], 2),
+        "rrf_pages_identical": True,
+        "rrf_similarity_window": windows,
         "rrf_minus_matvec_ms": round(med["nlql_rrf"] - med["floor_matvec"], 3),
         "queries": {name: {"median_ms": med[name], "what": what[name]} for name in fns},
     }

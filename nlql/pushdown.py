@@ -199,11 +199,18 @@ class Formula:
 
 @dataclass(frozen=True, slots=True)
 class FastArm:
-    """One arm of a fusion fast path: a bare SIMILARITY or BM25 score slot (rows below ``min`` rank nothing)."""
+    """One arm of a fusion fast path: a bare SIMILARITY or BM25 score slot (rows below ``min`` rank nothing),
+    or a ``VALUE`` arm: a per-row value the engine computes as one vector over the candidates (GRAPH,
+    TEMPORAL, RECENCY of a metadata date) and hands to the store under ``slot`` (NaN: absent from the arm).
+
+    ``value`` says what a VALUE arm is, for the engine: ``("GRAPH", (text, hops, decay))``,
+    ``("TEMPORAL", meta keys, period or None)``, ``("RECENCY", meta keys, half-life seconds)``.
+    """
 
     slot: str
-    kind: str  # SIMILARITY | BM25
+    kind: str  # SIMILARITY | BM25 | VALUE
     min: float | None = None
+    value: tuple[Any, ...] | None = None
 
 
 #: Fast-path kinds that pick the exact page (the engine fetches only those rows and skips its filter).
@@ -257,5 +264,5 @@ class FastPath:
             return f"bm25: rows at or above the LIMIT+OFFSET-th {self.slot}, kept before any row is fetched"
         if self.kind == "formula":
             return "formula: rows at or above the LIMIT+OFFSET-th value of the score arithmetic, kept before any row is fetched"
-        arms = ", ".join(a.slot for a in self.arms)
+        arms = ", ".join(a.slot.lstrip("~") for a in self.arms)
         return f"fusion: each arm's top {self.depth} rows ({arms}), kept before any row is fetched"

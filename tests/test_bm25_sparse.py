@@ -293,7 +293,8 @@ def test_the_speed_bench_runs_at_a_tiny_size() -> None:
     from bench import bm25_speed
 
     out = bm25_speed.run(1500, 2)
-    assert set(out["queries"]) == {"nlql_bm25", "index_top_k", "floor_bm25", "nlql_rrf", "floor_rrf", "floor_matvec"}
+    assert set(out["queries"]) == {"nlql_bm25", "index_top_k", "floor_bm25", "nlql_rrf", "nlql_rrf_fp32", "floor_rrf",
+                                 "floor_matvec"}
     assert all(q["median_ms"] > 0 for q in out["queries"].values()) and out["postings"] > 1500
 
 

@@ -57,6 +57,12 @@ FAST_QUERIES = {
                     "ORDER BY f DESC LIMIT 300",
     "fusion_gated_flipped": f"SELECT SENTENCE LET s = {SEM}, k = {KW}, f = RRF(s, k, window => 20) "
                             "WHERE 0.001 < f ORDER BY f DESC LIMIT 50",
+    # a lower bound on the BM25 sort key: the rows passing it are a prefix of the order
+    "bm25_gated": f"SELECT SENTENCE LET k = {KW} WHERE k > 0 ORDER BY k DESC LIMIT 12",
+    "bm25_gated_offset": f'SELECT SENTENCE LET k = {KW} WHERE k >= 0 AND meta.status == "draft" '
+                         "ORDER BY k DESC LIMIT 9 OFFSET 5",
+    "bm25_gated_high": f"SELECT SENTENCE LET k = {KW}, s = {SEM} WHERE 1.4 <= k AND s > 0.05 "
+                       "ORDER BY k DESC LIMIT 40",
 }
 
 
@@ -92,6 +98,24 @@ def test_no_fast_path_says_why(engines: tuple[Engine, Engine]) -> None:
     text = str(fast.explain(f'SELECT SENTENCE LET k = {KW} WHERE LENGTH(content) > 10 OR k > 1 ORDER BY k DESC LIMIT 3'))
     assert "fast path (memory table): none: WHERE has conditions the engine evaluates row by row" in text
     assert "none: rows group sentences" in str(fast.explain(f"SELECT DOCUMENT LET k = {KW} ORDER BY k DESC LIMIT 3"))
+
+
+@pytest.mark.parametrize("where", ["k < 1.4", "k > 1.4 OR k < 0.5", "k + 0 > 0", "s > 0.1 AND k <= 2", "-k < 0"])
+def test_a_bm25_condition_that_is_not_a_lower_bound_keeps_every_row(engines: tuple[Engine, Engine],
+                                                                   where: str) -> None:
+    fast, slow = engines
+    q = f"SELECT SENTENCE LET k = {KW}, s = {SEM} WHERE {where} ORDER BY k DESC LIMIT 15"
+    assert "none: WHERE has conditions the engine evaluates row by row" in str(fast.explain(q))
+    assert _rows(fast.search(q)) == _rows(slow.search(q))
+
+
+def test_a_bm25_lower_bound_that_few_rows_pass_gives_a_short_exact_page(engines: tuple[Engine, Engine]) -> None:
+    fast, slow = engines
+    top = max(h.scores["k"] for h in slow.search(f"SELECT SENTENCE LET k = {KW} ORDER BY k DESC LIMIT 1"))
+    q = f"SELECT SENTENCE LET k = {KW} WHERE k >= {top} ORDER BY k DESC LIMIT 50"
+    got, want = fast.search(q), slow.search(q)
+    assert got.stats["fast_path"] == "bm25" and 0 < len(got) < 50
+    assert _rows(got) == _rows(want)
 
 
 @pytest.mark.parametrize("late", ["f < 0.5", "f >= 0", "f > -1", "f + 0 > 0", "f > 0 OR s > 0.9"])

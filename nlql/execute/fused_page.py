@@ -42,6 +42,7 @@ def fused_page(run: Search, keys: np.ndarray, scores: dict[str, np.ndarray],
                bm25_rows: Any) -> tuple[np.ndarray, dict[str, np.ndarray], str] | None:
     """``(keys, scores, fusion slot)`` of the rows that can reach the page, in insertion order; ``scores``
     holds the SIMILARITY arms' values and the fused value per row. None: the general path fuses.
+    A ``VALUE`` arm (GRAPH, TEMPORAL, RECENCY) ranks by its vector in ``scores`` (NaN: absent).
 
     Args:
         keys: The fast path's union of the arms' windows (table row numbers).
@@ -58,7 +59,7 @@ def fused_page(run: Search, keys: np.ndarray, scores: dict[str, np.ndarray],
     seq, pos = table.seq[keys], table.pos[keys]
     ranked: list[np.ndarray] = []
     for arm in fast.arms:
-        if arm.kind == "SIMILARITY":
+        if arm.kind in ("SIMILARITY", "VALUE"):
             vals = scores.get(arm.slot)
             if vals is None:
                 return None
@@ -97,6 +98,6 @@ def fused_page(run: Search, keys: np.ndarray, scores: dict[str, np.ndarray],
         kth = np.partition(sub, sub.size - run.need)[sub.size - run.need]
         live = live[sub >= kth]  # ties with the need-th value kept: the executor orders them
     live = live[np.lexsort((pos[live], seq[live]))]
-    out = {k: v[live] for k, v in scores.items()}
+    out = {k: v[live] for k, v in scores.items() if not k.startswith("~")}  # (not a VALUE arm's vector)
     out[spec.slot] = fused[live]
     return keys[live], out, spec.slot

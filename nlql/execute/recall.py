@@ -21,6 +21,7 @@ from nlql import values as V
 from nlql.errors import BackendError, NLQLTimeoutError
 from nlql.evaluate import RowContext
 from nlql.execute import keyword_recall
+from nlql.execute.arm_values import value_arms
 from nlql.execute.candidates import Candidate, Search, keep_passing
 from nlql.execute.degrade import cause_of, drop_arms
 from nlql.execute.distinct import kept
@@ -181,7 +182,11 @@ def _full(run: Search, qv: dict[str, np.ndarray], fast_ok: bool) -> list[Candida
     if begin is not None and plan.fast_path is not None:
         begin()  # the BM25 scores a fast path keeps serve this search only
     try:
-        if caps.FULL_SCORES:
+        windows = _windows(run, qv, sim_slots, fast_ok) if caps.FULL_SCORES and sim_slots else None
+        if windows is not None:  # each SIMILARITY arm's exact top window through the int8 copy
+            keys_arr, sentence_scores = windows
+            unordered = True
+        elif caps.FULL_SCORES:
             if sim_slots:
                 stacked = np.concatenate([qv[s] for s in sim_slots])
                 keys_arr, mat = cast(ScoresAll, store).score_all(stacked, plan.native)
@@ -227,10 +232,20 @@ def _full(run: Search, qv: dict[str, np.ndarray], fast_ok: bool) -> list[Candida
     t = time.perf_counter()
     fast = run.plan.fast_path if not run.failed else None
     if fast is not None and run.need is not None and (fast.prunes or fast_ok):
-        units = _fast(run, fast, keys_arr, sentence_scores, qv, fast_ok=fast_ok, unordered=unordered)
+        arm_scores: dict[str, np.ndarray] | None = sentence_scores
+        if any(a.kind == "VALUE" for a in fast.arms):  # GRAPH / TEMPORAL / RECENCY arms as vectors
+            values = value_arms(run, fast, keys_arr)
+            arm_scores = None if values is None else {**sentence_scores, **values}
+        units = (None if arm_scores is None else
+                 _fast(run, fast, keys_arr, arm_scores, qv, fast_ok=fast_ok, unordered=unordered,
+                       fill=sim_slots if windows is not None else ()))
         if units is not None:
             run.stats.add("filter", (time.perf_counter() - t) * 1000)
             return units
+    if windows is not None:  # the fast path declined: every row's exact scores after all
+        keys_arr, mat = cast(ScoresAll, store).score_all(np.concatenate([qv[s] for s in sim_slots]), plan.native)
+        keys_arr, unordered = np.asarray(keys_arr), False
+        sentence_scores = {s: mat[i:i + 1].max(axis=0) for i, s in enumerate(sim_slots)}
     if unordered:  # the general path reads the keys in insertion order
         keys_arr = np.asarray(store.scan(plan.native))
     units = candidates(run, list(keys_arr), qv, dict(sentence_scores))
@@ -239,8 +254,53 @@ def _full(run: Search, qv: dict[str, np.ndarray], fast_ok: bool) -> list[Candida
     return units
 
 
+def _windows(run: Search, qv: dict[str, np.ndarray], sim_slots: list[str],
+             fast_ok: bool) -> tuple[np.ndarray, dict[str, np.ndarray]] | None:
+    """(candidate keys in row order, SIMILARITY scores NaN outside each arm's window) for a fusion fast
+    path on a store with an int8 copy (``top_window``): each SIMILARITY arm's top ``depth`` rows, exact
+    rows and bits of the fp32 scan, without scoring the others (the fast path ranks nothing below an
+    arm's window; the rows it keeps get their exact scores afterwards, :func:`_filled`). None: scan."""
+    plan, store = run.plan, run.store
+    fast = plan.fast_path
+    top = getattr(store, "top_window", None)
+    if (top is None or fast is None or fast.kind != "fusion" or fast.depth is None or not fast_ok
+            or run.failed or run.need is None or plan.distinct is not None or plan.recall.min_score
+            or not hasattr(store, "mask")):
+        return None
+    if any(len(qv[s]) != 1 or not bool(np.isfinite(qv[s]).all()) for s in sim_slots):
+        return None  # several texts (a max over them) or an invalid query vector: the full scan
+    keys_arr = np.flatnonzero(store.mask(plan.native))
+    out = {s: np.full(len(keys_arr), np.nan, dtype=np.float32) for s in sim_slots}
+    for arm in fast.arms:
+        if arm.kind != "SIMILARITY" or arm.slot not in out:
+            continue
+        got = top(qv[arm.slot][0], fast.depth, plan.native, arm.min)
+        if got is None:
+            return None
+        keys, scores = got
+        out[arm.slot][np.searchsorted(keys_arr, keys)] = scores
+    run.stats.counts["similarity_windows"] = fast.depth
+    _store_stats(run)
+    return keys_arr, out
+
+
+def _filled(run: Search, picked: tuple[np.ndarray, dict[str, np.ndarray]], qv: dict[str, np.ndarray],
+            fill: Sequence[str]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """The kept rows' exact SIMILARITY scores where :func:`_windows` left them out (NaN)."""
+    keys, scores = picked
+    scores = dict(scores)
+    for s in fill:
+        arr = np.array(scores[s], copy=True)
+        miss = np.flatnonzero(np.isnan(arr))
+        if miss.size:
+            arr[miss] = run.store.similarities(qv[s], [int(k) for k in keys[miss]])[0]
+        scores[s] = arr
+    return keys, scores
+
+
 def _fast(run: Search, fast: Any, keys_arr: np.ndarray, sentence_scores: dict[str, np.ndarray],
-          qv: dict[str, np.ndarray], *, fast_ok: bool, unordered: bool) -> list[Candidate] | None:
+          qv: dict[str, np.ndarray], *, fast_ok: bool, unordered: bool,
+          fill: Sequence[str] = ()) -> list[Candidate] | None:
     """The table fast path's page (None when the store declines it).
 
     With DISTINCT BY the path picks ``need`` rows, then ×4 per round, until enough rows are kept or it
@@ -260,6 +320,8 @@ def _fast(run: Search, fast: Any, keys_arr: np.ndarray, sentence_scores: dict[st
         run.stats.counts["fast_path"] = fast.kind if picked is not None else f"{fast.kind} (declined)"
         if picked is None:
             return None
+        if fill:
+            picked = _filled(run, picked, qv, fill)
         page = None
         if fast.kind == "fusion" and fast_ok and run.plan.distinct is None:
             page = fused_page(run, picked[0], picked[1], getattr(matches, "rows", None))
@@ -278,8 +340,13 @@ def _fast(run: Search, fast: Any, keys_arr: np.ndarray, sentence_scores: dict[st
             units = candidates(run, [int(k) for k in top_keys], qv, scores)
         else:
             pruned, pruned_scores = picked
-            if unordered:  # (no similarity slot here, so no scores to reorder)
-                pruned = cast(Any, run.store).table.order(np.asarray(pruned, dtype=np.int64))
+            pruned_scores = {k: v for k, v in pruned_scores.items() if not k.startswith("~")}  # (VALUE arms)
+            if unordered:  # into insertion order, with their scores
+                pruned = np.asarray(pruned, dtype=np.int64)
+                table = cast(Any, run.store).table
+                back = np.lexsort((table.pos[pruned], table.seq[pruned]))
+                pruned = pruned[back]
+                pruned_scores = {k: np.asarray(v)[back] for k, v in pruned_scores.items()}
             run.stats.counts["pruned_to"] = int(len(pruned))
             units = candidates(run, list(pruned), qv, dict(pruned_scores))
             units = keep_passing(units, run.residual, run.deadline, run.warnings)

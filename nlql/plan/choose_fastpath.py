@@ -9,11 +9,15 @@ lowered to SQL), the rows are sentences and there is a LIMIT. Two families:
 - *prune* (``bm25``, ``formula``, ``fusion``): WHERE left nothing but similarity thresholds (already
   applied inside recall) and the first sort key is, descending, one BM25 score, arithmetic over
   SIMILARITY/BM25 scores, or a fusion of bare SIMILARITY/BM25 arms: the store keeps every row that
-  can still reach the page and the engine finishes (fusion, order, limit). ``MMR`` of one bare
+  can still reach the page and the engine finishes (fusion, order, limit). A fusion arm may also be
+  GRAPH, TEMPORAL or RECENCY of a metadata date (a ``VALUE`` arm: the engine computes it as one vector,
+  :mod:`nlql.execute.arm_values`). ``MMR`` of one bare
   SIMILARITY (no ``min =>``) prunes to its window when LIMIT + OFFSET fits in it.
 
 A condition after fusion keeps the *fusion* path only when it fails for a row no arm ranks
-(``score > 0``: such a row's fused value is 0, so pruning it away changes nothing).
+(``score > 0``: such a row's fused value is 0, so pruning it away changes nothing). A lower bound on
+the first sort key when that key is one BM25 score (``WHERE kw > 0 ORDER BY kw DESC``) keeps the *bm25*
+path: the rows passing it are a prefix of that order.
 
 Every choice is exact. ``plan.fast_path_reason`` says why a table store got no fast path.
 """
@@ -21,12 +25,17 @@ Every choice is exact. ``plan.fast_path_reason`` says why a table store got no f
 from __future__ import annotations
 
 from nlql import ir
+from nlql.functions import BUILTINS, parse_duration
 from nlql.plan.nodes import FUSION_FUNCTIONS, TEXT_SCORES, Plan, ScoreSpec
 from nlql.pushdown import Capabilities, FastArm, FastPath, Formula
 
-__all__ = ["choose_fastpath", "score_formula"]
+__all__ = ["VALUE_ARMS", "choose_fastpath", "score_formula", "value_arm"]
 
 _MAX_DEPTH = 32
+_HALF_LIFE: str = BUILTINS["RECENCY"].default("half_life")
+#: GRAPH / TEMPORAL / RECENCY fusion arms as vectors (:func:`value_arm`); False sends such queries to
+#: the row-by-row path (the tests compare the two).
+VALUE_ARMS = True
 
 
 def _none(plan: Plan, why: str) -> Plan:
@@ -45,7 +54,7 @@ def choose_fastpath(plan: Plan, caps: Capabilities) -> Plan:
         return _none(plan, "there is no LIMIT (every row is returned)")
     if not plan.unit.rows_are_sentences:
         return _none(plan, "rows group sentences")
-    if plan.graphs or plan.temporals:
+    if (plan.graphs or plan.temporals) and not _value_fusion(plan):
         return _none(plan, "GRAPH / TEMPORAL values come from the engine, row by row")
     if plan.fusion_residual and not _zero_fails_all(plan):
         return _none(plan, "a condition applies after fusion")
@@ -61,7 +70,7 @@ def choose_fastpath(plan: Plan, caps: Capabilities) -> Plan:
             slot = plan.slot_of(key.expr)
             if slot is not None and slot not in with_min:
                 return _set(plan, FastPath("score", slot=slot, descending=key.descending))
-    if not plan.residual_is_thresholds:
+    if not plan.residual_is_thresholds and not _key_thresholds(plan):
         return _none(plan, "WHERE has conditions the engine evaluates row by row")
     if not plan.order or not plan.order[0].descending:
         return _none(plan, "the first sort key is not a score DESC")
@@ -99,12 +108,57 @@ def choose_fastpath(plan: Plan, caps: Capabilities) -> Plan:
         arms = []
         for name, expr in zip(spec.arms, spec.arm_exprs):
             arm = plan.spec(plan.slot_of(expr))
-            if arm is None or arm.kind not in TEXT_SCORES:
-                return _none(plan, f"arm {name} is not exactly one SIMILARITY or BM25 call")
-            arms.append(FastArm(arm.slot, arm.kind, arm.min))
+            if arm is not None and arm.kind in TEXT_SCORES:
+                arms.append(FastArm(arm.slot, arm.kind, arm.min))
+                continue
+            value = value_arm(plan, expr, name) if VALUE_ARMS else None
+            if value is None:
+                return _none(plan, f"arm {name} is not one SIMILARITY, BM25, GRAPH, TEMPORAL or RECENCY call")
+            arms.append(value)
         return _set(plan, FastPath("fusion", arms=tuple(arms), depth=spec.window,
                                    bm25_texts=_used(bm25_texts, [a.slot for a in arms])))
     return _none(plan, f"{first.label} is not a BM25, fusion or arithmetic score")
+
+
+def value_arm(plan: Plan, expr: ir.Expr, name: str) -> FastArm | None:
+    """A fusion arm the engine can compute as one vector over the candidates (a ``VALUE`` arm), or None.
+
+    ``GRAPH(text …)`` (the activation, mapped to table rows), ``TEMPORAL(meta.path, text)`` and
+    ``RECENCY(meta.path [, half_life => "…"])`` (from the table's date column), directly or through
+    bindings. The values are exactly the row evaluator's (:mod:`nlql.execute.arm_values`).
+    """
+    for _ in range(_MAX_DEPTH):
+        if not isinstance(expr, ir.Ref):
+            break
+        b = plan.query.binding(expr.name)
+        if b is None:
+            return None
+        expr = b.expr
+    if not isinstance(expr, ir.Call):
+        return None
+    slot = f"~{name}"
+    if expr.name == "GRAPH" and expr in plan.graphs:
+        return FastArm(slot, "VALUE", None, ("GRAPH", plan.graphs[expr]))
+    if expr.name == "TEMPORAL" and expr in plan.temporals and isinstance(expr.args[0], ir.Meta):
+        return FastArm(slot, "VALUE", None, ("TEMPORAL", expr.args[0].keys, plan.temporals[expr]))
+    if expr.name == "RECENCY" and len(expr.args) == 1 and isinstance(expr.args[0], ir.Meta):
+        hl = expr.kwarg("half_life")
+        text = _HALF_LIFE if hl is None else hl.value if isinstance(hl, ir.Literal) else None
+        half_life = parse_duration(text) if isinstance(text, str) else None
+        if half_life is None:  # (the row evaluator falls back to the default: left to it)
+            return None
+        return FastArm(slot, "VALUE", None, ("RECENCY", expr.args[0].keys, half_life.total_seconds(), plan.now))
+    return None
+
+
+def _value_fusion(plan: Plan) -> bool:
+    """GRAPH / TEMPORAL may be fusion arms the fast path computes as vectors: the first sort key is an
+    RRF / INTERLEAVE (its arms are checked one by one below; a GRAPH / TEMPORAL read anywhere else is
+    a residual condition, which keeps the fast path out, or a value computed on the page's rows)."""
+    if not VALUE_ARMS or not plan.order:
+        return False
+    spec = plan.spec(plan.slot_of(plan.order[0].expr))
+    return spec is not None and spec.kind in ("RRF", "INTERLEAVE")
 
 
 _HOLDS_AT_ZERO = {">": lambda v: 0.0 > v, ">=": lambda v: 0.0 >= v, "<": lambda v: 0.0 < v,
@@ -124,6 +178,27 @@ def _zero_fails_all(plan: Plan) -> bool:
     for c in plan.fusion_residual:
         cond = plan.score_condition(c)
         if cond is None or cond.slot != slot or _HOLDS_AT_ZERO[cond.op](cond.value):
+            return False
+    return True
+
+
+def _key_thresholds(plan: Plan) -> bool:
+    """Every residual conjunct is a similarity threshold or a lower bound on the first sort key, one
+    BM25 score ordered descending (``kw > 0``, ``kw >= 2.5``): the rows passing a lower bound on the sort
+    key come first in its order, so the page is among the rows the *bm25* prune keeps, and the engine
+    applies the conditions to them (``min =>`` scores are NULL below their minimum: not handled here)."""
+    if not plan.order or not plan.order[0].descending:
+        return False
+    slot = plan.slot_of(plan.order[0].expr)
+    spec = plan.spec(slot) if slot is not None else None
+    if spec is None or spec.kind != "BM25" or spec.min is not None:
+        return False
+    for c in plan.residual:
+        cond = plan.score_condition(c)
+        if cond is None or cond.op not in (">", ">="):
+            return False
+        arm = plan.spec(cond.slot)
+        if cond.slot != slot and (arm is None or arm.kind != "SIMILARITY"):
             return False
     return True
 

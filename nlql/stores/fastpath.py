@@ -55,6 +55,11 @@ def select(table: RowTable, path: FastPath, keys: np.ndarray, scores: Mapping[st
             eligible = None
             if arm.kind == "SIMILARITY":
                 arm_scores = scores.get(arm.slot)
+                if arm_scores is not None and bool(np.isnan(arm_scores).any()):  # NaN ranks nothing
+                    eligible = ~np.isnan(arm_scores)
+            elif arm.kind == "VALUE":  # the engine's vector of the arm's values, NaN where absent
+                arm_scores = scores.get(arm.slot)
+                eligible = ~np.isnan(arm_scores) if arm_scores is not None else None
             else:
                 arm_scores = _bm25_over(table, path, arm.slot, keys, bm25)
                 eligible = arm_scores > 0 if arm_scores is not None else None  # no term: no rank

@@ -326,6 +326,25 @@ class MatrixStore:
             self.last_stats = stats
             return out
 
+    def top_window(self, v: np.ndarray, depth: int, flt: NativeFilter | None = None,
+                   min_score: float | None = None) -> tuple[np.ndarray, np.ndarray] | None:
+        """The exact top ``depth`` rows by one query vector among the rows passing ``flt`` (at or above
+        ``min_score``): (keys, float32 scores), best first, ties in insertion order — the rows and bits
+        of the fp32 scan, found through the int8 copy. None when the copy does not apply here or did
+        not certify the answer (the caller then scans fp32). A fusion arm's window (issue 21)."""
+        with self._lock:
+            rows = self._rows(flt)
+            n = rows.size if rows.keys is None else len(rows.keys)
+            if n == 0 or depth <= 0 or not self._use_quant(n, depth):
+                return None
+            stats: dict[str, Any] = {"filter": rows.how, "rows": n}
+            got = self._quantised_top(np.asarray(v, dtype=np.float32), depth, rows, min_score, stats)
+            self.last_stats = stats
+            if got is None:
+                return None
+            return (np.fromiter((k for k, _ in got), dtype=np.int64, count=len(got)),
+                    np.fromiter((s for _, s in got), dtype=np.float32, count=len(got)))
+
     # ----------------------------------------------------------------------------- quantised scan
 
     #: Whether this store keeps an int8 copy (the built-in store does; the ANN stores' exact path not).
@@ -360,12 +379,17 @@ class MatrixStore:
                 copy, local = rows.int8, rows.keys
         n = rows.size if rows.keys is None else len(rows.keys)
         depth = quant.depth_for(k, n)
+        extra = copy.outliers()  # rows the tight bound does not cover: rescored with the candidates
+        if local is not None:
+            extra = local[extra]
+        elif rows.keys is not None and len(extra):
+            extra = extra[np.isin(extra, rows.keys, assume_unique=True)]
         for attempt in range(2):
             labels, approx = copy.search(v, depth, None if local is not None else rows.selectors)
-            cand = np.sort(labels if local is None else local[labels])
+            cand = np.union1d(labels if local is None else local[labels], extra)
             top = self._top(self.exact_scores(v, cand), cand, k, min_score)
             exhaustive = len(labels) < depth
-            bound = copy.bound(v, float(approx[-1])) if len(approx) else -math.inf
+            bound = copy.bound(v, float(approx[-1]), outliers=True) if len(approx) else -math.inf
             if exhaustive:
                 certified = True
             elif len(top) == k:

@@ -9,7 +9,12 @@ error ``‖x − x̃‖``, so a row outside the candidates scores at most
     (the depth-th approximate score) + ‖q‖ · max‖x − x̃‖ + MARGIN
 
 (Cauchy–Schwarz; ``MARGIN`` covers float32 rounding of both dot products and the 6-place rounding of
-scores). When the k-th exact score beats that bound, no row left out could be in the top k, so the
+scores). The largest error is set by a few rows outside the range the quantiser learnt (at 100k hash
+vectors: 0.097, where 99.9 % of the rows stay under 0.017), so the copy also keeps the rows whose error
+exceeds the ``OUTLIER_QUANTILE`` of the first rows encoded (``tau``) as *outliers*: the caller rescores
+them exactly with the candidates, and every other row then scores at most
+``(the depth-th approximate score) + ‖q‖ · tau + MARGIN`` — the same proof, a bound 6× tighter, so a
+fusion arm's window of 100 certifies at depth ~300 instead of ~5,000. When the k-th exact score beats that bound, no row left out could be in the top k, so the
 answer — rows *and* scores — is the exact scan's. Otherwise the caller widens the depth or falls back
 to the exact scan (and says so in its stats).
 
@@ -35,6 +40,10 @@ import numpy as np
 #: (≤ d·2⁻²⁴·‖q‖‖x‖ each, 2.3e-5 at d = 384) plus half a unit of the 6th decimal.
 MARGIN = 1e-4
 SHARD_ROWS = 1 << 18
+#: The error quantile of the first rows encoded above which a row is an outlier (rescored always).
+OUTLIER_QUANTILE = 0.999
+#: More outliers than this share of the rows (data drifted from the sample): the bound uses err_max.
+OUTLIER_SHARE = 1 / 256
 _TRAIN_ROWS = 1 << 16
 
 _faiss: Any = None
@@ -64,6 +73,8 @@ class Int8Copy:
         self._trained: Any = None  # a trained, empty index whose quantiser every shard copies
         self._shards: list[tuple[int, Any]] = []  # (first row key, faiss index)
         self._pool: ThreadPoolExecutor | None = None
+        self.tau: float | None = None  # the outlier threshold (set from the first rows encoded)
+        self._outliers: list[np.ndarray] = []  # ids of rows whose error exceeds tau
 
     @property
     def nbytes(self) -> int:
@@ -75,6 +86,7 @@ class Int8Copy:
         sub = Int8Copy(self.dim)
         sub._trained = self._trained
         sub.err_max = self.err_max
+        sub.tau = self.tau
         sub.sync(matrix, keys)
         return sub
 
@@ -100,6 +112,10 @@ class Int8Copy:
             codes = index.sa_encode(chunk)
             err = np.linalg.norm(chunk - index.sa_decode(codes), axis=1)
             self.err_max = max(self.err_max, float(err.max()) if len(err) else 0.0)
+            if self.tau is None and len(err):
+                self.tau = float(np.quantile(err, OUTLIER_QUANTILE))
+            if self.tau is not None:
+                self._outliers.append(np.flatnonzero(err > self.tau).astype(np.int64) + lo)
             index.add_sa_codes(codes)
             lo = hi
         self.size = n
@@ -150,10 +166,24 @@ class Int8Copy:
         order = np.argsort(-scores, kind="stable")
         return labels[order], scores[order]
 
-    def bound(self, q: np.ndarray, worst_inside: float) -> float:
+    def outliers(self) -> np.ndarray:
+        """The ids of the rows :meth:`bound` does not cover (the caller rescores them with the candidates);
+        none when they are too many, and the bound then uses the largest error."""
+        if self.tau is None or not self._outliers:
+            return np.zeros(0, dtype=np.int64)
+        if len(self._outliers) > 1:
+            self._outliers = [np.concatenate(self._outliers)]
+        out = self._outliers[0]
+        return out if len(out) <= max(64, self.size * OUTLIER_SHARE) else np.zeros(0, dtype=np.int64)
+
+    def bound(self, q: np.ndarray, worst_inside: float, outliers: bool = False) -> float:
         """The highest score a row not among the candidates can have (``worst_inside``: the lowest
-        approximate score among them)."""
-        return worst_inside + float(np.linalg.norm(q)) * self.err_max + MARGIN
+        approximate score among them); with ``outliers``, a row not among them either (the caller
+        rescored every id of :meth:`outliers`)."""
+        err = self.err_max
+        if outliers and self.tau is not None and len(self.outliers()):
+            err = self.tau
+        return worst_inside + float(np.linalg.norm(q)) * err + MARGIN
 
     def close(self) -> None:
         if self._pool is not None:

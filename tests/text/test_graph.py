@@ -434,3 +434,27 @@ def test_top_k_is_the_stable_sort_prefix(values, k) -> None:  # type: ignore[no-
     expected = sorted(range(fake.size), key=lambda i: (-fake[i], i))[:k]
     assert a.top(k).tolist() == expected
     assert a.rows(a.top(k)) == [(f"d{i}", 0) for i in expected]
+
+
+def test_add_many_equals_adding_one_by_one_and_restores_the_collector() -> None:
+    import gc
+
+    docs = [(f"d{i}", [(p, [f" N{(i * 7 + p) % 13} ", f"M{i % 5}"][: 1 + (i + p) % 2]) for p in (2, 0, 1)], i + 1)
+            for i in range(60)]
+    docs += [("d3", [(0, ["N1", "Q"])], 99), ("e", [(0, [])], None)]  # a replace in the batch, no names
+    one, many = EntityGraph(), EntityGraph()
+    for d, s, q in docs:
+        one.add(d, s, q)
+    many.add_many(docs)
+    assert many.to_rows() == one.to_rows() and many.edges() == one.edges()
+    assert many.activate("N1 and M2", hops=2).as_dict() == one.activate("N1 and M2", hops=2).as_dict()
+    assert gc.isenabled()
+    with pytest.raises(TypeError):
+        many.add_many([("x", [(0, ["ok"])], None), ("y", [(0, [3])], None)])
+    assert gc.isenabled() and "ok" not in many  # nothing of a failing batch is added
+    gc.disable()
+    try:
+        many.add_many([("z", [(0, ["Z"])], None)])
+        assert not gc.isenabled()  # a paused collector stays paused
+    finally:
+        gc.enable()
