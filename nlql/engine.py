@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import dataclasses
 import gc
 import math
@@ -28,6 +29,7 @@ from nlql.execute.units import DEFAULT_CHUNK_CHARS
 from nlql.explain import Explain
 from nlql.parser import parse as parse_query
 from nlql.patterns import deadline_scope
+from nlql.plan.cache import PlanCache
 from nlql.plan.planner import build_plan
 from nlql.route import RESERVED_PARAMS, Route, RouteExplain, Router, default_router, nothing_about
 from nlql.stores import open_store
@@ -54,6 +56,7 @@ def _too_deep(exc: BaseException) -> LimitError:
 
 
 _FLAT_TYPES = (str, bool, type(None))
+_STR_ONLY = frozenset({str})
 
 
 def _flat_metadata(meta: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -86,6 +89,10 @@ def _check_metadata(meta: Any) -> dict[str, Any]:
         TypeError: ``meta`` is not a mapping.
         ValueError: it holds an integer (value or key) too large to write as text (over ~4,200 digits).
     """
+    if type(meta) is dict:  # the common case first (an isinstance against the Mapping ABC is slow)
+        flat = _flat_metadata(meta)
+        if flat is not None:
+            return flat
     if meta is None:
         return {}
     if not isinstance(meta, Mapping):
@@ -171,6 +178,9 @@ class _RWLock:
                 self._cond.notify_all()
 
 
+#: A plan cache entry that says: this query reads the clock, look it up with the instant (nlql/plan/cache.py).
+_CLOCKED: Any = object()
+
 #: ``Engine(entity_extractor=…)`` not given: the built-in rule-based extractor.
 _DEFAULT: Any = object()
 
@@ -222,6 +232,7 @@ class Engine:
         default_timeout: float | None = None,
         router: Router | None = None,
         entity_extractor: Callable[[str], Sequence[str]] | None | Any = _DEFAULT,
+        plan_cache_size: int = 256,
     ) -> None:
         if on_arm_error not in ("raise", "degrade"):
             raise ValueError(f"on_arm_error must be 'raise' or 'degrade', not {on_arm_error!r}")
@@ -246,6 +257,9 @@ class Engine:
         self._write_mutex = threading.Lock()
         self._schema_cache: tuple[int, float, Any] | None = None  # (writes, when, Schema) for data warnings
         self._writes = 0
+        self._functions_version = 0
+        self._plans = PlanCache(plan_cache_size)  # nlql/plan/cache.py: what the key holds
+        self._warn_memo: dict[int, list[Any]] = {}  # id(query) -> [query, reads meta, (schema, warnings)]
         if router is not None and not callable(getattr(router, "route", None)):
             raise TypeError(f"router must be an nlql.Router, not {type(router).__name__}")
         self.router = router
@@ -363,13 +377,16 @@ class Engine:
         n = len(texts)
         given_ids = _check_sequence(ids, "ids", n)
         given_metas = _check_sequence(metadatas, "metadatas", n)
-        out_ids = [uuid.uuid4().hex if i is None else doc_id_of(i)
-                   for i in (given_ids if given_ids is not None else [None] * n)]
+        if given_ids is not None and _STR_ONLY.issuperset(map(type, given_ids)):
+            out_ids = given_ids  # every id a str already (checked): the common case, without a call per id
+        else:
+            out_ids = [uuid.uuid4().hex if i is None else doc_id_of(i)
+                       for i in (given_ids if given_ids is not None else [None] * n)]
         # validated and normalised in full before the first write, so a bad entry leaves nothing half-added
         checked = [_check_metadata(m) for m in given_metas] if given_metas is not None else None
         # the same id twice: only its last text is written (as if added one after the other)
         last = {doc_id: i for i, doc_id in enumerate(out_ids)}
-        order = [i for i in range(n) if last[out_ids[i]] == i]
+        order = list(range(n)) if len(last) == n else [i for i in range(n) if last[out_ids[i]] == i]
         from nlql.progress import make_progress
 
         report = make_progress(progress)
@@ -399,24 +416,32 @@ class Engine:
 
     def _records(self, docs: Sequence[tuple[str, str, dict[str, Any]]], report: Any = None) -> list[DocRecord]:
         """Split and embed one batch into records (checked, not yet written)."""
-        from nlql.text.split import split_sentences
+        from nlql.text.split import split_many
 
         parts = []
         sentences: list[str] = []
-        for doc_id, text, meta in docs:
-            spans = split_sentences(text)
+        add = sentences.append
+        for (doc_id, text, meta), spans in zip(docs, split_many([d[1] for d in docs])):
+            if len(spans) == 1:  # the common case of short documents, without the loop
+                s, e = spans[0]
+                content = text[s:e]
+                add(content)
+                parts.append((doc_id, text, meta, [UnitRecord(0, content, s, e)]))
+                continue
             units = []
             for p, (s, e) in enumerate(spans):
                 nxt = spans[p + 1][0] if p + 1 < len(spans) else e
-                units.append(UnitRecord(p, text[s:e], s, e, text[e:nxt]))
-                sentences.append(text[s:e])
+                content = text[s:e]
+                units.append(UnitRecord(p, content, s, e, text[e:nxt]))
+                add(content)
             parts.append((doc_id, text, meta, units))
         vecs = self._embed_documents(sentences, report)
         records = []
         row = 0
         for doc_id, text, meta, units in parts:
-            records.append(DocRecord(doc_id, text, meta, units, vecs[row:row + len(units)], 0))
-            row += len(units)
+            n = len(units)
+            records.append(DocRecord(doc_id, text, meta, units, vecs[row:row + n], 0))
+            row += n
         return records
 
     def _write(self, records: list[DocRecord]) -> None:
@@ -516,6 +541,7 @@ class Engine:
         key = name.upper()
         self._functions[key] = fn
         self._arity[key] = arity
+        self._functions_version += 1  # plans checked against the old set are not reused
 
     def check(self, query: str | ir.Query, params: Mapping[str, Any] | None = None,
               schema: Mapping[str, str] | None = None) -> list[Diagnostic]:
@@ -559,12 +585,23 @@ class Engine:
                 raise BackendError(self.store.capabilities.NAME, f"schema failed: {exc}") from exc
 
     def _data_warnings(self, q: ir.Query) -> list[Diagnostic]:
-        """Warnings from the data for a valid query; never raises (a schema that cannot be read warns nothing)."""
+        """Warnings from the data for a valid query; never raises (a schema that cannot be read warns nothing).
+
+        A cached plan brings the same query object back: whether it reads metadata, and its warnings
+        against the schema they came from, are kept for it (``_warn_memo``, by identity) so a search
+        with a cached plan does not walk its query again.
+        """
         import time
 
         from nlql.schema import data_warnings
 
-        if not any(isinstance(n, ir.Meta) for n in q.walk()):
+        memo = self._warn_memo.get(id(q))
+        if memo is None or memo[0] is not q:
+            if len(self._warn_memo) >= 1024:
+                self._warn_memo.clear()
+            memo = [q, any(isinstance(n, ir.Meta) for n in q.walk()), None]
+            self._warn_memo[id(q)] = memo
+        if not memo[1]:
             return []
         now = time.monotonic()
         cached = self._schema_cache
@@ -577,7 +614,12 @@ class Engine:
             except Exception:  # noqa: BLE001 - warnings are advice: never fail a query over them
                 return []
             self._schema_cache = cached
-        return data_warnings(q, cached[2])
+        got = memo[2]  # (the schema entry, its warnings): one object, so threads read a matching pair
+        if got is not None and got[0] is cached:
+            return list(got[1])
+        found = data_warnings(q, cached[2])
+        memo[2] = (cached, found)
+        return list(found)
 
     def _prepare(self, query: str | ir.Query, params: Mapping[str, Any] | None) -> tuple[Any, str | None]:
         from nlql.check import check_query
@@ -586,20 +628,69 @@ class Engine:
         return check_query(query, params=params or {}, functions=self._arity), source
 
     def _plan(self, query: str | ir.Query, params: Mapping[str, Any] | None, reranker: Any = None) -> Any:
+        return self._planned(query, params, reranker)[0]
+
+    def _planned(self, query: str | ir.Query, params: Mapping[str, Any] | None,
+                 reranker: Any = None) -> tuple[Any, str]:
+        """(the plan, whether the plan cache had it: ``hit``, ``miss`` or ``off``)."""
         try:
-            return self._plan_unguarded(query, _params(params), reranker)
+            return self._plan_cached(query, _params(params), reranker)
         except RecursionError as exc:  # a hand-built IR, a long LET chain or a caller deep in its stack
             raise _too_deep(exc) from None
 
-    def _plan_unguarded(self, query: str | ir.Query, params: Mapping[str, Any] | None, reranker: Any) -> Any:
-        q, source = self._prepare(query, params)
+    def _plan_key(self, query: str | ir.Query, params: Mapping[str, Any] | None, rr: Any) -> Any:
+        """Everything planning reads besides the clock (nlql/plan/cache.py), or None: not cacheable."""
+        from nlql.plan.cache import Unkeyable, params_key
+
+        if not self._plans.size or not isinstance(query, (str, ir.Query)):
+            return None
+        analyzer = self._bm25.analyzer
+        try:
+            pk = params_key(params)
+            hash(analyzer)  # the object itself (held by the key, so its id is never reused meanwhile)
+        except Unkeyable:
+            return None
+        except TypeError:
+            analyzer = id(analyzer)
+        return (query, pk, self.store.capabilities, self._writes, self._functions_version,
+                type(rr).__name__ if rr is not None else None, self.rerank_factor, self.limit_ceiling, analyzer)
+
+    def _plan_cached(self, query: str | ir.Query, params: Mapping[str, Any] | None,
+                     reranker: Any) -> tuple[Any, str]:
         rr = reranker if reranker is not None else self.reranker
+        key = self._plan_key(query, params, rr)
+        now = self._now()
+        if key is not None:
+            entry = self._plans.get(key)
+            if entry is _CLOCKED:  # planned against the clock: reused only at the very same instant
+                entry = self._plans.get((key, repr(now)))
+                if entry is not None:
+                    return entry, "hit"
+            elif entry is not None:  # the plan reads no clock: only its record of the time changes
+                plan = copy.copy(entry)
+                plan.now = now
+                return plan, "hit"
+        plan = self._plan_unguarded(query, params, rr, now)
+        if key is None:
+            return plan, "off"
+        from nlql.plan.cache import reads_clock
+
+        if reads_clock(plan.query):
+            self._plans.put(key, _CLOCKED)
+            self._plans.put((key, repr(now)), plan)
+        else:
+            self._plans.put(key, plan)
+        return plan, "miss"
+
+    def _plan_unguarded(self, query: str | ir.Query, params: Mapping[str, Any] | None, rr: Any,
+                        now: datetime) -> Any:
+        q, source = self._prepare(query, params)
         rerank = None
         if rr is not None:
             rerank = {"reranker": type(rr).__name__, "factor": self.rerank_factor,
                       "score": "scores['rerank']"}
         try:
-            return build_plan(q, params=params, store=self.store, now=self._now(),
+            return build_plan(q, params=params, store=self.store, now=now,
                               functions=self._functions, rerank=rerank, rerank_factor=self.rerank_factor,
                               limit_ceiling=self.limit_ceiling, analyzer=self._bm25.analyzer)
         except NLQLError as exc:
@@ -656,7 +747,9 @@ class Engine:
         rr = reranker if reranker is not None else self.reranker
         self._sync()
         with self._lock.read(), deadline_scope(timeout):
-            plan = self._plan(query, params, rr)
+            t = time.perf_counter()
+            plan, cached = self._planned(query, params, rr)
+            plan_ms = (time.perf_counter() - t) * 1000
             try:
                 hits = self._executor.run(plan, reranker=rr, rerank_query=rerank_query,
                                           rerank_factor=self.rerank_factor, timeout=timeout,
@@ -664,6 +757,8 @@ class Engine:
                 from nlql.schema import warning_text
 
                 hits.warnings[:0] = [warning_text(d) for d in self._data_warnings(plan.query)]
+                hits.stats.setdefault("timings_ms", {})["plan"] = round(plan_ms, 3)
+                hits.stats["plan_cache"] = cached
                 return hits
             except NLQLError as exc:
                 if source is not None:
@@ -844,9 +939,10 @@ def _check_texts(texts: Any) -> list[str]:
     if isinstance(texts, Mapping) or not isinstance(texts, Iterable):
         raise TypeError(f"texts must be a sequence of strings, not {type(texts).__name__}")
     out = list(texts)
-    for t in out:
-        if not isinstance(t, str):
-            raise TypeError(f"texts must be strings, not {type(t).__name__}")
+    if not _STR_ONLY.issuperset(map(type, out)):
+        for t in out:
+            if not isinstance(t, str):
+                raise TypeError(f"texts must be strings, not {type(t).__name__}")
     return out
 
 
@@ -858,7 +954,7 @@ def _check_sequence(values: Any, name: str, n: int) -> list[Any] | None:
     out = list(values)
     if len(out) != n:
         raise ValueError(f"{name} must have one entry per text ({len(out)} for {n} texts)")
-    if name == "ids":
+    if name == "ids" and not _STR_ONLY.issuperset(map(type, out)):
         for i in out:
             if i is not None:
                 doc_id_of(i)

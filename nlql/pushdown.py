@@ -107,6 +107,7 @@ class Capabilities:
     KEYWORD_STATS: bool = False               # KeywordStats: bm25_candidates(), BM25 kept in the store (SPEC §10)
     ENTITY_LINKS: bool = False                # KeepsEntities: entity_rows(), the graph's links kept with the data
     GRAPH_ARM: bool = False                   # GraphInStore: graph_activation(), GRAPH computed by the store
+    KNN_SCORES: bool = False                  # knn's scores are bit for bit similarities()' (the engine keeps them)
 
 
 @dataclass(slots=True)

@@ -105,6 +105,57 @@ class MetaSummary:
         self.documents -= 1
         self._count(meta, -1)
 
+    def add_many(self, metas: Iterable[Mapping[str, Any]]) -> None:
+        """``add`` of each, in order, with the same result: flat metadata (every value a scalar) is
+        counted a key at a time over its distinct values, not a document at a time (ingest, issue 21)."""
+        metas = metas if isinstance(metas, list) else list(metas)
+        if metas and len(set(map(tuple, metas))) == 1:  # one set of keys (the common case): by column
+            cols = {k: [m[k] for m in metas] for k in metas[0]}
+            if all(_SCALARS.issuperset(map(type, c)) for c in cols.values()):
+                self._add_columns(cols, len(metas))
+                return
+        columns: dict[Any, list[Any]] = {}
+        flat = 0
+        for meta in metas:
+            if not _SCALARS.issuperset(map(type, meta.values())):
+                self._add_columns(columns, flat)  # what came before first, so the order is kept
+                columns, flat = {}, 0
+                self.add(meta)
+                continue
+            flat += 1
+            for k, v in meta.items():
+                col = columns.get(k)
+                if col is None:
+                    columns[k] = col = []
+                col.append(v)
+        self._add_columns(columns, flat)
+
+    def _add_columns(self, columns: dict[Any, list[Any]], documents: int) -> None:
+        """Count ``documents`` flat documents given as their values per top-level key."""
+        self.documents += documents
+        paths = self._paths
+        for k, col in columns.items():
+            path = paths.get(k) or paths.setdefault(k, (str(k),))
+            key = self._keys.get(path)
+            if key is None:
+                key = self._keys[path] = _Key()
+            key.documents += len(col)
+            # each distinct (type, value) once, in order of first appearance (1, 1.0 and True differ)
+            for (tv, value), m in Counter(zip(map(type, col), col)).items():
+                t = value_type(value)
+                key.types[t] += m
+                if t == "string" and _NUMBER.match(value):
+                    key.numeric_strings += m
+                v = _countable(value)
+                if v is not None:
+                    hashable = (tv.__name__ if tv is not int and tv is not float else "n", v)
+                    if hashable in key.values:
+                        key.values[hashable] += m
+                    elif len(key.values) < MAX_DISTINCT:
+                        key.values[hashable] = m
+                    else:
+                        key.values_complete = False
+
     def _count(self, meta: Mapping[str, Any], sign: int) -> None:
         paths = self._paths
         if all(type(v) in _SCALARS for v in meta.values()):  # flat: each key is its own path

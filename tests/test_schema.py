@@ -198,3 +198,29 @@ def test_closest_prefers_the_first_candidate_on_ties() -> None:
     assert closest("rr", ["r", "id", "rrr"]) == "r"
     assert closest("sectoin", ["section", "year"]) == "section"
     assert closest("zzzz", ["section", "year"]) is None
+
+
+def test_meta_summary_add_many_counts_as_add_one_by_one() -> None:
+    """The batch count (per key over distinct values, as ingest writes) equals adding each in order:
+    types, numeric strings, common values with 1 / 1.0 / True kept apart by type, the distinct cap,
+    nested and mixed key sets, and removal afterwards."""
+    import random
+
+    rnd = random.Random(7)
+    pool = [1, 1.0, True, False, 0, "1", "2025-06-01", "x", None, 2.5, "a" * 100, "y"]
+    batches = [
+        [{"k": rnd.choice(pool), "n": i % 7} for i in range(500)],              # one key set
+        [{"k": rnd.choice(pool)} if i % 3 else {"j": i} for i in range(300)],  # mixed key sets
+        [{"id": f"v{i}", "k": 1} for i in range(400)],                          # over the distinct cap
+        [{"k": {"deep": i % 3}} if i % 5 == 0 else {"k": i % 4} for i in range(200)],  # nested values
+    ]
+    for metas in batches:
+        one, many = MetaSummary(), MetaSummary()
+        for m in metas:
+            one.add(m)
+        many.add_many(metas)
+        assert many.keys() == one.keys() and many.documents == one.documents
+        for m in metas[::2]:
+            one.remove(m)
+            many.remove(m)
+        assert many.keys() == one.keys() and many.documents == one.documents

@@ -186,10 +186,22 @@ def hits(run: Search, page: list[Candidate]) -> list[Hit]:
         out.append(Hit(
             id=u.ctx.id if plan.unit.kind != "DOCUMENT" else u.ctx.doc_id,
             doc_id=u.ctx.doc_id, unit=plan.unit.kind, position=u.ctx.position,
-            content=unit_text(run, u), metadata=copy.deepcopy(u.ctx.metadata), scores=scores,
+            content=unit_text(run, u), metadata=_copy_metadata(u.ctx.metadata), scores=scores,
             best=_best(run, u, best_slot, best_names) if best_slot is not None else None,
         ))
     return out
+
+
+_FLAT = (str, int, float, bool, type(None))
+
+
+def _copy_metadata(meta: dict[str, Any]) -> dict[str, Any]:
+    """A copy the caller may change without changing the store: a plain copy when every value is a
+    scalar (the common case, ~10x cheaper than ``deepcopy``), else a deep one."""
+    for v in meta.values():
+        if type(v) not in _FLAT:
+            return copy.deepcopy(meta)
+    return dict(meta)
 
 
 def _best_basis(plan: Any) -> tuple[str | None, list[str]]:

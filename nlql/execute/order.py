@@ -30,9 +30,16 @@ def order(run: Search, units: list[Candidate]) -> list[Candidate]:
             if V.is_null(v):
                 return (_nr, (0, 0))
             return (1, V.sort_key(v))
-        keyed.sort(key=key, reverse=spec.descending)
+        if all(type(v) is float and v == v for v, _ in keyed):
+            keyed.sort(key=_first, reverse=spec.descending)  # only scores (no null): the same order, cheaper
+        else:
+            keyed.sort(key=key, reverse=spec.descending)
         units = [u for _, u in keyed]
     return units
+
+
+def _first(item: tuple[Any, Candidate]) -> Any:
+    return item[0]
 
 
 def rerank(run: Search, units: list[Candidate], reranker: Any, rerank_query: str | None) -> list[Candidate]:

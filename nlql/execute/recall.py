@@ -148,7 +148,11 @@ def _knn(run: Search, qv: dict[str, np.ndarray]) -> list[Candidate]:
         n_candidates = len(keys)
         exhausted = all(len(lst) < k for lst in lists) or k >= total
         t = time.perf_counter()
-        units = candidates(run, keys, qv, None, restrict=set(keys))
+        known = None
+        if len(lists) == 1 and store.capabilities.KNN_SCORES:
+            # one query vector: knn's scores are the very ones similarities() would compute again
+            known = {slot: np.fromiter((seen[x] for x in keys), dtype=np.float32, count=len(keys))}
+        units = candidates(run, keys, qv, known, restrict=set(keys))
         units = keep_passing(units, run.residual, run.deadline, run.warnings)
         run.stats.add("filter", (time.perf_counter() - t) * 1000)
         if exhausted or _enough(run, units, need):

@@ -52,7 +52,7 @@ import numpy as np
 
 from nlql.pushdown import NativeFilter
 from nlql.stores.base import DocRecord
-from nlql.stores.memory import MatrixStore, MemoryStore
+from nlql.stores.memory import MatrixStore, MemoryStore, _filter_key
 
 
 class AnnStore(MemoryStore):
@@ -267,7 +267,7 @@ class AnnStore(MemoryStore):
         """The rows a search may return: their count, mask, and (lazily) the library's selector."""
         if flt is None and (self.hides_dead or self._dead == 0):
             return {"matches": len(self.table), "selector": None, "mask": None}
-        key = (self.table.version, self._epoch, None if flt is None else flt.native)
+        key = (self.table.version, self._epoch, _filter_key(flt))  # `== true` is not `== 1`
         entry = self._sel_cache.get(key)
         if entry is None:
             mask = self.mask(flt)  # live rows passing the filter, exactly values.py's semantics

@@ -92,7 +92,8 @@ class FaissStore(AnnStore):
         self.m = m
         self.ef_construction = ef_construction
         self.hides_dead = False  # HNSW keeps removed ids: the selector must exclude them
-        self.capabilities = replace(MEMORY_CAPABILITIES, NAME="faiss", EXACT=index == "flat")
+        self.capabilities = replace(MEMORY_CAPABILITIES, NAME="faiss", EXACT=index == "flat",
+                                    KNN_SCORES=False)
         super().__init__(path, ef_search=ef_search, autosave=autosave)
 
     def compile_filter(self, flt: Filter) -> NativeFilter:

@@ -59,6 +59,7 @@ MEMORY_CAPABILITIES = Capabilities(
     FULL_SCORES=True,
     FAST_PATH=True,
     DESCRIBES_DATA=True,
+    KNN_SCORES=True,  # knn and similarities score a row with the same aligned blocks (block_rows)
 )
 
 
@@ -158,6 +159,12 @@ def describe_filter(flt: Filter) -> str:
     return "(" + joiner.join(describe_filter(i) for i in flt.items) + ")"
 
 
+def _filter_key(flt: NativeFilter | None) -> Any:
+    """A cache key for a compiled filter: its tree and its text, which shows each value's type (the
+    tree alone would take ``== true`` for ``== 1``, as ``True == 1`` in Python)."""
+    return None if flt is None else (flt.native, flt.text)
+
+
 class MatrixStore:
     """Rows + a growable float32 matrix. Shared by the built-in store and the ANN stores' exact path."""
 
@@ -192,7 +199,7 @@ class MatrixStore:
             raise RuntimeError("store not opened")
         docs = latest_per_id(docs)  # the same id twice in one call: the last one wins
         before = self.table.size
-        keys = self.table.add(docs)
+        keys = self.table.add(docs, unique=True)
         need = self.table.size
         if need > len(self._matrix):
             cap = max(need, 2 * len(self._matrix), 1024)
@@ -200,8 +207,8 @@ class MatrixStore:
             grown[:before] = self._matrix[:before]
             self._matrix = grown
         if len(keys):
-            vecs = [d.vectors for d in docs if len(d.units)]
-            self._matrix[keys[0] : keys[0] + len(keys)] = np.concatenate(vecs) if vecs else 0
+            vecs = [d.vectors for d in docs if d.units]
+            np.concatenate(vecs, out=self._matrix[keys[0] : keys[0] + len(keys)])
         return keys
 
     def upsert(self, docs: Sequence[DocRecord]) -> None:
@@ -248,7 +255,7 @@ class MatrixStore:
         t = self.table
         if flt is None and len(t) == t.size:
             return _Rows(None, t.size, "all rows")
-        key = (t.version, flt.native if flt is not None else None)
+        key = (t.version, _filter_key(flt))
         hit = self._sub_cache.get(key)
         if hit is not None:
             self._sub_cache.move_to_end(key)

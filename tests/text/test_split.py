@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nlql.text.split import sentences, split_sentences
+from nlql.text.split import sentences, split_many, split_sentences
 
 CASES: list[tuple[str, list[str]]] = [
     ("", []),
@@ -176,3 +176,14 @@ def test_speed_100k_one_sentence_documents() -> None:
         split_sentences(d)
     elapsed = time.process_time() - t0
     assert elapsed < 2.0, f"splitting 100k one-sentence documents took {elapsed:.2f}s of CPU"
+
+
+_PIECES = ["a", "Bc", " ", "  ", ".", "!", "?", "...", "\u2026", "\n", "\r\n", "\u2029", "\u3002", "x\u3002y",
+           '"', ")", "Dr.", " The", "e.g.", "\t", "\x00", "3.14", "U.S.", "\u00a0"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(st.sampled_from(_PIECES), max_size=10).map("".join), max_size=40))
+def test_split_many_is_split_sentences_of_each(texts: list[str]) -> None:
+    """The batch form (one scan of the joined texts for the fast path) splits every text as alone."""
+    assert split_many(texts) == [split_sentences(t) for t in texts]
