@@ -37,7 +37,16 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.common import RESULTS, QueryMemo, interleaved_runs, log, machine_info, stamp_end, write_json  # noqa: E402
+from bench.common import (  # noqa: E402
+    RESULTS,
+    QueryMemo,
+    SparseBM25,
+    interleaved_runs,
+    log,
+    machine_info,
+    stamp_end,
+    write_json,
+)
 from bench.corpus import synthetic_corpus  # noqa: E402
 
 TEXT = "renewable energy policy"
@@ -58,8 +67,6 @@ def _top(scores: np.ndarray, k: int) -> np.ndarray:
 
 
 def run(n: int, repeat: int) -> dict[str, Any]:
-    import scipy.sparse as sp
-
     from nlql import Engine
     from nlql.embedders import HashEmbedder
     from nlql.stores.memory import _blas_one_thread
@@ -76,36 +83,13 @@ def run(n: int, repeat: int) -> dict[str, Any]:
     index = engine._bm25._index  # noqa: SLF001 - the bench reads the engine's own index
 
     # The sparse reference: the same terms (the engine's analyzer), weights baked in once.
-    analyzer = index.analyzer
-    vocab: dict[str, int] = {}
-    rows, cols, tfs, lens = [], [], [], []
-    for i, text in enumerate(texts):
-        terms = analyzer.terms(text)
-        lens.append(len(terms))
-        counts: dict[int, int] = {}
-        for w in terms:
-            j = vocab.setdefault(w, len(vocab))
-            counts[j] = counts.get(j, 0) + 1
-        rows.extend([i] * len(counts))
-        cols.extend(counts)
-        tfs.extend(counts.values())
-    r, c = np.asarray(rows), np.asarray(cols)
-    tf = np.asarray(tfs, dtype=np.float64)
-    length = np.asarray(lens, dtype=np.float64)
-    k1, b = 1.2, 0.75
-    weight = tf * (k1 + 1.0) / (tf + k1 * (1.0 - b + b * length[r] / length.mean()))
-    mat = sp.csr_array((weight, (c, r)), shape=(len(vocab), n))  # terms × documents
-    df = np.bincount(c, minlength=len(vocab)).astype(np.float64)
-    idf_all = np.log1p((n - df + 0.5) / (df + 0.5))
+    sparse = SparseBM25(texts, index.analyzer)
     vectors = engine.store.matrix  # type: ignore[attr-defined]
     qv = emb.embed([TEXT])[0]
 
     def sparse_bm25() -> tuple[np.ndarray, np.ndarray]:
         """(matching rows, their scores): a sparse query row (idf weights) times the weight matrix."""
-        q = [vocab[w] for w in dict.fromkeys(analyzer.terms(TEXT)) if w in vocab]
-        qrow = sp.csr_array((idf_all[q], (np.zeros(len(q), dtype=np.int64), q)), shape=(1, len(vocab)))
-        res = (qrow @ mat).tocsr()
-        return res.indices, res.data
+        return sparse.scores(TEXT)
 
     # Same answer first: the engine's BM25 page is the reference's.
     ref_rows, ref_scores = sparse_bm25()
@@ -182,7 +166,7 @@ def run(n: int, repeat: int) -> dict[str, Any]:
         "repeat": repeat,
         "ingest_s": round(ingest_s, 2),
         "first_bm25_query_s": round(first_bm25_s, 2),
-        "postings": int(mat.nnz),
+        "postings": int(sparse.mat.nnz),
         "bm25_vs_sparse_floor": round(med["nlql_bm25"] / med["floor_bm25"], 2),
         "index_vs_sparse_floor": round(med["index_top_k"] / med["floor_bm25"], 2),
         "rrf_vs_floor": round(med["nlql_rrf"] / med["floor_rrf"], 2),

@@ -157,3 +157,48 @@ def interleaved_runs(fns: Mapping[str, Callable[[], Any]], repeat: int, warmup: 
             fn()
             runs[name].append((time.perf_counter() - t) * 1000)
     return runs
+
+
+class SparseBM25:
+    """The BM25 floor: NLQL's analyzer and formula, weights precomputed in a scipy CSR (terms x documents);
+    a query is one sparse row (idf weights) times the matrix (bench/side_by_side.py, bench/bm25_speed.py)."""
+
+    def __init__(self, texts: list[str], analyzer: Any, k1: float = 1.2, b: float = 0.75) -> None:
+        import scipy.sparse as sp
+
+        self.analyzer, self.n = analyzer, len(texts)
+        vocab: dict[str, int] = {}
+        rows, cols, tfs, lens = [], [], [], []
+        for i, text in enumerate(texts):
+            terms = analyzer.terms(text)
+            lens.append(len(terms))
+            counts: dict[int, int] = {}
+            for w in terms:
+                j = vocab.setdefault(w, len(vocab))
+                counts[j] = counts.get(j, 0) + 1
+            rows.extend([i] * len(counts))
+            cols.extend(counts)
+            tfs.extend(counts.values())
+        r, c = np.asarray(rows, dtype=np.int64), np.asarray(cols, dtype=np.int64)
+        tf = np.asarray(tfs, dtype=np.float64)
+        length = np.asarray(lens, dtype=np.float64)
+        weight = tf * (k1 + 1.0) / (tf + k1 * (1.0 - b + b * length[r] / length.mean()))
+        self.mat = sp.csr_array((weight, (c, r)), shape=(len(vocab), self.n))
+        df = np.bincount(c, minlength=len(vocab)).astype(np.float64)
+        self.idf = np.log1p((self.n - df + 0.5) / (df + 0.5))
+        self.vocab = vocab
+        self._sp = sp
+
+    def scores(self, text: str) -> tuple[np.ndarray, np.ndarray]:
+        """(matching rows, their BM25 scores)."""
+        q = [self.vocab[w] for w in dict.fromkeys(self.analyzer.terms(text)) if w in self.vocab]
+        qrow = self._sp.csr_array((self.idf[q], (np.zeros(len(q), dtype=np.int64), q)), shape=(1, len(self.vocab)))
+        res = (qrow @ self.mat).tocsr()
+        res.sort_indices()  # rows ascending, so ties break on the row like NLQL's
+        return res.indices, res.data
+
+    def dense(self, text: str) -> np.ndarray:
+        rows, scores = self.scores(text)
+        out = np.full(self.n, -np.inf)
+        out[rows] = scores
+        return out

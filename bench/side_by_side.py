@@ -59,7 +59,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.common import RESULTS, interleaved_runs, log, machine_info, stamp_end, write_json  # noqa: E402
+from bench.common import RESULTS, SparseBM25, interleaved_runs, log, machine_info, stamp_end, write_json  # noqa: E402
 from bench.pg_speed import QUERY_TEXTS, Lookup, corpus  # noqa: E402
 from bench.pg_speed import SHAPES as PG_SHAPES  # noqa: E402
 
@@ -110,50 +110,6 @@ class Data:
         self.pub_rows = np.flatnonzero(self.published)
         self.tag_rows = np.flatnonzero(self.tagged)
         self.embedder = Lookup(self.texts + QUERY_TEXTS, np.concatenate([self.vecs, self.qvecs]))
-
-
-class SparseBM25:
-    """The BM25 floor: NLQL's analyzer, weights precomputed in a scipy CSR (terms x documents)."""
-
-    def __init__(self, texts: list[str], analyzer: Any, k1: float = 1.2, b: float = 0.75) -> None:
-        import scipy.sparse as sp
-
-        self.analyzer, self.n = analyzer, len(texts)
-        vocab: dict[str, int] = {}
-        rows, cols, tfs, lens = [], [], [], []
-        for i, text in enumerate(texts):
-            terms = analyzer.terms(text)
-            lens.append(len(terms))
-            counts: dict[int, int] = {}
-            for w in terms:
-                j = vocab.setdefault(w, len(vocab))
-                counts[j] = counts.get(j, 0) + 1
-            rows.extend([i] * len(counts))
-            cols.extend(counts)
-            tfs.extend(counts.values())
-        r, c = np.asarray(rows, dtype=np.int64), np.asarray(cols, dtype=np.int64)
-        tf = np.asarray(tfs, dtype=np.float64)
-        length = np.asarray(lens, dtype=np.float64)
-        weight = tf * (k1 + 1.0) / (tf + k1 * (1.0 - b + b * length[r] / length.mean()))
-        self.mat = sp.csr_array((weight, (c, r)), shape=(len(vocab), self.n))
-        df = np.bincount(c, minlength=len(vocab)).astype(np.float64)
-        self.idf = np.log1p((self.n - df + 0.5) / (df + 0.5))
-        self.vocab = vocab
-        self._sp = sp
-
-    def scores(self, text: str) -> tuple[np.ndarray, np.ndarray]:
-        """(matching rows, their BM25 scores)."""
-        q = [self.vocab[w] for w in dict.fromkeys(self.analyzer.terms(text)) if w in self.vocab]
-        qrow = self._sp.csr_array((self.idf[q], (np.zeros(len(q), dtype=np.int64), q)), shape=(1, len(self.vocab)))
-        res = (qrow @ self.mat).tocsr()
-        res.sort_indices()  # rows ascending, so ties break on the row like NLQL's
-        return res.indices, res.data
-
-    def dense(self, text: str) -> np.ndarray:
-        rows, scores = self.scores(text)
-        out = np.full(self.n, -np.inf)
-        out[rows] = scores
-        return out
 
 
 class Truth:
