@@ -206,10 +206,11 @@ class Analyzer:
             out = list(map(memo.get, words))
             if None in out:
                 missing = list({w for w, stem in zip(words, out) if stem is None})
-                if len(memo) + len(missing) > self.MAX_MEMO:
-                    memo.clear()
-                memo.update(zip(missing, self._stem(missing)))
-                out = list(map(memo.__getitem__, words))
+                fresh = dict(zip(missing, self._stem(missing)))
+                if len(memo) + len(fresh) > self.MAX_MEMO:
+                    memo.clear()  # (the stems already read stay in ``out``: nothing is looked up again)
+                memo.update(fresh)
+                out = [fresh[w] if stem is None else stem for w, stem in zip(words, out)]
             return out
         return words
 

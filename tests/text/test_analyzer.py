@@ -110,3 +110,18 @@ def test_config_round_trip_and_json() -> None:
 def test_deterministic_across_instances() -> None:
     text = "Ünïcödé TEXT with Mixed case, numbers 42 and under_scores."
     assert Analyzer(stemmer="english").terms(text) == Analyzer(stemmer="english").terms(text)
+
+
+def test_a_full_stem_memo_is_dropped_without_losing_the_words_being_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a store that ingests many distinct words fills the memo; the text that overflows it mixes words
+    # already memoised with new ones (this raised KeyError at about 190k one-sentence documents)
+    a = Analyzer()
+    monkeypatch.setattr(a, "MAX_MEMO", 5)
+    want = Analyzer().terms
+    assert a.terms("harvest markets") == want("harvest markets")
+    text = "harvest markets grow with rains and farmers expect more harvests"
+    assert a.terms(text) == want(text)
+    assert len(a._memo) <= 5 + len(set(text.split()))
+    for i in range(50):
+        t = f"harvest number{i} word{i} markets"
+        assert a.terms(t) == want(t)
