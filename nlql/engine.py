@@ -5,12 +5,11 @@ from __future__ import annotations
 import asyncio
 import copy
 import dataclasses
-import gc
 import math
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
@@ -27,6 +26,7 @@ from nlql.execute.keywords import BM25Sidecar
 from nlql.execute.results import Hits
 from nlql.execute.units import DEFAULT_CHUNK_CHARS
 from nlql.explain import Explain
+from nlql.gc_pause import gc_paused
 from nlql.parser import parse as parse_query
 from nlql.patterns import deadline_scope
 from nlql.plan.cache import PlanCache
@@ -185,19 +185,6 @@ _CLOCKED: Any = object()
 _DEFAULT: Any = object()
 
 
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    """The cyclic garbage collector paused for one ingest call: a large ingest allocates millions of
-    objects that all survive (rows, records, metadata), and every full collection walks all of them
-    again, which made ingest superlinear (issue 21). Nothing an ingest builds is a reference cycle
-    that needs collecting during the call; the collector runs again as usual afterwards."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 def _system_clock() -> datetime:
@@ -367,7 +354,7 @@ class Engine:
             EmbedderError: The embedder failed or returned anything but one finite vector per sentence.
             BackendError: The store failed.
         """
-        with _gc_paused():
+        with gc_paused():
             return self._add_texts(texts, ids, metadatas, batch_size, progress)
 
     def _add_texts(self, texts: Sequence[str], ids: Sequence[str | int | None] | None,

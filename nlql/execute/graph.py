@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from nlql.gc_pause import gc_paused
 from nlql.stores.base import DocRecord, Store
 
 __all__ = ["GraphSidecar", "StoreActivation", "metadata_entities"]
@@ -98,13 +99,17 @@ class GraphSidecar:
                 self._graph = EntityGraph.from_rows(rows)
                 return self._graph
         graph = EntityGraph()
-        rows = self.store.fetch(self.store.scan(None))
-        docs: dict[str, tuple[list[tuple[int, list[str]]], int]] = {}
-        for r in rows:
-            sentences, _ = docs.setdefault(r.doc_id, ([], r.seq))
-            names = self._names(r.content, metadata_entities(r.metadata))
-            if names:
-                sentences.append((r.position, names))
+        with gc_paused():  # every row read survives the loop: a collection would only walk them again
+            read = getattr(self.store, "live_sentences", None)  # a table store: no Row per sentence
+            rows = read() if read is not None else [
+                (r.doc_id, r.position, r.seq, r.content, r.metadata) for r in self.store.fetch(self.store.scan(None))]
+            docs: dict[str, tuple[list[tuple[int, list[str]]], int]] = {}
+            for doc_id, position, seq, content, metadata in rows:
+                sentences, _ = docs.setdefault(doc_id, ([], seq))
+                names = self._names(content, metadata_entities(metadata))
+                if names:
+                    sentences.append((position, names))
+            del rows
         graph.add_many([(d, s, seq) for d, (s, seq) in sorted(docs.items(), key=lambda kv: kv[1][1])])
         if self.keeps_links:  # a store written before links were kept: built once, then kept with it
             self.store.adopt_entities(graph.to_rows())  # type: ignore[attr-defined]

@@ -445,6 +445,12 @@ class MatrixStore:
         with self._lock:
             return self.table.document_rows(doc_ids)
 
+    def live_sentences(self) -> list[tuple[str, int, int, str, dict[str, Any]]]:
+        """``(doc_id, position, seq, content, metadata)`` of every stored sentence (the entity graph's
+        first build reads this instead of fetching every row)."""
+        with self._lock:
+            return self.table.live_sentences()
+
     def similarities(self, vectors: np.ndarray, keys: Sequence[Any]) -> np.ndarray:
         with self._lock:
             idx = np.asarray(keys, dtype=np.int64)

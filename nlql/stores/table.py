@@ -476,6 +476,14 @@ class RowTable:
     def document_rows(self, doc_ids: Sequence[str]) -> dict[str, list[Row]]:
         return {d: self.rows(self.doc_rows[d]) for d in doc_ids if d in self.doc_rows}
 
+    def live_sentences(self) -> list[tuple[str, int, int, str, dict[str, Any]]]:
+        """``(doc_id, position, seq, content, metadata)`` of every live row, in row order, without
+        building (and caching) a :class:`Row` per sentence: what a whole-corpus pass reads."""
+        ids, pos, texts, meta = self.doc_ids, self.positions, self.contents, self.doc_meta
+        keys = np.flatnonzero(self.alive)
+        docs, seqs = self.row_doc[keys].tolist(), self.seq[keys].tolist()
+        return [(ids[k], pos[k], q, texts[k], meta[d]) for k, d, q in zip(keys.tolist(), docs, seqs)]
+
     def live_keys(self) -> np.ndarray:
         """Live keys in insertion order (seq, then position)."""
         keys = np.flatnonzero(self.alive)

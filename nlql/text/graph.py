@@ -50,7 +50,6 @@ and :meth:`EntityGraph.from_rows`, or the SQLite helpers :data:`SQLITE_SCHEMA`,
 
 from __future__ import annotations
 
-import gc
 import math
 import threading
 from array import array
@@ -60,6 +59,7 @@ from typing import Any
 
 import numpy as np
 
+from nlql.gc_pause import gc_paused
 from nlql.text.bm25 import _ranges
 from nlql.text.entities import MAX_NAME_TOKENS, entity_tokens, token_spans
 
@@ -401,13 +401,8 @@ class EntityGraph:
         objects per sentence and none of them is garbage, yet on a large heap (the store's rows) every
         collection it triggers walks the heap (measured 2.3× the time of the batch at 100k sentences).
         """
-        paused = gc.isenabled()
-        gc.disable()
-        try:
+        with gc_paused():
             self._add_many(docs)
-        finally:
-            if paused:
-                gc.enable()
 
     def _add_many(self, docs: Iterable[tuple[str, Iterable[tuple[int, Iterable[str]]], int | None]]) -> None:
         prepared = []
