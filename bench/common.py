@@ -189,12 +189,14 @@ class SparseBM25:
         self.vocab = vocab
         self._sp = sp
 
-    def scores(self, text: str) -> tuple[np.ndarray, np.ndarray]:
-        """(matching rows, their BM25 scores)."""
+    def scores(self, text: str, ordered: bool = True) -> tuple[np.ndarray, np.ndarray]:
+        """(matching rows, their BM25 scores); ``ordered``: rows ascending, so that ties break on the
+        row as NLQL's do (a timed floor leaves that out: its top-k is a set)."""
         q = [self.vocab[w] for w in dict.fromkeys(self.analyzer.terms(text)) if w in self.vocab]
         qrow = self._sp.csr_array((self.idf[q], (np.zeros(len(q), dtype=np.int64), q)), shape=(1, len(self.vocab)))
         res = (qrow @ self.mat).tocsr()
-        res.sort_indices()  # rows ascending, so ties break on the row like NLQL's
+        if ordered:
+            res.sort_indices()
         return res.indices, res.data
 
     def dense(self, text: str) -> np.ndarray:
