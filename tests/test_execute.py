@@ -155,3 +155,17 @@ def test_checked_query_carries_binding_facts() -> None:
     assert [facts[n].type for n in facts] == ["bool", "score", "score", "score", "number"]
     assert checked.score_bindings == ("s", "f", "g")
     assert checked.fusion_bindings == {"f", "g"}
+
+
+def test_a_full_first_knn_round_does_not_ask_the_store_for_its_count(monkeypatch: pytest.MonkeyPatch) -> None:
+    # on a server store count() is a round trip: only a short page that might widen pays for it
+    e = Engine(embedder=HashEmbedder(dim=64), warm_up=False)
+    e.add_texts([f"Cats and dogs in part {i}." for i in range(60)])
+    calls: list[int] = []
+    count = e.store.count
+    monkeypatch.setattr(e.store, "count", lambda: calls.append(1) or count())
+    q = 'SELECT SENTENCE LET s = SIMILARITY(content, "cats") {where} ORDER BY s DESC LIMIT 5'
+    assert len(e.search(q.format(where=""))) == 5 and calls == []
+    # a residual that leaves the page short widens; the count tells it every row was read
+    hits = e.search(q.format(where="WHERE LENGTH(content) > 1000"))
+    assert len(hits) == 0 and calls and hits.stats["rounds"] >= 1

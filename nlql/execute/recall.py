@@ -122,7 +122,7 @@ def _knn(run: Search, qv: dict[str, np.ndarray]) -> list[Candidate]:
     assert slot is not None and need is not None
     min_score = plan.recall.min_score.get(slot) if store.capabilities.SCORE_THRESHOLD else None
     k = max(1, plan.recall.k or need)
-    total = store.count()
+    total: int | None = None  # the store's row count, asked only when a short page might widen
     rounds = 0
     units: list[Candidate] = []
     n_candidates = 0
@@ -146,7 +146,7 @@ def _knn(run: Search, qv: dict[str, np.ndarray]) -> list[Candidate]:
                     seen[key] = score
         keys = sorted(seen, key=lambda x: -seen[x])
         n_candidates = len(keys)
-        exhausted = all(len(lst) < k for lst in lists) or k >= total
+        exhausted = all(len(lst) < k for lst in lists)
         t = time.perf_counter()
         known = None
         if len(lists) == 1 and store.capabilities.KNN_SCORES:
@@ -156,6 +156,10 @@ def _knn(run: Search, qv: dict[str, np.ndarray]) -> list[Candidate]:
         units = keep_passing(units, run.residual, run.deadline, run.warnings)
         run.stats.add("filter", (time.perf_counter() - t) * 1000)
         if exhausted or _enough(run, units, need):
+            break
+        if total is None:  # (one round trip on a server store: not paid by a page that is full)
+            total = store.count()
+        if k >= total:
             break
         if run.deadline.expired():
             run.warn_timeout("timeout while widening recall: fewer rows than LIMIT may be returned")
