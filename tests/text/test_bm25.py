@@ -6,7 +6,6 @@ import io
 import math
 import random
 import threading
-import time
 
 import numpy as np
 import pytest
@@ -333,28 +332,3 @@ def test_concurrent_queries_and_adds() -> None:
     assert not errors
     assert len(index) == 1000
 
-
-def test_speed_100k_rows() -> None:
-    rng = np.random.default_rng(0)
-    vocab = np.array([f"t{i}" for i in range(30_000)])
-    lens = rng.integers(5, 20, size=100_000)
-    ids = rng.zipf(1.2, size=int(lens.sum())) % vocab.size
-    docs, pos = [], 0
-    for n in lens.tolist():
-        docs.append(" ".join(vocab[ids[pos : pos + n]]))
-        pos += n
-    index = BM25Index()
-    # CPU time, not wall time: other processes on a busy machine must not fail this test.
-    t0 = time.process_time()
-    index.add(range(100_000), docs)
-    index.stats(["t1"])  # forces the pending rows into postings
-    add_seconds = time.process_time() - t0
-    # the default English analyzer (stopwords + Snowball stemming, memoised per word) costs ~0.6 s more
-    # than the plain one measured here on an idle core; a loaded 2-core machine adds up to half again
-    assert add_seconds < 4.0, f"adding 100k rows took {add_seconds:.2f}s of CPU"
-    latencies = []
-    for q in ["t1", "t1 t2 t3", "t5 t900 t20000", "t3 t4 t5 t6 t7 t8"]:
-        t0 = time.process_time()
-        index.top_k(q, 10)
-        latencies.append(time.process_time() - t0)
-    assert max(latencies) < 0.05, latencies
