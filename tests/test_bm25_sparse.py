@@ -294,7 +294,7 @@ def test_the_speed_bench_runs_at_a_tiny_size() -> None:
 
     out = bm25_speed.run(1500, 2)
     assert set(out["queries"]) == {"nlql_bm25", "index_top_k", "floor_bm25", "nlql_rrf", "nlql_rrf_fp32", "floor_rrf",
-                                 "floor_matvec"}
+                                 "floor_matvec", "sim_window", "bm25_window"}
     assert all(q["median_ms"] > 0 for q in out["queries"].values()) and out["postings"] > 1500
 
 

@@ -38,6 +38,9 @@ class _FastMatches:
     def rows(self, text: str, table: Any) -> np.ndarray | None:
         return self._sidecar.table_scores(text, table)
 
+    def sparse(self, text: str, table: Any) -> tuple[np.ndarray, np.ndarray]:
+        return self._sidecar.table_matches(text, table)
+
 
 class BM25Sidecar:
     """The engine's BM25 index over a store's sentences."""
@@ -55,7 +58,9 @@ class BM25Sidecar:
         self._row_of = np.full(0, -1, dtype=np.int64)
         self._row_state: tuple[int, int, int] | None = None
         # the query texts' scores of the current search over table rows (valid for _row_state; cleared by
-        # every write and every search): a page's rows are scored again after the fast path picked them
+        # every write and every search): a page's rows are scored again after the fast path picked them.
+        # _matches: (matching table rows ascending, their scores); _by_row: the dense vector, built from it
+        self._matches: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self._by_row: dict[str, np.ndarray] = {}
         self.fast_matches = _FastMatches(self)
 
@@ -88,7 +93,7 @@ class BM25Sidecar:
 
     def on_upsert(self, docs: Sequence[DocRecord]) -> None:
         with self._lock:
-            self._by_row.clear()
+            self._forget()
             if self._index is None:
                 return
             docs = latest_per_id(docs)  # the same id twice in one write: the last one wins (as in the store)
@@ -99,7 +104,7 @@ class BM25Sidecar:
 
     def on_delete(self, doc_ids: Sequence[str]) -> None:
         with self._lock:
-            self._by_row.clear()
+            self._forget()
             if self._index is not None:
                 self._remove(doc_ids)
                 self._follow_table(self._next, [])
@@ -164,26 +169,52 @@ class BM25Sidecar:
                     self._row_of[i] = rows[position]
         self._row_state = (id(table), table.version, table.size)
 
+    def _forget(self) -> None:
+        self._matches.clear()
+        self._by_row.clear()
+
+    def _table_matches(self, text: str, table: Any) -> tuple[np.ndarray, np.ndarray]:
+        """(rows, scores) of :meth:`table_matches` (lock held)."""
+        if self._index is None:
+            self._build()
+        if self._row_state != (id(table), table.version, table.size):
+            self._map_table(table)
+            self._forget()
+        hit = self._matches.get(text)
+        if hit is not None:
+            return hit
+        ids, values = self._index.score(text, ordered=False)
+        rows = self._row_of[ids] if ids.size else ids
+        ok = rows >= 0
+        if not ok.all():
+            rows, values = rows[ok], values[ok]
+        if rows.size > 1 and not bool((rows[1:] > rows[:-1]).all()):  # (the table renumbered its rows)
+            order = np.argsort(rows, kind="stable")
+            rows, values = rows[order], values[order]
+        rows.setflags(write=False)  # shared by the callers of this query text until the next write
+        values.setflags(write=False)
+        if len(self._matches) >= 4:
+            self._matches.pop(next(iter(self._matches)))
+            self._by_row.clear()
+        self._matches[text] = (rows, values)
+        return rows, values
+
+    def table_matches(self, text: str, table: Any) -> tuple[np.ndarray, np.ndarray]:
+        """The rows of ``table`` holding a term of ``text`` (row numbers ascending) and their BM25 scores
+        (all > 0): a query's BM25 without a vector over the whole table."""
+        with self._lock:
+            return self._table_matches(text, table)
+
     def table_scores(self, text: str, table: Any) -> np.ndarray:
         """BM25 of ``text`` for every row number of ``table`` (0.0 where no query term occurs)."""
         with self._lock:
-            if self._index is None:
-                self._build()
-            if self._row_state != (id(table), table.version, table.size):
-                self._map_table(table)
-                self._by_row.clear()
+            rows, values = self._table_matches(text, table)
             hit = self._by_row.get(text)
             if hit is not None:
                 return hit
-            ids, values = self._index.score(text, ordered=False)
             out = np.zeros(table.size, dtype=np.float64)
-            if ids.size:
-                rows = self._row_of[ids]
-                ok = rows >= 0
-                out[rows[ok]] = values[ok]
+            out[rows] = values
             out.setflags(write=False)  # shared by the callers of this query text until the next write
-            if len(self._by_row) >= 4:
-                self._by_row.pop(next(iter(self._by_row)))
             self._by_row[text] = out
             return out
 
@@ -191,7 +222,7 @@ class BM25Sidecar:
         """Forget the scores kept for the last search (they serve the stages of one search only, so a
         repeated query is scored again, as a benchmark expects)."""
         with self._lock:
-            self._by_row.clear()
+            self._forget()
 
     # ------------------------------------------------------------------ generic answers
 
@@ -210,11 +241,21 @@ class BM25Sidecar:
             if self._index is None:
                 self._build()
             table = getattr(self.store, "table", None)
-            by_row = self._by_row.get(text) if table is not None else None
-            if by_row is not None and self._row_state == (id(table), table.version, table.size) and len(keys):
+            found = self._matches.get(text) if table is not None else None
+            if found is not None and self._row_state == (id(table), table.version, table.size) and len(keys):
                 # this search's fast path scored the text over the table (0.0 for a row the index does
                 # not hold), and the keys are the table's row numbers
-                return by_row[np.asarray(keys, dtype=np.int64)]
+                want = np.asarray(keys, dtype=np.int64)
+                by_row = self._by_row.get(text)
+                if by_row is not None:
+                    return by_row[want]
+                rows, values = found
+                out = np.zeros(want.size, dtype=np.float64)
+                if rows.size:
+                    pos = np.minimum(np.searchsorted(rows, want), rows.size - 1)
+                    hit = rows[pos] == want
+                    out[hit] = values[pos[hit]]
+                return out
             ids = np.fromiter((self._ids.get(r.id, -1) for r in rows), dtype=np.int64, count=len(rows))
             out = np.zeros(len(rows), dtype=np.float64)
             valid = ids >= 0
