@@ -126,10 +126,16 @@ def _live(fused: np.ndarray, need: int, seq: np.ndarray, pos: np.ndarray) -> np.
 
 def window_page(run: Search, qv: dict[str, np.ndarray]) -> list[Candidate] | None:
     """The candidates of a fusion's page from the arms' windows only (see the module), or None: the
-    recall stage's fast path runs instead. Only without a reranker (the caller's ``fast_ok``)."""
+    recall stage's fast path runs instead. Only without a reranker (the caller's ``fast_ok``).
+
+    The ``bm25`` fast path of a query with no SIMILARITY score takes the same road: its rows tied with
+    or above the ``need``-th BM25 score among the matches alone (None when fewer rows match: the fast
+    path declines there and says so)."""
+    fast = run.plan.fast_path
+    if fast is not None and fast.kind == "bm25":
+        return _bm25_page(run, qv)
     plan, store = run.plan, run.store
     spec = _spec(run)
-    fast = plan.fast_path
     table = getattr(store, "table", None)
     top = getattr(store, "top_window", None)
     sparse = getattr(getattr(run.bm25, "fast_matches", None), "sparse", None)
@@ -209,6 +215,45 @@ def window_page(run: Search, qv: dict[str, np.ndarray]) -> list[Candidate] | Non
         u.ctx.scores[spec.slot] = v
     run.prefused.add(spec.slot)
     counts["fused_page"] = len(units)
+    units = keep_passing(units, run.residual, run.deadline, run.warnings)
+    run.stats.add("filter", (time.perf_counter() - t) * 1000)
+    return units
+
+
+def _bm25_page(run: Search, qv: dict[str, np.ndarray]) -> list[Candidate] | None:
+    """The ``bm25`` fast path's candidates from the sparse matches (no vector over the table), or None."""
+    plan, store = run.plan, run.store
+    fast = plan.fast_path
+    assert fast is not None
+    table = getattr(store, "table", None)
+    sparse = getattr(getattr(run.bm25, "fast_matches", None), "sparse", None)
+    text = fast.bm25_text(fast.slot or "")
+    if (table is None or sparse is None or text is None or run.need is None or run.failed
+            or plan.distinct is not None or not (store.capabilities.FAST_PATH and store.capabilities.FULL_SCORES)
+            or not hasattr(store, "mask")
+            or any(s.kind == "SIMILARITY" for s in plan.scores)):
+        return None
+    t = time.perf_counter()
+    begin = getattr(run.bm25, "begin_search", None)
+    if begin is not None:
+        begin()
+    live_rows = store.mask(plan.native)  # type: ignore[attr-defined]
+    rows, vals = sparse(text, table)
+    ok = live_rows[rows]
+    if not ok.all():
+        rows, vals = rows[ok], vals[ok]
+    if rows.size < run.need:  # fewer matches than the page: rows without a term can be on it
+        return None
+    counts = run.stats.counts
+    counts.update({"rounds": 1, "candidates": int(np.count_nonzero(live_rows))})
+    run.stats.add("recall", (time.perf_counter() - t) * 1000)
+    if run.deadline.expired():
+        run.warnings.append("timeout during recall")
+    t = time.perf_counter()
+    kept = rows[top_rows(vals, rows, table, run.need, ties=True)]
+    kept = kept[np.lexsort((table.pos[kept], table.seq[kept]))]  # into insertion order
+    counts.update({"fast_path": "bm25", "pruned_to": int(kept.size)})
+    units = candidates(run, [int(k) for k in kept], qv, {})
     units = keep_passing(units, run.residual, run.deadline, run.warnings)
     run.stats.add("filter", (time.perf_counter() - t) * 1000)
     return units
