@@ -57,6 +57,7 @@ class BM25Sidecar:
         # id -> table row number (-1: none), valid for (table, version, size) in _row_state
         self._row_of = np.full(0, -1, dtype=np.int64)
         self._row_state: tuple[int, int, int] | None = None
+        self._ids_are_rows = False  # _row_of[:_next] == arange(_next) (no row renumbered or removed)
         # the query texts' scores of the current search over table rows (valid for _row_state; cleared by
         # every write and every search): a page's rows are scored again after the fast path picked them.
         # _matches: (matching table rows ascending, their scores); _by_row: the dense vector, built from it
@@ -121,6 +122,7 @@ class BM25Sidecar:
             if self._row_of.size:
                 arr = np.asarray(gone, dtype=np.int64)
                 self._row_of[arr[arr < self._row_of.size]] = -1
+            self._ids_are_rows = False
 
     # ------------------------------------------------------------------ the table mapping
 
@@ -146,6 +148,8 @@ class BM25Sidecar:
                 self._row_state = None
                 return
             self._row_of[i] = rows[position]
+            self._ids_are_rows = self._ids_are_rows and int(self._row_of[i]) == i
+        self._ids_are_rows = self._ids_are_rows and len(new_ids) == self._next - first
         self._row_state = (id(table), table.version, table.size)
 
     def _grow(self, n: int) -> None:
@@ -167,6 +171,8 @@ class BM25Sidecar:
                 position = self._rev[i][1]
                 if position < len(rows):
                     self._row_of[i] = rows[position]
+        n = self._next
+        self._ids_are_rows = bool((self._row_of[:n] == np.arange(n)).all())
         self._row_state = (id(table), table.version, table.size)
 
     def _forget(self) -> None:
@@ -184,11 +190,14 @@ class BM25Sidecar:
         if hit is not None:
             return hit
         ids, values = self._index.score(text, ordered=False)
-        rows = self._row_of[ids] if ids.size else ids
-        ok = rows >= 0
-        if not ok.all():
-            rows, values = rows[ok], values[ok]
-        if rows.size > 1 and not bool((rows[1:] > rows[:-1]).all()):  # (the table renumbered its rows)
+        if self._ids_are_rows:  # an id is its row number (ids ascending: the index's insertion order)
+            rows = ids
+        else:
+            rows = self._row_of[ids] if ids.size else ids
+            ok = rows >= 0
+            if not ok.all():
+                rows, values = rows[ok], values[ok]
+        if rows.size > 1 and not bool((rows[1:] > rows[:-1]).all()):  # (renumbered rows, or re-added ids)
             order = np.argsort(rows, kind="stable")
             rows, values = rows[order], values[order]
         rows.setflags(write=False)  # shared by the callers of this query text until the next write
