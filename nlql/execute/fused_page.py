@@ -182,7 +182,9 @@ def window_page(run: Search, qv: dict[str, np.ndarray]) -> list[Candidate] | Non
                 rows, vals = rows[ok], vals[ok]
             rows = rows[top_rows(vals, rows, table, depth, ties=False)]
         ranked.append(rows)
-    union = np.unique(np.concatenate(ranked)) if ranked else np.zeros(0, dtype=np.int64)
+    union = np.sort(np.concatenate(ranked)) if ranked else np.zeros(0, dtype=np.int64)
+    if union.size > 1:  # (np.unique, without its overhead on a few hundred rows)
+        union = union[np.concatenate(([True], union[1:] != union[:-1]))]
     fused = _fuse(spec, [np.searchsorted(union, r) for r in ranked], union.size)
     live = _live(fused, run.need, seq[union], pos[union])
     page = union[live]
