@@ -116,12 +116,44 @@ def _fuse(spec: ScoreSpec, ranked: list[np.ndarray], size: int) -> np.ndarray:
 
 def _live(fused: np.ndarray, need: int, seq: np.ndarray, pos: np.ndarray) -> np.ndarray:
     """The rows that can be on the page: the ``need`` best fused values (ties kept), in insertion order."""
-    live = np.flatnonzero(fused > 0)
+    live = np.flatnonzero(fused > 0) if need > 0 else np.zeros(0, dtype=np.int64)
     if live.size > need:
         sub = fused[live]
         kth = np.partition(sub, sub.size - need)[sub.size - need]
         live = live[sub >= kth]  # ties with the need-th value kept: the executor orders them
     return live[np.lexsort((pos[live], seq[live]))]
+
+
+def _fuse_small(spec: ScoreSpec, ranked: list[list[int]]) -> tuple[dict[int, float], int]:
+    """:func:`_fuse` over the arms' rows as lists: ``({row: fused value}, rows in the union)``."""
+    fused: dict[int, float] = {}
+    if spec.kind == "RRF":
+        weights = spec.weights or (1.0,) * len(ranked)
+        for w, order in zip(weights, ranked):  # noqa: B905 - as fuse() pairs them
+            for r, row in enumerate(order, start=1):
+                fused[row] = fused.get(row, 0.0) + w / (spec.k + r)
+        return fused, len(fused)
+    position = 0
+    for depth in range(max((len(o) for o in ranked), default=0)):
+        for o in ranked:
+            if depth < len(o) and o[depth] not in fused:
+                position += 1
+                fused[o[depth]] = 1.0 / position
+    return fused, len(fused)
+
+
+def _live_small(fused: dict[int, float], need: int, seq: np.ndarray,
+                pos: np.ndarray) -> tuple[list[int], list[float]]:
+    """:func:`_live` of :func:`_fuse_small`'s values: (rows, their fused values) in insertion order."""
+    live = [(row, v) for row, v in fused.items() if v > 0] if need > 0 else []
+    if len(live) > need:
+        kth = sorted((v for _, v in live), reverse=True)[need - 1]
+        live = [(row, v) for row, v in live if v >= kth]  # ties with the need-th value kept
+    if not live:
+        return [], []
+    rows = np.fromiter((row for row, _ in live), dtype=np.int64, count=len(live))
+    order = np.lexsort((pos[rows], seq[rows])).tolist()
+    return [live[i][0] for i in order], [live[i][1] for i in order]
 
 
 def window_page(run: Search, qv: dict[str, np.ndarray]) -> list[Candidate] | None:
@@ -182,24 +214,16 @@ def window_page(run: Search, qv: dict[str, np.ndarray]) -> list[Candidate] | Non
                 rows, vals = rows[ok], vals[ok]
             rows = rows[top_rows(vals, rows, table, depth, ties=False)]
         ranked.append(rows)
-    union = np.sort(np.concatenate(ranked)) if ranked else np.zeros(0, dtype=np.int64)
-    if union.size > 1:  # (np.unique, without its overhead on a few hundred rows)
-        union = union[np.concatenate(([True], union[1:] != union[:-1]))]
-    fused = _fuse(spec, [np.searchsorted(union, r) for r in ranked], union.size)
-    live = _live(fused, run.need, seq[union], pos[union])
-    page = union[live]
+    # The windows hold a few hundred rows: fused in Python, with fuse()'s float operations in its order
+    fused, union_size = _fuse_small(spec, [r.tolist() for r in ranked])
+    page, values = _live_small(fused, run.need, seq, pos)
     page_scores: dict[str, np.ndarray] = {}
     for s in sim_slots:
-        vals = np.full(page.size, np.nan, dtype=np.float32)
-        if s in windows:
-            w_rows, w_scores = windows[s]
-            order = np.argsort(w_rows)
-            at = np.minimum(np.searchsorted(w_rows[order], page), max(w_rows.size - 1, 0))
-            hit = w_rows[order][at] == page if w_rows.size else np.zeros(page.size, dtype=bool)
-            vals[hit] = w_scores[order][at[hit]]
+        known = dict(zip(*(a.tolist() for a in windows[s]), strict=True)) if s in windows else {}
+        vals = np.array([known.get(k, np.nan) for k in page], dtype=np.float32)  # (float32 values: exact)
         miss = np.flatnonzero(np.isnan(vals))
         if miss.size:  # a page row outside this arm's window: its exact score, as a full scan gives it
-            vals[miss] = store.similarities(qv[s], [int(k) for k in page[miss]])[0]
+            vals[miss] = store.similarities(qv[s], [page[i] for i in miss.tolist()])[0]
         page_scores[s] = vals
     counts = run.stats.counts
     counts.update({"rounds": 1, "candidates": int(np.count_nonzero(live_rows))})
@@ -211,9 +235,9 @@ def window_page(run: Search, qv: dict[str, np.ndarray]) -> list[Candidate] | Non
     if run.deadline.expired():
         run.warnings.append("timeout during recall")
     t = time.perf_counter()
-    counts.update({"fast_path": "fusion", "pruned_to": int(union.size)})
-    units = candidates(run, [int(k) for k in page], qv, page_scores)
-    for u, v in zip(units, fused[live].tolist(), strict=True):
+    counts.update({"fast_path": "fusion", "pruned_to": union_size})
+    units = candidates(run, page, qv, page_scores)
+    for u, v in zip(units, values, strict=True):
         u.ctx.scores[spec.slot] = v
     run.prefused.add(spec.slot)
     counts["fused_page"] = len(units)

@@ -94,6 +94,8 @@ def top_rows(scores: np.ndarray, keys: np.ndarray, table: RowTable, n: int, *, t
              eligible: np.ndarray | None = None) -> np.ndarray:
     """Indices (into ``keys``) of the ``n`` best rows by (score desc, seq, position); with ``ties``, every
     row tied with the n-th score too. Only the rows at or above the n-th score are sorted."""
+    if n <= 0:  # (LIMIT 0)
+        return np.zeros(0, dtype=np.int64)
     if eligible is None:
         if len(scores) > n:
             kth = np.partition(scores, len(scores) - n)[len(scores) - n]
