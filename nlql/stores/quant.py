@@ -2,21 +2,21 @@
 
 The copy is Faiss's ``ScalarQuantizer`` (``QT_8bit``: one byte per dimension, a per-dimension range
 learnt from a sample of the rows), one quarter of the float32 matrix, scanned by Faiss's SIMD kernel
-into the ``depth`` best rows by approximate score. Those rows are then rescored exactly (the store's
-float32 arithmetic) and the answer is **certified**: every row is encoded with a known reconstruction
-error ``‖x − x̃‖``, so a row outside the candidates scores at most
+into about the ``depth`` best rows by approximate score. Every row is encoded with a known
+reconstruction error ``‖x − x̃‖``, so a row scores at most its approximate score + ‖q‖ · ‖x − x̃‖ +
+``MARGIN`` (Cauchy–Schwarz; ``MARGIN`` covers float32 rounding of both dot products and the 6-place
+rounding of scores). The largest error is set by a few rows outside the range the quantiser learnt (at
+100k hash vectors: 0.097, where 99.9 % of the rows stay under 0.017), so the copy keeps the rows whose
+error exceeds the ``OUTLIER_QUANTILE`` of the first rows encoded (``tau``) as *outliers*, estimated from
+their own float32 rows instead; every other row is bounded with ``tau``, a bound 6× tighter.
 
-    (the depth-th approximate score) + ‖q‖ · max‖x − x̃‖ + MARGIN
-
-(Cauchy–Schwarz; ``MARGIN`` covers float32 rounding of both dot products and the 6-place rounding of
-scores). The largest error is set by a few rows outside the range the quantiser learnt (at 100k hash
-vectors: 0.097, where 99.9 % of the rows stay under 0.017), so the copy also keeps the rows whose error
-exceeds the ``OUTLIER_QUANTILE`` of the first rows encoded (``tau``) as *outliers*: the caller rescores
-them exactly with the candidates, and every other row then scores at most
-``(the depth-th approximate score) + ‖q‖ · tau + MARGIN`` — the same proof, a bound 6× tighter, so a
-fusion arm's window of 100 certifies at depth ~300 instead of ~5,000. When the k-th exact score beats that bound, no row left out could be in the top k, so the
-answer — rows *and* scores — is the exact scan's. Otherwise the caller widens the depth or falls back
-to the exact scan (and says so in its stats).
+The caller (the store) rescores the candidates and outliers exactly (its float32 arithmetic), highest
+bound first and only as deep as needed, and the answer is **certified** when the k-th exact score is
+above the bound of every row not rescored: the next candidate's, and (the lowest approximate score a
+shard kept) + ‖q‖ · tau + ``MARGIN`` for the rows no shard returned. Then no row left out could be in
+the top k, so the answer, rows *and* scores, is the exact scan's. Otherwise the caller widens the depth
+or falls back to the exact scan (and says so in its stats). Each shard keeps its share of the depth,
+twice over: a row a shard did not return scores at most that shard's last.
 
 **The split scan** (from ``SPLIT_MIN_ROWS`` rows): a copy of that many rows also keeps a second, half-wide
 code per row, ``x' = (x_A, ‖x_B‖)``: the coordinates of ``x`` on the stronger half ``A`` of an orthonormal
