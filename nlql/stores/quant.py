@@ -7,7 +7,7 @@ reconstruction error ``‖x − x̃‖``, so a row scores at most its approximat
 ``MARGIN`` (Cauchy–Schwarz; ``MARGIN`` covers float32 rounding of both dot products and the 6-place
 rounding of scores). The largest error is set by a few rows outside the range the quantiser learnt (at
 100k hash vectors: 0.097, where 99.9 % of the rows stay under 0.017), so the copy keeps the rows whose
-error exceeds the ``OUTLIER_QUANTILE`` of the first rows encoded (``tau``) as *outliers*, estimated from
+error exceeds the ``OUTLIER_QUANTILE`` of the training sample (``tau``) as *outliers*, estimated from
 their own float32 rows instead; every other row is bounded with ``tau``, a bound 6× tighter.
 
 The caller (the store) rescores the candidates and outliers exactly (its float32 arithmetic), highest
@@ -58,10 +58,10 @@ MARGIN = 1e-4
 #: Rows per shard: a search runs the shards on two threads, each a run of consecutive shards; small
 #: shards keep the two runs even (at 100k rows: 49,152 and 50,848).
 SHARD_ROWS = 1 << 14
-#: The error quantile of the first rows encoded above which a row is an outlier (rescored always).
+#: The error quantile of the training sample above which a row is an outlier (bounded on its own).
 OUTLIER_QUANTILE = 0.999
 #: More outliers than this share of the rows (data drifted from the sample): the bound uses err_max.
-OUTLIER_SHARE = 1 / 256
+OUTLIER_SHARE = 1 / 128
 _TRAIN_ROWS = 1 << 16
 #: Fewest rows for which a copy also keeps the split scan code.
 SPLIT_MIN_ROWS = 1 << 16
@@ -108,6 +108,11 @@ def _no_threads_search(index: Any, qq: np.ndarray, kk: int, selector: Any) -> tu
         faiss.omp_set_num_threads(threads)
     keep = lab[0] >= 0
     return lab[0][keep].astype(np.int64), dist[0][keep]
+
+
+def _quantile_error(sample: np.ndarray, index: Any) -> float:
+    """The ``OUTLIER_QUANTILE`` of a trained quantiser's reconstruction errors over its training sample."""
+    return float(np.quantile(_norms(sample - index.sa_decode(index.sa_encode(sample))), OUTLIER_QUANTILE))
 
 
 def _norms(x: np.ndarray) -> np.ndarray:
@@ -167,7 +172,7 @@ class Int8Copy(_Sharded):
         self.size = 0
         self.err_max = 0.0
         self._trained: Any = None  # a trained, empty index whose quantiser every shard copies
-        self.tau: float | None = None  # the outlier threshold (set from the first rows encoded)
+        self.tau: float | None = None  # the outlier threshold (the sample's error quantile)
         self._outliers: list[np.ndarray] = []  # ids of rows whose error exceeds tau
         self.split: _SplitScan | None = None
         self._skip: dict[int, int] = {}  # width bucket -> searches left that skip the split scan
@@ -203,6 +208,7 @@ class Int8Copy(_Sharded):
             self._trained = faiss.IndexScalarQuantizer(self.dim, faiss.ScalarQuantizer.QT_8bit,
                                                        faiss.METRIC_INNER_PRODUCT)
             self._trained.train(sample)
+            self.tau = _quantile_error(sample, self._trained)
             if self.split is None and n >= SPLIT_MIN_ROWS and self.dim >= 32:
                 self.split = _SplitScan(_SplitCodec(sample))
         if self.split is None and n >= SPLIT_MIN_ROWS and self.dim >= 32:
@@ -353,8 +359,9 @@ class _SplitCodec:
         width = max(16, (dim // 2 + 1) // 16 * 16)  # with the norm column: Faiss's SIMD kernel wants 16s
         self.basis = np.ascontiguousarray(vecs[:, ::-1][:, : width - 1].T, dtype=np.float32)  # rows: A
         self.scan = faiss.IndexScalarQuantizer(width, faiss.ScalarQuantizer.QT_8bit, faiss.METRIC_INNER_PRODUCT)
-        self.scan.train(self.vectors(sample))
-        self.tau: float | None = None
+        xs = self.vectors(sample)
+        self.scan.train(xs)
+        self.tau: float | None = _quantile_error(xs, self.scan)
 
     def vectors(self, x: np.ndarray) -> np.ndarray:
         """``(x_A, ‖x_B‖)`` of rows ``x``."""
