@@ -461,9 +461,13 @@ def normalize_rows(mat: Any, *, zero_invalid: bool = False) -> Any:
     """
     import numpy as np
 
-    arr = np.atleast_2d(np.asarray(mat, dtype=np.float32))
-    norms = np.linalg.norm(arr, axis=1, keepdims=True)
+    arr = np.asarray(mat, dtype=np.float32)
+    if arr.ndim < 2:
+        arr = np.atleast_2d(arr)
+    # numpy.linalg.norm(arr, axis=1, keepdims=True) for real input, without its argument handling
+    # (~15 us a call, most of a one-row query's normalisation): the same ufuncs, the same bits
+    norms = np.sqrt(np.add.reduce(arr * arr, axis=1, keepdims=True))
     if zero_invalid:
-        return np.divide(arr, norms, out=np.zeros_like(arr), where=norms > 0)
+        return np.divide(arr, norms, out=np.zeros(arr.shape, dtype=np.float32), where=norms > 0)
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.ascontiguousarray(arr / np.where(norms == 0, np.float32(1), norms))
