@@ -468,6 +468,8 @@ def normalize_rows(mat: Any, *, zero_invalid: bool = False) -> Any:
     # (~15 us a call, most of a one-row query's normalisation): the same ufuncs, the same bits
     norms = np.sqrt(np.add.reduce(arr * arr, axis=1, keepdims=True))
     if zero_invalid:
+        if norms.size and norms.min() > 0:  # every row has a length (a NaN one is not > 0): a plain divide
+            return arr / norms
         return np.divide(arr, norms, out=np.zeros(arr.shape, dtype=np.float32), where=norms > 0)
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.ascontiguousarray(arr / np.where(norms == 0, np.float32(1), norms))
