@@ -925,11 +925,22 @@ def _embed(embedder: Any, texts: list[str], dim: int) -> np.ndarray:
         raise EmbedderError(name, f"embed() returned shape {arr.shape} for {len(texts)} texts; expected {want}",
                             hint=f"its dim says {dim}" if arr.ndim == 2 and arr.shape[0] == len(texts) else None)
     mat = arr.astype(np.float32, copy=False)
-    if not np.isfinite(mat).all():
+    if not _all_finite(mat):
         bad = np.flatnonzero(~np.isfinite(mat).all(axis=1))
         raise EmbedderError(name, f"embed() returned NaN or infinity in {len(bad)} of {len(texts)} vectors "
                             f"(first for {texts[int(bad[0])][:60]!r}); expected {want}")
     return mat
+
+
+def _all_finite(mat: np.ndarray) -> bool:
+    """``np.isfinite(mat).all()``; for one vector (a query) through its dot product with itself first:
+    a NaN or an infinity makes it NaN or infinite, so a finite one proves every value finite (a huge
+    finite vector can overflow it: the exact test then decides)."""
+    if mat.shape[0] == 1:
+        row = mat[0]
+        if math.isfinite(float(row.dot(row))):
+            return True
+    return bool(np.isfinite(mat).all())
 
 
 def doc_id_of(doc_id: Any) -> str:
