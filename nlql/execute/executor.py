@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -43,6 +43,8 @@ class _Prepared:
     # (Env, compiled residual, compiled ORDER BY keys, (binding name, compiled binding)) shared by every
     # search of the plan; None: compiled per search (the plan reads the clock or GRAPH)
     shared: tuple[Env, list[Any], list[Any], list[tuple[str, Any]]] | None
+    # the query vectors normalised last time, by the bytes the embedder returned (recall.embed_queries)
+    query_vectors: list[Any] = field(default_factory=lambda: [None])
 
 
 class Executor:
@@ -198,7 +200,8 @@ class Executor:
     def _embed(self, run: Search) -> dict[str, np.ndarray]:
         """The query vectors; with ``"degrade"`` an embedder failure or timeout drops the SIMILARITY arms."""
         try:
-            qv = embed_queries(run, lambda texts: embed_within(self.embed, texts, run.deadline))
+            qv = embed_queries(run, lambda texts: embed_within(self.embed, texts, run.deadline),
+                               self._prepared(run.plan).query_vectors)
         except Exception as exc:
             sims = [s.slot for s in run.plan.scores if s.kind == "SIMILARITY"]
             why = ("the embedder did not answer within the deadline" if isinstance(exc, NLQLTimeoutError)

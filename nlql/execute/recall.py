@@ -37,8 +37,13 @@ WIDEN_FACTOR = 4
 __all__ = ["WIDEN_FACTOR", "embed_queries", "recall"]
 
 
-def embed_queries(run: Search, embed: Callable[[Sequence[str]], np.ndarray]) -> dict[str, np.ndarray]:
-    """Each SIMILARITY slot's query vectors (L2-normalised); each distinct text embedded once."""
+def embed_queries(run: Search, embed: Callable[[Sequence[str]], np.ndarray],
+                  memo: list[Any] | None = None) -> dict[str, np.ndarray]:
+    """Each SIMILARITY slot's query vectors (L2-normalised); each distinct text embedded once.
+
+    ``memo``: a one-item list kept with the plan (its texts are fixed): the last raw matrix's bytes and
+    its normalised rows, reused (copied) while the embedder returns the very same bytes.
+    """
     specs = [s for s in run.plan.scores if s.kind == "SIMILARITY"]
     texts: list[str] = []
     index: dict[str, int] = {}
@@ -49,7 +54,18 @@ def embed_queries(run: Search, embed: Callable[[Sequence[str]], np.ndarray]) -> 
                 texts.append(tx)
     if not texts:
         return {}
-    mat = V.normalize_rows(embed(texts), zero_invalid=True)
+    raw = embed(texts)
+    mat = None
+    key = None
+    if memo is not None and type(raw) is np.ndarray and raw.dtype == np.float32:
+        key = (raw.shape, raw.tobytes())
+        got = memo[0]  # (key, normalised): one object, so threads read a matching pair
+        if got is not None and got[0] == key:
+            mat = got[1].copy()
+    if mat is None:
+        mat = V.normalize_rows(raw, zero_invalid=True)
+        if key is not None:
+            memo[0] = (key, mat.copy())
     if len(specs) == 1 and len(specs[0].texts) == len(texts):  # one arm, its texts in order: the matrix itself
         return {specs[0].slot: mat}
     return {s.slot: mat[[index[tx] for tx in s.texts]] for s in specs}
