@@ -379,30 +379,52 @@ class MatrixStore:
                 copy, local = rows.int8, rows.keys
         n = rows.size if rows.keys is None else len(rows.keys)
         depth = quant.depth_for(k, n)
-        extra = copy.outliers()  # rows the tight bound does not cover: rescored with the candidates
-        if local is not None:
-            extra = local[extra]
-        elif rows.keys is not None and len(extra):
-            extra = extra[np.isin(extra, rows.keys, assume_unique=True)]
-        for attempt in range(2):
-            labels, approx = copy.search(v, depth, None if local is not None else rows.selectors)
-            cand = np.union1d(labels if local is None else local[labels], extra)
-            top = self._top(self.exact_scores(v, cand), cand, k, min_score)
-            exhaustive = len(labels) < depth
-            bound = copy.bound(v, float(approx[-1]), outliers=True) if len(approx) else -math.inf
-            if exhaustive:
-                certified = True
-            elif len(top) == k:
-                certified = top[-1][1] > bound
-            else:  # fewer than k at or above min_score among the candidates
-                certified = min_score is not None and bound < min_score
-            if certified:
-                stats.update({"scan": "int8 + fp32 rescore", "depth": depth, "rounds": attempt + 1,
-                              "bound": round(bound, 6)})
-                return top
-            if depth * 8 > n // 4:
+        # rows the tight bounds do not cover: estimated from their own float32 copy (scores within
+        # 2·MARGIN of the exact ones), so only those that could enter the top k are rescored
+        extra, extra_rows = copy.outlier_rows(self.matrix, local)
+        if local is None and rows.keys is not None and len(extra):
+            keep = np.isin(extra, rows.keys, assume_unique=True)
+            extra, extra_rows = extra[keep], extra_rows[keep]
+        extra_upper = extra_rows @ v + 2 * quant.MARGIN if len(extra) else np.zeros(0, dtype=np.float32)
+        keys, scores = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
+        selectors = None if local is not None else rows.selectors
+        rounds, split, widened = 0, True, False
+        while True:  # the split scan (when the copy has one), then the full scan, then once deeper
+            rounds += 1
+            cand = copy.split_candidates(v, depth, selectors) if split else None
+            split, scan = False, "split int8" if cand is not None else "int8"
+            if cand is None:
+                cand = copy.candidates(v, depth, selectors)
+            # one stream of rows by an upper bound of their score, best first: the candidates and outliers
+            ids = np.concatenate([cand.keys if local is None else local[cand.keys], extra])
+            upper = np.concatenate([cand.estimate + cand.slack, extra_upper])
+            order = np.argsort(-upper, kind="stable")
+            ids, upper = ids[order], upper[order]
+            done = 0  # rows of the stream rescored
+            while True:
+                upto = min(len(ids), max(4 * k, 64) if done == 0 else 4 * done)
+                new = np.setdiff1d(ids[done:upto], keys)
+                if len(new):
+                    keys = np.concatenate([keys, new])
+                    scores = np.concatenate([scores, self.exact_scores(v, new)])
+                done = upto
+                top = self._top(scores, keys, k, min_score)
+                inside = float(upper[done]) if done < len(ids) else -math.inf
+                bound = max(inside, cand.outside)
+                # the k-th score (or the threshold when fewer pass) that no row left out may reach
+                need = top[-1][1] if len(top) == k else (-math.inf if min_score is None else min_score)
+                if bound == -math.inf or bound < need:
+                    stats.update({"scan": f"{scan} + fp32 rescore", "depth": depth, "rounds": rounds,
+                                  "rescored": len(keys), "bound": round(bound, 6)})
+                    return top
+                if inside < need or done == len(ids):
+                    break  # the candidates are settled: the rows outside them are not
+            if scan == "split int8":
+                copy.missed(depth)  # the full int8 scan at the same depth next
+                continue
+            if widened or depth * 8 > n // 4 or cand.outside == -math.inf:
                 break
-            depth *= 8
+            depth, widened = depth * 8, True
         stats.update({"scan": "fp32", "fallback": f"int8 scan not certified at depth {depth}"})
         return None
 
