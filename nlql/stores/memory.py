@@ -12,7 +12,8 @@ rows (or its int8 copy), so a selective query reads its own rows only. Score thr
 inside recall.
 
 Memory per vector: 4·dim bytes of float32 (1,536 at dim 384), plus dim bytes of int8 (384) once the
-int8 copy is built, plus the copies of cached filters (at most 8). ``MemoryStore(path)`` persists every write to a SQLite file (see
+int8 copy is built, plus about dim/2 bytes (192) for the split scan code of a copy of 131,072 rows or
+more, plus the copies of cached filters (at most 8). ``MemoryStore(path)`` persists every write to a SQLite file (see
 :mod:`nlql.stores.doclog`) and reloads vectors on reopen without re-embedding.
 """
 

@@ -107,6 +107,11 @@ def _no_threads_search(index: Any, qq: np.ndarray, kk: int, selector: Any) -> tu
     return lab[0][keep].astype(np.int64), dist[0][keep]
 
 
+def _norms(x: np.ndarray) -> np.ndarray:
+    """Row norms (``np.linalg.norm(x, axis=1)``, a few times faster)."""
+    return np.sqrt(np.einsum("ij,ij->i", x, x))
+
+
 def _share(depth: int, shards: int, rows: int) -> int:
     """The rows each of ``shards`` shards keeps of a search for ``depth``: its share twice over."""
     return depth if shards <= 1 else min(depth, max(64, -(-2 * depth * SHARD_ROWS // max(1, rows))))
@@ -210,7 +215,7 @@ class Int8Copy(_Sharded):
             hi = min(n, lo + SHARD_ROWS - index.ntotal)
             chunk = np.ascontiguousarray(matrix[lo:hi] if keys is None else matrix[keys[lo:hi]], dtype=np.float32)
             codes = index.sa_encode(chunk)
-            err = np.linalg.norm(chunk - index.sa_decode(codes), axis=1)
+            err = _norms(chunk - index.sa_decode(codes))
             self.err_max = max(self.err_max, float(err.max()) if len(err) else 0.0)
             if self.tau is None and len(err):
                 self.tau = float(np.quantile(err, OUTLIER_QUANTILE))
@@ -339,8 +344,8 @@ class _SplitCodec:
 
     def vectors(self, x: np.ndarray) -> np.ndarray:
         out = np.empty((len(x), len(self.a) + 1), dtype=np.float32)
-        out[:, :-1] = x[:, self.a]
-        out[:, -1] = np.linalg.norm(x[:, self.b], axis=1)
+        out[:, :-1] = np.take(x, self.a, axis=1)  # take: several times faster than x[:, a] here
+        out[:, -1] = _norms(np.take(x, self.b, axis=1))
         return out
 
     def query(self, q: np.ndarray) -> np.ndarray:
@@ -374,7 +379,7 @@ class _SplitScan(_Sharded):
             hi = min(n, lo + SHARD_ROWS - index.ntotal)
             x = codec.vectors(np.asarray(matrix[lo:hi] if keys is None else matrix[keys[lo:hi]], dtype=np.float32))
             codes = index.sa_encode(x)
-            err = np.linalg.norm(x - index.sa_decode(codes), axis=1)
+            err = _norms(x - index.sa_decode(codes))
             self.err_max = max(self.err_max, float(err.max()) if len(err) else 0.0)
             if codec.tau is None and len(err):
                 codec.tau = float(np.quantile(err, OUTLIER_QUANTILE))
