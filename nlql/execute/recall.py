@@ -26,7 +26,7 @@ from nlql.execute.arm_values import value_arms
 from nlql.execute.candidates import Candidate, Search, keep_passing
 from nlql.execute.degrade import cause_of, drop_arms
 from nlql.execute.distinct import kept
-from nlql.execute.fused_page import fused_page
+from nlql.execute.fused_page import fused_page, window_page
 from nlql.execute.graph_recall import recall_by_graph
 from nlql.execute.materialise import candidates, similarities
 from nlql.plan.decide_overfetch import DISTINCT_FACTOR
@@ -217,6 +217,9 @@ def _full(run: Search, qv: dict[str, np.ndarray], fast_ok: bool) -> list[Candida
         by_graph = recall_by_graph(run, qv)
         if by_graph is not None:
             return by_graph
+        by_windows = window_page(run, qv)  # a fusion of SIMILARITY/BM25 arms from their windows only
+        if by_windows is not None:
+            return by_windows
     caps = store.capabilities
     t = time.perf_counter()
     sim_slots = [s.slot for s in plan.scores if s.kind == "SIMILARITY" and s.slot not in run.failed]

@@ -2,32 +2,33 @@
 
 The copy is Faiss's ``ScalarQuantizer`` (``QT_8bit``: one byte per dimension, a per-dimension range
 learnt from a sample of the rows), one quarter of the float32 matrix, scanned by Faiss's SIMD kernel
-into the ``depth`` best rows by approximate score. Those rows are then rescored exactly (the store's
-float32 arithmetic) and the answer is **certified**: every row is encoded with a known reconstruction
-error ``‖x − x̃‖``, so a row outside the candidates scores at most
+into about the ``depth`` best rows by approximate score. Every row is encoded with a known
+reconstruction error ``‖x − x̃‖``, so a row scores at most its approximate score + ‖q‖ · ‖x − x̃‖ +
+``MARGIN`` (Cauchy–Schwarz; ``MARGIN`` covers float32 rounding of both dot products and the 6-place
+rounding of scores). The largest error is set by a few rows outside the range the quantiser learnt (at
+100k hash vectors: 0.097, where 99.9 % of the rows stay under 0.017), so the copy keeps the rows whose
+error exceeds the ``OUTLIER_QUANTILE`` of the first rows encoded (``tau``) as *outliers*, estimated from
+their own float32 rows instead; every other row is bounded with ``tau``, a bound 6× tighter.
 
-    (the depth-th approximate score) + ‖q‖ · max‖x − x̃‖ + MARGIN
-
-(Cauchy–Schwarz; ``MARGIN`` covers float32 rounding of both dot products and the 6-place rounding of
-scores). The largest error is set by a few rows outside the range the quantiser learnt (at 100k hash
-vectors: 0.097, where 99.9 % of the rows stay under 0.017), so the copy also keeps the rows whose error
-exceeds the ``OUTLIER_QUANTILE`` of the first rows encoded (``tau``) as *outliers*: the caller rescores
-them exactly with the candidates, and every other row then scores at most
-``(the depth-th approximate score) + ‖q‖ · tau + MARGIN`` — the same proof, a bound 6× tighter, so a
-fusion arm's window of 100 certifies at depth ~300 instead of ~5,000. When the k-th exact score beats that bound, no row left out could be in the top k, so the
-answer — rows *and* scores — is the exact scan's. Otherwise the caller widens the depth or falls back
-to the exact scan (and says so in its stats).
+The caller (the store) rescores the candidates and outliers exactly (its float32 arithmetic), highest
+bound first and only as deep as needed, and the answer is **certified** when the k-th exact score is
+above the bound of every row not rescored: the next candidate's, and (the lowest approximate score a
+shard kept) + ‖q‖ · tau + ``MARGIN`` for the rows no shard returned. Then no row left out could be in
+the top k, so the answer, rows *and* scores, is the exact scan's. Otherwise the caller widens the depth
+or falls back to the exact scan (and says so in its stats). Each shard keeps its share of the depth,
+twice over: a row a shard did not return scores at most that shard's last.
 
 **The split scan** (from ``SPLIT_MIN_ROWS`` rows): a copy of that many rows also keeps a second, half-wide
-code per row, ``x' = (x_A, ‖x_B‖)``: the half ``A`` of the dimensions with the larger variance in the
-sample, plus the norm of the other half. A query scans it with ``q' = (q_A, ‖q_B‖)``; by Cauchy–Schwarz
+code per row, ``x' = (x_A, ‖x_B‖)``: the coordinates of ``x`` on the stronger half ``A`` of an orthonormal
+basis learnt from the sample (the eigenvectors of its second moment), plus the norm of the rest. A query scans it with ``q' = (q_A, ‖q_B‖)``; by Cauchy–Schwarz
 ``q·x = q_A·x_A + q_B·x_B ≤ q'·x'``, so the scan ranks every row by an *upper bound* of its score while
 reading half the bytes. The best rows by that bound are then estimated with their full int8 code and
 rescored exactly, best estimate first and only as deep as the certificate needs: a row outside the
 candidates scores at most (the lowest bound kept) + ‖q‖·τ' + ``MARGIN`` (τ' the scan code's own error
-quantile). The bound ``‖q_B‖·‖x_B‖`` is loose (about 0.5 for vectors whose energy is spread over every
-dimension), so it certifies a top k that stands clear of the bulk of the rows (a focused query's top 10)
-and not a wide window among near-equal scores (a fusion arm's 100 at 100k): when it does not certify,
+quantile). The bound ``‖q_B‖·‖x_B‖`` is as loose as ``‖x_B‖`` is large: on MiniLM sentence vectors the basis leaves
+``‖x_B‖`` at 0.27 on average, and on vectors whose energy is spread over every direction about 0.7. So it
+certifies a top k that stands clear of the bulk of the rows (a focused query's top 10) and not always a
+wide window among near-equal scores (a fusion arm's 100 on spread vectors): when it does not certify,
 the full int8 scan runs as before, and after a miss the copy skips the split scan for the next
 ``SPLIT_SKIP`` searches of that width. It costs ``dim/2`` bytes per vector more.
 
@@ -54,14 +55,16 @@ import numpy as np
 #: Slack added to the bound: float32 accumulation error of both dot products over 384–1024 dimensions
 #: (≤ d·2⁻²⁴·‖q‖‖x‖ each, 2.3e-5 at d = 384) plus half a unit of the 6th decimal.
 MARGIN = 1e-4
-SHARD_ROWS = 1 << 17
+#: Rows per shard: a search runs the shards on two threads, each a run of consecutive shards; small
+#: shards keep the two runs even (at 100k rows: 49,152 and 50,848).
+SHARD_ROWS = 1 << 14
 #: The error quantile of the first rows encoded above which a row is an outlier (rescored always).
 OUTLIER_QUANTILE = 0.999
 #: More outliers than this share of the rows (data drifted from the sample): the bound uses err_max.
 OUTLIER_SHARE = 1 / 256
 _TRAIN_ROWS = 1 << 16
 #: Fewest rows for which a copy also keeps the split scan code.
-SPLIT_MIN_ROWS = 1 << 17
+SPLIT_MIN_ROWS = 1 << 16
 #: Searches of one width that skip the split scan after it failed to certify one.
 SPLIT_SKIP = 16
 
@@ -282,8 +285,10 @@ class Int8Copy(_Sharded):
         order = np.argsort(-estimate, kind="stable")
         qn = float(np.linalg.norm(q))
         if outside != -math.inf:
+            # twice the margin: the basis is orthonormal to float32 rounding, so q·x and q'·x' differ by
+            # ~1e-6 beside the rounding of the products themselves
             outside += qn * (self.split.codec.tau if self._tight() and self.split.codec.tau is not None
-                             else self.split.err_max) + MARGIN
+                             else self.split.err_max) + 2 * MARGIN
         return Candidates(keys[order], estimate[order], outside, qn * self._err() + MARGIN)
 
     def missed(self, depth: int) -> None:
@@ -329,30 +334,42 @@ class Int8Copy(_Sharded):
 
 
 class _SplitCodec:
-    """The split scan code's halves and quantiser, learnt from a sample and shared with subsets."""
+    """The split scan code's basis and quantiser, learnt from a sample and shared with subsets.
+
+    The basis is the eigenbasis of the sample's second moment ``XᵀX``, strongest first: the
+    half ``A`` then holds as much of the rows' energy as any half can, so ``‖x_B‖`` is small (on MiniLM
+    sentence vectors 0.27 on average, against 0.65 for the half of the raw dimensions with the larger
+    variance; ``bench/int8_real.py``). ``‖x_B‖`` is computed as ``√(‖x‖² − ‖x_A‖² + EPS)``: never below
+    the exact value, as the float32 rounding of the two squared norms (≤ d·2⁻²⁴ each for unit rows,
+    2.3e-5 at d = 384) stays under ``EPS``.
+    """
+
+    EPS = 1e-4
 
     def __init__(self, sample: np.ndarray) -> None:
         faiss = _faiss
         dim = sample.shape[1]
-        order = np.argsort(-sample.var(axis=0), kind="stable")
+        _, vecs = np.linalg.eigh((sample.T @ sample).astype(np.float64))  # ascending; orthonormal in float64
         width = max(16, (dim // 2 + 1) // 16 * 16)  # with the norm column: Faiss's SIMD kernel wants 16s
-        self.a = np.sort(order[: width - 1])
-        self.b = np.sort(order[width - 1:])
+        self.basis = np.ascontiguousarray(vecs[:, ::-1][:, : width - 1].T, dtype=np.float32)  # rows: A
         self.scan = faiss.IndexScalarQuantizer(width, faiss.ScalarQuantizer.QT_8bit, faiss.METRIC_INNER_PRODUCT)
         self.scan.train(self.vectors(sample))
         self.tau: float | None = None
 
     def vectors(self, x: np.ndarray) -> np.ndarray:
-        out = np.empty((len(x), len(self.a) + 1), dtype=np.float32)
-        out[:, :-1] = np.take(x, self.a, axis=1)  # take: several times faster than x[:, a] here
-        out[:, -1] = _norms(np.take(x, self.b, axis=1))
+        """``(x_A, ‖x_B‖)`` of rows ``x``."""
+        from nlql.stores.memory import _blas_one_thread  # (memory imports this module)
+
+        out = np.empty((len(x), len(self.basis) + 1), dtype=np.float32)
+        with _blas_one_thread():  # the copy is built on the caller's thread; a second one only spins here
+            xa = x @ self.basis.T
+        out[:, :-1] = xa
+        rest = np.einsum("ij,ij->i", x, x) - np.einsum("ij,ij->i", xa, xa)
+        out[:, -1] = np.sqrt(np.maximum(rest, 0.0) + self.EPS)
         return out
 
     def query(self, q: np.ndarray) -> np.ndarray:
-        out = np.empty((1, len(self.a) + 1), dtype=np.float32)
-        out[0, :-1] = q[self.a]
-        out[0, -1] = np.linalg.norm(q[self.b])
-        return out
+        return self.vectors(np.asarray(q, dtype=np.float32).reshape(1, -1))
 
 
 class _SplitScan(_Sharded):

@@ -109,7 +109,8 @@ def queries(rng: np.random.Generator, x: np.ndarray) -> np.ndarray:
 
 
 FILTERS = [None, Cond("eq", ("meta", "g"), 1), Cond("in", ("meta", "g"), (0, 2)),
-           Cond("eq", ("meta", "rare"), True), Cond("ne", ("meta", "g"), 1), Cond("eq", ("meta", "g"), 99)]
+           Cond("eq", ("meta", "rare"), True), Cond("ne", ("meta", "g"), 1), Cond("eq", ("meta", "g"), 99),
+           Cond("ne", ("meta", "rare"), True)]  # 99% of the rows: the whole copy with the rest deselected
 
 
 @needs_faiss
