@@ -142,6 +142,45 @@ class _Sharded:
             return [x for run in runs for x in run]
         return [fn(i) for i in range(count)]
 
+    def _search_shards(self, qq: np.ndarray, depth: int, rows: int,
+                       selectors: list[Any] | None) -> tuple[np.ndarray, np.ndarray, float]:
+        """(row ids, scores, the highest score of a row not returned or −inf) of about ``depth`` rows:
+        each shard keeps its share of the depth, twice over, and a row a shard did not return scores at
+        most that shard's last."""
+        share = _share(depth, len(self._shards), rows)
+
+        def one(i: int) -> tuple[np.ndarray, np.ndarray, float]:
+            first, index = self._shards[i]
+            kk = min(share, index.ntotal)
+            lab, dist = _no_threads_search(index, qq, kk, None if selectors is None else selectors[i])
+            return lab + first, dist, float(dist[-1]) if len(dist) == kk and kk < index.ntotal else -math.inf
+
+        parts = self._each(one)
+        return (np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]),
+                max(p[2] for p in parts))
+
+    def _encode(self, matrix: np.ndarray, lo: int, n: int, keys: np.ndarray | None, trained: Any,
+                tau: float, vectors: Any = None) -> tuple[float, list[np.ndarray]]:
+        """Encode rows ``lo..n`` of ``matrix`` (or of ``matrix[keys]``, through ``vectors`` when given)
+        into the shards: (their largest error, the ids of those with an error above ``tau``)."""
+        faiss = _faiss
+        err_max, odd = 0.0, []
+        while lo < n:
+            if not self._shards or self._shards[-1][1].ntotal >= SHARD_ROWS:
+                self._shards.append((lo, faiss.clone_index(trained)))
+            first, index = self._shards[-1]
+            hi = min(n, lo + SHARD_ROWS - index.ntotal)
+            x = np.ascontiguousarray(matrix[lo:hi] if keys is None else matrix[keys[lo:hi]], dtype=np.float32)
+            if vectors is not None:
+                x = vectors(x)
+            codes = index.sa_encode(x)
+            err = _norms(x - index.sa_decode(codes))
+            err_max = max(err_max, float(err.max()) if len(err) else 0.0)
+            odd.append(np.flatnonzero(err > tau).astype(np.int64) + lo)
+            index.add_sa_codes(codes)
+            lo = hi
+        return err_max, odd
+
     def selectors(self, mask: np.ndarray | None) -> list[Any] | None:
         """Per-shard Faiss selectors for a mask over rows ``0..size`` (None: every row)."""
         if mask is None:
@@ -216,22 +255,10 @@ class Int8Copy(_Sharded):
                 matrix[: _TRAIN_ROWS] if keys is None else matrix[keys[:_TRAIN_ROWS]], dtype=np.float32)))
         if self.split is not None and self.split.size < self.size:  # built on a copy that grew into it
             self.split.add(matrix, 0, self.size, keys)
-        lo = self.size
-        while lo < n:
-            if not self._shards or self._shards[-1][1].ntotal >= SHARD_ROWS:
-                self._shards.append((lo, faiss.clone_index(self._trained)))
-            first, index = self._shards[-1]
-            hi = min(n, lo + SHARD_ROWS - index.ntotal)
-            chunk = np.ascontiguousarray(matrix[lo:hi] if keys is None else matrix[keys[lo:hi]], dtype=np.float32)
-            codes = index.sa_encode(chunk)
-            err = _norms(chunk - index.sa_decode(codes))
-            self.err_max = max(self.err_max, float(err.max()) if len(err) else 0.0)
-            if self.tau is None and len(err):
-                self.tau = float(np.quantile(err, OUTLIER_QUANTILE))
-            if self.tau is not None:
-                self._outliers.append(np.flatnonzero(err > self.tau).astype(np.int64) + lo)
-            index.add_sa_codes(codes)
-            lo = hi
+        assert self.tau is not None
+        err_max, odd = self._encode(matrix, self.size, n, keys, self._trained, self.tau)
+        self.err_max = max(self.err_max, err_max)
+        self._outliers += odd
         if self.split is not None:
             self.split.add(matrix, self.split.size, n, keys)
         self.size = n
@@ -259,20 +286,9 @@ class Int8Copy(_Sharded):
         """About the ``depth`` best rows by the full int8 scan, best first. Each shard keeps its share of
         the depth, twice over: a row a shard did not return scores at most that shard's last."""
         qq = np.ascontiguousarray(q.reshape(1, -1), dtype=np.float32)
-        share = _share(depth, len(self._shards), self.size)
-
-        def one(i: int) -> tuple[np.ndarray, np.ndarray, float]:
-            first, index = self._shards[i]
-            kk = min(share, index.ntotal)
-            lab, dist = _no_threads_search(index, qq, kk, None if selectors is None else selectors[i])
-            return lab + first, dist, float(dist[-1]) if len(dist) == kk and kk < index.ntotal else -math.inf
-
-        parts = self._each(one)
-        labels = np.concatenate([p[0] for p in parts])
-        approx = np.concatenate([p[1] for p in parts])
+        labels, approx, last = self._search_shards(qq, depth, self.size, selectors)
         order = np.argsort(-approx, kind="stable")
         slack = float(np.linalg.norm(q)) * self._err() + MARGIN
-        last = max(p[2] for p in parts)
         return Candidates(labels[order], approx[order], last + slack if last != -math.inf else last, slack)
 
     def split_candidates(self, q: np.ndarray, depth: int, selectors: list[Any] | None) -> Candidates | None:
@@ -394,23 +410,11 @@ class _SplitScan(_Sharded):
         return self.size * self.codec.scan.code_size
 
     def add(self, matrix: np.ndarray, lo: int, n: int, keys: np.ndarray | None) -> None:
-        faiss = _faiss
         codec = self.codec
-        while lo < n:
-            if not self._shards or self._shards[-1][1].ntotal >= SHARD_ROWS:
-                self._shards.append((lo, faiss.clone_index(codec.scan)))
-            first, index = self._shards[-1]
-            hi = min(n, lo + SHARD_ROWS - index.ntotal)
-            x = codec.vectors(np.asarray(matrix[lo:hi] if keys is None else matrix[keys[lo:hi]], dtype=np.float32))
-            codes = index.sa_encode(x)
-            err = _norms(x - index.sa_decode(codes))
-            self.err_max = max(self.err_max, float(err.max()) if len(err) else 0.0)
-            if codec.tau is None and len(err):
-                codec.tau = float(np.quantile(err, OUTLIER_QUANTILE))
-            assert codec.tau is not None
-            self._outliers.append(np.flatnonzero(err > codec.tau).astype(np.int64) + lo)
-            index.add_sa_codes(codes)
-            lo = hi
+        assert codec.tau is not None
+        err_max, odd = self._encode(matrix, lo, n, keys, codec.scan, codec.tau, codec.vectors)
+        self.err_max = max(self.err_max, err_max)
+        self._outliers += odd
         self.size = max(self.size, n)
 
     def with_outliers(self, ids: np.ndarray) -> np.ndarray:
@@ -421,20 +425,8 @@ class _SplitScan(_Sharded):
 
     def search(self, q: np.ndarray, depth: int, selectors: list[Any] | None) -> tuple[np.ndarray, np.ndarray, float]:
         """(row ids, upper bounds, the highest bound of a row not returned or −inf) of about ``depth``
-        rows: each shard keeps its share of the depth, twice over, and a row a shard did not return is
-        bounded by that shard's last."""
-        qq = self.codec.query(q)
-        share = _share(depth, len(self._shards), self.size)
-
-        def one(i: int) -> tuple[np.ndarray, np.ndarray, float]:
-            first, index = self._shards[i]
-            kk = min(share, index.ntotal)
-            lab, dist = _no_threads_search(index, qq, kk, None if selectors is None else selectors[i])
-            return lab + first, dist, float(dist[-1]) if len(dist) == kk and kk < index.ntotal else -math.inf
-
-        parts = self._each(one)
-        return (np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]),
-                max(p[2] for p in parts))
+        rows (see :meth:`_Sharded._search_shards`)."""
+        return self._search_shards(self.codec.query(q), depth, self.size, selectors)
 
 
 def depth_for(k: int, rows: int) -> int:
