@@ -140,8 +140,15 @@ class MetaSummary:
             if key is None:
                 key = self._keys[path] = _Key()
             key.documents += len(col)
-            # each distinct (type, value) once, in order of first appearance (1, 1.0 and True differ)
-            for (tv, value), m in Counter(zip(map(type, col), col)).items():
+            # each distinct (type, value) once, in order of first appearance (1, 1.0 and True differ);
+            # a column of one type is counted by value alone (no pair per document)
+            types = set(map(type, col))
+            if len(types) == 1:
+                one = types.pop()
+                counted: Iterable[tuple[tuple[type, Any], int]] = (((one, v), m) for v, m in Counter(col).items())
+            else:
+                counted = Counter(zip(map(type, col), col)).items()
+            for (tv, value), m in counted:
                 t = value_type(value)
                 key.types[t] += m
                 if t == "string" and _NUMBER.match(value):
