@@ -948,7 +948,8 @@ def _unit_rows(mat: np.ndarray) -> np.ndarray | None:
     if not np.isfinite(norms).all():
         return None
     zero = norms[:, 0] == 0
-    out = np.divide(mat, norms, out=sq)
+    with np.errstate(invalid="ignore"):  # 0 / 0 in a zero row, set to 0 below
+        out = np.divide(mat, norms, out=sq)
     if zero.any():  # a zero row (or one whose squares underflow) is zero, as normalize_rows makes it
         out[zero] = 0
     return out
