@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timezone
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
@@ -138,10 +139,9 @@ def _check_metadatas(metas: list[Any]) -> list[dict[str, Any]]:
     Anything else goes through :func:`_check_metadata` one by one, which raises its own error."""
     kinds = set(map(type, metas))
     if kinds <= {dict, _NONE}:
-        keys = set().union(*metas) if _NONE not in kinds else set().union(*(m for m in metas if m is not None))
+        keys = set().union(*(filter(None, metas) if _NONE in kinds else metas))
         if _STR_ONLY.issuperset(map(type, keys)) and "" not in keys and "entities" not in keys:
-            values = [v for m in metas if m for v in m.values()] if _NONE in kinds else \
-                [v for m in metas for v in m.values()]
+            values = list(chain.from_iterable(map(dict.values, filter(None, metas) if _NONE in kinds else metas)))
             types = set(map(type, values))
             if _SCALAR_TYPES.issuperset(types):
                 ok = True
@@ -450,7 +450,8 @@ class Engine:
 
         counts, positions, starts, ends, contents, tails = split_columns(texts)
         vecs = self._embed_documents(contents, report)
-        return DocBatch(doc_ids, texts, metas, counts, positions, starts, ends, contents, tails, vecs)
+        # every id once: _add_texts kept the last text of each
+        return DocBatch(doc_ids, texts, metas, counts, positions, starts, ends, contents, tails, vecs, unique=True)
 
     def _write(self, batch: DocBatch) -> None:
         with self._write_mutex, self._lock.write():

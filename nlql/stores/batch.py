@@ -21,7 +21,7 @@ import numpy as np
 
 from nlql.stores.base import DocRecord, UnitRecord
 
-__all__ = ["DocBatch"]
+__all__ = ["DocBatch", "is_columnar"]
 
 
 class DocBatch(Sequence[DocRecord]):
@@ -33,11 +33,11 @@ class DocBatch(Sequence[DocRecord]):
     """
 
     __slots__ = ("doc_ids", "texts", "metadatas", "counts", "positions", "starts", "ends", "contents", "tails",
-                 "vectors", "seq", "rows_ahead", "_records")
+                 "vectors", "seq", "rows_ahead", "_unique", "_records")
 
     def __init__(self, doc_ids: list[str], texts: list[str], metadatas: list[dict[str, Any]], counts: list[int],
                  positions: list[int], starts: list[int], ends: list[int], contents: list[str], tails: list[str],
-                 vectors: np.ndarray) -> None:
+                 vectors: np.ndarray, unique: bool | None = None) -> None:
         n, rows = len(doc_ids), len(contents)
         if not (len(texts) == len(metadatas) == len(counts) == n
                 and len(positions) == len(starts) == len(ends) == len(tails) == len(vectors) == rows
@@ -58,6 +58,7 @@ class DocBatch(Sequence[DocRecord]):
         #: an estimate of the sentences this batch and the rest of its write (one add_texts call) bring:
         #: a store may make room for them at once (0: not known)
         self.rows_ahead = 0
+        self._unique = unique  # whether every id is in the batch once (None: not known yet)
         self._records: list[DocRecord] | None = None
 
     def __len__(self) -> int:
@@ -84,8 +85,10 @@ class DocBatch(Sequence[DocRecord]):
 
     @property
     def unique(self) -> bool:
-        """Whether every id is in the batch once."""
-        return len(set(self.doc_ids)) == len(self.doc_ids)
+        """Whether every id is in the batch once (as the engine, which removed repeats, says when it makes one)."""
+        if self._unique is None:
+            self._unique = len(set(self.doc_ids)) == len(self.doc_ids)
+        return self._unique
 
     @property
     def one_sentence_each(self) -> bool:
