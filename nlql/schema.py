@@ -150,13 +150,14 @@ class MetaSummary:
             # each distinct (type, value) once, in order of first appearance (1, 1.0 and True differ);
             # a column of one type is counted by value alone (no pair per document)
             types = set(map(type, col))
-            if len(types) == 1:
-                one = types.pop()
-                counted: Iterable[tuple[tuple[type, Any], int]] = (((one, v), m) for v, m in Counter(col).items())
-            else:
-                counted = Counter(zip(map(type, col), col)).items()
+            one = types.pop() if len(types) == 1 else None
+            counted: Iterable[tuple[Any, int]] = (Counter(col) if one is not None
+                                                  else Counter(zip(map(type, col), col))).items()
             full = len(key.values) >= MAX_DISTINCT
-            for (tv, value), m in counted:
+            tv = one
+            for value, m in counted:
+                if one is None:
+                    tv, value = value
                 if full and tv is int:  # the common tail of a many-valued number key: counted, not listed
                     key.types["number"] += m
                     if ("n", value) in key.values:
