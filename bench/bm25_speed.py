@@ -3,7 +3,7 @@
 
 On the synthetic corpus (``bench/corpus.py``, one sentence per document, HashEmbedder dim 384, query
 embedding memoised so nobody pays for it) it times, round-robin in one run (medians of ``--repeat``
-interleaved repetitions, after a warm-up round):
+interleaved repetitions, after a warm-up round; wall time, and the process's CPU time beside it):
 
 * ``nlql_bm25``: ``engine.search`` of ``BM25(content, q)`` top-10 (parse, plan, fast path, rows);
 * ``index_top_k``: the engine's BM25 index alone (``BM25Index.top_k(q, 10)``, analyzer included);
@@ -12,7 +12,10 @@ interleaved repetitions, after a warm-up round):
 * ``nlql_rrf``: ``engine.search`` of ``RRF(sem, kw)`` top-10 (windows of 100 per arm, the default);
 * ``floor_rrf``: numpy ``M @ q`` + ``argpartition`` for the similarity window, the sparse BM25 window,
   and RRF of the two windows in numpy (the same formula), top-10;
-* ``floor_matvec``: ``M @ q`` + ``argpartition`` alone (what any exact similarity arm pays).
+* ``floor_matvec``: ``M @ q`` + ``argpartition`` alone (what any exact similarity arm pays);
+* ``sim_window`` / ``bm25_window``: each arm's window of the RRF query alone (the store's ``top_window``,
+  the engine's sparse BM25 matches and their top 100), so ``nlql_rrf`` minus both is what the engine
+  spends around them (plan, fusion, the page's rows and scores).
 
 Before timing it checks that the engine's BM25 top-10 is the reference's (same rows, scores equal to
 1e-9), so the figures compare the same answer.
@@ -41,7 +44,6 @@ from bench.common import (  # noqa: E402
     RESULTS,
     QueryMemo,
     SparseBM25,
-    interleaved_runs,
     log,
     machine_info,
     stamp_end,
@@ -126,19 +128,47 @@ def run(n: int, repeat: int) -> dict[str, Any]:
 
     int8_windows = recall_mod._windows  # noqa: SLF001 - the bench compares the engine with and without it
 
+    window_page = recall_mod.window_page
+
     def rrf_fp32() -> Any:
-        """The same query with each SIMILARITY window from the fp32 full scan (the path before issue 21's
-        int8 windows): the before/after of one run."""
+        """The same query with each SIMILARITY window from the fp32 full scan and the fusion over vectors
+        as long as the table (the fast path before issue 21's int8 and windows-only pages): the
+        before/after of one run."""
         recall_mod._windows = lambda *a, **k: None  # noqa: SLF001
+        recall_mod.window_page = lambda *a, **k: None
         try:
             return engine.search(RRF_Q)
         finally:
             recall_mod._windows = int8_windows  # noqa: SLF001
+            recall_mod.window_page = window_page
 
     fast_page, fp32_page = engine.search(RRF_Q), rrf_fp32()
     if [(h.id, h.scores) for h in fast_page] != [(h.id, h.scores) for h in fp32_page]:
         raise AssertionError("RRF page through the int8 windows differs from the fp32 scan's")
+    if fast_page.stats.get("fused_page") is None or fp32_page.stats.get("fused_page") is None:
+        raise AssertionError(f"the RRF query left its fast path: {fast_page.stats}, {fp32_page.stats}")
     windows = fast_page.stats.get("store", {})
+    store = engine.store
+    qn = (qv / np.linalg.norm(qv)).astype(np.float32)
+    assert engine.search(BM25_Q).stats.get("fast_path") == "bm25"
+
+    from nlql.execute.fused_page import _scanned
+
+    int8_window = store.top_window(qn, WINDOW, None, None) is not None
+
+    def sim_window() -> None:
+        """The SIMILARITY arm's window alone, as the engine asks for it (depth 100, no filter): through
+        the int8 copy, or the fp32 scan where the copy does not apply (a small corpus)."""
+        if store.top_window(qn, WINDOW, None, None) is None:
+            _scanned(store, store.table, qn[None, :], None, WINDOW, None)
+
+    def bm25_window() -> None:
+        """The BM25 arm's window alone: the engine's sparse matches over the table and their top 100."""
+        from nlql.stores.fastpath import top_rows
+
+        engine._bm25.begin_search()  # noqa: SLF001 - what every search does first
+        rows, vals = engine._bm25.table_matches(TEXT, store.table)  # noqa: SLF001
+        rows[top_rows(vals, rows, store.table, WINDOW, ties=False)]
 
     fns = {
         "nlql_bm25": lambda: engine.search(BM25_Q),
@@ -146,18 +176,24 @@ def run(n: int, repeat: int) -> dict[str, Any]:
         "floor_bm25": floor_bm25,
         "nlql_rrf": lambda: engine.search(RRF_Q),
         "nlql_rrf_fp32": rrf_fp32,
+        "sim_window": sim_window,
+        "bm25_window": bm25_window,
         "floor_rrf": floor_rrf,
         "floor_matvec": floor_matvec,
     }
-    runs = interleaved_runs(fns, repeat, warmup=2)
+    runs, cpu = _interleaved(fns, repeat, warmup=2)
     med = {name: round(statistics.median(v), 3) for name, v in runs.items()}
+    cpu_med = {name: round(statistics.median(v), 3) for name, v in cpu.items()}
     what = {
         "nlql_bm25": "engine.search, BM25 top-10",
         "index_top_k": "the engine's BM25 index alone, top-10",
         "floor_bm25": "scipy: sparse query row × precomputed weights, top-10",
         "nlql_rrf": "engine.search, RRF(SIMILARITY, BM25) top-10 (windows of 100; the similarity window "
                     "from the int8 copy, certified and rescored in fp32)",
-        "nlql_rrf_fp32": "the same with the similarity window from the fp32 full scan (before; same page)",
+        "nlql_rrf_fp32": "the same with the similarity window from the fp32 full scan and the fusion fast "
+                         "path over table-long vectors (before; same page)",
+        "sim_window": "the store's SIMILARITY window alone (top_window, depth 100, int8 + exact rescore)",
+        "bm25_window": "the BM25 window alone (the engine's sparse matches, top 100)",
         "floor_rrf": "numpy M @ q window + sparse BM25 window + RRF in numpy, top-10",
         "floor_matvec": "numpy M @ q + argpartition alone (1 BLAS thread)",
     }
@@ -173,11 +209,33 @@ def run(n: int, repeat: int) -> dict[str, Any]:
         "rrf_int8_vs_fp32": round(med["nlql_rrf"] / med["nlql_rrf_fp32"], 2),
         "rrf_pages_identical": True,
         "rrf_similarity_window": windows,
+        "sim_window_int8": int8_window,
         "rrf_minus_matvec_ms": round(med["nlql_rrf"] - med["floor_matvec"], 3),
-        "queries": {name: {"median_ms": med[name], "what": what[name]} for name in fns},
+        "rrf_minus_windows_ms": round(med["nlql_rrf"] - med["sim_window"] - med["bm25_window"], 3),
+        "rrf_minus_windows_cpu_ms": round(cpu_med["nlql_rrf"] - cpu_med["sim_window"] - cpu_med["bm25_window"], 3),
+        "queries": {name: {"median_ms": med[name], "cpu_median_ms": cpu_med[name], "what": what[name]}
+                    for name in fns},
     }
-    log(f"n={n}: " + ", ".join(f"{k} {v} ms" for k, v in med.items()))
+    log(f"n={n}: " + ", ".join(f"{k} {v} ms (cpu {cpu_med[k]})" for k, v in med.items()))
     return out
+
+
+def _interleaved(fns: dict[str, Any], repeat: int, warmup: int) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """:func:`bench.common.interleaved_runs`, also recording the process's CPU time per call (every
+    thread of the process: the int8 scan runs on two): on a shared machine the wall time also holds
+    the waits for a core, the CPU time does not."""
+    for _ in range(warmup):
+        for fn in fns.values():
+            fn()
+    wall: dict[str, list[float]] = {name: [] for name in fns}
+    cpu: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(max(1, repeat)):
+        for name, fn in fns.items():
+            c, t = time.process_time(), time.perf_counter()
+            fn()
+            wall[name].append((time.perf_counter() - t) * 1000)
+            cpu[name].append((time.process_time() - c) * 1000)
+    return wall, cpu
 
 
 def main() -> None:
@@ -196,10 +254,11 @@ def main() -> None:
     results.update(run(args.size, args.repeat))
     stamp_end(results, started)
     write_json(args.out, results)
-    print(f"{'query':<16}{'ms':>10}  what")
+    print(f"{'query':<16}{'ms':>10}{'cpu ms':>10}  what")
     for k, v in results["queries"].items():
-        print(f"{k:<16}{v['median_ms']:>10.3f}  {v['what']}")
-    for k in ("bm25_vs_sparse_floor", "index_vs_sparse_floor", "rrf_vs_floor", "rrf_minus_matvec_ms"):
+        print(f"{k:<16}{v['median_ms']:>10.3f}{v['cpu_median_ms']:>10.3f}  {v['what']}")
+    for k in ("bm25_vs_sparse_floor", "index_vs_sparse_floor", "rrf_vs_floor", "rrf_minus_matvec_ms",
+              "rrf_minus_windows_ms", "rrf_minus_windows_cpu_ms"):
         print(f"{k:<26}{results[k]:>10}")
 
 

@@ -16,9 +16,8 @@ True
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from contextvars import ContextVar
+from typing import Any
 
 from nlql.errors import NLQLTimeoutError
 
@@ -43,14 +42,26 @@ class Deadline:
 _CURRENT: ContextVar[Deadline | None] = ContextVar("nlql_deadline", default=None)
 
 
-@contextmanager
-def active(deadline: Deadline) -> Iterator[Deadline]:
+class _Active:
+    """The context :func:`active` returns (a class, not a generator: every search enters one)."""
+
+    __slots__ = ("_deadline", "_token")
+
+    def __init__(self, deadline: Deadline) -> None:
+        self._deadline = deadline
+        self._token: Any = None
+
+    def __enter__(self) -> Deadline:
+        self._token = _CURRENT.set(self._deadline)
+        return self._deadline
+
+    def __exit__(self, *exc: object) -> None:
+        _CURRENT.reset(self._token)
+
+
+def active(deadline: Deadline) -> _Active:
     """Make ``deadline`` the current one for the calls made inside the block."""
-    token = _CURRENT.set(deadline)
-    try:
-        yield deadline
-    finally:
-        _CURRENT.reset(token)
+    return _Active(deadline)
 
 
 def current() -> Deadline | None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import copy
 import dataclasses
 import math
 import threading
@@ -30,7 +29,7 @@ from nlql.explain import Explain
 from nlql.gc_pause import gc_paused
 from nlql.parser import parse as parse_query
 from nlql.patterns import deadline_scope
-from nlql.plan.cache import PlanCache
+from nlql.plan.cache import PlanCache, Unkeyable, params_key
 from nlql.plan.planner import build_plan
 from nlql.route import RESERVED_PARAMS, Route, RouteExplain, Router, default_router, nothing_about
 from nlql.stores import open_store
@@ -176,20 +175,24 @@ class _RWLock:
         self._readers = 0
         self._writer = False
         self._waiting = 0
+        self._reading = _Reading(self)
 
-    @contextmanager
     def read(self) -> Any:
+        """A context holding the lock for reading (one object, no state of its own: every search on
+        every thread enters the same one)."""
+        return self._reading
+
+    def _enter_read(self) -> None:
         with self._cond:
             while self._writer or self._waiting:
                 self._cond.wait()
             self._readers += 1
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._readers -= 1
-                if not self._readers:
-                    self._cond.notify_all()
+
+    def _exit_read(self) -> None:
+        with self._cond:
+            self._readers -= 1
+            if not self._readers:
+                self._cond.notify_all()
 
     @contextmanager
     def write(self) -> Any:
@@ -205,6 +208,22 @@ class _RWLock:
             with self._cond:
                 self._writer = False
                 self._cond.notify_all()
+
+
+class _Reading:
+    """``with lock.read():`` as a plain context manager (a search enters it once; a generator-based one
+    costs a generator and two frames more)."""
+
+    __slots__ = ("_lock",)
+
+    def __init__(self, lock: _RWLock) -> None:
+        self._lock = lock
+
+    def __enter__(self) -> None:
+        self._lock._enter_read()
+
+    def __exit__(self, *exc: Any) -> None:
+        self._lock._exit_read()
 
 
 #: A plan cache entry that says: this query reads the clock, look it up with the instant (nlql/plan/cache.py).
@@ -275,6 +294,7 @@ class Engine:
         self._writes = 0
         self._functions_version = 0
         self._plans = PlanCache(plan_cache_size)  # nlql/plan/cache.py: what the key holds
+        self._key_analyzer: tuple[Any, Any] | None = None  # (the BM25 analyzer, what the plan key holds for it)
         self._warn_memo: dict[int, list[Any]] = {}  # id(query) -> [query, reads meta, (schema, warnings)]
         if router is not None and not callable(getattr(router, "route", None)):
             raise TypeError(f"router must be an nlql.Router, not {type(router).__name__}")
@@ -604,10 +624,6 @@ class Engine:
         against the schema they came from, are kept for it (``_warn_memo``, by identity) so a search
         with a cached plan does not walk its query again.
         """
-        import time
-
-        from nlql.schema import data_warnings
-
         memo = self._warn_memo.get(id(q))
         if memo is None or memo[0] is not q:
             if len(self._warn_memo) >= 1024:
@@ -629,7 +645,9 @@ class Engine:
             self._schema_cache = cached
         got = memo[2]  # (the schema entry, its warnings): one object, so threads read a matching pair
         if got is not None and got[0] is cached:
-            return list(got[1])
+            return list(got[1]) if got[1] else []
+        from nlql.schema import data_warnings
+
         found = data_warnings(q, cached[2])
         memo[2] = (cached, found)
         return list(found)
@@ -653,20 +671,23 @@ class Engine:
 
     def _plan_key(self, query: str | ir.Query, params: Mapping[str, Any] | None, rr: Any) -> Any:
         """Everything planning reads besides the clock (nlql/plan/cache.py), or None: not cacheable."""
-        from nlql.plan.cache import Unkeyable, params_key
-
         if not self._plans.size or not isinstance(query, (str, ir.Query)):
             return None
-        analyzer = self._bm25.analyzer
         try:
-            pk = params_key(params)
-            hash(analyzer)  # the object itself (held by the key, so its id is never reused meanwhile)
+            pk = params_key(params) if params else ()
         except Unkeyable:
             return None
-        except TypeError:
-            analyzer = id(analyzer)
+        analyzer = self._bm25.analyzer
+        keyed = self._key_analyzer
+        if keyed is None or keyed[0] is not analyzer:
+            try:
+                hash(analyzer)  # the object itself (held by the key, so its id is never reused meanwhile)
+                keyed = (analyzer, analyzer)
+            except TypeError:
+                keyed = (analyzer, id(analyzer))  # (the pair holds the object: its id stays its own)
+            self._key_analyzer = keyed
         return (query, pk, self.store.capabilities, self._writes, self._functions_version,
-                type(rr).__name__ if rr is not None else None, self.rerank_factor, self.limit_ceiling, analyzer)
+                type(rr).__name__ if rr is not None else None, self.rerank_factor, self.limit_ceiling, keyed[1])
 
     def _plan_cached(self, query: str | ir.Query, params: Mapping[str, Any] | None,
                      reranker: Any) -> tuple[Any, str]:
@@ -680,7 +701,10 @@ class Engine:
                 if entry is not None:
                     return entry, "hit"
             elif entry is not None:  # the plan reads no clock: only its record of the time changes
-                plan = copy.copy(entry)
+                # copy.copy's own steps for a plain dataclass (a new object, the same attribute dict
+                # copied), without its protocol lookups: what the executor prepared from it is shared
+                plan = object.__new__(type(entry))
+                plan.__dict__.update(entry.__dict__)
                 plan.now = now
                 return plan, "hit"
         plan = self._plan_unguarded(query, params, rr, now)
@@ -767,9 +791,11 @@ class Engine:
                 hits = self._executor.run(plan, reranker=rr, rerank_query=rerank_query,
                                           rerank_factor=self.rerank_factor, timeout=timeout,
                                           max_tokens=max_tokens)
-                from nlql.schema import warning_text
+                found = self._data_warnings(plan.query)
+                if found:
+                    from nlql.schema import warning_text
 
-                hits.warnings[:0] = [warning_text(d) for d in self._data_warnings(plan.query)]
+                    hits.warnings[:0] = [warning_text(d) for d in found]
                 hits.stats.setdefault("timings_ms", {})["plan"] = round(plan_ms, 3)
                 hits.stats["plan_cache"] = cached
                 return hits
@@ -931,7 +957,7 @@ def _embed(embedder: Any, texts: list[str], dim: int, finite_checked: bool = Tru
 
 
 def _embed_check_finite(embedder: Any, texts: list[str], mat: np.ndarray, dim: int) -> None:
-    if not np.isfinite(mat).all():
+    if not _all_finite(mat):
         bad = np.flatnonzero(~np.isfinite(mat).all(axis=1))
         raise EmbedderError(type(embedder).__name__,
                             f"embed() returned NaN or infinity in {len(bad)} of {len(texts)} vectors "
@@ -954,6 +980,17 @@ def _unit_rows(mat: np.ndarray) -> np.ndarray | None:
     if zero.any():  # a zero row (or one whose squares underflow) is zero, as normalize_rows makes it
         out[zero] = 0
     return out
+
+
+def _all_finite(mat: np.ndarray) -> bool:
+    """``np.isfinite(mat).all()``; for one vector (a query) through its dot product with itself first:
+    a NaN or an infinity makes it NaN or infinite, so a finite one proves every value finite (a huge
+    finite vector can overflow it: the exact test then decides)."""
+    if mat.shape[0] == 1:
+        row = mat[0]
+        if math.isfinite(float(row.dot(row))):
+            return True
+    return bool(np.isfinite(mat).all())
 
 
 def doc_id_of(doc_id: Any) -> str:

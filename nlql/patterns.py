@@ -26,8 +26,7 @@ from __future__ import annotations
 import contextvars
 import re
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
 
@@ -77,17 +76,28 @@ _RE2_MAX_MEM = 64 << 20
 _deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar("nlql_deadline", default=None)
 
 
-@contextmanager
-def deadline_scope(timeout: float | None) -> Iterator[None]:
+class _DeadlineScope:
+    """The context :func:`deadline_scope` returns (a class, not a generator: every search enters one)."""
+
+    __slots__ = ("_end", "_token")
+
+    def __init__(self, end: float | None) -> None:
+        self._end = end
+        self._token: Any = None
+
+    def __enter__(self) -> None:
+        self._token = _deadline.set(self._end)
+
+    def __exit__(self, *exc: object) -> None:
+        _deadline.reset(self._token)
+
+
+def deadline_scope(timeout: float | None) -> _DeadlineScope:
     """Run the body with a search deadline ``timeout`` seconds from now (None: no deadline).
 
     Filter evaluation that can be slow (a backtracking MATCH) reads it and stops in time.
     """
-    token = _deadline.set(None if timeout is None else time.perf_counter() + timeout)
-    try:
-        yield
-    finally:
-        _deadline.reset(token)
+    return _DeadlineScope(None if timeout is None else time.perf_counter() + timeout)
 
 
 def _remaining() -> float | None:

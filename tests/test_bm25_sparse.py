@@ -252,6 +252,17 @@ def test_fast_paths_answer_what_the_general_path_answers_across_writes(corpus: l
     same()
 
 
+def test_limit_zero_on_the_fast_paths_is_an_empty_page() -> None:
+    """LIMIT 0 on the BM25 and fusion fast paths: an empty page (it once failed: ``kth out of bounds``)."""
+    e = Engine(embedder=HashEmbedder(dim=16), warm_up=False)
+    e.add_texts(["solar power now", "wind power", "solar panels", "coal"] * 30)
+    for q in ['SELECT SENTENCE LET k = BM25(content, "solar") ORDER BY k DESC LIMIT 0',
+              'SELECT SENTENCE LET s = SIMILARITY(content, "solar"), k = BM25(content, "solar"), f = RRF(s, k) '
+              "ORDER BY f DESC LIMIT 0"]:
+        hits = e.search(q)
+        assert len(hits) == 0 and hits.stats.get("fast_path") in ("bm25", "fusion"), hits.stats
+
+
 def test_equal_scores_rank_in_insertion_order() -> None:
     e = Engine(embedder=HashEmbedder(dim=16), warm_up=False)
     e.add_texts(["solar power"] * 3 + ["wind"], ids=["c", "a", "b", "d"])
@@ -294,7 +305,7 @@ def test_the_speed_bench_runs_at_a_tiny_size() -> None:
 
     out = bm25_speed.run(1500, 2)
     assert set(out["queries"]) == {"nlql_bm25", "index_top_k", "floor_bm25", "nlql_rrf", "nlql_rrf_fp32", "floor_rrf",
-                                 "floor_matvec"}
+                                 "floor_matvec", "sim_window", "bm25_window"}
     assert all(q["median_ms"] > 0 for q in out["queries"].values()) and out["postings"] > 1500
 
 

@@ -151,6 +151,59 @@ def test_engine_settings_and_functions_plan_again() -> None:
     assert "rerank" not in e.search(rq)[0].scores and str(e.explain(rq)) == plain
 
 
+class SwitchEmbedder(HashEmbedder):
+    """HashEmbedder, except for the texts in ``swap``: those get the vector of another text."""
+
+    def __init__(self) -> None:
+        super().__init__(dim=64)
+        self.swap: dict[str, str] = {}
+
+    def embed(self, texts: Any) -> np.ndarray:
+        return super().embed([self.swap.get(t, t) for t in texts])
+
+
+def test_a_hit_embeds_the_query_again_and_follows_a_new_vector() -> None:
+    emb = SwitchEmbedder()
+    e = Engine(embedder=emb, clock=lambda: T0, warm_up=False)
+    for doc_id, text, meta in DOCS:
+        e.add_text(text, id=doc_id, metadata=meta)
+    q = 'SELECT SENTENCE LET rel = SIMILARITY(content, "agents and tools") ORDER BY rel DESC LIMIT 2'
+    first = e.search(q)
+    assert first[0].doc_id in ("a", "c") and e.search(q).stats["plan_cache"] == "hit"
+    emb.swap["agents and tools"] = "The weather was sunny all week."
+    moved = e.search(q)
+    assert moved.stats["plan_cache"] == "hit"
+    assert moved[0].doc_id == "d" and moved[0].scores["rel"] == pytest.approx(1.0)
+    fresh = Engine(embedder=emb, clock=lambda: T0, warm_up=False, plan_cache_size=0)
+    for doc_id, text, meta in DOCS:
+        fresh.add_text(text, id=doc_id, metadata=meta)
+    assert page(moved) == page(fresh.search(q))
+    del emb.swap["agents and tools"]
+    assert page(e.search(q)) == page(first)
+
+
+def test_a_hit_filters_orders_and_binds_like_a_fresh_plan_every_time() -> None:
+    """What the executor compiles once per plan (WHERE left to the engine, ORDER BY keys, bindings, a
+    user function) gives every search of the cached plan the answer of a fresh plan."""
+    cached, fresh = make(), make(plan_cache_size=0)
+    calls: list[Any] = []
+
+    def short(text: Any) -> bool:
+        calls.append(text)
+        return isinstance(text, str) and len(text) < 38
+    for e in (cached, fresh):
+        e.register_function("SHORT", short, arity=1)
+    q = ('SELECT SENTENCE LET rel = SIMILARITY(content, "agents"), size = LENGTH(content) * 2 '
+         'WHERE SHORT(content) AND rel > -1 ORDER BY size DESC, rel DESC LIMIT 3')
+    want = page(fresh.search(q))
+    assert want and all(h[1]["size"] < 76 for h in want)
+    for _ in range(3):
+        calls.clear()
+        got = cached.search(q)
+        assert page(got) == want and calls  # the user function ran again, on this search's rows
+    assert got.stats["plan_cache"] == "hit"
+
+
 def test_errors_are_not_cached() -> None:
     e = make()
     for _ in range(2):

@@ -172,6 +172,60 @@ def test_similarity_windows_through_the_int8_copy_give_the_exact_pages(monkeypat
             assert got.stats["store"]["scan"] == "int8 + fp32 rescore"
 
 
+@pytest.mark.parametrize("int8", [True, False])
+def test_pages_from_the_arms_windows_only_equal_the_row_by_row_path(monkeypatch: pytest.MonkeyPatch,
+                                                                    int8: bool) -> None:
+    """A fusion of bare SIMILARITY and BM25 arms is fused over the arms' windows alone (each SIMILARITY
+    window from the store's top_window through the int8 copy, or the fp32 scan where the copy does not
+    apply; each BM25 window from the sparse matches): the pages equal the row-by-row path's, with
+    weights, k, windows, OFFSET, arm-local min on both kinds, a pushed filter, a SIMILARITY read outside
+    the fusion, and a BM25-only page."""
+    pytest.importorskip("faiss")
+    from nlql.execute import fused_page
+    from nlql.stores.memory import MemoryStore
+
+    monkeypatch.setattr(MemoryStore, "QUANT_MIN_ROWS", 64 if int8 else 10**9)
+    ran: list[str] = []
+    real = fused_page.window_page
+
+    def spy(run: Any, qv: Any) -> Any:
+        got = real(run, qv)
+        ran.append("windows" if got is not None else "declined")
+        return got
+
+    monkeypatch.setattr(recall_mod, "window_page", spy)
+    fast, slow = _engine(True), _engine(False)
+    lets = "LET s = SIMILARITY(content, $q), k = BM25(content, $q), s2 = SIMILARITY(content, \"the budget\"), "
+    queries = [
+        "f = RRF(s, k) ORDER BY f DESC LIMIT 10",
+        "f = RRF(s, k, k => 5, weights => [0.5, 2.0], window => 7) ORDER BY f DESC LIMIT 6 OFFSET 3",
+        "f = RRF(k, s, s2, window => 3) ORDER BY f DESC LIMIT 8",
+        "f = INTERLEAVE(k, s, window => 6) ORDER BY f DESC LIMIT 9",
+        "f = RRF(SIMILARITY(content, $q, min => 0.15), BM25(content, $q, min => 2.5)) ORDER BY f DESC LIMIT 10",
+        "f = RRF(s, k) WHERE meta.section == \"notes\" ORDER BY f DESC LIMIT 5",
+        "f = RRF(s, k) WHERE meta.n >= 100 ORDER BY f DESC, s2 DESC LIMIT 10 OFFSET 2",
+    ]
+    windows = 0
+    for tail in queries:
+        q = f"SELECT SENTENCE {lets}{tail}"
+        for question in QUESTIONS:
+            ran.clear()
+            got = fast.search(q, {"q": question})
+            assert ran and ran[-1] == "windows", (q, question, got.stats)
+            assert _page(got) == _page(slow.search(q, {"q": question})), (q, question)
+            assert got.stats.get("fused_page") is not None
+            if got.stats.get("similarity_windows") is not None:  # (a window of 100 is too deep here)
+                windows += 1
+                assert got.stats["store"]["scan"] == "int8 + fp32 rescore"
+    assert (windows > 0) == int8, windows
+    q = "SELECT SENTENCE LET k = BM25(content, $q) ORDER BY k DESC LIMIT 6"
+    for question in QUESTIONS[:4]:
+        ran.clear()
+        got = fast.search(q, {"q": question})
+        assert got.stats.get("fast_path") == "bm25" and ran[-1] == "windows", got.stats
+        assert _page(got) == _page(slow.search(q, {"q": question})), (q, question)
+
+
 def test_a_reranker_reads_the_pruned_rows_with_the_same_answer(engines: tuple[Engine, Engine]) -> None:
     """With a reranker the fast path prunes to the arms' windows and the engine fuses them (no fused page)."""
     from nlql.rerankers import FakeReranker

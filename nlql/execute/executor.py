@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -24,10 +25,26 @@ from nlql.execute.materialise import estimate_tokens, hits, pack_tokens
 from nlql.execute.order import order, rerank
 from nlql.execute.recall import embed_queries, recall
 from nlql.execute.results import Hits, Stats
+from nlql.plan.cache import reads_clock
 from nlql.plan.nodes import Plan
 from nlql.stores.base import Store, unit_id
 
 __all__ = ["Candidate", "Executor", "estimate_tokens", "pack_tokens", "unit_id"]
+
+#: Where a plan keeps what the executor prepared from it (:meth:`Executor._prepared`).
+_PREP = "_executor_prepared"
+
+
+@dataclass(slots=True)
+class _Prepared:
+    executor: Executor
+    binding_exprs: dict[str, Any]
+    mins: dict[str, float]
+    # (Env, compiled residual, compiled ORDER BY keys, (binding name, compiled binding)) shared by every
+    # search of the plan; None: compiled per search (the plan reads the clock or GRAPH)
+    shared: tuple[Env, list[Any], list[Any], list[tuple[str, Any]]] | None
+    # the query vectors normalised last time, by the bytes the embedder returned (recall.embed_queries)
+    query_vectors: list[Any] = field(default_factory=lambda: [None])
 
 
 class Executor:
@@ -54,12 +71,45 @@ class Executor:
         with active(deadline):  # every store call made for this search sees its deadline
             return self._run(plan, reranker, rerank_query, rerank_factor, deadline, max_tokens)
 
+    def _prepared(self, plan: Plan) -> _Prepared:
+        """What this executor derives from ``plan`` alone, computed once per plan.
+
+        The engine's plan cache hands back shallow copies of one cached plan (only ``now`` differs), so
+        this is kept in the plan's ``__dict__`` and shared by every copy made after it was set. The
+        compiled expressions (and the :class:`Env` they close over) are shared only when the plan reads
+        no clock and no GRAPH: nothing they compute then depends on the search (``now``, the graph).
+        """
+        got = plan.__dict__.get(_PREP)
+        if got is not None and got.executor is self:
+            return got
+        binding_exprs = {b.name: b.expr for b in plan.query.bindings}
+        shared = None
+        if not plan.graphs and not reads_clock(plan.query):
+            env = self._env(plan, binding_exprs)
+            try:
+                shared = (env, [compile_expr(c, env) for c in plan.residual],
+                          [compile_expr(o.expr, env) for o in plan.order],
+                          [(b, env.binding_fn(b)) for b in binding_exprs])
+            except Exception:  # noqa: BLE001 - raised again where the stage compiles it, per search
+                shared = None
+        got = _Prepared(self, binding_exprs, {s.slot: s.min for s in plan.scores if s.min is not None}, shared)
+        plan.__dict__[_PREP] = got
+        return got
+
+    def _env(self, plan: Plan, binding_exprs: dict[str, Any]) -> Env:
+        return Env(now=plan.now, score_names=plan.slots, binding_exprs=binding_exprs,
+                   functions=self.functions, periods=plan.periods, graphs=plan.graphs,
+                   temporals=plan.temporals, graph_values=self._graph_values(plan) if plan.graphs else None)
+
     def _run(self, plan: Plan, reranker: Any, rerank_query: str | None, rerank_factor: int,
              deadline: Deadline, max_tokens: int | None) -> Hits:
-        env = Env(now=plan.now, score_names=plan.slots,
-                  binding_exprs={b.name: b.expr for b in plan.query.bindings},
-                  functions=self.functions, periods=plan.periods, graphs=plan.graphs,
-                  temporals=plan.temporals, graph_values=self._graph_values(plan) if plan.graphs else None)
+        prep = self._prepared(plan)
+        if prep.shared is not None:
+            env, residual, order_fns, binding_fns = prep.shared
+        else:
+            env = self._env(plan, prep.binding_exprs)
+            residual = [compile_expr(c, env) for c in plan.residual]
+            order_fns = binding_fns = None
         if plan.lowered is not None and plan.graphs and self.graph is not None:
             self.graph.ensure_links()  # the statement reads the store's entity tables: they must be whole
         need = None
@@ -69,9 +119,8 @@ class Executor:
                 need = max(need, rerank_factor * need)
         run = Search(plan=plan, store=self.store, bm25=self.bm25, chunk_chars=self.chunk_chars, env=env,
                      stats=Stats(), warnings=list(plan.warnings), deadline=deadline, need=need,
-                     residual=[compile_expr(c, env) for c in plan.residual],
-                     degrade=self.on_arm_error == "degrade",
-                     mins={s.slot: s.min for s in plan.scores if s.min is not None})
+                     residual=residual, degrade=self.on_arm_error == "degrade", mins=prep.mins,
+                     order_fns=order_fns, binding_fns=binding_fns)
         stats = run.stats
         timeout = deadline.timeout
 
@@ -151,7 +200,8 @@ class Executor:
     def _embed(self, run: Search) -> dict[str, np.ndarray]:
         """The query vectors; with ``"degrade"`` an embedder failure or timeout drops the SIMILARITY arms."""
         try:
-            qv = embed_queries(run, lambda texts: embed_within(self.embed, texts, run.deadline))
+            qv = embed_queries(run, lambda texts: embed_within(self.embed, texts, run.deadline),
+                               self._prepared(run.plan).query_vectors)
         except Exception as exc:
             sims = [s.slot for s in run.plan.scores if s.kind == "SIMILARITY"]
             why = ("the embedder did not answer within the deadline" if isinstance(exc, NLQLTimeoutError)

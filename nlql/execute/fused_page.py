@@ -11,18 +11,28 @@ that fusion (``Search.prefused``) and orders and cuts them as usual.
 Used only when nothing else reads the arms' ranks: no reranker (it reads ``need`` × factor rows in
 fused order and would see the same rows, but is left to the general path), no fusion residual (the
 planner's fast path excludes it), and the fusion is RRF or INTERLEAVE.
+
+:func:`window_page` goes further for a fusion of bare SIMILARITY and BM25 arms on the built-in store
+family (``top_window``): it never builds a vector over the table. Each SIMILARITY arm's window is the
+store's exact top ``depth`` (through the int8 copy, or the fp32 scan where that does not apply), each
+BM25 arm's the top ``depth`` of the rows holding a query term (the engine's sparse matches), both
+ranked by (score desc, seq, position) as the fast path ranks; the fusion runs over their union as above,
+and only the page's rows get the SIMILARITY scores their windows did not give them.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import numpy as np
 
-from nlql.execute.candidates import Search
+from nlql.execute.candidates import Candidate, Search, keep_passing
+from nlql.execute.materialise import candidates
 from nlql.plan.nodes import ScoreSpec
+from nlql.stores.fastpath import top_rows
 
-__all__ = ["fused_page"]
+__all__ = ["fused_page", "window_page"]
 
 
 def _spec(run: Search) -> ScoreSpec | None:
@@ -77,14 +87,23 @@ def fused_page(run: Search, keys: np.ndarray, scores: dict[str, np.ndarray],
         idx = np.flatnonzero(ok)
         order = idx[np.lexsort((pos[idx], seq[idx], -vals[idx]))][: fast.depth]
         ranked.append(order)
-    fused = np.zeros(keys.size, dtype=np.float64)
+    fused = _fuse(spec, ranked, keys.size)
+    live = _live(fused, run.need, seq, pos)
+    out = {k: v[live] for k, v in scores.items() if not k.startswith("~")}  # (not a VALUE arm's vector)
+    out[spec.slot] = fused[live]
+    return keys[live], out, spec.slot
+
+
+def _fuse(spec: ScoreSpec, ranked: list[np.ndarray], size: int) -> np.ndarray:
+    """The fused value of each of ``size`` rows, from each arm's rows (indices) best first; 0.0: none."""
+    fused = np.zeros(size, dtype=np.float64)
     if spec.kind == "RRF":
         weights = spec.weights or (1.0,) * len(ranked)
         for w, order in zip(weights, ranked):  # noqa: B905 - as fuse() pairs them
             fused[order] += w / (spec.k + np.arange(1, order.size + 1))
     else:  # INTERLEAVE: round robin over the arms, a row counted at its first appearance
         position = 0
-        seen = np.zeros(keys.size, dtype=bool)
+        seen = np.zeros(size, dtype=bool)
         lists = [o.tolist() for o in ranked]
         for depth in range(max((len(o) for o in lists), default=0)):
             for o in lists:
@@ -92,12 +111,187 @@ def fused_page(run: Search, keys: np.ndarray, scores: dict[str, np.ndarray],
                     seen[o[depth]] = True
                     position += 1
                     fused[o[depth]] = 1.0 / position
-    live = np.flatnonzero(fused > 0)
-    if live.size > run.need:
+    return fused
+
+
+def _live(fused: np.ndarray, need: int, seq: np.ndarray, pos: np.ndarray) -> np.ndarray:
+    """The rows that can be on the page: the ``need`` best fused values (ties kept), in insertion order."""
+    live = np.flatnonzero(fused > 0) if need > 0 else np.zeros(0, dtype=np.int64)
+    if live.size > need:
         sub = fused[live]
-        kth = np.partition(sub, sub.size - run.need)[sub.size - run.need]
+        kth = np.partition(sub, sub.size - need)[sub.size - need]
         live = live[sub >= kth]  # ties with the need-th value kept: the executor orders them
-    live = live[np.lexsort((pos[live], seq[live]))]
-    out = {k: v[live] for k, v in scores.items() if not k.startswith("~")}  # (not a VALUE arm's vector)
-    out[spec.slot] = fused[live]
-    return keys[live], out, spec.slot
+    return live[np.lexsort((pos[live], seq[live]))]
+
+
+def _fuse_small(spec: ScoreSpec, ranked: list[list[int]]) -> tuple[dict[int, float], int]:
+    """:func:`_fuse` over the arms' rows as lists: ``({row: fused value}, rows in the union)``."""
+    fused: dict[int, float] = {}
+    if spec.kind == "RRF":
+        weights = spec.weights or (1.0,) * len(ranked)
+        for w, order in zip(weights, ranked):  # noqa: B905 - as fuse() pairs them
+            for r, row in enumerate(order, start=1):
+                fused[row] = fused.get(row, 0.0) + w / (spec.k + r)
+        return fused, len(fused)
+    position = 0
+    for depth in range(max((len(o) for o in ranked), default=0)):
+        for o in ranked:
+            if depth < len(o) and o[depth] not in fused:
+                position += 1
+                fused[o[depth]] = 1.0 / position
+    return fused, len(fused)
+
+
+def _live_small(fused: dict[int, float], need: int, seq: np.ndarray,
+                pos: np.ndarray) -> tuple[list[int], list[float]]:
+    """:func:`_live` of :func:`_fuse_small`'s values: (rows, their fused values) in insertion order."""
+    live = [(row, v) for row, v in fused.items() if v > 0] if need > 0 else []
+    if len(live) > need:
+        kth = sorted((v for _, v in live), reverse=True)[need - 1]
+        live = [(row, v) for row, v in live if v >= kth]  # ties with the need-th value kept
+    if not live:
+        return [], []
+    rows = np.fromiter((row for row, _ in live), dtype=np.int64, count=len(live))
+    order = np.lexsort((pos[rows], seq[rows])).tolist()
+    return [live[i][0] for i in order], [live[i][1] for i in order]
+
+
+def window_page(run: Search, qv: dict[str, np.ndarray]) -> list[Candidate] | None:
+    """The candidates of a fusion's page from the arms' windows only (see the module), or None: the
+    recall stage's fast path runs instead. Only without a reranker (the caller's ``fast_ok``).
+
+    The ``bm25`` fast path of a query with no SIMILARITY score takes the same road: its rows tied with
+    or above the ``need``-th BM25 score among the matches alone (None when fewer rows match: the fast
+    path declines there and says so)."""
+    fast = run.plan.fast_path
+    if fast is not None and fast.kind == "bm25":
+        return _bm25_page(run, qv)
+    plan, store = run.plan, run.store
+    spec = _spec(run)
+    table = getattr(store, "table", None)
+    top = getattr(store, "top_window", None)
+    sparse = getattr(getattr(run.bm25, "fast_matches", None), "sparse", None)
+    caps = store.capabilities
+    if (spec is None or fast is None or fast.depth is None or table is None or top is None or run.need is None
+            or not (caps.FULL_SCORES and caps.FAST_PATH) or plan.distinct is not None or plan.recall.min_score
+            or not hasattr(store, "mask")):
+        return None
+    sim_slots = [s.slot for s in plan.scores if s.kind == "SIMILARITY"]
+    if any(s not in qv or len(qv[s]) != 1 or not bool(np.isfinite(qv[s]).all()) for s in sim_slots):
+        return None  # several texts (a max over them) or an invalid query vector: the general fast path
+    texts: dict[str, str] = {}
+    for arm in fast.arms:
+        if arm.kind == "BM25":
+            text = fast.bm25_text(arm.slot)
+            if text is None or sparse is None:
+                return None
+            texts[arm.slot] = text
+        elif arm.kind != "SIMILARITY" or arm.slot not in sim_slots:
+            return None
+    t = time.perf_counter()
+    begin = getattr(run.bm25, "begin_search", None)
+    if begin is not None:
+        begin()  # the BM25 matches kept serve this search only
+    depth, seq, pos = fast.depth, table.seq, table.pos
+    live_rows = store.mask(plan.native)  # type: ignore[attr-defined]
+    ranked: list[np.ndarray] = []  # each arm's table rows, best first
+    windows: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # SIMILARITY slot -> (rows, scores)
+    certified = True
+    for arm in fast.arms:
+        if arm.kind == "SIMILARITY":
+            got = top(qv[arm.slot][0], depth, plan.native, arm.min)
+            if got is None:  # the int8 copy does not apply or did not certify: the exact fp32 scan
+                certified = False
+                got = _scanned(store, table, qv[arm.slot], plan.native, depth, arm.min)
+            rows = np.asarray(got[0], dtype=np.int64)
+            windows[arm.slot] = (rows, np.asarray(got[1]))
+        else:
+            rows, vals = sparse(texts[arm.slot], table)
+            ok = live_rows[rows]
+            if arm.min is not None:
+                ok &= vals >= arm.min
+            if not ok.all():
+                rows, vals = rows[ok], vals[ok]
+            rows = rows[top_rows(vals, rows, table, depth, ties=False)]
+        ranked.append(rows)
+    # The windows hold a few hundred rows: fused in Python, with fuse()'s float operations in its order
+    fused, union_size = _fuse_small(spec, [r.tolist() for r in ranked])
+    page, values = _live_small(fused, run.need, seq, pos)
+    page_scores: dict[str, np.ndarray] = {}
+    for s in sim_slots:
+        known = dict(zip(*(a.tolist() for a in windows[s]), strict=True)) if s in windows else {}
+        vals = np.array([known.get(k, np.nan) for k in page], dtype=np.float32)  # (float32 values: exact)
+        miss = np.flatnonzero(np.isnan(vals))
+        if miss.size:  # a page row outside this arm's window: its exact score, as a full scan gives it
+            vals[miss] = store.similarities(qv[s], [page[i] for i in miss.tolist()])[0]
+        page_scores[s] = vals
+    counts = run.stats.counts
+    counts.update({"rounds": 1, "candidates": int(np.count_nonzero(live_rows))})
+    if certified and windows:
+        counts["similarity_windows"] = depth
+        if store.last_stats:
+            counts["store"] = dict(store.last_stats)
+    run.stats.add("recall", (time.perf_counter() - t) * 1000)
+    if run.deadline.expired():
+        run.warnings.append("timeout during recall")
+    t = time.perf_counter()
+    counts.update({"fast_path": "fusion", "pruned_to": union_size})
+    units = candidates(run, page, qv, page_scores)
+    for u, v in zip(units, values, strict=True):
+        u.ctx.scores[spec.slot] = v
+    run.prefused.add(spec.slot)
+    counts["fused_page"] = len(units)
+    units = keep_passing(units, run.residual, run.deadline, run.warnings)
+    run.stats.add("filter", (time.perf_counter() - t) * 1000)
+    return units
+
+
+def _bm25_page(run: Search, qv: dict[str, np.ndarray]) -> list[Candidate] | None:
+    """The ``bm25`` fast path's candidates from the sparse matches (no vector over the table), or None."""
+    plan, store = run.plan, run.store
+    fast = plan.fast_path
+    assert fast is not None
+    table = getattr(store, "table", None)
+    sparse = getattr(getattr(run.bm25, "fast_matches", None), "sparse", None)
+    text = fast.bm25_text(fast.slot or "")
+    if (table is None or sparse is None or text is None or run.need is None or run.failed
+            or plan.distinct is not None or not (store.capabilities.FAST_PATH and store.capabilities.FULL_SCORES)
+            or not hasattr(store, "mask")
+            or any(s.kind == "SIMILARITY" for s in plan.scores)):
+        return None
+    t = time.perf_counter()
+    begin = getattr(run.bm25, "begin_search", None)
+    if begin is not None:
+        begin()
+    live_rows = store.mask(plan.native)  # type: ignore[attr-defined]
+    rows, vals = sparse(text, table)
+    ok = live_rows[rows]
+    if not ok.all():
+        rows, vals = rows[ok], vals[ok]
+    if rows.size < run.need:  # fewer matches than the page: rows without a term can be on it
+        return None
+    counts = run.stats.counts
+    counts.update({"rounds": 1, "candidates": int(np.count_nonzero(live_rows))})
+    run.stats.add("recall", (time.perf_counter() - t) * 1000)
+    if run.deadline.expired():
+        run.warnings.append("timeout during recall")
+    t = time.perf_counter()
+    kept = rows[top_rows(vals, rows, table, run.need, ties=True)]
+    kept = kept[np.lexsort((table.pos[kept], table.seq[kept]))]  # into insertion order
+    counts.update({"fast_path": "bm25", "pruned_to": int(kept.size)})
+    units = candidates(run, [int(k) for k in kept], qv, {})
+    units = keep_passing(units, run.residual, run.deadline, run.warnings)
+    run.stats.add("filter", (time.perf_counter() - t) * 1000)
+    return units
+
+
+def _scanned(store: Any, table: Any, v: np.ndarray, native: Any, depth: int,
+             min_score: float | None) -> tuple[np.ndarray, np.ndarray]:
+    """A SIMILARITY arm's window from the exact scan: (rows, scores) of its top ``depth`` rows passing
+    the filter (at or above ``min_score``), best first by (score desc, seq, position)."""
+    keys, mat = store.score_all(v, native)
+    keys = np.asarray(keys, dtype=np.int64)
+    row = mat[0]
+    eligible = row >= min_score if min_score is not None else None
+    idx = top_rows(row, keys, table, depth, ties=False, eligible=eligible)
+    return keys[idx], row[idx]

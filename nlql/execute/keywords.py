@@ -38,6 +38,9 @@ class _FastMatches:
     def rows(self, text: str, table: Any) -> np.ndarray | None:
         return self._sidecar.table_scores(text, table)
 
+    def sparse(self, text: str, table: Any) -> tuple[np.ndarray, np.ndarray]:
+        return self._sidecar.table_matches(text, table)
+
 
 class BM25Sidecar:
     """The engine's BM25 index over a store's sentences."""
@@ -54,8 +57,11 @@ class BM25Sidecar:
         # id -> table row number (-1: none), valid for (table, version, size) in _row_state
         self._row_of = np.full(0, -1, dtype=np.int64)
         self._row_state: tuple[int, int, int] | None = None
+        self._ids_are_rows = False  # _row_of[:_next] == arange(_next) (no row renumbered or removed)
         # the query texts' scores of the current search over table rows (valid for _row_state; cleared by
-        # every write and every search): a page's rows are scored again after the fast path picked them
+        # every write and every search): a page's rows are scored again after the fast path picked them.
+        # _matches: (matching table rows ascending, their scores); _by_row: the dense vector, built from it
+        self._matches: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self._by_row: dict[str, np.ndarray] = {}
         self.fast_matches = _FastMatches(self)
 
@@ -88,7 +94,7 @@ class BM25Sidecar:
 
     def on_upsert(self, docs: Sequence[DocRecord]) -> None:
         with self._lock:
-            self._by_row.clear()
+            self._forget()
             if self._index is None:
                 return
             docs = latest_per_id(docs)  # the same id twice in one write: the last one wins (as in the store)
@@ -99,7 +105,7 @@ class BM25Sidecar:
 
     def on_delete(self, doc_ids: Sequence[str]) -> None:
         with self._lock:
-            self._by_row.clear()
+            self._forget()
             if self._index is not None:
                 self._remove(doc_ids)
                 self._follow_table(self._next, [])
@@ -116,6 +122,7 @@ class BM25Sidecar:
             if self._row_of.size:
                 arr = np.asarray(gone, dtype=np.int64)
                 self._row_of[arr[arr < self._row_of.size]] = -1
+            self._ids_are_rows = False
 
     # ------------------------------------------------------------------ the table mapping
 
@@ -141,6 +148,8 @@ class BM25Sidecar:
                 self._row_state = None
                 return
             self._row_of[i] = rows[position]
+            self._ids_are_rows = self._ids_are_rows and int(self._row_of[i]) == i
+        self._ids_are_rows = self._ids_are_rows and len(new_ids) == self._next - first
         self._row_state = (id(table), table.version, table.size)
 
     def _grow(self, n: int) -> None:
@@ -162,28 +171,59 @@ class BM25Sidecar:
                 position = self._rev[i][1]
                 if position < len(rows):
                     self._row_of[i] = rows[position]
+        n = self._next
+        self._ids_are_rows = bool((self._row_of[:n] == np.arange(n)).all())
         self._row_state = (id(table), table.version, table.size)
+
+    def _forget(self) -> None:
+        self._matches.clear()
+        self._by_row.clear()
+
+    def _table_matches(self, text: str, table: Any) -> tuple[np.ndarray, np.ndarray]:
+        """(rows, scores) of :meth:`table_matches` (lock held)."""
+        if self._index is None:
+            self._build()
+        if self._row_state != (id(table), table.version, table.size):
+            self._map_table(table)
+            self._forget()
+        hit = self._matches.get(text)
+        if hit is not None:
+            return hit
+        ids, values = self._index.score(text, ordered=False)
+        if self._ids_are_rows:  # an id is its row number (ids ascending: the index's insertion order)
+            rows = ids
+        else:
+            rows = self._row_of[ids] if ids.size else ids
+            ok = rows >= 0
+            if not ok.all():
+                rows, values = rows[ok], values[ok]
+        if rows.size > 1 and not bool((rows[1:] > rows[:-1]).all()):  # (renumbered rows, or re-added ids)
+            order = np.argsort(rows, kind="stable")
+            rows, values = rows[order], values[order]
+        rows.setflags(write=False)  # shared by the callers of this query text until the next write
+        values.setflags(write=False)
+        if len(self._matches) >= 4:
+            self._matches.pop(next(iter(self._matches)))
+            self._by_row.clear()
+        self._matches[text] = (rows, values)
+        return rows, values
+
+    def table_matches(self, text: str, table: Any) -> tuple[np.ndarray, np.ndarray]:
+        """The rows of ``table`` holding a term of ``text`` (row numbers ascending) and their BM25 scores
+        (all > 0): a query's BM25 without a vector over the whole table."""
+        with self._lock:
+            return self._table_matches(text, table)
 
     def table_scores(self, text: str, table: Any) -> np.ndarray:
         """BM25 of ``text`` for every row number of ``table`` (0.0 where no query term occurs)."""
         with self._lock:
-            if self._index is None:
-                self._build()
-            if self._row_state != (id(table), table.version, table.size):
-                self._map_table(table)
-                self._by_row.clear()
+            rows, values = self._table_matches(text, table)
             hit = self._by_row.get(text)
             if hit is not None:
                 return hit
-            ids, values = self._index.score(text, ordered=False)
             out = np.zeros(table.size, dtype=np.float64)
-            if ids.size:
-                rows = self._row_of[ids]
-                ok = rows >= 0
-                out[rows[ok]] = values[ok]
+            out[rows] = values
             out.setflags(write=False)  # shared by the callers of this query text until the next write
-            if len(self._by_row) >= 4:
-                self._by_row.pop(next(iter(self._by_row)))
             self._by_row[text] = out
             return out
 
@@ -191,7 +231,7 @@ class BM25Sidecar:
         """Forget the scores kept for the last search (they serve the stages of one search only, so a
         repeated query is scored again, as a benchmark expects)."""
         with self._lock:
-            self._by_row.clear()
+            self._forget()
 
     # ------------------------------------------------------------------ generic answers
 
@@ -210,11 +250,21 @@ class BM25Sidecar:
             if self._index is None:
                 self._build()
             table = getattr(self.store, "table", None)
-            by_row = self._by_row.get(text) if table is not None else None
-            if by_row is not None and self._row_state == (id(table), table.version, table.size) and len(keys):
+            found = self._matches.get(text) if table is not None else None
+            if found is not None and self._row_state == (id(table), table.version, table.size) and len(keys):
                 # this search's fast path scored the text over the table (0.0 for a row the index does
                 # not hold), and the keys are the table's row numbers
-                return by_row[np.asarray(keys, dtype=np.int64)]
+                want = np.asarray(keys, dtype=np.int64)
+                by_row = self._by_row.get(text)
+                if by_row is not None:
+                    return by_row[want]
+                rows, values = found
+                out = np.zeros(want.size, dtype=np.float64)
+                if rows.size:
+                    pos = np.minimum(np.searchsorted(rows, want), rows.size - 1)
+                    hit = rows[pos] == want
+                    out[hit] = values[pos[hit]]
+                return out
             ids = np.fromiter((self._ids.get(r.id, -1) for r in rows), dtype=np.int64, count=len(rows))
             out = np.zeros(len(rows), dtype=np.float64)
             valid = ids >= 0

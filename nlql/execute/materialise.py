@@ -65,13 +65,34 @@ def candidates(run: Search, keys: list[Any], qv: dict[str, np.ndarray],
     rows = store.fetch(keys)
     scores = _score_rows(run, keys, rows, qv, sentence_scores)
     out = []
-    cols = list(scores.items())
     mins = run.mins
+    if mins:
+        cols = list(scores.items())
+        for i, r in enumerate(rows):
+            ctx = RowContext(r.content, r.id, r.doc_id, r.position, r.metadata, _row_scores(cols, i, mins), {}, r.seq)
+            out.append(Candidate(ctx, [r]))
+        return out
+    # each column as Python floats once (what float() of each element gives), then one dict per row
+    names = list(scores)
+    values = [_floats(c) for c in scores.values()]
+    if len(names) == 1:
+        name = names[0]
+        for r, v in zip(rows, values[0]):
+            out.append(Candidate(RowContext(r.content, r.id, r.doc_id, r.position, r.metadata, {name: v}, {}, r.seq),
+                                 [r]))
+        return out
     for i, r in enumerate(rows):
-        row_scores = _row_scores(cols, i, mins) if mins else {n: float(c[i]) for n, c in cols}
-        ctx = RowContext(r.content, r.id, r.doc_id, r.position, r.metadata, row_scores, {}, r.seq)
+        ctx = RowContext(r.content, r.id, r.doc_id, r.position, r.metadata,
+                         {n: col[i] for n, col in zip(names, values)}, {}, r.seq)
         out.append(Candidate(ctx, [r]))
     return out
+
+
+def _floats(col: Any) -> list[float]:
+    """``[float(x) for x in col]``, in one call for a float array (``tolist`` gives the same values)."""
+    if isinstance(col, np.ndarray) and col.dtype.kind == "f" and col.ndim == 1:
+        return col.tolist()
+    return [float(x) for x in col]
 
 
 def _row_scores(cols: list[tuple[str, np.ndarray]], i: int, mins: dict[str, float]) -> dict[str, float | None]:
@@ -175,18 +196,27 @@ def hits(run: Search, page: list[Candidate]) -> list[Hit]:
         if changed:
             run.warnings.append(f"{changed} document(s) changed while the query ran: "
                                 "their SPAN hits show the hit sentence without its window")
-    names = [b.name for b in plan.query.bindings]
+    fns = run.binding_fns
+    if fns is None:
+        fns = [(b.name, env.binding_fn(b.name)) for b in plan.query.bindings]
     grouped = not plan.unit.rows_are_sentences
     best_slot, best_names = _best_basis(plan) if grouped else (None, [])
+    kind = plan.unit.kind
+    jsonable = V.jsonable_scalar
     out = []
     for u in page:
-        scores: dict[str, Any] = {n: V.jsonable_scalar(env.binding_fn(n)(u.ctx)) for n in names}
+        ctx = u.ctx
+        scores: dict[str, Any] = {}
+        for n, fn in fns:
+            v = fn(ctx)
+            scores[n] = v if type(v) is float else jsonable(v)
         if "rerank" in u.extra:
             scores["rerank"] = u.extra["rerank"]
         out.append(Hit(
-            id=u.ctx.id if plan.unit.kind != "DOCUMENT" else u.ctx.doc_id,
-            doc_id=u.ctx.doc_id, unit=plan.unit.kind, position=u.ctx.position,
-            content=unit_text(run, u), metadata=_copy_metadata(u.ctx.metadata), scores=scores,
+            id=ctx.id if kind != "DOCUMENT" else ctx.doc_id,
+            doc_id=ctx.doc_id, unit=kind, position=ctx.position,
+            content=ctx.content if kind != "SPAN" else unit_text(run, u),
+            metadata=_copy_metadata(ctx.metadata), scores=scores,
             best=_best(run, u, best_slot, best_names) if best_slot is not None else None,
         ))
     return out

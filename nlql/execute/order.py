@@ -16,9 +16,12 @@ __all__ = ["order", "rerank"]
 
 def order(run: Search, units: list[Candidate]) -> list[Candidate]:
     """Candidates sorted by the plan's ORDER BY keys (insertion order first, so ties keep it)."""
-    units = sorted(units, key=lambda u: (u.ctx.seq, u.ctx.position))
-    for spec in reversed(run.plan.order):
-        fn = compile_expr(spec.expr, run.env)
+    units = sorted(units, key=_insertion)
+    specs = run.plan.order
+    fns = run.order_fns
+    for i in range(len(specs) - 1, -1, -1):
+        spec = specs[i]
+        fn = fns[i] if fns is not None else compile_expr(spec.expr, run.env)
         keyed = [(fn(u.ctx), u) for u in units]
         if spec.descending:
             null_rank = 2 if spec.nulls_first else 0
@@ -36,6 +39,11 @@ def order(run: Search, units: list[Candidate]) -> list[Candidate]:
             keyed.sort(key=key, reverse=spec.descending)
         units = [u for _, u in keyed]
     return units
+
+
+def _insertion(u: Candidate) -> tuple[int, int]:
+    ctx = u.ctx
+    return (ctx.seq, ctx.position)
 
 
 def _first(item: tuple[Any, Candidate]) -> Any:

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import time
+from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any, cast
@@ -25,7 +26,7 @@ from nlql.execute.arm_values import value_arms
 from nlql.execute.candidates import Candidate, Search, keep_passing
 from nlql.execute.degrade import cause_of, drop_arms
 from nlql.execute.distinct import kept
-from nlql.execute.fused_page import fused_page
+from nlql.execute.fused_page import fused_page, window_page
 from nlql.execute.graph_recall import recall_by_graph
 from nlql.execute.materialise import candidates, similarities
 from nlql.plan.decide_overfetch import DISTINCT_FACTOR
@@ -36,8 +37,13 @@ WIDEN_FACTOR = 4
 __all__ = ["WIDEN_FACTOR", "embed_queries", "recall"]
 
 
-def embed_queries(run: Search, embed: Callable[[Sequence[str]], np.ndarray]) -> dict[str, np.ndarray]:
-    """Each SIMILARITY slot's query vectors (L2-normalised); each distinct text embedded once."""
+def embed_queries(run: Search, embed: Callable[[Sequence[str]], np.ndarray],
+                  memo: list[Any] | None = None) -> dict[str, np.ndarray]:
+    """Each SIMILARITY slot's query vectors (L2-normalised); each distinct text embedded once.
+
+    ``memo``: a one-item list kept with the plan (its texts are fixed): the last raw matrix's bytes and
+    its normalised rows, reused (copied) while the embedder returns the very same bytes.
+    """
     specs = [s for s in run.plan.scores if s.kind == "SIMILARITY"]
     texts: list[str] = []
     index: dict[str, int] = {}
@@ -48,7 +54,20 @@ def embed_queries(run: Search, embed: Callable[[Sequence[str]], np.ndarray]) -> 
                 texts.append(tx)
     if not texts:
         return {}
-    mat = V.normalize_rows(embed(texts), zero_invalid=True)
+    raw = embed(texts)
+    mat = None
+    key = None
+    if memo is not None and type(raw) is np.ndarray and raw.dtype == np.float32:
+        key = (raw.shape, raw.tobytes())
+        got = memo[0]  # (key, normalised): one object, so threads read a matching pair
+        if got is not None and got[0] == key:
+            mat = got[1].copy()
+    if mat is None:
+        mat = V.normalize_rows(raw, zero_invalid=True)
+        if key is not None:
+            memo[0] = (key, mat.copy())
+    if len(specs) == 1 and len(specs[0].texts) == len(texts):  # one arm, its texts in order: the matrix itself
+        return {specs[0].slot: mat}
     return {s.slot: mat[[index[tx] for tx in s.texts]] for s in specs}
 
 
@@ -139,20 +158,16 @@ def _knn(run: Search, qv: dict[str, np.ndarray]) -> list[Candidate]:
                                 "fewer rows than LIMIT may be returned")
             break
         run.stats.add("recall", (time.perf_counter() - t) * 1000)
-        seen: dict[Any, float] = {}
-        for lst in lists:
-            for key, score in lst:
-                if key not in seen or score > seen[key]:
-                    seen[key] = score
-        keys = sorted(seen, key=lambda x: -seen[x])
+        keys, best = _merged(lists)
         n_candidates = len(keys)
         exhausted = all(len(lst) < k for lst in lists)
         t = time.perf_counter()
         known = None
         if len(lists) == 1 and store.capabilities.KNN_SCORES:
             # one query vector: knn's scores are the very ones similarities() would compute again
-            known = {slot: np.fromiter((seen[x] for x in keys), dtype=np.float32, count=len(keys))}
-        units = candidates(run, keys, qv, known, restrict=set(keys))
+            known = {slot: _float32s(best)}
+        units = candidates(run, keys, qv, known,
+                           restrict=None if plan.unit.rows_are_sentences else set(keys))
         units = keep_passing(units, run.residual, run.deadline, run.warnings)
         run.stats.add("filter", (time.perf_counter() - t) * 1000)
         if exhausted or _enough(run, units, need):
@@ -171,12 +186,40 @@ def _knn(run: Search, qv: dict[str, np.ndarray]) -> list[Candidate]:
     return units
 
 
+def _float32s(scores: list[float]) -> list[float]:
+    """Each score rounded to float32 (what ``np.array(scores, dtype=np.float32).tolist()`` gives: the
+    same C cast), as Python floats; the ``array`` module's few lines instead of two numpy calls."""
+    return array("f", scores).tolist()
+
+
+def _merged(lists: list[list[tuple[Any, float]]]) -> tuple[list[Any], list[float]]:
+    """The knn lists of several query vectors as one: each key once with its best score, best first
+    (a stable sort: equal scores keep the store's order, which breaks ties on insertion order)."""
+    if len(lists) == 1:
+        lst = lists[0]
+        keys = [key for key, _ in lst]
+        scores = [score for _, score in lst]
+        # the common case: one list, best first, each key once (what the sort below would give)
+        if len(set(keys)) == len(keys) and all(a >= b for a, b in zip(scores, scores[1:])):
+            return keys, scores
+    seen: dict[Any, float] = {}
+    for lst in lists:
+        for key, score in lst:
+            if key not in seen or score > seen[key]:
+                seen[key] = score
+    keys = sorted(seen, key=lambda x: -seen[x])
+    return keys, [seen[x] for x in keys]
+
+
 def _full(run: Search, qv: dict[str, np.ndarray], fast_ok: bool) -> list[Candidate]:
     plan, store = run.plan, run.store
     if fast_ok and not run.failed:
         by_graph = recall_by_graph(run, qv)
         if by_graph is not None:
             return by_graph
+        by_windows = window_page(run, qv)  # a fusion of SIMILARITY/BM25 arms from their windows only
+        if by_windows is not None:
+            return by_windows
     caps = store.capabilities
     t = time.perf_counter()
     sim_slots = [s.slot for s in plan.scores if s.kind == "SIMILARITY" and s.slot not in run.failed]

@@ -35,13 +35,20 @@ def select(table: RowTable, path: FastPath, keys: np.ndarray, scores: Mapping[st
             return None
         idx = np.lexsort((table.pos[keys], table.seq[keys], -s if path.descending else s))[:need]
     elif path.kind == "bm25":
-        bm = _bm25_over(table, path, path.slot or "", keys, bm25)
-        if bm is None:
-            return None
-        eligible = bm > 0
-        if int(np.count_nonzero(eligible)) < need:
-            return None
-        idx = top_rows(bm, keys, table, need, ties=True, eligible=eligible)
+        matched = _bm25_matched(table, path, path.slot or "", keys, bm25)
+        if matched is not None:  # only the rows holding a term: no vector over the whole table
+            at, vals = matched
+            if at.size < need:
+                return None
+            idx = at[top_rows(vals, keys[at], table, need, ties=True)]
+        else:
+            bm = _bm25_over(table, path, path.slot or "", keys, bm25)
+            if bm is None:
+                return None
+            eligible = bm > 0
+            if int(np.count_nonzero(eligible)) < need:
+                return None
+            idx = top_rows(bm, keys, table, need, ties=True, eligible=eligible)
     elif path.kind == "formula":
         assert path.formula is not None
         values = _evaluate(path.formula, table, path, keys, scores, bm25)
@@ -61,6 +68,14 @@ def select(table: RowTable, path: FastPath, keys: np.ndarray, scores: Mapping[st
                 arm_scores = scores.get(arm.slot)
                 eligible = ~np.isnan(arm_scores) if arm_scores is not None else None
             else:
+                matched = _bm25_matched(table, path, arm.slot, keys, bm25)
+                if matched is not None:  # rank only the rows holding a term (the others have no rank)
+                    at, vals = matched
+                    if arm.min is not None:
+                        keep = vals >= arm.min
+                        at, vals = at[keep], vals[keep]
+                    parts.append(at[top_rows(vals, keys[at], table, path.depth, ties=False)])
+                    continue
                 arm_scores = _bm25_over(table, path, arm.slot, keys, bm25)
                 eligible = arm_scores > 0 if arm_scores is not None else None  # no term: no rank
             if arm_scores is None:
@@ -79,6 +94,8 @@ def top_rows(scores: np.ndarray, keys: np.ndarray, table: RowTable, n: int, *, t
              eligible: np.ndarray | None = None) -> np.ndarray:
     """Indices (into ``keys``) of the ``n`` best rows by (score desc, seq, position); with ``ties``, every
     row tied with the n-th score too. Only the rows at or above the n-th score are sorted."""
+    if n <= 0:  # (LIMIT 0)
+        return np.zeros(0, dtype=np.int64)
     if eligible is None:
         if len(scores) > n:
             kth = np.partition(scores, len(scores) - n)[len(scores) - n]
@@ -94,6 +111,30 @@ def top_rows(scores: np.ndarray, keys: np.ndarray, table: RowTable, n: int, *, t
     rows = keys[idx]
     order = np.lexsort((table.pos[rows], table.seq[rows], -scores[idx]))
     return idx[order] if ties else idx[order[:n]]
+
+
+def _bm25_matched(table: RowTable, path: FastPath, slot: str, keys: np.ndarray,
+                  bm25: Bm25Matches) -> tuple[np.ndarray, np.ndarray] | None:
+    """(indices into ``keys`` of the rows holding a term of a BM25 slot, ascending; their scores), from
+    the engine's sparse matches (``bm25.sparse(text, table)``: table rows ascending, scores > 0); None
+    when the matches do not come that way (then :func:`_bm25_over`)."""
+    text = path.bm25_text(slot)
+    sparse = getattr(bm25, "sparse", None)
+    if text is None or sparse is None:
+        return None
+    rows, vals = sparse(text, table)
+    n = len(keys)
+    if n == table.size and n and keys[0] == 0 and keys[-1] == n - 1 and bool((keys[1:] > keys[:-1]).all()):
+        return rows, vals  # every row of the table, in row order: a row's index is its number
+    where = np.full(table.size, -1, dtype=np.int64)
+    where[keys] = np.arange(n)
+    at = where[rows]
+    ok = at >= 0
+    at, vals = at[ok], vals[ok]
+    if at.size > 1 and not bool((at[1:] > at[:-1]).all()):
+        order = np.argsort(at, kind="stable")
+        at, vals = at[order], vals[order]
+    return at, vals
 
 
 def _bm25_over(table: RowTable, path: FastPath, slot: str, keys: np.ndarray,

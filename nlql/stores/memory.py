@@ -12,7 +12,8 @@ rows (or its int8 copy), so a selective query reads its own rows only. Score thr
 inside recall.
 
 Memory per vector: 4·dim bytes of float32 (1,536 at dim 384), plus dim bytes of int8 (384) once the
-int8 copy is built, plus the copies of cached filters (at most 8). ``MemoryStore(path)`` persists every write to a SQLite file (see
+int8 copy is built, plus about dim/2 bytes (192) for the split scan code of a copy of 65,536 rows or
+more, plus the copies of cached filters (at most 8). ``MemoryStore(path)`` persists every write to a SQLite file (see
 :mod:`nlql.stores.doclog`) and reloads vectors on reopen without re-embedding.
 """
 
@@ -64,23 +65,42 @@ MEMORY_CAPABILITIES = Capabilities(
 )
 
 
-_controller: Any = None
+_blas_libs: Any = None
+
+
+class _OneBlasThread:
+    """Limits BLAS to one thread inside the block and restores the previous counts after: the BLAS
+    libraries' own setters, found once with threadpoolctl (its ``limit()`` context costs ~25 µs a call,
+    more than a selective filter's whole product; this ~8 µs)."""
+
+    __slots__ = ("_old",)
+
+    def __enter__(self) -> None:
+        self._old = [(lib, lib.get_num_threads()) for lib in _blas_libs]
+        for lib, n in self._old:
+            if n != 1:
+                lib.set_num_threads(1)
+
+    def __exit__(self, *exc: Any) -> None:
+        for lib, n in self._old:
+            if n != 1:
+                lib.set_num_threads(n)
 
 
 def _blas_one_thread() -> Any:
     """A context limiting BLAS to one thread: a matrix-vector product is memory-bound, and on a busy
     2-core machine a second BLAS thread waits for a time slice (8 ms instead of 0.2 ms at 10k rows)."""
-    global _controller
-    if _controller is None:
+    global _blas_libs
+    if _blas_libs is None:
         try:
             from threadpoolctl import ThreadpoolController
 
-            _controller = ThreadpoolController()
+            _blas_libs = list(ThreadpoolController().select(user_api="blas").lib_controllers)
         except Exception:  # noqa: BLE001 - optional optimisation
-            _controller = False
-    if _controller is False:
+            _blas_libs = []
+    if not _blas_libs:
         return contextlib.nullcontext()
-    return _controller.limit(limits=1, user_api="blas")
+    return _OneBlasThread()
 
 
 def matmul_t(vectors: np.ndarray, sub: np.ndarray) -> np.ndarray:
@@ -385,7 +405,8 @@ class MatrixStore:
         copy = self._int8()
         local = None  # a filter's own int8 copy: ids are positions in rows.keys
         if rows.keys is not None:
-            if len(rows.keys) * 2 > rows.size:  # most rows: the whole copy, the others deselected
+            if rows.int8 is None and not self._own_copy_fits(len(rows.keys), rows.size, copy):
+                # most rows, or no room for another copy: the whole copy, the others deselected
                 if rows.selectors is None:
                     mask = np.zeros(rows.size, dtype=bool)
                     mask[rows.keys] = True
@@ -396,41 +417,77 @@ class MatrixStore:
                 copy, local = rows.int8, rows.keys
         n = rows.size if rows.keys is None else len(rows.keys)
         depth = quant.depth_for(k, n)
-        extra = copy.outliers()  # rows the tight bound does not cover: rescored with the candidates
-        if local is not None:
-            extra = local[extra]
-        elif rows.keys is not None and len(extra):
-            extra = extra[np.isin(extra, rows.keys, assume_unique=True)]
-        for attempt in range(2):
-            labels, approx = copy.search(v, depth, None if local is not None else rows.selectors)
-            cand = np.union1d(labels if local is None else local[labels], extra)
-            top = self._top(self.exact_scores(v, cand), cand, k, min_score)
-            exhaustive = len(labels) < depth
-            bound = copy.bound(v, float(approx[-1]), outliers=True) if len(approx) else -math.inf
-            if exhaustive:
-                certified = True
-            elif len(top) == k:
-                certified = top[-1][1] > bound
-            else:  # fewer than k at or above min_score among the candidates
-                certified = min_score is not None and bound < min_score
-            if certified:
-                stats.update({"scan": "int8 + fp32 rescore", "depth": depth, "rounds": attempt + 1,
-                              "bound": round(bound, 6)})
-                return top
-            if depth * 8 > n // 4:
+        # rows the tight bounds do not cover: estimated from their own float32 copy (scores within
+        # 2·MARGIN of the exact ones), so only those that could enter the top k are rescored
+        extra, extra_rows = copy.outlier_rows(self.matrix, local)
+        if local is None and rows.keys is not None and len(extra):
+            keep = np.isin(extra, rows.keys, assume_unique=True)
+            extra, extra_rows = extra[keep], extra_rows[keep]
+        extra_upper = extra_rows @ v + 2 * quant.MARGIN if len(extra) else np.zeros(0, dtype=np.float32)
+        keys, scores = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
+        selectors = None if local is not None else rows.selectors
+        rounds, split, widened = 0, True, False
+        while True:  # the split scan (when the copy has one), then the full scan, then once deeper
+            rounds += 1
+            cand = copy.split_candidates(v, depth, selectors) if split else None
+            split, scan = False, "split int8" if cand is not None else "int8"
+            if cand is None:
+                cand = copy.candidates(v, depth, selectors)
+            # one stream of rows by an upper bound of their score, best first: the candidates and outliers
+            ids = np.concatenate([cand.keys if local is None else local[cand.keys], extra])
+            upper = np.concatenate([cand.estimate + cand.slack, extra_upper])
+            order = np.argsort(-upper, kind="stable")
+            ids, upper = ids[order], upper[order]
+            done = 0  # rows of the stream rescored
+            while True:
+                upto = min(len(ids), max(4 * k, 64) if done == 0 else 4 * done)
+                new = np.setdiff1d(ids[done:upto], keys)
+                if len(new):
+                    keys = np.concatenate([keys, new])
+                    scores = np.concatenate([scores, self.exact_scores(v, new)])
+                done = upto
+                top = self._top(scores, keys, k, min_score)
+                inside = float(upper[done]) if done < len(ids) else -math.inf
+                bound = max(inside, cand.outside)
+                # the k-th score (or the threshold when fewer pass) that no row left out may reach
+                need = top[-1][1] if len(top) == k else (-math.inf if min_score is None else min_score)
+                if bound == -math.inf or bound < need:
+                    stats.update({"scan": f"{scan} + fp32 rescore", "depth": depth, "rounds": rounds,
+                                  "rescored": len(keys), "bound": round(bound, 6)})
+                    return top
+                if inside < need or done == len(ids):
+                    break  # the candidates are settled: the rows outside them are not
+            if scan == "split int8":
+                copy.missed(depth)  # the full int8 scan at the same depth next
+                continue
+            if widened or depth * 8 > n // 4 or cand.outside == -math.inf:
                 break
-            depth *= 8
+            depth, widened = depth * 8, True
         stats.update({"scan": "fp32", "fallback": f"int8 scan not certified at depth {depth}"})
         return None
 
+    #: A filter keeps its own int8 copy when it selects at most this share of the rows (scanning its
+    #: rows only: at 1M a 50% filter's own copy scans in about half the time of the whole copy with
+    #: the other rows deselected) and the filters' copies stay within the size of the whole copy.
+    OWN_COPY_SHARE = 0.75
+
+    def _own_copy_fits(self, rows: int, size: int, copy: quant.Int8Copy) -> bool:
+        if rows > size * self.OWN_COPY_SHARE:
+            return False
+        held = sum(r.int8.nbytes for r in self._sub_cache.values() if r.int8 is not None)
+        return held + rows * (copy.nbytes / max(1, copy.size)) <= max(copy.nbytes, 1 << 20)
+
     def memory_stats(self) -> dict[str, Any]:
-        """Bytes held per vector: the float32 matrix, and the int8 copy when one is built."""
+        """Bytes held per vector: the float32 matrix, the int8 copy when one is built (with its split
+        scan code), and the cached filters' own int8 copies."""
         with self._lock:
             n = max(1, self.table.size)
             out = {"rows": self.table.size, "fp32_bytes_per_vector": 4 * (self.dim or 0)}
             if self._quant is not None:
                 out["int8_bytes_per_vector"] = round(self._quant.nbytes / n, 1)
                 out["int8_err_max"] = round(self._quant.err_max, 6)
+                held = sum(r.int8.nbytes for r in self._sub_cache.values() if r.int8 is not None)
+                out["filter_copies_bytes_per_vector"] = round(held / n, 1)
             return out
 
     def score_all(self, vectors: np.ndarray, flt: NativeFilter | None = None) -> tuple[np.ndarray, np.ndarray]:

@@ -2,21 +2,35 @@
 
 The copy is Faiss's ``ScalarQuantizer`` (``QT_8bit``: one byte per dimension, a per-dimension range
 learnt from a sample of the rows), one quarter of the float32 matrix, scanned by Faiss's SIMD kernel
-into the ``depth`` best rows by approximate score. Those rows are then rescored exactly (the store's
-float32 arithmetic) and the answer is **certified**: every row is encoded with a known reconstruction
-error ``‖x − x̃‖``, so a row outside the candidates scores at most
+into about the ``depth`` best rows by approximate score. Every row is encoded with a known
+reconstruction error ``‖x − x̃‖``, so a row scores at most its approximate score + ‖q‖ · ‖x − x̃‖ +
+``MARGIN`` (Cauchy–Schwarz; ``MARGIN`` covers float32 rounding of both dot products and the 6-place
+rounding of scores). The largest error is set by a few rows outside the range the quantiser learnt (at
+100k hash vectors: 0.097, where 99.9 % of the rows stay under 0.017), so the copy keeps the rows whose
+error exceeds the ``OUTLIER_QUANTILE`` of the training sample (``tau``) as *outliers*, estimated from
+their own float32 rows instead; every other row is bounded with ``tau``, a bound 6× tighter.
 
-    (the depth-th approximate score) + ‖q‖ · max‖x − x̃‖ + MARGIN
+The caller (the store) rescores the candidates and outliers exactly (its float32 arithmetic), highest
+bound first and only as deep as needed, and the answer is **certified** when the k-th exact score is
+above the bound of every row not rescored: the next candidate's, and (the lowest approximate score a
+shard kept) + ‖q‖ · tau + ``MARGIN`` for the rows no shard returned. Then no row left out could be in
+the top k, so the answer, rows *and* scores, is the exact scan's. Otherwise the caller widens the depth
+or falls back to the exact scan (and says so in its stats). Each shard keeps its share of the depth,
+twice over: a row a shard did not return scores at most that shard's last.
 
-(Cauchy–Schwarz; ``MARGIN`` covers float32 rounding of both dot products and the 6-place rounding of
-scores). The largest error is set by a few rows outside the range the quantiser learnt (at 100k hash
-vectors: 0.097, where 99.9 % of the rows stay under 0.017), so the copy also keeps the rows whose error
-exceeds the ``OUTLIER_QUANTILE`` of the first rows encoded (``tau``) as *outliers*: the caller rescores
-them exactly with the candidates, and every other row then scores at most
-``(the depth-th approximate score) + ‖q‖ · tau + MARGIN`` — the same proof, a bound 6× tighter, so a
-fusion arm's window of 100 certifies at depth ~300 instead of ~5,000. When the k-th exact score beats that bound, no row left out could be in the top k, so the
-answer — rows *and* scores — is the exact scan's. Otherwise the caller widens the depth or falls back
-to the exact scan (and says so in its stats).
+**The split scan** (from ``SPLIT_MIN_ROWS`` rows): a copy of that many rows also keeps a second, half-wide
+code per row, ``x' = (x_A, ‖x_B‖)``: the coordinates of ``x`` on the stronger half ``A`` of an orthonormal
+basis learnt from the sample (the eigenvectors of its second moment), plus the norm of the rest. A query scans it with ``q' = (q_A, ‖q_B‖)``; by Cauchy–Schwarz
+``q·x = q_A·x_A + q_B·x_B ≤ q'·x'``, so the scan ranks every row by an *upper bound* of its score while
+reading half the bytes. The best rows by that bound are then estimated with their full int8 code and
+rescored exactly, best estimate first and only as deep as the certificate needs: a row outside the
+candidates scores at most (the lowest bound kept) + ‖q‖·τ' + ``MARGIN`` (τ' the scan code's own error
+quantile). The bound ``‖q_B‖·‖x_B‖`` is as loose as ``‖x_B‖`` is large: on MiniLM sentence vectors the basis leaves
+``‖x_B‖`` at 0.27 on average, and on vectors whose energy is spread over every direction about 0.7. So it
+certifies a top k that stands clear of the bulk of the rows (a focused query's top 10) and not always a
+wide window among near-equal scores (a fusion arm's 100 on spread vectors): when it does not certify,
+the full int8 scan runs as before, and after a miss the copy skips the split scan for the next
+``SPLIT_SKIP`` searches of that width. It costs ``dim/2`` bytes per vector more.
 
 Faiss is the optional ``faiss`` extra (``pip install nlql-engine[faiss]``); without it the store scans
 float32 only. Measured on this machine (1M × 384, one query): float16 (``QT_fp16``) scans no faster than
@@ -30,8 +44,10 @@ matrix; the owner drops it when the matrix compacts.
 
 from __future__ import annotations
 
+import math
 import os
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -39,12 +55,18 @@ import numpy as np
 #: Slack added to the bound: float32 accumulation error of both dot products over 384–1024 dimensions
 #: (≤ d·2⁻²⁴·‖q‖‖x‖ each, 2.3e-5 at d = 384) plus half a unit of the 6th decimal.
 MARGIN = 1e-4
-SHARD_ROWS = 1 << 18
-#: The error quantile of the first rows encoded above which a row is an outlier (rescored always).
+#: Rows per shard: a search runs the shards on two threads, each a run of consecutive shards; small
+#: shards keep the two runs even (at 100k rows: 49,152 and 50,848).
+SHARD_ROWS = 1 << 14
+#: The error quantile of the training sample above which a row is an outlier (bounded on its own).
 OUTLIER_QUANTILE = 0.999
 #: More outliers than this share of the rows (data drifted from the sample): the bound uses err_max.
-OUTLIER_SHARE = 1 / 256
+OUTLIER_SHARE = 1 / 128
 _TRAIN_ROWS = 1 << 16
+#: Fewest rows for which a copy also keeps the split scan code.
+SPLIT_MIN_ROWS = 1 << 16
+#: Searches of one width that skip the split scan after it failed to certify one.
+SPLIT_SKIP = 16
 
 _faiss: Any = None
 
@@ -62,63 +84,63 @@ def available() -> bool:
     return _faiss is not False
 
 
-class Int8Copy:
-    """int8 codes of matrix rows ``0..size`` with the largest reconstruction error among them."""
+@dataclass
+class Candidates:
+    """The best rows of a scan, best estimate first: ``keys`` (row ids of the copy), their int8
+    ``estimate`` of the score, ``outside`` the highest score a row not among them can have (−inf when
+    every passing row is one), ``slack`` what a candidate can score above its estimate."""
 
-    def __init__(self, dim: int) -> None:
-        assert available()
-        self.dim = dim
-        self.size = 0
-        self.err_max = 0.0
-        self._trained: Any = None  # a trained, empty index whose quantiser every shard copies
-        self._shards: list[tuple[int, Any]] = []  # (first row key, faiss index)
+    keys: np.ndarray
+    estimate: np.ndarray
+    outside: float
+    slack: float
+
+
+def _no_threads_search(index: Any, qq: np.ndarray, kk: int, selector: Any) -> tuple[np.ndarray, np.ndarray]:
+    """One Faiss search on the calling thread only: (labels, scores), the passing rows only."""
+    faiss = _faiss
+    params = None if selector is None else faiss.SearchParameters(sel=selector)
+    threads = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(1)  # per calling thread in libgomp; restored below
+    try:
+        dist, lab = index.search(qq, kk, params=params)
+    finally:
+        faiss.omp_set_num_threads(threads)
+    keep = lab[0] >= 0
+    return lab[0][keep].astype(np.int64), dist[0][keep]
+
+
+def _quantile_error(sample: np.ndarray, index: Any) -> float:
+    """The ``OUTLIER_QUANTILE`` of a trained quantiser's reconstruction errors over its training sample."""
+    return float(np.quantile(_norms(sample - index.sa_decode(index.sa_encode(sample))), OUTLIER_QUANTILE))
+
+
+def _norms(x: np.ndarray) -> np.ndarray:
+    """Row norms (``np.linalg.norm(x, axis=1)``, a few times faster)."""
+    return np.sqrt(np.einsum("ij,ij->i", x, x))
+
+
+def _share(depth: int, shards: int, rows: int) -> int:
+    """The rows each of ``shards`` shards keeps of a search for ``depth``: its share twice over."""
+    return depth if shards <= 1 else min(depth, max(64, -(-2 * depth * SHARD_ROWS // max(1, rows))))
+
+
+class _Sharded:
+    """Faiss scalar-quantiser shards of consecutive row ids, searched on up to two threads."""
+
+    def __init__(self) -> None:
+        self._shards: list[tuple[int, Any]] = []  # (first row id, faiss index)
         self._pool: ThreadPoolExecutor | None = None
-        self.tau: float | None = None  # the outlier threshold (set from the first rows encoded)
-        self._outliers: list[np.ndarray] = []  # ids of rows whose error exceeds tau
 
-    @property
-    def nbytes(self) -> int:
-        return self.size * self.dim
-
-    def subset(self, matrix: np.ndarray, keys: np.ndarray) -> Int8Copy:
-        """A copy over the rows ``keys`` only (local ids 0..len(keys)), with this copy's quantiser: a
-        filter's rows scanned without reading the others (the codes are the same, so the bound too)."""
-        sub = Int8Copy(self.dim)
-        sub._trained = self._trained
-        sub.err_max = self.err_max
-        sub.tau = self.tau
-        sub.sync(matrix, keys)
-        return sub
-
-    def sync(self, matrix: np.ndarray, keys: np.ndarray | None = None) -> None:
-        """Encode the rows of ``matrix`` (or of ``matrix[keys]``) not yet encoded (only ever appended)."""
-        n = len(matrix) if keys is None else len(keys)
-        if n <= self.size:
-            return
-        faiss = _faiss
-        if self._trained is None:
-            step = max(1, n // _TRAIN_ROWS)
-            sample = np.ascontiguousarray(matrix[::step][:_TRAIN_ROWS])
-            self._trained = faiss.IndexScalarQuantizer(self.dim, faiss.ScalarQuantizer.QT_8bit,
-                                                       faiss.METRIC_INNER_PRODUCT)
-            self._trained.train(sample)
-        lo = self.size
-        while lo < n:
-            if not self._shards or self._shards[-1][1].ntotal >= SHARD_ROWS:
-                self._shards.append((lo, faiss.clone_index(self._trained)))
-            first, index = self._shards[-1]
-            hi = min(n, lo + SHARD_ROWS - index.ntotal)
-            chunk = np.ascontiguousarray(matrix[lo:hi] if keys is None else matrix[keys[lo:hi]], dtype=np.float32)
-            codes = index.sa_encode(chunk)
-            err = np.linalg.norm(chunk - index.sa_decode(codes), axis=1)
-            self.err_max = max(self.err_max, float(err.max()) if len(err) else 0.0)
-            if self.tau is None and len(err):
-                self.tau = float(np.quantile(err, OUTLIER_QUANTILE))
-            if self.tau is not None:
-                self._outliers.append(np.flatnonzero(err > self.tau).astype(np.int64) + lo)
-            index.add_sa_codes(codes)
-            lo = hi
-        self.size = n
+    def _each(self, fn: Any) -> list[Any]:
+        count = len(self._shards)
+        if count > 1 and (os.cpu_count() or 1) > 1:  # two threads, each a run of consecutive shards
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="nlql-int8")
+            half = (count + 1) // 2
+            runs = self._pool.map(lambda r: [fn(i) for i in r], [range(half), range(half, count)])
+            return [x for run in runs for x in run]
+        return [fn(i) for i in range(count)]
 
     def selectors(self, mask: np.ndarray | None) -> list[Any] | None:
         """Per-shard Faiss selectors for a mask over rows ``0..size`` (None: every row)."""
@@ -133,62 +155,286 @@ class Int8Copy:
             out.append(sel)
         return out
 
-    def search(self, q: np.ndarray, depth: int, selectors: list[Any] | None) -> tuple[np.ndarray, np.ndarray]:
-        """(row keys, approximate scores) of the ``depth`` best rows, best first (fewer when fewer pass)."""
-        faiss = _faiss
-        qq = np.ascontiguousarray(q.reshape(1, -1), dtype=np.float32)
-
-        def one(i: int) -> tuple[np.ndarray, np.ndarray]:
-            first, index = self._shards[i]
-            kk = min(depth, index.ntotal)
-            params = None if selectors is None else faiss.SearchParameters(sel=selectors[i])
-            threads = faiss.omp_get_max_threads()
-            faiss.omp_set_num_threads(1)  # per calling thread in libgomp; restored below
-            try:
-                dist, lab = index.search(qq, kk, params=params)
-            finally:
-                faiss.omp_set_num_threads(threads)
-            keep = lab[0] >= 0
-            return lab[0][keep].astype(np.int64) + first, dist[0][keep]
-
-        shards = range(len(self._shards))
-        if len(self._shards) > 1 and (os.cpu_count() or 1) > 1:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="nlql-int8")
-            parts = list(self._pool.map(one, shards))
-        else:
-            parts = [one(i) for i in shards]
-        labels = np.concatenate([p[0] for p in parts])
-        scores = np.concatenate([p[1] for p in parts])
-        if len(labels) > depth:
-            top = np.argpartition(-scores, depth - 1)[:depth]
-            labels, scores = labels[top], scores[top]
-        order = np.argsort(-scores, kind="stable")
-        return labels[order], scores[order]
-
-    def outliers(self) -> np.ndarray:
-        """The ids of the rows :meth:`bound` does not cover (the caller rescores them with the candidates);
-        none when they are too many, and the bound then uses the largest error."""
-        if self.tau is None or not self._outliers:
-            return np.zeros(0, dtype=np.int64)
-        if len(self._outliers) > 1:
-            self._outliers = [np.concatenate(self._outliers)]
-        out = self._outliers[0]
-        return out if len(out) <= max(64, self.size * OUTLIER_SHARE) else np.zeros(0, dtype=np.int64)
-
-    def bound(self, q: np.ndarray, worst_inside: float, outliers: bool = False) -> float:
-        """The highest score a row not among the candidates can have (``worst_inside``: the lowest
-        approximate score among them); with ``outliers``, a row not among them either (the caller
-        rescored every id of :meth:`outliers`)."""
-        err = self.err_max
-        if outliers and self.tau is not None and len(self.outliers()):
-            err = self.tau
-        return worst_inside + float(np.linalg.norm(q)) * err + MARGIN
-
     def close(self) -> None:
         if self._pool is not None:
             self._pool.shutdown(wait=False)
             self._pool = None
+
+
+class Int8Copy(_Sharded):
+    """int8 codes of matrix rows ``0..size`` (or of chosen rows) with their errors and outliers, and
+    from ``SPLIT_MIN_ROWS`` rows the split scan code (:class:`_SplitScan`)."""
+
+    def __init__(self, dim: int) -> None:
+        assert available()
+        super().__init__()
+        self.dim = dim
+        self.size = 0
+        self.err_max = 0.0
+        self._trained: Any = None  # a trained, empty index whose quantiser every shard copies
+        self.tau: float | None = None  # the outlier threshold (the sample's error quantile)
+        self._outliers: list[np.ndarray] = []  # ids of rows whose error exceeds tau
+        self.split: _SplitScan | None = None
+        self._skip: dict[int, int] = {}  # width bucket -> searches left that skip the split scan
+        self._decode: tuple[np.ndarray, np.ndarray] | None = None  # (vmin, vdiff / 255) of the quantiser
+        self._outlier_rows: tuple[np.ndarray, np.ndarray] | None = None
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dim + (self.split.nbytes if self.split is not None else 0)
+
+    def subset(self, matrix: np.ndarray, keys: np.ndarray) -> Int8Copy:
+        """A copy over the rows ``keys`` only (local ids 0..len(keys)), with this copy's quantisers: a
+        filter's rows scanned without reading the others (the codes are the same, so the bound too)."""
+        sub = Int8Copy(self.dim)
+        sub._trained = self._trained
+        sub.err_max = self.err_max
+        sub.tau = self.tau
+        if self.split is not None and len(keys) >= SPLIT_MIN_ROWS:
+            sub.split = _SplitScan(self.split.codec)
+        sub.sync(matrix, keys)
+        return sub
+
+    def sync(self, matrix: np.ndarray, keys: np.ndarray | None = None) -> None:
+        """Encode the rows of ``matrix`` (or of ``matrix[keys]``) not yet encoded (only ever appended)."""
+        n = len(matrix) if keys is None else len(keys)
+        if n <= self.size:
+            return
+        faiss = _faiss
+        if self._trained is None:
+            step = max(1, n // _TRAIN_ROWS)
+            sample = np.ascontiguousarray(matrix[::step][:_TRAIN_ROWS] if keys is None
+                                          else matrix[keys[::step][:_TRAIN_ROWS]], dtype=np.float32)
+            self._trained = faiss.IndexScalarQuantizer(self.dim, faiss.ScalarQuantizer.QT_8bit,
+                                                       faiss.METRIC_INNER_PRODUCT)
+            self._trained.train(sample)
+            self.tau = _quantile_error(sample, self._trained)
+            if self.split is None and n >= SPLIT_MIN_ROWS and self.dim >= 32:
+                self.split = _SplitScan(_SplitCodec(sample))
+        if self.split is None and n >= SPLIT_MIN_ROWS and self.dim >= 32:
+            self.split = _SplitScan(_SplitCodec(np.ascontiguousarray(
+                matrix[: _TRAIN_ROWS] if keys is None else matrix[keys[:_TRAIN_ROWS]], dtype=np.float32)))
+        if self.split is not None and self.split.size < self.size:  # built on a copy that grew into it
+            self.split.add(matrix, 0, self.size, keys)
+        lo = self.size
+        while lo < n:
+            if not self._shards or self._shards[-1][1].ntotal >= SHARD_ROWS:
+                self._shards.append((lo, faiss.clone_index(self._trained)))
+            first, index = self._shards[-1]
+            hi = min(n, lo + SHARD_ROWS - index.ntotal)
+            chunk = np.ascontiguousarray(matrix[lo:hi] if keys is None else matrix[keys[lo:hi]], dtype=np.float32)
+            codes = index.sa_encode(chunk)
+            err = _norms(chunk - index.sa_decode(codes))
+            self.err_max = max(self.err_max, float(err.max()) if len(err) else 0.0)
+            if self.tau is None and len(err):
+                self.tau = float(np.quantile(err, OUTLIER_QUANTILE))
+            if self.tau is not None:
+                self._outliers.append(np.flatnonzero(err > self.tau).astype(np.int64) + lo)
+            index.add_sa_codes(codes)
+            lo = hi
+        if self.split is not None:
+            self.split.add(matrix, self.split.size, n, keys)
+        self.size = n
+
+    def estimate(self, ids: np.ndarray, q: np.ndarray) -> np.ndarray:
+        """The int8 estimates ``q·x̃`` of rows ``ids``, read from the shards' codes in place. ``QT_8bit``
+        decodes a code ``c`` as ``vmin + (c + 0.5) / 255 · vdiff`` per dimension, so the estimate is one
+        product of the codes with ``q · vdiff / 255`` (it differs from Faiss's decoding by float32
+        rounding, ~1e-5 at most over 384 dimensions, inside ``MARGIN``)."""
+        if self._decode is None:
+            trained = _faiss.vector_to_array(self._trained.sq.trained).astype(np.float32)
+            self._decode = (trained[: self.dim], trained[self.dim:] / np.float32(255.0))
+        vmin, step = self._decode
+        w = (q * step).astype(np.float32)
+        out = np.full(len(ids), float(q @ (vmin + np.float32(0.5) * step)), dtype=np.float32)
+        for first, index in self._shards:
+            inside = np.flatnonzero((ids >= first) & (ids < first + index.ntotal))
+            if len(inside):
+                codes = np.asarray(_faiss.rev_swig_ptr(index.codes.data(), index.ntotal * index.code_size))
+                rows = codes.reshape(index.ntotal, index.code_size)[ids[inside] - first]
+                out[inside] += rows.astype(np.float32) @ w
+        return out
+
+    def candidates(self, q: np.ndarray, depth: int, selectors: list[Any] | None) -> Candidates:
+        """About the ``depth`` best rows by the full int8 scan, best first. Each shard keeps its share of
+        the depth, twice over: a row a shard did not return scores at most that shard's last."""
+        qq = np.ascontiguousarray(q.reshape(1, -1), dtype=np.float32)
+        share = _share(depth, len(self._shards), self.size)
+
+        def one(i: int) -> tuple[np.ndarray, np.ndarray, float]:
+            first, index = self._shards[i]
+            kk = min(share, index.ntotal)
+            lab, dist = _no_threads_search(index, qq, kk, None if selectors is None else selectors[i])
+            return lab + first, dist, float(dist[-1]) if len(dist) == kk and kk < index.ntotal else -math.inf
+
+        parts = self._each(one)
+        labels = np.concatenate([p[0] for p in parts])
+        approx = np.concatenate([p[1] for p in parts])
+        order = np.argsort(-approx, kind="stable")
+        slack = float(np.linalg.norm(q)) * self._err() + MARGIN
+        last = max(p[2] for p in parts)
+        return Candidates(labels[order], approx[order], last + slack if last != -math.inf else last, slack)
+
+    def split_candidates(self, q: np.ndarray, depth: int, selectors: list[Any] | None) -> Candidates | None:
+        """The split scan's candidates (estimated with the full codes), or None when this copy has no
+        split scan or skips it at this width after a miss (see :meth:`missed`)."""
+        if self.split is None:
+            return None
+        width = depth.bit_length()
+        left = self._skip.get(width, 0)
+        if left:
+            self._skip[width] = left - 1
+            return None
+        # the split code's shards are the full code's (same rows per shard): the same selectors serve
+        keys, upper, outside = self.split.search(q, depth, selectors)
+        estimate = self.estimate(keys, q)
+        order = np.argsort(-estimate, kind="stable")
+        qn = float(np.linalg.norm(q))
+        if outside != -math.inf:
+            # twice the margin: the basis is orthonormal to float32 rounding, so q·x and q'·x' differ by
+            # ~1e-6 beside the rounding of the products themselves
+            outside += qn * (self.split.codec.tau if self._tight() and self.split.codec.tau is not None
+                             else self.split.err_max) + 2 * MARGIN
+        return Candidates(keys[order], estimate[order], outside, qn * self._err() + MARGIN)
+
+    def missed(self, depth: int) -> None:
+        """The split scan did not certify a search of this width: skip it for the next few."""
+        self._skip[depth.bit_length()] = SPLIT_SKIP
+
+    def _tight(self) -> bool:
+        """Whether the outliers are few enough to rescore with every search (then the bounds use the
+        error quantiles, else the largest errors)."""
+        return len(self._all_outliers()) <= max(64, self.size * OUTLIER_SHARE)
+
+    def _err(self) -> float:
+        return self.tau if self.tau is not None and self._tight() else self.err_max
+
+    def _all_outliers(self) -> np.ndarray:
+        if not self._outliers:
+            out = np.zeros(0, dtype=np.int64)
+        else:
+            if len(self._outliers) > 1:
+                self._outliers = [np.concatenate(self._outliers)]
+            out = self._outliers[0]
+        return self.split.with_outliers(out) if self.split is not None else out
+
+    def outliers(self) -> np.ndarray:
+        """The ids of the rows the tight bounds do not cover (the caller rescores them with the
+        candidates); none when they are too many, and the bounds then use the largest error."""
+        out = self._all_outliers()
+        return out if len(out) <= max(64, self.size * OUTLIER_SHARE) else np.zeros(0, dtype=np.int64)
+
+    def outlier_rows(self, matrix: np.ndarray, local: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        """(the ids of :meth:`outliers` as row keys of ``matrix``, their float32 rows, contiguous): kept
+        until more outliers come (``local``: a subset copy's row keys)."""
+        ids = self.outliers()
+        if self._outlier_rows is None or len(self._outlier_rows[0]) != len(ids):
+            keys = ids if local is None else local[ids]
+            self._outlier_rows = (keys, np.ascontiguousarray(matrix[keys], dtype=np.float32))
+        return self._outlier_rows
+
+    def close(self) -> None:
+        super().close()
+        if self.split is not None:
+            self.split.close()
+
+
+class _SplitCodec:
+    """The split scan code's basis and quantiser, learnt from a sample and shared with subsets.
+
+    The basis is the eigenbasis of the sample's second moment ``XᵀX``, strongest first: the
+    half ``A`` then holds as much of the rows' energy as any half can, so ``‖x_B‖`` is small (on MiniLM
+    sentence vectors 0.27 on average, against 0.65 for the half of the raw dimensions with the larger
+    variance; ``bench/int8_real.py``). ``‖x_B‖`` is computed as ``√(‖x‖² − ‖x_A‖² + EPS)``: never below
+    the exact value, as the float32 rounding of the two squared norms (≤ d·2⁻²⁴ each for unit rows,
+    2.3e-5 at d = 384) stays under ``EPS``.
+    """
+
+    EPS = 1e-4
+
+    def __init__(self, sample: np.ndarray) -> None:
+        faiss = _faiss
+        dim = sample.shape[1]
+        _, vecs = np.linalg.eigh((sample.T @ sample).astype(np.float64))  # ascending; orthonormal in float64
+        width = max(16, (dim // 2 + 1) // 16 * 16)  # with the norm column: Faiss's SIMD kernel wants 16s
+        self.basis = np.ascontiguousarray(vecs[:, ::-1][:, : width - 1].T, dtype=np.float32)  # rows: A
+        self.scan = faiss.IndexScalarQuantizer(width, faiss.ScalarQuantizer.QT_8bit, faiss.METRIC_INNER_PRODUCT)
+        xs = self.vectors(sample)
+        self.scan.train(xs)
+        self.tau: float | None = _quantile_error(xs, self.scan)
+
+    def vectors(self, x: np.ndarray) -> np.ndarray:
+        """``(x_A, ‖x_B‖)`` of rows ``x``."""
+        from nlql.stores.memory import _blas_one_thread  # (memory imports this module)
+
+        out = np.empty((len(x), len(self.basis) + 1), dtype=np.float32)
+        with _blas_one_thread():  # the copy is built on the caller's thread; a second one only spins here
+            xa = x @ self.basis.T
+        out[:, :-1] = xa
+        rest = np.einsum("ij,ij->i", x, x) - np.einsum("ij,ij->i", xa, xa)
+        out[:, -1] = np.sqrt(np.maximum(rest, 0.0) + self.EPS)
+        return out
+
+    def query(self, q: np.ndarray) -> np.ndarray:
+        return self.vectors(np.asarray(q, dtype=np.float32).reshape(1, -1))
+
+
+class _SplitScan(_Sharded):
+    """The split scan codes ``(x_A, ‖x_B‖)`` of a copy's rows (see the module)."""
+
+    def __init__(self, codec: _SplitCodec) -> None:
+        super().__init__()
+        self.codec = codec
+        self.size = 0
+        self.err_max = 0.0
+        self._outliers: list[np.ndarray] = []
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.codec.scan.code_size
+
+    def add(self, matrix: np.ndarray, lo: int, n: int, keys: np.ndarray | None) -> None:
+        faiss = _faiss
+        codec = self.codec
+        while lo < n:
+            if not self._shards or self._shards[-1][1].ntotal >= SHARD_ROWS:
+                self._shards.append((lo, faiss.clone_index(codec.scan)))
+            first, index = self._shards[-1]
+            hi = min(n, lo + SHARD_ROWS - index.ntotal)
+            x = codec.vectors(np.asarray(matrix[lo:hi] if keys is None else matrix[keys[lo:hi]], dtype=np.float32))
+            codes = index.sa_encode(x)
+            err = _norms(x - index.sa_decode(codes))
+            self.err_max = max(self.err_max, float(err.max()) if len(err) else 0.0)
+            if codec.tau is None and len(err):
+                codec.tau = float(np.quantile(err, OUTLIER_QUANTILE))
+            assert codec.tau is not None
+            self._outliers.append(np.flatnonzero(err > codec.tau).astype(np.int64) + lo)
+            index.add_sa_codes(codes)
+            lo = hi
+        self.size = max(self.size, n)
+
+    def with_outliers(self, ids: np.ndarray) -> np.ndarray:
+        """``ids`` together with this code's own outliers (ascending)."""
+        if len(self._outliers) > 1:
+            self._outliers = [np.concatenate(self._outliers)]
+        return np.union1d(ids, self._outliers[0]) if self._outliers and len(self._outliers[0]) else ids
+
+    def search(self, q: np.ndarray, depth: int, selectors: list[Any] | None) -> tuple[np.ndarray, np.ndarray, float]:
+        """(row ids, upper bounds, the highest bound of a row not returned or −inf) of about ``depth``
+        rows: each shard keeps its share of the depth, twice over, and a row a shard did not return is
+        bounded by that shard's last."""
+        qq = self.codec.query(q)
+        share = _share(depth, len(self._shards), self.size)
+
+        def one(i: int) -> tuple[np.ndarray, np.ndarray, float]:
+            first, index = self._shards[i]
+            kk = min(share, index.ntotal)
+            lab, dist = _no_threads_search(index, qq, kk, None if selectors is None else selectors[i])
+            return lab + first, dist, float(dist[-1]) if len(dist) == kk and kk < index.ntotal else -math.inf
+
+        parts = self._each(one)
+        return (np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]),
+                max(p[2] for p in parts))
 
 
 def depth_for(k: int, rows: int) -> int:
@@ -200,4 +446,4 @@ def depth_for(k: int, rows: int) -> int:
     return int(min(rows, max(min(16 * k, 4 * k + 512), 512, rows // 256)))
 
 
-__all__ = ["MARGIN", "SHARD_ROWS", "Int8Copy", "available", "depth_for"]
+__all__ = ["MARGIN", "SHARD_ROWS", "SPLIT_MIN_ROWS", "Candidates", "Int8Copy", "available", "depth_for"]

@@ -147,6 +147,7 @@ class BM25Index:
         self._slot_len = np.zeros(0, dtype=np.int64)
         self._alive = np.zeros(0, dtype=bool)
         self._key_to_slot: dict[int, int] = {}
+        self._keys_are_slots = True  # _slot_key[:_n_slots] == arange(_n_slots): a slot is its own key
         self._n_live = 0
         self._total_len = 0
         self._segments: list[_Segment] = []
@@ -234,7 +235,7 @@ class BM25Index:
         """
         with self._lock:
             slots, scores = self._score_slots(query, keys)
-            out_keys = self._slot_key[slots]
+            out_keys = slots if self._keys_are_slots else self._slot_key[slots]
             if not ordered or out_keys.size < 2 or bool((out_keys[1:] > out_keys[:-1]).all()):
                 return out_keys, scores
             order = np.argsort(out_keys, kind="stable")
@@ -257,7 +258,7 @@ class BM25Index:
             return _EMPTY_KEYS.copy(), _EMPTY_SCORES.copy()
         with self._lock:
             slots, scores = self._score_slots(query, mask_keys)
-            out_keys = self._slot_key[slots]
+            out_keys = slots if self._keys_are_slots else self._slot_key[slots]
         if scores.size > k:
             # Keep every row tied with the k-th score, then order exactly.
             kth = np.partition(scores, scores.size - k)[scores.size - k]
@@ -366,6 +367,7 @@ class BM25Index:
         index._df = np.bincount(term, minlength=len(vocab)).astype(np.int64)
         index._ensure_capacity(n)
         index._slot_key[:n] = keys
+        index._keys_are_slots = bool((keys == np.arange(n)).all())
         index._slot_len[:n] = lens
         index._alive[:n] = True
         index._n_slots = index._sealed_slots = n
@@ -404,6 +406,8 @@ class BM25Index:
         lens = np.array(self._pending_lens, dtype=np.int64)
         ids = np.array(self._pending_ids, dtype=np.int64)
         self._slot_key[lo:hi] = self._pending_keys
+        if self._keys_are_slots:
+            self._keys_are_slots = self._pending_keys == list(range(lo, hi))
         self._slot_len[lo:hi] = lens
         self._alive[lo:hi] = True
         self._n_slots = hi
@@ -479,6 +483,7 @@ class BM25Index:
         keys = self._slot_key[:n][alive].copy()
         lens = self._slot_len[:n][alive].copy()
         self._slot_key[:live] = keys
+        self._keys_are_slots = bool((keys == np.arange(live)).all())
         self._slot_len[:live] = lens
         self._alive[:live] = True
         self._alive[live:n] = False
@@ -578,6 +583,7 @@ class BM25Index:
         dense_path = total * 8 >= n_slots
         acc = np.zeros(n_slots, dtype=np.float64) if dense_path else None
         slot_parts, contrib_parts = [], []
+        first = True  # nothing added to the accumulator yet: 0.0 + x is x, so the first term assigns
         for t in range(q.size):
             w = idf[t]
             for seg, lo, hi in spans[t::q.size]:
@@ -587,10 +593,14 @@ class BM25Index:
                 tf = seg.tf[lo:hi].astype(np.float64)
                 contrib = w * tf * k1p / (tf + norms[sl])
                 if acc is not None:
-                    acc[sl] += contrib  # one posting per (term, slot): no repeated index in ``sl``
+                    if first:
+                        acc[sl] = contrib
+                    else:
+                        acc[sl] += contrib  # one posting per (term, slot): no repeated index in ``sl``
                 else:
                     slot_parts.append(sl)
                     contrib_parts.append(contrib)
+            first = False  # (a term's segments hold disjoint slots; untouched slots are still 0.0)
         if acc is not None:
             uniq = np.flatnonzero(acc > 0)  # every contribution is > 0 (idf > 0, tf ≥ 1)
             scores = acc[uniq]

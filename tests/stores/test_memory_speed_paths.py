@@ -103,12 +103,14 @@ def adversarial(rng: np.random.Generator, n: int) -> np.ndarray:
 
 def queries(rng: np.random.Generator, x: np.ndarray) -> np.ndarray:
     n = len(x)
-    picks = [x[n // 4], x[n // 2], x[3], unit(rng.standard_normal(DIM))]
-    return unit(np.stack(picks + [unit(p + rng.standard_normal(DIM).astype(np.float32) * 0.05) for p in picks]))
+    dim = x.shape[1]
+    picks = [x[n // 4], x[n // 2], x[3], unit(rng.standard_normal(dim))]
+    return unit(np.stack(picks + [unit(p + rng.standard_normal(dim).astype(np.float32) * 0.05) for p in picks]))
 
 
 FILTERS = [None, Cond("eq", ("meta", "g"), 1), Cond("in", ("meta", "g"), (0, 2)),
-           Cond("eq", ("meta", "rare"), True), Cond("ne", ("meta", "g"), 1), Cond("eq", ("meta", "g"), 99)]
+           Cond("eq", ("meta", "rare"), True), Cond("ne", ("meta", "g"), 1), Cond("eq", ("meta", "g"), 99),
+           Cond("ne", ("meta", "rare"), True)]  # 99% of the rows: the whole copy with the rest deselected
 
 
 @needs_faiss
@@ -131,6 +133,119 @@ def test_int8_scan_returns_the_exact_top_k_and_scores(k: int, min_score: float |
     if k < 60:
         assert "int8 + fp32 rescore" in scans
         assert fast.memory_stats()["int8_bytes_per_vector"] == DIM
+
+
+@pytest.fixture
+def split_scan(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stores of a few thousand rows with the split scan code, in shards of 512 rows (two threads)."""
+    monkeypatch.setattr(quant, "SPLIT_MIN_ROWS", 64)
+    monkeypatch.setattr(quant, "SHARD_ROWS", 512)
+
+
+def focused(rng: np.random.Generator, n: int, dim: int) -> np.ndarray:
+    """Tight clusters (a focused query's top k stands clear of the other rows, so the split scan's
+    bound can certify it), with ties and near-ties."""
+    centres = unit(rng.standard_normal((40, dim)))
+    x = centres[rng.integers(0, 40, n)] + rng.standard_normal((n, dim)).astype(np.float32) * (0.5 / dim**0.5)
+    x[n // 4: n // 4 + 30] = x[n // 4]
+    x[n // 2: n // 2 + 30] = x[n // 2] + rng.standard_normal((30, dim)).astype(np.float32) * 1e-4
+    return unit(x)
+
+
+@needs_faiss
+@pytest.mark.parametrize("k", [1, 10, 57])
+@pytest.mark.parametrize("min_score", [None, 0.5, 0.97])
+def test_split_scan_returns_the_exact_top_k_and_scores(split_scan: None, k: int, min_score: float | None) -> None:
+    rng = np.random.default_rng(100 + k)
+    n, dim = 4000, 64
+    x = focused(rng, n, dim)
+    metas = [{"g": i % 3, "rare": i % 97 == 0} for i in range(n)]
+    exact = store_with(x, metas, quantise=False)
+    fast = store_with(x, metas, quantise=True)
+    scans = set()
+    for flt in FILTERS:
+        for q in queries(rng, x):
+            for got, want in ((fast.knn(q[None, :], k, nf(flt), min_score), exact.knn(q[None, :], k, nf(flt), min_score)),
+                              (fast.top_window(q, k, nf(flt), min_score), None)):
+                if want is not None:
+                    assert got == want, (flt, k, min_score)
+                    scans.add(fast.last_stats["scan"])
+                elif got is not None:  # a fusion arm's window: the same rows and float32 scores
+                    top = exact.knn(q[None, :], k, nf(flt), min_score)[0]
+                    assert [int(i) for i in got[0]] == [key for key, _ in top]
+                    assert [float(s) for s in got[1]] == [s for _, s in top]
+    assert "split int8 + fp32 rescore" in scans
+    assert fast._quant is not None and fast._quant.split is not None
+    # one byte per dimension, plus the split code: half the dimensions and their other half's norm
+    assert fast.memory_stats()["int8_bytes_per_vector"] == dim + fast._quant.split.codec.scan.code_size
+
+
+@needs_faiss
+def test_a_split_scan_that_does_not_certify_hands_over_to_the_full_int8_scan(split_scan: None) -> None:
+    rng = np.random.default_rng(5)
+    x = unit(rng.standard_normal((4000, 64)))  # no clusters: a top 50 sits among near-equal scores
+    exact = store_with(x, quantise=False)
+    fast = store_with(x, quantise=True)
+    seen = []
+    for q in queries(rng, x):
+        assert fast.knn(q[None, :], 50) == exact.knn(q[None, :], 50)
+        seen.append(fast.last_stats["scan"])
+    assert "int8 + fp32 rescore" in seen  # the full scan answered where the split one missed
+    assert fast._quant is not None and fast._quant._skip  # and the next searches of that width skip it
+
+
+@needs_faiss
+def test_split_scan_follows_a_copy_that_grows_into_it_and_writes(split_scan: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(quant, "SPLIT_MIN_ROWS", 2500)
+    rng = np.random.default_rng(12)
+    x = focused(rng, 4500, 64)
+    exact = store_with(x[:2000], quantise=False)
+    fast = store_with(x[:2000], quantise=True)
+    qs = queries(rng, x)
+
+    def same() -> None:
+        for q in qs:
+            for flt in (None, Cond("eq", ("meta", "v"), 2)):
+                assert fast.knn(q[None, :], 10, nf(flt)) == exact.knn(q[None, :], 10, nf(flt))
+
+    same()
+    assert fast._quant is not None and fast._quant.split is None
+    for s in (exact, fast):
+        s.upsert(docs(x[2000:], [{"v": 2}] * 2500, start=2000))       # the copy grows past the split size
+        s.upsert(docs(unit(-x[:200]), [{"v": 2}] * 200, start=0))      # replaced documents
+    same()
+    assert fast._quant.split is not None and fast._quant.split.size == fast._quant.size
+    for s in (exact, fast):
+        s.delete([f"d{i}" for i in range(300, 1500)])
+    same()
+
+
+@needs_faiss
+@pytest.mark.parametrize("split", [False, True])
+def test_rows_outside_the_range_the_quantiser_learnt_are_found(monkeypatch: pytest.MonkeyPatch, split: bool) -> None:
+    """Rows written after the copy learnt its ranges, with values outside them (large errors: the
+    outliers), are found when they are the best match."""
+    if split:
+        monkeypatch.setattr(quant, "SPLIT_MIN_ROWS", 64)
+        monkeypatch.setattr(quant, "SHARD_ROWS", 512)
+    rng = np.random.default_rng(21)
+    x = focused(rng, 3000, 64)
+    exact = store_with(x, quantise=False)
+    fast = store_with(x, quantise=True)
+    qs = queries(rng, x)
+    assert fast.knn(qs[:1], 10) == exact.knn(qs[:1], 10)  # the copy learns its ranges here
+    spikes = unit(np.eye(64, dtype=np.float32)[:8] + 0.05 * rng.standard_normal((8, 64)).astype(np.float32))
+    for s in (exact, fast):
+        s.upsert(docs(spikes, start=3000))
+    assert fast._quant is not None
+    fast._int8()
+    assert len(fast._quant.outliers()) >= 8
+    # a spike's int8 code is clipped to the learnt range: its estimate is far below its score
+    mixed = unit(0.55 * x[rng.integers(0, 3000, 8)] + 0.83 * spikes)
+    for q in list(spikes) + list(mixed) + list(qs):
+        want = exact.knn(q[None, :], 10)
+        assert fast.knn(q[None, :], 10) == want
+        assert fast.last_stats["scan"] != "fp32"
 
 
 @needs_faiss
