@@ -11,6 +11,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timezone
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,8 @@ from nlql.plan.cache import PlanCache, Unkeyable, params_key
 from nlql.plan.planner import build_plan
 from nlql.route import RESERVED_PARAMS, Route, RouteExplain, Router, default_router, nothing_about
 from nlql.stores import open_store
-from nlql.stores.base import DocRecord, Store, UnitRecord
+from nlql.stores.base import Store
+from nlql.stores.batch import DocBatch
 
 # An int needs this many bits before Python refuses to write it as text (4,300 digits): JSON and every
 # store's serialiser fail on such a value, so ingest refuses it up front, before anything is written.
@@ -124,6 +126,33 @@ def _check_metadata(meta: Any) -> dict[str, Any]:
     if names is not None and (not isinstance(names, (list, tuple)) or not all(isinstance(n, str) for n in names)):
         raise ValueError('metadata["entities"] must be a list of entity names (strings)')
     return V.normalize_metadata(out)
+
+
+_NONE = type(None)
+_SCALAR_TYPES = frozenset({str, bool, _NONE, int, float})
+
+
+def _check_metadatas(metas: list[Any]) -> list[dict[str, Any]]:
+    """``[_check_metadata(m) for m in metas]``, checked a column at a time when every metadata is a
+    plain dict of scalars under non-empty string keys (the common case: no loop per document; issue 21).
+    Anything else goes through :func:`_check_metadata` one by one, which raises its own error."""
+    kinds = set(map(type, metas))
+    if kinds <= {dict, _NONE}:
+        keys = set().union(*(filter(None, metas) if _NONE in kinds else metas))
+        if _STR_ONLY.issuperset(map(type, keys)) and "" not in keys and "entities" not in keys:
+            values = list(chain.from_iterable(map(dict.values, filter(None, metas) if _NONE in kinds else metas)))
+            types = set(map(type, values))
+            if _SCALAR_TYPES.issuperset(types):
+                ok = True
+                if int in types:
+                    ints = [v for v in values if type(v) is int]
+                    ok = max(max(ints), -min(ints)).bit_length() <= _MAX_INT_BITS
+                if ok and float in types:
+                    ok = all(map(math.isfinite, [v for v in values if type(v) is float]))
+                if ok:  # each a copy: the store keeps it, the caller may change theirs
+                    return list(map(dict.copy, metas)) if _NONE not in kinds else \
+                        [{} if m is None else m.copy() for m in metas]
+    return [_check_metadata(m) for m in metas]
 
 
 def _open(store: Any) -> Store:
@@ -390,79 +419,72 @@ class Engine:
             out_ids = [uuid.uuid4().hex if i is None else doc_id_of(i)
                        for i in (given_ids if given_ids is not None else [None] * n)]
         # validated and normalised in full before the first write, so a bad entry leaves nothing half-added
-        checked = [_check_metadata(m) for m in given_metas] if given_metas is not None else None
+        checked = _check_metadatas(given_metas) if given_metas is not None else [{} for _ in range(n)]
         # the same id twice: only its last text is written (as if added one after the other)
-        last = {doc_id: i for i, doc_id in enumerate(out_ids)}
-        order = list(range(n)) if len(last) == n else [i for i in range(n) if last[out_ids[i]] == i]
+        if len(set(out_ids)) == n:
+            order: list[int] | None = None  # every id once: documents in the order given
+            kept = n
+        else:
+            last = {doc_id: i for i, doc_id in enumerate(out_ids)}
+            order = [i for i in range(n) if last[out_ids[i]] == i]
+            kept = len(order)
         from nlql.progress import make_progress
 
         report = make_progress(progress)
         if report is not None:  # counted first, so the report has a true total and an ETA from the start
             from nlql.text.split import split_sentences
 
-            report.start(sum(len(split_sentences(texts[i])) for i in order), documents=len(order))
+            report.start(sum(len(split_sentences(texts[i])) for i in (order if order is not None else range(n))),
+                         documents=kept)
         batch_size = max(1, int(batch_size))
         committed: list[str] = []
-        n_batches = (len(order) + batch_size - 1) // batch_size
-        for b, lo in enumerate(range(0, len(order), batch_size)):
-            chunk = order[lo : lo + batch_size]
+        n_batches = (kept + batch_size - 1) // batch_size
+        for b, lo in enumerate(range(0, kept, batch_size)):
+            if order is None:
+                ids_b, texts_b, metas_b = out_ids[lo : lo + batch_size], texts[lo : lo + batch_size], \
+                    checked[lo : lo + batch_size]
+            else:
+                chunk = order[lo : lo + batch_size]
+                ids_b, texts_b, metas_b = [out_ids[i] for i in chunk], [texts[i] for i in chunk], \
+                    [checked[i] for i in chunk]
             try:
-                records = self._records([(out_ids[i], texts[i], checked[i] if checked is not None else {})
-                                         for i in chunk], report)
-                self._write(records)
+                batch = self._batch(ids_b, texts_b, metas_b, report)
+                # this batch's sentences per document, over what is left of the call: room a store may make
+                batch.rows_ahead = (len(batch.contents) * (kept - lo) + len(ids_b) - 1) // len(ids_b)
+                self._write(batch)
             except NLQLError as exc:
                 if committed:
                     _name_committed(exc, committed, b, n_batches)
                 raise
-            committed.extend(out_ids[i] for i in chunk)
+            committed.extend(ids_b)
             if report is not None:
-                report.advance(0, documents=len(chunk))
+                report.advance(0, documents=len(ids_b))
         if report is not None:
             report.close()
         return out_ids
 
-    def _records(self, docs: Sequence[tuple[str, str, dict[str, Any]]], report: Any = None) -> list[DocRecord]:
-        """Split and embed one batch into records (checked, not yet written)."""
-        from nlql.text.split import split_many
+    def _batch(self, doc_ids: list[str], texts: list[str], metas: list[dict[str, Any]],
+               report: Any = None) -> DocBatch:
+        """Split and embed one batch into columns (checked, not yet written; see nlql.stores.batch)."""
+        from nlql.text.split import split_columns
 
-        parts = []
-        sentences: list[str] = []
-        add = sentences.append
-        for (doc_id, text, meta), spans in zip(docs, split_many([d[1] for d in docs])):
-            if len(spans) == 1:  # the common case of short documents, without the loop
-                s, e = spans[0]
-                content = text[s:e]
-                add(content)
-                parts.append((doc_id, text, meta, [UnitRecord(0, content, s, e)]))
-                continue
-            units = []
-            for p, (s, e) in enumerate(spans):
-                nxt = spans[p + 1][0] if p + 1 < len(spans) else e
-                content = text[s:e]
-                units.append(UnitRecord(p, content, s, e, text[e:nxt]))
-                add(content)
-            parts.append((doc_id, text, meta, units))
-        vecs = self._embed_documents(sentences, report)
-        records = []
-        row = 0
-        for doc_id, text, meta, units in parts:
-            n = len(units)
-            records.append(DocRecord(doc_id, text, meta, units, vecs[row:row + n], 0))
-            row += n
-        return records
+        counts, positions, starts, ends, contents, tails = split_columns(texts)
+        vecs = self._embed_documents(contents, report)
+        # every id once: _add_texts kept the last text of each
+        return DocBatch(doc_ids, texts, metas, counts, positions, starts, ends, contents, tails, vecs, unique=True)
 
-    def _write(self, records: list[DocRecord]) -> None:
+    def _write(self, batch: DocBatch) -> None:
         with self._write_mutex, self._lock.write():
             self._catch_up()  # another process's writes first: seq numbers and BM25 follow the store
-            seq = self.store.max_seq()
-            for r in records:
-                seq += 1
-                r.seq = seq  # a store shared between processes allocates its own inside its write
+            # a store shared between processes allocates its own seq numbers inside its write
+            batch.assign_seq(self.store.max_seq() + 1)
             self._writes += 1
-            self._graph.prepare(records)  # entity names with the write, for a store that keeps them
-            self._call_store("upsert", records)
-            self._bm25.on_upsert(records)
-            self._graph.on_upsert(records)
+            self._graph.prepare(batch)  # entity names with the write, for a store that keeps them
+            # the batch whole to a store that takes one (the built-in store), its records to any other
+            self._call_store("upsert", batch if getattr(self.store, "accepts_doc_batch", False) is True
+                             else batch.records())
+            self._bm25.on_upsert(batch)
+            self._graph.on_upsert(batch)
             self._catch_up()  # what the write itself found committed by others
 
     def delete(self, doc_id: str | int) -> bool:
@@ -523,16 +545,20 @@ class Engine:
         if not sentences:
             return np.zeros((0, dim), dtype=np.float32)
         if report is None:
-            mat = _embed(self.embedder, sentences, dim)
-        else:  # in chunks, each reported as it is done (nlql.progress)
-            from nlql.progress import chunks
+            mat = _embed(self.embedder, sentences, dim, finite_checked=False)
+            unit = _unit_rows(mat)  # its norms tell whether every number is finite (one pass fewer)
+            if unit is not None:
+                return unit
+            _embed_check_finite(self.embedder, sentences, mat, dim)
+            return V.normalize_rows(mat, zero_invalid=True)
+        # in chunks, each reported as it is done (nlql.progress)
+        from nlql.progress import chunks
 
-            parts = []
-            for lo, hi in chunks(len(sentences)):
-                parts.append(_embed(self.embedder, sentences[lo:hi], dim))
-                report.advance(hi - lo)
-            mat = np.concatenate(parts)
-        return V.normalize_rows(mat, zero_invalid=True)
+        parts = []
+        for lo, hi in chunks(len(sentences)):
+            parts.append(_embed(self.embedder, sentences[lo:hi], dim))
+            report.advance(hi - lo)
+        return V.normalize_rows(np.concatenate(parts), zero_invalid=True)
 
     def _embed_queries(self, texts: Sequence[str]) -> np.ndarray:
         return _embed(self.embedder, list(texts), int(self.embedder.dim))
@@ -899,7 +925,7 @@ def _embedder_dim(embedder: Any) -> int:
     return int(dim)
 
 
-def _embed(embedder: Any, texts: list[str], dim: int) -> np.ndarray:
+def _embed(embedder: Any, texts: list[str], dim: int, finite_checked: bool = True) -> np.ndarray:
     """``embedder.embed(texts)`` as a float32 matrix, checked: one finite vector of width ``dim`` per text.
 
     Raises:
@@ -925,11 +951,35 @@ def _embed(embedder: Any, texts: list[str], dim: int) -> np.ndarray:
         raise EmbedderError(name, f"embed() returned shape {arr.shape} for {len(texts)} texts; expected {want}",
                             hint=f"its dim says {dim}" if arr.ndim == 2 and arr.shape[0] == len(texts) else None)
     mat = arr.astype(np.float32, copy=False)
+    if finite_checked:
+        _embed_check_finite(embedder, texts, mat, dim)
+    return mat
+
+
+def _embed_check_finite(embedder: Any, texts: list[str], mat: np.ndarray, dim: int) -> None:
     if not _all_finite(mat):
         bad = np.flatnonzero(~np.isfinite(mat).all(axis=1))
-        raise EmbedderError(name, f"embed() returned NaN or infinity in {len(bad)} of {len(texts)} vectors "
-                            f"(first for {texts[int(bad[0])][:60]!r}); expected {want}")
-    return mat
+        raise EmbedderError(type(embedder).__name__,
+                            f"embed() returned NaN or infinity in {len(bad)} of {len(texts)} vectors "
+                            f"(first for {texts[int(bad[0])][:60]!r}); expected a {len(texts)} × {dim} array "
+                            "of finite numbers (one vector per text)")
+
+
+def _unit_rows(mat: np.ndarray) -> np.ndarray | None:
+    """``V.normalize_rows(mat, zero_invalid=True)`` bit for bit (the same squares, sums and division) in
+    fewer passes and allocations, for a float32 matrix; None when a row's norm is not finite (a NaN or
+    an infinity in it, or squares too large for float32), which the caller checks and handles."""
+    with np.errstate(over="ignore", invalid="ignore"):  # (then None: the caller's checks speak)
+        sq = np.multiply(mat, mat)
+        norms = np.sqrt(np.add.reduce(sq, axis=1, keepdims=True))
+    if not np.isfinite(norms).all():
+        return None
+    zero = norms[:, 0] == 0
+    with np.errstate(invalid="ignore"):  # 0 / 0 in a zero row, set to 0 below
+        out = np.divide(mat, norms, out=sq)
+    if zero.any():  # a zero row (or one whose squares underflow) is zero, as normalize_rows makes it
+        out[zero] = 0
+    return out
 
 
 def _all_finite(mat: np.ndarray) -> bool:

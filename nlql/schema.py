@@ -36,6 +36,7 @@ _NUMBER = re.compile(r"\s*[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?\s*$")
 
 
 _SCALARS = frozenset({str, int, float, bool, type(None)})
+_DICTS_ONLY = frozenset({dict})
 
 
 def value_type(value: Any) -> str:
@@ -109,8 +110,14 @@ class MetaSummary:
         """``add`` of each, in order, with the same result: flat metadata (every value a scalar) is
         counted a key at a time over its distinct values, not a document at a time (ingest, issue 21)."""
         metas = metas if isinstance(metas, list) else list(metas)
-        if metas and len(set(map(tuple, metas))) == 1:  # one set of keys (the common case): by column
-            cols = {k: [m[k] for m in metas] for k in metas[0]}
+        cols = None
+        # plain dicts with as many keys each: one set of keys if every one has the first's
+        if metas and len(set(map(len, metas))) == 1 and _DICTS_ONLY.issuperset(map(type, metas)):
+            try:
+                cols = {k: [m[k] for m in metas] for k in metas[0]}
+            except KeyError:
+                cols = None
+        if cols is not None:  # one set of keys (the common case): by column
             if all(_SCALARS.issuperset(map(type, c)) for c in cols.values()):
                 self._add_columns(cols, len(metas))
                 return
@@ -130,7 +137,7 @@ class MetaSummary:
                 col.append(v)
         self._add_columns(columns, flat)
 
-    def _add_columns(self, columns: dict[Any, list[Any]], documents: int) -> None:
+    def _add_columns(self, columns: Mapping[Any, Sequence[Any]], documents: int) -> None:
         """Count ``documents`` flat documents given as their values per top-level key."""
         self.documents += documents
         paths = self._paths
@@ -140,8 +147,24 @@ class MetaSummary:
             if key is None:
                 key = self._keys[path] = _Key()
             key.documents += len(col)
-            # each distinct (type, value) once, in order of first appearance (1, 1.0 and True differ)
-            for (tv, value), m in Counter(zip(map(type, col), col)).items():
+            # each distinct (type, value) once, in order of first appearance (1, 1.0 and True differ);
+            # a column of one type is counted by value alone (no pair per document)
+            types = set(map(type, col))
+            one = types.pop() if len(types) == 1 else None
+            counted: Iterable[tuple[Any, int]] = (Counter(col) if one is not None
+                                                  else Counter(zip(map(type, col), col))).items()
+            full = len(key.values) >= MAX_DISTINCT
+            tv = one
+            for value, m in counted:
+                if one is None:
+                    tv, value = value
+                if full and tv is int:  # the common tail of a many-valued number key: counted, not listed
+                    key.types["number"] += m
+                    if ("n", value) in key.values:
+                        key.values[("n", value)] += m
+                    else:
+                        key.values_complete = False
+                    continue
                 t = value_type(value)
                 key.types[t] += m
                 if t == "string" and _NUMBER.match(value):

@@ -213,14 +213,22 @@ def test_meta_summary_add_many_counts_as_add_one_by_one() -> None:
         [{"k": rnd.choice(pool)} if i % 3 else {"j": i} for i in range(300)],  # mixed key sets
         [{"id": f"v{i}", "k": 1} for i in range(400)],                          # over the distinct cap
         [{"k": {"deep": i % 3}} if i % 5 == 0 else {"k": i % 4} for i in range(200)],  # nested values
+        [{"n": i % 700} for i in range(1500)],                                  # one int column over the cap
+        [{"n": i % 700 if i % 3 else True, "s": str(i % 9)} for i in range(1500)],  # mixed types over the cap
+        [{"a": i} if i % 2 else {"b": str(i)} for i in range(50)],             # as many keys, not the same
     ]
     for metas in batches:
-        one, many = MetaSummary(), MetaSummary()
+        one, many, chunked = MetaSummary(), MetaSummary(), MetaSummary()
         for m in metas:
             one.add(m)
         many.add_many(metas)
+        for lo in range(0, len(metas), 128):  # as ingest writes: a batch at a time, past the cap in later ones
+            chunked.add_many(metas[lo : lo + 128])
         assert many.keys() == one.keys() and many.documents == one.documents
+        assert chunked.keys() == one.keys() and chunked.documents == one.documents
         for m in metas[::2]:
             one.remove(m)
             many.remove(m)
+            chunked.remove(m)
         assert many.keys() == one.keys() and many.documents == one.documents
+        assert chunked.keys() == one.keys() and chunked.documents == one.documents

@@ -37,6 +37,7 @@ from nlql.pushdown import Capabilities, FastPath, Filter, NativeFilter
 from nlql.schema import DataSummary
 from nlql.stores import fastpath, quant
 from nlql.stores.base import Bm25Matches, DocRecord, Row
+from nlql.stores.batch import is_columnar
 from nlql.stores.doclog import FILE_NAME, Changes, DocLog
 from nlql.stores.table import RowTable, latest_per_id
 from nlql.values import round_scores
@@ -189,6 +190,7 @@ class MatrixStore:
     """Rows + a growable float32 matrix. Shared by the built-in store and the ANN stores' exact path."""
 
     capabilities = MEMORY_CAPABILITIES
+    accepts_doc_batch = True  # upsert takes the engine's DocBatch whole (nlql.stores.batch)
 
     def __init__(self) -> None:
         self.table = RowTable()
@@ -219,17 +221,32 @@ class MatrixStore:
             raise RuntimeError("store not opened")
         docs = latest_per_id(docs)  # the same id twice in one call: the last one wins
         before = self.table.size
-        keys = self.table.add(docs, unique=True)
-        need = self.table.size
+        if is_columnar(docs):  # the engine's batch: its vectors are one matrix already
+            vecs: Any = docs.vectors  # type: ignore[attr-defined]
+            need = before + len(vecs)
+        else:
+            vecs = [d.vectors for d in docs if d.units]
+            need = before + sum(len(d.units) for d in docs)
+        # the vectors first, past the live rows (invisible until the table has them): a failure here
+        # (memory, a record whose vectors do not match its sentences) leaves the store as it was
         if need > len(self._matrix):
             cap = max(need, 2 * len(self._matrix), 1024)
-            grown = np.zeros((cap, self.dim), dtype=np.float32)
+            grown = None
+            # room for the rest of the engine's add_texts call at once (one copy, no doubling: the
+            # pages of np.zeros are taken only when written)
+            ahead = before + int(getattr(docs, "rows_ahead", 0))
+            if ahead > cap:
+                with contextlib.suppress(MemoryError):
+                    grown = np.zeros((ahead, self.dim), dtype=np.float32)
+            if grown is None:
+                grown = np.zeros((cap, self.dim), dtype=np.float32)
             grown[:before] = self._matrix[:before]
             self._matrix = grown
-        if len(keys):
-            vecs = [d.vectors for d in docs if d.units]
-            np.concatenate(vecs, out=self._matrix[keys[0] : keys[0] + len(keys)])
-        return keys
+        if isinstance(vecs, np.ndarray):
+            self._matrix[before:need] = vecs
+        elif vecs:
+            np.concatenate(vecs, out=self._matrix[before:need])
+        return self.table.add(docs, unique=True)
 
     def upsert(self, docs: Sequence[DocRecord]) -> None:
         with self._lock:
@@ -695,7 +712,7 @@ class MemoryStore(MatrixStore):
             if self._log is None:
                 super().upsert(docs)
                 return
-            docs = latest_per_id(docs)
+            docs = list(latest_per_id(docs))  # records (a DocBatch builds its own): the log numbers them
             # durable first (seq numbers allocated in the transaction): RAM follows what is on disk
             _, others = self._log.write(docs, dim=self.dim, since=self._clock)
             self._after_write(others, lambda: MatrixStore.upsert(self, docs))

@@ -11,7 +11,7 @@ string, not once per row. The semantics are exactly :mod:`nlql.values`; tests co
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -23,6 +23,7 @@ from nlql.patterns import matcher_for
 from nlql.pushdown import Cond, FAnd, Filter, FOr
 from nlql.schema import MetaSummary
 from nlql.stores.base import DocRecord, Row, unit_id
+from nlql.stores.batch import DocBatch, is_columnar
 from nlql.stores.pyfilter import eval_cond
 
 K_NULL, K_NUM, K_STR, K_BOOL, K_OTHER = 0, 1, 2, 3, 4
@@ -295,12 +296,41 @@ class ValueIndex:
         return None
 
 
+class DocSlots(Mapping[str, int]):
+    """A table's live doc_id -> slot, read from its rows (:meth:`RowTable.slot_of`)."""
+
+    __slots__ = ("_table",)
+
+    def __init__(self, table: RowTable) -> None:
+        self._table = table
+
+    def __getitem__(self, doc_id: str) -> int:
+        slot = self._table.slot_of(doc_id)
+        if slot is None:
+            raise KeyError(doc_id)
+        return slot
+
+    def __contains__(self, doc_id: object) -> bool:
+        return doc_id in self._table.doc_rows
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._table.doc_rows)
+
+    def __len__(self) -> int:
+        return len(self._table.doc_rows)
+
+
 def _units_of(d: DocRecord) -> list[Any]:
     return d.units
 
 
-def latest_per_id(docs: Sequence[DocRecord]) -> list[DocRecord]:
-    """``docs`` with one record per id, the last one, in the order of those last records."""
+def latest_per_id(docs: Sequence[DocRecord]) -> Sequence[DocRecord]:
+    """``docs`` with one record per id, the last one, in the order of those last records (a list, or
+    the :class:`~nlql.stores.batch.DocBatch` itself when its ids are distinct)."""
+    if isinstance(docs, DocBatch):  # kept as a batch when it can be (its columns are appended as they are)
+        if docs.unique:
+            return docs  # type: ignore[return-value]
+        docs = docs.records()
     if len({d.doc_id for d in docs}) == len(docs):
         return list(docs)
     last = {d.doc_id: i for i, d in enumerate(docs)}
@@ -337,11 +367,13 @@ class RowTable:
         self.pos = np.zeros(0, dtype=np.int64)
         # documents (slots; a replaced/deleted document's slot is dead)
         self.doc_meta: list[dict[str, Any]] = []
-        self.doc_slot: dict[str, int] = {}           # live doc_id -> slot
         # live doc_id -> its row keys by position: always contiguous, so a ``range`` (not a list: a
         # million lists are a million objects the garbage collector walks on every full collection,
         # which made ingest superlinear)
         self.doc_rows: dict[str, range] = {}
+        # a live document's slot is ``row_doc`` of its first row (no second dict of every id: issue 21's
+        # ingest); a document without sentences has no row, so its slot is kept here
+        self._empty_slot: dict[str, int] = {}
         self.summary = MetaSummary()                 # metadata keys of the live documents (nlql.schema)
         self.version = 0
         self._columns: dict[tuple[str, ...], Column] = {}
@@ -358,6 +390,18 @@ class RowTable:
         return self._live
 
     @property
+    def doc_slot(self) -> DocSlots:
+        """Live doc_id -> its document slot (index into ``doc_meta``), as a read-only mapping."""
+        return DocSlots(self)
+
+    def slot_of(self, doc_id: str) -> int | None:
+        """The slot of a live document, or None."""
+        keys = self.doc_rows.get(doc_id)
+        if keys is None:
+            return None
+        return int(self.row_doc[keys.start]) if len(keys) else self._empty_slot[doc_id]
+
+    @property
     def size(self) -> int:
         """Number of row slots, dead ones included (the length of every per-row array)."""
         return len(self.doc_ids)
@@ -366,36 +410,62 @@ class RowTable:
         """Append documents (replacing any live document with the same id); returns the new keys.
 
         The same id twice in ``docs``: the last one wins (pass :func:`latest_per_id` of the batch to
-        know which rows were added; ``unique=True`` says the caller did, and skips it)."""
+        know which rows were added; ``unique=True`` says the caller did, and skips it). A
+        :class:`~nlql.stores.batch.DocBatch` nobody read as records is appended column by column."""
         if not unique:
             docs = latest_per_id(docs)
-        doc_slot = self.doc_slot
-        self.remove([d.doc_id for d in docs if d.doc_id in doc_slot])
-        start = self.size
+        if is_columnar(docs):
+            b: Any = docs
+            if b.one_sentence_each:
+                row_ids = b.doc_ids
+            else:
+                row_ids = [d for d, c in zip(b.doc_ids, b.counts) for _ in range(c)]
+            return self._append(b.doc_ids, b.metadatas, b.counts, b.seq, row_ids, b.positions, b.contents,
+                                b.starts, b.ends, b.tails)
         # whole columns at a time (comprehensions and numpy, no per-row method calls): issue 21's ingest
-        first_slot = len(self.doc_meta)
-        counts = np.fromiter(map(len, map(_units_of, docs)), dtype=np.int64, count=len(docs))
         units = [u for d in docs for u in d.units]
-        self.doc_meta.extend(d.metadata for d in docs)
-        self.summary.add_many([d.metadata for d in docs])
-        doc_slot.update(zip((d.doc_id for d in docs), range(first_slot, first_slot + len(docs))))
-        self.doc_ids.extend([d.doc_id for d in docs for _ in d.units])
-        self.positions.extend([u.position for u in units])
-        self.contents.extend([u.content for u in units])
-        self.starts.extend([u.start for u in units])
-        self.ends.extend([u.end for u in units])
-        self.tails.extend([u.tail for u in units])
-        ends = (start + np.cumsum(counts)).tolist()
-        self.doc_rows.update(zip((d.doc_id for d in docs), map(range, [start, *ends[:-1]], ends)))
-        if docs:
-            self._max_seq = max(self._max_seq, max(d.seq for d in docs))
+        return self._append([d.doc_id for d in docs], [d.metadata for d in docs], list(map(len, map(_units_of, docs))),
+                            np.fromiter((d.seq for d in docs), dtype=np.int64, count=len(docs)),
+                            [d.doc_id for d in docs for _ in d.units], [u.position for u in units],
+                            [u.content for u in units], [u.start for u in units], [u.end for u in units],
+                            [u.tail for u in units])
+
+    def _append(self, doc_ids: list[str], metas: list[dict[str, Any]], counts: list[int], seqs: np.ndarray,
+                row_ids: list[str], positions: list[int], contents: list[str], starts: list[int], ends: list[int],
+                tails: list[str]) -> np.ndarray:
+        """Append documents with distinct ids given as columns (per document, then per row)."""
+        doc_rows = self.doc_rows
+        if doc_rows and not doc_rows.keys().isdisjoint(doc_ids):
+            self.remove([d for d in doc_ids if d in doc_rows])
+        start = self.size
+        n_docs = len(doc_ids)
+        first_slot = len(self.doc_meta)
+        self.doc_meta.extend(metas)
+        self.summary.add_many(metas)
+        self.doc_ids.extend(row_ids)
+        self.positions.extend(positions)
+        self.contents.extend(contents)
+        self.starts.extend(starts)
+        self.ends.extend(ends)
+        self.tails.extend(tails)
         n_new = self.size - start
+        if n_new == n_docs and counts.count(1) == n_docs:  # one row per document: row i is document i
+            self.doc_rows.update(zip(doc_ids, map(range, range(start, start + n_docs),
+                                                  range(start + 1, start + n_docs + 1))))
+            per_doc = None
+        else:
+            per_doc = np.asarray(counts, dtype=np.int64)
+            stops = (start + np.cumsum(per_doc)).tolist()
+            self.doc_rows.update(zip(doc_ids, map(range, [start, *stops[:-1]], stops)))
+            if 0 in counts:
+                self._empty_slot.update((d, first_slot + i) for i, (d, c) in enumerate(zip(doc_ids, counts)) if not c)
+        if n_docs:
+            self._max_seq = max(self._max_seq, int(seqs.max()))
         # the per-row arrays grow by doubling (a concatenation per call made many small writes quadratic)
-        self.row_doc = _grown(self.row_doc, start,
-                              np.repeat(np.arange(first_slot, first_slot + len(docs), dtype=np.int64), counts))
-        self.seq = _grown(self.seq, start,
-                          np.repeat(np.fromiter((d.seq for d in docs), dtype=np.int64, count=len(docs)), counts))
-        self.pos = _grown(self.pos, start, np.asarray(self.positions[start:], dtype=np.int64))
+        slots = np.arange(first_slot, first_slot + n_docs, dtype=np.int64)
+        self.row_doc = _grown(self.row_doc, start, slots if per_doc is None else np.repeat(slots, per_doc))
+        self.seq = _grown(self.seq, start, seqs if per_doc is None else np.repeat(seqs, per_doc))
+        self.pos = _grown(self.pos, start, np.asarray(positions, dtype=np.int64))
         self.alive = _grown(self.alive, start, np.ones(n_new, dtype=bool))
         self._live += n_new
         for path, index in self._indexes.items():
@@ -410,7 +480,8 @@ class RowTable:
             keys = self.doc_rows.pop(doc_id, None)
             if keys is None:
                 continue
-            self.summary.remove(self.doc_meta[self.doc_slot.pop(doc_id)])
+            slot = int(self.row_doc[keys.start]) if len(keys) else self._empty_slot.pop(doc_id)
+            self.summary.remove(self.doc_meta[slot])
             if len(keys):
                 self.alive[keys.start : keys.stop] = False
                 self._live -= len(keys)
@@ -422,7 +493,10 @@ class RowTable:
     def compact(self) -> np.ndarray:
         """Drop dead rows; returns the old keys of the kept rows (so callers can compact vectors)."""
         keep = np.flatnonzero(self.alive)
-        slots_kept = sorted(self.doc_slot.values())
+        # every live document's slot: those of the live rows (a document's rows live and die together)
+        # and those of the documents without rows
+        slots_kept = np.union1d(self.row_doc[keep], np.fromiter(self._empty_slot.values(), dtype=np.int64,
+                                                                count=len(self._empty_slot))).tolist()
         slot_map = np.full(len(self.doc_meta), -1, dtype=np.int64)
         slot_map[np.asarray(slots_kept, dtype=np.int64)] = np.arange(len(slots_kept))
         self.doc_meta = [self.doc_meta[s] for s in slots_kept]
@@ -434,7 +508,7 @@ class RowTable:
         self.pos = self.pos[keep]
         self.alive = np.ones(len(keep), dtype=bool)
         self._live = len(keep)
-        self.doc_slot = {d: int(slot_map[s]) for d, s in self.doc_slot.items()}
+        self._empty_slot = {d: int(slot_map[s]) for d, s in self._empty_slot.items()}
         remap = np.zeros(int(keep[-1]) + 1 if len(keep) else 0, dtype=np.int64)
         remap[keep] = np.arange(len(keep), dtype=np.int64)
         self.doc_rows = {d: range(int(remap[ks.start]), int(remap[ks.start]) + len(ks)) if len(ks) else range(0)

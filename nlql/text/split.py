@@ -41,7 +41,7 @@ import re
 from bisect import bisect_left
 from itertools import accumulate
 
-__all__ = ["split_many", "split_sentences", "sentences"]
+__all__ = ["split_columns", "split_many", "split_sentences", "sentences"]
 
 # Characters that break a line (what str.splitlines() breaks on); U+2029 is a paragraph separator.
 _BREAK_CHARS = "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
@@ -138,6 +138,13 @@ def split_many(texts: list[str]) -> list[list[tuple[int, int]]]:
     if len(texts) < 8:
         return [split_sentences(t) for t in texts]
     out = [[(len(t) - len(t.lstrip()), end)] if (end := len(t.rstrip())) else [] for t in texts]
+    for i in _flagged(texts):
+        out[i] = split_sentences(texts[i])
+    return out
+
+
+def _flagged(texts: list[str]) -> set[int]:
+    """The texts that may hold more than one sentence (one regex scan over them all, see split_many)."""
     ends: list[int] | None = None
     flagged: set[int] = set()
     for m in _ANY_BOUNDARY_SCAN.finditer("\x00".join(texts)):
@@ -146,9 +153,52 @@ def split_many(texts: list[str]) -> list[list[tuple[int, int]]]:
         first = bisect_left(ends, m.start())
         last = bisect_left(ends, max(m.start(), m.end() - 1))
         flagged.update(range(first, last + 1))
-    for i in flagged:
-        out[i] = split_sentences(texts[i])
-    return out
+    return flagged
+
+
+#: The sentences of many texts as columns (:func:`split_columns`): per text its number of sentences;
+#: per sentence, in order, its position in its text, start, end, content and tail.
+Columns = tuple[list[int], list[int], list[int], list[int], list[str], list[str]]
+
+
+def split_columns(texts: list[str]) -> Columns:
+    """:func:`split_many` as columns, without a list or a tuple per text (ingest, issue 21).
+
+    Returns ``(counts, positions, starts, ends, contents, tails)``: ``counts[i]`` sentences for
+    ``texts[i]``, then one entry per sentence in order: its position in its text, its character span,
+    its text and its *tail* (the whitespace up to the next sentence; ``""`` after a text's last).
+
+    >>> split_columns(["One. Two.", "Three"])
+    ([2, 1], [0, 1, 0], [0, 5, 0], [4, 9, 5], ['One.', 'Two.', 'Three'], [' ', '', ''])
+    """
+    n = len(texts)
+    if n >= 8 and not _flagged(texts):  # every text one sentence at most
+        lens = list(map(len, texts))
+        rights = list(map(len, map(str.rstrip, texts)))
+        lefts = list(map(len, map(str.lstrip, texts)))
+        if lefts == lens and rights == lens and 0 not in lens:  # nothing to strip: each text is its sentence
+            return [1] * n, [0] * n, [0] * n, lens, list(texts), [""] * n
+        return _columns(texts, [[(len_ - left, right)] if right else []
+                                for len_, left, right in zip(lens, lefts, rights)])
+    return _columns(texts, split_many(texts))
+
+
+def _columns(texts: list[str], spans: list[list[tuple[int, int]]]) -> Columns:
+    counts = list(map(len, spans))
+    positions: list[int] = []
+    starts: list[int] = []
+    ends: list[int] = []
+    contents: list[str] = []
+    tails: list[str] = []
+    for text, sp in zip(texts, spans):
+        last = len(sp) - 1
+        for p, (s, e) in enumerate(sp):
+            positions.append(p)
+            starts.append(s)
+            ends.append(e)
+            contents.append(text[s:e])
+            tails.append(text[e:sp[p + 1][0]] if p < last else "")
+    return counts, positions, starts, ends, contents, tails
 
 
 def sentences(text: str) -> list[str]:

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nlql.text.split import sentences, split_many, split_sentences
+from nlql.text.split import sentences, split_columns, split_many, split_sentences
 
 CASES: list[tuple[str, list[str]]] = [
     ("", []),
@@ -176,3 +176,27 @@ _PIECES = ["a", "Bc", " ", "  ", ".", "!", "?", "...", "\u2026", "\n", "\r\n", "
 def test_split_many_is_split_sentences_of_each(texts: list[str]) -> None:
     """The batch form (one scan of the joined texts for the fast path) splits every text as alone."""
     assert split_many(texts) == [split_sentences(t) for t in texts]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(st.sampled_from(_PIECES), max_size=10).map("".join), max_size=40))
+def test_split_columns_are_the_spans_of_split_sentences(texts: list[str]) -> None:
+    """The columnar form ingest uses: per text its count, per sentence its position, span, content and
+    the whitespace up to the next sentence (none after a text's last), as split_sentences gives them."""
+    spans = [split_sentences(t) for t in texts]
+    counts, positions, starts, ends, contents, tails = split_columns(texts)
+    assert counts == [len(s) for s in spans]
+    flat = [(t, p, s, e, sp) for t, sp in zip(texts, spans) for p, (s, e) in enumerate(sp)]
+    assert positions == [p for _, p, _, _, _ in flat]
+    assert starts == [s for _, _, s, _, _ in flat] and ends == [e for _, _, _, e, _ in flat]
+    assert contents == [t[s:e] for t, _, s, e, _ in flat]
+    assert tails == [t[e:sp[p + 1][0]] if p + 1 < len(sp) else "" for t, p, _, e, sp in flat]
+
+
+def test_split_columns_of_plain_one_sentence_texts_are_the_texts() -> None:
+    texts = [f"Sentence {i} here" for i in range(20)] + ["Last one."]
+    counts, positions, starts, ends, contents, tails = split_columns(texts)
+    assert counts == [1] * 21 and positions == [0] * 21 and starts == [0] * 21
+    assert ends == [len(t) for t in texts] and contents == texts and tails == [""] * 21
+    padded = [" x ", "\ty"] + ["z"] * 8
+    assert split_columns(padded)[2:5] == ([1, 1] + [0] * 8, [2, 2] + [1] * 8, ["x", "y"] + ["z"] * 8)
