@@ -65,6 +65,9 @@ OUTLIER_SHARE = 1 / 128
 _TRAIN_ROWS = 1 << 16
 #: Fewest rows for which a copy also keeps the split scan code.
 SPLIT_MIN_ROWS = 1 << 16
+#: Candidates of the split scan estimated first (then twice as many each round, until no other can reach
+#: the k-th best estimate less its slack).
+ESTIMATE_FIRST = 1024
 #: Searches of one width that skip the split scan after it failed to certify one.
 SPLIT_SKIP = 16
 
@@ -110,9 +113,23 @@ def _no_threads_search(index: Any, qq: np.ndarray, kk: int, selector: Any) -> tu
     return lab[0][keep].astype(np.int64), dist[0][keep]
 
 
-def _quantile_error(sample: np.ndarray, index: Any) -> float:
-    """The ``OUTLIER_QUANTILE`` of a trained quantiser's reconstruction errors over its training sample."""
-    return float(np.quantile(_norms(sample - index.sa_decode(index.sa_encode(sample))), OUTLIER_QUANTILE))
+def _quantile_error(rows: np.ndarray, index: Any) -> float:
+    """The ``OUTLIER_QUANTILE`` of a trained quantiser's reconstruction errors over ``rows`` (rows it was
+    not trained on: its ranges are the training sample's extremes, which other rows pass more often)."""
+    return float(np.quantile(_norms(rows - index.sa_decode(index.sa_encode(rows))), OUTLIER_QUANTILE))
+
+
+def _samples(matrix: np.ndarray, keys: np.ndarray | None, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(a training sample, rows held out of it) of rows ``0..n`` of ``matrix`` (or of ``matrix[keys]``),
+    both strided over the rows; the same rows twice when there are too few to hold any out."""
+    step = max(1, n // _TRAIN_ROWS)
+    ids = np.arange(0, n, step)[:_TRAIN_ROWS]
+    held = np.arange(step // 2, n, step)[:_TRAIN_ROWS] if step > 1 else ids
+
+    def rows(i: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(matrix[i] if keys is None else matrix[keys[i]], dtype=np.float32)
+
+    return rows(ids), rows(held)
 
 
 def _norms(x: np.ndarray) -> np.ndarray:
@@ -217,6 +234,7 @@ class Int8Copy(_Sharded):
         self._skip: dict[int, int] = {}  # width bucket -> searches left that skip the split scan
         self._decode: tuple[np.ndarray, np.ndarray] | None = None  # (vmin, vdiff / 255) of the quantiser
         self._outlier_rows: tuple[np.ndarray, np.ndarray] | None = None
+        self._union: tuple[tuple[int, int], np.ndarray] | None = None
 
     @property
     def nbytes(self) -> int:
@@ -241,18 +259,15 @@ class Int8Copy(_Sharded):
             return
         faiss = _faiss
         if self._trained is None:
-            step = max(1, n // _TRAIN_ROWS)
-            sample = np.ascontiguousarray(matrix[::step][:_TRAIN_ROWS] if keys is None
-                                          else matrix[keys[::step][:_TRAIN_ROWS]], dtype=np.float32)
+            sample, held = _samples(matrix, keys, n)
             self._trained = faiss.IndexScalarQuantizer(self.dim, faiss.ScalarQuantizer.QT_8bit,
                                                        faiss.METRIC_INNER_PRODUCT)
             self._trained.train(sample)
-            self.tau = _quantile_error(sample, self._trained)
+            self.tau = _quantile_error(held, self._trained)
             if self.split is None and n >= SPLIT_MIN_ROWS and self.dim >= 32:
-                self.split = _SplitScan(_SplitCodec(sample))
+                self.split = _SplitScan(_SplitCodec(sample, held))
         if self.split is None and n >= SPLIT_MIN_ROWS and self.dim >= 32:
-            self.split = _SplitScan(_SplitCodec(np.ascontiguousarray(
-                matrix[: _TRAIN_ROWS] if keys is None else matrix[keys[:_TRAIN_ROWS]], dtype=np.float32)))
+            self.split = _SplitScan(_SplitCodec(*_samples(matrix, keys, n)))
         if self.split is not None and self.split.size < self.size:  # built on a copy that grew into it
             self.split.add(matrix, 0, self.size, keys)
         assert self.tau is not None
@@ -274,12 +289,14 @@ class Int8Copy(_Sharded):
         vmin, step = self._decode
         w = (q * step).astype(np.float32)
         out = np.full(len(ids), float(q @ (vmin + np.float32(0.5) * step)), dtype=np.float32)
-        for first, index in self._shards:
-            inside = np.flatnonzero((ids >= first) & (ids < first + index.ntotal))
-            if len(inside):
-                codes = np.asarray(_faiss.rev_swig_ptr(index.codes.data(), index.ntotal * index.code_size))
-                rows = codes.reshape(index.ntotal, index.code_size)[ids[inside] - first]
-                out[inside] += rows.astype(np.float32) @ w
+        # every shard but the last holds SHARD_ROWS rows: a row's shard is its id // SHARD_ROWS
+        shard = ids // SHARD_ROWS
+        order = np.argsort(shard, kind="stable")
+        cuts = np.flatnonzero(np.diff(shard[order])) + 1
+        for run in np.split(order, cuts) if len(ids) else []:
+            first, index = self._shards[int(shard[run[0]])]
+            codes = np.asarray(_faiss.rev_swig_ptr(index.codes.data(), index.ntotal * index.code_size))
+            out[run] += codes.reshape(index.ntotal, index.code_size)[ids[run] - first].astype(np.float32) @ w
         return out
 
     def candidates(self, q: np.ndarray, depth: int, selectors: list[Any] | None) -> Candidates:
@@ -291,9 +308,12 @@ class Int8Copy(_Sharded):
         slack = float(np.linalg.norm(q)) * self._err() + MARGIN
         return Candidates(labels[order], approx[order], last + slack if last != -math.inf else last, slack)
 
-    def split_candidates(self, q: np.ndarray, depth: int, selectors: list[Any] | None) -> Candidates | None:
-        """The split scan's candidates (estimated with the full codes), or None when this copy has no
-        split scan or skips it at this width after a miss (see :meth:`missed`)."""
+    def split_candidates(self, q: np.ndarray, depth: int, selectors: list[Any] | None,
+                         k: int | None = None) -> Candidates | None:
+        """The split scan's candidates, or None when this copy has no split scan or skips it at this
+        width after a miss (see :meth:`missed`). With ``k``, only as many are estimated (best bound
+        first, with the full codes) as can reach the k-th best estimate less its slack, a lower bound of
+        the k-th exact score: the others are left out and bound the rows outside with their best bound."""
         if self.split is None:
             return None
         width = depth.bit_length()
@@ -303,15 +323,29 @@ class Int8Copy(_Sharded):
             return None
         # the split code's shards are the full code's (same rows per shard): the same selectors serve
         keys, upper, outside = self.split.search(q, depth, selectors)
-        estimate = self.estimate(keys, q)
-        order = np.argsort(-estimate, kind="stable")
         qn = float(np.linalg.norm(q))
+        # twice the margin: the basis is orthonormal to float32 rounding, so q·x and q'·x' differ by
+        # ~1e-6 beside the rounding of the products themselves
+        slack_scan = qn * (self.split.codec.tau if self._tight() and self.split.codec.tau is not None
+                           else self.split.err_max) + 2 * MARGIN
+        slack = qn * self._err() + MARGIN
         if outside != -math.inf:
-            # twice the margin: the basis is orthonormal to float32 rounding, so q·x and q'·x' differ by
-            # ~1e-6 beside the rounding of the products themselves
-            outside += qn * (self.split.codec.tau if self._tight() and self.split.codec.tau is not None
-                             else self.split.err_max) + 2 * MARGIN
-        return Candidates(keys[order], estimate[order], outside, qn * self._err() + MARGIN)
+            outside += slack_scan
+        by_bound = np.argsort(-upper, kind="stable")
+        keys, upper = keys[by_bound], upper[by_bound]
+        done, estimate = 0, np.zeros(0, dtype=np.float32)
+        while done < len(keys):
+            upto = len(keys) if k is None else min(len(keys), max(ESTIMATE_FIRST, 4 * k) if done == 0 else 2 * done)
+            estimate = np.concatenate([estimate, self.estimate(keys[done:upto], q)])
+            done = upto
+            if k is not None and done < len(keys) and len(estimate) >= k:
+                floor = float(np.partition(estimate, len(estimate) - k)[len(estimate) - k]) - slack
+                if float(upper[done]) + slack_scan < floor:
+                    outside = max(outside, float(upper[done]) + slack_scan)
+                    break
+        keys = keys[:done]
+        order = np.argsort(-estimate, kind="stable")
+        return Candidates(keys[order], estimate[order], outside, slack)
 
     def missed(self, depth: int) -> None:
         """The split scan did not certify a search of this width: skip it for the next few."""
@@ -326,13 +360,14 @@ class Int8Copy(_Sharded):
         return self.tau if self.tau is not None and self._tight() else self.err_max
 
     def _all_outliers(self) -> np.ndarray:
-        if not self._outliers:
-            out = np.zeros(0, dtype=np.int64)
-        else:
-            if len(self._outliers) > 1:
-                self._outliers = [np.concatenate(self._outliers)]
-            out = self._outliers[0]
-        return self.split.with_outliers(out) if self.split is not None else out
+        """Every outlier id, of the full code and of the split code (kept until either grows)."""
+        if len(self._outliers) > 1:
+            self._outliers = [np.concatenate(self._outliers)]
+        out = self._outliers[0] if self._outliers else np.zeros(0, dtype=np.int64)
+        key = (len(out), self.split.outlier_count() if self.split is not None else 0)
+        if self._union is None or self._union[0] != key:
+            self._union = (key, self.split.with_outliers(out) if self.split is not None else out)
+        return self._union[1]
 
     def outliers(self) -> np.ndarray:
         """The ids of the rows the tight bounds do not cover (the caller rescores them with the
@@ -368,16 +403,15 @@ class _SplitCodec:
 
     EPS = 1e-4
 
-    def __init__(self, sample: np.ndarray) -> None:
+    def __init__(self, sample: np.ndarray, held: np.ndarray) -> None:
         faiss = _faiss
         dim = sample.shape[1]
         _, vecs = np.linalg.eigh((sample.T @ sample).astype(np.float64))  # ascending; orthonormal in float64
         width = max(16, (dim // 2 + 1) // 16 * 16)  # with the norm column: Faiss's SIMD kernel wants 16s
         self.basis = np.ascontiguousarray(vecs[:, ::-1][:, : width - 1].T, dtype=np.float32)  # rows: A
         self.scan = faiss.IndexScalarQuantizer(width, faiss.ScalarQuantizer.QT_8bit, faiss.METRIC_INNER_PRODUCT)
-        xs = self.vectors(sample)
-        self.scan.train(xs)
-        self.tau: float | None = _quantile_error(xs, self.scan)
+        self.scan.train(self.vectors(sample))
+        self.tau: float | None = _quantile_error(self.vectors(held), self.scan)
 
     def vectors(self, x: np.ndarray) -> np.ndarray:
         """``(x_A, ‖x_B‖)`` of rows ``x``."""
@@ -416,6 +450,9 @@ class _SplitScan(_Sharded):
         self.err_max = max(self.err_max, err_max)
         self._outliers += odd
         self.size = max(self.size, n)
+
+    def outlier_count(self) -> int:
+        return sum(len(o) for o in self._outliers)
 
     def with_outliers(self, ids: np.ndarray) -> np.ndarray:
         """``ids`` together with this code's own outliers (ascending)."""

@@ -140,6 +140,7 @@ def split_scan(monkeypatch: pytest.MonkeyPatch) -> None:
     """Stores of a few thousand rows with the split scan code, in shards of 512 rows (two threads)."""
     monkeypatch.setattr(quant, "SPLIT_MIN_ROWS", 64)
     monkeypatch.setattr(quant, "SHARD_ROWS", 512)
+    monkeypatch.setattr(quant, "ESTIMATE_FIRST", 8)  # candidates estimated in rounds, the rest left out
 
 
 def focused(rng: np.random.Generator, n: int, dim: int) -> np.ndarray:
