@@ -55,8 +55,8 @@ import numpy as np
 #: Slack added to the bound: float32 accumulation error of both dot products over 384–1024 dimensions
 #: (≤ d·2⁻²⁴·‖q‖‖x‖ each, 2.3e-5 at d = 384) plus half a unit of the 6th decimal.
 MARGIN = 1e-4
-#: Rows per shard: a search runs the shards on two threads, each a run of consecutive shards; small
-#: shards keep the two runs even (at 100k rows: 49,152 and 50,848).
+#: Rows per shard: a search runs the shards on two threads, each a run of consecutive shards cut nearest
+#: to half the rows; small shards keep the two runs even (at 100k rows: 49,152 and 50,848).
 SHARD_ROWS = 1 << 14
 #: The error quantile of the training sample above which a row is an outlier (bounded on its own).
 OUTLIER_QUANTILE = 0.999
@@ -154,7 +154,8 @@ class _Sharded:
         if count > 1 and (os.cpu_count() or 1) > 1:  # two threads, each a run of consecutive shards
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="nlql-int8")
-            half = (count + 1) // 2
+            sizes = np.cumsum([index.ntotal for _, index in self._shards])
+            half = 1 + int(np.argmin(np.abs(sizes[:-1] - sizes[-1] / 2)))  # the cut nearest to half the rows
             runs = self._pool.map(lambda r: [fn(i) for i in r], [range(half), range(half, count)])
             return [x for run in runs for x in run]
         return [fn(i) for i in range(count)]
