@@ -124,38 +124,6 @@ def _live(fused: np.ndarray, need: int, seq: np.ndarray, pos: np.ndarray) -> np.
     return live[np.lexsort((pos[live], seq[live]))]
 
 
-def _fuse_small(spec: ScoreSpec, ranked: list[list[int]]) -> tuple[dict[int, float], int]:
-    """:func:`_fuse` over the arms' rows as lists: ``({row: fused value}, rows in the union)``."""
-    fused: dict[int, float] = {}
-    if spec.kind == "RRF":
-        weights = spec.weights or (1.0,) * len(ranked)
-        for w, order in zip(weights, ranked):  # noqa: B905 - as fuse() pairs them
-            for r, row in enumerate(order, start=1):
-                fused[row] = fused.get(row, 0.0) + w / (spec.k + r)
-        return fused, len(fused)
-    position = 0
-    for depth in range(max((len(o) for o in ranked), default=0)):
-        for o in ranked:
-            if depth < len(o) and o[depth] not in fused:
-                position += 1
-                fused[o[depth]] = 1.0 / position
-    return fused, len(fused)
-
-
-def _live_small(fused: dict[int, float], need: int, seq: np.ndarray,
-                pos: np.ndarray) -> tuple[list[int], list[float]]:
-    """:func:`_live` of :func:`_fuse_small`'s values: (rows, their fused values) in insertion order."""
-    live = [(row, v) for row, v in fused.items() if v > 0] if need > 0 else []
-    if len(live) > need:
-        kth = sorted((v for _, v in live), reverse=True)[need - 1]
-        live = [(row, v) for row, v in live if v >= kth]  # ties with the need-th value kept
-    if not live:
-        return [], []
-    rows = np.fromiter((row for row, _ in live), dtype=np.int64, count=len(live))
-    order = np.lexsort((pos[rows], seq[rows])).tolist()
-    return [live[i][0] for i in order], [live[i][1] for i in order]
-
-
 def window_page(run: Search, qv: dict[str, np.ndarray]) -> list[Candidate] | None:
     """The candidates of a fusion's page from the arms' windows only (see the module), or None: the
     recall stage's fast path runs instead. Only without a reranker (the caller's ``fast_ok``).
@@ -214,9 +182,12 @@ def window_page(run: Search, qv: dict[str, np.ndarray]) -> list[Candidate] | Non
                 rows, vals = rows[ok], vals[ok]
             rows = rows[top_rows(vals, rows, table, depth, ties=False)]
         ranked.append(rows)
-    # The windows hold a few hundred rows: fused in Python, with fuse()'s float operations in its order
-    fused, union_size = _fuse_small(spec, [r.tolist() for r in ranked])
-    page, values = _live_small(fused, run.need, seq, pos)
+    # The windows hold a few hundred rows: fused over their union (local indices), as fused_page fuses
+    union = np.unique(np.concatenate(ranked)) if ranked else np.zeros(0, dtype=np.int64)
+    union_size = int(union.size)
+    fused = _fuse(spec, [np.searchsorted(union, r) for r in ranked], union_size)
+    live = _live(fused, run.need, seq[union], pos[union])
+    page, values = union[live].tolist(), fused[live].tolist()
     page_scores: dict[str, np.ndarray] = {}
     for s in sim_slots:
         known = dict(zip(*(a.tolist() for a in windows[s]), strict=True)) if s in windows else {}
