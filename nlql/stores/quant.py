@@ -259,16 +259,15 @@ class Int8Copy(_Sharded):
         if n <= self.size:
             return
         faiss = _faiss
+        samples = None
         if self._trained is None:
-            sample, held = _samples(matrix, keys, n)
+            sample, held = samples = _samples(matrix, keys, n)
             self._trained = faiss.IndexScalarQuantizer(self.dim, faiss.ScalarQuantizer.QT_8bit,
                                                        faiss.METRIC_INNER_PRODUCT)
             self._trained.train(sample)
             self.tau = _quantile_error(held, self._trained)
-            if self.split is None and n >= SPLIT_MIN_ROWS and self.dim >= 32:
-                self.split = _SplitScan(_SplitCodec(sample, held))
-        if self.split is None and n >= SPLIT_MIN_ROWS and self.dim >= 32:
-            self.split = _SplitScan(_SplitCodec(*_samples(matrix, keys, n)))
+        if self.split is None and n >= SPLIT_MIN_ROWS and self.dim >= 32:  # (new, or grown into it)
+            self.split = _SplitScan(_SplitCodec(*(samples or _samples(matrix, keys, n))))
         if self.split is not None and self.split.size < self.size:  # built on a copy that grew into it
             self.split.add(matrix, 0, self.size, keys)
         assert self.tau is not None

@@ -113,6 +113,24 @@ FILTERS = [None, Cond("eq", ("meta", "g"), 1), Cond("in", ("meta", "g"), (0, 2))
            Cond("ne", ("meta", "rare"), True)]  # 99% of the rows: the whole copy with the rest deselected
 
 
+def same_as_exact(fast: MemoryStore, exact: MemoryStore, qs: np.ndarray, k: int, min_score: float | None,
+                  windows: bool = False) -> set[str]:
+    """Assert that every query under every filter gets the exact store's top k, keys and scores (with
+    ``windows``, a fusion arm's window too when the copy gives one); the scans that answered."""
+    scans = set()
+    for flt in FILTERS:
+        for q in qs:
+            want = exact.knn(q[None, :], k, nf(flt), min_score)
+            got = fast.knn(q[None, :], k, nf(flt), min_score)
+            assert got == want, (flt, k, min_score)
+            scans.add(fast.last_stats["scan"])
+            window = fast.top_window(q, k, nf(flt), min_score) if windows else None
+            if window is not None:  # the same rows and float32 scores
+                assert [int(i) for i in window[0]] == [key for key, _ in want[0]]
+                assert [float(s) for s in window[1]] == [s for _, s in want[0]]
+    return scans
+
+
 @needs_faiss
 @pytest.mark.parametrize("k", [1, 10, 57, 5000])
 @pytest.mark.parametrize("min_score", [None, 0.3, 0.97])
@@ -123,13 +141,7 @@ def test_int8_scan_returns_the_exact_top_k_and_scores(k: int, min_score: float |
     metas = [{"g": i % 3, "rare": i % 97 == 0} for i in range(n)]
     exact = store_with(x, metas, quantise=False)
     fast = store_with(x, metas, quantise=True)
-    scans = set()
-    for flt in FILTERS:
-        for q in queries(rng, x):
-            want = exact.knn(q[None, :], k, nf(flt), min_score)
-            got = fast.knn(q[None, :], k, nf(flt), min_score)
-            assert got == want, (flt, k, min_score)
-            scans.add(fast.last_stats["scan"])
+    scans = same_as_exact(fast, exact, queries(rng, x), k, min_score)
     if k < 60:
         assert "int8 + fp32 rescore" in scans
         assert fast.memory_stats()["int8_bytes_per_vector"] == DIM
@@ -163,18 +175,7 @@ def test_split_scan_returns_the_exact_top_k_and_scores(split_scan: None, k: int,
     metas = [{"g": i % 3, "rare": i % 97 == 0} for i in range(n)]
     exact = store_with(x, metas, quantise=False)
     fast = store_with(x, metas, quantise=True)
-    scans = set()
-    for flt in FILTERS:
-        for q in queries(rng, x):
-            for got, want in ((fast.knn(q[None, :], k, nf(flt), min_score), exact.knn(q[None, :], k, nf(flt), min_score)),
-                              (fast.top_window(q, k, nf(flt), min_score), None)):
-                if want is not None:
-                    assert got == want, (flt, k, min_score)
-                    scans.add(fast.last_stats["scan"])
-                elif got is not None:  # a fusion arm's window: the same rows and float32 scores
-                    top = exact.knn(q[None, :], k, nf(flt), min_score)[0]
-                    assert [int(i) for i in got[0]] == [key for key, _ in top]
-                    assert [float(s) for s in got[1]] == [s for _, s in top]
+    scans = same_as_exact(fast, exact, queries(rng, x), k, min_score, windows=True)
     assert "split int8 + fp32 rescore" in scans
     assert fast._quant is not None and fast._quant.split is not None
     # one byte per dimension, plus the split code: half the dimensions and their other half's norm
