@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import mmap
 import os
 import threading
 from collections import OrderedDict
@@ -186,41 +185,6 @@ def _filter_key(flt: NativeFilter | None) -> Any:
     tree alone would take ``== true`` for ``== 1``, as ``True == 1`` in Python)."""
     return None if flt is None else (flt.native, flt.text)
 
-_MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)  # Linux 5.14+: fault pages in, writable
-
-
-def _fresh_matrix(rows: int, dim: int) -> np.ndarray:
-    """A zeroed float32 ``(rows, dim)`` matrix in an anonymous private memory map of its own.
-
-    Its pages are taken when first written (as with ``np.zeros``) but in base pages: numpy advises
-    transparent huge pages for large arrays, and on a virtual machine whose memory the host backs
-    lazily each 2 MiB page zeroed at first touch stalls on 512 host faults, plus compaction (issue 21:
-    at 1M rows that was the superlinear part of ingest; see :func:`_populate`). ``np.zeros`` where
-    there is no ``mmap`` of this kind.
-    """
-    if rows * dim == 0:
-        return np.zeros((rows, dim), dtype=np.float32)
-    try:
-        mm = mmap.mmap(-1, rows * dim * 4, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    except (AttributeError, OSError, ValueError):
-        return np.zeros((rows, dim), dtype=np.float32)
-    return np.frombuffer(mm, dtype=np.float32).reshape(rows, dim)
-
-
-def _populate(matrix: np.ndarray, lo: int, hi: int) -> None:
-    """Fault in rows ``lo..hi`` of a :func:`_fresh_matrix` in one system call before they are written
-    (instead of one page fault per 4 KiB page); nothing where that cannot be done."""
-    base = matrix.base
-    while isinstance(base, np.ndarray):
-        base = base.base
-    mm = base.obj if isinstance(base, memoryview) else None
-    if not isinstance(mm, mmap.mmap) or hi <= lo:
-        return
-    row = matrix.strides[0]
-    start = lo * row - (lo * row) % mmap.PAGESIZE
-    with contextlib.suppress(OSError, ValueError):
-        mm.madvise(_MADV_POPULATE_WRITE, start, hi * row - start)
-
 
 class MatrixStore:
     """Rows + a growable float32 matrix. Shared by the built-in store and the ANN stores' exact path."""
@@ -273,13 +237,11 @@ class MatrixStore:
             ahead = before + int(getattr(docs, "rows_ahead", 0))
             if ahead > cap:
                 with contextlib.suppress(MemoryError):
-                    grown = _fresh_matrix(ahead, self.dim)
+                    grown = np.zeros((ahead, self.dim), dtype=np.float32)
             if grown is None:
-                grown = _fresh_matrix(cap, self.dim)
-            _populate(grown, 0, before)
+                grown = np.zeros((cap, self.dim), dtype=np.float32)
             grown[:before] = self._matrix[:before]
             self._matrix = grown
-        _populate(self._matrix, before, need)
         if isinstance(vecs, np.ndarray):
             self._matrix[before:need] = vecs
         elif vecs:
