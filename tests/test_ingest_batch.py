@@ -148,3 +148,25 @@ def test_a_batch_read_as_records_is_written_from_its_records() -> None:
     assert [r.content for r in store.fetch(store.scan())] == ["A.", "B.", "C."]
     with pytest.raises(ValueError, match="one position"):
         DocBatch(["a"], ["A."], [{}], [2], [0], [0], [2], ["A."], [""], vecs[:1])
+
+
+def test_replaced_ids_are_found_as_the_table_grows_and_after_a_compaction() -> None:
+    """A write probes its ids in the table only where the table's id bits say they may be live (issue 21):
+    every earlier id must still be found (and replaced) after the bits were rebuilt larger, after
+    deletions and after a compaction."""
+    engine = Engine(embedder=HashEmbedder(dim=8), warm_up=False)
+    n = 20_000  # the bits are rebuilt larger several times on the way
+    engine.add_texts([f"Old {i}." for i in range(n)], ids=[str(i) for i in range(n)], batch_size=1000)
+    t = engine.store.table
+    assert len(t._id_bits) * 8 >= t.ID_BITS_PER_ID * n
+    again = list(range(0, n, 7))  # old ids spread over every write, mixed with new ones
+    engine.add_texts([f"New {i}." for i in again] + ["Fresh."], ids=[str(i) for i in again] + ["fresh"],
+                     batch_size=500)
+    for i in range(1, n, 2):  # half gone: the store compacts its rows
+        engine.delete(str(i))
+    assert t is engine.store.table and t.size < n + len(again)  # compacted
+    engine.add_texts(["Newer 14.", "Newer 3."], ids=["14", "3"])  # live (once replaced), and deleted
+    got = {h.doc_id: h.content for h in engine.search("SELECT SENTENCE")}
+    want = {str(i): f"New {i}." if i % 7 == 0 else f"Old {i}." for i in range(0, n, 2)}
+    want.update({"fresh": "Fresh.", "14": "Newer 14.", "3": "Newer 3."})
+    assert got == want and len(engine) == len(want) == len(t)

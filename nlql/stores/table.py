@@ -374,6 +374,9 @@ class RowTable:
         # a live document's slot is ``row_doc`` of its first row (no second dict of every id: issue 21's
         # ingest); a document without sentences has no row, so its slot is kept here
         self._empty_slot: dict[str, int] = {}
+        # a bit per id hash modulo its size, set for every id ever added (:meth:`_maybe_present`)
+        self._id_bits = np.zeros(0, dtype=bool)
+        self._id_count = 0  # ids whose bit was set (with repeats): when the bits are rebuilt larger
         self.summary = MetaSummary()                 # metadata keys of the live documents (nlql.schema)
         self.version = 0
         self._columns: dict[tuple[str, ...], Column] = {}
@@ -435,8 +438,12 @@ class RowTable:
                 tails: list[str]) -> np.ndarray:
         """Append documents with distinct ids given as columns (per document, then per row)."""
         doc_rows = self.doc_rows
-        if doc_rows and not doc_rows.keys().isdisjoint(doc_ids):
-            self.remove([d for d in doc_ids if d in doc_rows])
+        hashes = np.fromiter(map(hash, doc_ids), dtype=np.int64, count=len(doc_ids))
+        if doc_rows:
+            replaced = [d for d in self._maybe_present(doc_ids, hashes) if d in doc_rows]
+            if replaced:
+                self.remove(replaced)
+        self._mark_ids(hashes)
         start = self.size
         n_docs = len(doc_ids)
         first_slot = len(self.doc_meta)
@@ -472,6 +479,36 @@ class RowTable:
             index.extend(self._column_of_rows(path, start, self.size), start)
         self._changed()
         return np.arange(start, self.size, dtype=np.int64)
+
+    #: Bits per id (at least) in :attr:`_id_bits`: about one new id in this many is probed in the dict.
+    ID_BITS_PER_ID = 16
+
+    def _maybe_present(self, doc_ids: list[str], hashes: np.ndarray) -> list[str]:
+        """The ids (in order) that may be live: every live one, and about one in :attr:`ID_BITS_PER_ID`
+        of the others. Probing a dict of a million ids once per new id cost more per id than at 100k
+        (cache misses: issue 21's ingest); the bits are one small array read per write."""
+        bits = self._id_bits
+        if not len(bits):
+            return list(doc_ids)
+        at = hashes & (8 * len(bits) - 1)
+        hit = np.flatnonzero((bits[at >> 3] >> (at & 7).astype(np.uint8)) & 1)
+        return [doc_ids[i] for i in hit.tolist()]
+
+    def _mark_ids(self, hashes: np.ndarray) -> None:
+        """Set the bits of these ids' hashes (rebuilt from every live id, in twice as many bits per id,
+        when the ids outgrow them)."""
+        self._id_count += len(hashes)
+        if self._id_count * self.ID_BITS_PER_ID > 8 * len(self._id_bits):
+            live = np.fromiter(map(hash, self.doc_rows), dtype=np.int64, count=len(self.doc_rows))
+            self._id_count = len(live) + len(hashes)
+            self._id_bits = np.zeros(max(8192, 1 << (2 * self.ID_BITS_PER_ID * self._id_count // 8 - 1).bit_length()),
+                                     dtype=np.uint8)
+            self._set_bits(live)
+        self._set_bits(hashes)
+
+    def _set_bits(self, hashes: np.ndarray) -> None:
+        at = hashes & (8 * len(self._id_bits) - 1)
+        np.bitwise_or.at(self._id_bits, at >> 3, np.left_shift(1, (at & 7).astype(np.uint8), dtype=np.uint8))
 
     def remove(self, doc_ids: Iterable[str]) -> int:
         """Mark every row of these documents dead; returns the number of documents removed."""
