@@ -421,7 +421,7 @@ class Engine:
         # validated and normalised in full before the first write, so a bad entry leaves nothing half-added
         checked = _check_metadatas(given_metas) if given_metas is not None else [{} for _ in range(n)]
         # the same id twice: only its last text is written (as if added one after the other)
-        if len(set(out_ids)) == n:
+        if _distinct(out_ids):
             order: list[int] | None = None  # every id once: documents in the order given
             kept = n
         else:
@@ -1018,6 +1018,17 @@ def _check_texts(texts: Any) -> list[str]:
             if not isinstance(t, str):
                 raise TypeError(f"texts must be strings, not {type(t).__name__}")
     return out
+
+
+def _distinct(ids: list[str]) -> bool:
+    """``len(set(ids)) == len(ids)``, from the ids' hashes sorted (a set of a million strings cost more
+    per id than at 100k, cache misses; issue 21's ingest): distinct hashes are distinct ids, and
+    equal ones (a repeated id, or a collision) are decided by the set."""
+    hashes = np.fromiter(map(hash, ids), dtype=np.int64, count=len(ids))
+    hashes.sort()
+    if bool((hashes[1:] != hashes[:-1]).all()):
+        return True
+    return len(set(ids)) == len(ids)
 
 
 def _check_sequence(values: Any, name: str, n: int) -> list[Any] | None:

@@ -11,7 +11,7 @@ import pytest
 
 from nlql import Engine
 from nlql.embedders import HashEmbedder
-from nlql.engine import _check_metadata, _check_metadatas
+from nlql.engine import _check_metadata, _check_metadatas, _distinct
 from nlql.errors import EmbedderError
 from nlql.stores.batch import DocBatch
 from nlql.stores.memory import MemoryStore
@@ -170,3 +170,12 @@ def test_replaced_ids_are_found_as_the_table_grows_and_after_a_compaction() -> N
     want = {str(i): f"New {i}." if i % 7 == 0 else f"Old {i}." for i in range(0, n, 2)}
     want.update({"fresh": "Fresh.", "14": "Newer 14.", "3": "Newer 3."})
     assert got == want and len(engine) == len(want) == len(t)
+
+
+def test_ids_are_distinct_when_their_hashes_are_and_equal_hashes_are_decided_exactly() -> None:
+    class SameHash(str):
+        def __hash__(self) -> int:
+            return 7
+
+    assert _distinct([str(i) for i in range(5000)]) and _distinct([]) and not _distinct(["a", "b", "a"])
+    assert _distinct([SameHash("a"), SameHash("b")]) and not _distinct([SameHash("a"), SameHash("a")])

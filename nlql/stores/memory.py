@@ -216,7 +216,9 @@ class MatrixStore:
         """The live part of the matrix (rows 0..size)."""
         return self._matrix[: self.table.size]
 
-    def _append(self, docs: Sequence[DocRecord]) -> np.ndarray:
+    def _append(self, docs: Sequence[DocRecord], rows_ahead: int = 0) -> np.ndarray:
+        """Append ``docs`` (vectors, then rows); ``rows_ahead``: the rows these and the ones to follow
+        bring, room a caller knows of (an engine's batch says it itself)."""
         if self.dim is None:
             raise RuntimeError("store not opened")
         docs = latest_per_id(docs)  # the same id twice in one call: the last one wins
@@ -234,7 +236,7 @@ class MatrixStore:
             grown = None
             # room for the rest of the engine's add_texts call at once (one copy, no doubling: the
             # pages of np.zeros are taken only when written)
-            ahead = before + int(getattr(docs, "rows_ahead", 0))
+            ahead = before + (int(getattr(docs, "rows_ahead", 0)) or rows_ahead)
             if ahead > cap:
                 with contextlib.suppress(MemoryError):
                     grown = np.zeros((ahead, self.dim), dtype=np.float32)
@@ -618,8 +620,9 @@ class MemoryStore(MatrixStore):
         assert self._log is not None
         everything = self._log.load()
         docs = [d for d in everything.docs if self._fits(d, everything.damaged)]
+        rows = sum(len(d.units) for d in docs)  # room for them all at once (no doubling, one copy)
         for lo in range(0, len(docs), 4096):
-            self._append(docs[lo : lo + 4096])
+            self._append(docs[lo : lo + 4096], rows_ahead=rows if lo == 0 else 0)
         self._clock = everything.clock
         self._note_damaged(everything.damaged)
 
