@@ -228,9 +228,15 @@ def _full(run: Search, qv: dict[str, np.ndarray], fast_ok: bool) -> list[Candida
     begin = getattr(run.bm25, "begin_search", None)
     if begin is not None and plan.fast_path is not None:
         begin()  # the BM25 scores a fast path keeps serve this search only
+    floored = None
     try:
-        windows = _windows(run, qv, sim_slots, fast_ok) if caps.FULL_SCORES and sim_slots else None
-        if windows is not None:  # each SIMILARITY arm's exact top window through the int8 copy
+        floored = _floored(run, qv, sim_slots) if caps.FULL_SCORES else None
+        windows = (_windows(run, qv, sim_slots, fast_ok) if caps.FULL_SCORES and sim_slots and floored is None
+                   else None)
+        if floored is not None:  # only the rows passing WHERE's BM25 floors, with their exact scores
+            keys_arr, sentence_scores = floored
+            unordered = True
+        elif windows is not None:  # each SIMILARITY arm's exact top window through the int8 copy
             keys_arr, sentence_scores = windows
             unordered = True
         elif caps.FULL_SCORES:
@@ -264,7 +270,7 @@ def _full(run: Search, qv: dict[str, np.ndarray], fast_ok: bool) -> list[Candida
         if not (run.degrade and sim_slots and drop_arms(run, sim_slots, f"the store's similarity call failed "
                                                                         f"({cause_of(exc)})")):
             raise
-        sentence_scores = {}
+        sentence_scores, floored, unordered = {}, None, False
         keys_arr = np.asarray(store.scan(plan.native), dtype=None if caps.FULL_SCORES else object)
     run.stats.add("recall", (time.perf_counter() - t) * 1000)
     run.stats.counts.update({"rounds": 1, "candidates": int(len(keys_arr))})
@@ -293,12 +299,62 @@ def _full(run: Search, qv: dict[str, np.ndarray], fast_ok: bool) -> list[Candida
         keys_arr, mat = cast(ScoresAll, store).score_all(np.concatenate([qv[s] for s in sim_slots]), plan.native)
         keys_arr, unordered = np.asarray(keys_arr), False
         sentence_scores = {s: mat[i:i + 1].max(axis=0) for i, s in enumerate(sim_slots)}
+    if floored is not None:  # the rows failing a floor fail WHERE: the general path reads the others
+        table = cast(Any, store).table
+        back = np.lexsort((table.pos[keys_arr], table.seq[keys_arr]))  # into insertion order
+        keys_arr, unordered = keys_arr[back], False
+        sentence_scores = {k: v[back] for k, v in sentence_scores.items()}
     if unordered:  # the general path reads the keys in insertion order
         keys_arr = np.asarray(store.scan(plan.native))
     units = candidates(run, list(keys_arr), qv, dict(sentence_scores))
     units = keep_passing(units, run.residual, run.deadline, run.warnings)
     run.stats.add("filter", (time.perf_counter() - t) * 1000)
     return units
+
+
+_PASSES = {">": np.greater, ">=": np.greater_equal}
+
+
+def _floored(run: Search, qv: dict[str, np.ndarray],
+             sim_slots: list[str]) -> tuple[np.ndarray, dict[str, np.ndarray]] | None:
+    """(keys, SIMILARITY scores) of the rows passing the pushed filter and every BM25 floor of a prune
+    fast path (``FastPath.floors``), keys ascending: the floors from the engine's sparse BM25 matches
+    (a floor fails at 0, so only rows holding a term can pass), each SIMILARITY score computed for those
+    rows only, with the bits of the full scan (the full scan itself when they are more than half the
+    table). The store applies the floors again (:func:`nlql.stores.fastpath.select`). None: the usual
+    recall (no floors, or the store or the BM25 index cannot answer this way)."""
+    plan, store = run.plan, run.store
+    fast = plan.fast_path
+    table = getattr(store, "table", None)
+    sparse = getattr(getattr(run.bm25, "fast_matches", None), "sparse", None)
+    if (fast is None or not fast.floors or not fast.prunes or run.failed or run.need is None or table is None
+            or sparse is None or not store.capabilities.FAST_PATH or not hasattr(store, "mask")):
+        return None
+    texts = [fast.bm25_text(slot) for slot, _, _ in fast.floors]
+    if any(t is None for t in texts):
+        return None
+    rows: np.ndarray | None = None
+    for (_, op, value), text in zip(fast.floors, texts, strict=True):
+        got, vals = sparse(cast(str, text), table)
+        got = got[_PASSES[op](vals, value)]
+        rows = got if rows is None else np.intersect1d(rows, got, assume_unique=True)
+    assert rows is not None
+    rows = rows[cast(Any, store).mask(plan.native)[rows]]
+    scores: dict[str, np.ndarray] = {}
+    if sim_slots:
+        stacked = np.concatenate([qv[s] for s in sim_slots])
+        if rows.size * 2 > table.size:  # most of the table: one scan is cheaper than gathering the rows
+            all_keys, mat = cast(ScoresAll, store).score_all(stacked, plan.native)
+            mat = mat[:, np.searchsorted(np.asarray(all_keys), rows)]
+        else:
+            mat = store.similarities(stacked, rows)
+        at = 0
+        for s in sim_slots:
+            n = len(qv[s])
+            scores[s] = mat[at:at + n].max(axis=0)
+            at += n
+    run.stats.counts["floor_rows"] = int(rows.size)
+    return rows, scores
 
 
 def _windows(run: Search, qv: dict[str, np.ndarray], sim_slots: list[str],
@@ -311,7 +367,7 @@ def _windows(run: Search, qv: dict[str, np.ndarray], sim_slots: list[str],
     fast = plan.fast_path
     top = getattr(store, "top_window", None)
     if (top is None or fast is None or fast.kind != "fusion" or fast.depth is None or not fast_ok
-            or run.failed or run.need is None or plan.distinct is not None or plan.recall.min_score
+            or fast.floors or run.failed or run.need is None or plan.distinct is not None or plan.recall.min_score
             or not hasattr(store, "mask")):
         return None
     if any(len(qv[s]) != 1 or not bool(np.isfinite(qv[s]).all()) for s in sim_slots):
