@@ -133,13 +133,17 @@ def test_the_store_alone_applies_the_floors(monkeypatch: pytest.MonkeyPatch, eng
             assert _page(got) == _page(slow.search(q, {"q": question})), (q, question)
 
 
-def test_int8_windows_decline_with_floors(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("route", [True, False])
+def test_int8_windows_decline_with_floors(monkeypatch: pytest.MonkeyPatch, route: bool) -> None:
     """Where the store's int8 copy gives the SIMILARITY windows (over the whole table), a query with
-    floors takes the rows passing them instead, and the pages stay the row-by-row ones."""
+    floors takes the rows passing them instead (``route``: the engine's, else the full scan and the
+    store's fast_select), and the pages stay the row-by-row ones."""
     pytest.importorskip("faiss")
     from nlql.stores.memory import MemoryStore
 
     monkeypatch.setattr(MemoryStore, "QUANT_MIN_ROWS", 64)  # the test corpus is small
+    if not route:
+        monkeypatch.setattr(recall_mod, "_floored", lambda *a: None)
     ran: list[str] = []
     real = fused_page.window_page
 
@@ -161,7 +165,7 @@ def test_int8_windows_decline_with_floors(monkeypatch: pytest.MonkeyPatch) -> No
             ran.clear()
             got = fast.search(q, {"q": question})
             assert ran == ["declined"] and "similarity_windows" not in got.stats, got.stats
-            assert got.stats.get("fast_path") == "fusion" and got.stats.get("floor_rows") is not None
+            assert got.stats.get("fast_path") == "fusion" and ("floor_rows" in got.stats) == route
             assert _page(got) == _page(slow.search(q, {"q": question})), (q, question)
 
 

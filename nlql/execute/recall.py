@@ -320,8 +320,8 @@ def _floored(run: Search, qv: dict[str, np.ndarray],
     """(keys, SIMILARITY scores) of the rows passing the pushed filter and every BM25 floor of a prune
     fast path (``FastPath.floors``), keys ascending: the floors from the engine's sparse BM25 matches
     (a floor fails at 0, so only rows holding a term can pass), each SIMILARITY score computed for those
-    rows only, with the bits of the full scan (the full scan itself when they are more than half the
-    table). The store applies the floors again (:func:`nlql.stores.fastpath.select`). None: the usual
+    rows only, with the bits of the full scan (``similarities``: the store scans the whole matrix where
+    that is cheaper than gathering the rows). The store applies the floors again (:func:`nlql.stores.fastpath.select`). None: the usual
     recall (no floors, or the store or the BM25 index cannot answer this way)."""
     plan, store = run.plan, run.store
     fast = plan.fast_path
@@ -342,12 +342,8 @@ def _floored(run: Search, qv: dict[str, np.ndarray],
     rows = rows[cast(Any, store).mask(plan.native)[rows]]
     scores: dict[str, np.ndarray] = {}
     if sim_slots:
-        stacked = np.concatenate([qv[s] for s in sim_slots])
-        if rows.size * 2 > table.size:  # most of the table: one scan is cheaper than gathering the rows
-            all_keys, mat = cast(ScoresAll, store).score_all(stacked, plan.native)
-            mat = mat[:, np.searchsorted(np.asarray(all_keys), rows)]
-        else:
-            mat = store.similarities(stacked, rows)
+        # the exact scores of these rows only (the store scans the whole matrix where that is cheaper)
+        mat = store.similarities(np.concatenate([qv[s] for s in sim_slots]), rows)
         at = 0
         for s in sim_slots:
             n = len(qv[s])
