@@ -135,9 +135,10 @@ def test_the_store_alone_applies_the_floors(monkeypatch: pytest.MonkeyPatch, eng
 
 @pytest.mark.parametrize("route", [True, False])
 def test_int8_windows_decline_with_floors(monkeypatch: pytest.MonkeyPatch, route: bool) -> None:
-    """Where the store's int8 copy gives the SIMILARITY windows (over the whole table), a query with
-    floors takes the rows passing them instead (``route``: the engine's, else the full scan and the
-    store's fast_select), and the pages stay the row-by-row ones."""
+    """Where the store's int8 copy gives the SIMILARITY windows over the whole table, a query with
+    floors declines them and takes the rows passing the floors instead (``route``: the engine's, each
+    SIMILARITY window among those rows through the int8 copy, else the full scan and the store's
+    fast_select), and the pages stay the row-by-row ones."""
     pytest.importorskip("faiss")
     from nlql.stores.memory import MemoryStore
 
@@ -157,16 +158,24 @@ def test_int8_windows_decline_with_floors(monkeypatch: pytest.MonkeyPatch, route
     plain = f"SELECT SENTENCE {LETS}f = RRF(sem, kb, window => 5) ORDER BY f DESC LIMIT 4"
     got = fast.search(plain, {"q": QUESTIONS[0]})
     assert ran[-1] == "windows" and got.stats["store"]["scan"] == "int8 + fp32 rescore", got.stats
+    int8 = 0
     for tail in ("f = RRF(sem, kb, window => 5) WHERE kb > 0 ORDER BY f DESC LIMIT 4",
                  "f = RRF(sem, kw, window => 5) WHERE kw > 0 ORDER BY f DESC LIMIT 4 OFFSET 1",
+                 "f = INTERLEAVE(kc, sem, window => 4) WHERE kc > 0 AND kw > 0 ORDER BY f DESC LIMIT 6",
+                 "f = RRF(sem, kw, window => 5) WHERE kw > 0 ORDER BY f DESC, kb DESC LIMIT 8",
                  "m = MMR(sem, window => 5) WHERE kb > 0 ORDER BY m DESC LIMIT 3"):
         q = f"SELECT SENTENCE {LETS}{tail}"
         for question in QUESTIONS:
             ran.clear()
             got = fast.search(q, {"q": question})
-            assert ran == ["declined"] and "similarity_windows" not in got.stats, got.stats
+            assert ran == ["declined"], got.stats
             assert got.stats.get("fast_path") == "fusion" and ("floor_rows" in got.stats) == route
+            if "similarity_windows" in got.stats:  # among the rows passing the floors only
+                assert route and got.stats["store"] == {**got.stats["store"], "filter": "the rows given",
+                                                        "rows": got.stats["floor_rows"]}, got.stats
+                int8 += got.stats["store"]["scan"] == "int8 + fp32 rescore"
             assert _page(got) == _page(slow.search(q, {"q": question})), (q, question)
+    assert (int8 > 0) == route, int8
 
 
 @pytest.mark.parametrize("where", ["kb > -1", "kb >= 0", "kb < 3", "kb > 0 OR sem >= 0.3", "kb != 0"])

@@ -228,13 +228,13 @@ def _full(run: Search, qv: dict[str, np.ndarray], fast_ok: bool) -> list[Candida
     begin = getattr(run.bm25, "begin_search", None)
     if begin is not None and plan.fast_path is not None:
         begin()  # the BM25 scores a fast path keeps serve this search only
-    floored = None
+    floored, windowed = None, False
     try:
-        floored = _floored(run, qv, sim_slots) if caps.FULL_SCORES else None
+        floored = _floored(run, qv, sim_slots, fast_ok) if caps.FULL_SCORES else None
         windows = (_windows(run, qv, sim_slots, fast_ok) if caps.FULL_SCORES and sim_slots and floored is None
                    else None)
         if floored is not None:  # only the rows passing WHERE's BM25 floors, with their exact scores
-            keys_arr, sentence_scores = floored
+            keys_arr, sentence_scores, windowed = floored
             unordered = True
         elif windows is not None:  # each SIMILARITY arm's exact top window through the int8 copy
             keys_arr, sentence_scores = windows
@@ -291,7 +291,7 @@ def _full(run: Search, qv: dict[str, np.ndarray], fast_ok: bool) -> list[Candida
             arm_scores = None if values is None else {**sentence_scores, **values}
         units = (None if arm_scores is None else
                  _fast(run, fast, keys_arr, arm_scores, qv, fast_ok=fast_ok, unordered=unordered,
-                       fill=sim_slots if windows is not None else ()))
+                       fill=sim_slots if windows is not None or windowed else ()))
         if units is not None:
             run.stats.add("filter", (time.perf_counter() - t) * 1000)
             return units
@@ -300,6 +300,9 @@ def _full(run: Search, qv: dict[str, np.ndarray], fast_ok: bool) -> list[Candida
         keys_arr, unordered = np.asarray(keys_arr), False
         sentence_scores = {s: mat[i:i + 1].max(axis=0) for i, s in enumerate(sim_slots)}
     if floored is not None:  # the rows failing a floor fail WHERE: the general path reads the others
+        if windowed:  # (their exact scores after all)
+            mat = store.similarities(np.concatenate([qv[s] for s in sim_slots]), keys_arr)
+            sentence_scores = {s: mat[i:i + 1].max(axis=0) for i, s in enumerate(sim_slots)}
         table = cast(Any, store).table
         back = np.lexsort((table.pos[keys_arr], table.seq[keys_arr]))  # into insertion order
         keys_arr, unordered = keys_arr[back], False
@@ -315,13 +318,14 @@ def _full(run: Search, qv: dict[str, np.ndarray], fast_ok: bool) -> list[Candida
 _PASSES = {">": np.greater, ">=": np.greater_equal}
 
 
-def _floored(run: Search, qv: dict[str, np.ndarray],
-             sim_slots: list[str]) -> tuple[np.ndarray, dict[str, np.ndarray]] | None:
+def _floored(run: Search, qv: dict[str, np.ndarray], sim_slots: list[str],
+             fast_ok: bool) -> tuple[np.ndarray, dict[str, np.ndarray], bool] | None:
     """(keys, SIMILARITY scores) of the rows passing the pushed filter and every BM25 floor of a prune
     fast path (``FastPath.floors``), keys ascending: the floors from the engine's sparse BM25 matches
     (a floor fails at 0, so only rows holding a term can pass), each SIMILARITY score computed for those
     rows only, with the bits of the full scan (``similarities``: the store scans the whole matrix where
-    that is cheaper than gathering the rows). The store applies the floors again (:func:`nlql.stores.fastpath.select`). None: the usual
+    that is cheaper than gathering the rows), or for a fusion each SIMILARITY arm's exact window among
+    them through the int8 copy (NaN outside it, filled for the rows kept: the third item True). The store applies the floors again (:func:`nlql.stores.fastpath.select`). None: the usual
     recall (no floors, or the store or the BM25 index cannot answer this way)."""
     plan, store = run.plan, run.store
     fast = plan.fast_path
@@ -341,6 +345,10 @@ def _floored(run: Search, qv: dict[str, np.ndarray],
     assert rows is not None
     rows = rows[cast(Any, store).mask(plan.native)[rows]]
     scores: dict[str, np.ndarray] = {}
+    windows = _floor_windows(run, qv, sim_slots, rows, fast_ok) if sim_slots else None
+    if windows is not None:
+        run.stats.counts["floor_rows"] = int(rows.size)
+        return rows, windows, True
     if sim_slots:
         # the exact scores of these rows only (the store scans the whole matrix where that is cheaper)
         mat = store.similarities(np.concatenate([qv[s] for s in sim_slots]), rows)
@@ -350,7 +358,33 @@ def _floored(run: Search, qv: dict[str, np.ndarray],
             scores[s] = mat[at:at + n].max(axis=0)
             at += n
     run.stats.counts["floor_rows"] = int(rows.size)
-    return rows, scores
+    return rows, scores, False
+
+
+def _floor_windows(run: Search, qv: dict[str, np.ndarray], sim_slots: list[str], rows: np.ndarray,
+                   fast_ok: bool) -> dict[str, np.ndarray] | None:
+    """:func:`_windows` among the rows passing the floors (``rows``, ascending): each SIMILARITY arm's
+    exact top ``depth`` of those rows through the int8 copy (``top_window(…, keys=rows)``), NaN
+    elsewhere, or None (the exact scores of every such row instead)."""
+    plan, store = run.plan, run.store
+    fast = plan.fast_path
+    top = getattr(store, "top_window", None)
+    if (top is None or fast is None or fast.kind != "fusion" or fast.depth is None or not fast_ok
+            or plan.distinct is not None or plan.recall.min_score):
+        return None
+    if any(len(qv[s]) != 1 or not bool(np.isfinite(qv[s]).all()) for s in sim_slots):
+        return None
+    out = {s: np.full(len(rows), np.nan, dtype=np.float32) for s in sim_slots}
+    for arm in fast.arms:
+        if arm.kind != "SIMILARITY" or arm.slot not in out:
+            continue
+        got = top(qv[arm.slot][0], fast.depth, None, arm.min, keys=rows)
+        if got is None:
+            return None
+        out[arm.slot][np.searchsorted(rows, got[0])] = got[1]
+    run.stats.counts["similarity_windows"] = fast.depth
+    _store_stats(run)
+    return out
 
 
 def _windows(run: Search, qv: dict[str, np.ndarray], sim_slots: list[str],
