@@ -134,7 +134,8 @@ def test_the_store_alone_applies_the_floors(monkeypatch: pytest.MonkeyPatch, eng
 
 
 @pytest.mark.parametrize("route", [True, False])
-def test_int8_windows_decline_with_floors(monkeypatch: pytest.MonkeyPatch, route: bool) -> None:
+def test_int8_windows_decline_with_floors(monkeypatch: pytest.MonkeyPatch, engines: tuple[Engine, Engine],
+                                          route: bool) -> None:
     """Where the store's int8 copy gives the SIMILARITY windows over the whole table, a query with
     floors declines them and takes the rows passing the floors instead (``route``: the engine's, each
     SIMILARITY window among those rows through the int8 copy, else the full scan and the store's
@@ -154,7 +155,7 @@ def test_int8_windows_decline_with_floors(monkeypatch: pytest.MonkeyPatch, route
         return got
 
     monkeypatch.setattr(recall_mod, "window_page", spy)
-    fast, slow = _engine(True), _engine(False)
+    fast, slow = engines
     plain = f"SELECT SENTENCE {LETS}f = RRF(sem, kb, window => 5) ORDER BY f DESC LIMIT 4"
     got = fast.search(plain, {"q": QUESTIONS[0]})
     assert ran[-1] == "windows" and got.stats["store"]["scan"] == "int8 + fp32 rescore", got.stats
