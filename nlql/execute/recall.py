@@ -325,8 +325,9 @@ def _floored(run: Search, qv: dict[str, np.ndarray], sim_slots: list[str],
     (a floor fails at 0, so only rows holding a term can pass), each SIMILARITY score computed for those
     rows only, with the bits of the full scan (``similarities``: the store scans the whole matrix where
     that is cheaper than gathering the rows), or for a fusion each SIMILARITY arm's exact window among
-    them through the int8 copy (NaN outside it, filled for the rows kept: the third item True). The store applies the floors again (:func:`nlql.stores.fastpath.select`). None: the usual
-    recall (no floors, or the store or the BM25 index cannot answer this way)."""
+    them through the int8 copy (NaN outside it, filled for the rows kept: the third item True). The
+    store applies the floors again (:func:`nlql.stores.fastpath.select`). None: the usual recall (no
+    floors, or the store or the BM25 index cannot answer this way)."""
     plan, store = run.plan, run.store
     fast = plan.fast_path
     table = getattr(store, "table", None)

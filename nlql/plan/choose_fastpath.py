@@ -228,7 +228,9 @@ def _floors(plan: Plan) -> tuple[tuple[str, str, float], ...] | None:
         if not _HOLDS_AT_ZERO[cond.op](cond.value):
             if (cond.slot, cond.op, cond.value) not in floors:
                 floors.append((cond.slot, cond.op, cond.value))
-        elif cond.slot != key:  # holds at 0: every row passes it or none is left out; not a floor
+        elif cond.slot != key:
+            # holds at 0, so for every row: no floor; on the sort key the bm25 path needs none (as
+            # before), elsewhere the query runs row by row
             return None
     return tuple(floors)
 
