@@ -11,8 +11,9 @@ interleaved repetitions, after a warm-up round; wall time, and the process's CPU
   terms, built once outside the timing), the query's columns times their idf, and ``argpartition``;
 * ``nlql_rrf``: ``engine.search`` of ``RRF(sem, kw)`` top-10 (windows of 100 per arm, the default);
 * ``nlql_rrf_floor``: the same query with ``WHERE kw > 0`` (as ``bench/pg_speed.py`` writes it): each
-  arm ranks the rows passing the floor only (the rows matching a term, from the sparse matches, their
-  similarity scored exactly), checked first against the row-by-row page;
+  arm ranks the rows passing the floor only (the rows matching a term, from the sparse matches; the
+  similarity window among them through the int8 copy, certified and rescored in fp32), checked first
+  against the row-by-row page (its time once is ``rrf_floor_row_by_row_ms``);
 * ``floor_rrf``: numpy ``M @ q`` + ``argpartition`` for the similarity window, the sparse BM25 window,
   and RRF of the two windows in numpy (the same formula), top-10;
 * ``floor_matvec``: ``M @ q`` + ``argpartition`` alone (what any exact similarity arm pays);
@@ -218,7 +219,8 @@ def run(n: int, repeat: int) -> dict[str, Any]:
         "nlql_rrf_fp32": "the same with the similarity window from the fp32 full scan and the fusion fast "
                          "path over table-long vectors (before; same page)",
         "nlql_rrf_floor": "engine.search, the RRF query with WHERE kw > 0 (each arm ranks the rows "
-                          "passing the floor; their similarity scored exactly, a full scan where cheaper)",
+                          "passing the floor; the similarity window among them from the int8 copy, "
+                          "certified and rescored in fp32)",
         "sim_window": "the store's SIMILARITY window alone (top_window, depth 100, int8 + exact rescore)",
         "bm25_window": "the BM25 window alone (the engine's sparse matches, top 100)",
         "floor_rrf": "numpy M @ q window + sparse BM25 window + RRF in numpy, top-10",
