@@ -241,3 +241,30 @@ def test_floors_follow_writes() -> None:
     got = fast.search(q, {"q": QUESTIONS[1]})
     assert got.stats.get("fast_path") == "fusion" and _page(got) != before
     assert _page(got) == _page(slow.search(q, {"q": QUESTIONS[1]}))
+
+
+def test_scores_of_many_rows_from_the_full_scan_have_the_gathered_bits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``exact_scores`` scans the whole matrix when the rows' blocks are a large share of the table: the
+    same bits as gathering them (what every row's score is checked against: one scan of the matrix)."""
+    import numpy as np
+
+    from nlql.stores.base import DocRecord, UnitRecord
+    from nlql.stores.memory import MemoryStore
+
+    rng = np.random.default_rng(5)
+    vecs = rng.standard_normal((3001, 48)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    store = MemoryStore()
+    store.open(48)
+    store.upsert([DocRecord(f"d{i}", f"s{i}", {}, [UnitRecord(0, f"s{i}", 0, 2)], vecs[i:i + 1], seq=i + 1)
+                  for i in range(len(vecs))])
+    q = vecs[7] + 0.1 * vecs[8]
+    for share in (0.02, 0.3, 0.9):
+        keys = np.sort(rng.choice(len(vecs), int(share * len(vecs)), replace=False))
+        scanned = store.exact_scores(q, keys)
+        monkeypatch.setattr(MemoryStore, "GATHER_MAX_SHARE", 2.0)  # always gather
+        gathered = store.exact_scores(q, keys)
+        monkeypatch.setattr(MemoryStore, "GATHER_MAX_SHARE", 0.0)  # always scan
+        assert np.array_equal(store.exact_scores(q, keys), gathered) and np.array_equal(scanned, gathered)
+        assert np.array_equal(store.score_all(q[None, :])[1][0][keys], gathered)
+        monkeypatch.undo()
