@@ -75,6 +75,8 @@ FLOORED = [
      "fusion"),
     ("f = RRF(sem, kc) WHERE kc > 0 ORDER BY f DESC LIMIT 10", "fusion"),  # most of the table passes
     ("f = RRF(sem, kb) WHERE 0 < kb ORDER BY f DESC LIMIT 10", "fusion"),
+    ("f = RRF(SIMILARITY(content, $q, min => 0.3), kb, BM25(content, $q, min => 1.5), window => 6) WHERE kb > 0 "
+     "ORDER BY f DESC LIMIT 5", "fusion"),  # arm-local minimums
     ('f = RRF(sem, BM25(content, "budget tariff")) WHERE BM25(content, "budget tariff") > 0.5 '
      "ORDER BY f DESC LIMIT 10", "fusion"),  # no binding
     ("f = RRF(sem, kb), ok = kb > 0 WHERE ok ORDER BY f DESC LIMIT 10", "fusion"),  # a boolean binding
@@ -125,7 +127,7 @@ def test_the_store_alone_applies_the_floors(monkeypatch: pytest.MonkeyPatch, eng
     fast_select restricts the keys itself: same pages."""
     fast, slow = engines
     monkeypatch.setattr(recall_mod, "_floored", lambda *a: None)
-    for tail, kind in FLOORED[:10] + FLOORED[17:]:
+    for tail, kind in FLOORED[::2]:
         q = f"SELECT SENTENCE {LETS}{tail}"
         for question in QUESTIONS[:2]:
             got = fast.search(q, {"q": question})
@@ -164,6 +166,7 @@ def test_int8_windows_decline_with_floors(monkeypatch: pytest.MonkeyPatch, engin
                  "f = RRF(sem, kw, window => 5) WHERE kw > 0 ORDER BY f DESC LIMIT 4 OFFSET 1",
                  "f = INTERLEAVE(kc, sem, window => 4) WHERE kc > 0 AND kw > 0 ORDER BY f DESC LIMIT 6",
                  "f = RRF(sem, kw, window => 5) WHERE kw > 0 ORDER BY f DESC, kb DESC LIMIT 8",
+                 "f = RRF(SIMILARITY(content, $q, min => 0.3), kb, window => 5) WHERE kb > 0 ORDER BY f DESC LIMIT 4",
                  "m = MMR(sem, window => 5) WHERE kb > 0 ORDER BY m DESC LIMIT 3"):
         q = f"SELECT SENTENCE {LETS}{tail}"
         for question in QUESTIONS:
