@@ -26,10 +26,10 @@ WORDS = ["solar", "wind", "grid", "storage", "policy", "tariff", "budget", "batt
 STATUS = ["published", "draft", "archived"]
 
 
-def _corpus() -> list[tuple[str, str, dict[str, Any]]]:
+def _corpus(n: int = 700) -> list[tuple[str, str, dict[str, Any]]]:
     rng = random.Random(21)
     docs: list[tuple[str, str, dict[str, Any]]] = []
-    for i in range(700):
+    for i in range(n):
         if i % 11 == 0 and docs:  # an earlier sentence again: ties in every score
             text = docs[rng.randrange(len(docs))][1]
         else:
@@ -40,9 +40,9 @@ def _corpus() -> list[tuple[str, str, dict[str, Any]]]:
     return docs
 
 
-def _engine(fast: bool) -> Engine:
+def _engine(fast: bool, n: int = 700) -> Engine:
     e = Engine(embedder=HashEmbedder(dim=32), warm_up=False)
-    for doc_id, text, meta in _corpus():
+    for doc_id, text, meta in _corpus(n):
         e.add_text(text, id=doc_id, metadata=meta)
     if not fast:
         e.store.capabilities = replace(e.store.capabilities, FAST_PATH=False)
@@ -235,7 +235,7 @@ def test_a_reranker_reads_the_floored_rows_with_the_same_answer(engines: tuple[E
 
 def test_floors_follow_writes() -> None:
     """The floors read this search's BM25 matches: after a write the new rows pass or fail them."""
-    fast, slow = _engine(True), _engine(False)
+    fast, slow = _engine(True, 250), _engine(False, 250)
     q = f"SELECT SENTENCE {LETS}f = RRF(sem, kb, window => 5) WHERE kb > 0 ORDER BY f DESC LIMIT 5"
     before = _page(fast.search(q, {"q": QUESTIONS[1]}))
     for e in (fast, slow):
