@@ -307,19 +307,19 @@ class Int8Copy(_Sharded):
         return self._trained
 
     def estimate(self, ids: np.ndarray, q: np.ndarray) -> np.ndarray:
-        """The int8 estimates ``q·x̃`` of rows ``ids``, from the shards' codes in float32 (they differ
-        from Faiss's decoding by float32 rounding, ~1e-5 at most over 384 dimensions, inside
-        ``MARGIN``)."""
+        """The int8 estimates ``q·x̃`` of rows ``ids``, from the shards' codes read in place (they differ
+        from Faiss's decoding by the float32 rounding of its products, ~1e-5 at most over 384
+        dimensions, inside ``MARGIN``)."""
         w, c0 = self._weights(q)
-        out = np.full(len(ids), c0, dtype=np.float32)
+        out = np.full(len(ids), c0, dtype=np.float64)
         # every shard but the last holds SHARD_ROWS rows: a row's shard is its id // SHARD_ROWS
         shard = ids // SHARD_ROWS
         order = np.argsort(shard, kind="stable")
         cuts = np.flatnonzero(np.diff(shard[order])) + 1
         for run in np.split(order, cuts) if len(ids) else []:
             sh = self._shards[int(shard[run[0]])]
-            out[run] += sh.codes[ids[run] - sh.first].astype(np.float32) @ w
-        return out
+            int8_scan.gather_dot(sh.codes, ids[run] - sh.first, w, out, run)
+        return out.astype(np.float32)
 
     def candidates(self, q: np.ndarray, depth: int, selectors: list[Any] | None) -> Candidates:
         """About the ``depth`` best rows by the full int8 scan, best first. Each shard keeps its share of
