@@ -40,8 +40,8 @@ int8 scan 2–2.7× faster, and the integer kernel about 1.7× faster again than
 hence int8 and the kernel. The first int8 search in a process loads the kernel (Numba's import and
 cached machine code: 1–3 s; compiling it on a fresh install ~15 s, once).
 
-Rows are stored in shards of ``SHARD_ROWS`` consecutive row keys, scanned on up to two threads (the
-kernel releases the GIL), each thread a run of shards with its own threshold. The copy is
+The codes are one array in row order, encoded ``SHARD_ROWS`` rows at a time and scanned on two threads
+from twice that many rows (the kernel releases the GIL), each half with its own threshold. The copy is
 append-only, like the matrix; the owner drops it when the matrix compacts.
 """
 
@@ -60,8 +60,7 @@ from nlql.stores import int8_scan
 #: Slack added to the bound: float32 accumulation error of both dot products over 384–1024 dimensions
 #: (≤ d·2⁻²⁴·‖q‖‖x‖ each, 2.3e-5 at d = 384) plus half a unit of the 6th decimal.
 MARGIN = 1e-4
-#: Rows per shard: a search runs the shards on two threads, each a run of consecutive shards cut nearest
-#: to half the rows; small shards keep the two runs even (at 100k rows: 49,152 and 50,848).
+#: Rows encoded at a time; from twice as many rows a search scans the two halves on two threads.
 SHARD_ROWS = 1 << 14
 #: The error quantile of the training sample above which a row is an outlier (bounded on its own).
 OUTLIER_QUANTILE = 0.999
@@ -128,23 +127,14 @@ def _norms(x: np.ndarray) -> np.ndarray:
     return np.sqrt(np.einsum("ij,ij->i", x, x))
 
 
-class _Shard:
-    """The codes of ``SHARD_ROWS`` consecutive row ids from ``first`` (``n`` of them filled)."""
-
-    __slots__ = ("codes", "first", "n")
-
-    def __init__(self, first: int, width: int) -> None:
-        self.first, self.n = first, 0
-        self.codes = np.empty((SHARD_ROWS, width), dtype=np.uint8)  # (pages are committed as written)
-
-
 class _Sharded:
-    """Scalar-quantiser codes of consecutive row ids in shards, scanned by :mod:`int8_scan` on up to
-    two threads. A subclass names its Faiss quantiser (``_quantiser``), which learns the ranges and
+    """Scalar-quantiser codes of row ids ``0..filled`` in one array, scanned by :mod:`int8_scan` on up
+    to two threads. A subclass names its Faiss quantiser (``_quantiser``), which learns the ranges and
     encodes; a code ``c`` decodes as ``vmin + (c + 0.5) · vdiff / 255`` per dimension (``QT_8bit``)."""
 
     def __init__(self) -> None:
-        self._shards: list[_Shard] = []
+        self._codes = np.zeros((0, 0), dtype=np.uint8)  # rows 0..filled hold codes; grown by half again
+        self._filled = 0
         self._pool: ThreadPoolExecutor | None = None
         self._decode: tuple[np.ndarray, np.ndarray] | None = None  # (vmin, vdiff / 255)
 
@@ -163,17 +153,15 @@ class _Sharded:
         vmin, step = self._decoding()
         return (q * step).astype(np.float32), float(q @ (vmin + np.float32(0.5) * step))
 
-    def _runs(self) -> list[range]:
-        """Runs of consecutive shard indices, one per thread: two cut nearest to half the rows when
-        there are several shards and cores, else one."""
-        count = len(self._shards)
-        if count > 1 and (os.cpu_count() or 1) > 1:
-            sizes = np.cumsum([sh.n for sh in self._shards])
-            half = 1 + int(np.argmin(np.abs(sizes[:-1] - sizes[-1] / 2)))  # the cut nearest to half the rows
-            return [range(half), range(half, count)]
-        return [range(count)]
+    def _runs(self) -> list[tuple[int, int]]:
+        """Row ranges, one per thread: the two halves from ``2 · SHARD_ROWS`` rows on two cores, else
+        all rows."""
+        n = self._filled
+        if n >= 2 * SHARD_ROWS and (os.cpu_count() or 1) > 1:
+            return [(0, n // 2), (n // 2, n)]
+        return [(0, n)]
 
-    def _each(self, fn: Any, runs: list[range]) -> list[Any]:
+    def _each(self, fn: Any, runs: list[tuple[int, int]]) -> list[Any]:
         """``fn`` over each run, on its own thread when there are two."""
         if len(runs) > 1:
             if self._pool is None:
@@ -182,9 +170,9 @@ class _Sharded:
         return [fn(r) for r in runs]
 
     def _search_shards(self, q: np.ndarray, depth: int,
-                       masks: list[np.ndarray] | None) -> tuple[np.ndarray, np.ndarray, float, float]:
+                       mask: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, float, float]:
         """(row ids, estimates, the highest estimate of a passing row not returned or −inf, the
-        estimates' error against the float decoding): each run of shards (one per thread) keeps at least
+        estimates' error against the float decoding): each run of rows (one per thread) keeps at least
         its ``depth`` best rows, at most twice that, and a row it left out estimates below its final
         threshold. (A run keeping only its share of the depth certified 1 in 60 windows of 100 on
         100k hashed vectors where this certified 9 in 60; the rows are estimated lazily anyway.)"""
@@ -193,14 +181,12 @@ class _Sharded:
         runs = self._runs()
         cap = max(1, depth)
 
-        def run(shards: range) -> tuple[np.ndarray, np.ndarray, int]:
+        def run(rows: tuple[int, int]) -> tuple[np.ndarray, np.ndarray, int]:
+            lo, hi = rows
             ids = np.empty(2 * cap, dtype=np.int64)
             vals = np.empty(2 * cap, dtype=np.int32)
-            count, threshold = 0, int8_scan.INT_FLOOR
-            for i in shards:
-                sh = self._shards[i]
-                count, threshold = int8_scan.scan(sh.codes, sh.n, u, None if masks is None else masks[i],
-                                                  sh.first, threshold, ids, vals, count, cap)
+            count, threshold = int8_scan.scan(self._codes[lo:hi], hi - lo, u, None if mask is None else mask[lo:hi],
+                                              lo, int8_scan.INT_FLOOR, ids, vals, 0, cap)
             return ids[:count], vals[:count], threshold
 
         parts = self._each(run, runs)
@@ -212,14 +198,16 @@ class _Sharded:
 
     def _encode(self, matrix: np.ndarray, lo: int, n: int, keys: np.ndarray | None, trained: Any,
                 tau: float, vectors: Any = None) -> tuple[float, list[np.ndarray]]:
-        """Encode rows ``lo..n`` of ``matrix`` (or of ``matrix[keys]``, through ``vectors`` when given)
-        into the shards: (their largest error, the ids of those with an error above ``tau``)."""
+        """Encode rows ``lo..n`` of ``matrix`` (or of ``matrix[keys]``, through ``vectors`` when given),
+        ``SHARD_ROWS`` at a time: (their largest error, the ids of those with an error above ``tau``)."""
+        if len(self._codes) < n:  # room for n rows (a first build gets exactly n; growth half again)
+            grown = np.empty((max(n, len(self._codes) * 3 // 2), trained.code_size), dtype=np.uint8)
+            if self._filled:
+                grown[: self._filled] = self._codes[: self._filled]
+            self._codes = grown
         err_max, odd = 0.0, []
         while lo < n:
-            if not self._shards or self._shards[-1].n >= SHARD_ROWS:
-                self._shards.append(_Shard(lo, trained.code_size))
-            sh = self._shards[-1]
-            hi = min(n, lo + SHARD_ROWS - sh.n)
+            hi = min(n, lo + SHARD_ROWS)
             x = np.ascontiguousarray(matrix[lo:hi] if keys is None else matrix[keys[lo:hi]], dtype=np.float32)
             if vectors is not None:
                 x = vectors(x)
@@ -227,16 +215,13 @@ class _Sharded:
             err = _norms(x - trained.sa_decode(codes))
             err_max = max(err_max, float(err.max()) if len(err) else 0.0)
             odd.append(np.flatnonzero(err > tau).astype(np.int64) + lo)
-            sh.codes[sh.n:sh.n + len(codes)] = codes
-            sh.n += len(codes)
-            lo = hi
+            self._codes[lo:hi] = codes
+            self._filled = lo = hi
         return err_max, odd
 
-    def selectors(self, mask: np.ndarray | None) -> list[np.ndarray] | None:
-        """Per-shard row masks for a mask over rows ``0..size`` (None: every row)."""
-        if mask is None:
-            return None
-        return [np.ascontiguousarray(mask[sh.first:sh.first + sh.n]) for sh in self._shards]
+    def selectors(self, mask: np.ndarray | None) -> np.ndarray | None:
+        """A mask over rows ``0..size`` as the scan reads it (None: every row)."""
+        return None if mask is None else np.ascontiguousarray(mask, dtype=np.bool_)
 
     def close(self) -> None:
         if self._pool is not None:
@@ -264,7 +249,8 @@ class Int8Copy(_Sharded):
 
     @property
     def nbytes(self) -> int:
-        return self.size * self.dim + (self.split.nbytes if self.split is not None else 0)
+        """Bytes held: the codes' array (room for growth included) and the split code's."""
+        return self._codes.nbytes + (self.split.nbytes if self.split is not None else 0)
 
     def subset(self, matrix: np.ndarray, keys: np.ndarray) -> Int8Copy:
         """A copy over the rows ``keys`` only (local ids 0..len(keys)), with this copy's quantisers: a
@@ -312,16 +298,11 @@ class Int8Copy(_Sharded):
         dimensions, inside ``MARGIN``)."""
         w, c0 = self._weights(q)
         out = np.full(len(ids), c0, dtype=np.float64)
-        # every shard but the last holds SHARD_ROWS rows: a row's shard is its id // SHARD_ROWS
-        shard = ids // SHARD_ROWS
-        order = np.argsort(shard, kind="stable")
-        cuts = np.flatnonzero(np.diff(shard[order])) + 1
-        for run in np.split(order, cuts) if len(ids) else []:
-            sh = self._shards[int(shard[run[0]])]
-            int8_scan.gather_dot(sh.codes, ids[run] - sh.first, w, out, run)
+        ids = np.asarray(ids, dtype=np.int64)
+        int8_scan.gather_dot(self._codes, ids, w, out, np.arange(len(ids), dtype=np.int64))
         return out.astype(np.float32)
 
-    def candidates(self, q: np.ndarray, depth: int, selectors: list[Any] | None) -> Candidates:
+    def candidates(self, q: np.ndarray, depth: int, selectors: np.ndarray | None) -> Candidates:
         """About the ``depth`` best rows by the full int8 scan, best first. Each shard keeps its share of
         the depth, twice over: a row a shard did not return scores at most that shard's last."""
         labels, approx, last, err = self._search_shards(q, depth, selectors)
@@ -329,7 +310,7 @@ class Int8Copy(_Sharded):
         slack = float(np.linalg.norm(q)) * self._err() + MARGIN + err
         return Candidates(labels[order], approx[order], last + slack if last != -math.inf else last, slack)
 
-    def split_candidates(self, q: np.ndarray, depth: int, selectors: list[Any] | None,
+    def split_candidates(self, q: np.ndarray, depth: int, selectors: np.ndarray | None,
                          k: int | None = None) -> Candidates | None:
         """The split scan's candidates, or None when this copy has no split scan or skips it at this
         width after a miss (see :meth:`missed`). With ``k``, only as many are estimated (best bound
@@ -342,7 +323,7 @@ class Int8Copy(_Sharded):
         if left:
             self._skip[width] = left - 1
             return None
-        # the split code's shards are the full code's (same rows per shard): the same selectors serve
+        # the split code's rows are the full code's: the same mask serves
         keys, upper, outside, err = self.split.search(q, depth, selectors)
         qn = float(np.linalg.norm(q))
         # twice the margin: the basis is orthonormal to float32 rounding, so q·x and q'·x' differ by
@@ -462,7 +443,7 @@ class _SplitScan(_Sharded):
 
     @property
     def nbytes(self) -> int:
-        return self.size * self.codec.scan.code_size
+        return self._codes.nbytes
 
     def add(self, matrix: np.ndarray, lo: int, n: int, keys: np.ndarray | None) -> None:
         codec = self.codec
@@ -485,7 +466,7 @@ class _SplitScan(_Sharded):
         return self.codec.scan
 
     def search(self, q: np.ndarray, depth: int,
-               selectors: list[Any] | None) -> tuple[np.ndarray, np.ndarray, float, float]:
+               selectors: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, float, float]:
         """(row ids, upper bounds less their error, the highest of a row not returned or −inf, that
         error) of about ``depth`` rows (see :meth:`_Sharded._search_shards`)."""
         return self._search_shards(self.codec.query(q), depth, selectors)
