@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["INT_FLOOR", "available", "query_weights", "scan"]
+__all__ = ["INT_FLOOR", "available", "gather_dot", "query_weights", "scan"]
 
 #: The threshold before any row is held (every row passes it).
 INT_FLOOR = -(2**31) + 1
@@ -68,6 +68,13 @@ def scan(codes: np.ndarray, rows: int, u: np.ndarray, mask: np.ndarray | None, f
 
 
 _NO_MASK = np.zeros(0, dtype=np.bool_)
+
+
+def gather_dot(codes: np.ndarray, rows: np.ndarray, w: np.ndarray, out: np.ndarray, at: np.ndarray) -> None:
+    """``out[at[i]] += codes[rows[i]] · w`` (float64 ``out``), the rows read in place."""
+    from nlql.stores import _int8_kernel
+
+    _int8_kernel.gather_dot(codes, rows, w, out, at)
 
 
 def _compile() -> Any:

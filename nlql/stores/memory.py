@@ -163,7 +163,7 @@ class _Rows:
     how: str
     sub: np.ndarray | None = None       # the gathered blocks of the keys' rows (see block_rows)
     pos: np.ndarray | None = None
-    selectors: Any = None                # Faiss selectors of the keys for the int8 copy
+    selectors: Any = None                # the keys as a row mask for the int8 copy's scan
     int8: Any = None                     # or the keys' own int8 copy (quant.Int8Copy.subset)
     own_copy: bool = True                # whether the keys may get their own int8 copy (not for one query)
 
