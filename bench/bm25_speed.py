@@ -10,6 +10,10 @@ interleaved repetitions, after a warm-up round; wall time, and the process's CPU
 * ``floor_bm25``: the sparse reference — a scipy CSC matrix of precomputed BM25 weights (documents ×
   terms, built once outside the timing), the query's columns times their idf, and ``argpartition``;
 * ``nlql_rrf``: ``engine.search`` of ``RRF(sem, kw)`` top-10 (windows of 100 per arm, the default);
+* ``nlql_rrf_floor``: the same query with ``WHERE kw > 0`` (as ``bench/pg_speed.py`` writes it): each
+  arm ranks the rows passing the floor only (the rows matching a term, from the sparse matches; the
+  similarity window among them through the int8 copy, certified and rescored in fp32), checked first
+  against the row-by-row page (its time once is ``rrf_floor_row_by_row_ms``);
 * ``floor_rrf``: numpy ``M @ q`` + ``argpartition`` for the similarity window, the sparse BM25 window,
   and RRF of the two windows in numpy (the same formula), top-10;
 * ``floor_matvec``: ``M @ q`` + ``argpartition`` alone (what any exact similarity arm pays);
@@ -55,6 +59,7 @@ TEXT = "renewable energy policy"
 BM25_Q = f'SELECT SENTENCE LET kw = BM25(content, "{TEXT}") ORDER BY kw DESC LIMIT 10'
 RRF_Q = (f'SELECT SENTENCE LET sem = SIMILARITY(content, "{TEXT}"), kw = BM25(content, "{TEXT}"), '
          "f = RRF(sem, kw) ORDER BY f DESC LIMIT 10")
+RRF_FLOOR_Q = RRF_Q.replace(" ORDER BY", " WHERE kw > 0 ORDER BY")
 K, WINDOW, RRF_K = 10, 100, 60
 
 
@@ -148,6 +153,26 @@ def run(n: int, repeat: int) -> dict[str, Any]:
     if fast_page.stats.get("fused_page") is None or fp32_page.stats.get("fused_page") is None:
         raise AssertionError(f"the RRF query left its fast path: {fast_page.stats}, {fp32_page.stats}")
     windows = fast_page.stats.get("store", {})
+    floor_page = engine.search(RRF_FLOOR_Q)
+    if floor_page.stats.get("fast_path") != "fusion" or floor_page.stats.get("floor_rows") is None:
+        raise AssertionError(f"the RRF query with WHERE kw > 0 left its fast path: {floor_page.stats}")
+    # the reference: the same query row by row (the store declaring no fast path, plans planned again)
+    from dataclasses import replace
+
+    caps = engine.store.capabilities
+    engine._plans.clear()  # noqa: SLF001 - the plans cached above hold the fast path
+    engine.store.capabilities = replace(caps, FAST_PATH=False)  # type: ignore[misc]
+    try:
+        t = time.perf_counter()
+        slow_floor = engine.search(RRF_FLOOR_Q)
+        floor_row_by_row_ms = (time.perf_counter() - t) * 1000
+    finally:
+        engine.store.capabilities = caps  # type: ignore[misc]
+        engine._plans.clear()  # noqa: SLF001
+    if slow_floor.stats.get("fast_path") is not None:
+        raise AssertionError(f"the reference page took a fast path: {slow_floor.stats}")
+    if [(h.id, h.scores) for h in floor_page] != [(h.id, h.scores) for h in slow_floor]:
+        raise AssertionError("RRF page with WHERE kw > 0 differs from the row-by-row page")
     store = engine.store
     qn = (qv / np.linalg.norm(qv)).astype(np.float32)
     assert engine.search(BM25_Q).stats.get("fast_path") == "bm25"
@@ -176,6 +201,7 @@ def run(n: int, repeat: int) -> dict[str, Any]:
         "floor_bm25": floor_bm25,
         "nlql_rrf": lambda: engine.search(RRF_Q),
         "nlql_rrf_fp32": rrf_fp32,
+        "nlql_rrf_floor": lambda: engine.search(RRF_FLOOR_Q),
         "sim_window": sim_window,
         "bm25_window": bm25_window,
         "floor_rrf": floor_rrf,
@@ -192,6 +218,9 @@ def run(n: int, repeat: int) -> dict[str, Any]:
                     "from the int8 copy, certified and rescored in fp32)",
         "nlql_rrf_fp32": "the same with the similarity window from the fp32 full scan and the fusion fast "
                          "path over table-long vectors (before; same page)",
+        "nlql_rrf_floor": "engine.search, the RRF query with WHERE kw > 0 (each arm ranks the rows "
+                          "passing the floor; the similarity window among them from the int8 copy, "
+                          "certified and rescored in fp32)",
         "sim_window": "the store's SIMILARITY window alone (top_window, depth 100, int8 + exact rescore)",
         "bm25_window": "the BM25 window alone (the engine's sparse matches, top 100)",
         "floor_rrf": "numpy M @ q window + sparse BM25 window + RRF in numpy, top-10",
@@ -208,6 +237,9 @@ def run(n: int, repeat: int) -> dict[str, Any]:
         "rrf_vs_floor": round(med["nlql_rrf"] / med["floor_rrf"], 2),
         "rrf_int8_vs_fp32": round(med["nlql_rrf"] / med["nlql_rrf_fp32"], 2),
         "rrf_pages_identical": True,
+        "rrf_floor_rows": int(floor_page.stats["floor_rows"]),
+        "rrf_floor_row_by_row_ms": round(floor_row_by_row_ms, 1),
+        "rrf_floor_page_identical_to_row_by_row": True,
         "rrf_similarity_window": windows,
         "sim_window_int8": int8_window,
         "rrf_minus_matvec_ms": round(med["nlql_rrf"] - med["floor_matvec"], 3),

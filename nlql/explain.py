@@ -35,6 +35,12 @@ def _fusion(plan: Plan) -> list[dict[str, Any]]:
     return out
 
 
+def _label(plan: Plan, slot: str) -> str:
+    """A score slot as the user wrote it: its binding name, or the call for an unbound one."""
+    spec = plan.spec(slot)
+    return spec.label if spec is not None and slot not in plan.binding_slots.values() else slot
+
+
 def _block(text: str, indent: str) -> list[str]:
     return [indent + line for line in text.split("\n")]
 
@@ -123,6 +129,10 @@ class Explain:
                 for call, period in p.temporals.items()]
         if p.fast_path is not None:
             out["fast_path"] = {"kind": p.fast_path.kind, "description": p.fast_path.describe()}
+            if p.fast_path.floors:
+                out["fast_path"]["floors"] = [
+                    {"slot": slot, "score": _label(p, slot), "op": op, "value": value}
+                    for slot, op, value in p.fast_path.floors]
         elif p.fast_path_reason:
             out["fast_path"] = {"kind": None, "description": f"none: {p.fast_path_reason}"}
         if p.lowering is not None:
@@ -201,6 +211,10 @@ class Explain:
             lines.append("rerank: " + json.dumps(d["rerank"], sort_keys=True))
         if "fast_path" in d:
             lines.append(f"fast path ({d['store']} table): {d['fast_path']['description']}")
+            floors = d["fast_path"].get("floors")
+            if floors:
+                lines.append("  floors: " + ", ".join(f"{f['score']} {f['op']} {f['value']:g}" for f in floors)
+                             + " (only the rows passing them are ranked and kept; from the BM25 matches)")
         low = d.get("lowering")
         if low is not None:
             if low["strategy"] == "sql":

@@ -236,6 +236,11 @@ class FastPath:
             fewer than ``need`` rows match a term).
         formula: the same for an arithmetic ``formula`` over SIMILARITY/BM25 slots.
         fusion: the union of each arm's top ``depth`` rows (an arm ranks nothing below its depth).
+
+    ``floors``: lower bounds on BM25 scores from WHERE, ``(slot, op, value)`` with ``op`` ``>`` or ``>=``,
+    each failing at 0 (a row matching no term of the slot's text cannot pass). A prune path first keeps
+    only the rows passing every floor, then selects among them: each arm ranks the rows passing WHERE
+    (SPEC §9), not the whole table.
     """
 
     kind: str
@@ -245,6 +250,7 @@ class FastPath:
     arms: tuple[FastArm, ...] = ()
     depth: int | None = None
     bm25_texts: tuple[tuple[str, str], ...] = ()  # (BM25 slot, query text) for the slots it reads
+    floors: tuple[tuple[str, str, float], ...] = ()  # (BM25 slot, > or >=, value): WHERE's lower bounds
 
     @property
     def prunes(self) -> bool:
@@ -254,6 +260,10 @@ class FastPath:
     def bm25_text(self, slot: str) -> str | None:
         """The query text of a BM25 slot this path reads (None for a SIMILARITY slot)."""
         return dict(self.bm25_texts).get(slot)
+
+    def describe_floors(self) -> str:
+        """The floors for explain (``kw > 0, kw2 >= 1.5``), empty when there are none."""
+        return ", ".join(f"{slot} {op} {value:g}" for slot, op, value in self.floors)
 
     def describe(self) -> str:
         """One line for explain."""

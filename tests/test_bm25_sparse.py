@@ -305,7 +305,8 @@ def test_the_speed_bench_runs_at_a_tiny_size() -> None:
 
     out = bm25_speed.run(1500, 2)
     assert set(out["queries"]) == {"nlql_bm25", "index_top_k", "floor_bm25", "nlql_rrf", "nlql_rrf_fp32", "floor_rrf",
-                                 "floor_matvec", "sim_window", "bm25_window"}
+                                 "floor_matvec", "sim_window", "bm25_window", "nlql_rrf_floor"}
+    assert out["rrf_floor_page_identical_to_row_by_row"] and out["rrf_floor_rows"] > 0
     assert all(q["median_ms"] > 0 for q in out["queries"].values()) and out["postings"] > 1500
 
 

@@ -34,6 +34,8 @@ from nlql.stores.fastpath import top_rows
 
 __all__ = ["fused_page", "window_page"]
 
+_PASSES = {">": np.greater, ">=": np.greater_equal}
+
 
 def _spec(run: Search) -> ScoreSpec | None:
     fast, plan = run.plan.fast_path, run.plan
@@ -141,6 +143,7 @@ def window_page(run: Search, qv: dict[str, np.ndarray]) -> list[Candidate] | Non
     sparse = getattr(getattr(run.bm25, "fast_matches", None), "sparse", None)
     caps = store.capabilities
     if (spec is None or fast is None or fast.depth is None or table is None or top is None or run.need is None
+            or fast.floors  # the windows rank the whole table, not the rows passing WHERE's floors
             or not (caps.FULL_SCORES and caps.FAST_PATH) or plan.distinct is not None or plan.recall.min_score
             or not hasattr(store, "mask")):
         return None
@@ -235,11 +238,24 @@ def _bm25_page(run: Search, qv: dict[str, np.ndarray]) -> list[Candidate] | None
     if begin is not None:
         begin()
     live_rows = store.mask(plan.native)  # type: ignore[attr-defined]
+    floors = fast.floors
+    if floors:  # WHERE's BM25 floors (each fails at 0): only the rows passing them are candidates
+        live_rows = live_rows.copy()
+        for slot, op, value in floors:
+            floor_text = fast.bm25_text(slot)
+            if floor_text is None:
+                return None
+            got, got_vals = sparse(floor_text, table)
+            passing = np.zeros(table.size, dtype=bool)
+            passing[got[_PASSES[op](got_vals, value)]] = True
+            live_rows &= passing
     rows, vals = sparse(text, table)
     ok = live_rows[rows]
     if not ok.all():
         rows, vals = rows[ok], vals[ok]
-    if rows.size < run.need:  # fewer matches than the page: rows without a term can be on it
+    # fewer matches than the page: rows without a term can be on it, unless a floor on this very score
+    # left none of them
+    if rows.size < run.need and not any(slot == fast.slot for slot, _, _ in floors):
         return None
     counts = run.stats.counts
     counts.update({"rounds": 1, "candidates": int(np.count_nonzero(live_rows))})

@@ -228,9 +228,15 @@ def _full(run: Search, qv: dict[str, np.ndarray], fast_ok: bool) -> list[Candida
     begin = getattr(run.bm25, "begin_search", None)
     if begin is not None and plan.fast_path is not None:
         begin()  # the BM25 scores a fast path keeps serve this search only
+    floored, windowed = None, False
     try:
-        windows = _windows(run, qv, sim_slots, fast_ok) if caps.FULL_SCORES and sim_slots else None
-        if windows is not None:  # each SIMILARITY arm's exact top window through the int8 copy
+        floored = _floored(run, qv, sim_slots, fast_ok) if caps.FULL_SCORES else None
+        windows = (_windows(run, qv, sim_slots, fast_ok) if caps.FULL_SCORES and sim_slots and floored is None
+                   else None)
+        if floored is not None:  # only the rows passing WHERE's BM25 floors, with their exact scores
+            keys_arr, sentence_scores, windowed = floored
+            unordered = True
+        elif windows is not None:  # each SIMILARITY arm's exact top window through the int8 copy
             keys_arr, sentence_scores = windows
             unordered = True
         elif caps.FULL_SCORES:
@@ -264,7 +270,7 @@ def _full(run: Search, qv: dict[str, np.ndarray], fast_ok: bool) -> list[Candida
         if not (run.degrade and sim_slots and drop_arms(run, sim_slots, f"the store's similarity call failed "
                                                                         f"({cause_of(exc)})")):
             raise
-        sentence_scores = {}
+        sentence_scores, floored, unordered = {}, None, False
         keys_arr = np.asarray(store.scan(plan.native), dtype=None if caps.FULL_SCORES else object)
     run.stats.add("recall", (time.perf_counter() - t) * 1000)
     run.stats.counts.update({"rounds": 1, "candidates": int(len(keys_arr))})
@@ -285,7 +291,7 @@ def _full(run: Search, qv: dict[str, np.ndarray], fast_ok: bool) -> list[Candida
             arm_scores = None if values is None else {**sentence_scores, **values}
         units = (None if arm_scores is None else
                  _fast(run, fast, keys_arr, arm_scores, qv, fast_ok=fast_ok, unordered=unordered,
-                       fill=sim_slots if windows is not None else ()))
+                       fill=sim_slots if windows is not None or windowed else ()))
         if units is not None:
             run.stats.add("filter", (time.perf_counter() - t) * 1000)
             return units
@@ -293,12 +299,93 @@ def _full(run: Search, qv: dict[str, np.ndarray], fast_ok: bool) -> list[Candida
         keys_arr, mat = cast(ScoresAll, store).score_all(np.concatenate([qv[s] for s in sim_slots]), plan.native)
         keys_arr, unordered = np.asarray(keys_arr), False
         sentence_scores = {s: mat[i:i + 1].max(axis=0) for i, s in enumerate(sim_slots)}
+    if floored is not None:  # the rows failing a floor fail WHERE: the general path reads the others
+        if windowed:  # (their exact scores after all)
+            mat = store.similarities(np.concatenate([qv[s] for s in sim_slots]), keys_arr)
+            sentence_scores = {s: mat[i:i + 1].max(axis=0) for i, s in enumerate(sim_slots)}
+        table = cast(Any, store).table
+        back = np.lexsort((table.pos[keys_arr], table.seq[keys_arr]))  # into insertion order
+        keys_arr, unordered = keys_arr[back], False
+        sentence_scores = {k: v[back] for k, v in sentence_scores.items()}
     if unordered:  # the general path reads the keys in insertion order
         keys_arr = np.asarray(store.scan(plan.native))
     units = candidates(run, list(keys_arr), qv, dict(sentence_scores))
     units = keep_passing(units, run.residual, run.deadline, run.warnings)
     run.stats.add("filter", (time.perf_counter() - t) * 1000)
     return units
+
+
+_PASSES = {">": np.greater, ">=": np.greater_equal}
+
+
+def _floored(run: Search, qv: dict[str, np.ndarray], sim_slots: list[str],
+             fast_ok: bool) -> tuple[np.ndarray, dict[str, np.ndarray], bool] | None:
+    """(keys, SIMILARITY scores) of the rows passing the pushed filter and every BM25 floor of a prune
+    fast path (``FastPath.floors``), keys ascending: the floors from the engine's sparse BM25 matches
+    (a floor fails at 0, so only rows holding a term can pass), each SIMILARITY score computed for those
+    rows only, with the bits of the full scan (``similarities``: the store scans the whole matrix where
+    that is cheaper than gathering the rows), or for a fusion each SIMILARITY arm's exact window among
+    them through the int8 copy (NaN outside it, filled for the rows kept: the third item True). The
+    store applies the floors again (:func:`nlql.stores.fastpath.select`). None: the usual recall (no
+    floors, or the store or the BM25 index cannot answer this way)."""
+    plan, store = run.plan, run.store
+    fast = plan.fast_path
+    table = getattr(store, "table", None)
+    sparse = getattr(getattr(run.bm25, "fast_matches", None), "sparse", None)
+    if (fast is None or not fast.floors or not fast.prunes or run.failed or run.need is None or table is None
+            or sparse is None or not store.capabilities.FAST_PATH or not hasattr(store, "mask")):
+        return None
+    texts = [fast.bm25_text(slot) for slot, _, _ in fast.floors]
+    if any(t is None for t in texts):
+        return None
+    rows: np.ndarray | None = None
+    for (_, op, value), text in zip(fast.floors, texts, strict=True):
+        got, vals = sparse(cast(str, text), table)
+        got = got[_PASSES[op](vals, value)]
+        rows = got if rows is None else np.intersect1d(rows, got, assume_unique=True)
+    assert rows is not None
+    rows = rows[cast(Any, store).mask(plan.native)[rows]]
+    scores: dict[str, np.ndarray] = {}
+    windows = _floor_windows(run, qv, sim_slots, rows, fast_ok) if sim_slots else None
+    if windows is not None:
+        run.stats.counts["floor_rows"] = int(rows.size)
+        return rows, windows, True
+    if sim_slots:
+        # the exact scores of these rows only (the store scans the whole matrix where that is cheaper)
+        mat = store.similarities(np.concatenate([qv[s] for s in sim_slots]), rows)
+        at = 0
+        for s in sim_slots:
+            n = len(qv[s])
+            scores[s] = mat[at:at + n].max(axis=0)
+            at += n
+    run.stats.counts["floor_rows"] = int(rows.size)
+    return rows, scores, False
+
+
+def _floor_windows(run: Search, qv: dict[str, np.ndarray], sim_slots: list[str], rows: np.ndarray,
+                   fast_ok: bool) -> dict[str, np.ndarray] | None:
+    """:func:`_windows` among the rows passing the floors (``rows``, ascending): each SIMILARITY arm's
+    exact top ``depth`` of those rows through the int8 copy (``top_window(…, keys=rows)``), NaN
+    elsewhere, or None (the exact scores of every such row instead)."""
+    plan, store = run.plan, run.store
+    fast = plan.fast_path
+    top = getattr(store, "top_window", None)
+    if (top is None or fast is None or fast.kind != "fusion" or fast.depth is None or not fast_ok
+            or plan.distinct is not None or plan.recall.min_score):
+        return None
+    if any(len(qv[s]) != 1 or not bool(np.isfinite(qv[s]).all()) for s in sim_slots):
+        return None
+    out = {s: np.full(len(rows), np.nan, dtype=np.float32) for s in sim_slots}
+    for arm in fast.arms:
+        if arm.kind != "SIMILARITY" or arm.slot not in out:
+            continue
+        got = top(qv[arm.slot][0], fast.depth, None, arm.min, keys=rows)
+        if got is None:
+            return None
+        out[arm.slot][np.searchsorted(rows, got[0])] = got[1]
+    run.stats.counts["similarity_windows"] = fast.depth
+    _store_stats(run)
+    return out
 
 
 def _windows(run: Search, qv: dict[str, np.ndarray], sim_slots: list[str],
@@ -311,7 +398,7 @@ def _windows(run: Search, qv: dict[str, np.ndarray], sim_slots: list[str],
     fast = plan.fast_path
     top = getattr(store, "top_window", None)
     if (top is None or fast is None or fast.kind != "fusion" or fast.depth is None or not fast_ok
-            or run.failed or run.need is None or plan.distinct is not None or plan.recall.min_score
+            or fast.floors or run.failed or run.need is None or plan.distinct is not None or plan.recall.min_score
             or not hasattr(store, "mask")):
         return None
     if any(len(qv[s]) != 1 or not bool(np.isfinite(qv[s]).all()) for s in sim_slots):

@@ -19,14 +19,22 @@ A condition after fusion keeps the *fusion* path only when it fails for a row no
 the first sort key when that key is one BM25 score (``WHERE kw > 0 ORDER BY kw DESC``) keeps the *bm25*
 path: the rows passing it are a prefix of that order.
 
+A lower bound on any BM25 score (no ``min =>``) that fails at 0 (``kw > 0``, ``kw >= 2.5``: a row
+matching no term cannot pass) keeps every *prune* path as a *floor* (``FastPath.floors``): the store
+first keeps the rows passing every floor (from the BM25 matches, no row built), then selects among
+them, so each arm ranks the rows passing WHERE (SPEC §9). A bound that holds at 0 (``kw >= 0``,
+``kw > -1``) or an upper bound is no floor: the query runs row by row as before.
+
 Every choice is exact. ``plan.fast_path_reason`` says why a table store got no fast path.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from nlql import ir
 from nlql.functions import BUILTINS, parse_duration
-from nlql.plan.nodes import FUSION_FUNCTIONS, TEXT_SCORES, Plan, ScoreSpec
+from nlql.plan.nodes import FUSION_FUNCTIONS, TEXT_SCORES, Plan, ScoreCondition, ScoreSpec
 from nlql.pushdown import Capabilities, FastArm, FastPath, Formula
 
 __all__ = ["VALUE_ARMS", "choose_fastpath", "score_formula", "value_arm"]
@@ -70,8 +78,10 @@ def choose_fastpath(plan: Plan, caps: Capabilities) -> Plan:
             slot = plan.slot_of(key.expr)
             if slot is not None and slot not in with_min:
                 return _set(plan, FastPath("score", slot=slot, descending=key.descending))
-    if not plan.residual_is_thresholds and not _key_thresholds(plan):
+    floors = _floors(plan)
+    if floors is None:
         return _none(plan, "WHERE has conditions the engine evaluates row by row")
+    floor_slots = [f[0] for f in floors]
     if not plan.order or not plan.order[0].descending:
         return _none(plan, "the first sort key is not a score DESC")
     first = plan.order[0]
@@ -85,11 +95,13 @@ def choose_fastpath(plan: Plan, caps: Capabilities) -> Plan:
             return _none(plan, f"{first.label} reads a score with min =>")
         if formula is None:
             return _none(plan, f"{first.label} is not arithmetic over SIMILARITY/BM25 scores")
-        return _set(plan, FastPath("formula", formula=formula, bm25_texts=_used(bm25_texts, formula.slots())))
+        return _set(plan, FastPath("formula", formula=formula, floors=floors,
+                                   bm25_texts=_used(bm25_texts, [*formula.slots(), *floor_slots])))
     if spec.slot in with_min:
         return _none(plan, f"{first.label} has min =>")
     if spec.kind == "BM25":
-        return _set(plan, FastPath("bm25", slot=spec.slot, bm25_texts=_used(bm25_texts, [spec.slot])))
+        return _set(plan, FastPath("bm25", slot=spec.slot, floors=floors,
+                                   bm25_texts=_used(bm25_texts, [spec.slot, *floor_slots])))
     if spec.kind == "MMR":
         # rows outside MMR's window stay candidates (NULL, sorted last): pruning to the window is exact
         # only when the page fits in it and every candidate is in the arm (a SIMILARITY without min =>)
@@ -103,7 +115,8 @@ def choose_fastpath(plan: Plan, caps: Capabilities) -> Plan:
             return _none(plan, f"the page (LIMIT + OFFSET) is longer than {spec.slot}'s window")
         if plan.distinct is not None:  # DISTINCT BY may need rows from outside the window to fill the page
             return _none(plan, f"DISTINCT BY may keep rows outside {spec.slot}'s window")
-        return _set(plan, FastPath("fusion", arms=(FastArm(arm.slot, arm.kind, None),), depth=spec.window))
+        return _set(plan, FastPath("fusion", arms=(FastArm(arm.slot, arm.kind, None),), depth=spec.window,
+                                   floors=floors, bm25_texts=_used(bm25_texts, floor_slots)))
     if spec.kind in FUSION_FUNCTIONS and spec.window is not None:
         arms = []
         for name, expr in zip(spec.arms, spec.arm_exprs):
@@ -115,8 +128,8 @@ def choose_fastpath(plan: Plan, caps: Capabilities) -> Plan:
             if value is None:
                 return _none(plan, f"arm {name} is not one SIMILARITY, BM25, GRAPH, TEMPORAL or RECENCY call")
             arms.append(value)
-        return _set(plan, FastPath("fusion", arms=tuple(arms), depth=spec.window,
-                                   bm25_texts=_used(bm25_texts, [a.slot for a in arms])))
+        return _set(plan, FastPath("fusion", arms=tuple(arms), depth=spec.window, floors=floors,
+                                   bm25_texts=_used(bm25_texts, [*(a.slot for a in arms), *floor_slots])))
     return _none(plan, f"{first.label} is not a BM25, fusion or arithmetic score")
 
 
@@ -182,25 +195,88 @@ def _zero_fails_all(plan: Plan) -> bool:
     return True
 
 
-def _key_thresholds(plan: Plan) -> bool:
-    """Every residual conjunct is a similarity threshold or a lower bound on the first sort key, one
-    BM25 score ordered descending (``kw > 0``, ``kw >= 2.5``): the rows passing a lower bound on the sort
-    key come first in its order, so the page is among the rows the *bm25* prune keeps, and the engine
-    applies the conditions to them (``min =>`` scores are NULL below their minimum: not handled here)."""
-    if not plan.order or not plan.order[0].descending:
-        return False
-    slot = plan.slot_of(plan.order[0].expr)
-    spec = plan.spec(slot) if slot is not None else None
-    if spec is None or spec.kind != "BM25" or spec.min is not None:
-        return False
-    for c in plan.residual:
-        cond = plan.score_condition(c)
+def _floors(plan: Plan) -> tuple[tuple[str, str, float], ...] | None:
+    """The BM25 floors of WHERE (see the module), or None when a residual conjunct is something else
+    than a similarity threshold (applied inside recall), a floor, or a lower bound on the first sort key
+    when that key is one BM25 score ordered descending (``kw > 0``, ``kw >= 2.5``: the rows passing a
+    lower bound on the sort key come first in its order, so the page is among the rows the *bm25* prune
+    keeps). The engine still applies every conjunct to the rows it builds (``min =>`` scores are NULL
+    below their minimum: no floor)."""
+    key = None
+    if plan.order and plan.order[0].descending:
+        slot = plan.slot_of(plan.order[0].expr)
+        spec = plan.spec(slot) if slot is not None else None
+        if spec is not None and spec.kind == "BM25" and spec.min is None:
+            key = spec.slot
+    floors: list[tuple[str, str, float]] = []
+    for c in _conditions(plan, plan.residual):
+        cond = c if isinstance(c, ScoreCondition) else None
         if cond is None or cond.op not in (">", ">="):
-            return False
+            return None
         arm = plan.spec(cond.slot)
-        if cond.slot != slot and (arm is None or arm.kind != "SIMILARITY"):
-            return False
-    return True
+        if arm is None:
+            return None
+        if arm.kind == "SIMILARITY":
+            # a similarity threshold: the rows below it are left out inside recall (plan.recall.min_score,
+            # the largest such bound), before any arm ranks; one found only through a binding is not
+            least = plan.recall.min_score.get(cond.slot)
+            if least is None or cond.value > least:
+                return None
+            continue
+        if arm.kind != "BM25" or arm.min is not None:
+            return None
+        if not _HOLDS_AT_ZERO[cond.op](cond.value):
+            if (cond.slot, cond.op, cond.value) not in floors:
+                floors.append((cond.slot, cond.op, cond.value))
+        elif cond.slot != key:
+            # holds at 0, so for every row: no floor; on the sort key the bm25 path needs none (as
+            # before), elsewhere the query runs row by row
+            return None
+    return tuple(floors)
+
+
+def _conditions(plan: Plan, exprs: list[ir.Expr]) -> list[ScoreCondition | ir.Expr]:
+    """Each conjunct as a :class:`ScoreCondition` where it is one, bindings followed (``WHERE ok`` with
+    ``LET ok = kw > 0``; ``kw2 > t`` with ``LET kw2 = kw, t = 1.5``), else the conjunct itself."""
+    out: list[ScoreCondition | ir.Expr] = []
+    stack = list(reversed(exprs))
+    depth = 0
+    while stack:
+        c = stack.pop()
+        cond = plan.score_condition(c)
+        if cond is None and isinstance(c, ir.Compare):
+            left, right = _deref(plan, c.left), _deref(plan, c.right)
+            if left is not c.left or right is not c.right:
+                cond = plan.score_condition(replace(c, left=left, right=right))
+                cond = None if cond is None else replace(cond, expr=c)
+        if cond is not None:
+            out.append(cond)
+            continue
+        if isinstance(c, ir.Ref) and depth < _MAX_DEPTH:
+            b = plan.query.binding(c.name)
+            if b is not None:
+                depth += 1
+                stack.extend(reversed(ir.conjuncts(b.expr)))
+                continue
+        if isinstance(c, ir.Binary) and c.op == "AND" and depth < _MAX_DEPTH:
+            depth += 1
+            stack.extend(reversed(ir.conjuncts(c)))
+            continue
+        out.append(c)
+    return out
+
+
+def _deref(plan: Plan, expr: ir.Expr) -> ir.Expr:
+    """``expr`` with bindings followed until it is a score slot or no binding (the same object when
+    nothing was followed)."""
+    for _ in range(_MAX_DEPTH):
+        if not isinstance(expr, ir.Ref) or plan.slot_of(expr) is not None:
+            return expr
+        b = plan.query.binding(expr.name)
+        if b is None:
+            return expr
+        expr = b.expr
+    return expr
 
 
 def _set(plan: Plan, path: FastPath) -> Plan:

@@ -27,6 +27,14 @@ def select(table: RowTable, path: FastPath, keys: np.ndarray, scores: Mapping[st
     if len(keys) == 0:
         return None
     keys = np.asarray(keys).astype(np.int64, copy=False)
+    if path.floors and path.prunes:  # WHERE's BM25 lower bounds first: the arms rank the rows passing them
+        kept = _floored(table, path, keys, bm25)
+        if kept is None:
+            return None
+        if kept.size < len(keys):
+            keys, scores = keys[kept], {k: np.asarray(v)[kept] for k, v in scores.items()}
+        if len(keys) == 0:
+            return keys, dict(scores)
     if path.kind == "insertion":
         idx = np.lexsort((table.pos[keys], table.seq[keys]))[:need]
     elif path.kind == "score":
@@ -36,9 +44,10 @@ def select(table: RowTable, path: FastPath, keys: np.ndarray, scores: Mapping[st
         idx = np.lexsort((table.pos[keys], table.seq[keys], -s if path.descending else s))[:need]
     elif path.kind == "bm25":
         matched = _bm25_matched(table, path, path.slot or "", keys, bm25)
+        # fewer rows holding a term than the page: rows scoring 0 fill it (declined), unless there are none
         if matched is not None:  # only the rows holding a term: no vector over the whole table
             at, vals = matched
-            if at.size < need:
+            if at.size < need and at.size < len(keys):
                 return None
             idx = at[top_rows(vals, keys[at], table, need, ties=True)]
         else:
@@ -46,7 +55,7 @@ def select(table: RowTable, path: FastPath, keys: np.ndarray, scores: Mapping[st
             if bm is None:
                 return None
             eligible = bm > 0
-            if int(np.count_nonzero(eligible)) < need:
+            if int(np.count_nonzero(eligible)) < min(need, len(keys)):
                 return None
             idx = top_rows(bm, keys, table, need, ties=True, eligible=eligible)
     elif path.kind == "formula":
@@ -88,6 +97,27 @@ def select(table: RowTable, path: FastPath, keys: np.ndarray, scores: Mapping[st
     else:
         return None
     return keys[idx], {k: v[idx] for k, v in scores.items()}
+
+
+_PASSES = {">": np.greater, ">=": np.greater_equal}
+
+
+def _floored(table: RowTable, path: FastPath, keys: np.ndarray, bm25: Bm25Matches) -> np.ndarray | None:
+    """Indices (into ``keys``, ascending) of the keys passing every floor of ``path``, from the sparse
+    matches where the engine gives them, else from each key's BM25 (None: a floor's scores unknown)."""
+    kept: np.ndarray | None = None
+    for slot, op, value in path.floors:
+        matched = _bm25_matched(table, path, slot, keys, bm25)
+        if matched is not None:  # a floor fails at 0: only rows holding a term can pass it
+            at, vals = matched
+            at = at[_PASSES[op](vals, value)]
+        else:
+            bm = _bm25_over(table, path, slot, keys, bm25)
+            if bm is None:
+                return None
+            at = np.flatnonzero(_PASSES[op](bm, value))
+        kept = at if kept is None else np.intersect1d(kept, at, assume_unique=True)
+    return np.arange(len(keys)) if kept is None else kept
 
 
 def top_rows(scores: np.ndarray, keys: np.ndarray, table: RowTable, n: int, *, ties: bool,

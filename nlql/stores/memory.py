@@ -163,8 +163,9 @@ class _Rows:
     how: str
     sub: np.ndarray | None = None       # the gathered blocks of the keys' rows (see block_rows)
     pos: np.ndarray | None = None
-    selectors: Any = None                # Faiss selectors of the keys for the int8 copy
+    selectors: Any = None                # the keys as a row mask for the int8 copy's scan
     int8: Any = None                     # or the keys' own int8 copy (quant.Int8Copy.subset)
+    own_copy: bool = True                # whether the keys may get their own int8 copy (not for one query)
 
 
 def describe_filter(flt: Filter) -> str:
@@ -323,9 +324,17 @@ class MatrixStore:
             sub, pos = rows.sub, rows.pos
         return matmul_t(v[None, :], sub)[0][pos]
 
+    #: Above this share of the table in gathered rows (:func:`block_rows`), scoring some rows scans the
+    #: whole matrix instead: copying the rows' blocks out costs more than the scan (100k × 384: the
+    #: blocks of 13% of the rows, 43% of the table, took 39 ms to gather and score, the scan 21 ms).
+    GATHER_MAX_SHARE = 0.25
+
     def exact_scores(self, v: np.ndarray, keys: np.ndarray) -> np.ndarray:
         """Exact scores of some row keys (ascending), with the bits of a scan over the whole matrix."""
-        gather, pos = block_rows(keys, self.table.size)
+        size = self.table.size
+        gather, pos = block_rows(keys, size)
+        if len(gather) > size * self.GATHER_MAX_SHARE:  # the scan itself is cheaper
+            return _full_scan(self.matrix, np.asarray(v, dtype=np.float32))[np.asarray(keys, dtype=np.int64)]
         return matmul_t(v[None, :], self.matrix[gather])[0][pos]
 
     def _top(self, row: np.ndarray, keys: np.ndarray | None, k: int,
@@ -366,16 +375,26 @@ class MatrixStore:
             return out
 
     def top_window(self, v: np.ndarray, depth: int, flt: NativeFilter | None = None,
-                   min_score: float | None = None) -> tuple[np.ndarray, np.ndarray] | None:
+                   min_score: float | None = None, keys: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray] | None:
         """The exact top ``depth`` rows by one query vector among the rows passing ``flt`` (at or above
         ``min_score``): (keys, float32 scores), best first, ties in insertion order — the rows and bits
         of the fp32 scan, found through the int8 copy. None when the copy does not apply here or did
-        not certify the answer (the caller then scans fp32). A fusion arm's window (issue 21)."""
+        not certify the answer (the caller then scans fp32). A fusion arm's window (issue 21).
+
+        ``keys``: among these live rows instead (ascending; ``flt`` is then not read), e.g. the rows
+        passing a query's BM25 floors: the whole int8 copy with the other rows deselected (scattered
+        rows: their blocks of the fp32 matrix cost more to gather than the int8 scan)."""
         with self._lock:
-            rows = self._rows(flt)
-            n = rows.size if rows.keys is None else len(rows.keys)
-            if n == 0 or depth <= 0 or not self._use_quant(n, depth):
-                return None
+            if keys is not None:
+                rows = _Rows(np.asarray(keys, dtype=np.int64), self.table.size, "the rows given", own_copy=False)
+                n = len(rows.keys)  # type: ignore[arg-type]
+                if n == 0 or depth <= 0 or not self._use_quant(rows.size, depth) or 32 * depth > n:
+                    return None
+            else:
+                rows = self._rows(flt)
+                n = rows.size if rows.keys is None else len(rows.keys)
+                if n == 0 or depth <= 0 or not self._use_quant(n, depth):
+                    return None
             stats: dict[str, Any] = {"filter": rows.how, "rows": n}
             got = self._quantised_top(np.asarray(v, dtype=np.float32), depth, rows, min_score, stats)
             self.last_stats = stats
@@ -414,7 +433,7 @@ class MatrixStore:
         copy = self._int8()
         local = None  # a filter's own int8 copy: ids are positions in rows.keys
         if rows.keys is not None:
-            if rows.int8 is None and not self._own_copy_fits(len(rows.keys), rows.size, copy):
+            if rows.int8 is None and (not rows.own_copy or not self._own_copy_fits(len(rows.keys), rows.size, copy)):
                 # most rows, or no room for another copy: the whole copy, the others deselected
                 if rows.selectors is None:
                     mask = np.zeros(rows.size, dtype=bool)

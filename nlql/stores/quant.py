@@ -1,8 +1,10 @@
 """An int8 copy of the built-in store's vectors, scanned before the exact float32 rescore (issue 21).
 
-The copy is Faiss's ``ScalarQuantizer`` (``QT_8bit``: one byte per dimension, a per-dimension range
-learnt from a sample of the rows), one quarter of the float32 matrix, scanned by Faiss's SIMD kernel
-into about the ``depth`` best rows by approximate score. Every row is encoded with a known
+The copy holds Faiss ``ScalarQuantizer`` codes (``QT_8bit``: one byte per dimension, a per-dimension
+range learnt from a sample of the rows; Faiss learns the ranges and encodes), one quarter of the
+float32 matrix, scanned by :mod:`nlql.stores.int8_scan` (uint8 codes times the query's weights
+rounded to int16, summed exactly in int32; the rounding adds a known bound to every estimate) into
+at least the ``depth`` best rows by approximate score. Every row is encoded with a known
 reconstruction error ``‖x − x̃‖``, so a row scores at most its approximate score + ‖q‖ · ‖x − x̃‖ +
 ``MARGIN`` (Cauchy–Schwarz; ``MARGIN`` covers float32 rounding of both dot products and the 6-place
 rounding of scores). The largest error is set by a few rows outside the range the quantiser learnt (at
@@ -12,11 +14,10 @@ their own float32 rows instead; every other row is bounded with ``tau``, a bound
 
 The caller (the store) rescores the candidates and outliers exactly (its float32 arithmetic), highest
 bound first and only as deep as needed, and the answer is **certified** when the k-th exact score is
-above the bound of every row not rescored: the next candidate's, and (the lowest approximate score a
-shard kept) + ‖q‖ · tau + ``MARGIN`` for the rows no shard returned. Then no row left out could be in
-the top k, so the answer, rows *and* scores, is the exact scan's. Otherwise the caller widens the depth
-or falls back to the exact scan (and says so in its stats). Each shard keeps its share of the depth,
-twice over: a row a shard did not return scores at most that shard's last.
+above the bound of every row not rescored: the next candidate's, and (the scan's final threshold) +
+‖q‖ · tau + ``MARGIN`` + the query rounding bound for the rows it did not return. Then no row left
+out could be in the top k, so the answer, rows *and* scores, is the exact scan's. Otherwise the caller
+widens the depth or falls back to the exact scan (and says so in its stats).
 
 **The split scan** (from ``SPLIT_MIN_ROWS`` rows): a copy of that many rows also keeps a second, half-wide
 code per row, ``x' = (x_A, ‖x_B‖)``: the coordinates of ``x`` on the stronger half ``A`` of an orthonormal
@@ -32,14 +33,16 @@ wide window among near-equal scores (a fusion arm's 100 on spread vectors): when
 the full int8 scan runs as before, and after a miss the copy skips the split scan for the next
 ``SPLIT_SKIP`` searches of that width. It costs ``dim/2`` bytes per vector more.
 
-Faiss is the optional ``faiss`` extra (``pip install nlql-engine[faiss]``); without it the store scans
-float32 only. Measured on this machine (1M × 384, one query): float16 (``QT_fp16``) scans no faster than
-numpy's float32 product (the conversion costs what the smaller read saves), int8 scans 2–2.7× faster;
-hence int8.
+Faiss and Numba are the optional ``faiss`` extra (``pip install nlql-engine[faiss]``); without them the
+store scans float32 only. Measured on this machine (1M × 384, one query): float16 (``QT_fp16``) scans
+no faster than numpy's float32 product (the conversion costs what the smaller read saves), Faiss's
+int8 scan 2–2.7× faster, and the integer kernel about 1.7× faster again than Faiss's (float decoding);
+hence int8 and the kernel. The first int8 search in a process loads the kernel (Numba's import and
+cached machine code: 1–3 s; compiling it on a fresh install ~15 s, once).
 
-Rows are stored in shards of ``SHARD_ROWS`` consecutive row keys, scanned on up to two threads (Faiss
-releases the GIL; a single query is otherwise one thread in Faiss). The copy is append-only, like the
-matrix; the owner drops it when the matrix compacts.
+The codes are one array in row order, encoded ``SHARD_ROWS`` rows at a time and scanned on two threads
+from twice that many rows (the kernel releases the GIL), each half with its own threshold. The copy is
+append-only, like the matrix; the owner drops it when the matrix compacts.
 """
 
 from __future__ import annotations
@@ -52,11 +55,12 @@ from typing import Any
 
 import numpy as np
 
+from nlql.stores import int8_scan
+
 #: Slack added to the bound: float32 accumulation error of both dot products over 384–1024 dimensions
 #: (≤ d·2⁻²⁴·‖q‖‖x‖ each, 2.3e-5 at d = 384) plus half a unit of the 6th decimal.
 MARGIN = 1e-4
-#: Rows per shard: a search runs the shards on two threads, each a run of consecutive shards cut nearest
-#: to half the rows; small shards keep the two runs even (at 100k rows: 49,152 and 50,848).
+#: Rows encoded at a time; from twice as many rows a search scans the two halves on two threads.
 SHARD_ROWS = 1 << 14
 #: The error quantile of the training sample above which a row is an outlier (bounded on its own).
 OUTLIER_QUANTILE = 0.999
@@ -75,13 +79,13 @@ _faiss: Any = None
 
 
 def available() -> bool:
-    """Whether Faiss can be imported (the quantised scan needs it)."""
+    """Whether Faiss (the quantiser) and Numba (the scan kernel) can be imported."""
     global _faiss
     if _faiss is None:
         try:
             import faiss
 
-            _faiss = faiss
+            _faiss = faiss if int8_scan.available() else False
         except ImportError:
             _faiss = False
     return _faiss is not False
@@ -97,20 +101,6 @@ class Candidates:
     estimate: np.ndarray
     outside: float
     slack: float
-
-
-def _no_threads_search(index: Any, qq: np.ndarray, kk: int, selector: Any) -> tuple[np.ndarray, np.ndarray]:
-    """One Faiss search on the calling thread only: (labels, scores), the passing rows only."""
-    faiss = _faiss
-    params = None if selector is None else faiss.SearchParameters(sel=selector)
-    threads = faiss.omp_get_max_threads()
-    faiss.omp_set_num_threads(1)  # per calling thread in libgomp; restored below
-    try:
-        dist, lab = index.search(qq, kk, params=params)
-    finally:
-        faiss.omp_set_num_threads(threads)
-    keep = lab[0] >= 0
-    return lab[0][keep].astype(np.int64), dist[0][keep]
 
 
 def _quantile_error(rows: np.ndarray, index: Any) -> float:
@@ -137,80 +127,101 @@ def _norms(x: np.ndarray) -> np.ndarray:
     return np.sqrt(np.einsum("ij,ij->i", x, x))
 
 
-def _share(depth: int, shards: int, rows: int) -> int:
-    """The rows each of ``shards`` shards keeps of a search for ``depth``: its share twice over."""
-    return depth if shards <= 1 else min(depth, max(64, -(-2 * depth * SHARD_ROWS // max(1, rows))))
-
-
 class _Sharded:
-    """Faiss scalar-quantiser shards of consecutive row ids, searched on up to two threads."""
+    """Scalar-quantiser codes of row ids ``0..filled`` in one array, scanned by :mod:`int8_scan` on up
+    to two threads. A subclass names its Faiss quantiser (``_quantiser``), which learns the ranges and
+    encodes; a code ``c`` decodes as ``vmin + (c + 0.5) · vdiff / 255`` per dimension (``QT_8bit``)."""
 
     def __init__(self) -> None:
-        self._shards: list[tuple[int, Any]] = []  # (first row id, faiss index)
+        self._codes = np.zeros((0, 0), dtype=np.uint8)  # rows 0..filled hold codes; grown by half again
+        self._filled = 0
         self._pool: ThreadPoolExecutor | None = None
+        self._decode: tuple[np.ndarray, np.ndarray] | None = None  # (vmin, vdiff / 255)
 
-    def _each(self, fn: Any) -> list[Any]:
-        count = len(self._shards)
-        if count > 1 and (os.cpu_count() or 1) > 1:  # two threads, each a run of consecutive shards
+    def _quantiser(self) -> Any:
+        raise NotImplementedError
+
+    def _decoding(self) -> tuple[np.ndarray, np.ndarray]:
+        if self._decode is None:
+            index = self._quantiser()
+            trained = _faiss.vector_to_array(index.sq.trained).astype(np.float32)
+            self._decode = (trained[: index.d], trained[index.d:] / np.float32(255.0))
+        return self._decode
+
+    def _weights(self, q: np.ndarray) -> tuple[np.ndarray, float]:
+        """``(w, c0)``: a code ``c`` estimates ``q · x̃ = c0 + c · w``."""
+        vmin, step = self._decoding()
+        return (q * step).astype(np.float32), float(q @ (vmin + np.float32(0.5) * step))
+
+    def _runs(self) -> list[tuple[int, int]]:
+        """Row ranges, one per thread: the two halves from ``2 · SHARD_ROWS`` rows on two cores, else
+        all rows."""
+        n = self._filled
+        if n >= 2 * SHARD_ROWS and (os.cpu_count() or 1) > 1:
+            return [(0, n // 2), (n // 2, n)]
+        return [(0, n)]
+
+    def _each(self, fn: Any, runs: list[tuple[int, int]]) -> list[Any]:
+        """``fn`` over each run, on its own thread when there are two."""
+        if len(runs) > 1:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="nlql-int8")
-            sizes = np.cumsum([index.ntotal for _, index in self._shards])
-            half = 1 + int(np.argmin(np.abs(sizes[:-1] - sizes[-1] / 2)))  # the cut nearest to half the rows
-            runs = self._pool.map(lambda r: [fn(i) for i in r], [range(half), range(half, count)])
-            return [x for run in runs for x in run]
-        return [fn(i) for i in range(count)]
+            return list(self._pool.map(fn, runs))
+        return [fn(r) for r in runs]
 
-    def _search_shards(self, qq: np.ndarray, depth: int, rows: int,
-                       selectors: list[Any] | None) -> tuple[np.ndarray, np.ndarray, float]:
-        """(row ids, scores, the highest score of a row not returned or −inf) of about ``depth`` rows:
-        each shard keeps its share of the depth, twice over, and a row a shard did not return scores at
-        most that shard's last."""
-        share = _share(depth, len(self._shards), rows)
+    def _search_shards(self, q: np.ndarray, depth: int,
+                       mask: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, float, float]:
+        """(row ids, estimates, the highest estimate of a passing row not returned or −inf, the
+        estimates' error against the float decoding): each run of rows (one per thread) keeps at least
+        its ``depth`` best rows, at most twice that, and a row it left out estimates below its final
+        threshold. (A run keeping only its share of the depth certified 1 in 60 windows of 100 on
+        100k hashed vectors where this certified 9 in 60; the rows are estimated lazily anyway.)"""
+        w, c0 = self._weights(np.asarray(q, dtype=np.float32).reshape(-1))
+        u, s, err = int8_scan.query_weights(w)
+        runs = self._runs()
+        cap = max(1, depth)
 
-        def one(i: int) -> tuple[np.ndarray, np.ndarray, float]:
-            first, index = self._shards[i]
-            kk = min(share, index.ntotal)
-            lab, dist = _no_threads_search(index, qq, kk, None if selectors is None else selectors[i])
-            return lab + first, dist, float(dist[-1]) if len(dist) == kk and kk < index.ntotal else -math.inf
+        def run(rows: tuple[int, int]) -> tuple[np.ndarray, np.ndarray, int]:
+            lo, hi = rows
+            ids = np.empty(2 * cap, dtype=np.int64)
+            vals = np.empty(2 * cap, dtype=np.int32)
+            count, threshold = int8_scan.scan(self._codes[lo:hi], hi - lo, u, None if mask is None else mask[lo:hi],
+                                              lo, int8_scan.INT_FLOOR, ids, vals, 0, cap)
+            return ids[:count], vals[:count], threshold
 
-        parts = self._each(one)
-        return (np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]),
-                max(p[2] for p in parts))
+        parts = self._each(run, runs)
+        ids = np.concatenate([p[0] for p in parts])
+        est = (c0 + s * np.concatenate([p[1] for p in parts]).astype(np.float64)).astype(np.float32)
+        top = max(p[2] for p in parts)
+        outside = c0 + s * (top - 1) if top > int8_scan.INT_FLOOR else -math.inf
+        return ids, est, outside, err
 
     def _encode(self, matrix: np.ndarray, lo: int, n: int, keys: np.ndarray | None, trained: Any,
                 tau: float, vectors: Any = None) -> tuple[float, list[np.ndarray]]:
-        """Encode rows ``lo..n`` of ``matrix`` (or of ``matrix[keys]``, through ``vectors`` when given)
-        into the shards: (their largest error, the ids of those with an error above ``tau``)."""
-        faiss = _faiss
+        """Encode rows ``lo..n`` of ``matrix`` (or of ``matrix[keys]``, through ``vectors`` when given),
+        ``SHARD_ROWS`` at a time: (their largest error, the ids of those with an error above ``tau``)."""
+        if len(self._codes) < n:  # room for n rows (a first build gets exactly n; growth half again)
+            grown = np.empty((max(n, len(self._codes) * 3 // 2), trained.code_size), dtype=np.uint8)
+            if self._filled:
+                grown[: self._filled] = self._codes[: self._filled]
+            self._codes = grown
         err_max, odd = 0.0, []
         while lo < n:
-            if not self._shards or self._shards[-1][1].ntotal >= SHARD_ROWS:
-                self._shards.append((lo, faiss.clone_index(trained)))
-            first, index = self._shards[-1]
-            hi = min(n, lo + SHARD_ROWS - index.ntotal)
+            hi = min(n, lo + SHARD_ROWS)
             x = np.ascontiguousarray(matrix[lo:hi] if keys is None else matrix[keys[lo:hi]], dtype=np.float32)
             if vectors is not None:
                 x = vectors(x)
-            codes = index.sa_encode(x)
-            err = _norms(x - index.sa_decode(codes))
+            codes = trained.sa_encode(x)
+            err = _norms(x - trained.sa_decode(codes))
             err_max = max(err_max, float(err.max()) if len(err) else 0.0)
             odd.append(np.flatnonzero(err > tau).astype(np.int64) + lo)
-            index.add_sa_codes(codes)
-            lo = hi
+            self._codes[lo:hi] = codes
+            self._filled = lo = hi
         return err_max, odd
 
-    def selectors(self, mask: np.ndarray | None) -> list[Any] | None:
-        """Per-shard Faiss selectors for a mask over rows ``0..size`` (None: every row)."""
-        if mask is None:
-            return None
-        faiss = _faiss
-        out = []
-        for first, index in self._shards:
-            bits = np.packbits(mask[first:first + index.ntotal], bitorder="little")
-            sel = faiss.IDSelectorBitmap(index.ntotal, faiss.swig_ptr(bits))
-            sel.keep_alive = bits  # the selector reads the array; keep it with it
-            out.append(sel)
-        return out
+    def selectors(self, mask: np.ndarray | None) -> np.ndarray | None:
+        """A mask over rows ``0..size`` as the scan reads it (None: every row)."""
+        return None if mask is None else np.ascontiguousarray(mask, dtype=np.bool_)
 
     def close(self) -> None:
         if self._pool is not None:
@@ -228,18 +239,18 @@ class Int8Copy(_Sharded):
         self.dim = dim
         self.size = 0
         self.err_max = 0.0
-        self._trained: Any = None  # a trained, empty index whose quantiser every shard copies
+        self._trained: Any = None  # a trained, empty index: the quantiser that encodes the rows
         self.tau: float | None = None  # the outlier threshold (the sample's error quantile)
         self._outliers: list[np.ndarray] = []  # ids of rows whose error exceeds tau
         self.split: _SplitScan | None = None
         self._skip: dict[int, int] = {}  # width bucket -> searches left that skip the split scan
-        self._decode: tuple[np.ndarray, np.ndarray] | None = None  # (vmin, vdiff / 255) of the quantiser
         self._outlier_rows: tuple[np.ndarray, np.ndarray] | None = None
         self._union: tuple[tuple[int, int], np.ndarray] | None = None
 
     @property
     def nbytes(self) -> int:
-        return self.size * self.dim + (self.split.nbytes if self.split is not None else 0)
+        """Bytes held: the codes' array (room for growth included) and the split code's."""
+        return self._codes.nbytes + (self.split.nbytes if self.split is not None else 0)
 
     def subset(self, matrix: np.ndarray, keys: np.ndarray) -> Int8Copy:
         """A copy over the rows ``keys`` only (local ids 0..len(keys)), with this copy's quantisers: a
@@ -278,37 +289,28 @@ class Int8Copy(_Sharded):
             self.split.add(matrix, self.split.size, n, keys)
         self.size = n
 
-    def estimate(self, ids: np.ndarray, q: np.ndarray) -> np.ndarray:
-        """The int8 estimates ``q·x̃`` of rows ``ids``, read from the shards' codes in place. ``QT_8bit``
-        decodes a code ``c`` as ``vmin + (c + 0.5) / 255 · vdiff`` per dimension, so the estimate is one
-        product of the codes with ``q · vdiff / 255`` (it differs from Faiss's decoding by float32
-        rounding, ~1e-5 at most over 384 dimensions, inside ``MARGIN``)."""
-        if self._decode is None:
-            trained = _faiss.vector_to_array(self._trained.sq.trained).astype(np.float32)
-            self._decode = (trained[: self.dim], trained[self.dim:] / np.float32(255.0))
-        vmin, step = self._decode
-        w = (q * step).astype(np.float32)
-        out = np.full(len(ids), float(q @ (vmin + np.float32(0.5) * step)), dtype=np.float32)
-        # every shard but the last holds SHARD_ROWS rows: a row's shard is its id // SHARD_ROWS
-        shard = ids // SHARD_ROWS
-        order = np.argsort(shard, kind="stable")
-        cuts = np.flatnonzero(np.diff(shard[order])) + 1
-        for run in np.split(order, cuts) if len(ids) else []:
-            first, index = self._shards[int(shard[run[0]])]
-            codes = np.asarray(_faiss.rev_swig_ptr(index.codes.data(), index.ntotal * index.code_size))
-            out[run] += codes.reshape(index.ntotal, index.code_size)[ids[run] - first].astype(np.float32) @ w
-        return out
+    def _quantiser(self) -> Any:
+        return self._trained
 
-    def candidates(self, q: np.ndarray, depth: int, selectors: list[Any] | None) -> Candidates:
+    def estimate(self, ids: np.ndarray, q: np.ndarray) -> np.ndarray:
+        """The int8 estimates ``q·x̃`` of rows ``ids``, from the shards' codes read in place (they differ
+        from Faiss's decoding by the float32 rounding of its products, ~1e-5 at most over 384
+        dimensions, inside ``MARGIN``)."""
+        w, c0 = self._weights(q)
+        out = np.full(len(ids), c0, dtype=np.float64)
+        ids = np.asarray(ids, dtype=np.int64)
+        int8_scan.gather_dot(self._codes, ids, w, out, np.arange(len(ids), dtype=np.int64))
+        return out.astype(np.float32)
+
+    def candidates(self, q: np.ndarray, depth: int, selectors: np.ndarray | None) -> Candidates:
         """About the ``depth`` best rows by the full int8 scan, best first. Each shard keeps its share of
         the depth, twice over: a row a shard did not return scores at most that shard's last."""
-        qq = np.ascontiguousarray(q.reshape(1, -1), dtype=np.float32)
-        labels, approx, last = self._search_shards(qq, depth, self.size, selectors)
+        labels, approx, last, err = self._search_shards(q, depth, selectors)
         order = np.argsort(-approx, kind="stable")
-        slack = float(np.linalg.norm(q)) * self._err() + MARGIN
+        slack = float(np.linalg.norm(q)) * self._err() + MARGIN + err
         return Candidates(labels[order], approx[order], last + slack if last != -math.inf else last, slack)
 
-    def split_candidates(self, q: np.ndarray, depth: int, selectors: list[Any] | None,
+    def split_candidates(self, q: np.ndarray, depth: int, selectors: np.ndarray | None,
                          k: int | None = None) -> Candidates | None:
         """The split scan's candidates, or None when this copy has no split scan or skips it at this
         width after a miss (see :meth:`missed`). With ``k``, only as many are estimated (best bound
@@ -321,13 +323,13 @@ class Int8Copy(_Sharded):
         if left:
             self._skip[width] = left - 1
             return None
-        # the split code's shards are the full code's (same rows per shard): the same selectors serve
-        keys, upper, outside = self.split.search(q, depth, selectors)
+        # the split code's rows are the full code's: the same mask serves
+        keys, upper, outside, err = self.split.search(q, depth, selectors)
         qn = float(np.linalg.norm(q))
         # twice the margin: the basis is orthonormal to float32 rounding, so q·x and q'·x' differ by
         # ~1e-6 beside the rounding of the products themselves
         slack_scan = qn * (self.split.codec.tau if self._tight() and self.split.codec.tau is not None
-                           else self.split.err_max) + 2 * MARGIN
+                           else self.split.err_max) + 2 * MARGIN + err
         slack = qn * self._err() + MARGIN
         if outside != -math.inf:
             outside += slack_scan
@@ -441,7 +443,7 @@ class _SplitScan(_Sharded):
 
     @property
     def nbytes(self) -> int:
-        return self.size * self.codec.scan.code_size
+        return self._codes.nbytes
 
     def add(self, matrix: np.ndarray, lo: int, n: int, keys: np.ndarray | None) -> None:
         codec = self.codec
@@ -460,10 +462,14 @@ class _SplitScan(_Sharded):
             self._outliers = [np.concatenate(self._outliers)]
         return np.union1d(ids, self._outliers[0]) if self._outliers and len(self._outliers[0]) else ids
 
-    def search(self, q: np.ndarray, depth: int, selectors: list[Any] | None) -> tuple[np.ndarray, np.ndarray, float]:
-        """(row ids, upper bounds, the highest bound of a row not returned or −inf) of about ``depth``
-        rows (see :meth:`_Sharded._search_shards`)."""
-        return self._search_shards(self.codec.query(q), depth, self.size, selectors)
+    def _quantiser(self) -> Any:
+        return self.codec.scan
+
+    def search(self, q: np.ndarray, depth: int,
+               selectors: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, float, float]:
+        """(row ids, upper bounds less their error, the highest of a row not returned or −inf, that
+        error) of about ``depth`` rows (see :meth:`_Sharded._search_shards`)."""
+        return self._search_shards(self.codec.query(q), depth, selectors)
 
 
 def depth_for(k: int, rows: int) -> int:
