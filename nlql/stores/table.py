@@ -375,7 +375,7 @@ class RowTable:
         # ingest); a document without sentences has no row, so its slot is kept here
         self._empty_slot: dict[str, int] = {}
         # a bit per id hash modulo its size, set for every id ever added (:meth:`_maybe_present`)
-        self._id_bits = np.zeros(0, dtype=bool)
+        self._id_bits = np.zeros(0, dtype=np.uint8)
         self._id_count = 0  # ids whose bit was set (with repeats): when the bits are rebuilt larger
         self.summary = MetaSummary()                 # metadata keys of the live documents (nlql.schema)
         self.version = 0
