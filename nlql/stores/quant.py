@@ -67,6 +67,10 @@ OUTLIER_QUANTILE = 0.999
 #: More outliers than this share of the rows (data drifted from the sample): the bound uses err_max.
 OUTLIER_SHARE = 1 / 128
 _TRAIN_ROWS = 1 << 16
+#: Share of a dimension's sampled range added on each side for the split code (learnt from a sample: its
+#: rows are a product away): at 1M rows the ranges of a 65,536-row sample widened by 5% left the error
+#: quantile at 0.009 (0.016 unwidened, 0.0086 with the full data's ranges).
+RANGE_WIDEN = 0.05
 #: Fewest rows for which a copy also keeps the split scan code.
 SPLIT_MIN_ROWS = 1 << 16
 #: Candidates of the split scan estimated first (then twice as many each round, until no other can reach
@@ -110,16 +114,40 @@ def _quantile_error(rows: np.ndarray, index: Any) -> float:
 
 
 def _samples(matrix: np.ndarray, keys: np.ndarray | None, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """(a training sample, rows held out of it) of rows ``0..n`` of ``matrix`` (or of ``matrix[keys]``),
-    both strided over the rows; the same rows twice when there are too few to hold any out."""
-    step = max(1, n // _TRAIN_ROWS)
-    ids = np.arange(0, n, step)[:_TRAIN_ROWS]
-    held = np.arange(step // 2, n, step)[:_TRAIN_ROWS] if step > 1 else ids
+    """(a training sample, rows held out of it) of rows ``0..n`` of ``matrix`` (or of ``matrix[keys]``):
+    distinct rows drawn at random (a fixed seed, so a copy is the same each time), in row order; the
+    same rows twice when there are too few to hold any out. Random, not strided: rows written in a
+    repeating pattern (a corpus of templates) alias with a stride, and ranges learnt from such a sample
+    clamped most rows of the others (1M hashed sentences: median error 0.126 against 0.007)."""
+    pick = np.random.default_rng(0).permutation(n)
+    ids = np.sort(pick[:_TRAIN_ROWS])
+    held = np.sort(pick[_TRAIN_ROWS:2 * _TRAIN_ROWS]) if n > _TRAIN_ROWS else ids
 
     def rows(i: np.ndarray) -> np.ndarray:
         return np.ascontiguousarray(matrix[i] if keys is None else matrix[keys[i]], dtype=np.float32)
 
     return rows(ids), rows(held)
+
+
+def _quantiser(dim: int, sample: np.ndarray, widen: float = 0.0) -> Any:
+    """A ``QT_8bit`` quantiser trained on ``sample``: its per-dimension ranges, widened by ``widen`` of
+    their width on each side."""
+    index = _faiss.IndexScalarQuantizer(dim, _faiss.ScalarQuantizer.QT_8bit, _faiss.METRIC_INNER_PRODUCT)
+    index.sq.rangestat_arg = widen
+    index.train(sample)
+    return index
+
+
+def _extremes(matrix: np.ndarray, keys: np.ndarray | None, n: int) -> np.ndarray:
+    """The per-dimension minimum and maximum (two rows) of rows ``0..n`` of ``matrix`` (or of
+    ``matrix[keys]``), read ``SHARD_ROWS`` rows at a time."""
+    lo = np.full(matrix.shape[1], np.inf, dtype=np.float32)
+    hi = np.full(matrix.shape[1], -np.inf, dtype=np.float32)
+    for a in range(0, n, SHARD_ROWS):
+        x = matrix[a:min(n, a + SHARD_ROWS)] if keys is None else matrix[keys[a:min(n, a + SHARD_ROWS)]]
+        np.minimum(lo, x.min(axis=0), out=lo)
+        np.maximum(hi, x.max(axis=0), out=hi)
+    return np.stack([lo, hi])
 
 
 def _norms(x: np.ndarray) -> np.ndarray:
@@ -269,13 +297,13 @@ class Int8Copy(_Sharded):
         n = len(matrix) if keys is None else len(keys)
         if n <= self.size:
             return
-        faiss = _faiss
         samples = None
         if self._trained is None:
             sample, held = samples = _samples(matrix, keys, n)
-            self._trained = faiss.IndexScalarQuantizer(self.dim, faiss.ScalarQuantizer.QT_8bit,
-                                                       faiss.METRIC_INNER_PRODUCT)
-            self._trained.train(sample)
+            # the full code's ranges are every row's (one pass; a sample's clamp the rows beyond it:
+            # at 1M hashed sentences the error quantile was 0.040 with a sample's widened ranges, 0.015
+            # with these); rows written later outside them are outliers
+            self._trained = _quantiser(self.dim, _extremes(matrix, keys, n))
             self.tau = _quantile_error(held, self._trained)
         if self.split is None and n >= SPLIT_MIN_ROWS and self.dim >= 32:  # (new, or grown into it)
             self.split = _SplitScan(_SplitCodec(*(samples or _samples(matrix, keys, n))))
@@ -406,13 +434,11 @@ class _SplitCodec:
     EPS = 1e-4
 
     def __init__(self, sample: np.ndarray, held: np.ndarray) -> None:
-        faiss = _faiss
         dim = sample.shape[1]
         _, vecs = np.linalg.eigh((sample.T @ sample).astype(np.float64))  # ascending; orthonormal in float64
         width = max(16, (dim // 2 + 1) // 16 * 16)  # with the norm column: Faiss's SIMD kernel wants 16s
         self.basis = np.ascontiguousarray(vecs[:, ::-1][:, : width - 1].T, dtype=np.float32)  # rows: A
-        self.scan = faiss.IndexScalarQuantizer(width, faiss.ScalarQuantizer.QT_8bit, faiss.METRIC_INNER_PRODUCT)
-        self.scan.train(self.vectors(sample))
+        self.scan = _quantiser(width, self.vectors(sample), RANGE_WIDEN)
         self.tau: float | None = _quantile_error(self.vectors(held), self.scan)
 
     def vectors(self, x: np.ndarray) -> np.ndarray:
