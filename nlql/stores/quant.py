@@ -1,16 +1,17 @@
 """An int8 copy of the built-in store's vectors, scanned before the exact float32 rescore (issue 21).
 
 The copy holds Faiss ``ScalarQuantizer`` codes (``QT_8bit``: one byte per dimension, a per-dimension
-range learnt from a sample of the rows; Faiss learns the ranges and encodes), one quarter of the
+range: every row's when the copy is built; Faiss encodes), one quarter of the
 float32 matrix, scanned by :mod:`nlql.stores.int8_scan` (uint8 codes times the query's weights
 rounded to int16, summed exactly in int32; the rounding adds a known bound to every estimate) into
 at least the ``depth`` best rows by approximate score. Every row is encoded with a known
 reconstruction error ``‖x − x̃‖``, so a row scores at most its approximate score + ‖q‖ · ‖x − x̃‖ +
 ``MARGIN`` (Cauchy–Schwarz; ``MARGIN`` covers float32 rounding of both dot products and the 6-place
-rounding of scores). The largest error is set by a few rows outside the range the quantiser learnt (at
-100k hash vectors: 0.097, where 99.9 % of the rows stay under 0.017), so the copy keeps the rows whose
-error exceeds the ``OUTLIER_QUANTILE`` of the training sample (``tau``) as *outliers*, estimated from
-their own float32 rows instead; every other row is bounded with ``tau``, a bound 6× tighter.
+rounding of scores). The largest error is set by a few rows outside the ranges (rows written after the
+copy was built, or outside the split code's sampled ranges), so the copy keeps the rows whose error
+exceeds the ``OUTLIER_QUANTILE`` of rows held out of the training sample (``tau``) as *outliers*,
+estimated from their own float32 rows instead; every other row is bounded with ``tau``, a tighter
+bound.
 
 The caller (the store) rescores the candidates and outliers exactly (its float32 arithmetic), highest
 bound first and only as deep as needed, and the answer is **certified** when the k-th exact score is
