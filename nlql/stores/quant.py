@@ -156,7 +156,7 @@ def _norms(x: np.ndarray) -> np.ndarray:
     return np.sqrt(np.einsum("ij,ij->i", x, x))
 
 
-class _Sharded:
+class _Codes:
     """Scalar-quantiser codes of row ids ``0..filled`` in one array, scanned by :mod:`int8_scan` on up
     to two threads. A subclass names its Faiss quantiser (``_quantiser``), which learns the ranges and
     encodes; a code ``c`` decodes as ``vmin + (c + 0.5) · vdiff / 255`` per dimension (``QT_8bit``)."""
@@ -198,7 +198,7 @@ class _Sharded:
             return list(self._pool.map(fn, runs))
         return [fn(r) for r in runs]
 
-    def _search_shards(self, q: np.ndarray, depth: int,
+    def _scan_codes(self, q: np.ndarray, depth: int,
                        mask: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, float, float]:
         """(row ids, estimates, the highest estimate of a passing row not returned or −inf, the
         estimates' error against the float decoding): each run of rows (one per thread) keeps at least
@@ -258,7 +258,7 @@ class _Sharded:
             self._pool = None
 
 
-class Int8Copy(_Sharded):
+class Int8Copy(_Codes):
     """int8 codes of matrix rows ``0..size`` (or of chosen rows) with their errors and outliers, and
     from ``SPLIT_MIN_ROWS`` rows the split scan code (:class:`_SplitScan`)."""
 
@@ -322,8 +322,8 @@ class Int8Copy(_Sharded):
         return self._trained
 
     def estimate(self, ids: np.ndarray, q: np.ndarray) -> np.ndarray:
-        """The int8 estimates ``q·x̃`` of rows ``ids``, from the shards' codes read in place (they differ
-        from Faiss's decoding by the float32 rounding of its products, ~1e-5 at most over 384
+        """The int8 estimates ``q·x̃`` of rows ``ids``, from their codes read in place (summed in
+        float64: they differ from Faiss's float32 decoding by its rounding, ~1e-5 at most over 384
         dimensions, inside ``MARGIN``)."""
         w, c0 = self._weights(q)
         out = np.full(len(ids), c0, dtype=np.float64)
@@ -332,9 +332,9 @@ class Int8Copy(_Sharded):
         return out.astype(np.float32)
 
     def candidates(self, q: np.ndarray, depth: int, selectors: np.ndarray | None) -> Candidates:
-        """About the ``depth`` best rows by the full int8 scan, best first. Each shard keeps its share of
-        the depth, twice over: a row a shard did not return scores at most that shard's last."""
-        labels, approx, last, err = self._search_shards(q, depth, selectors)
+        """At least the ``depth`` best rows by the full int8 scan, best first; a row not returned
+        scores at most ``outside`` (the scan's threshold plus the slack)."""
+        labels, approx, last, err = self._scan_codes(q, depth, selectors)
         order = np.argsort(-approx, kind="stable")
         slack = float(np.linalg.norm(q)) * self._err() + MARGIN + err
         return Candidates(labels[order], approx[order], last + slack if last != -math.inf else last, slack)
@@ -458,7 +458,7 @@ class _SplitCodec:
         return self.vectors(np.asarray(q, dtype=np.float32).reshape(1, -1))
 
 
-class _SplitScan(_Sharded):
+class _SplitScan(_Codes):
     """The split scan codes ``(x_A, ‖x_B‖)`` of a copy's rows (see the module)."""
 
     def __init__(self, codec: _SplitCodec) -> None:
@@ -495,8 +495,8 @@ class _SplitScan(_Sharded):
     def search(self, q: np.ndarray, depth: int,
                selectors: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, float, float]:
         """(row ids, upper bounds less their error, the highest of a row not returned or −inf, that
-        error) of about ``depth`` rows (see :meth:`_Sharded._search_shards`)."""
-        return self._search_shards(self.codec.query(q), depth, selectors)
+        error) of about ``depth`` rows (see :meth:`_Codes._scan_codes`)."""
+        return self._scan_codes(self.codec.query(q), depth, selectors)
 
 
 def depth_for(k: int, rows: int) -> int:
