@@ -30,11 +30,9 @@ import numpy as np
 from nlql.execute.candidates import Candidate, Search, keep_passing
 from nlql.execute.materialise import candidates
 from nlql.plan.nodes import ScoreSpec
-from nlql.stores.fastpath import top_rows
+from nlql.stores.fastpath import floor_rows, top_rows
 
 __all__ = ["fused_page", "window_page"]
-
-_PASSES = {">": np.greater, ">=": np.greater_equal}
 
 
 def _spec(run: Search) -> ScoreSpec | None:
@@ -240,15 +238,12 @@ def _bm25_page(run: Search, qv: dict[str, np.ndarray]) -> list[Candidate] | None
     live_rows = store.mask(plan.native)  # type: ignore[attr-defined]
     floors = fast.floors
     if floors:  # WHERE's BM25 floors (each fails at 0): only the rows passing them are candidates
-        live_rows = live_rows.copy()
-        for slot, op, value in floors:
-            floor_text = fast.bm25_text(slot)
-            if floor_text is None:
-                return None
-            got, got_vals = sparse(floor_text, table)
-            passing = np.zeros(table.size, dtype=bool)
-            passing[got[_PASSES[op](got_vals, value)]] = True
-            live_rows &= passing
+        passing_rows = floor_rows(table, fast, sparse)
+        if passing_rows is None:
+            return None
+        passing = np.zeros(table.size, dtype=bool)
+        passing[passing_rows] = True
+        live_rows = live_rows & passing
     rows, vals = sparse(text, table)
     ok = live_rows[rows]
     if not ok.all():

@@ -31,6 +31,7 @@ from nlql.execute.graph_recall import recall_by_graph
 from nlql.execute.materialise import candidates, similarities
 from nlql.plan.decide_overfetch import DISTINCT_FACTOR
 from nlql.stores.base import RunsLowered, ScoresAll, TablePaths
+from nlql.stores.fastpath import floor_rows
 
 WIDEN_FACTOR = 4
 
@@ -315,9 +316,6 @@ def _full(run: Search, qv: dict[str, np.ndarray], fast_ok: bool) -> list[Candida
     return units
 
 
-_PASSES = {">": np.greater, ">=": np.greater_equal}
-
-
 def _floored(run: Search, qv: dict[str, np.ndarray], sim_slots: list[str],
              fast_ok: bool) -> tuple[np.ndarray, dict[str, np.ndarray], bool] | None:
     """(keys, SIMILARITY scores) of the rows passing the pushed filter and every BM25 floor of a prune
@@ -335,15 +333,9 @@ def _floored(run: Search, qv: dict[str, np.ndarray], sim_slots: list[str],
     if (fast is None or not fast.floors or not fast.prunes or run.failed or run.need is None or table is None
             or sparse is None or not store.capabilities.FAST_PATH or not hasattr(store, "mask")):
         return None
-    texts = [fast.bm25_text(slot) for slot, _, _ in fast.floors]
-    if any(t is None for t in texts):
+    rows = floor_rows(table, fast, sparse)
+    if rows is None:
         return None
-    rows: np.ndarray | None = None
-    for (_, op, value), text in zip(fast.floors, texts, strict=True):
-        got, vals = sparse(cast(str, text), table)
-        got = got[_PASSES[op](vals, value)]
-        rows = got if rows is None else np.intersect1d(rows, got, assume_unique=True)
-    assert rows is not None
     rows = rows[cast(Any, store).mask(plan.native)[rows]]
     scores: dict[str, np.ndarray] = {}
     windows = _floor_windows(run, qv, sim_slots, rows, fast_ok) if sim_slots else None

@@ -11,6 +11,7 @@ engine then runs its general path.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -18,7 +19,7 @@ from nlql.pushdown import FastPath, Formula
 from nlql.stores.base import Bm25Matches
 from nlql.stores.table import RowTable
 
-__all__ = ["select", "top_rows"]
+__all__ = ["floor_rows", "select", "top_rows"]
 
 
 def select(table: RowTable, path: FastPath, keys: np.ndarray, scores: Mapping[str, np.ndarray], need: int,
@@ -100,6 +101,21 @@ def select(table: RowTable, path: FastPath, keys: np.ndarray, scores: Mapping[st
 
 
 _PASSES = {">": np.greater, ">=": np.greater_equal}
+
+
+def floor_rows(table: RowTable, path: FastPath, sparse: Any) -> np.ndarray | None:
+    """The table rows (ascending) passing every floor of ``path``, from the engine's sparse BM25
+    matches (``sparse(text, table)``: rows holding a term, ascending, and their scores; a floor fails at
+    0, so only those can pass). None when a floor's text is unknown."""
+    rows: np.ndarray | None = None
+    for slot, op, value in path.floors:
+        text = path.bm25_text(slot)
+        if text is None:
+            return None
+        got, vals = sparse(text, table)
+        got = got[_PASSES[op](vals, value)]
+        rows = got if rows is None else np.intersect1d(rows, got, assume_unique=True)
+    return np.zeros(0, dtype=np.int64) if rows is None else rows
 
 
 def _floored(table: RowTable, path: FastPath, keys: np.ndarray, bm25: Bm25Matches) -> np.ndarray | None:
