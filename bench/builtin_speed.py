@@ -45,7 +45,16 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.common import RESULTS, interleaved_runs, log, machine_info, median_ms, stamp_end, write_json  # noqa: E402
+from bench.common import (  # noqa: E402
+    RESULTS,
+    interleaved_runs,
+    log,
+    machine_info,
+    median_ms,
+    stamp_end,
+    steady,
+    write_json,
+)
 
 DIM = 384
 K = 10
@@ -125,6 +134,7 @@ def run(n: int, repeat: int, centres: int, noise: float) -> dict[str, Any]:
     gc.collect()
     t = time.perf_counter()
     engine.add_texts(texts, ids=[str(i) for i in range(n)], metadatas=metas, batch_size=8192)
+    steady(engine)
     ingest_s = time.perf_counter() - t
     log(f"[builtin_speed] n={n} ingest {ingest_s:.1f} s")
     del texts, metas

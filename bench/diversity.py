@@ -30,7 +30,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.common import RESULTS, interleaved_runs, log, machine_info, stamp_end, write_json  # noqa: E402
+from bench.common import RESULTS, interleaved_runs, log, machine_info, stamp_end, steady, write_json  # noqa: E402
 from nlql import Engine  # noqa: E402
 
 DIM = 384
@@ -82,6 +82,7 @@ def build(layout: str, n: int, per_doc: int) -> Engine:
         texts.append(" ".join(f"Row {i} of the corpus." for i in range(start, min(n, start + per_doc))))
         ids.append(f"doc{d}")
     engine.add_texts(texts, ids=ids, batch_size=2048)
+    steady(engine)
     assert len(engine) == n, (len(engine), n)
     return engine
 

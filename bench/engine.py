@@ -23,6 +23,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.common import steady  # noqa: E402
 from bench.corpus import synthetic_corpus  # noqa: E402
 from nlql import Engine  # noqa: E402
 from nlql.embedders import HashEmbedder  # noqa: E402
@@ -75,6 +76,7 @@ def run(n: int, repeat: int) -> dict:
     engine = Engine(embedder=emb, warm_up=False)
     t = time.perf_counter()
     engine.add_texts(texts, ids=[str(i) for i in range(n)], metadatas=metas, batch_size=4096)
+    steady(engine)
     ingest_s = time.perf_counter() - t
     t = time.perf_counter()
     emb.inner.embed(texts)

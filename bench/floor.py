@@ -37,7 +37,16 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.common import RESULTS, QueryMemo, interleaved_runs, log, machine_info, stamp_end, write_json  # noqa: E402
+from bench.common import (  # noqa: E402
+    RESULTS,
+    QueryMemo,
+    interleaved_runs,
+    log,
+    machine_info,
+    stamp_end,
+    steady,
+    write_json,
+)
 from bench.corpus import synthetic_corpus  # noqa: E402
 
 QUERY_TEXT = "renewable energy policy"
@@ -63,6 +72,7 @@ def run(n: int, repeat: int) -> dict[str, Any]:
     emb = QueryMemo(HashEmbedder(dim=384))
     engine = Engine(embedder=emb, store="memory", warm_up=False)
     engine.add_texts(texts, ids=[str(i) for i in range(n)], metadatas=metas, batch_size=8192)
+    steady(engine)
     build_s = time.perf_counter() - t
     published = np.array([m["status"] == "published" for m in metas])
     del texts, metas

@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.common import QueryMemo, log, machine_info, timed_runs, write_json  # noqa: E402
+from bench.common import QueryMemo, log, machine_info, steady, timed_runs, write_json  # noqa: E402
 from bench.corpus import synthetic_corpus  # noqa: E402
 from nlql import Engine  # noqa: E402
 from nlql.embedders import HashEmbedder  # noqa: E402
@@ -86,6 +86,7 @@ def run(n: int, repeat: int) -> dict[str, Any]:
     mem = Engine(embedder=emb, warm_up=False)
     t = time.perf_counter()
     mem.add_texts(texts, ids=ids, metadatas=metas, batch_size=4096)
+    steady(mem)
     out["memory_ingest_s"] = round(time.perf_counter() - t, 2)
     with tempfile.TemporaryDirectory(prefix="nlql-bench-pg-") as tmp:
         handle, uri = start_postgres(tmp)

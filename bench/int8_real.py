@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.common import RESULTS, log, machine_info, stamp_end, write_json  # noqa: E402
+from bench.common import RESULTS, log, machine_info, stamp_end, steady, write_json  # noqa: E402
 
 
 def corpus(limit: int | None) -> tuple[list[str], list[str]]:
@@ -56,6 +56,7 @@ def run(limit: int | None, embedder_kind: str) -> dict[str, Any]:
     engine = Engine(embedder=make_embedder(embedder_kind), store="memory", warm_up=False)
     t = time.perf_counter()
     engine.add_texts(texts, ids=[str(i) for i in range(len(texts))])
+    steady(engine)
     ingest_s = time.perf_counter() - t
     store: Any = engine.store
     n = store.count()

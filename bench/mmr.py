@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.common import RESULTS, QueryMemo, log, machine_info, stamp_end, write_json  # noqa: E402
+from bench.common import RESULTS, QueryMemo, log, machine_info, stamp_end, steady, write_json  # noqa: E402
 from bench.corpus import synthetic_corpus  # noqa: E402
 from nlql import Engine  # noqa: E402
 from nlql.embedders import HashEmbedder  # noqa: E402
@@ -62,6 +62,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     engine = Engine(embedder=QueryMemo(HashEmbedder(dim=384)), warm_up=False)
     t = time.perf_counter()
     engine.add_texts(texts, metadatas=metas, batch_size=2048)
+    steady(engine)
     ingest_s = time.perf_counter() - t
     log(f"[mmr] ingested {args.n} sentences in {ingest_s:.1f} s")
     mmr = MMR.format(w=args.window)

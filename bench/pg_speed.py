@@ -44,7 +44,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.common import RESULTS, interleaved_runs, log, machine_info, stamp_end, write_json  # noqa: E402
+from bench.common import RESULTS, interleaved_runs, log, machine_info, stamp_end, steady, write_json  # noqa: E402
 from bench.corpus import synthetic_corpus  # noqa: E402
 from nlql import Engine  # noqa: E402
 
@@ -169,6 +169,7 @@ def build(uri: str, n: int) -> dict[str, Any]:
     mem = Engine(embedder=emb, warm_up=False)
     t = time.perf_counter()
     mem.add_texts(texts, ids=ids, metadatas=metas, batch_size=8192)
+    steady(mem)
     out["memory_ingest_s"] = round(time.perf_counter() - t, 2)
     store = PgVectorStore(uri, table_prefix="speed")
     pg = Engine(embedder=emb, store=store, warm_up=False)

@@ -59,7 +59,16 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.common import RESULTS, SparseBM25, interleaved_runs, log, machine_info, stamp_end, write_json  # noqa: E402
+from bench.common import (  # noqa: E402
+    RESULTS,
+    SparseBM25,
+    interleaved_runs,
+    log,
+    machine_info,
+    stamp_end,
+    steady,
+    write_json,
+)
 from bench.pg_speed import QUERY_TEXTS, Lookup, corpus  # noqa: E402
 from bench.pg_speed import SHAPES as PG_SHAPES  # noqa: E402
 
@@ -387,6 +396,7 @@ def run(n: int, repeat: int, skip: set[str]) -> dict[str, Any]:
     mem = Engine(embedder=data.embedder, warm_up=False)
     t = time.perf_counter()
     mem.add_texts(data.texts, ids=data.ids, metadatas=data.metas, batch_size=8192)
+    steady(mem)
     builds["NLQL built-in ingest_s"] = round(time.perf_counter() - t, 2)
     t = time.perf_counter()
     mem.search(SHAPES["bm25"].format(text=QUERY_TEXTS[0]))

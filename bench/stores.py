@@ -57,7 +57,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.common import RESULTS, log, machine_info, stamp_end, write_json  # noqa: E402
+from bench.common import RESULTS, log, machine_info, stamp_end, steady, write_json  # noqa: E402
 from bench.corpus import synthetic_corpus  # noqa: E402
 from nlql import Engine  # noqa: E402
 from nlql.embedders import HashEmbedder  # noqa: E402
@@ -339,6 +339,7 @@ def build(key: str, n: int, emb: CorpusEmbedder, pg: Postgres | None) -> tuple[E
     else:
         t = time.perf_counter()
         engine.add_texts(texts, ids=ids, metadatas=metas, batch_size=BATCH)
+        steady(engine)
         out["ingest_s"] = round(time.perf_counter() - t, 2)
         if key.startswith("pgvector") and pg is not None:
             pg.loaded = {"n": n, "ingest_s": out["ingest_s"]}

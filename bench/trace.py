@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.common import RESULTS, QueryMemo, log, machine_info, median_ms, stamp_end, write_json  # noqa: E402
+from bench.common import RESULTS, QueryMemo, log, machine_info, median_ms, stamp_end, steady, write_json  # noqa: E402
 from bench.corpus import synthetic_corpus  # noqa: E402
 
 QUERY_TEXT = "renewable energy policy"
@@ -81,6 +81,7 @@ def trace_store(store: str, n: int, repeat: int) -> dict[str, Any]:
     engine = Engine(embedder=QueryMemo(HashEmbedder(dim=384)), store=store, warm_up=False)
     t = time.perf_counter()
     engine.add_texts(texts, ids=[str(i) for i in range(n)], metadatas=metas, batch_size=8192)
+    steady(engine)
     ingest_s = time.perf_counter() - t
     params = {"q": QUERY_TEXT}
     plan = engine.explain(HYBRID, params=params).to_dict()

@@ -47,6 +47,7 @@ from bench.common import (  # noqa: E402
     log,
     machine_info,
     stamp_end,
+    steady,
     write_json,
 )
 from bench.corpus import synthetic_corpus  # noqa: E402
@@ -179,6 +180,7 @@ def run_ours(data: Dataset, repeat: int, ingest_runs: int = 3) -> dict[str, Any]
         engine = Engine(embedder=data.embedder(), store="memory", warm_up=False)
         t = time.perf_counter()
         engine.add_texts(data.texts, ids=ids, metadatas=data.metas)
+        steady(engine)
         ingest.append(time.perf_counter() - t)
     assert engine is not None and len(engine) == data.n
     out: dict[str, Any] = {

@@ -320,6 +320,10 @@ class Engine:
                 _warm()
             except Exception:  # noqa: BLE001 - warming is an optimisation only
                 pass
+            # a store that holds rows already (reopened) starts its int8 copy in the background
+            build_int8 = getattr(self.store, "build_int8", None)
+            if build_int8 is not None:
+                build_int8(wait=False)
 
     def _open_store(self, embedder: Any, dim: int, analyzer: Any, where_from: Any) -> Any:
         """Open the store after checking its record (embedder, analyzer); record them if it has none.

@@ -146,6 +146,8 @@ def test_int8_windows_decline_with_floors(monkeypatch: pytest.MonkeyPatch, engin
     from nlql.stores.memory import MemoryStore
 
     monkeypatch.setattr(MemoryStore, "QUANT_MIN_ROWS", 64)  # the test corpus is small
+
+    monkeypatch.setattr(MemoryStore, "INT8_BACKGROUND", False)  # the first search builds the copy
     if not route:
         monkeypatch.setattr(recall_mod, "_floored", lambda *a: None)
     ran: list[str] = []

@@ -152,6 +152,8 @@ def test_similarity_windows_through_the_int8_copy_give_the_exact_pages(monkeypat
     from nlql.stores.memory import MemoryStore
 
     monkeypatch.setattr(MemoryStore, "QUANT_MIN_ROWS", 64)  # the test corpus is small
+
+    monkeypatch.setattr(MemoryStore, "INT8_BACKGROUND", False)  # the first search builds the copy
     fast, slow = _engine(True), _engine(False)
     lets = ("LET s = SIMILARITY(content, $q), k = BM25(content, $q), g = GRAPH($q), "
             "s2 = SIMILARITY(content, \"the budget\"), ")
@@ -185,6 +187,8 @@ def test_pages_from_the_arms_windows_only_equal_the_row_by_row_path(monkeypatch:
     from nlql.stores.memory import MemoryStore
 
     monkeypatch.setattr(MemoryStore, "QUANT_MIN_ROWS", 64 if int8 else 10**9)
+
+    monkeypatch.setattr(MemoryStore, "INT8_BACKGROUND", False)  # the first search builds the copy
     ran: list[str] = []
     real = fused_page.window_page
 

@@ -41,6 +41,11 @@ int8 scan 2–2.7× faster, and the integer kernel about 1.7× faster again than
 hence int8 and the kernel. The first int8 search in a process loads the kernel (Numba's import and
 cached machine code: 1–3 s; compiling it on a fresh install ~15 s, once).
 
+**Built in the background.** The first search that wants the copy starts :class:`Build` on a thread of
+its own and scans float32 meanwhile (the same answers): the build imports Faiss and Numba, loads the
+kernel (1–3 s) and encodes every row (100k × 384: about 1 s), none of which a query waits for. A build
+stops between chunks when its store changes under it (compaction, reload) or closes, and at exit.
+
 The codes are one array in row order, encoded ``SHARD_ROWS`` rows at a time and scanned on two threads
 from twice that many rows (the kernel releases the GIL), which take chunks of rows in turn, each with
 its own threshold. The copy is
@@ -49,11 +54,15 @@ append-only, like the matrix; the owner drops it when the matrix compacts.
 
 from __future__ import annotations
 
+import atexit
+import importlib.util
 import math
 import os
+import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -95,6 +104,72 @@ def available() -> bool:
         except ImportError:
             _faiss = False
     return _faiss is not False
+
+
+def installed() -> bool:
+    """Whether Faiss and Numba are installed, without importing them (that takes 1–3 s with the kernel's
+    load, which :class:`Build` pays on its own thread)."""
+    global _installed
+    if _installed is None:
+        _installed = all(importlib.util.find_spec(m) is not None for m in ("faiss", "numba"))
+    return _installed
+
+
+_installed: bool | None = None
+
+
+class Cancelled(Exception):
+    """A copy's build was stopped (see :class:`Build`)."""
+
+
+class Build:
+    """An int8 copy of rows ``0..len(matrix)`` built on a background thread; ``done(build, copy, why)``
+    runs on that thread at the end with the copy, or None and why not (None as well when cancelled).
+    ``matrix`` must keep its rows while the build reads them (the store's rows are append-only; a
+    store that rewrites them in place cancels the build first and ignores what it hands back)."""
+
+    _running: ClassVar[set[Build]] = set()
+
+    def __init__(self, matrix: np.ndarray, dim: int,
+                 done: Callable[[Build, Int8Copy | None, str | None], None]) -> None:
+        self.stop = threading.Event()
+        self._done = done
+        self.thread = threading.Thread(target=self._run, args=(matrix, dim), name="nlql-int8-build", daemon=True)
+        Build._running.add(self)
+        self.thread.start()
+
+    def _run(self, matrix: np.ndarray, dim: int) -> None:
+        copy, why = None, None
+        try:
+            if not available():
+                why = "Faiss or Numba could not be imported"
+            elif not self.stop.is_set():
+                copy = Int8Copy(dim, stop=self.stop)
+                copy.sync(matrix)
+        except Cancelled:
+            copy = None
+        except Exception as exc:  # noqa: BLE001 - the store scans float32 instead and says why
+            copy, why = None, f"{type(exc).__name__}: {exc}"
+        finally:
+            Build._running.discard(self)
+        self._done(self, copy, why)
+
+    def cancel(self) -> None:
+        self.stop.set()
+
+    def join(self, timeout: float | None = None) -> None:
+        self.thread.join(timeout)
+
+
+@atexit.register
+def _stop_builds() -> None:
+    """Stop every build at exit (between two chunks: a few ms), so that no thread is still inside Faiss
+    when the interpreter finalises."""
+    running = list(Build._running)
+    for b in running:
+        b.cancel()
+    for b in running:
+        b.join(10.0)
 
 
 @dataclass
@@ -191,6 +266,7 @@ class _Codes:
         self._filled = 0
         self._pool: ThreadPoolExecutor | None = None
         self._decode: tuple[np.ndarray, np.ndarray] | None = None  # (vmin, vdiff / 255)
+        self.stop: threading.Event | None = None  # set: the next chunk to encode raises Cancelled
 
     def _quantiser(self) -> Any:
         raise NotImplementedError
@@ -270,6 +346,8 @@ class _Codes:
             self._codes = grown
         err_max, odd = 0.0, []
         while lo < n:
+            if self.stop is not None and self.stop.is_set():
+                raise Cancelled
             hi = min(n, lo + SHARD_ROWS)
             x = np.ascontiguousarray(matrix[lo:hi] if keys is None else matrix[keys[lo:hi]], dtype=np.float32)
             if vectors is not None:
@@ -296,9 +374,10 @@ class Int8Copy(_Codes):
     """int8 codes of matrix rows ``0..size`` (or of chosen rows) with their errors and outliers, and
     from ``SPLIT_MIN_ROWS`` rows the split scan code (:class:`_SplitScan`)."""
 
-    def __init__(self, dim: int) -> None:
+    def __init__(self, dim: int, stop: threading.Event | None = None) -> None:
         assert available()
         super().__init__()
+        self.stop = stop
         self.dim = dim
         self.size = 0
         self.err_max = 0.0
@@ -342,6 +421,7 @@ class Int8Copy(_Codes):
             self.tau = _quantile_error(held, self._trained)
         if self.split is None and n >= SPLIT_MIN_ROWS and self.dim >= 32:  # (new, or grown into it)
             self.split = _SplitScan(_SplitCodec(*(samples or _samples(matrix, keys, n))))
+            self.split.stop = self.stop
         if self.split is not None and self.split.size < self.size:  # built on a copy that grew into it
             self.split.add(matrix, 0, self.size, keys)
         assert self.tau is not None
@@ -544,4 +624,5 @@ def depth_for(k: int, rows: int) -> int:
     return int(min(rows, max(min(16 * k, 4 * k + 512), 512, rows // 256)))
 
 
-__all__ = ["MARGIN", "SHARD_ROWS", "SPLIT_MIN_ROWS", "BestFirst", "Candidates", "Int8Copy", "available", "depth_for"]
+__all__ = ["MARGIN", "SHARD_ROWS", "SPLIT_MIN_ROWS", "BestFirst", "Build", "Cancelled", "Candidates", "Int8Copy",
+           "available", "depth_for", "installed"]

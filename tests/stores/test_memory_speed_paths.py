@@ -51,6 +51,7 @@ def store_with(vectors: np.ndarray, metas: list[dict[str, Any]] | None = None, *
     s = MemoryStore(path)
     s.QUANTISE = quantise  # type: ignore[misc]
     s.QUANT_MIN_ROWS = 64  # type: ignore[misc]
+    s.INT8_BACKGROUND = False  # type: ignore[misc]  # the first search builds the copy (see test_int8_background)
     s.table.ROWSET_MIN = 0  # type: ignore[misc]
     s.open(vectors.shape[1])
     for lo in range(0, len(vectors), 700):
@@ -304,6 +305,7 @@ def test_engine_answers_through_the_int8_scan_identically() -> None:
         e = Engine(embedder=HashEmbedder(dim=64), store="memory", warm_up=False)
         e.store.QUANTISE = quantise  # type: ignore[attr-defined]
         e.store.QUANT_MIN_ROWS = 100  # type: ignore[attr-defined]
+        e.store.INT8_BACKGROUND = False  # type: ignore[attr-defined]
         e.add_texts(texts, ids=[str(i) for i in range(3000)], metadatas=metas)
         got = e.search('SELECT SENTENCE LET rel = SIMILARITY(content, "solar costs in the city") '
                        'WHERE rel >= 0.1 AND meta.status == "published" ORDER BY rel DESC LIMIT 10')
@@ -390,6 +392,7 @@ def test_directory_store_row_sets_and_int8_after_reopen(tmp_path: Path) -> None:
     again = MemoryStore(tmp_path)
     again.QUANTISE = quant.available()  # type: ignore[misc]
     again.QUANT_MIN_ROWS = 64  # type: ignore[misc]
+    again.INT8_BACKGROUND = False  # type: ignore[misc]
     again.table.ROWSET_MIN = 0  # type: ignore[misc]
     def named(store: MemoryStore, lists: list[list[tuple[Any, float]]]) -> list[tuple[str, float]]:
         return [(r.doc_id, score) for r, (_, score) in zip(store.fetch([k for k, _ in lists[0]]), lists[0])]
