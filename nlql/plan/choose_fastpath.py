@@ -2,7 +2,7 @@
 
 Only for stores that declare ``Capabilities.FAST_PATH`` (row numbers in an in-process table), only
 when the engine runs the plan arm by arm over every candidate (recall ``full`` or ``scan``, nothing
-lowered to SQL), the rows are sentences and there is a LIMIT. Two families:
+lowered to SQL) and there is a LIMIT. For sentence rows, two families:
 
 - *top* (``insertion``, ``score``): no residual filter, no BM25 or fusion, no reranker, and ORDER BY
   is nothing or one SIMILARITY: the store returns exactly the page's rows.
@@ -24,6 +24,11 @@ matching no term cannot pass) keeps every *prune* path as a *floor* (``FastPath.
 first keeps the rows passing every floor (from the BM25 matches, no row built), then selects among
 them, so each arm ranks the rows passing WHERE (SPEC §9). A bound that holds at 0 (``kw >= 0``,
 ``kw > -1``) or an upper bound is no floor: the query runs row by row as before.
+
+DOCUMENT rows (``FastPath.unit``, :func:`_documents`) take the *prune* kinds over documents when WHERE
+leaves nothing to the engine: a document's SIMILARITY/BM25 is its best sentence's, so the store takes a
+maximum per document and the documents are ranked and fused with numpy
+(:mod:`nlql.execute.document_page`). CHUNK rows (cut from the sentences' lengths) run row by row.
 
 Every choice is exact. ``plan.fast_path_reason`` says why a table store got no fast path.
 """
