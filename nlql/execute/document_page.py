@@ -56,7 +56,10 @@ def document_page(run: Search, qv: dict[str, np.ndarray]) -> list[Candidate] | N
     begin = getattr(run.bm25, "begin_search", None)
     if begin is not None:
         begin()  # the BM25 matches kept serve this search only
-    sim_slots = [s.slot for s in plan.scores if s.kind == "SIMILARITY"]
+    # the SIMILARITY slots the ranking reads (the page's documents get every score from candidates())
+    reads = ({a.slot for a in fast.arms} if fast.kind == "fusion" else set(fast.formula.slots())
+             if fast.kind == "formula" and fast.formula is not None else set())
+    sim_slots = [s.slot for s in plan.scores if s.kind == "SIMILARITY" and s.slot in reads]
     scores: dict[str, np.ndarray] = {}
     if sim_slots:
         keys, mat = cast(ScoresAll, store).score_all(np.concatenate([qv[s] for s in sim_slots]), plan.native)
