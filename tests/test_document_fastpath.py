@@ -96,6 +96,8 @@ QUERIES = [
     ("f = kb * 2 - sem ORDER BY f DESC LIMIT 6 OFFSET 4", "formula"),
     ("f = -sem + kb / 4 " + PUBLISHED + "ORDER BY f DESC LIMIT 10", "formula"),
     ("f = sm - sem ORDER BY f DESC LIMIT 300", "formula"),
+    ("f = RRF(sem, kw) WHERE meta.status == \"none such\" ORDER BY f DESC LIMIT 10", "fusion"),  # no document
+    ("x = 1 WHERE doc_id == \"d001\" ORDER BY kb DESC LIMIT 10", "bm25"),  # one document
 ]
 
 
@@ -151,6 +153,7 @@ def test_explain_shows_the_path(engines: tuple[Engine, Engine]) -> None:
 # (query tail, words of plan.fast_path_reason): these keep the row-by-row path
 ROW_BY_ROW = [
     ("f = RRF(sem, kw) WHERE kw > 0 ORDER BY f DESC LIMIT 10", "WHERE has conditions"),
+    ("f = RRF(sem, kw) WHERE sem >= 0.3 ORDER BY f DESC LIMIT 10", "WHERE has conditions"),
     ("x = 1 WHERE content CONTAINS \"solar\" ORDER BY kw DESC LIMIT 10", "WHERE has conditions"),
     ("f = RRF(SIMILARITY(content, $q, min => 0.2), kw) ORDER BY f DESC LIMIT 10", "min =>"),
     ("f = RRF(sem, kw) DISTINCT BY meta.status ORDER BY f DESC LIMIT 10", "DISTINCT BY"),
