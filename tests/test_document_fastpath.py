@@ -33,7 +33,9 @@ def _corpus(n: int = 260) -> list[tuple[str, str, dict[str, Any]]]:
     rng = random.Random(7)
     docs: list[tuple[str, str, dict[str, Any]]] = []
     for i in range(n):
-        if i % 13 == 5 and docs:  # an earlier document's text again: ties in every score
+        if i in (40, 41, 200):  # the query's words again and again: a few documents hold the top sentences
+            text = " ".join(["Solar grid policy.", "Grid policy solar."][j % 2] for j in range(8 + i % 2))
+        elif i % 13 == 5 and docs:  # an earlier document's text again: ties in every score
             text = docs[rng.randrange(len(docs))][1]
         elif i % 9 == 0:  # no sentence holds a BM25 term
             text = " ".join(_sentence(rng, OTHER) for _ in range(rng.choice([1, 2, 3])))
@@ -44,9 +46,9 @@ def _corpus(n: int = 260) -> list[tuple[str, str, dict[str, Any]]]:
     return docs
 
 
-def _engine(fast: bool, embedder: Any = None) -> Engine:
+def _engine(fast: bool, embedder: Any = None, n: int = 260) -> Engine:
     e = Engine(embedder=embedder or HashEmbedder(dim=32), warm_up=False)
-    docs = _corpus()
+    docs = _corpus(n)
     e.add_texts([t for _, t, _ in docs], ids=[d for d, _, _ in docs], metadatas=[m for _, _, m in docs])
     rng = random.Random(3)
     for doc_id, _, meta in docs[::17]:  # replaced: new rows (and a new place in insertion order)
@@ -99,6 +101,43 @@ QUERIES = [
     ("f = RRF(sem, kw) WHERE meta.status == \"none such\" ORDER BY f DESC LIMIT 10", "fusion"),  # no document
     ("x = 1 WHERE doc_id == \"d001\" ORDER BY kb DESC LIMIT 10", "bm25"),  # one document
 ]
+
+
+@pytest.fixture(scope="module")
+def windowed() -> tuple[Engine, Engine]:
+    """A larger corpus (~5,000 sentences) on a store that tries its int8 copy from 0 rows (a SIMILARITY
+    arm's top documents from the store's exact top sentences, without a score for every row), and its
+    row-by-row twin."""
+    e = _engine(True, n=1500)
+    e.store.QUANT_MIN_ROWS = 0  # type: ignore[attr-defined]
+    return e, _engine(False, n=1500)
+
+
+# (query tail, whether the similarity window needs a second round, None: not asserted) with windows small enough for the
+# int8 copy of a table this size (32 × k rows at least)
+WINDOWED = [
+    ("f = RRF(sem, kw, window => 5) ORDER BY f DESC LIMIT 3", True),  # the top sentences: 3 documents
+    ("f = RRF(kb, sem, window => 8) ORDER BY f DESC LIMIT 5 OFFSET 2", None),
+    ("f = RRF(sem, kw, kb, window => 6, weights => [1.0, 2.0, 0.5]) ORDER BY f DESC LIMIT 20", True),
+    ("f = INTERLEAVE(sem, kb, window => 10) ORDER BY f DESC LIMIT 12", None),
+    ("f = RRF(sem, kw, window => 4) ORDER BY f DESC, kw DESC LIMIT 0", True),
+    ("f = RRF(sem, kb, window => 5) WHERE meta.n >= 0 ORDER BY f DESC LIMIT 6", None),  # filtered rows
+]
+
+
+@pytest.mark.parametrize("tail,second_round", WINDOWED)
+def test_similarity_windows_over_documents(windowed: tuple[Engine, Engine], tail: str,
+                                           second_round: bool | None) -> None:
+    fast, slow = windowed
+    q = f"SELECT DOCUMENT {LETS}{tail}"
+    params = {"q": "solar grid policy"}
+    got, want = fast.search(q, params=params), slow.search(q, params=params)
+    assert got.stats.get("fast_path") == "fusion" and got.stats.get("fast_path_unit") == "DOCUMENT"
+    assert "documents" not in got.stats  # no score for every row: each arm's top documents only
+    rounds = got.stats.get("similarity_rounds")
+    if second_round is not None:
+        assert (rounds > 1) == second_round, got.stats
+    assert _page(got) == _page(want)
 
 
 @pytest.mark.parametrize("tail,kind", QUERIES)

@@ -20,7 +20,8 @@ from nlql.pushdown import FastPath, Formula
 from nlql.stores.base import Bm25Matches
 from nlql.stores.table import RowTable
 
-__all__ = ["document_best", "document_formula", "floor_rows", "select", "top_rows"]
+__all__ = ["document_best", "document_formula", "document_matches", "first_documents", "floor_rows", "select",
+           "top_rows"]
 
 
 def select(table: RowTable, path: FastPath, keys: np.ndarray, scores: Mapping[str, np.ndarray], need: int,
@@ -294,3 +295,21 @@ def _no_matches(text: str) -> tuple[list[tuple[str, int]], np.ndarray]:
 
 
 _NO_MATCHES: Bm25Matches = _no_matches
+
+
+def first_documents(table: RowTable, rows: np.ndarray) -> np.ndarray:
+    """Indices (into ``rows``) of each document's first row, in the order of ``rows``: for rows best first
+    by (score desc, seq, position), each document's best row, so the documents best first by their best
+    sentence (ties on insertion order: a document's rows share its seq)."""
+    _, first = np.unique(table.row_doc[rows], return_index=True)
+    return np.sort(first)
+
+
+def document_matches(table: RowTable, rows: np.ndarray, vals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(a row of each document holding a term, that document's best BM25) from sparse matches (``rows``
+    ascending, ``vals`` > 0): a document's rows are consecutive, so one ``np.maximum.reduceat``."""
+    if rows.size == 0:
+        return rows, np.zeros(0, dtype=np.float64)
+    docs = table.row_doc[rows]
+    cut = np.concatenate(([0], np.flatnonzero(docs[1:] != docs[:-1]) + 1))
+    return rows[cut], np.maximum.reduceat(vals, cut)
