@@ -35,6 +35,8 @@ def _corpus(n: int = 260) -> list[tuple[str, str, dict[str, Any]]]:
     for i in range(n):
         if i in (40, 41, 200):  # the query's words again and again: a few documents hold the top sentences
             text = " ".join(["Solar grid policy.", "Grid policy solar."][j % 2] for j in range(8 + i % 2))
+        elif 60 <= i < 66:  # the same best BM25 sentence, other sentences beside it: BM25 ties, SIMILARITY not
+            text = "Zeppelin budget. " + _sentence(rng, WORDS)
         elif i % 13 == 5 and docs:  # an earlier document's text again: ties in every score
             text = docs[rng.randrange(len(docs))][1]
         elif i % 9 == 0:  # no sentence holds a BM25 term
@@ -70,7 +72,7 @@ def _page(hits: Any) -> list[dict[str, Any]]:
 
 
 LETS = ('LET sem = SIMILARITY(content, $q), kw = BM25(content, $q), kb = BM25(content, "budget tariff"), '
-        'sm = SIMILARITY(content, ["grid storage", "solar panel"]), ')
+        'sm = SIMILARITY(content, ["grid storage", "solar panel"]), kz = BM25(content, "zeppelin"), ')
 PUBLISHED = 'WHERE meta.status == "published" '
 # (query tail after SELECT DOCUMENT LET …, fast path kind)
 QUERIES = [
@@ -80,6 +82,8 @@ QUERIES = [
     ("x = 1 ORDER BY kb DESC LIMIT 60 OFFSET 100", "bm25"),  # documents matching no term fill the page
     ("x = 1 ORDER BY kw DESC LIMIT 0", "bm25"),
     ("x = 1 ORDER BY kw DESC, sem DESC LIMIT 12", "bm25"),
+    ("x = 1 ORDER BY kz DESC, sem ASC LIMIT 2", "bm25"),  # six documents tie on kz: sem decides
+    ("f = RRF(kz, sem, window => 3) ORDER BY f DESC, sem ASC LIMIT 2", "fusion"),
     ("x = 1 " + PUBLISHED + "ORDER BY kw DESC LIMIT 10", "bm25"),
     ("x = 1 WHERE meta.n > 100 AND doc_id != \"d120\" ORDER BY kb DESC LIMIT 8", "bm25"),
     ("f = RRF(sem, kw) ORDER BY f DESC LIMIT 10", "fusion"),
@@ -156,8 +160,8 @@ def test_inline_fusion_and_ties(engines: tuple[Engine, Engine]) -> None:
     """A fusion written in ORDER BY; the same text in several documents ties on every arm, and the
     tie breaks on insertion order on both paths."""
     fast, slow = engines
-    q = ('SELECT DOCUMENT ORDER BY RRF(SIMILARITY(content, "wind turbine"), BM25(content, "wind turbine")) DESC '
-         "LIMIT 40")
+    q = ('SELECT DOCUMENT ORDER BY RRF(SIMILARITY(content, "solar grid policy"), BM25(content, "solar grid policy")) '
+         "DESC LIMIT 10")
     got, want = fast.search(q), slow.search(q)
     assert got.stats.get("fast_path") == "fusion"
     assert _page(got) == _page(want)
@@ -174,7 +178,7 @@ def test_best_is_the_scoring_sentence(engines: tuple[Engine, Engine]) -> None:
     for h in hits:
         assert h.best is not None and h.best.content in h.content
         assert h.best.scores["kb"] == h.scores["kb"]  # the document's kb is its best sentence's
-        assert set(h.best.scores) == {"sem", "kw", "kb", "sm"}
+        assert set(h.best.scores) == {"sem", "kw", "kb", "sm", "kz"}
 
 
 def test_explain_shows_the_path(engines: tuple[Engine, Engine]) -> None:
