@@ -277,3 +277,18 @@ def test_document_page_with_the_real_model() -> None:
         e.store.capabilities = caps  # type: ignore[misc]
         e._plans.clear()  # noqa: SLF001
     assert fast_pages == slow_pages
+
+
+@pytest.mark.parametrize("weights", ["[0.0, 1.0]", "[-1.0, 1.0]"])
+def test_a_weight_that_is_not_positive_keeps_rows_ranked_by_that_arm_only(engines: tuple[Engine, Engine],
+                                                                         weights: str) -> None:
+    """RRF with a weight <= 0 (SENTENCE too): a row only that arm ranks is in the result, with a value
+    <= 0; the fused pages keep positive values only, so such a query runs row by row."""
+    fast, slow = engines
+    for unit in ("SENTENCE", "DOCUMENT"):
+        q = f"SELECT {unit} {LETS}f = RRF(sem, kw, weights => {weights}) ORDER BY f DESC LIMIT 300"
+        params = {"q": "solar grid policy"}
+        assert "not positive" in fast.explain(q, params=params).plan.fast_path_reason
+        got, want = fast.search(q, params=params), slow.search(q, params=params)
+        assert _page(got) == _page(want)
+        assert any(h.scores["f"] <= 0 for h in got)  # what a fused page (positive values only) leaves out

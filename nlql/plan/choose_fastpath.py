@@ -126,6 +126,10 @@ def choose_fastpath(plan: Plan, caps: Capabilities) -> Plan:
         return _set(plan, FastPath("fusion", arms=(FastArm(arm.slot, arm.kind, None),), depth=spec.window,
                                    floors=floors, bm25_texts=_used(bm25_texts, floor_slots)))
     if spec.kind in FUSION_FUNCTIONS and spec.window is not None:
+        if _weight_not_positive(spec):
+            # a row ranked only by an arm of weight <= 0 is in the result with a value <= 0, and the
+            # fused page keeps the rows with a positive value only
+            return _none(plan, f"{spec.slot} has a weight that is not positive")
         arms = []
         for name, expr in zip(spec.arms, spec.arm_exprs):
             arm = plan.spec(plan.slot_of(expr))
@@ -177,8 +181,7 @@ def _documents(plan: Plan) -> Plan:
         return _set(plan, FastPath("bm25", slot=spec.slot, unit=unit, bm25_texts=_used(bm25_texts, [spec.slot])))
     if spec.kind not in ("RRF", "INTERLEAVE") or spec.window is None:
         return _none(plan, f"{first.label} is not a BM25, RRF / INTERLEAVE or arithmetic score")
-    if spec.kind == "RRF" and any(not w > 0 for w in spec.weights or ()):
-        # a document ranked only by an arm of weight <= 0 is in the result with a value <= 0
+    if _weight_not_positive(spec):  # (as for sentences)
         return _none(plan, f"{spec.slot} has a weight that is not positive")
     arms = []
     for name, expr in zip(spec.arms, spec.arm_exprs):
@@ -188,6 +191,10 @@ def _documents(plan: Plan) -> Plan:
         arms.append(FastArm(arm.slot, arm.kind, None))
     return _set(plan, FastPath("fusion", arms=tuple(arms), depth=spec.window, unit=unit,
                                bm25_texts=_used(bm25_texts, [a.slot for a in arms])))
+
+
+def _weight_not_positive(spec: ScoreSpec) -> bool:
+    return spec.kind == "RRF" and any(not w > 0 for w in spec.weights or ())
 
 
 def value_arm(plan: Plan, expr: ir.Expr, name: str) -> FastArm | None:
