@@ -122,6 +122,10 @@ def run(n: int, repeat: int) -> dict[str, Any]:
         "row_by_row_ms": row_by_row,
         "speedup_vs_row_by_row": {name: round(row_by_row[name] / med[name], 1) for name in DOCUMENT_PATH},
         "documents_pruned_to": {name: stats[name].get("pruned_to") for name in DOCUMENT_PATH},
+        # how each page was found: the arms' top documents only (similarity rounds of the store's top
+        # sentences, documents ranked) or a score for every row ("documents": all of them)
+        "how": {name: {k: stats[name][k] for k in ("similarity_rounds", "documents_ranked", "documents_matched",
+                                                   "documents") if k in stats[name]} for name in DOCUMENT_PATH},
         "queries": {name: {"median_ms": med[name], "cpu_median_ms": cpu_med[name], "what": WHAT[name]}
                     for name in fns},
     }
