@@ -67,15 +67,32 @@ _GATHER = t.void(t.uint8[:, ::1], t.int64[::1], t.float32[::1], t.float64[::1], 
 
 
 # reassociation lets LLVM sum in four float64 lanes (5x faster for 1,024 rows): the rounding bound,
-# d · 2⁻⁵³ · Σ|c·w|, does not depend on the order of the sum
+# d · 2⁻⁵³ · Σ|c·w|, does not depend on the order of the sum. Four rows at a time: their code rows are
+# scattered, so four independent streams of loads keep more cache misses in flight (1,024 rows of a
+# 100k × 384 copy out of cache: 0.27 ms, against 0.54 one row at a time)
 @numba.njit(_GATHER, nogil=True, cache=True, boundscheck=False, fastmath={"reassoc", "contract"})
 def gather_dot(codes: Any, rows: Any, w: Any, out: Any, at: Any) -> None:
     """``out[at[i]] += codes[rows[i]] · w`` summed in float64 (products of a byte and a float32 are
     exact there, so the sum's rounding is ~1e-13, far inside the estimates' margin)."""
-    d = codes.shape[1]
-    for i in range(rows.shape[0]):
-        r = rows[i]
+    d, n = codes.shape[1], rows.shape[0]
+    i = 0
+    while i + 4 <= n:
+        r0, r1, r2, r3 = rows[i], rows[i + 1], rows[i + 2], rows[i + 3]
+        a0 = a1 = a2 = a3 = 0.0
+        for j in range(d):
+            wj = np.float64(w[j])
+            a0 += np.float64(codes[r0, j]) * wj
+            a1 += np.float64(codes[r1, j]) * wj
+            a2 += np.float64(codes[r2, j]) * wj
+            a3 += np.float64(codes[r3, j]) * wj
+        out[at[i]] += a0
+        out[at[i + 1]] += a1
+        out[at[i + 2]] += a2
+        out[at[i + 3]] += a3
+        i += 4
+    for last in range(i, n):
+        r = rows[last]
         acc = 0.0
         for j in range(d):
             acc += np.float64(codes[r, j]) * np.float64(w[j])
-        out[at[i]] += acc
+        out[at[last]] += acc

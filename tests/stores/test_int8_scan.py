@@ -88,11 +88,17 @@ def test_masked_rows_are_never_returned_and_small_scans_return_every_row() -> No
     assert mask[ids].all()
 
 
-def test_gather_dot_reads_rows_in_place() -> None:
+@pytest.mark.parametrize("count", [0, 1, 3, 4, 5, 7, 8, 9, 1027])
+def test_gather_dot_reads_rows_in_place(count: int) -> None:
+    """Four rows at a time and the rest one by one: every count, repeated rows, results placed by ``at``."""
     rng = np.random.default_rng(9)
     codes = rng.integers(0, 256, (300, 24), dtype=np.uint8)
     w = rng.standard_normal(24).astype(np.float32)
-    rows = np.array([5, 299, 0, 5], dtype=np.int64)
-    out = np.full(4, 0.5)
-    int8_scan.gather_dot(codes, rows, w, out, np.arange(4, dtype=np.int64))
-    assert np.allclose(out, 0.5 + codes[rows].astype(np.float64) @ w.astype(np.float64), rtol=0, atol=1e-9)
+    rows = rng.integers(0, 300, count).astype(np.int64)
+    rows[:2] = [5, 5][: min(2, count)]
+    at = rng.permutation(count).astype(np.int64)
+    out = np.full(count, 0.5)
+    int8_scan.gather_dot(codes, rows, w, out, at)
+    want = np.full(count, 0.5)
+    want[at] += codes[rows].astype(np.float64) @ w.astype(np.float64)
+    assert np.allclose(out, want, rtol=0, atol=1e-9)

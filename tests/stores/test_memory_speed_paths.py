@@ -65,15 +65,21 @@ def nf(flt: Any) -> NativeFilter | None:
 # ------------------------------------------------------------------------------------ scan bits
 
 
+@pytest.mark.parametrize("alone", [False, True], ids=["blocks", "rows alone"])
 @pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 7, 8, 61, 1001, 4099])
-def test_gathered_blocks_give_every_row_the_bits_of_the_full_scan(n: int) -> None:
+def test_gathered_blocks_give_every_row_the_bits_of_the_full_scan(n: int, alone: bool) -> None:
+    """Whole blocks, or (where this BLAS allows, as checked by rows_alone) the rows padded to a block."""
     rng = np.random.default_rng(n)
     m = unit(rng.standard_normal((n, 384)))
     q = unit(rng.standard_normal(384))
     full = matmul_t(q[None, :], m)[0]
     for _ in range(30):
         keys = np.unique(rng.integers(0, n, int(rng.integers(1, n + 1))))
-        gather, pos = block_rows(keys, n)
+        gather, pos = block_rows(keys, n, 384 if alone else None)
+        tail = n % mem.BLOCK if keys[-1] >= n - n % mem.BLOCK else 0  # the last partial block, whole
+        assert (len(gather) - tail) % mem.BLOCK == 0
+        if alone and mem.rows_alone(384):
+            assert len(gather) < len(keys) + 2 * mem.BLOCK  # the keys, not their blocks
         got = matmul_t(q[None, :], m[gather])[0][pos]
         assert np.array_equal(got.view(np.uint32), full[keys].view(np.uint32))
 
