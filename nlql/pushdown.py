@@ -241,6 +241,11 @@ class FastPath:
     each failing at 0 (a row matching no term of the slot's text cannot pass). A prune path first keeps
     only the rows passing every floor, then selects among them: each arm ranks the rows passing WHERE
     (SPEC §9), not the whole table.
+
+    ``unit``: ``"SENTENCE"`` (the rows are the result rows), or ``"DOCUMENT"``: a ``bm25``, ``formula``
+    or ``fusion`` path over documents (:mod:`nlql.execute.document_page`). Each SIMILARITY/BM25 slot is
+    a document's best sentence score (a maximum over the document's rows), the documents are ranked
+    and fused with numpy, and rows are built for the page's documents only.
     """
 
     kind: str
@@ -251,6 +256,7 @@ class FastPath:
     depth: int | None = None
     bm25_texts: tuple[tuple[str, str], ...] = ()  # (BM25 slot, query text) for the slots it reads
     floors: tuple[tuple[str, str, float], ...] = ()  # (BM25 slot, > or >=, value): WHERE's lower bounds
+    unit: str = "SENTENCE"  # or "DOCUMENT": the path ranks documents by their best sentence
 
     @property
     def prunes(self) -> bool:
@@ -267,6 +273,8 @@ class FastPath:
 
     def describe(self) -> str:
         """One line for explain."""
+        if self.unit != "SENTENCE":
+            return self._describe_grouped()
         if self.kind == "insertion":
             return "insertion: the first LIMIT+OFFSET rows in insertion order, picked before any row is fetched"
         if self.kind == "score":
@@ -278,3 +286,13 @@ class FastPath:
             return "formula: rows at or above the LIMIT+OFFSET-th value of the score arithmetic, kept before any row is fetched"
         arms = ", ".join(a.slot.lstrip("~") for a in self.arms)
         return f"fusion: each arm's top {self.depth} rows ({arms}), kept before any row is fetched"
+
+    def _describe_grouped(self) -> str:
+        unit = self.unit.lower()
+        each = f"each {unit} scored by its best sentence with numpy; rows built for the page's {unit}s only"
+        if self.kind == "bm25":
+            return f"bm25 over {unit}s: the {unit}s at or above the LIMIT+OFFSET-th {self.slot}, {each}"
+        if self.kind == "formula":
+            return f"formula over {unit}s: the {unit}s at or above the LIMIT+OFFSET-th value of the score arithmetic, {each}"
+        arms = ", ".join(a.slot for a in self.arms)
+        return f"fusion over {unit}s: each arm's top {self.depth} {unit}s ({arms}), fused with numpy, {each}"

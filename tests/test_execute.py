@@ -97,7 +97,7 @@ def test_no_fast_path_says_why(engines: tuple[Engine, Engine]) -> None:
     fast, _ = engines
     text = str(fast.explain(f'SELECT SENTENCE LET k = {KW} WHERE LENGTH(content) > 10 OR k > 1 ORDER BY k DESC LIMIT 3'))
     assert "fast path (memory table): none: WHERE has conditions the engine evaluates row by row" in text
-    assert "none: rows group sentences" in str(fast.explain(f"SELECT DOCUMENT LET k = {KW} ORDER BY k DESC LIMIT 3"))
+    assert "none: rows group sentences" in str(fast.explain(f"SELECT CHUNK LET k = {KW} ORDER BY k DESC LIMIT 3"))
 
 
 @pytest.mark.parametrize("where", ["k < 1.4", "k > 1.4 OR k < 0.5", "k + 0 > 0", "s > 0.1 AND k <= 2", "-k < 0"])

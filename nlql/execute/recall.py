@@ -5,7 +5,7 @@
   residual filter or the store has nothing more to give (the top-k guarantee, SPEC §6).
 - ``full`` / ``scan``: every row passing the pushed filter, scored in one pass where the store can
   (``FULL_SCORES``); on a table store the planner's fast path (``FAST_PATH``) picks or prunes the page
-  with numpy before any row is fetched.
+  with numpy before any row is fetched (for DOCUMENT rows: :mod:`nlql.execute.document_page`).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from nlql.execute.arm_values import value_arms
 from nlql.execute.candidates import Candidate, Search, keep_passing
 from nlql.execute.degrade import cause_of, drop_arms
 from nlql.execute.distinct import kept
+from nlql.execute.document_page import document_page
 from nlql.execute.fused_page import fused_page, window_page
 from nlql.execute.graph_recall import recall_by_graph
 from nlql.execute.materialise import candidates, similarities
@@ -214,6 +215,13 @@ def _merged(lists: list[list[tuple[Any, float]]]) -> tuple[list[Any], list[float
 
 def _full(run: Search, qv: dict[str, np.ndarray], fast_ok: bool) -> list[Candidate]:
     plan, store = run.plan, run.store
+    if plan.fast_path is not None and plan.fast_path.unit != "SENTENCE":
+        # a path over DOCUMENT rows: the page's documents from numpy, else every row, row by row
+        by_documents = document_page(run, qv) if fast_ok else None
+        if by_documents is not None:
+            return by_documents
+        run.stats.counts["fast_path"] = f"{plan.fast_path.kind} (declined)"
+        run.plan = plan = replace(plan, fast_path=None)
     if fast_ok and not run.failed:
         by_graph = recall_by_graph(run, qv)
         if by_graph is not None:

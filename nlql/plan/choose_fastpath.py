@@ -2,7 +2,7 @@
 
 Only for stores that declare ``Capabilities.FAST_PATH`` (row numbers in an in-process table), only
 when the engine runs the plan arm by arm over every candidate (recall ``full`` or ``scan``, nothing
-lowered to SQL), the rows are sentences and there is a LIMIT. Two families:
+lowered to SQL) and there is a LIMIT. For sentence rows, two families:
 
 - *top* (``insertion``, ``score``): no residual filter, no BM25 or fusion, no reranker, and ORDER BY
   is nothing or one SIMILARITY: the store returns exactly the page's rows.
@@ -24,6 +24,11 @@ matching no term cannot pass) keeps every *prune* path as a *floor* (``FastPath.
 first keeps the rows passing every floor (from the BM25 matches, no row built), then selects among
 them, so each arm ranks the rows passing WHERE (SPEC §9). A bound that holds at 0 (``kw >= 0``,
 ``kw > -1``) or an upper bound is no floor: the query runs row by row as before.
+
+DOCUMENT rows (``FastPath.unit``, :func:`_documents`) take the *prune* kinds over documents when WHERE
+leaves nothing to the engine: a document's SIMILARITY/BM25 is its best sentence's, so the store takes a
+maximum per document and the documents are ranked and fused with numpy
+(:mod:`nlql.execute.document_page`). CHUNK rows (cut from the sentences' lengths) run row by row.
 
 Every choice is exact. ``plan.fast_path_reason`` says why a table store got no fast path.
 """
@@ -61,7 +66,10 @@ def choose_fastpath(plan: Plan, caps: Capabilities) -> Plan:
     if plan.limit is None:
         return _none(plan, "there is no LIMIT (every row is returned)")
     if not plan.unit.rows_are_sentences:
-        return _none(plan, "rows group sentences")
+        if plan.unit.kind != "DOCUMENT":
+            return _none(plan, f"rows group sentences ({plan.unit.kind} rows are cut from the sentences' lengths, "
+                               "row by row)")
+        return _documents(plan)
     if (plan.graphs or plan.temporals) and not _value_fusion(plan):
         return _none(plan, "GRAPH / TEMPORAL values come from the engine, row by row")
     if plan.fusion_residual and not _zero_fails_all(plan):
@@ -118,6 +126,10 @@ def choose_fastpath(plan: Plan, caps: Capabilities) -> Plan:
         return _set(plan, FastPath("fusion", arms=(FastArm(arm.slot, arm.kind, None),), depth=spec.window,
                                    floors=floors, bm25_texts=_used(bm25_texts, floor_slots)))
     if spec.kind in FUSION_FUNCTIONS and spec.window is not None:
+        if _weight_not_positive(spec):
+            # a row ranked only by an arm of weight <= 0 is in the result with a value <= 0, and the
+            # fused page keeps the rows with a positive value only
+            return _none(plan, f"{spec.slot} has a weight that is not positive")
         arms = []
         for name, expr in zip(spec.arms, spec.arm_exprs):
             arm = plan.spec(plan.slot_of(expr))
@@ -131,6 +143,58 @@ def choose_fastpath(plan: Plan, caps: Capabilities) -> Plan:
         return _set(plan, FastPath("fusion", arms=tuple(arms), depth=spec.window, floors=floors,
                                    bm25_texts=_used(bm25_texts, [*(a.slot for a in arms), *floor_slots])))
     return _none(plan, f"{first.label} is not a BM25, fusion or arithmetic score")
+
+
+def _documents(plan: Plan) -> Plan:
+    """The *prune* paths over DOCUMENT rows (``FastPath.unit``): the first sort key is, descending, one
+    BM25 score, arithmetic over SIMILARITY/BM25 scores, or an RRF / INTERLEAVE of bare SIMILARITY/BM25
+    arms. A document's score is its best sentence's, so the store takes a maximum per document and
+    ranks documents; nothing else may read a document's rows: no condition left to the engine (the
+    pushed filter is on document metadata and ids, so it keeps or drops whole documents), no ``min =>``
+    (NULL below it), no DISTINCT BY, no reranker clause, no GRAPH / TEMPORAL, no other fusion."""
+    if plan.residual or plan.fusion_residual:
+        return _none(plan, "WHERE has conditions the engine evaluates on each document")
+    if plan.graphs or plan.temporals:
+        return _none(plan, "GRAPH / TEMPORAL values come from the engine, row by row")
+    if plan.distinct is not None:
+        return _none(plan, "DISTINCT BY over documents runs row by row")
+    if plan.rerank is not None:
+        return _none(plan, "a reranker reads the documents row by row")
+    if any(s.min is not None for s in plan.scores):
+        return _none(plan, "a score has min => (NULL below it): documents row by row")
+    if not plan.order or not plan.order[0].descending:
+        return _none(plan, "the first sort key is not a score DESC")
+    first = plan.order[0]
+    spec = plan.spec(plan.slot_of(first.expr))
+    others = [f for f in plan.fusions if spec is None or f.slot != spec.slot]
+    if others:
+        return _none(plan, f"the fusion {others[0].slot} ranks every candidate")
+    bm25_texts = tuple((s.slot, " ".join(s.texts)) for s in plan.scores if s.kind == "BM25")
+    unit = plan.unit.kind
+    if spec is None:
+        formula = score_formula(plan, first.expr)
+        if formula is None:
+            return _none(plan, f"{first.label} is not arithmetic over SIMILARITY/BM25 scores")
+        return _set(plan, FastPath("formula", formula=formula, unit=unit,
+                                   bm25_texts=_used(bm25_texts, formula.slots())))
+    if spec.kind == "BM25":
+        return _set(plan, FastPath("bm25", slot=spec.slot, unit=unit, bm25_texts=_used(bm25_texts, [spec.slot])))
+    if spec.kind not in ("RRF", "INTERLEAVE") or spec.window is None:
+        return _none(plan, f"{first.label} is not a BM25, RRF / INTERLEAVE or arithmetic score")
+    if _weight_not_positive(spec):  # (as for sentences)
+        return _none(plan, f"{spec.slot} has a weight that is not positive")
+    arms = []
+    for name, expr in zip(spec.arms, spec.arm_exprs):
+        arm = plan.spec(plan.slot_of(expr))
+        if arm is None or arm.kind not in TEXT_SCORES:
+            return _none(plan, f"arm {name} is not one SIMILARITY or BM25 call")
+        arms.append(FastArm(arm.slot, arm.kind, None))
+    return _set(plan, FastPath("fusion", arms=tuple(arms), depth=spec.window, unit=unit,
+                               bm25_texts=_used(bm25_texts, [a.slot for a in arms])))
+
+
+def _weight_not_positive(spec: ScoreSpec) -> bool:
+    return spec.kind == "RRF" and any(not w > 0 for w in spec.weights or ())
 
 
 def value_arm(plan: Plan, expr: ir.Expr, name: str) -> FastArm | None:

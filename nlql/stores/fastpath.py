@@ -11,6 +11,7 @@ engine then runs its general path.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -19,7 +20,8 @@ from nlql.pushdown import FastPath, Formula
 from nlql.stores.base import Bm25Matches
 from nlql.stores.table import RowTable
 
-__all__ = ["floor_rows", "select", "top_rows"]
+__all__ = ["document_best", "document_formula", "document_matches", "first_documents", "floor_rows", "select",
+           "top_rows"]
 
 
 def select(table: RowTable, path: FastPath, keys: np.ndarray, scores: Mapping[str, np.ndarray], need: int,
@@ -230,3 +232,84 @@ def _evaluate(f: Formula, table: RowTable, path: FastPath, keys: np.ndarray, sco
     with np.errstate(all="ignore"):
         out = {"+": np.add, "-": np.subtract, "*": np.multiply, "/": np.divide}[f.op](a, b)
     return out if bool(np.isfinite(out).all()) else None
+
+
+# ------------------------------------------------------------------------------------------ documents
+
+
+def document_best(table: RowTable, keys: np.ndarray, scores: Mapping[str, np.ndarray], path: FastPath,
+                  sparse: Any) -> tuple[np.ndarray, dict[str, np.ndarray]] | None:
+    """Each document's best sentence score per slot, for a path over DOCUMENT rows (``path.unit``).
+
+    ``keys``: the live rows passing the pushed filter, ascending; ``scores``: SIMILARITY scores per slot
+    aligned with them; the BM25 slots of ``path`` come from the engine's sparse matches
+    (``sparse(text, table)``; 0.0 for a document whose sentences match no term). A document's rows are
+    one run of consecutive row numbers, so each maximum is one ``np.maximum.reduceat`` over those runs.
+
+    Returns ``(first row of each document, in row order; {slot: best value per document})``, or None
+    when a document has rows outside ``keys`` (its best sentence could be one of them).
+    """
+    keys = np.asarray(keys, dtype=np.int64)
+    n = int(keys.size)
+    if n == 0:
+        return keys, {**{s: np.zeros(0, dtype=np.float32) for s in scores},
+                      **{s: np.zeros(0) for s, _ in path.bm25_texts}}
+    slot_of = table.row_doc
+    slots = slot_of[keys]
+    starts = np.concatenate(([0], np.flatnonzero((slots[1:] != slots[:-1]) | (keys[1:] != keys[:-1] + 1)) + 1))
+    firsts, lasts = keys[starts], keys[np.append(starts[1:] - 1, n - 1)]
+    run_slots = slots[starts]
+    # whole documents only: the row before a run and the row after it belong to other documents
+    before = (firsts == 0) | (slot_of[np.maximum(firsts - 1, 0)] != run_slots)
+    after = (lasts == table.size - 1) | (slot_of[np.minimum(lasts + 1, table.size - 1)] != run_slots)
+    if not (bool(before.all()) and bool(after.all())):
+        return None
+    best: dict[str, np.ndarray] = {s: np.maximum.reduceat(np.asarray(v), starts) for s, v in scores.items()}
+    if path.bm25_texts:
+        run_of = np.zeros(n, dtype=np.int64)
+        run_of[starts[1:]] = 1
+        np.cumsum(run_of, out=run_of)
+        for slot, text in path.bm25_texts:
+            rows, vals = sparse(text, table)
+            at = np.minimum(np.searchsorted(keys, rows), n - 1)
+            ok = keys[at] == rows
+            runs, vals = run_of[at[ok]], vals[ok]
+            out = np.zeros(starts.size, dtype=np.float64)
+            if runs.size:  # rows ascending: each document's matches are consecutive
+                cut = np.concatenate(([0], np.flatnonzero(runs[1:] != runs[:-1]) + 1))
+                out[runs[cut]] = np.maximum.reduceat(vals, cut)
+            best[slot] = out
+    return firsts, best
+
+
+def document_formula(table: RowTable, path: FastPath, best: Mapping[str, np.ndarray]) -> np.ndarray | None:
+    """A ``formula`` path's value per document from each slot's best per document (:func:`document_best`),
+    in float64 as the row evaluator computes it, or None (a zero divisor, a value not finite)."""
+    assert path.formula is not None
+    size = len(next(iter(best.values()))) if best else 0
+    return _evaluate(path.formula, table, replace(path, bm25_texts=()), np.arange(size), best, _NO_MATCHES)
+
+
+def _no_matches(text: str) -> tuple[list[tuple[str, int]], np.ndarray]:
+    return [], np.zeros(0)
+
+
+_NO_MATCHES: Bm25Matches = _no_matches
+
+
+def first_documents(table: RowTable, rows: np.ndarray) -> np.ndarray:
+    """Indices (into ``rows``) of each document's first row, in the order of ``rows``: for rows best first
+    by (score desc, seq, position), each document's best row, so the documents best first by their best
+    sentence (ties on insertion order: a document's rows share its seq)."""
+    _, first = np.unique(table.row_doc[rows], return_index=True)
+    return np.sort(first)
+
+
+def document_matches(table: RowTable, rows: np.ndarray, vals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(a row of each document holding a term, that document's best BM25) from sparse matches (``rows``
+    ascending, ``vals`` > 0): a document's rows are consecutive, so one ``np.maximum.reduceat``."""
+    if rows.size == 0:
+        return rows, np.zeros(0, dtype=np.float64)
+    docs = table.row_doc[rows]
+    cut = np.concatenate(([0], np.flatnonzero(docs[1:] != docs[:-1]) + 1))
+    return rows[cut], np.maximum.reduceat(vals, cut)
