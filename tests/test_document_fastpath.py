@@ -114,6 +114,7 @@ def windowed() -> tuple[Engine, Engine]:
     row-by-row twin."""
     e = _engine(True, n=1500)
     e.store.QUANT_MIN_ROWS = 0  # type: ignore[attr-defined]
+    e.store.INT8_BACKGROUND = False  # type: ignore[attr-defined]  # the first search builds the copy
     return e, _engine(False, n=1500)
 
 
