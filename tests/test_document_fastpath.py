@@ -293,3 +293,17 @@ def test_a_weight_that_is_not_positive_keeps_rows_ranked_by_that_arm_only(engine
         got, want = fast.search(q, params=params), slow.search(q, params=params)
         assert _page(got) == _page(want)
         assert any(h.scores["f"] <= 0 for h in got)  # what a fused page (positive values only) leaves out
+
+
+def test_the_speed_bench_runs_at_a_tiny_size() -> None:
+    """bench/doc_speed.py checks every fast page against the row-by-row page before timing it."""
+    import sys
+    from pathlib import Path
+
+    root = str(Path(__file__).resolve().parent.parent)
+    if root not in sys.path:
+        sys.path.insert(0, root)
+    from bench import doc_speed
+
+    out = doc_speed.run(800, 2)
+    assert out["queries"] and all(q["median_ms"] > 0 for q in out["queries"].values())
