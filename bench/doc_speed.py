@@ -79,8 +79,8 @@ def run(n: int, repeat: int) -> dict[str, Any]:
     doc_metas = [metas[i] for i in range(0, n, PER_DOC)]
     engine = Engine(embedder=QueryMemo(HashEmbedder(dim=384)), store="memory", warm_up=False)
     engine.add_texts(docs, ids=[f"d{i}" for i in range(len(docs))], metadatas=doc_metas, batch_size=4096)
-    steady(engine)
     ingest_s = time.perf_counter() - t
+    steady(engine)
     sentences = engine.store.count()
     engine.search(QUERIES["doc_bm25"])  # the engine builds its BM25 index on first use
 

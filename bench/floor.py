@@ -72,8 +72,8 @@ def run(n: int, repeat: int) -> dict[str, Any]:
     emb = QueryMemo(HashEmbedder(dim=384))
     engine = Engine(embedder=emb, store="memory", warm_up=False)
     engine.add_texts(texts, ids=[str(i) for i in range(n)], metadatas=metas, batch_size=8192)
-    steady(engine)
     build_s = time.perf_counter() - t
+    steady(engine)
     published = np.array([m["status"] == "published" for m in metas])
     del texts, metas
     gc.collect()

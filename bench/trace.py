@@ -81,8 +81,8 @@ def trace_store(store: str, n: int, repeat: int) -> dict[str, Any]:
     engine = Engine(embedder=QueryMemo(HashEmbedder(dim=384)), store=store, warm_up=False)
     t = time.perf_counter()
     engine.add_texts(texts, ids=[str(i) for i in range(n)], metadatas=metas, batch_size=8192)
-    steady(engine)
     ingest_s = time.perf_counter() - t
+    steady(engine)
     params = {"q": QUERY_TEXT}
     plan = engine.explain(HYBRID, params=params).to_dict()
 

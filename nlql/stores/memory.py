@@ -3,7 +3,8 @@
 Recall is one matrix-vector product per query text plus a partial sort (``argpartition``); from
 ``QUANT_MIN_ROWS`` rows (and Faiss installed) an int8 copy is scanned first and its best candidates are
 rescored exactly, with a certificate that nothing left out could enter the top k (:mod:`nlql.stores.quant`;
-otherwise the float32 scan runs, and ``last_stats`` says which). Every score has the bits of one
+otherwise the float32 scan runs, and ``last_stats`` says which; the copy is built on a background
+thread from the first search that wants it, float32 scans meanwhile). Every score has the bits of one
 single-threaded scan over the whole matrix, whatever rows are scored: a few rows are scored in whole
 aligned BLAS blocks, or alone where the BLAS allows (:func:`block_rows`), so a filtered, a rescored and a full answer never differ in
 the last bit. A pushed filter is a set of rows from :class:`~nlql.stores.table.RowTable` (equality and
