@@ -48,6 +48,7 @@ from bench.common import (  # noqa: E402
     RESULTS,
     QueryMemo,
     SparseBM25,
+    interleaved_cpu_runs,
     log,
     machine_info,
     stamp_end,
@@ -209,7 +210,7 @@ def run(n: int, repeat: int) -> dict[str, Any]:
         "floor_rrf": floor_rrf,
         "floor_matvec": floor_matvec,
     }
-    runs, cpu = _interleaved(fns, repeat, warmup=2)
+    runs, cpu = interleaved_cpu_runs(fns, repeat, warmup=2)
     med = {name: round(statistics.median(v), 3) for name, v in runs.items()}
     cpu_med = {name: round(statistics.median(v), 3) for name, v in cpu.items()}
     what = {
@@ -252,24 +253,6 @@ def run(n: int, repeat: int) -> dict[str, Any]:
     }
     log(f"n={n}: " + ", ".join(f"{k} {v} ms (cpu {cpu_med[k]})" for k, v in med.items()))
     return out
-
-
-def _interleaved(fns: dict[str, Any], repeat: int, warmup: int) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
-    """:func:`bench.common.interleaved_runs`, also recording the process's CPU time per call (every
-    thread of the process: the int8 scan runs on two): on a shared machine the wall time also holds
-    the waits for a core, the CPU time does not."""
-    for _ in range(warmup):
-        for fn in fns.values():
-            fn()
-    wall: dict[str, list[float]] = {name: [] for name in fns}
-    cpu: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(max(1, repeat)):
-        for name, fn in fns.items():
-            c, t = time.process_time(), time.perf_counter()
-            fn()
-            wall[name].append((time.perf_counter() - t) * 1000)
-            cpu[name].append((time.process_time() - c) * 1000)
-    return wall, cpu
 
 
 def main() -> None:

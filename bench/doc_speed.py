@@ -36,7 +36,16 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.common import RESULTS, QueryMemo, log, machine_info, stamp_end, steady, write_json  # noqa: E402
+from bench.common import (  # noqa: E402
+    RESULTS,
+    QueryMemo,
+    interleaved_cpu_runs,
+    log,
+    machine_info,
+    stamp_end,
+    steady,
+    write_json,
+)
 from bench.corpus import synthetic_corpus  # noqa: E402
 
 TEXT = "renewable energy policy"
@@ -110,7 +119,7 @@ def run(n: int, repeat: int) -> dict[str, Any]:
     log(f"pages identical; row by row: {row_by_row}")
 
     fns = {name: (lambda q=q: engine.search(q)) for name, q in QUERIES.items()}
-    wall, cpu = _interleaved(fns, repeat, warmup=2)
+    wall, cpu = interleaved_cpu_runs(fns, repeat, warmup=2)
     med = {name: round(statistics.median(v), 3) for name, v in wall.items()}
     cpu_med = {name: round(statistics.median(v), 3) for name, v in cpu.items()}
     out: dict[str, Any] = {
@@ -132,23 +141,6 @@ def run(n: int, repeat: int) -> dict[str, Any]:
     }
     log(f"n={n}: " + ", ".join(f"{k} {v} ms (cpu {cpu_med[k]})" for k, v in med.items()))
     return out
-
-
-def _interleaved(fns: dict[str, Any], repeat: int, warmup: int) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
-    """Round-robin timing (:func:`bench.common.interleaved_runs`) with the process's CPU time per call
-    beside the wall time: on a shared machine the wall time also holds the waits for a core."""
-    for _ in range(warmup):
-        for fn in fns.values():
-            fn()
-    wall: dict[str, list[float]] = {name: [] for name in fns}
-    cpu: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(max(1, repeat)):
-        for name, fn in fns.items():
-            c, t = time.process_time(), time.perf_counter()
-            fn()
-            wall[name].append((time.perf_counter() - t) * 1000)
-            cpu[name].append((time.process_time() - c) * 1000)
-    return wall, cpu
 
 
 def main() -> None:
