@@ -244,6 +244,8 @@ class BestFirst:
     def take(self, n: int) -> np.ndarray:
         """The positions of the ``n`` largest values left (all of them when fewer are left)."""
         rest = self.rest
+        if n <= 0:
+            return rest[:0]
         if n >= len(rest):
             self.rest = rest[:0]
             return rest

@@ -102,3 +102,22 @@ def test_gather_dot_reads_rows_in_place(count: int) -> None:
     want = np.full(count, 0.5)
     want[at] += codes[rows].astype(np.float64) @ w.astype(np.float64)
     assert np.allclose(out, want, rtol=0, atol=1e-9)
+
+
+def test_best_first_hands_out_every_position_once_largest_first() -> None:
+    """The candidates' and the rescoring stream's batches (quant.BestFirst): each batch holds the largest
+    values left, every position is handed out once, and the largest value left bounds the rest."""
+    from nlql.stores.quant import BestFirst
+
+    rng = np.random.default_rng(5)
+    values = np.round(rng.standard_normal(1000), 1).astype(np.float32)  # many ties
+    stream = BestFirst(values)
+    seen: list[int] = []
+    assert len(stream.take(0)) == 0
+    for n in (7, 1, 64, 300, 5000):
+        batch = stream.take(n)
+        assert len(batch) == min(n, 1000 - len(seen))
+        if len(stream.rest):
+            assert values[batch].min() >= stream.rest_max == values[stream.rest].max()
+        seen += batch.tolist()
+    assert sorted(seen) == list(range(1000)) and stream.rest_max == -np.inf
