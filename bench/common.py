@@ -20,11 +20,14 @@ CACHE = ROOT / "bench" / ".cache"
 
 
 def steady(engine: Any) -> Any:
-    """Build the built-in store's int8 copy now (it is otherwise built in the background from the first
-    search, which scans float32 meanwhile), so that timings are of the steady state; returns ``engine``."""
+    """Build the built-in store's int8 copy now, and let its first filtered searches build their filters'
+    own copies on their own thread (the store otherwise builds both in the background, scanning float32
+    or the whole copy meanwhile: ``bench/first_search.py`` measures that), so that timings after the
+    warm-up rounds are of the steady state; returns ``engine``."""
     build = getattr(engine.store, "build_int8", None)
     if build is not None:
         build()
+        engine.store.INT8_BACKGROUND = False
     return engine
 
 

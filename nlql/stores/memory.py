@@ -192,6 +192,7 @@ class _Rows:
     pos: np.ndarray | None = None
     selectors: Any = None                # the keys as a row mask for the int8 copy's scan
     int8: Any = None                     # or the keys' own int8 copy (quant.Int8Copy.subset)
+    int8_build: Any = None               # that copy's build in the background (quant.Build), once started
     own_copy: bool = True                # whether the keys may get their own int8 copy (not for one query)
 
 
@@ -457,12 +458,13 @@ class MatrixStore:
             assert self.dim is not None
             if self.INT8_BACKGROUND and not inline:
                 if self._build is None:
-                    self._build = quant.Build(self.matrix, self.dim, self._built)
+                    matrix, dim = self.matrix, self.dim
+                    self._build = quant.Build(lambda stop: quant.new_copy(matrix, dim, stop), self._built)
                 return None
             if not quant.available():
                 self._int8_why = "Faiss or Numba could not be imported"
                 return None
-            self._quant = quant.Int8Copy(self.dim)
+            self._quant = quant.new_copy(self.matrix, self.dim)
         self._quant.sync(self.matrix)  # rows written since: encoded here, a few at a time
         return self._quant
 
@@ -475,6 +477,13 @@ class MatrixStore:
                 return
         if copy is not None:
             copy.close()
+
+    def _subset_built(self, rows: _Rows, build: quant.Build, copy: quant.Int8Copy | None, why: str | None) -> None:
+        """A filter's own copy, built in the background: kept on its cache entry (an entry a write has
+        dropped since is no longer reached); after a failure the filter keeps the whole copy."""
+        with self._lock:
+            if rows.int8_build is build and copy is not None:
+                rows.int8 = copy
 
     def build_int8(self, wait: bool = True) -> bool:
         """Build the int8 copy now, on this thread, or wait for the background build (a benchmark calls
@@ -513,16 +522,24 @@ class MatrixStore:
             return None
         local = None  # a filter's own int8 copy: ids are positions in rows.keys
         if rows.keys is not None:
-            if rows.int8 is None and (not rows.own_copy or not self._own_copy_fits(len(rows.keys), rows.size, copy)):
-                # most rows, or no room for another copy: the whole copy, the others deselected
+            if rows.int8 is None and rows.own_copy and rows.int8_build is None \
+                    and self._own_copy_fits(len(rows.keys), rows.size, copy):
+                if self.INT8_BACKGROUND:  # built on a thread of its own; the whole copy meanwhile
+                    parent, matrix, keys = copy, self.matrix, rows.keys
+                    rows.int8_build = quant.Build(lambda stop: parent.subset(matrix, keys, stop),
+                                                  functools.partial(self._subset_built, rows))
+                else:
+                    rows.int8 = copy.subset(self.matrix, rows.keys)
+            stats["copy"] = "the filter's own" if rows.int8 is not None else "the whole, other rows deselected"
+            if rows.int8 is not None:
+                copy, local = rows.int8, rows.keys
+            else:
+                # most rows, no room for another copy, or it is being built: the whole copy, the others
+                # deselected
                 if rows.selectors is None:
                     mask = np.zeros(rows.size, dtype=bool)
                     mask[rows.keys] = True
                     rows.selectors = copy.selectors(mask)
-            else:
-                if rows.int8 is None:
-                    rows.int8 = copy.subset(self.matrix, rows.keys)
-                copy, local = rows.int8, rows.keys
         n = rows.size if rows.keys is None else len(rows.keys)
         depth = quant.depth_for(k, n)
         # rows the tight bounds do not cover: estimated from their own float32 copy (scores within
@@ -580,8 +597,10 @@ class MatrixStore:
     def _own_copy_fits(self, rows: int, size: int, copy: quant.Int8Copy) -> bool:
         if rows > size * self.OWN_COPY_SHARE:
             return False
-        held = sum(r.int8.nbytes for r in self._sub_cache.values() if r.int8 is not None)
-        return held + rows * (copy.nbytes / max(1, copy.size)) <= max(copy.nbytes, 1 << 20)
+        per_row = copy.nbytes / max(1, copy.size)
+        held = sum(r.int8.nbytes if r.int8 is not None else len(r.keys) * per_row
+                   for r in self._sub_cache.values() if r.int8 is not None or r.int8_build is not None)
+        return held + rows * per_row <= max(copy.nbytes, 1 << 20)
 
     def memory_stats(self) -> dict[str, Any]:
         """Bytes held per vector: the float32 matrix, the int8 copy when one is built (with its split

@@ -123,29 +123,29 @@ class Cancelled(Exception):
 
 
 class Build:
-    """An int8 copy of rows ``0..len(matrix)`` built on a background thread; ``done(build, copy, why)``
-    runs on that thread at the end with the copy, or None and why not (None as well when cancelled).
-    ``matrix`` must keep its rows while the build reads them (the store's rows are append-only; a
-    store that rewrites them in place cancels the build first and ignores what it hands back)."""
+    """An int8 copy built on a background thread by ``make(stop)`` (:func:`new_copy`, or a copy's
+    :meth:`Int8Copy.subset`); ``done(build, copy, why)`` runs on that thread at the end with the copy,
+    or None and why not (None as well when cancelled). The matrix must keep its rows while the build
+    reads them (the store's rows are append-only; a store that rewrites them in place cancels the
+    build first, or no longer reaches what it hands back)."""
 
     _running: ClassVar[set[Build]] = set()
 
-    def __init__(self, matrix: np.ndarray, dim: int,
+    def __init__(self, make: Callable[[threading.Event], Int8Copy],
                  done: Callable[[Build, Int8Copy | None, str | None], None]) -> None:
         self.stop = threading.Event()
         self._done = done
-        self.thread = threading.Thread(target=self._run, args=(matrix, dim), name="nlql-int8-build", daemon=True)
+        self.thread = threading.Thread(target=self._run, args=(make,), name="nlql-int8-build", daemon=True)
         Build._running.add(self)
         self.thread.start()
 
-    def _run(self, matrix: np.ndarray, dim: int) -> None:
+    def _run(self, make: Callable[[threading.Event], Int8Copy]) -> None:
         copy, why = None, None
         try:
             if not available():
                 why = "Faiss or Numba could not be imported"
             elif not self.stop.is_set():
-                copy = Int8Copy(dim, stop=self.stop)
-                copy.sync(matrix)
+                copy = make(self.stop)
         except Cancelled:
             copy = None
         except Exception as exc:  # noqa: BLE001 - the store scans float32 instead and says why
@@ -159,6 +159,13 @@ class Build:
 
     def join(self, timeout: float | None = None) -> None:
         self.thread.join(timeout)
+
+
+def new_copy(matrix: np.ndarray, dim: int, stop: threading.Event | None = None) -> Int8Copy:
+    """An int8 copy of rows ``0..len(matrix)`` (``stop`` set: it raises :class:`Cancelled`)."""
+    copy = Int8Copy(dim, stop=stop)
+    copy.sync(matrix)
+    return copy
 
 
 @atexit.register
@@ -396,15 +403,16 @@ class Int8Copy(_Codes):
         """Bytes held: the codes' array (room for growth included) and the split code's."""
         return self._codes.nbytes + (self.split.nbytes if self.split is not None else 0)
 
-    def subset(self, matrix: np.ndarray, keys: np.ndarray) -> Int8Copy:
+    def subset(self, matrix: np.ndarray, keys: np.ndarray, stop: threading.Event | None = None) -> Int8Copy:
         """A copy over the rows ``keys`` only (local ids 0..len(keys)), with this copy's quantisers: a
         filter's rows scanned without reading the others (the codes are the same, so the bound too)."""
-        sub = Int8Copy(self.dim)
+        sub = Int8Copy(self.dim, stop=stop)
         sub._trained = self._trained
         sub.err_max = self.err_max
         sub.tau = self.tau
         if self.split is not None and len(keys) >= SPLIT_MIN_ROWS:
             sub.split = _SplitScan(self.split.codec)
+            sub.split.stop = stop
         sub.sync(matrix, keys)
         return sub
 
@@ -627,4 +635,4 @@ def depth_for(k: int, rows: int) -> int:
 
 
 __all__ = ["MARGIN", "SHARD_ROWS", "SPLIT_MIN_ROWS", "BestFirst", "Build", "Cancelled", "Candidates", "Int8Copy",
-           "available", "depth_for", "installed"]
+           "available", "depth_for", "installed", "new_copy"]

@@ -20,6 +20,7 @@ import pytest
 
 from nlql import Engine
 from nlql.embedders import HashEmbedder
+from nlql.pushdown import Cond, NativeFilter
 from nlql.stores import quant
 from nlql.stores.memory import MemoryStore
 from tests.stores.test_memory_speed_paths import docs, focused, unit
@@ -169,3 +170,28 @@ def test_a_process_exiting_during_a_build_exits_cleanly(tmp_path: Path) -> None:
     assert "scan fp32" in done.stdout
     assert "running at exit 1" in done.stdout, done.stdout
     assert "Fatal" not in done.stderr and "terminate" not in done.stderr, done.stderr
+
+
+def test_a_filters_own_copy_is_built_in_the_background(held: threading.Event) -> None:
+    """Meanwhile the filter's searches scan the whole copy with the other rows deselected (same answers)."""
+    rng = np.random.default_rng(6)
+    x = focused(rng, 4000, DIM)
+    metas = [{"half": i % 2} for i in range(4000)]
+    s = MemoryStore()
+    s.QUANTISE = True  # type: ignore[misc]
+    s.QUANT_MIN_ROWS = 64  # type: ignore[misc]
+    s.table.ROWSET_MIN = 0  # type: ignore[misc]
+    s.open(DIM)
+    s.upsert(docs(x, metas))
+    assert s.build_int8()  # the whole copy, built on this thread (no build waits for the event here)
+    flt = NativeFilter(native=Cond("eq", ("meta", "half"), 1), text="half == 1")
+    q = unit(rng.standard_normal((1, DIM)))
+    first = s.knn(q, 10, flt)
+    assert s.last_stats["copy"] == "the whole, other rows deselected"
+    entry = s._rows(flt)  # noqa: SLF001
+    assert entry.int8_build is not None and entry.int8 is None
+    held.set()
+    entry.int8_build.join(20)
+    assert s.knn(q, 10, flt) == first
+    assert s.last_stats["copy"] == "the filter's own" and "int8" in s.last_stats["scan"]
+    assert all(int(r.doc_id[1:]) % 2 == 1 for r in s.fetch([k for k, _ in first[0]]))
