@@ -44,6 +44,28 @@ FILTERED = QUERY.replace(" ORDER BY", ' WHERE meta.status == "published" ORDER B
 MODES = ("background", "inline", "no_int8")
 
 
+def _until(engine: Any, query: str, ready: Any, after: int) -> tuple[list[float], int]:
+    """Run ``query`` again and again (at most 30 s) until ``ready(stats)`` holds, then ``after`` more
+    times: (every search's ms, the index of the first ready one). Every answer must equal the first."""
+    times: list[float] = []
+    answer, at = None, None
+    start = time.perf_counter()
+    while time.perf_counter() - start < 30:
+        t = time.perf_counter()
+        hits = engine.search(query)
+        times.append((time.perf_counter() - t) * 1000)
+        got = [(h.id, h.scores) for h in hits]
+        if answer is None:
+            answer = got
+        elif got != answer:
+            raise AssertionError(f"a later search of {query!r} answered differently")
+        if at is None and ready(hits.stats["store"]):
+            at = len(times) - 1
+        if at is not None and len(times) - at > after:
+            return times, at
+    raise AssertionError(f"{query!r}: not ready within 30 s")
+
+
 def child(n: int, mode: str) -> dict[str, Any]:
     """One trial, in this (fresh) process."""
     from bench.common import QueryMemo
@@ -59,49 +81,17 @@ def child(n: int, mode: str) -> dict[str, Any]:
     texts, metas = synthetic_corpus(n, seed=42)
     engine = Engine(embedder=QueryMemo(HashEmbedder(dim=384)), store="memory", warm_up=False)
     engine.add_texts(texts, ids=[str(i) for i in range(n)], metadatas=metas, batch_size=8192)
-    times, first, int8_at, answer = [], None, None, None
-    start = time.perf_counter()
-    while time.perf_counter() - start < 30:
-        t = time.perf_counter()
-        hits = engine.search(QUERY)
-        times.append((time.perf_counter() - t) * 1000)
-        got = [(h.id, h.scores) for h in hits]
-        if answer is None:
-            answer = got
-        elif got != answer:
-            raise AssertionError("a later search answered differently")
-        scan = hits.stats["store"].get("scan", "")
-        if first is None:
-            first = len(times) - 1
-        if "int8" in scan or mode == "no_int8":
-            int8_at = int8_at if int8_at is not None else len(times) - 1
-            if len(times) - int8_at > 5:
-                break
-    if int8_at is None:
-        raise AssertionError(f"{mode}: the int8 copy never answered within 30 s")
-    before = times[:int8_at] if mode != "no_int8" else times[:1]
-    filtered, answer, own_at = [], None, None
-    start = time.perf_counter()
-    while time.perf_counter() - start < 30:
-        t = time.perf_counter()
-        hits = engine.search(FILTERED)
-        filtered.append((time.perf_counter() - t) * 1000)
-        got = [(h.id, h.scores) for h in hits]
-        if answer is None:
-            answer = got
-        elif got != answer:
-            raise AssertionError("a later filtered search answered differently")
-        if hits.stats["store"].get("copy") == "the filter's own" or mode == "no_int8":
-            own_at = len(filtered) - 1
-            break
-    if own_at is None:
-        raise AssertionError(f"{mode}: the filter's own copy never answered within 30 s")
-    return {"filtered_first_ms": round(filtered[0], 1), "filtered_until_own_copy_s": round(sum(filtered[:own_at]) / 1000, 2),
-            "first_ms": round(times[0], 1),
+    plain = mode == "no_int8"
+    times, int8_at = _until(engine, QUERY, lambda st: plain or "int8" in st.get("scan", ""), 5)
+    filtered, own_at = _until(engine, FILTERED, lambda st: plain or st.get("copy") == "the filter's own", 0)
+    before = times[:int8_at] if not plain else times[:1]
+    return {"first_ms": round(times[0], 1),
             "median_before_int8_ms": round(statistics.median(before[1:]), 1) if len(before) > 1 else None,
             "searches_before_int8": int8_at,
             "until_int8_s": round(sum(times[:int8_at]) / 1000, 2),
-            "median_after_ms": round(statistics.median(times[int8_at + 1:int8_at + 6]), 1)}
+            "median_after_ms": round(statistics.median(times[int8_at + 1:int8_at + 6]), 1),
+            "filtered_first_ms": round(filtered[0], 1),
+            "filtered_until_own_copy_s": round(sum(filtered[:own_at]) / 1000, 2)}
 
 
 def main() -> None:
@@ -116,8 +106,9 @@ def main() -> None:
         return
     from nlql.stores.memory import MemoryStore
 
-    if args.size < MemoryStore.QUANT_MIN_ROWS:
-        ap.error(f"--size must be at least {MemoryStore.QUANT_MIN_ROWS} (the store keeps no int8 copy below it)")
+    if args.size < 4 * MemoryStore.QUANT_MIN_ROWS:
+        ap.error(f"--size must be at least {4 * MemoryStore.QUANT_MIN_ROWS} (the filter, a quarter of the rows, "
+                 f"gets no int8 copy below {MemoryStore.QUANT_MIN_ROWS} rows)")
     started = time.perf_counter()
     trials: dict[str, list[dict[str, Any]]] = {m: [] for m in MODES}
     for _ in range(args.trials):
