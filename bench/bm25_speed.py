@@ -51,6 +51,7 @@ from bench.common import (  # noqa: E402
     interleaved_cpu_runs,
     log,
     machine_info,
+    row_by_row,
     stamp_end,
     steady,
     write_json,
@@ -159,19 +160,11 @@ def run(n: int, repeat: int) -> dict[str, Any]:
     floor_page = engine.search(RRF_FLOOR_Q)
     if floor_page.stats.get("fast_path") != "fusion" or floor_page.stats.get("floor_rows") is None:
         raise AssertionError(f"the RRF query with WHERE kw > 0 left its fast path: {floor_page.stats}")
-    # the reference: the same query row by row (the store declaring no fast path, plans planned again)
-    from dataclasses import replace
-
-    caps = engine.store.capabilities
-    engine._plans.clear()  # noqa: SLF001 - the plans cached above hold the fast path
-    engine.store.capabilities = replace(caps, FAST_PATH=False)  # type: ignore[misc]
-    try:
+    # the reference: the same query row by row
+    with row_by_row(engine):
         t = time.perf_counter()
         slow_floor = engine.search(RRF_FLOOR_Q)
         floor_row_by_row_ms = (time.perf_counter() - t) * 1000
-    finally:
-        engine.store.capabilities = caps  # type: ignore[misc]
-        engine._plans.clear()  # noqa: SLF001
     if slow_floor.stats.get("fast_path") is not None:
         raise AssertionError(f"the reference page took a fast path: {slow_floor.stats}")
     if [(h.id, h.scores) for h in floor_page] != [(h.id, h.scores) for h in slow_floor]:

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
 import os
 import platform
 import statistics
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +31,20 @@ def steady(engine: Any) -> Any:
         build()
         engine.store.INT8_BACKGROUND = False
     return engine
+
+
+@contextlib.contextmanager
+def row_by_row(engine: Any) -> Iterator[Any]:
+    """Inside: ``engine``'s store declares no fast path and every plan is planned again, so a search runs
+    row by row (the reference the fast pages are checked against); restored after."""
+    caps = engine.store.capabilities
+    engine._plans.clear()  # noqa: SLF001 - the plans cached before hold the fast path
+    engine.store.capabilities = dataclasses.replace(caps, FAST_PATH=False)
+    try:
+        yield engine
+    finally:
+        engine.store.capabilities = caps
+        engine._plans.clear()  # noqa: SLF001
 
 
 def median_ms(fn: Callable[[], Any], repeat: int, warmup: int = 1) -> float:

@@ -265,20 +265,14 @@ def document_best(table: RowTable, keys: np.ndarray, scores: Mapping[str, np.nda
     if not (bool(before.all()) and bool(after.all())):
         return None
     best: dict[str, np.ndarray] = {s: np.maximum.reduceat(np.asarray(v), starts) for s, v in scores.items()}
-    if path.bm25_texts:
-        run_of = np.zeros(n, dtype=np.int64)
-        run_of[starts[1:]] = 1
-        np.cumsum(run_of, out=run_of)
-        for slot, text in path.bm25_texts:
-            rows, vals = sparse(text, table)
-            at = np.minimum(np.searchsorted(keys, rows), n - 1)
-            ok = keys[at] == rows
-            runs, vals = run_of[at[ok]], vals[ok]
-            out = np.zeros(starts.size, dtype=np.float64)
-            if runs.size:  # rows ascending: each document's matches are consecutive
-                cut = np.concatenate(([0], np.flatnonzero(runs[1:] != runs[:-1]) + 1))
-                out[runs[cut]] = np.maximum.reduceat(vals, cut)
-            best[slot] = out
+    for slot, text in path.bm25_texts:
+        rows, vals = sparse(text, table)
+        at = np.minimum(np.searchsorted(keys, rows), n - 1)
+        ok = keys[at] == rows
+        reps, doc_best = document_matches(table, rows[ok], vals[ok])
+        out = np.zeros(starts.size, dtype=np.float64)
+        out[np.searchsorted(firsts, reps, side="right") - 1] = doc_best  # each document's run
+        best[slot] = out
     return firsts, best
 
 
