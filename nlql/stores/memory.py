@@ -162,6 +162,17 @@ def block_rows(keys: np.ndarray, size: int, dim: int | None = None) -> tuple[np.
     return gather, np.searchsorted(gather, keys)
 
 
+def score_rows(v: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """``rows @ v`` rounded, each row with the bits a full scan of the built-in store gives it in a whole
+    block (:func:`rows_alone`): the rows are padded to a multiple of :data:`BLOCK` with copies of the
+    last, so none is scored by the partial-block kernel. For a store that holds the vectors elsewhere
+    (pgvector) and rescores a few of them as this store scores them."""
+    n = len(rows)
+    if n % BLOCK and rows_alone(rows.shape[1]):
+        rows = np.concatenate([rows, np.repeat(rows[-1:], -n % BLOCK, axis=0)])
+    return matmul_t(v, rows)[0][:n]
+
+
 def _full_scan(matrix: np.ndarray, v: np.ndarray) -> np.ndarray:
     """``matrix @ v`` rounded, on two threads when large (each half single-threaded BLAS)."""
     global _scan_pool

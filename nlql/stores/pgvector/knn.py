@@ -28,6 +28,7 @@ from nlql.pushdown import NativeFilter
 from nlql.sql.binder import Fragment, Param, sql
 from nlql.sql.dialect import Compiled
 from nlql.stores.base import Row
+from nlql.stores.memory import score_rows
 from nlql.stores.pgvector.driver import Vector, first_line, render, vector_bytes
 from nlql.values import SCORE_DECIMALS, round_scores
 
@@ -55,8 +56,7 @@ def rescore(qv: np.ndarray, rows: list[tuple[Any, ...]]) -> list[tuple[Any, floa
     scores (float32 product, rounded) and ranked by (score desc, seq, position, key)."""
     if not rows:
         return []
-    mat = np.stack([np.asarray(r[4], dtype=np.float32) for r in rows])
-    scores = round_scores(np.atleast_2d(qv[None, :] @ mat.T)[0].astype(np.float32))
+    scores = score_rows(qv, np.stack([np.asarray(r[4], dtype=np.float32) for r in rows]))
     order = sorted(range(len(rows)), key=lambda i: (-float(scores[i]), rows[i][1], rows[i][2], rows[i][0]))
     return [(rows[i][0], float(scores[i])) for i in order]
 
@@ -477,8 +477,11 @@ class KnnMixin:
         out: dict[str, dict[Any, float]] = {}
         for s in lowered.scores:
             if isinstance(s, SimilarityScore):
-                q = np.stack([query_vector(slots[s.vector_key(i)]) for i in range(s.n_vectors)])
-                best = round_scores(np.atleast_2d(q @ mat.T).max(axis=0).astype(np.float32))
+                if s.n_vectors == 1:
+                    best = score_rows(query_vector(slots[s.vector_key(0)]), mat)
+                else:
+                    q = np.stack([query_vector(slots[s.vector_key(i)]) for i in range(s.n_vectors)])
+                    best = round_scores(np.atleast_2d(q @ mat.T).max(axis=0).astype(np.float32))
                 out[s.slot] = {int(k): float(v) for (k, _), v in zip(found, best, strict=True)}
         return out
 
