@@ -37,7 +37,7 @@ import numpy as np
 from nlql.errors import BackendError
 from nlql.pushdown import Capabilities, FastPath, Filter, NativeFilter
 from nlql.schema import DataSummary
-from nlql.stores import fastpath, quant
+from nlql.stores import _pages, fastpath, quant
 from nlql.stores.base import Bm25Matches, DocRecord, Row
 from nlql.stores.batch import is_columnar
 from nlql.stores.doclog import FILE_NAME, Changes, DocLog
@@ -240,6 +240,7 @@ class MatrixStore:
         self._quant: quant.Int8Copy | None = None
         self._build: quant.Build | None = None  # the int8 copy's first build, running in the background
         self._int8_why: str | None = None  # why there is no int8 copy (it could not be built)
+        self._prefault: _pages.Prefault | None = None  # the pages of rows announced, faulted in ahead
         self._lock = threading.RLock()
         self._info: dict[str, str] = {}
         self.last_stats: dict[str, Any] = {}
@@ -285,7 +286,10 @@ class MatrixStore:
             if grown is None:
                 grown = np.zeros((cap, self.dim), dtype=np.float32)
             grown[:before] = self._matrix[:before]
+            self._stop_prefault()
             self._matrix = grown
+            if ahead > need:  # the rows the rest of the call brings: their pages faulted in meanwhile
+                self._prefault = _pages.prefault(grown[need:min(ahead, len(grown))])
         if isinstance(vecs, np.ndarray):
             self._matrix[before:need] = vecs
         elif vecs:
@@ -700,8 +704,14 @@ class MatrixStore:
             t = self.table
             return DataSummary(len(t.doc_slot), len(t), t.summary.keys())
 
+    def _stop_prefault(self) -> None:
+        if self._prefault is not None:
+            self._prefault.stop()
+            self._prefault = None
+
     def close(self) -> None:
         self._drop_quant()
+        self._stop_prefault()
 
 
 _NO_VECTORS = np.zeros((0, 0), dtype=np.float32)
