@@ -59,8 +59,7 @@ class Prefault:
         self._lo = -(-start // PAGE) * PAGE  # whole pages inside the region only
         self._hi = (start + region.nbytes) // PAGE * PAGE
         self._region = region  # keeps the memory alive while the thread reads its address
-        self._thread = threading.Thread(target=self._run, name="nlql-prefault", daemon=True)
-        self._thread.start()
+        threading.Thread(target=self._run, name="nlql-prefault", daemon=True).start()
 
     def _run(self) -> None:
         global _supported

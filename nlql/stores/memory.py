@@ -289,7 +289,7 @@ class MatrixStore:
             self._stop_prefault()
             self._matrix = grown
             if ahead > need:  # the rows the rest of the call brings: their pages faulted in meanwhile
-                self._prefault = _pages.prefault(grown[need:min(ahead, len(grown))])
+                self._prefault = _pages.prefault(grown[need:ahead])
         if isinstance(vecs, np.ndarray):
             self._matrix[before:need] = vecs
         elif vecs:
@@ -891,6 +891,7 @@ class MemoryStore(MatrixStore):
         self._matrix = np.zeros((0, 0), dtype=np.float32)
         self._sub_cache.clear()
         self._drop_quant()
+        self._stop_prefault()
         if dim is not None:
             MatrixStore.open(self, dim)
         self._load()
