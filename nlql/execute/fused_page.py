@@ -83,7 +83,7 @@ def fused_page(run: Search, keys: np.ndarray, scores: dict[str, np.ndarray],
             vals = full[keys]
             ok = vals > 0  # a row matching no term has no BM25 rank
         if arm.min is not None:
-            ok &= vals >= arm.min
+            ok &= vals >= np.float64(arm.min)
         idx = np.flatnonzero(ok)
         order = idx[np.lexsort((pos[idx], seq[idx], -vals[idx]))][: fast.depth]
         ranked.append(order)
@@ -178,7 +178,7 @@ def window_page(run: Search, qv: dict[str, np.ndarray]) -> list[Candidate] | Non
             rows, vals = sparse(texts[arm.slot], table)
             ok = live_rows[rows]
             if arm.min is not None:
-                ok &= vals >= arm.min
+                ok &= vals >= np.float64(arm.min)
             if not ok.all():
                 rows, vals = rows[ok], vals[ok]
             rows = rows[top_rows(vals, rows, table, depth, ties=False)]
@@ -274,6 +274,6 @@ def _scanned(store: Any, table: Any, v: np.ndarray, native: Any, depth: int,
     keys, mat = store.score_all(v, native)
     keys = np.asarray(keys, dtype=np.int64)
     row = mat[0]
-    eligible = row >= min_score if min_score is not None else None
+    eligible = row >= np.float64(min_score) if min_score is not None else None
     idx = top_rows(row, keys, table, depth, ties=False, eligible=eligible)
     return keys[idx], row[idx]

@@ -288,7 +288,7 @@ def _full(run: Search, qv: dict[str, np.ndarray], fast_ok: bool) -> list[Candida
     if plan.unit.rows_are_sentences:  # thresholds inside recall
         for s, m in plan.recall.min_score.items():
             if s in sentence_scores:
-                keep = sentence_scores[s] >= m
+                keep = sentence_scores[s] >= np.float64(m)  # (as doubles, as WHERE compares)
                 keys_arr = keys_arr[keep]
                 sentence_scores = {k: v[keep] for k, v in sentence_scores.items()}
     t = time.perf_counter()

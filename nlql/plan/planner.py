@@ -71,6 +71,10 @@ def build_plan(
     pushed, residual, late, thresholds = split_filters(
         bound.where, caps, env, bound.unit, binding_slots, sim_slots, checked.fusion_bindings)
     residual_is_thresholds = all(threshold_of(c, binding_slots, sim_slots) is not None for c in residual)
+    # a score with min => m is NULL below m, so `s >= v` in WHERE keeps only rows at or above max(v, m):
+    # recall leaves the others out before any arm ranks (SPEC §9: arms rank the rows passing WHERE)
+    arm_mins = {s.slot: s.min for s in specs if s.min is not None}
+    thresholds = {slot: max(v, arm_mins.get(slot, v)) for slot, v in thresholds.items()}
     residual = order_residual(residual)
 
     order: list[OrderSpec] = []

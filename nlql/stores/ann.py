@@ -349,7 +349,7 @@ class AnnStore(MemoryStore):
             return []
         scores = self.exact_scores(np.asarray(q, dtype=np.float32).reshape(-1), keys)  # the exact scan's bits
         if min_score is not None:
-            keep = scores >= min_score
+            keep = scores >= np.float64(min_score)  # (as doubles: float32 would round the bound)
             keys, scores = keys[keep], scores[keep]
         order = np.lexsort((self.table.pos[keys], self.table.seq[keys], -scores))[:k]
         return [(int(keys[i]), float(scores[i])) for i in order]

@@ -84,7 +84,7 @@ def select(table: RowTable, path: FastPath, keys: np.ndarray, scores: Mapping[st
                 if matched is not None:  # rank only the rows holding a term (the others have no rank)
                     at, vals = matched
                     if arm.min is not None:
-                        keep = vals >= arm.min
+                        keep = vals >= np.float64(arm.min)
                         at, vals = at[keep], vals[keep]
                     parts.append(at[top_rows(vals, keys[at], table, path.depth, ties=False)])
                     continue
@@ -93,7 +93,7 @@ def select(table: RowTable, path: FastPath, keys: np.ndarray, scores: Mapping[st
             if arm_scores is None:
                 return None
             if arm.min is not None:  # below an arm-local min the row is out of that arm
-                above = arm_scores >= arm.min
+                above = arm_scores >= np.float64(arm.min)  # (as doubles, as the row evaluator)
                 eligible = above if eligible is None else eligible & above
             parts.append(top_rows(arm_scores, keys, table, path.depth, ties=False, eligible=eligible))
         idx = np.unique(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)

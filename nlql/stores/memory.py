@@ -397,7 +397,7 @@ class MatrixStore:
         else:
             idx = np.arange(len(row))
         if min_score is not None:
-            idx = idx[row[idx] >= min_score]
+            idx = idx[row[idx] >= np.float64(min_score)]  # (compared as doubles, as WHERE compares)
         real = idx if keys is None else keys[idx]
         seq, pos = self.table.seq, self.table.pos
         order = np.lexsort((pos[real], seq[real], -row[idx]))[:kk]
