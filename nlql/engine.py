@@ -19,6 +19,7 @@ import numpy as np
 
 from nlql import ir
 from nlql import values as V
+from nlql.deadline import Deadline
 from nlql.errors import BackendError, Diagnostic, EmbedderError, LimitError, NLQLError, RouteError
 from nlql.execute.executor import Executor
 from nlql.execute.graph import GraphSidecar
@@ -621,8 +622,11 @@ class Engine:
             except Exception as exc:
                 raise BackendError(self.store.capabilities.NAME, f"schema failed: {exc}") from exc
 
-    def _data_warnings(self, q: ir.Query) -> list[Diagnostic]:
+    def _data_warnings(self, q: ir.Query, fresh_ok: bool = True) -> list[Diagnostic]:
         """Warnings from the data for a valid query; never raises (a schema that cannot be read warns nothing).
+
+        ``fresh_ok=False`` (the search's deadline has passed): no store call to read a new schema; the
+        warnings come from the cached one, or there are none.
 
         A cached plan brings the same query object back: whether it reads metadata, and its warnings
         against the schema they came from, are kept for it (``_warn_memo``, by identity) so a search
@@ -640,6 +644,8 @@ class Engine:
         cached = self._schema_cache
         # kept until this engine writes, and at most 5 s (another process may write a shared store)
         if cached is None or cached[0] != self._writes or now - cached[1] > 5.0:
+            if not fresh_ok:
+                return []
             try:
                 from nlql.schema import build_schema
 
@@ -786,31 +792,42 @@ class Engine:
             timeout = self.default_timeout
         source = query if isinstance(query, str) else None
         rr = reranker if reranker is not None else self.reranker
+        deadline = Deadline(timeout)  # from the call on: a slow sync with the store spends the budget too
         self._sync()
-        with self._lock.read(), deadline_scope(timeout):
+        with self._lock.read():
             t = time.perf_counter()
             plan, cached = self._planned(query, params, rr)
-            plan_ms = (time.perf_counter() - t) * 1000
-            try:
-                hits = self._executor.run(plan, reranker=rr, rerank_query=rerank_query,
-                                          rerank_factor=self.rerank_factor, timeout=timeout,
-                                          max_tokens=max_tokens)
-                found = self._data_warnings(plan.query)
-                if found:
-                    from nlql.schema import warning_text
+            plan_s = time.perf_counter() - t
+            plan_ms = plan_s * 1000
+            if deadline.end is not None:  # the engine's own parse and plan (a first query builds the
+                deadline.end += plan_s    # grammar) is not the budget's: it bounds the store and embedder
+            with deadline_scope(deadline.remaining()):
+                return self._search_planned(plan, cached, plan_ms, rr, rerank_query, deadline, max_tokens,
+                                            source)
 
-                    hits.warnings[:0] = [warning_text(d) for d in found]
-                hits.stats.setdefault("timings_ms", {})["plan"] = round(plan_ms, 3)
-                hits.stats["plan_cache"] = cached
-                return hits
-            except NLQLError as exc:
-                if source is not None:
-                    exc.with_source(source)
-                raise
-            except (RecursionError, MemoryError) as exc:
-                raise _too_deep(exc) from None
-            except Exception as exc:
-                raise BackendError(self.store.capabilities.NAME, f"search failed: {exc}") from exc
+    def _search_planned(self, plan: Any, cached: str, plan_ms: float, rr: Any, rerank_query: str | None,
+                    deadline: Deadline, max_tokens: int | None, source: str | None) -> Hits:
+        """The rest of :meth:`search`, under the read lock, once the plan is made."""
+        try:
+            hits = self._executor.run(plan, reranker=rr, rerank_query=rerank_query,
+                                      rerank_factor=self.rerank_factor, timeout=deadline.timeout,
+                                      max_tokens=max_tokens, deadline=deadline)
+            found = self._data_warnings(plan.query, fresh_ok=not deadline.expired())
+            if found:
+                from nlql.schema import warning_text
+
+                hits.warnings[:0] = [warning_text(d) for d in found]
+            hits.stats.setdefault("timings_ms", {})["plan"] = round(plan_ms, 3)
+            hits.stats["plan_cache"] = cached
+            return hits
+        except NLQLError as exc:
+            if source is not None:
+                exc.with_source(source)
+            raise
+        except (RecursionError, MemoryError) as exc:
+            raise _too_deep(exc) from None
+        except Exception as exc:
+            raise BackendError(self.store.capabilities.NAME, f"search failed: {exc}") from exc
 
     async def asearch(self, query: str | ir.Query, params: Mapping[str, Any] | None = None,
                       **kwargs: Any) -> Hits:

@@ -66,11 +66,31 @@ class Node:
 # ----------------------------------------------------------------------------------------- expressions
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Literal(Node):
-    """A string, number, boolean or null literal."""
+    """A string, number, boolean or null literal.
+
+    Equal (and hashed) with its value's type: ``true``, ``1`` and ``1.0`` are three literals, though Python
+    finds ``True == 1 == 1.0`` (a plan cached for one must never answer another); floats by ``repr``, so
+    ``0.0`` and ``-0.0`` differ too.
+
+    >>> Literal(True) == Literal(1), Literal(1) == Literal(1.0), Literal(2) == Literal(2)
+    (False, False, True)
+    """
 
     value: None | bool | int | float | str
+
+    def _key(self) -> tuple[type, Any]:
+        v = self.value
+        return (type(v), repr(v) if isinstance(v, float) else v)
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        return self._key() == other._key()  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return hash(self._key())
 
 
 @dataclass(frozen=True, slots=True)

@@ -278,3 +278,26 @@ def test_the_stores_filter_cache_tells_true_from_one(store: str) -> None:
         e.add_text(text, id=doc_id, metadata=meta)
     assert sorted(h.doc_id for h in e.search(SIM, params={"v": 1})) == ["a", "c"]
     assert [h.doc_id for h in e.search(SIM, params={"v": True})] == []
+
+
+def test_parsed_literals_of_different_types_never_share_a_plan() -> None:
+    """Issue 33 item 1: ``== true``, ``== 1`` and ``== 1.0`` are three queries (the IR compares a literal
+    with its type, unlike Python's ``True == 1 == 1.0``), so a cached plan of one never answers another."""
+    from nlql import ir, parse
+
+    e = Engine(embedder=HashEmbedder(dim=64), warm_up=False)
+    e.add_text("The flag is true.", id="t", metadata={"x": True})
+    e.add_text("The count is one.", id="i", metadata={"x": 1})
+    e.add_text("The ratio is one point zero.", id="f", metadata={"x": 1.5})
+    fresh = Engine(embedder=HashEmbedder(dim=64), warm_up=False, plan_cache_size=0)
+    for h in e.search("SELECT DOCUMENT LIMIT 10"):
+        fresh.add_text(h.content, id=h.doc_id, metadata=h.metadata)
+    queries = [f"SELECT DOCUMENT WHERE meta.x == {v} LIMIT 10" for v in ("true", "1", "1.0", "1", "true")]
+    for q in queries:
+        got = sorted(h.doc_id for h in e.search(parse(q)))
+        assert got == sorted(h.doc_id for h in fresh.search(parse(q))), q
+    assert parse(queries[0]) != parse(queries[1]) != parse(queries[2])
+    assert len({parse(q) for q in queries}) == 3
+    assert ir.Literal(True) != ir.Literal(1) and ir.Literal(1) != ir.Literal(1.0)
+    assert ir.Literal(0.0) != ir.Literal(-0.0) and ir.Literal(1) == ir.Literal(1)
+    assert hash(ir.Literal("a")) == hash(ir.Literal("a"))

@@ -21,6 +21,7 @@ from nlql.execute.candidates import Candidate, Search, keep_passing
 from nlql.execute.degrade import cause_of, drop_arms, embed_within
 from nlql.execute.distinct import distinct
 from nlql.execute.fuse import fuse
+from nlql.execute.guard import guarded
 from nlql.execute.materialise import estimate_tokens, hits, pack_tokens
 from nlql.execute.order import order, rerank
 from nlql.execute.recall import embed_queries, recall
@@ -66,8 +67,12 @@ class Executor:
         self.on_arm_error = on_arm_error
 
     def run(self, plan: Plan, *, reranker: Any = None, rerank_query: str | None = None,
-            rerank_factor: int = 5, timeout: float | None = None, max_tokens: int | None = None) -> Hits:
-        deadline = Deadline(timeout)
+            rerank_factor: int = 5, timeout: float | None = None, max_tokens: int | None = None,
+            deadline: Deadline | None = None) -> Hits:
+        """Execute ``plan``; ``deadline`` (one started earlier, e.g. before the engine's sync) or else
+        ``timeout`` bounds it (SPEC §9)."""
+        if deadline is None:
+            deadline = Deadline(timeout)
         with active(deadline):  # every store call made for this search sees its deadline
             return self._run(plan, reranker, rerank_query, rerank_factor, deadline, max_tokens)
 
@@ -117,13 +122,16 @@ class Executor:
             need = plan.limit + plan.offset
             if reranker is not None:
                 need = max(need, rerank_factor * need)
-        run = Search(plan=plan, store=self.store, bm25=self.bm25, chunk_chars=self.chunk_chars, env=env,
+        run = Search(plan=plan, store=guarded(self.store, deadline), bm25=self.bm25, chunk_chars=self.chunk_chars, env=env,
                      stats=Stats(), warnings=list(plan.warnings), deadline=deadline, need=need,
                      residual=residual, degrade=self.on_arm_error == "degrade", mins=prep.mins,
                      order_fns=order_fns, binding_fns=binding_fns)
         stats = run.stats
         timeout = deadline.timeout
 
+        if deadline.expired():  # the engine's sync with the store, or planning, used the budget up
+            raise NLQLTimeoutError(f"the search ran out of time ({timeout} s) before it started (syncing with "
+                                   "the store and planning took it)", hint="raise timeout=")
         t = time.perf_counter()
         qv = self._embed(run)
         stats.add("embed", (time.perf_counter() - t) * 1000)
@@ -210,7 +218,9 @@ class Executor:
                 raise
             if run.deadline.expired():
                 run.warn_timeout(f"timeout after {run.deadline.timeout} s: results may be incomplete")
-                run.deadline = Deadline(None)  # what is left is the engine's own work on local arms
+                # what is left is the engine's own work on the arms it kept: the deadline is lifted for
+                # every call of this search (the store guard and the stores read this same object)
+                run.deadline.end = None
             return {}
         if qv and run.deadline.expired():  # the embedding used the budget up: nothing recalled, nothing to return
             raise NLQLTimeoutError(f"the search ran out of time ({run.deadline.timeout} s) while embedding the query",

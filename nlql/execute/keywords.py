@@ -70,10 +70,14 @@ class BM25Sidecar:
         return self._index is not None
 
     def _build(self) -> None:
+        from nlql import deadline
         from nlql.text.bm25 import BM25Index
 
         index = BM25Index(self.analyzer)
+        name = self.store.capabilities.NAME
+        deadline.check(name, "building the keyword index")  # a search past its deadline calls no store
         keys = self.store.scan(None)
+        deadline.check(name, "building the keyword index")  # (nothing is kept: the next search builds it)
         rows = self.store.fetch(keys)
         self._index = index
         self._add_rows([(r.doc_id, r.position, r.content) for r in rows])
