@@ -182,12 +182,19 @@ def postgres_part(graph: EntityGraph, questions: dict[str, str], repeat: int) ->
     import psycopg
 
     from bench.stores import Postgres
-    from nlql.text.graph import postgres_activation, postgres_add, postgres_schema
+    from nlql.sql.binder import Binder
+    from nlql.sql.postgres import PostgresDialect
+
+    dialect = PostgresDialect("b")
+
+    def pyformat(fragment: Any) -> tuple[str, list[Any]]:
+        b = Binder(dialect, style="pyformat")
+        return b.render(fragment), b.values
 
     pg = Postgres()
     try:
         with psycopg.connect(pg.uri, autocommit=True) as conn:
-            for ddl in postgres_schema("b"):
+            for ddl in dialect.graph_schema():
                 conn.execute(ddl)
             rows = graph.to_rows()
             by_doc: dict[str, dict[int, list[str]]] = {}
@@ -197,15 +204,15 @@ def postgres_part(graph: EntityGraph, questions: dict[str, str], repeat: int) ->
             t = time.perf_counter()
             for lo in range(0, len(docs), 5000):
                 with conn.transaction():
-                    for stmt in postgres_add("b", docs[lo:lo + 5000]):
-                        text, values = stmt.pyformat()
+                    for stmt in dialect.graph_add(docs[lo:lo + 5000]):
+                        text, values = pyformat(stmt)
                         conn.execute(text, values)
             load_s = time.perf_counter() - t
             conn.execute("ANALYZE")
             out: dict[str, Any] = {"load_s": round(load_s, 2), "versions": pg.versions}
             for label, q in questions.items():
                 for hops in (1, 2):
-                    text, values = postgres_activation("b", q, hops, 0.5).pyformat()
+                    text, values = pyformat(dialect.graph_activation(q, hops, 0.5))
                     got = conn.execute(text, values).fetchall()
                     expected = graph.activate(q, hops=hops, decay=0.5).as_dict()
                     same = {(d, p): v for d, p, v in got} == expected

@@ -130,20 +130,27 @@ def join(separator: str, items: Iterable[Piece]) -> Fragment:
 _FORMATTER = string.Formatter()
 
 
-def template(text: str, **holes: Piece) -> Fragment:
+def template(text: str, casts: Callable[[str, str], str] | None = None, **holes: Piece) -> Fragment:
     """Fill ``{name}`` holes of a SQL template with fragments (``{{``/``}}`` are literal braces).
 
     The template is split into literal text and hole names once; each hole's fragment is inserted
     whole, so values inside it keep their identity and the binder numbers them at render time.
+    With ``casts`` (a dialect's ``cast(expr, type)``), ``{expr:type}`` is the literal SQL ``expr``
+    cast to ``type`` in the dialect's spelling, so a template never spells a cast itself.
 
     >>> Binder().render(template("LIMIT {n}", n=sql(Param(5, "bigint"))))
     'LIMIT $1::bigint'
+    >>> template("{0.5:float8} + {n}", casts=lambda e, t: f"CAST({e} AS {t})", n=sql("x")).text_only()
+    'CAST(0.5 AS float8) + x'
     """
     out: list[Piece] = []
     for literal, name, spec, conv in _FORMATTER.parse(text):
         if literal:
             out.append(literal)
         if name is None:
+            continue
+        if spec and casts is not None and not conv:
+            out.append(casts(name, spec))
             continue
         if spec or conv:
             raise ValueError(f"template hole {{{name}}} cannot have a format spec")

@@ -13,9 +13,12 @@ every statement NLQL sends:
   :meth:`Dialect.subject`;
 - **the writes**: schema, upsert (delete + bulk load), the BM25 statistics, the writers' lock.
 
-What differs between databases is small and explicit: ``TRANSFORMS`` maps a named operation (cosine
-distance, LIKE, regex, ``= ANY``) to its spelling; ``placeholder(n)`` and ``cast(expr, type)`` spell
-parameters and casts (``TYPES`` maps NLQL's type names to the dialect's); a subclass overrides a
+What differs between databases is small and explicit, and the base spells everything in standard
+SQL: ``TRANSFORMS`` maps a named operation (cosine distance, LIKE, regex, array membership, the rows
+of parallel arrays) to its spelling; ``PLACEHOLDER`` and ``cast(expr, type)`` spell parameters and
+casts (``CAST(x AS t)``, or ``x::t`` with the flag ``CAST_OPERATOR``; ``TYPES`` maps NLQL's type names
+to the dialect's). The skeleton's templates never spell a cast: ``{0.5:float8}`` in a template is the
+literal cast in the dialect's spelling (:func:`nlql.sql.binder.template`). A subclass overrides a
 method only where the statement itself differs.
 
 >>> d = Dialect()
@@ -23,7 +26,9 @@ method only where the statement itself differs.
 ...                           fused_thresholds=(), depth=100, fetch=10))
 'the generic dialect cannot run RRF in SQL'
 >>> d.cast(d.placeholder(3), "float8")
-'$3::float8'
+'CAST($3 AS float8)'
+>>> Binder(d).render(d.in_array(sql("u.doc_id"), Param(["a"], "text[]")))
+'(u.doc_id IN (SELECT * FROM unnest(CAST($1 AS text[]))))'
 """
 
 from __future__ import annotations
@@ -33,12 +38,14 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from nlql.errors import UnsupportedError
-from nlql.pushdown import OPS, Capabilities, Filter, NativeFilter
+from nlql.pushdown import Capabilities, Filter, NativeFilter
+from nlql.sql import graph as graph_sql
 from nlql.sql.binder import Binder, Fragment, Param, Slot, join, sql, template
 from nlql.sql.codec import TextCodec, to_decimal
+from nlql.sql.filters import SQL_FILTER_OPS, filter_sql
 from nlql.sql.nodes import Arm, Fusion, GraphScore, KeywordScore, Lowered, SimilarityScore, Threshold
 
-__all__ = ["Compiled", "Dialect", "quote_ident"]
+__all__ = ["SQL_FILTER_OPS", "Compiled", "Dialect", "quote_ident"]
 
 _CMP = {">": ">", ">=": ">=", "<": "<", "<=": "<="}
 FIELDS = frozenset({"meta", "doc_id", "id", "position", "content"})
@@ -121,6 +128,9 @@ class Dialect:
     NAME: ClassVar[str] = "generic"
     STORE_NAME: ClassVar[str] = "sql"                # the store named in error messages
     PLACEHOLDER_STYLE: ClassVar[str] = "numbered"    # placeholder(n), or a driver's "pyformat"/"qmark"
+    PLACEHOLDER: ClassVar[str] = "${n}"              # the n-th numbered placeholder ("?{n}", ":{n}", …)
+    CAST_OPERATOR: ClassVar[bool] = False            # casts spelled x::t (else the standard CAST(x AS t))
+    NAN: ClassVar[bool] = True                       # floats have NaN (else a NaN result is already NULL)
     VECTOR_ORDER: ClassVar[bool] = False             # ORDER BY vector distance LIMIT k (index-served)
     MATERIALIZED_CTE: ClassVar[bool] = False         # WITH x AS MATERIALIZED: an optimisation fence
     WINDOW_FUNCTIONS: ClassVar[bool] = False         # row_number() OVER (ORDER BY …) for arm ranks
@@ -135,14 +145,22 @@ class Dialect:
     MODES: ClassVar[tuple[str, ...]] = ("exact", "index")  # how semantic arms may be served (compile)
     FILTER_FIELDS: ClassVar[frozenset[str]] = FIELDS
     TYPES: ClassVar[dict[str, str]] = {}             # NLQL type name (text, numeric, float8, …) → SQL type
-    TRANSFORMS: ClassVar[dict[str, str]] = {         # named operation → its spelling (a template)
-        "cosine_distance": "{a} <=> {b}",
+    # named operation → its spelling (a template), in standard SQL; a dialect replaces the entries its
+    # database spells otherwise, and an operation with no entry (cosine distance, regex) is an
+    # UnsupportedError naming it
+    TRANSFORMS: ClassVar[dict[str, str]] = {
+        # the query terms with their 1-based order, as rows (term, qi)
         "terms_with_order": "SELECT term, qi FROM unnest({terms}) WITH ORDINALITY AS q (term, qi)",
-        "first_place": "min(ARRAY[rank, arm])",
-        "any": "({x} = ANY({items}))",
-        "contains": "(strpos({s}, {needle}) > 0)",
-        "like": "({s} LIKE {pattern})",
-        "regex": "({s} ~ {pattern})",
+        # rows of parallel arrays, one column per array, in order
+        "array_rows": "SELECT * FROM unnest({arrays})",
+        # the smallest (rank, arm) pair of a group, in an order-preserving form (``arms`` arms, 1-based)
+        "first_place": "min(rank * {arms} + arm)",
+        "any": "({x} IN (SELECT * FROM unnest({items})))",  # array membership
+        "contains": "(position({needle} IN {s}) > 0)",
+        "like": "({s} LIKE {pattern} ESCAPE '\\')",
+        "greatest": "greatest({a}, {b})",
+        "least": "least({items})",
+        "ordered_sum": "sum({x} ORDER BY {order})",   # a float sum in a fixed order (ORDERED_AGGREGATES)
         "text_order": "",                              # a collation giving code-point order for < >
     }
 
@@ -172,7 +190,7 @@ class Dialect:
 
     def placeholder(self, n: int) -> str:
         """The ``n``-th (1-based) numbered placeholder."""
-        return f"${n}"
+        return self.PLACEHOLDER.format(n=n)
 
     def type_name(self, type_name: str) -> str:
         """NLQL's name of a SQL type (``text``, ``numeric``, ``float8``, ``bigint``, ``vector``, ``x[]``)
@@ -180,8 +198,38 @@ class Dialect:
         return self.TYPES.get(type_name, type_name)
 
     def cast(self, expr: str, type_name: str) -> str:
-        """``expr`` cast to a type."""
-        return f"{expr}::{self.type_name(type_name)}"
+        """``expr`` cast to a type (NLQL's name, spelled by :meth:`type_name`)."""
+        if self.CAST_OPERATOR:
+            return f"{expr}::{self.type_name(type_name)}"
+        return f"CAST({expr} AS {self.type_name(type_name)})"
+
+    def template(self, text: str, **holes: Any) -> Fragment:
+        """:func:`~nlql.sql.binder.template` with this dialect's casts (``{expr:type}``)."""
+        return template(text, casts=self.cast, **holes)
+
+    def in_array(self, x: Fragment | str, items: Param | Slot | Fragment) -> Fragment:
+        """``x`` is one of the array ``items`` (``TRANSFORMS["any"]``): SQL's three-valued IN."""
+        return self.fn("any", x=sql(x), items=sql(items))
+
+    def array_rows(self, arrays: Sequence[Param | Slot]) -> Fragment:
+        """A query whose rows are the parallel ``arrays`` zipped, one column per array, in order
+        (``TRANSFORMS["array_rows"]``)."""
+        return self.fn("array_rows", arrays=join(", ", [sql(a) for a in arrays]))
+
+    def arm_tag(self, i: int) -> str:
+        """The 1-based number of a fusion's arm as a column value."""
+        return self.cast(str(int(i)), "bigint")
+
+    def not_nan(self, expr: Fragment) -> Fragment:
+        """``expr`` with NaN read as NULL (the dialect's floats may have no NaN: then it is ``expr``)."""
+        return sql("nullif(", expr, ", ", self.cast("'NaN'", "float8"), ")") if self.NAN else expr
+
+    def score_column(self, cte: str, alias: str, zero: bool) -> Fragment:
+        """A score of the result rows, read from the CTE ``cte`` joined on the key: 0 where the row is
+        not in it when ``zero`` (BM25), else NULL (GRAPH: a row that names no activated entity)."""
+        if not zero:
+            return sql(f"{cte}.score AS {alias}")
+        return sql(f"coalesce({cte}.score, {self.cast('0', 'float8')}) AS {alias}")
 
     def fn(self, name: str, **holes: Any) -> Fragment:
         """The spelling of a named operation (``TRANSFORMS[name]``) with its holes filled.
@@ -192,7 +240,7 @@ class Dialect:
         text = self.TRANSFORMS.get(name)
         if text is None:
             raise UnsupportedError(self.NAME, f"{name} in SQL")
-        return template(text, **holes)
+        return template(text, casts=self.cast, **holes)
 
     def number_value(self, f: float) -> Any:
         """A number as bound for comparison with the ``n`` view (exact decimal by default)."""
@@ -260,8 +308,6 @@ class Dialect:
 
     def filter_sql(self, flt: Filter) -> tuple[Fragment, bool]:
         """The pushed filter as a SQL boolean over ``u``/``d``, and whether it reads the documents table."""
-        from nlql.sql.filters import filter_sql
-
         return filter_sql(self, flt)
 
     def compile_filter(self, flt: Filter, style: str | None = None) -> NativeFilter:
@@ -293,19 +339,21 @@ class Dialect:
         "  {terms_with_order}\n"
         "),\n"
         "{name}_post AS{mat} (\n"
-        "  SELECT t.key, t.tf, q.qi, (count(*) OVER (PARTITION BY q.qi))::float8 AS df\n"
+        "  SELECT t.key, t.tf, q.qi, {(count(*) OVER (PARTITION BY q.qi)):float8} AS df\n"
         "  FROM {terms_table} t JOIN {name}_q q ON q.term = t.term\n"
         "),\n"
         "{name} AS{mat} (\n"
         "  SELECT u.key, u.seq, u.position,\n"
-        "         sum(ln(1 + (c.n - p.df + 0.5::float8) / (p.df + 0.5::float8)) * p.tf * ({k1} + 1)\n"
-        "             / (p.tf + {k1} * (1 - {b} + {b} * u.nterms / c.avglen)) ORDER BY p.qi) AS score\n"
+        "         {score} AS score\n"
         "  FROM {name}_post p JOIN {units} u ON u.key = p.key{docs_join}\n"
-        "  CROSS JOIN (SELECT n::float8 AS n, total_len::float8 / nullif(n, 0) AS avglen FROM {stats}) c\n"
+        "  CROSS JOIN (SELECT {n:float8} AS n, {total_len:float8} / nullif(n, 0) AS avglen FROM {stats}) c\n"
         "  WHERE {where}\n"
         "  GROUP BY u.key, u.seq, u.position\n"
         ")"
     )
+    # one query term's BM25 (SPEC §5), summed in query-term order (TRANSFORMS["ordered_sum"])
+    BM25_TERM = ("ln(1 + (c.n - p.df + {0.5:float8}) / (p.df + {0.5:float8})) * p.tf * ({k1} + 1)\n"
+                 "             / (p.tf + {k1} * (1 - {b} + {b} * u.nterms / c.avglen))")
     GRAPH_SCORES = (
         "{name} AS{mat} (\n"
         "  SELECT u.key, u.seq, u.position, g.activation AS score\n"
@@ -338,13 +386,14 @@ class Dialect:
     RRF = (
         "fused AS (\n"
         "  SELECT key, min(seq) AS seq, min(position) AS position,\n"
-        "         sum(CASE arm {weights} END / ({k} + rank) ORDER BY arm) AS score\n"
+        "         {score} AS score\n"
         "  FROM arms GROUP BY key\n"
         ")"
     )
+    RRF_TERM = "CASE arm {weights} END / ({k} + rank)"  # one arm's share, summed in arm order
     INTERLEAVE = (
         "fused AS (\n"
-        "  SELECT key, seq, position, 1::float8 / row_number() OVER (ORDER BY first) AS score FROM (\n"
+        "  SELECT key, seq, position, {1:float8} / row_number() OVER (ORDER BY first) AS score FROM (\n"
         "    SELECT key, min(seq) AS seq, min(position) AS position, {first_place} AS first\n"
         "    FROM arms GROUP BY key\n"
         "  ) g\n"
@@ -357,7 +406,7 @@ class Dialect:
     )
     SINGLE_FILL = (
         "\n  UNION ALL\n"
-        "  (SELECT u.key, u.seq, u.position, 0::float8 AS score\n"
+        "  (SELECT u.key, u.seq, u.position, {0:float8} AS score\n"
         "   FROM {units} u{docs_join}\n"
         "   WHERE {where} AND NOT EXISTS (SELECT 1 FROM {name} x WHERE x.key = u.key)\n"
         "     AND (SELECT count(*) FROM {name} WHERE {own}) < {fetch}\n"
@@ -411,7 +460,7 @@ class Dialect:
             arm_ctes[arm.slot] = self.visit(arm, st)
             ctes.append((f"arm {st.name[arm.slot]}", arm_ctes[arm.slot]))
         ctes.append(("fusion", self.visit(lowered.fusion, st)))
-        ctes.append(("top", template(self.TOP, where=self._conds(
+        ctes.append(("top", self.template(self.TOP, where=self._conds(
             [self.visit(t, st, "score") for t in lowered.fused_thresholds]),
             fetch=self._int(lowered.fetch, "rows returned"))))
         select, names = self._select(st)
@@ -444,30 +493,28 @@ class Dialect:
         items = [self.fn("cosine_distance", a=sql("u.embedding"), b=sql(self._vector(s, i)))
                  for i in range(s.n_vectors)]
         if not raw:
-            items = [sql("coalesce(nullif(", d, ", 'NaN'::float8), 1::float8)") for d in items]
-        return items[0] if len(items) == 1 else sql("least(", join(", ", items), ")")
+            items = [sql("coalesce(", self.not_nan(d), ", ", self.cast("1", "float8"), ")") for d in items]
+        return items[0] if len(items) == 1 else self.fn("least", items=join(", ", items))
 
     def visit_KeywordScore(self, k: KeywordScore, st: _Build) -> Fragment:  # noqa: N802
         lw = st.lowered
-        return template(
+        term = self.template(self.BM25_TERM, k1=Param(float(lw.k1), "float8", "BM25 k1"),
+                             b=Param(float(lw.b), "float8", "BM25 b"))
+        return self.template(
             self.KEYWORD_SCORES, name=st.name[k.slot], mat=self._mat(),
             terms_with_order=self.fn("terms_with_order",
                                      terms=sql(Param(list(k.terms), "text[]", f"terms of {k.slot}"))),
             terms_table=self.terms, units=self.units, stats=self.stats,
-            k1=Param(float(lw.k1), "float8", "BM25 k1"), b=Param(float(lw.b), "float8", "BM25 b"),
+            score=self.fn("ordered_sum", x=term, order=sql("p.qi")),
             docs_join=self._docs_join(st), where=self._shared(st, k.slot),
         )
 
     def visit_GraphScore(self, g: GraphScore, st: _Build) -> Fragment:  # noqa: N802
-        """The activation CTEs over the entity tables (:func:`nlql.text.graph.postgres_graph_ctes`, the
-        same values as the engine's graph) and the arm's rows that pass the shared WHERE."""
-        from nlql.text.graph import SqlValue, postgres_graph_ctes
-
-        parts = [Param(p.value, p.cast, p.label or "word positions of the text") if isinstance(p, SqlValue) else p
-                 for p in postgres_graph_ctes(self.table_prefix, g.text, g.hops, g.decay)]
-        return sql(sql(*parts), ",\n", template(self.GRAPH_SCORES, name=st.name[g.slot], mat=self._mat(),
-                                               units=self.units, docs_join=self._docs_join(st),
-                                               where=self._shared(st, g.slot)))
+        """The activation CTEs over the entity tables (:func:`nlql.sql.graph.ctes`, the same values as
+        the engine's graph) and the arm's rows that pass the shared WHERE."""
+        return sql(graph_sql.ctes(self, g.text, g.hops, g.decay), ",\n",
+                   self.template(self.GRAPH_SCORES, name=st.name[g.slot], mat=self._mat(), units=self.units,
+                                 docs_join=self._docs_join(st), where=self._shared(st, g.slot)))
 
     def visit_Threshold(self, t: Threshold, st: _Build, subject: str = "row") -> Fragment:  # noqa: N802
         """``subject op value``: on a row (``u``) for shared filters, or on a CTE's ``score``/``dist``."""
@@ -492,7 +539,7 @@ class Dialect:
         depth = self._int(lw.depth, "arm depth")
         own = [t for t in lw.thresholds if t.slot == arm.slot]
         if arm.kind in ("bm25", "graph"):
-            return template(self.KEYWORD_RANKS, name=name, depth=depth,
+            return self.template(self.KEYWORD_RANKS, name=name, depth=depth,
                             own=self._conds([self.visit(t, st, "score") for t in own]))
         s = lw.score(arm.slot)
         assert isinstance(s, SimilarityScore)
@@ -504,7 +551,7 @@ class Dialect:
         else:  # an expression no index can serve: exact, ties on insertion order
             order = sql("dist, u.seq, u.position, u.key")
         where = self._shared(st, arm.slot, extra=[self.visit(t, st) for t in inside])
-        return template(self.SEMANTIC_ARM, name=name, mat=self._mat(), distance=distance, units=self.units,
+        return self.template(self.SEMANTIC_ARM, name=name, mat=self._mat(), distance=distance, units=self.units,
                         docs_join=self._docs_join(st), where=where, order=order, depth=depth,
                         own=self._conds([self.visit(t, st, "dist") for t in outside]))
 
@@ -516,21 +563,21 @@ class Dialect:
                                if t.slot == arm.slot])
             fill = sql()
             if f.fill:
-                fill = template(self.SINGLE_FILL, units=self.units, docs_join=self._docs_join(st),
+                fill = self.template(self.SINGLE_FILL, units=self.units, docs_join=self._docs_join(st),
                                 where=self._shared(st, arm.slot), name=sql(name), own=own,
                                 fetch=self._int(st.lowered.fetch, "rows returned"))
-            return template(self.SINGLE, name=name, own=own, fill=fill)
+            return self.template(self.SINGLE, name=name, own=own, fill=fill)
         union = join("\n  UNION ALL\n  ", [
-            sql(f"SELECT key, seq, position, {i}::bigint AS arm, rank FROM {st.name[a.slot]}_ranked")
+            sql(f"SELECT key, seq, position, {self.arm_tag(i)} AS arm, rank FROM {st.name[a.slot]}_ranked")
             for i, a in enumerate(f.arms, start=1)])
-        arms = template(self.ARMS, union=union)
+        arms = self.template(self.ARMS, union=union)
         if f.method == "RRF":
             weights = join(" ", [sql(f"WHEN {i} THEN ", Param(float(w), "float8", f"weight of {a.binding}"))
                                  for i, (a, w) in enumerate(zip(f.arms, f.weights, strict=True), start=1)])
-            return sql(arms, ",\n", template(self.RRF, weights=weights,
-                                             k=Param(float(f.k), "float8", "RRF k")))
+            term = self.template(self.RRF_TERM, weights=weights, k=Param(float(f.k), "float8", "RRF k"))
+            return sql(arms, ",\n", self.template(self.RRF, score=self.fn("ordered_sum", x=term, order=sql("arm"))))
         if f.method == "INTERLEAVE":
-            return sql(arms, ",\n", template(self.INTERLEAVE, first_place=self.fn("first_place")))
+            return sql(arms, ",\n", self.template(self.INTERLEAVE, first_place=self.fn("first_place", arms=str(len(f.arms)))))
         raise UnsupportedError(self.NAME, f"{f.method} fusion in SQL")
 
     # --------------------------------------------------------------------------------- helpers
@@ -545,13 +592,9 @@ class Dialect:
             names[s.slot] = alias
             if isinstance(s, SimilarityScore):
                 cols.append(sql(self.visit(s, st), f" AS {alias}"))
-            elif isinstance(s, GraphScore):  # NULL for a row with no activated entity
+            else:  # BM25: 0 for a row without the terms; GRAPH: NULL for a row with no activated entity
                 name = st.name[s.slot]
-                cols.append(sql(f"{name}.score AS {alias}"))
-                joins.append(sql(f"\nLEFT JOIN {name} ON {name}.key = top.key"))
-            else:
-                name = st.name[s.slot]
-                cols.append(sql(f"coalesce({name}.score, 0::float8) AS {alias}"))
+                cols.append(self.score_column(name, alias, zero=not isinstance(s, GraphScore)))
                 joins.append(sql(f"\nLEFT JOIN {name} ON {name}.key = top.key"))
         counts = []  # rows per arm (a semantic arm before its threshold: under-fill detection)
         single = st.lowered.fusion.method == "SINGLE"
@@ -561,7 +604,7 @@ class Dialect:
             alias = f"arm_rows_{i}"
             names[f"arm_rows:{a.binding}"] = alias
             counts.append(sql(f"(SELECT count(*) FROM {source}) AS {alias}"))
-        return template(self.SELECT, scores=join(", ", cols) if cols else sql("NULL"), units=self.units,
+        return self.template(self.SELECT, scores=join(", ", cols) if cols else sql("NULL"), units=self.units,
                         docs=self.docs, score_joins=sql(*joins), arm_rows=join(", ", counts),
                         metadata=self.cast("d.metadata", "text")), names
 
@@ -594,6 +637,29 @@ class Dialect:
     def _int(n: int, label: str) -> Param:
         return Param(int(n), "bigint", label)
 
+    # -------------------------------------------------------------------------------------- GRAPH
+    # The entity tables of a GRAPH_CTE dialect (:mod:`nlql.sql.graph`, spelled with this dialect's hooks).
+
+    def graph_schema(self) -> list[str]:
+        """DDL of the two entity tables (idempotent)."""
+        return graph_sql.schema(self)
+
+    def graph_add(self, docs: Sequence[tuple[str, Any]]) -> list[Fragment]:
+        """Add documents' links ``(doc_id, [(position, names), …])`` (after :meth:`graph_remove`)."""
+        return graph_sql.add(self, docs)
+
+    def graph_remove(self, ids: Sequence[str]) -> list[Fragment]:
+        """Remove documents' links and take their sentences off the edge weights."""
+        return graph_sql.remove(self, ids)
+
+    def graph_activation(self, text: str, hops: int = 1, decay: float = 0.5, seq: bool = False) -> Fragment:
+        """GRAPH(text, hops, decay) per sentence in one statement (:func:`nlql.sql.graph.activation`)."""
+        return graph_sql.activation(self, text, hops, decay, seq=seq)
+
+    def graph_hop_detail(self, text: str, hops: int = 1, decay: float = 0.5) -> Fragment:
+        """What each hop raised, for explain (:func:`nlql.sql.graph.hop_detail`)."""
+        return graph_sql.hop_detail(self, text, hops, decay)
+
     # -------------------------------------------------------------------------------------- writes
     # Statements a store sends to keep its tables; identifiers are quoted here, values always bound.
 
@@ -605,14 +671,17 @@ class Dialect:
         """Delete whole documents and their sentences; the last statement's row count is the number of
         documents deleted."""
         p = Param(ids, "text[]")
-        return [sql("DELETE FROM ", self.units, " WHERE doc_id = ANY(", p, ")"),
-                sql("DELETE FROM ", self.docs, " WHERE doc_id = ANY(", p, ")")]
+        return [sql("DELETE FROM ", self.units, " WHERE ", self.in_array("doc_id", p)),
+                sql("DELETE FROM ", self.docs, " WHERE ", self.in_array("doc_id", p))]
 
     def put_meta(self, table: str, key: str, value: str, keep_max: bool = False) -> Fragment:
         """Insert or replace one row of a key/value table (``keep_max``: keep the larger integer)."""
-        update = ("greatest(m.value::bigint, excluded.value::bigint)::text" if keep_max else "excluded.value")
+        update: Fragment = sql("excluded.value")
+        if keep_max:
+            larger = self.fn("greatest", a=self.cast("m.value", "bigint"), b=self.cast("excluded.value", "bigint"))
+            update = sql(self.cast(larger.text_only(), "text"))
         return sql("INSERT INTO ", self.table(table), " AS m (key, value) VALUES (", Param(key, "text"), ", ",
-                   Param(value, "text"), f") ON CONFLICT (key) DO UPDATE SET value = {update}")
+                   Param(value, "text"), ") ON CONFLICT (key) DO UPDATE SET value = ", update)
 
     def get_meta(self, table: str, key: str) -> Fragment:
         return sql("SELECT value FROM ", self.table(table), " WHERE key = ", Param(key, "text"))
@@ -629,9 +698,9 @@ class Dialect:
         return [
             sql("UPDATE ", self.stats, " SET n = n - o.c, total_len = total_len - o.s FROM "
                 "(SELECT count(*) AS c, coalesce(sum(nterms), 0) AS s FROM ", self.units,
-                " WHERE doc_id = ANY(", p, ")) o"),
+                " WHERE ", self.in_array("doc_id", p), ") o"),
             sql("DELETE FROM ", self.terms, " WHERE key IN (SELECT key FROM ", self.units,
-                " WHERE doc_id = ANY(", p, "))"),
+                " WHERE ", self.in_array("doc_id", p), ")"),
         ]
 
     def add_term_stats(self, n: int, length: int) -> Fragment:
@@ -646,12 +715,12 @@ class Dialect:
         rows passing the pushed filter ``where``, reading ``d`` when ``docs``)."""
         conds: list[Fragment] = []
         if keys is not None:
-            conds.append(sql("p.key = ANY(", Param(keys, "bigint[]"), ")"))
+            conds.append(self.in_array("p.key", Param(keys, "bigint[]")))
         if where is not None:
             conds.append(where)
         only = sql("\nWHERE ", join(" AND ", conds)) if conds else sql()
         docs_join = sql(" JOIN ", self.docs, " d ON d.doc_id = u.doc_id") if docs else sql()
-        return template(
+        return self.template(
             "WITH q (term, qi) AS (\n  {terms_with_order}\n),\n"
             "post AS{mat} (\n"
             "  SELECT t.key, t.tf, q.qi, count(*) OVER (PARTITION BY q.qi) AS df\n"
@@ -678,7 +747,3 @@ def _feature(node: Any) -> str:
         return "SIMILARITY in SQL"
     return f"{type(node).__name__} in SQL"
 
-
-# the leaf operators a SQL dialect over NLQL's typed schema compiles: MATCH is a Python regex, which
-# no SQL regex engine means exactly, so it is never pushed
-SQL_FILTER_OPS = frozenset(OPS - {"match", "not_match"})

@@ -9,7 +9,9 @@ so SQL's three-valued logic gives SPEC §6's: a comparison with a value of anoth
 and ``NOT`` of UNKNOWN stays UNKNOWN.
 
 Every value is a :class:`~nlql.sql.binder.Param` part: the text never holds a value, and the
-placeholders are numbered only when the whole statement is rendered.
+placeholders are numbered only when the whole statement is rendered. Casts and array tests are the
+dialect's hooks (``cast``, ``in_array``); this module imports no dialect (the dialect imports it, and
+hands itself to :func:`filter_sql`).
 """
 
 from __future__ import annotations
@@ -17,20 +19,19 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from datetime import date, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from nlql import values as V
 from nlql.errors import UnsupportedError
-from nlql.pushdown import Cond, FAnd, Filter, FOr
+from nlql.pushdown import OPS, Cond, FAnd, Filter, FOr
 from nlql.sql.binder import Fragment, Param, join, sql, template
 from nlql.sql.codec import TextCodec, micros
 
-if TYPE_CHECKING:
-    from nlql.sql.dialect import Dialect
+__all__ = ["SQL_FILTER_OPS", "Subject", "filter_sql", "like_pattern"]
 
-__all__ = ["NULL", "Subject", "filter_sql", "like_pattern"]
-
-NULL: Fragment = sql("NULL::boolean")
+# the leaf operators a SQL dialect over NLQL's typed schema compiles: MATCH is a Python regex, which
+# no SQL regex engine means exactly, so it is never pushed
+SQL_FILTER_OPS = frozenset(OPS - {"match", "not_match"})
 SQL_OP = {"eq": "=", "ne": "<>", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 _READS_DOCS = re.compile(r"\bd\.")
 _VIEWS = ("s", "fold", "n", "t", "b", "exists", "is_str")
@@ -56,10 +57,14 @@ class Subject:
         return self._views[view] is not None
 
     def view(self, name: str) -> Fragment:
-        """A view as SQL; ``{r}`` in its template is the base expression (with its own values)."""
+        """A view as SQL; ``{r}`` in its template is the base expression (with its own values).
+
+        Raises:
+            KeyError: the subject never has that view (ask :meth:`has` first).
+        """
         text = self._views[name]
         if text is None:
-            return NULL
+            raise KeyError(f"the subject has no view {name!r}")
         frag = template(text, r=self.base)
         if _READS_DOCS.search(frag.text_only()):
             self.reads_docs = True
@@ -138,10 +143,15 @@ def _like_tokens(pattern: str) -> list[tuple[str, str]]:
 class _Compiler:
     """One filter tree for one dialect."""
 
-    def __init__(self, dialect: Dialect) -> None:
+    def __init__(self, dialect: Any) -> None:
         self.d = dialect
         self.codec: TextCodec = dialect.codec
         self.reads_docs = False
+        self.null = sql(dialect.cast("NULL", "boolean"))  # UNKNOWN
+
+    def view(self, subj: Subject, name: str) -> Fragment:
+        """A view of the subject, UNKNOWN where the subject never has that type."""
+        return subj.view(name) if subj.has(name) else self.null
 
     # ------------------------------------------------------------------------------------ values
 
@@ -163,42 +173,42 @@ class _Compiler:
         """``value op v`` with :func:`nlql.values.compare`'s semantics (NULL = UNKNOWN)."""
         sql_op = SQL_OP[op]
         if V.is_null(v):
-            return NULL
+            return self.null
         if isinstance(v, bool):
-            return self.binop(subj.view("b"), sql_op, Param(v, "boolean")) if subj.has("b") else NULL
+            return self.binop(self.view(subj, "b"), sql_op, Param(v, "boolean")) if subj.has("b") else self.null
         if isinstance(v, (datetime, date)):
             dt = V.as_datetime(v)
             if dt is None or not subj.has("t"):
-                return NULL
-            return self.binop(subj.view("t"), sql_op, self.stamp(dt))
+                return self.null
+            return self.binop(self.view(subj, "t"), sql_op, self.stamp(dt))
         if V.is_number(v):
             f = V.as_number(v)
             if f is None or not subj.has("n"):
-                return NULL
-            return self.binop(subj.view("n"), sql_op, self.number(f))
+                return self.null
+            return self.binop(self.view(subj, "n"), sql_op, self.number(f))
         if isinstance(v, str):
             num = V.numeric_string(v)
             str_part = None
             if subj.has("s"):
                 # code-point order for <, >; equality needs no collation (and keeps indexes usable)
                 collate = "" if op in ("eq", "ne") else self.d.TRANSFORMS["text_order"]
-                str_part = sql("(", subj.view("s"), f"{collate} {sql_op} ", self.text(v), ")")
+                str_part = sql("(", self.view(subj, "s"), f"{collate} {sql_op} ", self.text(v), ")")
             num_part = None
             if num is not None and subj.has("n") and not subj.always_str:
-                num_part = self.binop(subj.view("n"), sql_op, self.number(num))
+                num_part = self.binop(self.view(subj, "n"), sql_op, self.number(num))
             if str_part is not None and subj.always_str:
                 return str_part
             if str_part is None:
-                return num_part or NULL
+                return num_part or self.null
             if num_part is None:
                 return str_part  # NULL for a non-string value: a non-numeric string never compares with it
-            return sql("(CASE WHEN ", subj.view("is_str"), " THEN ", str_part, " ELSE ", num_part, " END)")
-        return NULL
+            return sql("(CASE WHEN ", self.view(subj, "is_str"), " THEN ", str_part, " ELSE ", num_part, " END)")
+        return self.null
 
     def any_of(self, subj: Subject, view: str, cast: str, values: list[Any]) -> Fragment:
         if not subj.has(view):
-            return NULL
-        return self.d.fn("any", x=subj.view(view), items=sql(Param(values, f"{cast}[]")))
+            return self.null
+        return self.d.in_array(self.view(subj, view), Param(values, f"{cast}[]"))
 
     def in_list(self, subj: Subject, options: Sequence[Any]) -> Fragment:
         """SQL IN as an OR of equalities, grouped by literal type into one array test per type."""
@@ -244,35 +254,35 @@ class _Compiler:
             parts.append(self.any_of(subj, "n", "numeric", nums))
         if strs:
             str_any = self.any_of(subj, "s", "text", strs)
-            non_str: Fragment = NULL
+            non_str: Fragment = self.null
             if str_nums and subj.has("n"):
                 non_str = self.any_of(subj, "n", "numeric", str_nums)
                 if plain_strs:
-                    non_str = sql("(", non_str, " OR NULL)")
+                    non_str = sql("(", non_str, " OR ", self.null, ")")
             if subj.always_str:
                 parts.append(str_any)
             elif subj.never_str:
                 parts.append(non_str)
             else:
-                parts.append(sql("(CASE WHEN ", subj.view("is_str"), " THEN ", str_any, " ELSE ", non_str, " END)"))
+                parts.append(sql("(CASE WHEN ", self.view(subj, "is_str"), " THEN ", str_any, " ELSE ", non_str, " END)"))
         if unknown:
-            parts.append(NULL)
+            parts.append(self.null)
         if not parts:
-            return sql("(CASE WHEN ", subj.view("exists"), " THEN FALSE END)")
+            return sql("(CASE WHEN ", self.view(subj, "exists"), " THEN FALSE END)")
         return sql("(", join(" OR ", parts), ")")
 
     def string_test(self, subj: Subject, op: str, v: Any) -> Fragment:
         if not isinstance(v, str):
-            return NULL
+            return self.null
         if op == "contains":
             if not subj.has("fold"):
-                return NULL
-            return self.d.fn("contains", s=subj.view("fold"), needle=sql(self.text(v.casefold())))
+                return self.null
+            return self.d.fn("contains", s=self.view(subj, "fold"), needle=sql(self.text(v.casefold())))
         if not subj.has("s"):
-            return NULL
+            return self.null
         kind, pattern = like_pattern(v, self.codec, self.d.regex_escape)
         # the pattern is already in stored form: bind it as is
-        return self.d.fn(kind, s=subj.view("s"), pattern=sql(Param(pattern, "text")))
+        return self.d.fn(kind, s=self.view(subj, "s"), pattern=sql(Param(pattern, "text")))
 
     def leaf(self, cond: Cond) -> Fragment:
         op = cond.op
@@ -292,9 +302,9 @@ class _Compiler:
 
     def leaf_sql(self, subj: Subject, op: str, value: Any) -> Fragment:
         if op == "is_null":
-            return sql("(NOT ", subj.view("exists"), ")")
+            return sql("(NOT ", self.view(subj, "exists"), ")")
         if op == "is_not_null":
-            return subj.view("exists")
+            return self.view(subj, "exists")
         if op in SQL_OP:
             return self.compare(subj, op, value)
         if op in ("in", "not_in"):
@@ -316,7 +326,7 @@ class _Compiler:
         raise TypeError(f"not a filter: {flt!r}")
 
 
-def filter_sql(dialect: Dialect, flt: Filter) -> tuple[Fragment, bool]:
+def filter_sql(dialect: Any, flt: Filter) -> tuple[Fragment, bool]:
     """A filter tree as a SQL boolean fragment over ``u`` (units) and ``d`` (docs) in ``dialect``, and
     whether it reads the documents table. Values are :class:`~nlql.sql.binder.Param` parts, never text.
 

@@ -14,7 +14,7 @@ repeated in one sentence counts once there. Names longer than
 some live sentence names) whose words occur in the text as whole words, casefolded, keeping only
 *longest matches*: an occurrence is dropped when it lies inside a longer occurrence of another known
 name (``"Bertrand Russell"`` in the text finds ``bertrand russell``, not also ``russell``). This rule
-does not depend on scanning order, so SQL computes the same set (:func:`postgres_activation`).
+does not depend on scanning order, so SQL computes the same set (:func:`nlql.sql.graph.activation`).
 The matcher is a token trie walked from every word of the text: O(words × longest name).
 
 **Spreading activation** (exactly SPEC §9). Found entities get 1.0. Then ``hops`` times, every
@@ -33,9 +33,9 @@ weights, entity → sentences) and stays array-only: no Python loop over rows or
 
 **Persistence.** The canonical form is one row per (sentence, entity): :meth:`EntityGraph.to_rows`
 and :meth:`EntityGraph.from_rows`, or the SQLite helpers :data:`SQLITE_SCHEMA`,
-:func:`sqlite_save`, :func:`sqlite_load`. On PostgreSQL the graph lives in two tables
-(:func:`postgres_schema`) kept in step by :func:`postgres_add` / :func:`postgres_remove`, and
-:func:`postgres_activation` computes the same activation in one statement.
+:func:`sqlite_save`, :func:`sqlite_load`. A SQL store whose dialect reads entity tables (PostgreSQL)
+keeps the graph in two tables and computes the same activation in one statement: that SQL is the
+SQL layer's (:mod:`nlql.sql.graph`, spelled by each dialect), not this module's.
 
 >>> g = EntityGraph()
 >>> g.add("d1", [(0, ["Bertrand Russell", "Whitehead"]), (1, ["Whitehead", "Cambridge"])])
@@ -69,14 +69,7 @@ __all__ = [
     "FoundEntity",
     "HopDetail",
     "SQLITE_SCHEMA",
-    "SqlStatement",
-    "SqlValue",
     "check_spread",
-    "postgres_activation",
-    "postgres_add",
-    "postgres_hop_detail",
-    "postgres_remove",
-    "postgres_schema",
     "sentence_entities",
     "sqlite_load",
     "sqlite_save",
@@ -799,208 +792,3 @@ def sqlite_save(conn: Any, doc_id: str, seq: int, sentences: Iterable[tuple[int,
 def sqlite_load(conn: Any) -> EntityGraph:
     """The graph kept in a SQLite file by :func:`sqlite_save`."""
     return EntityGraph.from_rows(conn.execute("SELECT doc_id, seq, position, name FROM entity_links"))
-
-
-# -------------------------------------------------------------------------------------- PostgreSQL
-
-
-@dataclass(frozen=True, slots=True)
-class SqlValue:
-    """A bound value inside a :class:`SqlStatement` (never formatted into the text)."""
-
-    value: Any
-    cast: str | None = None
-    label: str | None = None
-
-
-@dataclass(frozen=True)
-class SqlStatement:
-    """SQL as literal text interleaved with :class:`SqlValue` parts.
-
-    The SQL layer maps each part to its own ``Param`` (``nlql.sql.binder``) one to one, so the binder
-    numbers placeholders itself; :meth:`pyformat` renders it for psycopg directly.
-    """
-
-    parts: tuple[str | SqlValue, ...] = field(default_factory=tuple)
-
-    def pyformat(self) -> tuple[str, list[Any]]:
-        """``(text with %s placeholders, values)`` for ``psycopg``'s ``cursor.execute``."""
-        text, values = [], []
-        for p in self.parts:
-            if isinstance(p, SqlValue):
-                text.append("%s" + (f"::{p.cast}" if p.cast else ""))
-                values.append(p.value)
-            else:
-                text.append(p.replace("%", "%%"))
-        return "".join(text), values
-
-    def text_only(self) -> str:
-        """The text with every value shown as ``?`` (for goldens and messages)."""
-        return "".join("?" if isinstance(p, SqlValue) else p for p in self.parts)
-
-
-def _q(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
-
-
-def _tables(prefix: str) -> tuple[str, str]:
-    if not isinstance(prefix, str) or not prefix:
-        raise ValueError("the table prefix must be a non-empty string")
-    return _q(f"{prefix}_entity_links"), _q(f"{prefix}_entity_edges")
-
-
-def postgres_schema(prefix: str = "nlql") -> list[str]:
-    """DDL for the graph's two tables (idempotent).
-
-    ``<prefix>_entity_links(doc_id, position, entity, name)``: one row per (sentence, entity key),
-    ``name`` the spelling; ``<prefix>_entity_edges(a, b, weight)``: every edge in both directions.
-    """
-    links, edges = _tables(prefix)
-    return [
-        f"CREATE TABLE IF NOT EXISTS {links} (doc_id text NOT NULL, position integer NOT NULL, "
-        "entity text NOT NULL, name text NOT NULL, PRIMARY KEY (doc_id, position, entity))",
-        f"CREATE INDEX IF NOT EXISTS {_q(prefix + '_entity_links_entity')} ON {links} (entity)",
-        f"CREATE TABLE IF NOT EXISTS {edges} (a text NOT NULL, b text NOT NULL, weight bigint NOT NULL, "
-        "PRIMARY KEY (a, b))",
-        # max(weight) is read by every activation: an index makes it one descent instead of a scan
-        f"CREATE INDEX IF NOT EXISTS {_q(prefix + '_entity_edges_weight')} ON {edges} (weight)",
-    ]
-
-
-def _pairs_sql(links: str, doc_ids: SqlValue) -> tuple[str | SqlValue, ...]:
-    return (f"SELECT l1.entity AS a, l2.entity AS b, count(*) AS n FROM {links} l1 JOIN {links} l2 "
-            "ON l2.doc_id = l1.doc_id AND l2.position = l1.position AND l2.entity <> l1.entity "
-            "WHERE l1.doc_id = ANY(", doc_ids, ") GROUP BY l1.entity, l2.entity")
-
-
-def postgres_add(prefix: str, docs: Sequence[tuple[str, Iterable[tuple[int, Iterable[str]]]]]) -> list[SqlStatement]:
-    """Statements that add documents' entities: ``docs`` are ``(doc_id, [(position, names), …])``.
-
-    Run :func:`postgres_remove` for the same ids first (in the same transaction) when they may exist.
-    """
-    links, edges = _tables(prefix)
-    d, p, k, n = [], [], [], []
-    for doc_id, sentences in docs:
-        for position, names in sentences:
-            for key, name in sentence_entities(names):
-                d.append(doc_id)
-                p.append(int(position))
-                k.append(key)
-                n.append(name)
-    if not d:
-        return []
-    ids = SqlValue(sorted(set(d)), "text[]", "documents")
-    return [
-        SqlStatement((f"INSERT INTO {links} (doc_id, position, entity, name) SELECT * FROM unnest(",
-                      SqlValue(d, "text[]"), ", ", SqlValue(p, "integer[]"), ", ", SqlValue(k, "text[]"), ", ",
-                      SqlValue(n, "text[]"), ")")),
-        SqlStatement((f"INSERT INTO {edges} (a, b, weight) ", *_pairs_sql(links, ids),
-                      f" ON CONFLICT (a, b) DO UPDATE SET weight = {edges}.weight + EXCLUDED.weight")),
-    ]
-
-
-def postgres_remove(prefix: str, doc_ids: Sequence[str]) -> list[SqlStatement]:
-    """Statements that remove documents' entities and take their sentences off the edge weights."""
-    links, edges = _tables(prefix)
-    ids = SqlValue(list(doc_ids), "text[]", "documents")
-    return [
-        SqlStatement(("WITH gone AS (", *_pairs_sql(links, ids), "), "
-                      f"dropped AS (DELETE FROM {edges} e USING gone g WHERE e.a = g.a AND e.b = g.b "
-                      "AND e.weight <= g.n RETURNING e.a) "
-                      f"UPDATE {edges} e SET weight = e.weight - g.n FROM gone g "
-                      "WHERE e.a = g.a AND e.b = g.b AND e.weight > g.n")),
-        SqlStatement((f"DELETE FROM {links} WHERE doc_id = ANY(", ids, ")")),
-    ]
-
-
-def _candidates(text: str) -> tuple[list[str], list[int], list[int]]:
-    """Every run of up to ``MAX_NAME_TOKENS`` words of ``text`` as (key, first word, end word)."""
-    toks = [t for t, _, _ in token_spans(text)]
-    keys, starts, ends = [], [], []
-    for i in range(len(toks)):
-        for j in range(i + 1, min(len(toks), i + MAX_NAME_TOKENS) + 1):
-            keys.append(" ".join(toks[i:j]))
-            starts.append(i)
-            ends.append(j)
-    return keys, starts, ends
-
-
-def _activation_ctes(prefix: str, text: str, hops: int, decay: float) -> tuple[str | SqlValue, ...]:
-    hops, decay = check_spread(hops, decay)
-    links, edges = _tables(prefix)
-    keys, starts, ends = _candidates(text)
-    d = SqlValue(decay, "float8", "decay")
-    parts: list[str | SqlValue] = [
-        "WITH cand(entity, i, j) AS (SELECT * FROM unnest(", SqlValue(keys, "text[]", "words of the text"), ", ",
-        SqlValue(starts, "integer[]"), ", ", SqlValue(ends, "integer[]"), ")), ",
-        f"known AS (SELECT c.entity, c.i, c.j FROM cand c WHERE EXISTS (SELECT 1 FROM {links} l "
-        "WHERE l.entity = c.entity)), ",
-        "seeds AS (SELECT DISTINCT k.entity FROM known k WHERE NOT EXISTS (SELECT 1 FROM known o "
-        "WHERE o.i <= k.i AND o.j >= k.j AND o.j - o.i > k.j - k.i)), ",
-        f"mx AS (SELECT max(weight)::float8 AS w FROM {edges}), ",
-        "act0 AS (SELECT entity, 1.0::float8 AS act FROM seeds)",
-    ]
-    # One CTE per hop (hops is a plan-time constant): a recursive CTE would walk every path, and
-    # PostgreSQL forbids the per-step max() in a recursive term.
-    for h in range(1, hops + 1):
-        parts += [
-            f", act{h} AS (SELECT entity, max(act) AS act FROM (SELECT entity, act FROM act{h - 1} UNION ALL "
-            f"SELECT e.b, p.act * ((", d, f" * e.weight) / mx.w) FROM act{h - 1} p JOIN {edges} e ON e.a = p.entity "
-            "CROSS JOIN mx) s GROUP BY entity HAVING max(act) > 0)",
-        ]
-    return tuple(parts)
-
-
-def postgres_activation(prefix: str, text: str, hops: int = 1, decay: float = 0.5) -> SqlStatement:
-    """One statement computing GRAPH(text, hops, decay) per sentence: rows ``(doc_id, position, activation)``
-    in no particular order (sorting 100k activated rows would cost more than computing them).
-
-    The same activation as :meth:`EntityGraph.activate`, bit for bit (the same float operations in the
-    same order). The SQL layer can take everything before the final ``SELECT`` as CTEs of a hybrid
-    statement (the last CTE, ``graph_rows``, is the arm) and join it to the units on (doc_id, position).
-    """
-    hops, decay = check_spread(hops, decay)
-    links, _ = _tables(prefix)
-    return SqlStatement((
-        *_activation_ctes(prefix, text, hops, decay),
-        f", graph_rows AS (SELECT l.doc_id, l.position, max(a.act) AS activation FROM {links} l "
-        f"JOIN act{hops} a ON a.entity = l.entity GROUP BY l.doc_id, l.position) "
-        "SELECT doc_id, position, activation FROM graph_rows",
-    ))
-
-
-def postgres_hop_detail(prefix: str, text: str, hops: int = 1, decay: float = 0.5) -> SqlStatement:
-    """For explain on PostgreSQL: rows ``(hop, entity, name, activation)`` of what each hop raised.
-
-    Hop 0 is the entities found in the text. ``name`` is the commonest spelling (ties: the smallest
-    in code-point order), as :meth:`EntityGraph.display_name`.
-    """
-    hops, decay = check_spread(hops, decay)
-    links, _ = _tables(prefix)
-    raised = ["SELECT 0 AS hop, entity, act FROM act0"]
-    for h in range(1, hops + 1):
-        raised.append(f"SELECT {h}, c.entity, c.act FROM act{h} c LEFT JOIN act{h - 1} p ON p.entity = c.entity "
-                      "WHERE p.act IS NULL OR c.act > p.act")
-    return SqlStatement((
-        *_activation_ctes(prefix, text, hops, decay),
-        ", raised AS (" + " UNION ALL ".join(raised) + "), "
-        "spell AS (SELECT entity, name, row_number() OVER (PARTITION BY entity ORDER BY count(*) DESC, "
-        f'name COLLATE "C") AS rn FROM {links} WHERE entity IN (SELECT entity FROM raised) GROUP BY entity, name) '
-        "SELECT r.hop, r.entity, s.name, r.act FROM raised r JOIN spell s ON s.entity = r.entity AND s.rn = 1 "
-        'ORDER BY r.hop, r.act DESC, r.entity COLLATE "C"',
-    ))
-
-
-def postgres_graph_ctes(prefix: str, text: str, hops: int = 1, decay: float = 0.5) -> tuple[str | SqlValue, ...]:
-    """The CTEs of :func:`postgres_activation` without ``WITH`` and the final ``SELECT``, for a hybrid
-    statement that takes the GRAPH arm as one of its CTEs: ``cand``, ``known``, ``seeds``, ``mx``,
-    ``act0`` … ``act<hops>`` and last ``graph_rows(doc_id, position, activation)``."""
-    hops, decay = check_spread(hops, decay)
-    links, _ = _tables(prefix)
-    parts = list(_activation_ctes(prefix, text, hops, decay))
-    head = parts[0]
-    assert isinstance(head, str) and head.startswith("WITH ")
-    parts[0] = head[len("WITH "):]
-    parts.append(f", graph_rows AS (SELECT l.doc_id, l.position, max(a.act) AS activation FROM {links} l "
-                 f"JOIN act{hops} a ON a.entity = l.entity GROUP BY l.doc_id, l.position)")
-    return tuple(parts)

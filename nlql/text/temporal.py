@@ -1274,14 +1274,43 @@ def temporal_value(moment: datetime | None, period: Period | None) -> float | No
     return 1.0 - (0.5 * float(abs(2 * x - a - b))) / float(b - a + 2)
 
 
+@dataclass(frozen=True, slots=True)
+class SqlValue:
+    """A bound value inside a :class:`SqlStatement` (never formatted into the text)."""
+
+    value: Any
+    cast: str | None = None
+    label: str | None = None
+
+
+@dataclass(frozen=True)
+class SqlStatement:
+    """SQL as literal text interleaved with :class:`SqlValue` parts (PostgreSQL's spelling)."""
+
+    parts: tuple[str | SqlValue, ...] = ()
+
+    def pyformat(self) -> tuple[str, list[Any]]:
+        """``(text with %s placeholders, values)`` for ``psycopg``'s ``cursor.execute``."""
+        text, values = [], []
+        for p in self.parts:
+            if isinstance(p, SqlValue):
+                text.append("%s" + (f"::{p.cast}" if p.cast else ""))
+                values.append(p.value)
+            else:
+                text.append(p.replace("%", "%%"))
+        return "".join(text), values
+
+    def text_only(self) -> str:
+        """The text with every value shown as ``?``."""
+        return "".join("?" if isinstance(p, SqlValue) else p for p in self.parts)
+
+
 def postgres_temporal_value(column_sql: str, period: Period | None) -> Any:
-    """SQL for :func:`temporal_value` of a ``timestamptz`` expression (a :class:`~nlql.text.graph.SqlStatement`).
+    """SQL for :func:`temporal_value` of a ``timestamptz`` expression (a :class:`SqlStatement`).
 
     ``column_sql`` is SQL text the caller built (e.g. ``"u.date"``); the period's bounds are bound
     values. NULL outside the period, and NULL everywhere when ``period`` is None.
     """
-    from nlql.text.graph import SqlStatement, SqlValue
-
     if period is None:
         return SqlStatement(("CAST(NULL AS float8)",))
     start, end = SqlValue(period.start, "timestamptz", "period start"), SqlValue(period.end, "timestamptz", "period end")

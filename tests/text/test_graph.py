@@ -11,17 +11,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from nlql.sql.binder import Binder
+from nlql.sql.postgres import PostgresDialect
 from nlql.text.entities import MAX_NAME_TOKENS, entity_key, token_spans
 from nlql.text.graph import (
     SQLITE_SCHEMA,
     Activation,
     EntityGraph,
     check_spread,
-    postgres_activation,
-    postgres_add,
-    postgres_hop_detail,
-    postgres_remove,
-    postgres_schema,
     sentence_entities,
     sqlite_load,
     sqlite_save,
@@ -324,14 +321,21 @@ def test_sqlite_round_trip(tmp_path) -> None:  # type: ignore[no-untyped-def]
 # -------------------------------------------------------------------------------------- PostgreSQL
 
 
+PG = PostgresDialect("t")  # GRAPH's SQL is the dialect's (nlql.sql.graph), on the shared binder
+
+
+def _pyformat(fragment):  # type: ignore[no-untyped-def]
+    b = Binder(PG, style="pyformat")
+    return b.render(fragment), b.values
+
+
 def _run(conn, statements) -> None:  # type: ignore[no-untyped-def]
     for s in statements:
-        text, values = s.pyformat()
-        conn.execute(text, values)
+        conn.execute(*_pyformat(s))
 
 
 def _pg_activation(conn, text, hops, decay):  # type: ignore[no-untyped-def]
-    q, values = postgres_activation("t", text, hops, decay).pyformat()
+    q, values = _pyformat(PG.graph_activation(text, hops, decay))
     return {(d, p): v for d, p, v in conn.execute(q, values).fetchall()}
 
 
@@ -350,17 +354,17 @@ def test_postgres_tables_and_statement_match_the_python_graph(pg_dsn: str) -> No
     questions = ["who mentioned Bertrand Russell and Person3?", "Person1", "was ist mit Müller, O'Brien",
                  "罗素说了什么", "nobody known"]
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        for ddl in postgres_schema("t"):
+        for ddl in PG.graph_schema():
             conn.execute(ddl)
-        for ddl in postgres_schema("t"):  # idempotent
+        for ddl in PG.graph_schema():  # idempotent
             conn.execute(ddl)
         g = EntityGraph()
         live: dict[str, list] = {}
 
         def write(doc: str, sentences: list) -> None:
             with conn.transaction():
-                _run(conn, postgres_remove("t", [doc]))
-                _run(conn, postgres_add("t", [(doc, sentences)]))
+                _run(conn, PG.graph_remove([doc]))
+                _run(conn, PG.graph_add([(doc, sentences)]))
             g.add(doc, sentences)
             live.pop(doc, None)
             live[doc] = sentences
@@ -372,7 +376,7 @@ def test_postgres_tables_and_statement_match_the_python_graph(pg_dsn: str) -> No
             write(f"doc{d}", [(0, ["Person1", "Russell"]), (1, ["Person2"])])
         for d in range(3, 60, 11):
             with conn.transaction():
-                _run(conn, postgres_remove("t", [f"doc{d}"]))
+                _run(conn, PG.graph_remove([f"doc{d}"]))
             g.remove(f"doc{d}")
             live.pop(f"doc{d}")
         assert _pg_edges(conn) == g.edges() == build(live).edges()
@@ -381,7 +385,7 @@ def test_postgres_tables_and_statement_match_the_python_graph(pg_dsn: str) -> No
             for hops, decay in [(0, 0.5), (1, 0.5), (2, 0.3), (3, 0.9), (2, 0.0)]:
                 a = g.activate(q, hops=hops, decay=decay)
                 assert _pg_activation(conn, q, hops, decay) == a.as_dict(), (q, hops, decay)
-                text, values = postgres_hop_detail("t", q, hops, decay).pyformat()
+                text, values = _pyformat(PG.graph_hop_detail(q, hops, decay))
                 detail = conn.execute(text, values).fetchall()
                 per_hop = [[(name, act) for hop, _, name, act in detail if hop == h] for h in range(hops + 1)]
                 assert [len(x) for x in per_hop] == [h.count for h in a.per_hop]
@@ -393,12 +397,12 @@ def test_postgres_statements_bind_every_value(pg_dsn: str) -> None:
     psycopg = pytest.importorskip("psycopg")
     hostile = "Robert'); DROP TABLE t_entity_links; --"
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        for ddl in postgres_schema("t"):
+        for ddl in PG.graph_schema():
             conn.execute(ddl)
-        _run(conn, postgres_add("t", [(hostile, [(0, [hostile, "Bobby Tables"])])]))
+        _run(conn, PG.graph_add([(hostile, [(0, [hostile, "Bobby Tables"])])]))
         got = _pg_activation(conn, hostile, 1, 0.5)
         assert got == {(hostile, 0): 1.0}
-        for stmt in (postgres_activation("t", hostile), *postgres_add("t", [("x", [(0, [hostile])])])):
+        for stmt in (PG.graph_activation(hostile), *PG.graph_add([("x", [(0, [hostile])])])):
             assert "DROP" not in stmt.text_only()
         assert entity_key(hostile) in {e for (e,) in conn.execute('SELECT entity FROM "t_entity_links"')}
 

@@ -18,13 +18,12 @@ DuckDB runs the whole hybrid skeleton (MATERIALIZED CTEs, window functions, orde
 from __future__ import annotations
 
 import string
-from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from nlql.sql.codec import TextCodec
-from nlql.sql.dialect import SQL_FILTER_OPS, Dialect, quote_ident
+from nlql.sql.dialect import Dialect
 from nlql.sql.duckdb.filters import subject
-from nlql.sql.filters import Subject
+from nlql.sql.filters import SQL_FILTER_OPS, Subject
 
 __all__ = ["DuckDBDialect"]
 
@@ -45,6 +44,7 @@ class DuckDBDialect(Dialect):
     NAME = "duckdb"
     STORE_NAME = "duckdb"
     PLACEHOLDER_STYLE = "numbered"
+    CAST_OPERATOR = True
     VECTOR_ORDER = False
     MATERIALIZED_CTE = True
     WINDOW_FUNCTIONS = True
@@ -63,9 +63,10 @@ class DuckDBDialect(Dialect):
     TRANSFORMS: ClassVar[dict[str, str]] = {
         **Dialect.TRANSFORMS,
         "cosine_distance": "(1 - array_inner_product({a}, {b})::DOUBLE)",
-        "like": "({s} LIKE {pattern} ESCAPE '\\')",
+        "first_place": "min(ARRAY[rank, arm])",  # lists compare element by element
+        "any": "({x} = ANY({items}))",
+        "contains": "(strpos({s}, {needle}) > 0)",
         "regex": "regexp_matches({s}, {pattern}, 's')",
-        "text_order": "",
     }
 
     def __init__(self, table_prefix: str = "nlql", *, dim: int | None = None, normalized: bool = True,
@@ -101,10 +102,6 @@ class DuckDBDialect(Dialect):
         return subject(path)
 
     # -------------------------------------------------------------------------------------- writes
-
-    def bulk_load(self, table: str, columns: Sequence[str], source: str | None = None) -> str:
-        cols = ", ".join(quote_ident(c) for c in columns)
-        return f"INSERT INTO {self.table(table)} ({cols}) SELECT {cols} FROM {quote_ident(source or 'source')}"
 
     def schema(self, dim: int) -> list[str]:
         """The tables (created if missing). ``mflat`` is a MAP of typed records; ``metadata`` the exact

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from nlql.sql.codec import escape_text, flatten_metadata, path_key, unescape_text
 from nlql.sql.dialect import quote_ident
-from nlql.sql.postgres.dialect import PostgresDialect, describe_params
-from nlql.sql.postgres.filters import PGVECTOR_OPS, compile_where, filter_sql, like_sql
+from nlql.sql.postgres.dialect import PostgresDialect, compile_where, describe_params, filter_sql
+from nlql.sql.postgres.filters import PGVECTOR_OPS, like_sql
 
 __all__ = ["PGVECTOR_OPS", "PostgresDialect", "compile_where", "describe_params", "escape_text",
            "filter_sql", "flatten_metadata", "like_sql", "path_key", "quote_ident", "unescape_text"]

@@ -27,13 +27,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
-from nlql.sql.binder import Fragment, Param, Slot, sql, template
+from nlql.pushdown import Filter, NativeFilter
+from nlql.sql.binder import Fragment, Param, Slot, sql
 from nlql.sql.dialect import Compiled, Dialect, quote_ident
 from nlql.sql.filters import Subject
 from nlql.sql.nodes import Arm
 from nlql.sql.postgres.filters import PGVECTOR_OPS, containment, indexable, subject
 
-__all__ = ["LOCK_NAMESPACE", "PostgresDialect", "describe_params"]
+__all__ = ["LOCK_NAMESPACE", "PostgresDialect", "compile_where", "describe_params", "filter_sql"]
 
 LOCK_NAMESPACE = 0x6E6C716C  # advisory-lock namespace ("nlql")
 
@@ -50,6 +51,7 @@ class PostgresDialect(Dialect):
     NAME = "postgres"
     STORE_NAME = "pgvector"
     PLACEHOLDER_STYLE = "numbered"
+    CAST_OPERATOR = True
     VECTOR_ORDER = True
     MATERIALIZED_CTE = True
     WINDOW_FUNCTIONS = True
@@ -63,7 +65,12 @@ class PostgresDialect(Dialect):
     FILTER_OPS = PGVECTOR_OPS
     TRANSFORMS: ClassVar[dict[str, str]] = {
         **Dialect.TRANSFORMS,
-        "cosine_distance": "{a} <=> {b}",
+        "cosine_distance": "{a} <=> {b}",             # pgvector
+        "first_place": "min(ARRAY[rank, arm])",       # arrays compare element by element
+        "any": "({x} = ANY({items}))",
+        "contains": "(strpos({s}, {needle}) > 0)",
+        "like": "({s} LIKE {pattern})",               # backslash is LIKE's default escape
+        "regex": "({s} ~ {pattern})",                 # an ARE (Dialect.regex_escape)
         "text_order": ' COLLATE "C"',
     }
 
@@ -86,7 +93,7 @@ class PostgresDialect(Dialect):
         if st.mode != "rescored" or arm.kind != "semantic":
             return super().visit_Arm(arm, st)
         own = [t for t in st.lowered.thresholds if t.slot == arm.slot]
-        return template(self.RESCORED_ARM, name=st.name[arm.slot], mat=self._mat(), units=self.units,
+        return self.template(self.RESCORED_ARM, name=st.name[arm.slot], mat=self._mat(), units=self.units,
                         keys=sql(Slot(f"{arm.slot}:keys", "bigint[]", f"ranked keys of {arm.slot}")),
                         dists=sql(Slot(f"{arm.slot}:dists", "float8[]", f"distances of {arm.slot}")),
                         own=self._conds([self.visit(t, st, "dist") for t in own]))
@@ -127,7 +134,7 @@ class PostgresDialect(Dialect):
 
     def delete_documents(self, ids: list[str]) -> list[Fragment]:
         """Delete whole documents: their sentences go with them (``ON DELETE CASCADE``)."""
-        return [sql("DELETE FROM ", self.docs, " WHERE doc_id = ANY(", Param(ids, "text[]"), ")")]
+        return [sql("DELETE FROM ", self.docs, " WHERE ", self.in_array("doc_id", Param(ids, "text[]")))]
 
     def bulk_load(self, table: str, columns: Sequence[str], source: str | None = None) -> str:
         """Binary ``COPY … FROM STDIN`` (sent raw: it takes no parameters)."""
@@ -178,3 +185,20 @@ class PostgresDialect(Dialect):
 def describe_params(compiled: Compiled, redact: bool = True) -> list[str]:
     """The parameter list of a compiled statement for explain (values redacted) or goldens."""
     return compiled.binder.describe(None if redact else (lambda p: True))
+
+
+def filter_sql(flt: Filter) -> tuple[Fragment, bool]:
+    """A filter tree as a SQL boolean fragment over ``u`` (units) and ``d`` (docs), and whether it
+    reads the documents table. Values are :class:`~nlql.sql.binder.Param` parts, never text."""
+    return PostgresDialect().filter_sql(flt)
+
+
+def compile_where(flt: Filter) -> NativeFilter:
+    """A filter tree as a parameterised SQL boolean over ``u`` (units) and ``d`` (docs).
+
+    ``native`` and ``text`` are the fragment with psycopg ``%s`` placeholders; ``extra["params"]`` the
+    values in order; ``extra["docs"]`` whether the fragment reads the documents table;
+    ``extra["fragment"]`` the unrendered fragment (for statements numbered by a dialect's binder).
+    """
+    out: NativeFilter = PostgresDialect().compile_filter(flt, style="pyformat")
+    return out

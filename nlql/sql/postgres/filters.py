@@ -12,13 +12,12 @@ from datetime import date, datetime
 from typing import Any
 
 from nlql import values as V
-from nlql.pushdown import Cond, FAnd, Filter, FOr, NativeFilter
+from nlql.pushdown import Cond, FAnd, Filter, FOr
 from nlql.sql.binder import Fragment, Param, join, sql
 from nlql.sql.codec import TextCodec, compact_json, escape_text, micros, path_key
-from nlql.sql.dialect import SQL_FILTER_OPS
-from nlql.sql.filters import Subject, like_pattern
+from nlql.sql.filters import SQL_FILTER_OPS, Subject, like_pattern
 
-__all__ = ["PGVECTOR_OPS", "compile_where", "containment", "filter_sql", "indexable", "like_sql", "subject"]
+__all__ = ["PGVECTOR_OPS", "containment", "indexable", "like_sql", "subject"]
 
 # MATCH is a Python regex; PostgreSQL's POSIX regex means something else, so it is never pushed.
 PGVECTOR_OPS = SQL_FILTER_OPS
@@ -114,24 +113,3 @@ def like_sql(pattern: str) -> tuple[str, str]:
     kind, out = like_pattern(pattern, TextCodec())
     return ("LIKE" if kind == "like" else "~"), out
 
-
-def _dialect():  # type: ignore[no-untyped-def]
-    from nlql.sql.postgres.dialect import PostgresDialect
-
-    return PostgresDialect()
-
-
-def filter_sql(flt: Filter) -> tuple[Fragment, bool]:
-    """A filter tree as a SQL boolean fragment over ``u`` (units) and ``d`` (docs), and whether it
-    reads the documents table. Values are :class:`~nlql.sql.binder.Param` parts, never text."""
-    return _dialect().filter_sql(flt)
-
-
-def compile_where(flt: Filter) -> NativeFilter:
-    """A filter tree as a parameterised SQL boolean over ``u`` (units) and ``d`` (docs).
-
-    ``native`` and ``text`` are the fragment with psycopg ``%s`` placeholders; ``extra["params"]`` the
-    values in order; ``extra["docs"]`` whether the fragment reads the documents table;
-    ``extra["fragment"]`` the unrendered fragment (for statements numbered by a dialect's binder).
-    """
-    return _dialect().compile_filter(flt, style="pyformat")

@@ -42,7 +42,7 @@ Python).
 from __future__ import annotations
 
 from nlql.sql.codec import escape_text, flatten_metadata, unescape_text
-from nlql.sql.postgres.filters import PGVECTOR_OPS, compile_where, filter_sql, like_sql
+from nlql.sql.postgres import PGVECTOR_OPS, compile_where, filter_sql, like_sql
 from nlql.stores.pgvector.store import PgVectorStore
 
 __all__ = [

@@ -1,10 +1,10 @@
 """The entity graph in PostgreSQL (SPEC §9, §10): links and edges in two tables, GRAPH computed by SQL.
 
 ``<prefix>_entity_links(doc_id, position, entity, name)`` and ``<prefix>_entity_edges(a, b, weight)``
-(:func:`nlql.text.graph.postgres_schema`) are created on open and written in the ingest transaction
-(:func:`~nlql.text.graph.postgres_remove` then :func:`~nlql.text.graph.postgres_add` for the written
+(:func:`nlql.sql.graph.schema`) are created on open and written in the ingest transaction
+(:func:`~nlql.sql.graph.remove` then :func:`~nlql.sql.graph.add` for the written
 documents, after the writers' lock), removed with a deleted or replaced document. A GRAPH activation is
-one statement (:func:`~nlql.text.graph.postgres_activation`, bit-identical to
+one statement (:func:`~nlql.sql.graph.activation`, bit-identical to
 :meth:`~nlql.text.graph.EntityGraph.activate`): the engine holds no graph for this store, and a second
 engine process sees a write at once. ``<prefix>_meta`` key ``entity_links`` says the tables hold every
 document's links; tables created beside documents written before they existed lack it until the engine
@@ -56,11 +56,9 @@ class EntityMixin:
     def _open_entities(self, conn: Any) -> None:
         """Create the two tables if missing (inside ``_open``'s transaction, under its locks); a store
         with no documents yet, or tables already there, keeps every document's links from now on."""
-        from nlql.text.graph import postgres_schema
-
         d = self.dialect
         existed = conn.execute("SELECT to_regclass(%s)", [d.table("entity_links")]).fetchone()[0] is not None
-        for statement in postgres_schema(self.table_prefix):
+        for statement in d.graph_schema():
             conn.execute(statement)
         if not existed:
             empty = self._run(conn, sql("SELECT NOT EXISTS (SELECT 1 FROM ", d.docs, ")")).fetchone()[0]
@@ -85,20 +83,16 @@ class EntityMixin:
     def _write_entities(self, conn: Any, ids: list[str], docs: Sequence[DocRecord]) -> None:
         """Inside a write's transaction (after the writers' lock): the written documents' links replace
         their old ones, and the edge weights follow."""
-        from nlql.text.graph import postgres_add
-
         self._forget_entities(conn, ids)
         items = [(escape_text(x.doc_id), [(u.position, [escape_text(n) for n in names])
                                            for u, names in zip(x.units, x.entities, strict=True) if names])
                  for x in docs if x.entities is not None]
-        for statement in postgres_add(self.table_prefix, items):
-            conn.execute(*statement.pyformat())
+        for statement in self.dialect.graph_add(items):
+            self._run(conn, statement)
 
     def _forget_entities(self, conn: Any, ids: list[str]) -> None:
-        from nlql.text.graph import postgres_remove
-
-        for statement in postgres_remove(self.table_prefix, ids):
-            conn.execute(*statement.pyformat())
+        for statement in self.dialect.graph_remove(ids):
+            self._run(conn, statement)
 
     # ------------------------------------------------------------------------------ KeepsEntities
 
@@ -123,8 +117,6 @@ class EntityMixin:
         """Store links the engine built once for documents written before links were kept (documents
         that have links keep theirs; rows of documents rewritten since are skipped)."""
         self._need_open()
-        from nlql.text.graph import postgres_add
-
         d = self.dialect
         by_doc: dict[str, tuple[int, dict[int, list[str]]]] = {}
         for doc, seq, pos, name in rows:
@@ -139,8 +131,8 @@ class EntityMixin:
                 live = dict(self._run(conn, sql("SELECT doc_id, seq FROM ", d.docs)).fetchall())
                 items = [(doc, list(sentences.items())) for doc, (seq, sentences) in by_doc.items()
                          if doc not in have and live.get(doc) == seq]
-                for statement in postgres_add(self.table_prefix, items):
-                    conn.execute(*statement.pyformat())
+                for statement in d.graph_add(items):
+                    self._run(conn, statement)
                 self._run(conn, d.put_meta("meta", _FLAG, "1"))
 
         self._guard(run)
@@ -151,20 +143,13 @@ class EntityMixin:
         """GRAPH(text, hops, decay) computed in the database: the activated sentences with their
         documents' ``seq``, in insertion order; None when the tables cannot vouch for every document."""
         self._need_open()
-        from nlql.text.graph import postgres_activation
-
-        stmt = postgres_activation(self.table_prefix, text, hops, decay)
-        query, args = stmt.pyformat()
-        # the last SELECT of postgres_activation reads graph_rows; join the units for each row's seq
-        head, _, _ = query.rpartition("SELECT doc_id, position, activation FROM graph_rows")
-        query = head + (f"SELECT g.doc_id, g.position, g.activation, u.seq FROM graph_rows g JOIN "
-                        f"{self.dialect.table('units').replace('%', '%%')} u ON u.doc_id = g.doc_id AND u.position = g.position")
+        stmt = self.dialect.graph_activation(text, hops, decay, seq=True)  # each row with its seq
 
         def run() -> Any:
             with self._tx() as conn:
                 if not self._entities_kept(conn):
                     return None
-                return conn.execute(query, args).fetchall()
+                return self._run(conn, stmt).fetchall()
 
         got = self._guard(run)
         if got is None:
@@ -178,15 +163,13 @@ class EntityMixin:
                          lambda: self._hop_rows(text, hops, decay))
 
     def _hop_rows(self, text: str, hops: int, decay: float) -> tuple[int, list[tuple[int, str, str, float]]]:
-        from nlql.text.graph import postgres_hop_detail
-
-        query, args = postgres_hop_detail(self.table_prefix, text, hops, decay).pyformat()
         d = self.dialect
+        stmt = d.graph_hop_detail(text, hops, decay)
 
         def run() -> Any:
             with self._tx() as conn:
                 mx = self._run(conn, sql("SELECT coalesce(max(weight), 0) FROM ", d.table("entity_edges"))).fetchone()
-                return int(mx[0]), conn.execute(query, args).fetchall()
+                return int(mx[0]), self._run(conn, stmt).fetchall()
 
         mx, rows = self._guard(run)
         return mx, [(int(h), str(e), unescape_text(n), float(a)) for h, e, n, a in rows]
