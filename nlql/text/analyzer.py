@@ -9,7 +9,7 @@ algorithms and give the same stems).
 The default is English: Snowball's English stop word list and its English ("Porter2") stemmer, so
 ``disk usage of directories`` matches ``directory uses disk space``. ``Analyzer.named("plain")``
 (``Analyzer(stemmer=None, stopwords=None)``) is the analyzer of earlier versions: casefolded
-``\\w+`` words and nothing else. The engine records its analyzer in the store, like its embedder.
+``\\w+`` words and nothing else (but CJK bigrams). The engine records its analyzer in the store, like its embedder.
 
 >>> Analyzer().terms("The Cats' café — naïve CAFÉ!")
 ['cat', 'café', 'naïv', 'café']
@@ -17,6 +17,15 @@ The default is English: Snowball's English stop word list and its English ("Port
 ['the', 'cats', 'café', 'naïve', 'café']
 >>> Analyzer().terms("how much disk space a directory uses")
 ['much', 'disk', 'space', 'directori', 'use']
+
+Chinese, Japanese and Korean are written without spaces, so a run of their characters is one ``\\w+``
+word. The default analyzer splits such a run into overlapping character bigrams, as Elasticsearch's
+``cjk`` analyzer does (a lone character stays a unigram); ``Analyzer.named("chinese")`` segments Chinese
+into words with jieba (the ``rjieba`` package, extra ``nlql-engine[cjk]``) and drops a short list of
+Chinese function and question words. Latin words in the same text are analysed as before.
+
+>>> Analyzer().terms("长城在北京 Great Wall")
+['长城', '城在', '在北', '北京', 'great', 'wall']
 """
 
 from __future__ import annotations
@@ -25,9 +34,18 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-__all__ = ["ENGLISH_STOPWORDS", "PRESETS", "STEMMER_ALIASES", "Analyzer"]
+__all__ = ["CHINESE_STOPWORDS", "CJK_MODES", "ENGLISH_STOPWORDS", "PRESETS", "STEMMER_ALIASES", "Analyzer"]
 
 _WORD = re.compile(r"\w+")
+#: Han (with extensions and compatibility ideographs), kana, Hangul: the scripts written without spaces.
+_CJK_CHARS = ("\u1100-\u11ff\u3040-\u30ff\u3130-\u318f\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff"
+              "\ua960-\ua97f\uac00-\ud7af\uf900-\ufaff\uff66-\uff9f\U00020000-\U0003134f")
+_CJK = re.compile(f"[{_CJK_CHARS}]")
+_CJK_RUNS = re.compile(f"([{_CJK_CHARS}]+)|([^{_CJK_CHARS}]+)")
+#: How a run of CJK characters becomes terms: ``"bigram"`` (overlapping character bigrams, the default),
+#: ``"jieba"`` (Chinese word segmentation, search mode), or ``None`` (the whole run is one term, as in
+#: versions before 0.9 and the ``plain`` analyzer).
+CJK_MODES: tuple[str | None, ...] = ("bigram", "jieba", None)
 
 #: Snowball's English stop word list (snowballstem.org, ``algorithms/english/stop.txt``), as the
 #: ``\w+`` words the analyzer sees: contractions split at the apostrophe, so ``don't`` contributes
@@ -43,13 +61,22 @@ than too very cannot
 m re s ve d ll t isn aren wasn weren hasn haven hadn doesn don didn wouldn shan shouldn can couldn mustn
 """.split())
 
+#: Chinese function and question words the ``chinese`` analyzer leaves out (after segmentation).
+CHINESE_STOPWORDS: frozenset[str] = frozenset("""
+的 了 着 过 是 在 和 与 及 或 而 也 都 就 还 又 吗 呢 吧 啊 呀 嘛 之 其 把 被 让 给 对 从 向 到 于 以 为 这 那
+这个 那个 这些 那些 这里 那里 什么 怎么 怎样 怎么样 为什么 哪 哪里 哪儿 哪些 哪个 谁 几 多少 如何 是否 吗 我 你
+他 她 它 我们 你们 他们 她们 它们 一个 一种 有 没有 个 些 得 地 所 很
+""".split())
+
 #: Named analyzers: the CLI's ``--analyzer`` and ``Engine(analyzer="…")``. Any Snowball language name
 #: (or ISO 639-1 code) also names an analyzer: that stemmer, no stopwords.
 PRESETS: dict[str, dict[str, Any]] = {
-    "english": {"stemmer": "english", "stopwords": "english"},
-    "plain": {"stemmer": None, "stopwords": None},
+    "english": {"stemmer": "english", "stopwords": "english", "cjk": "bigram"},
+    "plain": {"stemmer": None, "stopwords": None, "cjk": "bigram"},
+    "chinese": {"stemmer": "english", "stopwords": "chinese", "cjk": "jieba"},
 }
-_NAMED_STOPWORDS: dict[str, frozenset[str]] = {"english": ENGLISH_STOPWORDS}
+_NAMED_STOPWORDS: dict[str, frozenset[str]] = {"english": ENGLISH_STOPWORDS,
+                                                "chinese": ENGLISH_STOPWORDS | CHINESE_STOPWORDS}
 _DEFAULT: Any = object()
 
 #: ISO 639-1 codes accepted as stemmer names, mapped to the Snowball algorithm name.
@@ -89,6 +116,21 @@ def _load_stemmer(name: str) -> tuple[Callable[[list[str]], list[str]], str]:
     return snowballstemmer.stemmer(name).stemWords, "snowballstemmer"
 
 
+def _load_segmenter() -> Callable[[str], list[str]]:
+    """jieba's search-mode segmentation (``rjieba``, the Rust port; ``jieba`` as a fallback)."""
+    try:
+        import rjieba
+
+        return rjieba.cut_for_search  # type: ignore[no-any-return]
+    except ImportError:
+        pass
+    try:
+        import jieba  # type: ignore[import-not-found]
+    except ImportError as exc:
+        raise ImportError("the 'chinese' analyzer needs rjieba: pip install 'nlql-engine[cjk]'") from exc
+    return lambda text: list(jieba.cut_for_search(text))
+
+
 class Analyzer:
     """Turns text into index terms: casefold, unicode ``\\w+`` words, stopwords, Snowball stemming.
 
@@ -99,17 +141,26 @@ class Analyzer:
         stemmer: A Snowball algorithm name (``"english"``, ``"german"``, …) or an ISO 639-1 code
             (``"en"``); ``None`` keeps words as they are. Default ``"english"``.
         stopwords: Words to drop (compared after casefolding, before stemming), or ``"english"`` for
-            :data:`ENGLISH_STOPWORDS`; ``None`` drops none. Default ``"english"``.
+            :data:`ENGLISH_STOPWORDS` (``"chinese"``: those and :data:`CHINESE_STOPWORDS`); ``None``
+            drops none. Default ``"english"``.
+        cjk: How runs of Chinese, Japanese and Korean characters become terms (:data:`CJK_MODES`):
+            ``"bigram"`` (default), ``"jieba"`` (needs ``rjieba``), ``None`` (one term per run).
 
     Raises:
-        ValueError: ``stemmer`` names no known algorithm, or ``stopwords`` no known list.
+        ValueError: ``stemmer`` names no known algorithm, ``stopwords`` no known list, ``cjk`` no mode.
+        ImportError: ``cjk="jieba"`` without the ``rjieba`` package.
     """
 
-    def __init__(self, stemmer: str | None = _DEFAULT, stopwords: Iterable[str] | str | None = _DEFAULT) -> None:
+    def __init__(self, stemmer: str | None = _DEFAULT, stopwords: Iterable[str] | str | None = _DEFAULT,
+                 cjk: str | None = "bigram") -> None:
         if stemmer is _DEFAULT:
             stemmer = "english"
         if stopwords is _DEFAULT:
             stopwords = "english"
+        if cjk not in CJK_MODES:
+            raise ValueError(f"unknown cjk mode {cjk!r}; choose one of {', '.join(map(repr, CJK_MODES))}")
+        self._cjk: str | None = cjk
+        self._segment: Callable[[str], list[str]] | None = _load_segmenter() if cjk == "jieba" else None
         self._stemmer_name: str | None = None
         self._stem: Callable[[list[str]], list[str]] | None = None
         self._backend: str | None = None
@@ -173,8 +224,10 @@ class Analyzer:
         ('english', 'english-stemmer', 'custom')
         """
         for preset, args in PRESETS.items():
-            if (self._stemmer_name, self._stopwords) == Analyzer._spec(**args):
+            if (self._stemmer_name, self._stopwords, self._cjk) == Analyzer._spec(**args):
                 return preset
+        if self._cjk != "bigram":
+            return "custom"
         if not self._stopwords:
             if self._stemmer_name in PRESETS:
                 return f"{self._stemmer_name}-stemmer"
@@ -182,13 +235,16 @@ class Analyzer:
         return "custom"
 
     @staticmethod
-    def _spec(stemmer: str | None, stopwords: str | None) -> tuple[str | None, frozenset[str]]:
-        return stemmer, _NAMED_STOPWORDS.get(stopwords, frozenset()) if stopwords else frozenset()
+    def _spec(stemmer: str | None, stopwords: str | None,
+              cjk: str | None) -> tuple[str | None, frozenset[str], str | None]:
+        return stemmer, _NAMED_STOPWORDS.get(stopwords, frozenset()) if stopwords else frozenset(), cjk
 
     def describe(self) -> str:
         """One line for messages: ``'english' (stemmer english, 175 stopwords)``."""
         parts = [f"stemmer {self._stemmer_name}" if self._stemmer_name else "no stemming",
                  f"{len(self._stopwords)} stopwords" if self._stopwords else "no stopwords"]
+        if self._cjk is not None:
+            parts.append(f"CJK {self._cjk}s" if self._cjk == "bigram" else "CJK jieba segmentation")
         return f"{self.name!r} ({', '.join(parts)})"
 
     def terms(self, text: str) -> list[str]:
@@ -198,6 +254,8 @@ class Analyzer:
         ['end', 'of', 'stori']
         """
         words = _WORD.findall(text.casefold())
+        if self._cjk is not None and _CJK.search(text) is not None:
+            words = self._split_cjk(words)
         if self._stopwords:
             words = [w for w in words if w not in self._stopwords]
         if self._stem is not None and words:
@@ -214,6 +272,30 @@ class Analyzer:
             return out
         return words
 
+    def _split_cjk(self, words: list[str]) -> list[str]:
+        """``words`` with every run of CJK characters replaced by its bigrams (or jieba's words)."""
+        out: list[str] = []
+        for word in words:
+            if _CJK.search(word) is None:
+                out.append(word)
+                continue
+            for m in _CJK_RUNS.finditer(word):
+                run = m.group(1)
+                if run is None:
+                    out.append(m.group(2))
+                elif self._segment is not None:
+                    out.extend(t for t in self._segment(run) if t.strip())
+                elif len(run) == 1:
+                    out.append(run)
+                else:
+                    out.extend(run[i:i + 2] for i in range(len(run) - 1))
+        return out
+
+    @property
+    def cjk(self) -> str | None:
+        """How CJK runs become terms: ``"bigram"``, ``"jieba"`` or ``None``."""
+        return self._cjk
+
     def terms_many(self, texts: Sequence[str]) -> list[list[str]]:
         """``terms`` for each text (a convenience for batch ingest)."""
         return [self.terms(t) for t in texts]
@@ -223,7 +305,7 @@ class Analyzer:
         (``Analyzer.from_config`` reverses it). A named stop word list is written by its name.
 
         >>> Analyzer.named("plain").config()
-        {'kind': 'standard', 'lowercase': 'casefold', 'token_pattern': '\\\\w+', 'stemmer': None, 'stopwords': []}
+        {'kind': 'standard', 'lowercase': 'casefold', 'token_pattern': '\\\\w+', 'stemmer': None, 'stopwords': [], 'cjk': 'bigram'}
         >>> Analyzer().config()["stopwords"]
         'english'
         """
@@ -231,13 +313,16 @@ class Analyzer:
         for list_name, words in _NAMED_STOPWORDS.items():
             if self._stopwords == words:
                 stop = list_name
-        return {
+        out: dict[str, Any] = {
             "kind": "standard",
             "lowercase": "casefold",
             "token_pattern": _WORD.pattern,
             "stemmer": self._stemmer_name,
             "stopwords": stop,
         }
+        if self._cjk is not None:  # absent: one term per CJK run (stores written before CJK splitting)
+            out["cjk"] = self._cjk
+        return out
 
     def record(self) -> dict[str, Any]:
         """What a store records: ``config()`` plus the preset name (for people reading it)."""
@@ -252,15 +337,16 @@ class Analyzer:
         """
         if config.get("kind", "standard") != "standard" or config.get("token_pattern", _WORD.pattern) != _WORD.pattern:
             raise ValueError(f"unsupported analyzer config: {dict(config)!r}")
-        return cls(stemmer=config.get("stemmer"), stopwords=config.get("stopwords") or None)
+        return cls(stemmer=config.get("stemmer"), stopwords=config.get("stopwords") or None, cjk=config.get("cjk"))
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Analyzer):
             return NotImplemented
-        return self._stemmer_name == other._stemmer_name and self._stopwords == other._stopwords
+        return (self._stemmer_name == other._stemmer_name and self._stopwords == other._stopwords
+                and self._cjk == other._cjk)
 
     def __hash__(self) -> int:
-        return hash((self._stemmer_name, self._stopwords))
+        return hash((self._stemmer_name, self._stopwords, self._cjk))
 
     def __repr__(self) -> str:
         if self.name in PRESETS:
@@ -270,4 +356,6 @@ class Analyzer:
             parts.append(f"stopwords=<{len(self._stopwords)} words>")
         else:
             parts.append("stopwords=None")
+        if self._cjk != "bigram":
+            parts.append(f"cjk={self._cjk!r}")
         return f"Analyzer({', '.join(parts)})"

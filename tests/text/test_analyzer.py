@@ -17,7 +17,7 @@ def test_plain_is_casefold_unicode_words() -> None:
     ]
     assert a.terms("") == []
     assert a.terms("!!! ... ???") == []
-    assert a.terms("日本語 テキスト") == ["日本語", "テキスト"]
+    assert a.terms("日本語 テキスト") == ["日本", "本語", "テキ", "キス", "スト"]  # CJK bigrams (SPEC §11)
     assert "the" in a.terms("the end")
 
 
@@ -29,7 +29,7 @@ def test_default_is_english_stopwords_and_stemming() -> None:
     assert a.terms("How much disk space does a directory use?") == ["much", "disk", "space", "directori", "use"]
     assert a.terms("estimate file space usage of directories") == ["estim", "file", "space", "usag", "directori"]
     assert a.terms("Don't stop") == ["stop"]  # contraction pieces are stopwords
-    assert a.terms("日本語 テキスト 3.14") == ["日本語", "テキスト", "3", "14"]
+    assert a.terms("日本語 テキスト 3.14") == ["日本", "本語", "テキ", "キス", "スト", "3", "14"]
 
 
 def test_repeats_are_kept() -> None:
