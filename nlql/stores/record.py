@@ -99,7 +99,7 @@ def resolve_analyzer(store: Any, given: Any = None) -> Analyzer:
             recorded = Analyzer.from_config(got)
         except (ValueError, ImportError) as exc:
             raise NLQLError(f"the store's BM25 analyzer cannot be rebuilt here: {exc}",
-                            hint="install 'nlql-engine[stem]' for stemming analyzers") from None
+                            hint="pip install snowballstemmer (or 'nlql-engine[stem]' for PyStemmer)") from None
     if given is None:
         if recorded is not None:
             return recorded

@@ -107,8 +107,10 @@ def _load_stemmer(name: str) -> tuple[Callable[[list[str]], list[str]], str]:
     except ImportError as exc:
         if known:  # PyStemmer is there and does not know the name: a user mistake, not a missing package
             raise ValueError(f"unknown stemmer {name!r}; choose one of {', '.join(sorted(known))}") from None
-        raise ImportError("stemming needs PyStemmer or snowballstemmer: pip install 'nlql-engine[stem]' "
-                          "(or use the 'plain' analyzer)") from exc
+        # snowballstemmer is a base dependency: only a broken environment gets here
+        raise ImportError("stemming needs snowballstemmer (a dependency of nlql-engine: pip install "
+                          "snowballstemmer) or PyStemmer (pip install 'nlql-engine[stem]'), or use the "
+                          "'plain' analyzer") from exc
     if name not in snowballstemmer.algorithms():
         raise ValueError(
             f"unknown stemmer {name!r}; choose one of {', '.join(sorted(snowballstemmer.algorithms()))}"
