@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-__all__ = ["BUILTINS", "FUSION_FUNCTIONS", "SCORE_FUNCTIONS", "TEXT_ARMS", "TEXT_SCORES", "TYPES", "FunctionSig",
+__all__ = ["BUILTINS", "FUSION_FUNCTIONS", "RANK_FUSIONS", "SCORE_FUNCTIONS", "TEXT_ARMS", "TEXT_SCORES", "TYPES", "FunctionSig",
            "parse_duration"]
 
 #: Value types the checker reasons about. ``score`` is a number produced by a score function.
@@ -124,6 +124,8 @@ SCORE_FUNCTIONS = frozenset(name for name, sig in BUILTINS.items() if sig.score)
 #: Names of the functions whose arguments are arms (RRF, INTERLEAVE, MMR): each ranks rows among the
 #: candidates that passed WHERE, so conditions on them apply after fusion.
 FUSION_FUNCTIONS = frozenset(name for name, sig in BUILTINS.items() if sig.fuses)
+#: The fusions that rank their arms and sum or interleave the ranks (RRF, INTERLEAVE; not MMR).
+RANK_FUSIONS = frozenset({"RRF", "INTERLEAVE"})
 #: The score functions that score a row's content against a query text (SIMILARITY, BM25).
 TEXT_SCORES = SCORE_FUNCTIONS - FUSION_FUNCTIONS
 #: The arms whose text is bound at plan time and evaluated by the engine (GRAPH, TEMPORAL).
