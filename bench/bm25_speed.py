@@ -79,7 +79,7 @@ def _top(scores: np.ndarray, k: int) -> np.ndarray:
 def run(n: int, repeat: int) -> dict[str, Any]:
     from nlql import Engine
     from nlql.embedders import HashEmbedder
-    from nlql.stores.memory import _blas_one_thread
+    from nlql.kernels import blas_one_thread as _blas_one_thread
 
     t = time.perf_counter()
     texts, metas = synthetic_corpus(n, seed=42)

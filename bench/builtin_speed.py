@@ -104,7 +104,7 @@ class Lookup:
 def exact_top(mat: np.ndarray, q: np.ndarray, rows: np.ndarray | None, min_score: float | None) -> list[tuple[int, float]]:
     """The exact answer: fp32 scores (one BLAS thread, rounded to 6 places), best first, ties by row."""
     from nlql import values as V
-    from nlql.stores.memory import _blas_one_thread
+    from nlql.kernels import blas_one_thread as _blas_one_thread
 
     qn = V.normalize_rows(q[None, :].copy(), zero_invalid=True)
     with _blas_one_thread():
@@ -119,7 +119,7 @@ def exact_top(mat: np.ndarray, q: np.ndarray, rows: np.ndarray | None, min_score
 
 def run(n: int, repeat: int, centres: int, noise: float) -> dict[str, Any]:
     from nlql import Engine
-    from nlql.stores.memory import _blas_one_thread
+    from nlql.kernels import blas_one_thread as _blas_one_thread
 
     rng = np.random.default_rng(21)
     vecs = clustered(n + len(QUERY_TEXTS), centres, noise, rng)

@@ -94,7 +94,7 @@ def run(n: int, repeat: int) -> dict:
         s = mat @ qv
         np.argpartition(-s, 10)[:10]
 
-    from nlql.stores.memory import _blas_one_thread
+    from nlql.kernels import blas_one_thread as _blas_one_thread
 
     def floor_one_thread() -> None:
         with _blas_one_thread():

@@ -5,7 +5,7 @@ At 10k, 100k and 1M one-sentence documents (HashEmbedder, dim 384, float32) it t
 store holds (``engine.store.matrix``):
 
 * the floor: ``M @ q`` + ``argpartition`` with numpy's default BLAS threads, and with one BLAS thread
-  (``nlql.stores.memory._blas_one_thread``; on a busy 2-core machine a multi-threaded gemv waits for a
+  (``nlql.kernels.blas_one_thread``; on a busy 2-core machine a multi-threaded gemv waits for a
   time slice, so the single-thread figure is often the lower one). The floor is the smaller of the two;
 * a filtered floor: the same on a prebuilt sub-matrix of the ``status == "published"`` rows (~25%),
   which is what a store that caches a filter's sub-matrix can reach;
@@ -65,7 +65,7 @@ def top_k(mat: np.ndarray, q: np.ndarray, k: int = K) -> np.ndarray:
 def run(n: int, repeat: int) -> dict[str, Any]:
     from nlql import Engine
     from nlql.embedders import HashEmbedder
-    from nlql.stores.memory import _blas_one_thread
+    from nlql.kernels import blas_one_thread as _blas_one_thread
 
     t = time.perf_counter()
     texts, metas = synthetic_corpus(n, seed=42)

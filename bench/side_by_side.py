@@ -168,7 +168,7 @@ def nlql_rows(engine: Any, shapes: dict[str, str] | None = None) -> dict[str, Se
 def numpy_rows(data: Data, mat: np.ndarray, sparse: SparseBM25) -> tuple[dict[str, Search], dict[str, Search]]:
     """The floors: ``M @ q`` + argpartition (one BLAS thread), prebuilt sub-matrices for the filters, the
     scipy BM25 product, RRF of the two windows in numpy; and the plain scan with the default threads."""
-    from nlql.stores.memory import _blas_one_thread
+    from nlql.kernels import blas_one_thread as _blas_one_thread
 
     sub_pub, sub_tag = np.ascontiguousarray(mat[data.pub_rows]), np.ascontiguousarray(mat[data.tag_rows])
     q = data.qvecs

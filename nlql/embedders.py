@@ -45,6 +45,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from nlql.errors import BackendError, MissingDependencyError
+from nlql.values import normalize_rows
 
 __all__ = [
     "CachedEmbedder",
@@ -100,10 +101,8 @@ def normalize(mat: Any) -> np.ndarray:
     [[0.6000000238418579, 0.800000011920929], [0.0, 0.0]]
     """
     arr = np.asarray(mat, dtype=np.float32)
-    norms = np.linalg.norm(arr, axis=-1, keepdims=True)
-    out = np.zeros(arr.shape, dtype=np.float32)
-    np.divide(arr, norms, out=out, where=norms > 0)
-    return np.ascontiguousarray(out)
+    out = normalize_rows(arr.reshape(-1, arr.shape[-1]) if arr.ndim else arr, zero_invalid=True)
+    return np.ascontiguousarray(np.asarray(out, dtype=np.float32).reshape(arr.shape))
 
 
 def _check_texts(texts: Sequence[str]) -> list[str]:

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-__all__ = ["BUILTINS", "FUSE_METHODS", "FUSION_FUNCTIONS", "QUERY_BY_EXAMPLE", "SCORE_FUNCTIONS", "TEXT_ARMS", "TEXT_SCORES", "TYPES", "FunctionSig",
+__all__ = ["BUILTINS", "FUSE_METHODS", "FUSION_FUNCTIONS", "QUERY_BY_EXAMPLE", "RANK_FUSIONS", "SCORE_FUNCTIONS", "TEXT_ARMS",
+           "TEXT_SCORES", "TYPES", "FunctionSig",
            "parse_duration"]
 
 #: Value types the checker reasons about. ``score`` is a number produced by a score function.
@@ -134,6 +135,8 @@ FUSION_FUNCTIONS = frozenset(name for name, sig in BUILTINS.items() if sig.fuses
 FUSE_METHODS = ("minmax", "dbsf")
 #: ``DOC("id")``: not a function of a row but a query vector; allowed only as SIMILARITY's second argument.
 QUERY_BY_EXAMPLE = "DOC"
+#: The fusions that rank their arms and sum or interleave the ranks (RRF, INTERLEAVE; not MMR).
+RANK_FUSIONS = frozenset({"RRF", "INTERLEAVE"})
 #: The score functions that score a row's content against a query text (SIMILARITY, BM25).
 TEXT_SCORES = SCORE_FUNCTIONS - FUSION_FUNCTIONS
 #: The arms whose text is bound at plan time and evaluated by the engine (GRAPH, TEMPORAL).

@@ -265,6 +265,10 @@ class Unit(Node):
         return self.kind == "SENTENCE" or (self.kind == "SPAN" and self.base != "CHUNK")
 
 
+#: The units whose row groups sentences under one id (``hit.best`` is the sentence that scored it).
+GROUPED_UNITS = ("DOCUMENT", "CHUNK")
+
+
 @dataclass(frozen=True, slots=True)
 class Binding(Node):
     """``LET name = expr``."""

@@ -39,13 +39,14 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from nlql import ir
 from nlql.errors import MissingDependencyError
 from nlql.render import quote_key
 
-if TYPE_CHECKING:
-    from nlql.execute.results import Hit
+#: A result row (:class:`nlql.execute.results.Hit`, which imports this module: not imported here).
+Hit = Any
 
 __all__ = ["BASE_COLUMNS", "Column", "columns", "to_arrow", "to_pandas", "to_polars", "to_records"]
 
@@ -173,9 +174,7 @@ def columns(hits: Iterable[Hit]) -> list[Column]:
 
 def _best_columns(rows: Sequence[Hit]) -> list[Column]:
     """``best.position``, ``best.content`` and ``best.<binding>`` when any row is a grouped unit."""
-    from nlql.execute.results import GROUPED_UNITS
-
-    if not any(h.best is not None or h.unit in GROUPED_UNITS for h in rows):
+    if not any(h.best is not None or h.unit in ir.GROUPED_UNITS for h in rows):
         return []
     bests = [h.best for h in rows]
     out = [Column("best.position", "int", [b.position if b else None for b in bests], "best"),

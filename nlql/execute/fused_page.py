@@ -29,6 +29,7 @@ import numpy as np
 
 from nlql.execute.candidates import Candidate, Search, keep_passing
 from nlql.execute.materialise import candidates
+from nlql.functions import RANK_FUSIONS
 from nlql.plan.nodes import ScoreSpec
 from nlql.stores.fastpath import floor_rows, top_rows
 
@@ -40,7 +41,7 @@ def _spec(run: Search) -> ScoreSpec | None:
     if fast is None or fast.kind != "fusion" or run.failed or len(plan.fusions) != 1:
         return None
     spec = plan.fusions[0]
-    if spec.kind not in ("RRF", "INTERLEAVE") or spec.window != fast.depth or len(spec.arm_exprs) != len(fast.arms):
+    if spec.kind not in RANK_FUSIONS or spec.window != fast.depth or len(spec.arm_exprs) != len(fast.arms):
         return None
     first = plan.order[0] if plan.order else None
     if first is None or plan.slot_of(first.expr) != spec.slot:

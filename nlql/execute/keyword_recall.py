@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from nlql import ir
+from nlql.functions import RANK_FUSIONS
 
 
 def _is_threshold_on(expr: ir.Expr, name: str) -> bool:
@@ -67,7 +68,7 @@ def narrow(plan: Any, store: Any, index: Any, qv: dict[str, np.ndarray], need: i
         if len(keys) < need:
             return None
         return _top(keys, np.asarray(scores, dtype=np.float64), need)
-    if spec.kind in ("RRF", "INTERLEAVE") and plan.arm_depth is not None and not plan.residual:
+    if spec.kind in RANK_FUSIONS and plan.arm_depth is not None and not plan.residual:
         out: dict[Any, None] = {}
         for arm in spec.arms:
             arm_spec = by_slot.get(plan.binding_slots.get(arm, ""))

@@ -29,7 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from nlql.stores.memory import matmul_t
+from nlql import values as V
+from nlql.kernels import matmul_t
 
 __all__ = ["GRAM_MAX", "mmr_order", "unit_vectors"]
 
@@ -107,5 +108,4 @@ def unit_vectors(groups: list[list[Any]], fetch: Any) -> np.ndarray:
     where = {k: i for i, k in enumerate(distinct)}
     out = np.stack([mat[[where[k] for k in g]].mean(axis=0) if g else np.zeros(mat.shape[1], np.float32)
                     for g in groups])
-    norms = np.linalg.norm(out, axis=1, keepdims=True)
-    return np.divide(out, norms, out=np.zeros_like(out), where=norms > 0)
+    return V.normalize_rows(out, zero_invalid=True)

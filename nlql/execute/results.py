@@ -6,6 +6,8 @@ import html
 from dataclasses import dataclass, field
 from typing import Any
 
+from nlql.ir import GROUPED_UNITS
+
 #: How much of a hit's content a repr shows, and how many hits a ``Hits`` repr lists.
 REPR_CONTENT_CHARS = 80
 REPR_ROWS = 10
@@ -30,7 +32,6 @@ class Best:
 
 
 #: Units whose hits group sentences and so carry ``best`` (None when nothing scored them).
-GROUPED_UNITS = ("DOCUMENT", "CHUNK")
 
 
 @dataclass

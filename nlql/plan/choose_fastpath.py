@@ -38,7 +38,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from nlql import ir
-from nlql.functions import BUILTINS, parse_duration
+from nlql.functions import BUILTINS, RANK_FUSIONS, parse_duration
 from nlql.plan.nodes import FUSION_FUNCTIONS, TEXT_SCORES, Plan, ScoreCondition, ScoreSpec
 from nlql.pushdown import Capabilities, FastArm, FastPath, Formula
 
@@ -179,7 +179,7 @@ def _documents(plan: Plan) -> Plan:
                                    bm25_texts=_used(bm25_texts, formula.slots())))
     if spec.kind == "BM25":
         return _set(plan, FastPath("bm25", slot=spec.slot, unit=unit, bm25_texts=_used(bm25_texts, [spec.slot])))
-    if spec.kind not in ("RRF", "INTERLEAVE") or spec.window is None:
+    if spec.kind not in RANK_FUSIONS or spec.window is None:
         return _none(plan, f"{first.label} is not a BM25, RRF / INTERLEAVE or arithmetic score")
     if _weight_not_positive(spec):  # (as for sentences)
         return _none(plan, f"{spec.slot} has a weight that is not positive")
@@ -235,7 +235,7 @@ def _value_fusion(plan: Plan) -> bool:
     if not VALUE_ARMS or not plan.order:
         return False
     spec = plan.spec(plan.slot_of(plan.order[0].expr))
-    return spec is not None and spec.kind in ("RRF", "INTERLEAVE")
+    return spec is not None and spec.kind in RANK_FUSIONS
 
 
 _HOLDS_AT_ZERO = {">": lambda v: 0.0 > v, ">=": lambda v: 0.0 >= v, "<": lambda v: 0.0 < v,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from nlql import ir
+from nlql.functions import FUSION_FUNCTIONS
 from nlql.plan.nodes import OrderSpec, Recall, ScoreSpec, slot_of
 from nlql.pushdown import Capabilities
 
@@ -51,7 +52,7 @@ def mmr_window_recall(recall: Recall, order: list[OrderSpec], specs: list[ScoreS
     first = order[0]
     by_slot = {s.slot: s for s in specs}
     spec = by_slot.get(slot_of(first.expr, slots, binding_slots) or "")
-    fusions = [s for s in specs if s.kind in ("RRF", "INTERLEAVE", "MMR")]
+    fusions = [s for s in specs if s.kind in FUSION_FUNCTIONS]
     if spec is None or spec.kind != "MMR" or not first.descending or len(fusions) != 1 or spec.window is None:
         return recall
     arm = by_slot.get(slot_of(spec.arm_exprs[0], slots, binding_slots) or "") if spec.arm_exprs else None

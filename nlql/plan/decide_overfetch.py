@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from nlql import ir
 from nlql.plan.nodes import Recall
 
 RESIDUAL_FACTOR = 4.0
@@ -11,7 +12,7 @@ GROUP_FACTOR = 4.0
 DISTINCT_FACTOR = 10.0
 
 
-def decide_overfetch(recall: Recall, limit: int | None, offset: int, unit: str, has_residual: bool,
+def decide_overfetch(recall: Recall, limit: int | None, offset: int, unit: ir.Unit, has_residual: bool,
                      rerank_factor: int | None, distinct: bool = False) -> Recall:
     """Over-fetch for residual filters, for units that group sentences, for reranking and for DISTINCT BY.
 
@@ -26,7 +27,7 @@ def decide_overfetch(recall: Recall, limit: int | None, offset: int, unit: str, 
     factor = 1.0
     if has_residual:
         factor *= RESIDUAL_FACTOR
-    if unit in ("DOCUMENT", "CHUNK") or unit == "SPAN_CHUNK":
+    if not unit.rows_are_sentences:  # DOCUMENT, CHUNK, SPAN over CHUNK
         factor *= GROUP_FACTOR
     if distinct:
         factor *= DISTINCT_FACTOR

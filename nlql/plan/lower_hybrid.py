@@ -31,6 +31,7 @@ from typing import Any
 
 from nlql import ir
 from nlql.evaluate import graph_slot
+from nlql.functions import FUSION_FUNCTIONS, RANK_FUSIONS
 from nlql.plan.decide_overfetch import DISTINCT_FACTOR
 from nlql.plan.nodes import Plan, ScoreSpec
 from nlql.render import render_expr
@@ -46,7 +47,7 @@ def _threshold(expr: ir.Expr, plan: Plan, kinds: dict[str, str]) -> Threshold | 
     if cond is None or cond.slot not in kinds:
         return None
     kind = kinds[cond.slot]
-    return Threshold(cond.slot, "FUSED" if kind in ("RRF", "INTERLEAVE") else kind, cond.op, cond.value,
+    return Threshold(cond.slot, "FUSED" if kind in RANK_FUSIONS else kind, cond.op, cond.value,
                      render_expr(expr))
 
 
@@ -74,7 +75,7 @@ def lower_hybrid(plan: Plan, dialect: Dialect | Any, analyzer: Any = None) -> Pl
             SQL). A store is accepted too: its ``dialect`` when it declares ``Capabilities.SQL_ARMS``.
         analyzer: The engine's BM25 analyzer (``None`` is the default :class:`~nlql.text.analyzer.Analyzer`).
     """
-    if not any(s.kind in ("BM25", "RRF", "INTERLEAVE", "MMR") for s in plan.scores):
+    if not any(s.kind == "BM25" or s.kind in FUSION_FUNCTIONS for s in plan.scores):
         return plan
     d = dialect_of(dialect) if dialect is not None else None
     if d is None:
@@ -89,7 +90,7 @@ def lower_hybrid(plan: Plan, dialect: Dialect | Any, analyzer: Any = None) -> Pl
     if plan.limit is None or plan.arm_depth is None:
         return _engine(plan, "there is no LIMIT (every row is ranked)")
     by_slot: dict[str, ScoreSpec] = {s.slot: s for s in plan.scores}
-    fusions = [s for s in plan.scores if s.kind in ("RRF", "INTERLEAVE")]
+    fusions = [s for s in plan.scores if s.kind in RANK_FUSIONS]
     graphs: list[GraphScore] = []
     if len(fusions) > 1:
         return _engine(plan, "the query has more than one fusion score")

@@ -93,10 +93,7 @@ def build_plan(
                         bound.limit.span if bound.limit else None,
                         hint="lower LIMIT, or raise Engine(limit_ceiling=…)")
     recall = choose_recall(order, specs, slots, binding_slots, limit, caps, thresholds)
-    unit_kind = bound.unit.kind
-    if unit_kind == "SPAN" and bound.unit.base == "CHUNK":
-        unit_kind = "SPAN_CHUNK"
-    recall = decide_overfetch(recall, limit, offset, unit_kind, bool(residual), rerank_factor if rerank else None,
+    recall = decide_overfetch(recall, limit, offset, bound.unit, bool(residual), rerank_factor if rerank else None,
                               distinct=bound.distinct is not None)
     if limit is not None and bound.distinct is None and any(s.kind == "MMR" for s in specs):
         need = (limit + offset) * (max(1, rerank_factor or 1) if rerank else 1)

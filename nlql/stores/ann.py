@@ -363,7 +363,7 @@ class AnnStore(MemoryStore):
     def _mark_dirty(self) -> None:
         if not self._dirty and self._wants_index():
             self._dirty = True
-            if self._log is not None:
+            if self._log is not None and not self._log.read_only:  # (read-only: the index stays in RAM)
                 self._log.set_info(self._token_key, "")
 
     def flush(self) -> None:
@@ -373,7 +373,8 @@ class AnnStore(MemoryStore):
         pair valid is stored in the log last. A no-op for a store in RAM or when nothing changed.
         """
         with self._lock:
-            if self._log is None or self.path is None or self._index is None or not self._dirty:
+            if (self._log is None or self._log.read_only or self.path is None or self._index is None
+                    or not self._dirty):
                 return
             target = self.path / self.INDEX_FILE
             tmp = target.with_name(target.name + ".tmp")

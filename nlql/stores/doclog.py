@@ -128,6 +128,8 @@ class DocLog:
         self.path = path
         self._db = db
         self.read_only = read_only
+        #: Why the file is read-only (a read-only medium, or the cause a writable open failed with).
+        self.read_only_reason = "opened from a read-only file or medium" if read_only else ""
         self._lock = threading.RLock()
         self._has_deleted = not first_format or self._table_exists("deleted")
         self._has_links = self._table_exists("entity_links")
@@ -162,15 +164,18 @@ class DocLog:
         if not tables and not writable:  # an empty file that cannot become a store: as if absent
             db.close()
             return None
+        why = "" if writable else "opened from a read-only file or medium"
         if writable:
             db.close()
             try:
                 db = cls._connect_rw(path)
             except sqlite3.OperationalError as exc:
-                if "readonly" not in str(exc) and "read-only" not in str(exc):
+                if "locked" in str(exc) or "busy" in str(exc):  # another writer holds it: not ours to hide
                     raise _error(path, f"cannot be opened for writing ({path.name})", exc) from exc
+                # a full disk ("disk I/O error": no room for the -shm file), a read-only medium, …: reading
+                # must work where writing cannot, so the store opens read-only and a write names the cause
                 db = cls._connect_ro(path)
-                writable = False
+                writable, why = False, f"cannot be written here: {exc}"
             except sqlite3.Error as exc:
                 raise _error(path, f"cannot be opened ({path.name})", exc) from exc
         if writable and not tables >= {"deleted", "entity_links"}:
@@ -181,9 +186,17 @@ class DocLog:
                         db.executemany("INSERT OR IGNORE INTO info(key, value) VALUES (?, ?)",
                                        [("format", FORMAT), ("format_version", FORMAT_VERSION), ("clock", "0"),
                                         (ENTITY_LINKS_KEY, "1")])
+            except sqlite3.OperationalError as exc:
+                if not tables or "locked" in str(exc) or "busy" in str(exc):
+                    raise _error(path, f"cannot be upgraded ({path.name})", exc) from exc
+                db.close()  # a first-format store on a full disk: read as it is
+                db = cls._connect_ro(path)
+                writable, why = False, f"cannot be upgraded or written here: {exc}"
             except sqlite3.Error as exc:
                 raise _error(path, f"cannot be upgraded ({path.name})", exc) from exc
-        return cls(path, db, read_only=not writable, first_format="deleted" not in tables)
+        log = cls(path, db, read_only=not writable, first_format="deleted" not in tables)
+        log.read_only_reason = why
+        return log
 
     @classmethod
     def create(cls, path: str | Path, dim: int) -> DocLog:
@@ -319,8 +332,7 @@ class DocLog:
 
     def _writable(self) -> None:
         if self.read_only:
-            raise _error(self.path, "is read-only (opened from a read-only file or medium); it can be "
-                         "searched but not changed")
+            raise _error(self.path, f"is read-only ({self.read_only_reason}); it can be searched but not changed")
 
     # ---------------------------------------------------------------------------------- writing
 

@@ -23,11 +23,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
-import os
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -35,23 +33,18 @@ from typing import Any
 import numpy as np
 
 from nlql.errors import BackendError
-from nlql.pushdown import Capabilities, FastPath, Filter, NativeFilter
+from nlql.kernels import blas_one_thread, block_rows, full_scan, matmul_t
+from nlql.pushdown import OPS, Capabilities, FastPath, Filter, NativeFilter
 from nlql.schema import DataSummary
 from nlql.stores import _pages, fastpath, quant
 from nlql.stores.base import Bm25Matches, DocRecord, Row
 from nlql.stores.batch import is_columnar
 from nlql.stores.doclog import FILE_NAME, Changes, DocLog
 from nlql.stores.table import RowTable, latest_per_id
-from nlql.values import round_scores
-
-_ALL_OPS = frozenset({
-    "eq", "ne", "lt", "le", "gt", "ge", "in", "not_in", "is_null", "is_not_null",
-    "contains", "not_contains", "like", "not_like", "match", "not_match",
-})
 
 MEMORY_CAPABILITIES = Capabilities(
     NAME="memory",
-    OPS=_ALL_OPS,
+    OPS=OPS,  # every leaf operator of the pushed-filter language
     FIELDS=frozenset({"meta", "doc_id", "id", "position", "content"}),
     OR=True,
     NESTED_KEYS=True,
@@ -65,131 +58,6 @@ MEMORY_CAPABILITIES = Capabilities(
     DESCRIBES_DATA=True,
     KNN_SCORES=True,  # knn and similarities score a row with the same aligned blocks (block_rows)
 )
-
-
-_blas_libs: Any = None
-
-
-class _OneBlasThread:
-    """Limits BLAS to one thread inside the block and restores the previous counts after: the BLAS
-    libraries' own setters, found once with threadpoolctl (its ``limit()`` context costs ~25 µs a call,
-    more than a selective filter's whole product; this ~8 µs)."""
-
-    __slots__ = ("_old",)
-
-    def __enter__(self) -> None:
-        self._old = [(lib, lib.get_num_threads()) for lib in _blas_libs]
-        for lib, n in self._old:
-            if n != 1:
-                lib.set_num_threads(1)
-
-    def __exit__(self, *exc: Any) -> None:
-        for lib, n in self._old:
-            if n != 1:
-                lib.set_num_threads(n)
-
-
-def _blas_one_thread() -> Any:
-    """A context limiting BLAS to one thread: a matrix-vector product is memory-bound, and on a busy
-    2-core machine a second BLAS thread waits for a time slice (8 ms instead of 0.2 ms at 10k rows)."""
-    global _blas_libs
-    if _blas_libs is None:
-        try:
-            from threadpoolctl import ThreadpoolController
-
-            _blas_libs = list(ThreadpoolController().select(user_api="blas").lib_controllers)
-        except Exception:  # noqa: BLE001 - optional optimisation
-            _blas_libs = []
-    if not _blas_libs:
-        return contextlib.nullcontext()
-    return _OneBlasThread()
-
-
-def matmul_t(vectors: np.ndarray, sub: np.ndarray) -> np.ndarray:
-    """``vectors @ sub.T`` laid out (batch, N), computed with single-threaded BLAS."""
-    with _blas_one_thread():
-        out = np.atleast_2d(vectors.astype(np.float32, copy=False) @ sub.T)
-    return round_scores(out)
-
-
-#: Rows per block of OpenBLAS's float32 matrix-vector kernel: a row in the matrix's last, partial block
-#: is scored by another kernel (other bits), so scoring a few rows with the bits of a full scan keeps
-#: that block whole and last (:func:`block_rows`).
-BLOCK = 4
-#: From this many rows a full scan runs as two halves on two threads (the same bits: the halves split
-#: on a block boundary).
-PARALLEL_ROWS = 1 << 18
-
-_scan_pool: ThreadPoolExecutor | None = None
-
-
-@functools.cache
-def rows_alone(dim: int) -> bool:
-    """Whether a row in a whole block gets the same bits at any place in any block (checked once per
-    dimension on this BLAS): then scoring some rows gathers those rows only, padded to whole blocks,
-    instead of every row of their blocks (400 scattered rows: 0.6 MB read instead of 2.4 MB). The
-    kernels' summation order does not depend on the data, so random rows show it."""
-    rng = np.random.default_rng(dim)
-    n = 40 * BLOCK + 3
-    m = rng.standard_normal((n, dim)).astype(np.float32)
-    q = rng.standard_normal(dim).astype(np.float32)
-    with _blas_one_thread():
-        full = (q[None, :] @ m.T)[0]
-        for size in (BLOCK, 2 * BLOCK, 7 * BLOCK, 40 * BLOCK):
-            for _ in range(6):
-                keys = rng.permutation(40 * BLOCK)[:size]  # rows at every place mod BLOCK, unsorted
-                if not np.array_equal((q[None, :] @ m[keys].T)[0].view(np.uint32), full[keys].view(np.uint32)):
-                    return False
-    return True
-
-
-def block_rows(keys: np.ndarray, size: int, dim: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """(rows to gather, where each of ``keys`` lands among them) so that ``q @ M[gather].T`` gives each
-    key the very bits of ``q @ M[:size].T``: the last partial block (if a key is in it) whole and last,
-    as in the full matrix, and before it whole aligned blocks of :data:`BLOCK` rows, or, when the BLAS
-    scores a row alike at any place (:func:`rows_alone` of ``dim``), the keys themselves padded to a
-    multiple of :data:`BLOCK` with copies of the last. ``keys`` ascending."""
-    keys = np.asarray(keys, dtype=np.int64)
-    tail = size - size % BLOCK
-    head = keys[keys < tail]
-    if dim is not None and rows_alone(dim):
-        gather = np.concatenate([head, np.repeat(head[-1:], -len(head) % BLOCK)])
-    else:
-        blocks = np.unique(head // BLOCK)
-        gather = (blocks[:, None] * BLOCK + np.arange(BLOCK)).ravel()
-    if len(head) < len(keys):
-        gather = np.concatenate([gather, np.arange(tail, size, dtype=np.int64)])
-    return gather, np.searchsorted(gather, keys)
-
-
-def score_rows(v: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """``rows @ v`` rounded, each row with the bits a full scan of the built-in store gives it in a whole
-    block (:func:`rows_alone`): the rows are padded to a multiple of :data:`BLOCK` with copies of the
-    last, so none is scored by the partial-block kernel. For a store that holds the vectors elsewhere
-    (pgvector) and rescores a few of them as this store scores them."""
-    n = len(rows)
-    if n % BLOCK and rows_alone(rows.shape[1]):
-        rows = np.concatenate([rows, np.repeat(rows[-1:], -n % BLOCK, axis=0)])
-    return matmul_t(v, rows)[0][:n]
-
-
-def _full_scan(matrix: np.ndarray, v: np.ndarray) -> np.ndarray:
-    """``matrix @ v`` rounded, on two threads when large (each half single-threaded BLAS)."""
-    global _scan_pool
-    n = len(matrix)
-    if n < PARALLEL_ROWS or (os.cpu_count() or 1) < 2:
-        return matmul_t(v[None, :], matrix)[0]
-    half = (n // 2) - (n // 2) % BLOCK
-    out = np.empty(n, dtype=np.float32)
-    if _scan_pool is None:
-        _scan_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="nlql-scan")
-
-    def part(lo: int, hi: int) -> None:
-        np.matmul(matrix[lo:hi], v, out=out[lo:hi])
-
-    with _blas_one_thread():
-        list(_scan_pool.map(lambda b: part(*b), [(0, half), (half, n)]))
-    return round_scores(out)
 
 
 @dataclass
@@ -361,7 +229,7 @@ class MatrixStore:
     def _scores(self, v: np.ndarray, rows: _Rows) -> np.ndarray:
         """Exact scores of ``rows`` (rounded), bit for bit those of one scan over the whole matrix."""
         if rows.keys is None or len(rows.keys) * 2 > rows.size:
-            full = _full_scan(self.matrix, v)
+            full = full_scan(self.matrix, v)
             return full if rows.keys is None else full[rows.keys]
         if rows.sub is None:
             gather, pos = block_rows(rows.keys, rows.size, self.dim)
@@ -382,7 +250,7 @@ class MatrixStore:
         size = self.table.size
         gather, pos = block_rows(keys, size, self.dim)
         if len(gather) > size * self.GATHER_MAX_SHARE:  # the scan itself is cheaper
-            return _full_scan(self.matrix, np.asarray(v, dtype=np.float32))[np.asarray(keys, dtype=np.int64)]
+            return full_scan(self.matrix, np.asarray(v, dtype=np.float32))[np.asarray(keys, dtype=np.int64)]
         return matmul_t(v[None, :], self.matrix[gather])[0][pos]
 
     def _top(self, row: np.ndarray, keys: np.ndarray | None, k: int,
@@ -526,7 +394,7 @@ class MatrixStore:
         """The exact top k through the int8 copy, or None when no depth certified it (see quant)."""
         # one BLAS thread for the small products around the scan: a woken BLAS thread spins for a while
         # and takes a core from the scan's two threads (1M: 63 ms a search instead of 40)
-        with _blas_one_thread():
+        with blas_one_thread():
             return self._quantised_top_one_blas_thread(v, k, rows, min_score, stats)
 
     def _quantised_top_one_blas_thread(self, v: np.ndarray, k: int, rows: _Rows, min_score: float | None,

@@ -989,9 +989,7 @@ def _row(r: dict[str, Any]) -> Row:
 
 
 def _normalise(mat: np.ndarray) -> np.ndarray:
-    norms = np.linalg.norm(mat, axis=1, keepdims=True)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return mat / np.where(norms == 0, 1, norms)
+    return V.normalize_rows(mat)  # (the one normaliser: zero rows stay zero)
 
 
 def _threshold(out: list[list[tuple[Any, float]]], min_score: float | None) -> list[list[tuple[Any, float]]]:

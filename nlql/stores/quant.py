@@ -66,6 +66,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from nlql.kernels import blas_one_thread
 from nlql.stores import int8_scan
 
 #: Slack added to the bound: float32 accumulation error of both dot products over 384–1024 dimensions
@@ -570,10 +571,9 @@ class _SplitCodec:
 
     def vectors(self, x: np.ndarray) -> np.ndarray:
         """``(x_A, ‖x_B‖)`` of rows ``x``."""
-        from nlql.stores.memory import _blas_one_thread  # (memory imports this module)
 
         out = np.empty((len(x), len(self.basis) + 1), dtype=np.float32)
-        with _blas_one_thread():  # the copy is built on the caller's thread; a second one only spins here
+        with blas_one_thread():  # the copy is built on the caller's thread; a second one only spins here
             xa = x @ self.basis.T
         out[:, :-1] = xa
         rest = np.einsum("ij,ij->i", x, x) - np.einsum("ij,ij->i", xa, xa)

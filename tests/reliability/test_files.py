@@ -283,3 +283,75 @@ def test_a_full_database_leaves_the_store_as_it_was(tmp_path: Path) -> None:
     again = _engine(str(store))
     assert _ids(again) == [*before, "after"]
     again.close()
+
+
+_FULL_OPEN_SCRIPT = """
+import os
+from nlql import Engine
+from nlql.embedders import HashEmbedder
+from nlql.errors import BackendError
+
+def store_for(path):
+    if KIND == "faiss":
+        from nlql.stores.faiss import FaissStore
+        return FaissStore(path)
+    return path
+
+store = MNT + "/store"
+e = Engine(embedder=HashEmbedder(dim=32), store=store_for(store), warm_up=False)
+e.add_texts(["Alpha one. Alpha two.", "Beta."], ids=["a", "b"])
+e.close()
+fd = os.open(MNT + "/filler", os.O_WRONLY | os.O_CREAT)  # the disk full to the last byte
+for size in (1 << 16, 1):
+    try:
+        while True:
+            os.write(fd, b"x" * size)
+    except OSError:
+        pass
+os.close(fd)
+e = Engine(embedder=HashEmbedder(dim=32), store=store_for(store), warm_up=False)
+print("read_only", e.store.read_only)
+print("docs", [h.doc_id for h in e.search("SELECT DOCUMENT")])
+print("similar", [h.doc_id for h in e.search("SELECT SENTENCE LET r = SIMILARITY(content, 'alpha') LIMIT 1")])
+try:
+    e.add_text("Refused.", id="c")
+except BackendError as exc:
+    print("write", "read-only" in str(exc) and "disk I/O error" in str(exc))
+"""
+
+
+@pytest.mark.parametrize("kind", ["memory", "faiss"])
+def test_a_store_on_a_full_disk_opens_to_search(tmp_path: Path, kind: str) -> None:
+    """Issue 33 item 11: reading works where writing cannot (a full disk has no room for the -shm file)."""
+    if not _can_mount():
+        pytest.skip("needs root and unshare for a small tmpfs (the mocked failure test covers the logic)")
+    if kind == "faiss":
+        pytest.importorskip("faiss")
+    out = _in_namespace(_FULL_OPEN_SCRIPT.replace("KIND", repr(kind)), tmp_path, "3m")
+    assert out.split("\n")[:4] == ["read_only True", "docs ['a', 'b']", "similar ['a']", "write True"], out
+
+
+def test_a_store_whose_writable_open_fails_opens_read_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same without a mount: the writable connection fails as on a full disk; the store is searched
+    read-only, a write names the cause, and a lock held by another writer is still an error."""
+    from nlql.stores.doclog import DocLog
+
+    store = _make_store(tmp_path / "store")
+
+    def failing(cause: str) -> Any:
+        def connect(path: Path) -> sqlite3.Connection:
+            raise sqlite3.OperationalError(cause)
+        return staticmethod(connect)
+
+    monkeypatch.setattr(DocLog, "_connect_rw", failing("disk I/O error"))
+    engine = _engine(str(store))
+    assert engine.store.read_only  # type: ignore[attr-defined]
+    assert _ids(engine) == [f"d{i}" for i in range(6)]
+    assert [h.doc_id for h in engine.search("SELECT SENTENCE LET r = SIMILARITY(content, 'document 3') LIMIT 1")] \
+        == ["d3"]
+    with pytest.raises(BackendError, match=r"read-only \(cannot be written here: disk I/O error\)"):
+        engine.add_text("Refused.", id="x")
+    engine.close()
+    monkeypatch.setattr(DocLog, "_connect_rw", failing("database is locked"))
+    with pytest.raises(BackendError, match="cannot be opened for writing"):
+        _engine(str(store))

@@ -17,13 +17,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from nlql import Engine
+from nlql import Engine, kernels
 from nlql.embedders import HashEmbedder
+from nlql.kernels import block_rows, matmul_t
 from nlql.pushdown import Cond, FAnd, FOr, NativeFilter
-from nlql.stores import memory as mem
 from nlql.stores import quant
 from nlql.stores.base import DocRecord, UnitRecord
-from nlql.stores.memory import MemoryStore, block_rows, matmul_t
+from nlql.stores.memory import MemoryStore
 from nlql.stores.table import RowTable
 
 needs_faiss = pytest.mark.skipif(not quant.available(), reason="the int8 scan needs faiss-cpu")
@@ -77,10 +77,10 @@ def test_gathered_blocks_give_every_row_the_bits_of_the_full_scan(n: int, alone:
     for _ in range(30):
         keys = np.unique(rng.integers(0, n, int(rng.integers(1, n + 1))))
         gather, pos = block_rows(keys, n, 384 if alone else None)
-        tail = n % mem.BLOCK if keys[-1] >= n - n % mem.BLOCK else 0  # the last partial block, whole
-        assert (len(gather) - tail) % mem.BLOCK == 0
-        if alone and mem.rows_alone(384):
-            assert len(gather) < len(keys) + 2 * mem.BLOCK  # the keys, not their blocks
+        tail = n % kernels.BLOCK if keys[-1] >= n - n % kernels.BLOCK else 0  # the last partial block, whole
+        assert (len(gather) - tail) % kernels.BLOCK == 0
+        if alone and kernels.rows_alone(384):
+            assert len(gather) < len(keys) + 2 * kernels.BLOCK  # the keys, not their blocks
         got = matmul_t(q[None, :], m[gather])[0][pos]
         assert np.array_equal(got.view(np.uint32), full[keys].view(np.uint32))
 
@@ -91,16 +91,16 @@ def test_rows_held_elsewhere_are_scored_with_the_bits_of_the_full_scan(
     """score_rows (pgvector's rescoring of the rows it fetched) gives each row, whatever the count,
     the unrounded bits a full scan gives it outside the last partial block (the rounding to 6 decimals
     would hide a one-ulp difference but for the rare score on a rounding boundary)."""
-    if not mem.rows_alone(384):
+    if not kernels.rows_alone(384):
         pytest.skip("this BLAS scores a row by its place in its block: rows held elsewhere cannot match")
-    monkeypatch.setattr(mem, "round_scores", lambda a: a)
+    monkeypatch.setattr(kernels, "round_scores", lambda a: a)
     rng = np.random.default_rng(count)
     m = unit(rng.standard_normal((403, 384)))
     q = unit(rng.standard_normal(384))
     full = matmul_t(q[None, :], m)[0]
     for _ in range(20):
         keys = rng.permutation(400)[:count]
-        assert np.array_equal(mem.score_rows(q, m[keys]).view(np.uint32), full[keys].view(np.uint32))
+        assert np.array_equal(kernels.score_rows(q, m[keys]).view(np.uint32), full[keys].view(np.uint32))
 
 
 def test_two_thread_scan_has_the_bits_of_the_one_thread_scan(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -108,8 +108,8 @@ def test_two_thread_scan_has_the_bits_of_the_one_thread_scan(monkeypatch: pytest
     m = unit(rng.standard_normal((20_003, 384)))
     q = unit(rng.standard_normal(384))
     one = matmul_t(q[None, :], m)[0]
-    monkeypatch.setattr(mem, "PARALLEL_ROWS", 1000)
-    two = mem._full_scan(m, q)
+    monkeypatch.setattr(kernels, "PARALLEL_ROWS", 1000)
+    two = kernels.full_scan(m, q)
     assert np.array_equal(one.view(np.uint32), two.view(np.uint32))
 
 

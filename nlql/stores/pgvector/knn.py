@@ -24,11 +24,11 @@ from typing import Any
 import numpy as np
 
 from nlql.errors import UnsupportedError
+from nlql.kernels import score_rows
 from nlql.pushdown import NativeFilter
 from nlql.sql.binder import Fragment, Param, sql
 from nlql.sql.dialect import Compiled
 from nlql.stores.base import Row
-from nlql.stores.memory import score_rows
 from nlql.stores.pgvector.driver import Vector, first_line, render, vector_bytes
 from nlql.values import SCORE_DECIMALS, round_scores
 
