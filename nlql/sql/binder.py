@@ -177,6 +177,10 @@ class _DefaultSpelling:
     def type_name(type_name: str) -> str:
         return type_name
 
+    @staticmethod
+    def driver_value(value: Any) -> Any:
+        return value
+
 
 STYLES = ("numbered", "pyformat", "qmark")
 
@@ -185,8 +189,8 @@ class Binder:
     """Collects the values of a statement and numbers their placeholders itself.
 
     Args:
-        dialect: Spells placeholders and casts (``placeholder(n)``, ``cast(expr, type)``,
-            ``type_name(type)``); by default PostgreSQL's ``$n`` and ``expr::type``.
+        dialect: Spells placeholders, casts and driver values (``placeholder(n)``, ``cast(expr, type)``,
+            ``type_name(type)``, ``driver_value(v)``); by default PostgreSQL's ``$n`` and ``expr::type``.
         style: ``"numbered"`` asks the dialect for ``placeholder(n)`` (a value repeated with the same
             cast reuses its number); ``"pyformat"`` gives a driver's positional ``%s`` (one value per
             occurrence, in text order; a literal ``%`` of the SQL text is doubled, so the driver reads

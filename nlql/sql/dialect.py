@@ -80,8 +80,9 @@ class Compiled:
     names: dict[str, str] = field(default_factory=dict)
 
     def params(self, slots: Mapping[str, Any]) -> list[Any]:
-        """The values to execute with, execution-time slots (query vectors) filled from ``slots``."""
-        return self.binder.resolve(slots)
+        """The values to execute with, execution-time slots (query vectors) filled from ``slots``, each
+        as the dialect hands it to its driver (:meth:`Dialect.driver_value`)."""
+        return [self.binder.dialect.driver_value(v) for v in self.binder.resolve(slots)]
 
     @staticmethod
     def reader(names: Sequence[str]) -> dict[str, int]:
@@ -215,6 +216,11 @@ class Dialect:
         """A query whose rows are the parallel ``arrays`` zipped, one column per array, in order
         (``TRANSFORMS["array_rows"]``)."""
         return self.fn("array_rows", arrays=join(", ", [sql(a) for a in arrays]))
+
+    def driver_value(self, value: Any) -> Any:
+        """A bound value as the driver takes it (here: as it is; a dialect without array parameters
+        encodes lists, e.g. as JSON text)."""
+        return value
 
     def arm_tag(self, i: int) -> str:
         """The 1-based number of a fusion's arm as a column value."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -13,12 +12,11 @@ import numpy as np
 
 from nlql import values as V
 from nlql.errors import BackendError, NLQLError
-from nlql.pushdown import Filter, NativeFilter
+from nlql.pushdown import NativeFilter
 from nlql.sql.binder import Fragment, Param, Slot, sql
 from nlql.sql.codec import exact_json, flatten_metadata, shadow
 from nlql.sql.dialect import Compiled
 from nlql.sql.duckdb import DuckDBDialect
-from nlql.sql.keyword import KeywordIndex
 from nlql.sql.nodes import SimilarityScore
 from nlql.stores.base import DocRecord, Row
 from nlql.stores.duckdb.driver import (
@@ -30,6 +28,7 @@ from nlql.stores.duckdb.driver import (
     registered,
     render,
 )
+from nlql.stores.sqlstore import SqlStore
 from nlql.text.graph import sentence_entities
 
 __all__ = ["DuckDBStore", "from_url"]
@@ -38,8 +37,6 @@ T = TypeVar("T")
 SCHEMA_VERSION = "1"
 # NLQL uses only what is built into DuckDB: never install or load an extension behind the user's back
 NO_DOWNLOADS = {"autoinstall_known_extensions": False, "autoload_known_extensions": False}
-ROW_COLUMNS = ("u.key, u.doc_id, u.position, u.content, u.seq, u.start, u.\"end\", u.tail, "
-               "d.metadata AS metadata, d.doc_id AS document")
 
 
 def from_url(url: str) -> dict[str, Any]:
@@ -47,8 +44,12 @@ def from_url(url: str) -> dict[str, Any]:
     return parse_url(url)
 
 
-class DuckDBStore:
+class DuckDBStore(SqlStore):
     """The Store protocol on DuckDB (in process; ``pip install 'nlql-engine[duckdb]'``).
+
+    The reads over the shared schema, the BM25 term upkeep and the rows of a lowered statement are
+    :class:`~nlql.stores.sqlstore.SqlStore`'s; this class keeps the connection, the writes (Arrow
+    bulk loads), exact knn and the vectors.
 
     Args:
         path: A database file (created if missing), or None for an in-memory database.
@@ -195,6 +196,9 @@ class DuckDBStore:
     def _run(self, conn: Any, frag: Fragment | str) -> Any:
         return conn.execute(*render(self.dialect, frag))
 
+    def _read(self, fn: Callable[[Any], T]) -> T:
+        return self._guard(lambda: fn(self._conn))
+
     def _need_open(self) -> None:
         if self.dim is None:
             raise RuntimeError("DuckDBStore.open(dim) must be called first")
@@ -317,16 +321,6 @@ class DuckDBStore:
 
     # ------------------------------------------------------------------------------ BM25 terms
 
-    def _analyzer_config(self) -> str:
-        return json.dumps(self.analyzer.config(), sort_keys=True)
-
-    def _terms_of(self, content: str) -> tuple[int, list[tuple[str, int]]]:
-        terms = self.analyzer.terms(content)
-        counts: dict[str, int] = {}
-        for t in terms:
-            counts[t] = counts.get(t, 0) + 1
-        return len(terms), [(self.dialect.codec.escape(t), c) for t, c in counts.items()]
-
     def _sync_terms(self, conn: Any) -> None:
         """Rebuild the term table when it was written by another analyzer (inside ``open``'s transaction)."""
         d = self.dialect
@@ -361,37 +355,6 @@ class DuckDBStore:
         self._run(conn, sql("UPDATE ", d.stats, " SET n = ", Param(len(units), "bigint"), ", total_len = ",
                             Param(total, "bigint")))
         self._run(conn, d.put_meta("meta", "analyzer", config))
-
-    def keyword_index(self, analyzer: Any = None) -> KeywordIndex | None:
-        """The engine's BM25 source: scores read from the term tables per query (None when the
-        engine's analyzer differs from the one that wrote them)."""
-        from nlql.text.analyzer import Analyzer
-
-        if (analyzer if analyzer is not None else Analyzer()) != self.analyzer:
-            return None
-        return KeywordIndex(self.keyword_postings, self.analyzer, analyzer, self.dialect.codec)
-
-    def keyword_postings(self, terms: list[str], keys: list[int] | None,
-                         flt: NativeFilter | None = None) -> tuple[list[tuple[Any, ...]], int, int]:
-        """Postings of escaped ``terms`` with what BM25 needs, for the rows ``keys`` (every row when
-        None) passing the compiled filter ``flt`` (see ``Dialect.keyword_postings``)."""
-        self._need_open()
-        where = flt.extra["fragment"] if flt is not None else None
-        docs = bool(flt.extra.get("docs", True)) if flt is not None else False
-        statement = self.dialect.keyword_postings(terms, keys, where, docs)
-
-        def run() -> tuple[list[tuple[Any, ...]], int, int]:
-            rows = self._run(self._conn, statement).fetchall()
-            if rows:
-                return rows, int(rows[0][7]), int(rows[0][8])
-            return [], 0, 0
-
-        return self._guard(run)
-
-    def bm25_candidates(self, text: str, flt: NativeFilter | None = None,
-                        n: int | None = None) -> tuple[list[Any], np.ndarray]:
-        """Keys and BM25 scores of the rows passing ``flt`` that hold a term of ``text`` (every one)."""
-        return KeywordIndex(self.keyword_postings, self.analyzer, None, self.dialect.codec).candidates(text, flt, n)
 
     # ---------------------------------------------------------------------------------- writing
 
@@ -511,8 +474,8 @@ class DuckDBStore:
 
         def run() -> int:
             with self._tx() as conn:
-                self._run(conn, sql("DELETE FROM ", self.dialect.table("entities"), " WHERE doc_id = ANY(",
-                                    Param(ids, "text[]"), ")"))
+                self._run(conn, sql("DELETE FROM ", self.dialect.table("entities"), " WHERE ",
+                                    self.dialect.in_array("doc_id", Param(ids, "text[]"))))
                 for statement in self.dialect.forget_terms(ids):
                     self._run(conn, statement)
                 n = 0
@@ -573,25 +536,6 @@ class DuckDBStore:
             "SELECT greatest((SELECT max(seq) FROM ", d.docs, "), "
             "(SELECT value::BIGINT FROM ", d.table("meta"), " WHERE key = 'max_seq'), 0)")).fetchone()[0]))
 
-    def compile_filter(self, flt: Filter) -> NativeFilter:
-        """The pushed filter tree as a parameterised SQL fragment (see ``Dialect.compile_filter``)."""
-        return self.dialect.compile_filter(flt)
-
-    def _from(self, flt: NativeFilter | None) -> Fragment:
-        d = self.dialect
-        if flt is None:
-            return sql("FROM ", d.units, " u WHERE TRUE")
-        where = flt.extra["fragment"]
-        if flt.extra.get("docs", True):
-            return sql("FROM ", d.units, " u JOIN ", d.docs, " d ON d.doc_id = u.doc_id WHERE ", where)
-        return sql("FROM ", d.units, " u WHERE ", where)
-
-    def scan(self, flt: NativeFilter | None = None) -> list[Any]:
-        """Keys of every sentence passing ``flt``, in insertion order (seq, position)."""
-        self._need_open()
-        query = sql("SELECT u.key ", self._from(flt), " ORDER BY u.seq, u.position, u.key")
-        return self._guard(lambda: [r[0] for r in self._run(self._conn, query).fetchall()])
-
     def knn(self, vectors: np.ndarray, k: int, flt: NativeFilter | None = None,
             min_score: float | None = None) -> list[list[tuple[Any, float]]]:
         """Per query vector, the exact top ``k`` (key, cosine similarity), best first; ties on
@@ -626,14 +570,7 @@ class DuckDBStore:
     def run_lowered(self, lowered: Any, vectors: Mapping[str, np.ndarray]) -> list[tuple[Row, dict[str, float]]]:
         """Run a lowered hybrid plan (:class:`~nlql.sql.nodes.Lowered`) as one DuckDB statement."""
         self._need_open()
-        slots: dict[str, Any] = {}
-        for s in lowered.scores:
-            if isinstance(s, SimilarityScore):
-                mat = np.atleast_2d(np.asarray(vectors[s.slot], dtype=np.float32))
-                if mat.shape[0] < s.n_vectors or mat.shape[1] != self.dim:
-                    raise ValueError(f"{s.slot}: expected {s.n_vectors}×{self.dim} query vectors, got {mat.shape}")
-                for i in range(s.n_vectors):
-                    slots[s.vector_key(i)] = mat[i]
+        slots = self._query_slots(lowered, vectors)
         compiled = self.dialect.compile(lowered, "exact")
 
         def run() -> tuple[list[tuple[Any, ...]], dict[str, int]]:
@@ -643,67 +580,8 @@ class DuckDBStore:
 
         raw, col = self._guard(run)
         self.last_stats = {"path": "sql", "mode": "exact", "depth": lowered.depth, "rounds": 1,
-                           "arm_rows": {a.binding: int(raw[0][col[compiled.names[f"arm_rows:{a.binding}"]]])
-                                        for a in lowered.fusion.arms} if raw else {}}
-        single = lowered.fusion.method == "SINGLE"
-        out: list[tuple[Row, dict[str, float]]] = []
-        metas: dict[str, dict[str, Any]] = {}
-        for r in raw:
-            row = self._row_from(r, col, metas)
-            assert row is not None
-            scores = {slot: float(r[col[compiled.names[slot]]]) for slot in compiled.columns}
-            if not single:
-                scores[lowered.fusion.slot] = float(r[col["fused"]])
-            out.append((row, scores))
-        return out
-
-    def _rows(self, where: Fragment, order: str) -> list[tuple[str, Row | None]]:
-        d = self.dialect
-        query = sql(f"SELECT {ROW_COLUMNS} FROM ", d.docs, " d LEFT JOIN ", d.units,
-                    " u ON u.doc_id = d.doc_id WHERE ", where, f" ORDER BY {order}")
-        cur = self._run(self._conn, query)
-        col = Compiled.reader([c[0] for c in cur.description])
-        metas: dict[str, dict[str, Any]] = {}
-        return [(d.codec.unescape(r[col["document"]]), self._row_from(r, col, metas)) for r in cur.fetchall()]
-
-    def _row_from(self, r: Sequence[Any], col: dict[str, int], metas: dict[str, dict[str, Any]]) -> Row | None:
-        key = r[col["key"]]
-        if key is None:
-            return None
-        un = self.dialect.codec.unescape
-        doc_id = un(r[col["doc_id"]])
-        meta = metas.get(doc_id)
-        if meta is None:
-            meta = metas[doc_id] = json.loads(r[col["metadata"]])
-        return Row(key=int(key), doc_id=doc_id, position=int(r[col["position"]]), content=un(r[col["content"]]),
-                   metadata=meta, seq=int(r[col["seq"]]), start=int(r[col["start"]]), end=int(r[col["end"]]),
-                   tail=un(r[col["tail"]]))
-
-    def fetch(self, keys: Sequence[Any]) -> list[Row]:
-        """Rows for keys, in the order of ``keys`` (a key deleted meanwhile is skipped)."""
-        self._need_open()
-        wanted = [int(k) for k in keys]
-        if not wanted:
-            return []
-        raw = self._guard(lambda: self._rows(sql("u.key = ANY(", Param(wanted, "bigint[]"), ")"), "u.key"))
-        by_key = {row.key: row for _, row in raw if row is not None}
-        return [by_key[k] for k in wanted if k in by_key]
-
-    def document_rows(self, doc_ids: Sequence[str]) -> dict[str, list[Row]]:
-        """Every sentence of each stored document, by position (unknown ids are left out)."""
-        self._need_open()
-        esc = self.dialect.codec.escape
-        ids = [esc(x) for x in dict.fromkeys(doc_ids)]
-        if not ids:
-            return {}
-        raw = self._guard(lambda: self._rows(sql("d.doc_id = ANY(", Param(ids, "text[]"), ")"),
-                                             "d.doc_id, u.position"))
-        out: dict[str, list[Row]] = {}
-        for doc_id, row in raw:
-            rows = out.setdefault(doc_id, [])
-            if row is not None:
-                rows.append(row)
-        return {x: out[x] for x in dict.fromkeys(doc_ids) if x in out}
+                           "arm_rows": self._arm_rows(lowered, compiled, raw, col)}
+        return self._lowered_rows(lowered, compiled, raw, col)
 
     def _unit_vectors(self, wanted: list[int]) -> np.ndarray:
         """``(len(wanted), dim)`` float32 rows of the stored vectors (one statement, ``key = ANY(…)``),
@@ -712,8 +590,8 @@ class DuckDBStore:
         mat = np.full((len(wanted), self.dim), np.nan, dtype=np.float32)
         if not wanted:
             return mat
-        query = sql("SELECT key, embedding FROM ", self.dialect.units, " WHERE key = ANY(",
-                    Param(list(dict.fromkeys(wanted)), "bigint[]"), ")")
+        query = sql("SELECT key, embedding FROM ", self.dialect.units, " WHERE ",
+                    self.dialect.in_array("key", Param(list(dict.fromkeys(wanted)), "bigint[]")))
 
         def run() -> Any:
             text, values = render(self.dialect, query)

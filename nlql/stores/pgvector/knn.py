@@ -26,7 +26,7 @@ import numpy as np
 from nlql.errors import UnsupportedError
 from nlql.kernels import score_rows
 from nlql.pushdown import NativeFilter
-from nlql.sql.binder import Fragment, Param, sql
+from nlql.sql.binder import Param, sql
 from nlql.sql.dialect import Compiled
 from nlql.stores.base import Row
 from nlql.stores.pgvector.driver import Vector, first_line, render, vector_bytes
@@ -75,16 +75,6 @@ class KnnMixin:
     _index_ready: bool
     _small_until: float
     _estimates: dict[tuple[str, str], tuple[float, tuple[float, float] | None]]
-
-    def _from(self, flt: NativeFilter | None) -> Fragment:
-        """``FROM … WHERE …`` for a filter (joining the documents table only when it is read)."""
-        d = self.dialect
-        if flt is None:
-            return sql("FROM ", d.units, " u WHERE TRUE")
-        where = flt.extra["fragment"]
-        if flt.extra.get("docs", True):
-            return sql("FROM ", d.units, " u JOIN ", d.docs, " d ON d.doc_id = u.doc_id WHERE ", where)
-        return sql("FROM ", d.units, " u WHERE ", where)
 
     def _matching(self, conn: Any, flt: NativeFilter | None, cap: int) -> int:
         """How many rows pass ``flt``, counted up to ``cap + 1``."""
@@ -364,16 +354,7 @@ class KnnMixin:
         if not self.bm25:  # type: ignore[attr-defined]
             raise UnsupportedError("pgvector", "hybrid SQL without BM25 statistics",
                                    hint="open PgVectorStore with bm25=True")
-        from nlql.sql.nodes import SimilarityScore
-
-        slots: dict[str, Any] = {}
-        for s in lowered.scores:
-            if isinstance(s, SimilarityScore):
-                mat = np.atleast_2d(np.asarray(vectors[s.slot], dtype=np.float32))
-                if mat.shape[0] < s.n_vectors or mat.shape[1] != self.dim:
-                    raise ValueError(f"{s.slot}: expected {s.n_vectors}×{self.dim} query vectors, got {mat.shape}")
-                for i in range(s.n_vectors):
-                    slots[s.vector_key(i)] = Vector(vector_bytes(mat[i]))
+        slots = self._query_slots(lowered, vectors, lambda v: Vector(vector_bytes(v)))  # type: ignore[attr-defined]
         out: list[tuple[Row, dict[str, float]]] = self._guard(  # type: ignore[attr-defined]
             lambda: self._run_lowered(lowered, slots))
         return out
@@ -422,20 +403,10 @@ class KnnMixin:
                 ef = min(2 * ef, EF_MAX)
         stats["mode"] = mode
         stats["reason"] = reason
-        stats["arm_rows"] = {a.binding: int(raw[0][col[compiled.names[f"arm_rows:{a.binding}"]]])
-                             for a in lowered.fusion.arms} if raw else {}
+        stats["arm_rows"] = self._arm_rows(lowered, compiled, raw, col)  # type: ignore[attr-defined]
         self.last_stats = stats
-        single = lowered.fusion.method == "SINGLE"
-        out: list[tuple[Row, dict[str, float]]] = []
-        metas: dict[str, dict[str, Any]] = {}
-        for r in raw:
-            row = self._row_from(r, col, metas)  # type: ignore[attr-defined]
-            scores = {slot: _score(r[col[compiled.names[slot]]]) for slot in compiled.columns}
-            for slot, by_key in sims.items():
-                scores[slot] = by_key.get(row.key, scores[slot]) if row is not None else scores[slot]
-            if not single:
-                scores[lowered.fusion.slot] = float(r[col["fused"]])
-            out.append((row, scores))
+        out: list[tuple[Row, dict[str, float]]] = self._lowered_rows(  # type: ignore[attr-defined]
+            lowered, compiled, raw, col, sims)
         return out
 
     @staticmethod
@@ -498,7 +469,3 @@ class KnnMixin:
         flt = self.compile_filter(lowered.filter) if lowered.filter is not None else None  # type: ignore[attr-defined]
         return self._matching(conn, flt, lowered.depth) > min(short)
 
-
-def _score(value: Any) -> float | None:
-    """A score column: a float, or None (a GRAPH slot of a row with no activated entity)."""
-    return None if value is None else float(value)

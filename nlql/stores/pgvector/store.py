@@ -14,7 +14,6 @@ import numpy as np
 from nlql import deadline
 from nlql import values as V
 from nlql.errors import BackendError, NLQLTimeoutError
-from nlql.pushdown import Filter, NativeFilter
 from nlql.schema import DataSummary, MetaSummary
 from nlql.sql.binder import Fragment, Param, sql
 from nlql.sql.codec import (
@@ -27,22 +26,21 @@ from nlql.sql.codec import (
     unescape_text,
 )
 from nlql.sql.postgres import PostgresDialect
-from nlql.stores.base import DocRecord, Row
+from nlql.stores.base import DocRecord
 from nlql.stores.pgvector.driver import first_line, import_psycopg, render
 from nlql.stores.pgvector.entities import EntityMixin
 from nlql.stores.pgvector.knn import EF_MAX, KnnMixin
 from nlql.stores.pgvector.schema import SchemaMixin
 from nlql.stores.pgvector.terms import Terms, TermsMixin
+from nlql.stores.sqlstore import SqlStore
 
 __all__ = ["PgVectorStore"]
 
 T = TypeVar("T")
 
-ROW_COLUMNS = ("u.key, u.doc_id, u.position, u.content, u.seq, u.start, u.\"end\", u.tail, "
-               "d.metadata::text AS metadata, d.doc_id AS document")
 
 
-class PgVectorStore(SchemaMixin, TermsMixin, KnnMixin, EntityMixin):
+class PgVectorStore(SchemaMixin, TermsMixin, KnnMixin, EntityMixin, SqlStore):
     """The Store protocol on PostgreSQL + pgvector.
 
     Args:
@@ -80,7 +78,12 @@ class PgVectorStore(SchemaMixin, TermsMixin, KnnMixin, EntityMixin):
 
     Raises:
         MissingDependencyError: psycopg 3 is not installed (``pip install 'nlql-engine[pgvector]'``).
+
+    The reads over the shared schema, the BM25 term upkeep and the rows of a lowered statement are
+    :class:`~nlql.stores.sqlstore.SqlStore`'s; the mixins keep what is PostgreSQL's own.
     """
+
+    FILTER_STYLE = "pyformat"  # compiled filters carry psycopg's %s placeholders
 
     def __init__(self, dsn: str | None = None, *, connection: Any = None, table_prefix: str = "nlql",
                  hnsw: bool = True, ef_search: int = 100, exact: bool = False, m: int = 16,
@@ -205,6 +208,14 @@ class PgVectorStore(SchemaMixin, TermsMixin, KnnMixin, EntityMixin):
     def _need_open(self) -> None:
         if self.dim is None:
             raise RuntimeError("PgVectorStore.open(dim) must be called first")
+
+    def _read(self, fn: Callable[[Any], T]) -> T:
+        """One read statement: in its own transaction only when a timeout must be set (``_tx(single)``)."""
+        def run() -> T:
+            with self._tx(single=True) as conn:
+                return fn(conn)
+
+        return self._guard(run)
 
     # ---------------------------------------------------------------------------------- writing
 
@@ -398,70 +409,6 @@ class PgVectorStore(SchemaMixin, TermsMixin, KnnMixin, EntityMixin):
 
     # ---------------------------------------------------------------------------------- reading
 
-    def compile_filter(self, flt: Filter) -> NativeFilter:
-        """The pushed filter tree as a parameterised SQL fragment (psycopg ``%s`` placeholders)."""
-        return self.dialect.compile_filter(flt, style="pyformat")
-
-    def scan(self, flt: NativeFilter | None = None) -> list[Any]:
-        """Keys of every sentence passing ``flt``, in insertion order (seq, position)."""
-        self._need_open()
-        query = sql("SELECT u.key ", self._from(flt), " ORDER BY u.seq, u.position, u.key")
-
-        def run() -> list[Any]:
-            with self._tx() as conn:
-                return [r[0] for r in self._run(conn, query).fetchall()]
-
-        return self._guard(run)
-
-    def _rows(self, where: Fragment, order: str) -> list[tuple[Any, ...]]:
-        d = self.dialect
-        query = sql(f"SELECT {ROW_COLUMNS} FROM ", d.docs, " d LEFT JOIN ", d.units,
-                    " u ON u.doc_id = d.doc_id WHERE ", where, f" ORDER BY {order}")
-        with self._tx(single=True) as conn:
-            cur = conn.execute(*render(d, query), prepare=True)
-            col = {c.name: i for i, c in enumerate(cur.description)}
-            metas: dict[str, dict[str, Any]] = {}
-            return [(unescape_text(r[col["document"]]), self._row_from(r, col, metas)) for r in cur.fetchall()]
-
-    @staticmethod
-    def _row_from(r: Sequence[Any], col: dict[str, int], metas: dict[str, dict[str, Any]]) -> Row | None:
-        """A :class:`Row` from a result row read by column name (None for a document without sentences)."""
-        key = r[col["key"]]
-        if key is None:
-            return None
-        doc_id = unescape_text(r[col["doc_id"]])
-        meta = metas.get(doc_id)
-        if meta is None:
-            meta = metas[doc_id] = json.loads(r[col["metadata"]])
-        return Row(key=key, doc_id=doc_id, position=r[col["position"]], content=unescape_text(r[col["content"]]),
-                   metadata=meta, seq=r[col["seq"]], start=r[col["start"]], end=r[col["end"]],
-                   tail=unescape_text(r[col["tail"]]))
-
-    def fetch(self, keys: Sequence[Any]) -> list[Row]:
-        """Rows for keys, in the order of ``keys`` (a key deleted meanwhile is skipped)."""
-        self._need_open()
-        wanted = [int(k) for k in keys]
-        if not wanted:
-            return []
-        raw = self._guard(lambda: self._rows(sql("u.key = ANY(", Param(wanted, "bigint[]"), ")"), "u.key"))
-        by_key = {row.key: row for _, row in raw if row is not None}
-        return [by_key[k] for k in wanted if k in by_key]
-
-    def document_rows(self, doc_ids: Sequence[str]) -> dict[str, list[Row]]:
-        """Every sentence of each stored document, by position (unknown ids are left out)."""
-        self._need_open()
-        ids = [escape_text(d) for d in dict.fromkeys(doc_ids)]
-        if not ids:
-            return {}
-        raw = self._guard(lambda: self._rows(sql("d.doc_id = ANY(", Param(ids, "text[]"), ")"),
-                                             "d.doc_id, u.position"))
-        out: dict[str, list[Row]] = {}
-        for doc_id, row in raw:
-            rows = out.setdefault(doc_id, [])
-            if row is not None:
-                rows.append(row)
-        return {d: out[d] for d in dict.fromkeys(doc_ids) if d in out}
-
     def similarities(self, vectors: np.ndarray, keys: Sequence[Any]) -> np.ndarray:
         """(len(vectors), len(keys)) cosine matrix in float32 (NaN for a key deleted meanwhile)."""
         self._need_open()
@@ -469,8 +416,8 @@ class PgVectorStore(SchemaMixin, TermsMixin, KnnMixin, EntityMixin):
         wanted = [int(k) for k in keys]
         if not wanted:
             return np.zeros((len(q), 0), dtype=np.float32)
-        query = sql("SELECT key, embedding FROM ", self.dialect.units, " WHERE key = ANY(",
-                    Param(wanted, "bigint[]"), ")")
+        query = sql("SELECT key, embedding FROM ", self.dialect.units, " WHERE ",
+                    self.dialect.in_array("key", Param(wanted, "bigint[]")))
 
         def run() -> dict[int, np.ndarray]:
             with self._tx(single=True) as conn:
@@ -496,8 +443,8 @@ class PgVectorStore(SchemaMixin, TermsMixin, KnnMixin, EntityMixin):
         out = np.full((len(wanted), self.dim), np.nan, dtype=np.float32)
         if not wanted:
             return out
-        query = sql("SELECT key, embedding FROM ", self.dialect.units, " WHERE key = ANY(",
-                    Param(list(dict.fromkeys(wanted)), "bigint[]"), ")")
+        query = sql("SELECT key, embedding FROM ", self.dialect.units, " WHERE ",
+                    self.dialect.in_array("key", Param(list(dict.fromkeys(wanted)), "bigint[]")))
 
         def run() -> dict[int, np.ndarray]:
             with self._tx() as conn:

@@ -13,11 +13,9 @@ and the total length) are written in the same transaction as the rows (terms fro
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from nlql.sql.codec import escape_text, unescape_text
-from nlql.sql.keyword import KeywordIndex
+from nlql.sql.codec import unescape_text
 from nlql.stores.pgvector.driver import render
 
 Terms = dict[tuple[str, int], list[tuple[str, int]]]  # (escaped doc id, position) -> [(term, tf)]
@@ -30,51 +28,6 @@ class TermsMixin:
     bm25: bool
     dialect: Any
     statement_timeout_ms: int | None
-
-    def keyword_index(self, analyzer: Any = None) -> KeywordIndex | None:
-        """The engine's BM25 source when this store keeps BM25 statistics for the engine's analyzer
-        (``None``: the default one); None otherwise (the engine keeps its own index)."""
-        from nlql.text.analyzer import Analyzer
-
-        if not self.bm25 or (analyzer if analyzer is not None else Analyzer()) != self.analyzer:
-            return None
-        return KeywordIndex(self.keyword_postings, self.analyzer, analyzer)
-
-    def keyword_postings(self, terms: list[str], keys: list[int] | None,
-                         flt: Any = None) -> tuple[list[tuple[Any, ...]], int, int]:
-        """(postings rows ``(key, qi, tf, df, nterms, doc_id, position, n, total_len)``, N, total
-        length) of escaped ``terms``, for the rows ``keys`` (every row when None) passing the compiled
-        filter ``flt``, in one statement."""
-        self._need_open()  # type: ignore[attr-defined]
-        where = flt.extra["fragment"] if flt is not None else None
-        docs = bool(flt.extra.get("docs", True)) if flt is not None else False
-        statement = self.dialect.keyword_postings(terms, keys, where, docs)
-
-        def run() -> tuple[list[tuple[Any, ...]], int, int]:
-            with self._tx() as conn:  # type: ignore[attr-defined]
-                rows = conn.execute(*render(self.dialect, statement)).fetchall()
-                if rows:
-                    return rows, int(rows[0][7]), int(rows[0][8])
-                return [], 0, 0
-
-        out: tuple[list[tuple[Any, ...]], int, int] = self._guard(run)  # type: ignore[attr-defined]
-        return out
-
-    def bm25_candidates(self, text: str, flt: Any = None, n: int | None = None) -> tuple[list[Any], Any]:
-        """Keys and BM25 scores of the rows passing ``flt`` that hold a term of ``text`` (every one)."""
-        index = KeywordIndex(self.keyword_postings, self.analyzer)
-        return index.candidates(text, flt, n)
-
-    def _analyzer_config(self) -> str:
-        return json.dumps(self.analyzer.config(), sort_keys=True)
-
-    def _terms_of(self, content: str) -> tuple[int, list[tuple[str, int]]]:
-        """(number of terms, [(escaped term, tf)]) of one sentence, by the store's analyzer."""
-        terms = self.analyzer.terms(content)
-        counts: dict[str, int] = {}
-        for t in terms:
-            counts[t] = counts.get(t, 0) + 1
-        return len(terms), [(escape_text(t), c) for t, c in counts.items()]
 
     def _sync_terms(self, conn: Any) -> None:
         """Rebuild the term table when it was written by another analyzer (or never written).
@@ -145,7 +98,7 @@ class TermsMixin:
             from nlql.sql.binder import Param, sql
 
             keys = cur.execute(*render(d, sql("SELECT doc_id, position, key FROM ", d.units,
-                                              " WHERE doc_id = ANY(", Param(ids, "text[]"), ")"))).fetchall()
+                                              " WHERE ", d.in_array("doc_id", Param(ids, "text[]"))))).fetchall()
             with cur.copy(d.bulk_load("terms", ["term", "key", "tf"])) as copy:
                 copy.set_types(["text", "int8", "int4"])
                 for doc_id, position, key in keys:
