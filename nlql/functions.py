@@ -13,6 +13,10 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+#: The most steps ``GRAPH(…, hops => h)`` spreads (SPEC §9; issue 33: hops had no limit, and a million of
+#: them ran 29 s). Co-occurrence graphs are small worlds: a handful of hops reaches most of one.
+MAX_GRAPH_HOPS = 16
+
 __all__ = ["BUILTINS", "FUSION_FUNCTIONS", "SCORE_FUNCTIONS", "TEXT_ARMS", "TEXT_SCORES", "TYPES", "FunctionSig",
            "parse_duration"]
 
