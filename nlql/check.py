@@ -26,6 +26,7 @@ from nlql.functions import (
     BUILTINS,
     FUSE_METHODS,
     FUSION_FUNCTIONS,
+    MAX_GRAPH_HOPS,
     QUERY_BY_EXAMPLE,
     SCORE_FUNCTIONS,
     TEXT_SCORES,
@@ -121,6 +122,14 @@ def check(
             return diags
         return sorted([*diags, *data_warnings(q, schema)], key=lambda d: (d.line == 0, d.line, d.column))
     return _Checker(q, params, schema, functions).run()
+
+
+def _big_repr(value: Any) -> str:
+    """``repr(value)``, short: a parameter may be an integer too long to print (Python refuses 4,300+ digits)."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**12:
+        return "a very large number"
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 @dataclass(frozen=True)
@@ -1252,10 +1261,12 @@ class _Checker:
             self._report(path, f"TEMPORAL needs a date, not {_A[t]}", "e.g. TEMPORAL(meta.date, $q)", code="type")
 
     def _spread(self, e: Call) -> None:
-        """GRAPH's ``hops`` (a whole number >= 0) and ``decay`` (a number in [0, 1])."""
+        """GRAPH's ``hops`` (a whole number from 0 to MAX_GRAPH_HOPS) and ``decay`` (a number in [0, 1])."""
         for key, ok, message, hint in (
             ("hops", lambda v: _whole(v) and v >= 0, "GRAPH hops must be a whole number >= 0",
              "e.g. GRAPH($q, hops => 2); hops => 0 scores only the entities named in the text"),
+            ("hops", lambda v: not _whole(v) or v <= MAX_GRAPH_HOPS, f"GRAPH hops must be at most {MAX_GRAPH_HOPS}",
+             "a handful of hops reaches most of a co-occurrence graph; e.g. GRAPH($q, hops => 3)"),
             ("decay", lambda v: not isinstance(v, bool) and isinstance(v, (int, float)) and 0 <= v <= 1,
              "GRAPH decay must be a number between 0 and 1", "e.g. GRAPH($q, decay => 0.5)"),
         ):
@@ -1264,7 +1275,9 @@ class _Checker:
                 continue
             value = self._constant(node) if isinstance(node, (Literal, Param)) else _UNBOUND
             if value is _UNBOUND or not ok(value):
-                shown = _short(node) if value is _UNBOUND or isinstance(node, Literal) else repr(value)
+                if value is _UNBOUND and message.endswith(f"at most {MAX_GRAPH_HOPS}"):
+                    continue  # (reported once, as not a whole number)
+                shown = _short(node) if value is _UNBOUND or isinstance(node, Literal) else _big_repr(value)
                 self._report(node, f"{message}, not {shown}", hint, code="type")
 
     def _half_life(self, h: Node | None) -> None:

@@ -990,15 +990,17 @@ def _unit_rows(mat: np.ndarray) -> np.ndarray | None:
     """``V.normalize_rows(mat, zero_invalid=True)`` bit for bit (the same squares, sums and division) in
     fewer passes and allocations, for a float32 matrix; None when a row's norm is not finite (a NaN or
     an infinity in it, or squares too large for float32), which the caller checks and handles."""
-    with np.errstate(over="ignore", invalid="ignore"):  # (then None: the caller's checks speak)
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):  # (then None: the caller's checks speak)
         sq = np.multiply(mat, mat)
         norms = np.sqrt(np.add.reduce(sq, axis=1, keepdims=True))
     if not np.isfinite(norms).all():
         return None
     zero = norms[:, 0] == 0
+    if zero.any() and np.any(mat[zero] != 0):  # squares that underflow: normalize_rows widens them
+        return None
     with np.errstate(invalid="ignore"):  # 0 / 0 in a zero row, set to 0 below
         out = np.divide(mat, norms, out=sq)
-    if zero.any():  # a zero row (or one whose squares underflow) is zero, as normalize_rows makes it
+    if zero.any():  # a zero row is zero, as normalize_rows makes it
         out[zero] = 0
     return out
 
@@ -1009,7 +1011,9 @@ def _all_finite(mat: np.ndarray) -> bool:
     finite vector can overflow it: the exact test then decides)."""
     if mat.shape[0] == 1:
         row = mat[0]
-        if math.isfinite(float(row.dot(row))):
+        with np.errstate(over="ignore", invalid="ignore"):
+            finite = math.isfinite(float(row.dot(row)))
+        if finite:
             return True
     return bool(np.isfinite(mat).all())
 

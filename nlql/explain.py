@@ -147,6 +147,16 @@ class Explain:
         text, hops, decay = key
         out: dict[str, Any] = {"call": render_expr(call), "text": text, "hops": hops, "decay": decay}
         act = self.graphs.get(key)
+        # where the walk runs: an arm of the plan's SQL statement (PostgreSQL: CTEs over the store's
+        # entity tables), the store's own statement, or the engine's entity graph
+        low = self.plan.lowered
+        if low is not None and any((getattr(s, "text", None), getattr(s, "hops", None), getattr(s, "decay", None))
+                                   == key for s in getattr(low, "scores", ())):
+            out["computed"] = "sql"
+        elif getattr(act, "in_store", False):
+            out["computed"] = "store"
+        else:
+            out["computed"] = "engine"
         if act is not None:
             d = act.to_dict()
             out.update({"found": d["found"], "per_hop": d["per_hop"], "entities": d["entities"],
@@ -182,7 +192,10 @@ class Explain:
         for k, (a, b) in d["periods"].items():
             lines.append(f"period: {k} -> [{a}, {b})")
         for g in d.get("graph", ()):
-            lines.append(f"graph: {g['call']} (hops {g['hops']}, decay {g['decay']:g}; entity graph in the engine)")
+            where = {"sql": "computed in the SQL statement over the store's entity tables",
+                     "store": f"computed by the {d['store']} store"}.get(g.get("computed", ""),
+                                                                         "entity graph in the engine")
+            lines.append(f"graph: {g['call']} (hops {g['hops']}, decay {g['decay']:g}; {where})")
             for line in g.get("lines", ()):
                 lines.append(f"  {line}")
             if "rows" in g:

@@ -13,8 +13,12 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-__all__ = ["BUILTINS", "FUSE_METHODS", "FUSION_FUNCTIONS", "QUERY_BY_EXAMPLE", "RANK_FUSIONS", "SCORE_FUNCTIONS", "TEXT_ARMS",
-           "TEXT_SCORES", "TYPES", "FunctionSig",
+#: The most steps ``GRAPH(…, hops => h)`` spreads (SPEC §9; issue 33: hops had no limit, and a million of
+#: them ran 29 s). Co-occurrence graphs are small worlds: a handful of hops reaches most of one.
+MAX_GRAPH_HOPS = 16
+
+__all__ = ["BUILTINS", "FUSE_METHODS", "FUSION_FUNCTIONS", "MAX_GRAPH_HOPS", "QUERY_BY_EXAMPLE", "RANK_FUSIONS",
+           "SCORE_FUNCTIONS", "TEXT_ARMS", "TEXT_SCORES", "TYPES", "FunctionSig",
            "parse_duration"]
 
 #: Value types the checker reasons about. ``score`` is a number produced by a score function.

@@ -450,11 +450,36 @@ def jsonable_scalar(value: Any) -> Any:
     return value
 
 
+def _rescaled_rows(arr: Any, norms: Any) -> Any:
+    """``arr``'s rows at unit length when some finite row's float32 length overflows (a norm of
+    infinity: values near 1e20 and beyond) or underflows (zero: values near 1e-23 and below), which
+    would make it a zero vector, silently (issue 33, item 10): those rows are normalised in float64
+    (where a finite float32 row's squares always fit); None when there are none. Rows holding NaN or
+    infinity come out zero (the callers' checks report them)."""
+    import numpy as np
+
+    finite = np.isfinite(arr).all(axis=1)
+    flat = norms[:, 0]
+    odd = finite & ((flat == np.inf) | ((flat == 0) & np.any(arr != 0, axis=1)))
+    if not odd.any():
+        return None
+    out = np.zeros(arr.shape, dtype=np.float32)
+    ok = finite & (flat > 0) & (flat < np.inf)
+    out[ok] = arr[ok] / norms[ok]
+    wide = arr[odd].astype(np.float64)
+    big = np.abs(wide).max(axis=1, keepdims=True)
+    wide /= big  # scaled first, so the squares stay far from float64's limits too
+    out[odd] = (wide / np.sqrt(np.add.reduce(wide * wide, axis=1, keepdims=True))).astype(np.float32)
+    return out
+
+
 def normalize_rows(mat: Any, *, zero_invalid: bool = False) -> Any:
     """The rows of ``mat`` scaled to unit L2 length, as float32: the one normaliser of engine and stores.
 
     Zero rows stay zero. A row holding NaN stays NaN (stores mark missing vectors that way), unless
-    ``zero_invalid``: then it becomes zero (the engine's reading of an embedder's bad output).
+    ``zero_invalid``: then it becomes zero (the engine's reading of an embedder's bad output). A finite
+    row whose length float32 cannot hold (squares that overflow or underflow) is normalised in float64,
+    never made zero.
 
     >>> [[round(float(x), 3) for x in row] for row in normalize_rows([[3.0, 4.0], [0.0, 0.0]])]
     [[0.6, 0.8], [0.0, 0.0]]
@@ -466,7 +491,8 @@ def normalize_rows(mat: Any, *, zero_invalid: bool = False) -> Any:
         arr = np.atleast_2d(arr)
     # numpy.linalg.norm(arr, axis=1, keepdims=True) for real input, without its argument handling
     # (~15 us a call, most of a one-row query's normalisation): the same ufuncs, the same bits
-    squares = np.add.reduce(arr * arr, axis=1, keepdims=True)
+    with np.errstate(over="ignore", under="ignore"):  # (rows whose squares leave float32: below)
+        squares = np.add.reduce(arr * arr, axis=1, keepdims=True)
     if squares.size == 1 and arr.ndim == 2:  # one row (a query): its length as a Python float
         ss = squares.item()
         if 0.0 < ss < math.inf:
@@ -474,6 +500,10 @@ def normalize_rows(mat: Any, *, zero_invalid: bool = False) -> Any:
             # then 24 bits) is sqrt rounded once, as 53 >= 2 * 24 + 2; one ufunc call fewer
             return arr / np.float32(math.sqrt(ss))
     norms = np.sqrt(squares)
+    if norms.size and not (norms.min() > 0 and norms.max() < np.inf):
+        wide = _rescaled_rows(arr, norms)
+        if wide is not None:
+            return wide if zero_invalid else np.where(np.isnan(norms), np.float32(np.nan), wide)
     if zero_invalid:
         if norms.size and norms.min() > 0:  # every row has a length (a NaN one is not > 0): a plain divide
             return arr / norms

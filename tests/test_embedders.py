@@ -560,3 +560,65 @@ def test_cache_concurrent_threads_and_a_second_reader(tmp_path: Path) -> None:
     np.testing.assert_allclose(reader.embed(texts), expected, atol=1e-7)
     cache.close()
     reader.close()
+
+
+class _Scaled:
+    """A hash embedder whose rows for texts naming ``huge`` / ``tiny`` are scaled by 1e30 / 1e-30: finite
+    float32 rows whose squares overflow (or underflow) float32."""
+
+    def __init__(self, bad: str | None = None) -> None:
+        from nlql.embedders import HashEmbedder as _H
+
+        self.inner = _H(dim=32)
+        self.dim = 32
+        self.bad = bad
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        m = np.asarray(self.inner.embed(texts), dtype=np.float32).copy()
+        for i, t in enumerate(texts):
+            if "huge" in t:
+                m[i] *= np.float32(1e30)
+            if "tiny" in t:
+                m[i] *= np.float32(1e-30)
+            if self.bad and self.bad in t:
+                m[i, 0] = np.nan if self.bad == "nan" else np.inf
+        return m
+
+
+def test_a_finite_row_too_long_for_float32_is_normalised_not_zeroed() -> None:
+    """Issue 33 item 10: a finite row whose norm overflows (or underflows) float32 was stored (and queried)
+    as a zero vector, silently; it is the same direction as its unscaled row, so it scores the same."""
+    from nlql import Engine
+    from nlql.embedders import HashEmbedder as _H
+    from nlql.values import normalize_rows
+
+    scaled, plain = Engine(embedder=_Scaled(), warm_up=False), Engine(embedder=_H(dim=32), warm_up=False)
+    texts = ["A huge sentence about cats.", "A tiny sentence about cats.", "A plain sentence about dogs."]
+    for e in (scaled, plain):
+        e.add_texts(texts, ids=["h", "t", "p"])
+    for words in ("cats", "huge cats", "tiny dogs"):
+        q = f'SELECT SENTENCE LET s = SIMILARITY(content, "{words}") ORDER BY s DESC LIMIT 3'
+        got = {h.doc_id: h.scores["s"] for h in scaled.search(q)}
+        # the stored rows are the plain embedder's directions; a scaled query too (scale never matters)
+        want = {h.doc_id: h.scores["s"] for h in plain.search(q)}
+        assert all(abs(v) > 0 for v in got.values()), got
+        for doc_id, v in want.items():
+            if "huge" not in words and "tiny" not in words:
+                assert got[doc_id] == pytest.approx(v, abs=1e-6), (words, doc_id)
+    rows = normalize_rows(np.array([[1e30, 1e30], [1e-30, 1e-30], [0, 0], [3, 4]], dtype=np.float32))
+    assert np.allclose(rows, [[0.70710677, 0.70710677], [0.70710677, 0.70710677], [0, 0], [0.6, 0.8]])
+    assert np.isnan(normalize_rows(np.array([[np.nan, 1e30], [1e30, 1e30]], dtype=np.float32))[0]).all()
+
+
+@pytest.mark.parametrize("bad", ["nan", "inf"])
+def test_a_nan_or_infinite_embedder_row_is_a_clear_error(bad: str) -> None:
+    from nlql import Engine
+    from nlql.errors import EmbedderError
+
+    e = Engine(embedder=_Scaled(bad), warm_up=False)
+    with pytest.raises(EmbedderError, match="NaN or infinity"):
+        e.add_texts(["A fine sentence.", f"A {bad} sentence about huge cats."])
+    assert len(e) == 0
+    e.add_text("A fine sentence.")
+    with pytest.raises(EmbedderError, match="NaN or infinity"):
+        e.search(f'SELECT SENTENCE LET s = SIMILARITY(content, "{bad}") LIMIT 1')

@@ -102,3 +102,54 @@ def test_without_a_deadline_nothing_is_wrapped() -> None:
     wrapped = guarded(store, Deadline(5))
     assert isinstance(wrapped, DeadlineStore) and wrapped.wrapped is store
     assert wrapped.capabilities is store.capabilities
+
+
+# ------------------------------------------------------------------------------------------ GRAPH (item 7)
+
+
+def _graph_engine() -> Engine:
+    e = Engine(embedder=HashEmbedder(dim=64), warm_up=False)
+    e.add_text("Russell wrote to Frege. Frege replied to Moore. Moore met Keynes.", id="a")
+    e.add_text("Keynes met Ramsey. Ramsey translated Wittgenstein.", id="b")
+    return e
+
+
+def test_graph_hops_have_a_documented_maximum_checked_before_anything_runs() -> None:
+    from nlql import check
+    from nlql.errors import NLQLError
+    from nlql.text.graph import MAX_HOPS
+
+    e = _graph_engine()
+    q = 'SELECT SENTENCE LET g = GRAPH("Russell", hops => {h}) ORDER BY g DESC LIMIT 3'
+    assert len(e.search(q.format(h=MAX_HOPS))) == 3
+    start = time.perf_counter()
+    for hops in (MAX_HOPS + 1, 1_000_000):
+        with pytest.raises(NLQLError) as info:
+            e.search(q.format(h=hops), timeout=10)
+        assert f"at most {MAX_HOPS}" in str(info.value) and info.value.line == 1 and info.value.hint
+        assert any(f"at most {MAX_HOPS}" in d.message for d in check(q.format(h=hops)))
+    with pytest.raises(NLQLError, match=f"at most {MAX_HOPS}"):  # a parameter's value too
+        e.search('SELECT SENTENCE LET g = GRAPH("Russell", hops => $h) LIMIT 3', params={"h": 10**6})
+    assert time.perf_counter() - start < 2.0
+
+
+def test_the_graph_walk_stops_at_the_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
+    import numpy as np
+
+    from nlql.text import graph as graph_module
+
+    e = _graph_engine()
+    slow = graph_module._ranges
+
+    def crawl(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:  # each hop of the walk takes 0.1 s
+        time.sleep(0.1)
+        return slow(starts, ends)
+
+    monkeypatch.setattr(graph_module, "_ranges", crawl)
+    start = time.perf_counter()
+    from nlql.text.graph import MAX_HOPS
+
+    with pytest.raises(NLQLTimeoutError, match="GRAPH"):
+        e.search(f'SELECT SENTENCE LET g = GRAPH("Russell", hops => {MAX_HOPS}, decay => 1) ORDER BY g DESC '
+                 "LIMIT 3", timeout=0.25)
+    assert time.perf_counter() - start < 0.25 + 0.1 + 0.4

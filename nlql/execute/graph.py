@@ -189,6 +189,9 @@ class StoreActivation:
     and the activation per hop come from a second statement, run only when explain (or
     :attr:`entities`) asks for them."""
 
+    #: explain reads it: the store, not the engine, walked the graph
+    in_store = True
+
     def __init__(self, text: str, hops: int, decay: float, rows: Any) -> None:
         self.text, self.hops, self.decay = text, hops, decay
         self.doc_ids, self.positions, self.seqs = rows.doc_ids, rows.positions, rows.seqs

@@ -54,7 +54,7 @@ def resolve_arms(query: ir.Query, now: datetime) -> tuple[dict[ir.Call, GraphKey
             try:
                 hops, decay = check_spread(_value(node, "hops", _HOPS), _value(node, "decay", _DECAY))
             except ValueError as exc:  # the checker reports these first; this is for hand-built IR
-                raise PlanError(str(exc), node.span, hint="hops: a whole number >= 0; decay: between 0 and 1") from None
+                raise PlanError(str(exc), node.span, hint="hops: a whole number from 0 to 16; decay: between 0 and 1") from None
             graphs[node] = (text, hops, decay)
         elif node.name == "TEMPORAL" and node not in temporals and len(node.args) == 2:
             temporals[node] = _period(_text(node, node.args[1]), now)

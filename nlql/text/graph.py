@@ -59,6 +59,9 @@ from typing import Any
 
 import numpy as np
 
+from nlql.deadline import current as current_deadline
+from nlql.errors import NLQLTimeoutError
+from nlql.functions import MAX_GRAPH_HOPS as MAX_HOPS
 from nlql.gc_pause import gc_paused
 from nlql.text.bm25 import _ranges
 from nlql.text.entities import MAX_NAME_TOKENS, entity_tokens, token_spans
@@ -324,10 +327,18 @@ class _Compiled:
         return name
 
 
+def _short(value: Any) -> str:
+    text = repr(value) if not isinstance(value, int) or abs(value) < 10**12 else "a very large number"
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
 def check_spread(hops: Any, decay: Any) -> tuple[int, float]:
-    """Validate ``hops`` (an int ≥ 0) and ``decay`` (a number in [0, 1]); raise ValueError otherwise."""
+    """Validate ``hops`` (an int from 0 to :data:`MAX_HOPS`) and ``decay`` (a number in [0, 1]); raise
+    ValueError otherwise."""
     if isinstance(hops, bool) or not isinstance(hops, (int, np.integer)) or hops < 0:
-        raise ValueError(f"hops must be a whole number >= 0, not {hops!r}")
+        raise ValueError(f"hops must be a whole number >= 0, not {_short(hops)}")
+    if hops > MAX_HOPS:
+        raise ValueError(f"hops must be at most {MAX_HOPS}, not {_short(hops)}")
     if isinstance(decay, bool) or not isinstance(decay, (int, float, np.floating, np.integer)):
         raise ValueError(f"decay must be a number between 0 and 1, not {decay!r}")
     d = float(decay)
@@ -692,7 +703,7 @@ class EntityGraph:
         """Spreading activation from the entities found in ``text`` (see the module docstring).
 
         Raises:
-            ValueError: ``hops`` is not a whole number >= 0 or ``decay`` not a number in [0, 1].
+            ValueError: ``hops`` is not a whole number from 0 to :data:`MAX_HOPS` or ``decay`` not a number in [0, 1].
             TypeError: ``text`` is not a string.
         """
         hops, decay = check_spread(hops, decay)
@@ -709,7 +720,11 @@ class EntityGraph:
         raised_val: list[np.ndarray] = [np.ones(seeds.size)]
         frontier = seeds
         W = float(snap.max_weight)
-        for _ in range(hops):
+        deadline = current_deadline()  # the search's: a walk over a big graph stops at it
+        for hop in range(hops):
+            if deadline is not None and deadline.expired():
+                raise NLQLTimeoutError(f"GRAPH ran out of time ({deadline.timeout} s) after {hop} of {hops} hops",
+                                       hint="raise timeout= or ask for fewer hops")
             if frontier.size == 0 or W == 0.0:
                 frontier = frontier[:0]
                 raised_at.append(frontier)

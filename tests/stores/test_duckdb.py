@@ -462,6 +462,12 @@ def test_read_in_place_errors_are_clear(tmp_path: Path) -> None:
         DuckDBStore.from_table(conn, "dup", text="body", vector="emb", id="id").open(DIM)
     with pytest.raises(BackendError, match="1 rows .* have no vector"):
         DuckDBStore.from_table(conn, "holes", text="body", vector="emb", id="id").open(DIM)
+    # a NaN vector has no cosine: it was scored 0.0, silently (issue 33, item 10)
+    bad = vecs.astype(np.float32).copy()
+    bad[3, 0], bad[4, 1] = np.nan, np.inf
+    _write_parquet(tmp_path / "nan.parquet", [f"i{i}" for i in range(6)], texts, bad, meta)
+    with pytest.raises(BackendError, match=r"2 rows .* hold NaN or infinity in 'emb' \(the first is row 3\)"):
+        DuckDBStore.from_table(None, str(tmp_path / "nan.parquet"), text="body", vector="emb", id="id").open(DIM)
     with pytest.raises(NLQLError, match="needs text="):
         DuckDBStore(table="docs", connection=conn)
 

@@ -113,6 +113,13 @@ class External:
         if nulls:
             raise BackendError("duckdb", f"{nulls} rows of {self.table!r} have no vector in {self.vector!r}",
                                hint="filter them out in a view")
+        # a NaN or an infinity has no cosine: SQL would score the row 0.0, silently (issue 33, item 10)
+        bad = conn.execute(f"SELECT count(*), min(nlql_row) FROM {src} WHERE list_bool_or(list_transform("
+                           f"CAST({vec} AS DOUBLE[]), lambda x: isnan(x) OR isinf(x)))").fetchone()
+        if bad[0]:
+            raise BackendError("duckdb", f"{bad[0]} rows of {self.table!r} hold NaN or infinity in {self.vector!r} "
+                                         f"(the first is row {bad[1]})",
+                               hint="filter them out in a view, or embed those rows again")
         if dims and dims != {dim}:
             shown = " to ".join(str(x) for x in sorted(dims))
             raise BackendError("duckdb", f"the vector column {self.vector!r} holds {shown}-dimensional vectors, "

@@ -602,9 +602,8 @@ class DuckDBStore(SqlStore):
         tbl = self._guard(run)
         emb = tbl.column("embedding").combine_chunks()
         found = np.asarray(emb.flatten().to_numpy(zero_copy_only=False), dtype=np.float32).reshape(-1, self.dim)
-        if self._external is not None:
-            norms = np.linalg.norm(found, axis=1, keepdims=True)
-            found = np.divide(found, norms, out=np.zeros_like(found), where=norms > 0)
+        if self._external is not None:  # (a finite row too long for float32 is widened, never made zero)
+            found = V.normalize_rows(found)
         pos = {int(k): i for i, k in enumerate(tbl.column("key").to_numpy())}
         for i, k in enumerate(wanted):
             j = pos.get(k)
