@@ -55,7 +55,12 @@ def dedupe_scores(query: ir.Query) -> tuple[list[ScoreSpec], dict[ir.Call, str],
                     if sub.name == "MMR":  # SPEC §9: lambda => 0.5, window => 100 (not the fusion arm depth)
                         lam = _number(sub.kwarg("lambda"))
                         window = float(BUILTINS["MMR"].default("window")) if window is None else window
-                    specs.append(ScoreSpec(slot, sub.name, sub, arms=arms, k=60.0 if k is None else k,
+                    method = ""
+                    if sub.name == "FUSE":  # SPEC §11: method => "minmax" (default) | "dbsf"
+                        m = sub.kwarg("method")
+                        method = (m.value if isinstance(m, ir.Literal) and isinstance(m.value, str)
+                                  else str(BUILTINS["FUSE"].default("method")))
+                    specs.append(ScoreSpec(slot, sub.name, sub, arms=arms, k=60.0 if k is None else k, method=method,
                                            weights=weights, label=label, arm_exprs=tuple(sub.args),
                                            window=None if window is None else int(window),
                                            mmr_lambda=BUILTINS["MMR"].default("lambda") if lam is None else lam))

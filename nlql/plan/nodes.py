@@ -73,6 +73,7 @@ class ScoreSpec:
     window: int | None = None       # RRF / INTERLEAVE: rows each arm ranks (None: every row); MMR: its window
     arm_exprs: tuple[ir.Expr, ...] = ()  # RRF / INTERLEAVE / MMR: each arm's expression (a Ref for a binding)
     mmr_lambda: float = 0.5         # MMR: weight of relevance against diversity (lambda => λ)
+    method: str = ""                # FUSE: each arm's normalisation ("minmax" | "dbsf")
 
 
 @dataclass(frozen=True)
