@@ -312,7 +312,7 @@ class Engine:
         # the entity graph behind GRAPH: built from the store's rows the first time a query uses GRAPH
         self._graph = GraphSidecar(self.store, entity_extractor)
         self._executor = Executor(self.store, self._embed_queries, self._bm25, self._functions, chunk_chars,
-                                  on_arm_error=on_arm_error, graph=self._graph)
+                                  on_arm_error=on_arm_error, graph=self._graph, dim=dim)
         if warm_up:
             try:
                 from nlql.text.temporal import warm_up as _warm

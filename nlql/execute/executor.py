@@ -21,6 +21,7 @@ from nlql.execute.candidates import Candidate, Search, keep_passing
 from nlql.execute.cursor import Paging, cursor_page, first_cursor
 from nlql.execute.degrade import cause_of, drop_arms, embed_within
 from nlql.execute.distinct import distinct
+from nlql.execute.examples import example_vectors
 from nlql.execute.fuse import fuse
 from nlql.execute.materialise import estimate_tokens, hits, pack_tokens
 from nlql.execute.order import order, rerank
@@ -57,8 +58,9 @@ class Executor:
 
     def __init__(self, store: Store, embed: Callable[[Sequence[str]], np.ndarray],
                  bm25: Any, functions: dict[str, Callable[..., Any]], chunk_chars: int,
-                 on_arm_error: str = "raise", graph: Any = None) -> None:
+                 on_arm_error: str = "raise", graph: Any = None, dim: int | None = None) -> None:
         self.store = store
+        self.dim = dim  # the embedder's dimension: a vector parameter must have it (execute/examples.py)
         self.graph = graph  # the engine's entity graph (nlql.execute.graph.GraphSidecar), for GRAPH
         self.embed = embed
         self.bm25 = bm25
@@ -227,6 +229,8 @@ class Executor:
                 run.warn_timeout(f"timeout after {run.deadline.timeout} s: results may be incomplete")
                 run.deadline = Deadline(None)  # what is left is the engine's own work on local arms
             return {}
+        if any(s.vector is not None or s.doc is not None for s in run.plan.scores):
+            qv = {**qv, **example_vectors(run, self.dim)}
         if qv and run.deadline.expired():  # the embedding used the budget up: nothing recalled, nothing to return
             raise NLQLTimeoutError(f"the search ran out of time ({run.deadline.timeout} s) while embedding the query",
                                    hint="raise timeout= or use a faster embedder")
