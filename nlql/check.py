@@ -24,7 +24,9 @@ from typing import Any
 from nlql.errors import CheckError, Diagnostic, NLQLError
 from nlql.functions import (
     BUILTINS,
+    FUSE_METHODS,
     FUSION_FUNCTIONS,
+    QUERY_BY_EXAMPLE,
     SCORE_FUNCTIONS,
     TEXT_SCORES,
     FunctionSig,
@@ -37,8 +39,10 @@ from nlql.ir import (
     Binding,
     Call,
     Compare,
+    Count,
     Distinct,
     Field,
+    Has,
     In,
     IsNull,
     ListExpr,
@@ -58,7 +62,7 @@ from nlql.parser import MAX_DEPTH, MAX_LIST_ITEMS, parse
 from nlql.render import quote_key, render_expr
 from nlql.span import Span
 
-__all__ = ["BindingFacts", "CheckedQuery", "check", "check_query", "validate"]
+__all__ = ["BindingFacts", "CheckedQuery", "check", "check_query", "is_vector", "validate"]
 
 _SCHEMA_TYPES = {
     "number": "number", "int": "number", "integer": "number", "float": "number", "double": "number",
@@ -240,6 +244,14 @@ def _param_problem(value: Any) -> tuple[str, str, str] | None:
             return "must be a finite number, not " + repr(v), "pass null for a missing value", "param"
         if isinstance(v, int) and not isinstance(v, bool) and abs(v) >= _MAX_PARAM_INT:
             return "is too large a number", "numbers must be below 1e308", "limit"
+        if _is_array(v):
+            try:
+                finite = bool(v.ndim == 1 and v.dtype.kind in "iuf" and _np_isfinite_all(v))
+            except (TypeError, ValueError, AttributeError):  # pragma: no cover - odd array types
+                finite = False
+            if v.ndim == 1 and v.dtype.kind in "iuf" and not finite:
+                return "must be a vector of finite numbers (it holds NaN or infinity)", \
+                    "pass a vector of finite floats", "param"
         if isinstance(v, (list, tuple)):
             if depth >= MAX_DEPTH:
                 return f"is nested more than {MAX_DEPTH} levels deep", "pass a flat list", "limit"
@@ -251,6 +263,26 @@ def _param_problem(value: Any) -> tuple[str, str, str] | None:
 
 
 _MAX_PARAM_INT = 10**308  # the parser's limit for integer literals
+
+
+def _is_array(value: Any) -> bool:
+    """A numpy array (duck-typed, so the checker does not import numpy for queries without one)."""
+    return type(value).__module__ == "numpy" and hasattr(value, "ndim") and hasattr(value, "dtype")
+
+
+def _np_isfinite_all(value: Any) -> bool:
+    import numpy as np
+
+    return bool(np.isfinite(value).all())
+
+
+def is_vector(value: Any) -> bool:
+    """Whether a bound value is a query vector for SIMILARITY: a non-empty sequence of real numbers
+    (a list, a tuple or a 1-D numpy array; booleans are not numbers)."""
+    if _is_array(value):
+        return bool(value.ndim == 1 and value.size > 0 and value.dtype.kind in "iuf")
+    return (isinstance(value, (list, tuple)) and bool(value)
+            and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value))
 
 
 def _show(value: Any) -> str:
@@ -298,6 +330,13 @@ def _misnamed_kwarg(e: Node) -> bool:
     return isinstance(e, Compare) and e.op == "==" and isinstance(e.left, Ref) and e.left.name in ("k", "weights")
 
 
+def _items(node: Node) -> str:
+    """The items of a list as written inside HAS ANY (…): ``"a", "b"`` (or the value itself)."""
+    if isinstance(node, ListExpr):
+        return ", ".join(_short(x) for x in node.items) or '"a", "b"'
+    return _short(node)
+
+
 def _short(node: Node | None) -> str:
     if node is None:
         return "the value"
@@ -343,16 +382,23 @@ class _Checker:
         q = self.query
         self._unit(q.unit)
         self._bindings()
+        if q.count is not None:
+            self._count_select(q, q.count)
         if q.where is not None:
             self._condition(q.where, self._expr(q.where), "WHERE")
         if q.distinct is not None:
             self._distinct(q.distinct)
         for key in q.order_by:
+            if q.count is not None:
+                self._count_order_key(q.count, key.expr)
+                continue
             t = self._expr(key.expr)
             if t == "list":
                 self._report(key.expr, "cannot sort by a list", code="type")
         if q.limit is not None:
             self._count(q.limit, "LIMIT")
+        if q.autocut is not None:
+            self._autocut(q.autocut, q.limit is None)
         if q.offset is not None:
             self._count(q.offset, "OFFSET")
         for name, (problem, hint, code) in self.bad_params.items():
@@ -424,6 +470,63 @@ class _Checker:
             self._report(e, f"KEEP must be a whole number ≥ 1, not {_show(v)}", hint, code="distinct")
         elif v < 1:
             self._report(e, f"KEEP must be at least 1, not {v}", hint, code="distinct")
+
+    def _count_select(self, q: Query, c: Count) -> None:
+        """``SELECT COUNT(unit) BY …``: a unit that is a row of the store, keys that are values."""
+        hint = "SELECT COUNT(SENTENCE), COUNT(CHUNK) or COUNT(DOCUMENT), e.g. SELECT COUNT(DOCUMENT) BY meta.source"
+        if q.unit.kind == "SPAN":
+            self._report(q.unit, "COUNT cannot count SPAN rows: a span is a window around a sentence, "
+                         "one per hit, so it counts the same rows as SENTENCE", hint, code="count")
+        for key in c.by:
+            t = self._expr(key)
+            if t == "score" or self._is_score(key):
+                self._report(key, "cannot count BY a score: every row has its own",
+                             "count by metadata, e.g. BY meta.source; filter on the score in WHERE", code="count")
+        if q.distinct is not None:
+            self._report(q.distinct, "DISTINCT BY has no meaning in a COUNT query",
+                         "COUNT … BY key counts each distinct key once already", code="count")
+        for b in q.bindings:
+            if b.name.lower() == "count":
+                self._report(b, "a binding named 'count' hides the count of a COUNT query",
+                             "choose another name, e.g. n", code="binding")
+
+    def _count_order_key(self, c: Count, key: Node) -> None:
+        """ORDER BY in a COUNT query: ``count`` or one of the BY keys (as written there)."""
+        if isinstance(key, Ref) and key.name.lower() == "count":
+            return
+        if any(key == k for k in c.by):
+            return
+        names = ["count", *(_short(k) for k in c.by)]
+        text = _short(key)
+        close = difflib.get_close_matches(text, names, n=1, cutoff=0.6)
+        hint = (f"did you mean {close[0]}?" if close
+                else "sort on " + " or ".join(names) + ", e.g. ORDER BY count DESC")
+        self._report(key, f"a COUNT query sorts by count or by a BY key, not {text}", hint, code="count")
+
+    def _autocut(self, e: Node, no_limit: bool) -> None:
+        """``LIMIT n AUTOCUT k``: k a whole number ≥ 1 (literal or bound parameter)."""
+        hint = "AUTOCUT k keeps the rows before the k-th jump in the first sort key, e.g. LIMIT 10 AUTOCUT 1"
+        if no_limit:
+            self._report(e, "AUTOCUT needs a LIMIT", "write LIMIT n AUTOCUT k, e.g. LIMIT 10 AUTOCUT 1", code="limit")
+        if isinstance(e, Param):
+            self._param(e)
+            value = self._param_value(e)
+            if value is _UNBOUND:
+                return
+            shown = f"AUTOCUT ${e.name} is {_show(value)}; it"
+            least = "must be at least 1"
+        elif isinstance(e, Literal):
+            value = e.value
+            shown = "AUTOCUT"
+            least = f"must be at least 1, not {_show(value)}"
+        else:
+            self._expr(e)
+            self._report(e, "AUTOCUT must be a whole number or a $parameter", hint, code="limit")
+            return
+        if not _whole(value):
+            self._report(e, f"{shown} must be a whole number", hint, code="limit")
+        elif value < 1:
+            self._report(e, f"{shown} {least}", hint, code="limit")
 
     def _count(self, e: Node, what: str) -> None:
         """LIMIT, OFFSET and the SPAN window: a whole number ≥ 0, literal or bound parameter."""
@@ -663,7 +766,42 @@ class _Checker:
         if isinstance(e, Within):
             self._within(e, d)
             return "bool"
+        if isinstance(e, Has):
+            self._has(e, d)
+            return "bool"
         return "any"
+
+    def _has(self, e: Has, d: int) -> None:
+        """``x HAS v`` / ``x HAS ANY (…)`` / ``x HAS ALL (…)``: membership on lists, ``==`` on scalars."""
+        t = self._expr(e.expr, d)
+        if t in ("score", "bool"):
+            self._report(e.expr, f"HAS needs a list (or a value), not {_A[t]}",
+                         'e.g. meta.tags HAS "rag"', code="type")
+        word = "HAS" if e.quantifier is None else f"HAS {e.quantifier}"
+        element = "any" if t == "list" else t
+        if e.quantifier is None:
+            vt = self._expr(e.value, d)
+            if isinstance(e.value, ListExpr) or vt == "list":
+                self._report(e.value, "HAS takes one value, not a list",
+                             f'for several values write HAS ANY ({_items(e.value)}) or HAS ALL ({_items(e.value)})',
+                             code="type")
+            elif vt != "null":
+                self._comparable(e.value, e.expr, element, e.value, vt)
+            return
+        if isinstance(e.value, ListExpr):
+            if not self._list_ok(e.value):
+                return
+            for item in e.value.items:
+                it = self._expr(item, d)
+                if it == "list":
+                    self._report(item, f"the values of {word} must be single values, not lists", code="type")
+                elif it != "null":
+                    self._comparable(item, e.expr, element, item, it)
+            return
+        vt = self._expr(e.value, d)
+        if vt not in ("list", "any"):
+            self._report(e.value, f"{word} needs a list, not {_A[vt]}",
+                         f'write {word} ("a", "b"), or HAS "a" for one value', code="type")
 
     def _unknown_name(self, ref: Ref) -> None:
         name = ref.name
@@ -790,8 +928,23 @@ class _Checker:
 
     # ------------------------------------------------------------------------------------- functions
 
+    def _query_vector(self, name: str, index: int, arg: Node) -> bool:
+        """SIMILARITY's second argument given as DOC("id") or a $parameter bound to a vector: checked
+        by :meth:`_score_text`, not as an ordinary expression (a vector is no NLQL value elsewhere)."""
+        if name not in TEXT_SCORES or index != 1:
+            return False
+        if isinstance(arg, Call) and arg.name.upper() == QUERY_BY_EXAMPLE:
+            return True
+        return name == "SIMILARITY" and isinstance(arg, Param) and is_vector(self._param_value(arg))
+
     def _call(self, e: Call, d: int) -> str:
         name = e.name.upper()
+        if name == QUERY_BY_EXAMPLE:
+            for arg in e.args:
+                self._expr(arg, d)
+            self._report(e, "DOC(…) is only allowed as the second argument of SIMILARITY",
+                         'e.g. SIMILARITY(content, DOC("d7")) ranks rows by similarity to document d7', code="score")
+            return "any"
         sig = BUILTINS.get(name)
         if sig is None:
             return self._user_call(e, name, d)
@@ -800,14 +953,20 @@ class _Checker:
             self._report(e, f"{name} takes {sig.arity()}, got {n}", _ARITY_HINTS.get(name), code="arity")
         self._kwargs(e, sig)
         # `RRF(a, b, k = 60)` is a mistyped named argument: reported once, by _fusion, not as unknown name k.
-        types = ["any" if name in FUSION_FUNCTIONS and _misnamed_kwarg(arg) else self._expr(arg, d)
-                 for arg in e.args]
+        types = ["any" if (name in FUSION_FUNCTIONS and _misnamed_kwarg(arg)) or self._query_vector(name, i, arg)
+                 else self._expr(arg, d) for i, arg in enumerate(e.args)]
         for _, value in e.kwargs:
             self._expr(value, d)
         if name in TEXT_SCORES:
             self._score_call(e, name)
         elif name in FUSION_FUNCTIONS:
             self._fusion(e, name, types)
+        elif name == "HIGHLIGHT":
+            if n >= 1 and not (isinstance(e.args[0], Field) and e.args[0].name == "content"):
+                self._report(e.args[0], "the first argument of HIGHLIGHT must be content",
+                             'write HIGHLIGHT(content, "your text")', code="type")
+            if n >= 2:
+                self._arm_text(e.args[1], name, 'e.g. HIGHLIGHT(content, $q) or HIGHLIGHT(content, "rag")')
         elif name == "IF":
             if n == 3:
                 self._condition(e.args[0], types[0], "the first argument of IF")
@@ -902,9 +1061,40 @@ class _Checker:
             return
         self._score_text(text, name, in_list=False, allow_list=allow_list)
 
+    def _doc_example(self, doc: Call, name: str) -> None:
+        """``DOC("id")`` as SIMILARITY's text: one id, a string literal or a $parameter bound to one."""
+        hint = 'e.g. SIMILARITY(content, DOC("d7")) WHERE doc_id != "d7"'
+        if name != "SIMILARITY":
+            self._report(doc, f"{name} cannot take DOC(…): only SIMILARITY compares with a document's vector",
+                         hint, code="score")
+        if doc.kwargs:
+            self._report(doc, "DOC takes no named arguments", hint, code="arity")
+        if len(doc.args) != 1:
+            self._report(doc, f"DOC takes 1 argument (a document id), got {len(doc.args)}", hint, code="arity")
+            for arg in doc.args:
+                self._expr(arg)
+            return
+        arg = doc.args[0]
+        if isinstance(arg, Literal) and isinstance(arg.value, (str, int)) and not isinstance(arg.value, bool):
+            return
+        if isinstance(arg, Param):
+            self._param(arg)
+            value = self._param_value(arg)
+            if value is _UNBOUND or (isinstance(value, (str, int)) and not isinstance(value, bool)):
+                return
+            self._report(arg, f"${arg.name} must be a document id for DOC, not {type(value).__name__}", hint,
+                         code="score")
+            return
+        self._expr(arg)
+        self._report(arg, f"DOC needs a document id (a string literal or a $parameter), not {_short(arg)}", hint,
+                     code="score")
+
     def _score_text(self, text: Node, name: str, in_list: bool, allow_list: bool = False) -> None:
         what = "each text" if in_list else "the text"
         if isinstance(text, Literal) and isinstance(text.value, str):
+            return
+        if isinstance(text, Call) and text.name.upper() == QUERY_BY_EXAMPLE and not in_list:
+            self._doc_example(text, name)
             return
         if isinstance(text, Param):
             value = self._param_value(text)
@@ -912,7 +1102,10 @@ class _Checker:
                 return
             if allow_list and isinstance(value, (list, tuple)) and value and all(isinstance(v, str) for v in value):
                 return
-            kind = "a string or a list of strings" if allow_list else "a string"
+            if allow_list and not in_list and is_vector(value):
+                self._param(text)  # not walked by _expr (a vector is no NLQL value elsewhere)
+                return
+            kind = "a string, a list of strings or a vector of numbers" if allow_list else "a string"
             self._report(text, f"${text.name} must be {kind} for {name}, not {type(value).__name__}",
                          code="score")
             return
@@ -936,6 +1129,12 @@ class _Checker:
         self._window(e.kwarg("window"), name)
         if name == "MMR":
             self._mmr_lambda(e.kwarg("lambda"))
+        if name == "FUSE":
+            self._fuse_method(e.kwarg("method"))
+            weights = e.kwarg("weights")
+            if weights is not None:
+                self._weights(weights, len(e.args), name)
+            return
         if name != "RRF":
             return
         k = e.kwarg("k")
@@ -948,6 +1147,21 @@ class _Checker:
         weights = e.kwarg("weights")
         if weights is not None:
             self._weights(weights, len(e.args))
+
+    def _fuse_method(self, node: Node | None) -> None:
+        """FUSE's ``method => "minmax" | "dbsf"`` (a string literal or a $parameter bound to one)."""
+        if node is None or (isinstance(node, Param) and self._param_value(node) is _UNBOUND):
+            return
+        value = self._constant(node) if isinstance(node, (Literal, Param)) else _UNBOUND
+        if isinstance(value, str) and value in FUSE_METHODS:
+            return
+        methods = " or ".join(f'"{m}"' for m in FUSE_METHODS)
+        close = difflib.get_close_matches(value.lower(), FUSE_METHODS, n=1, cutoff=0.5) if isinstance(value, str) \
+            else None
+        hint = (f'did you mean "{close[0]}"?' if close
+                else f'FUSE normalises each arm by {methods}, e.g. FUSE(sem, kw, method => "minmax")')
+        shown = repr(value) if isinstance(value, str) else _short(node)
+        self._report(node, f"FUSE method must be {methods}, not {shown}", hint, code="score")
 
     def _mmr_lambda(self, node: Node | None) -> None:
         """MMR's ``lambda => λ``: a number in [0, 1] (1 is pure relevance, 0 pure diversity)."""
@@ -986,7 +1200,7 @@ class _Checker:
             self._report(m, f"{name} min must be a number", f"e.g. {name}(content, $q, min => "
                          f"{'0.3' if name == 'SIMILARITY' else '1.0'})", code="score")
 
-    def _weights(self, w: Node, arms: int) -> None:
+    def _weights(self, w: Node, arms: int, name: str = "RRF") -> None:
         values: list[Any]
         if isinstance(w, ListExpr):
             values = []
@@ -1003,16 +1217,16 @@ class _Checker:
             if v is _UNBOUND:
                 return
             if not isinstance(v, (list, tuple)):
-                self._report(w, "RRF weights must be a list of numbers", code="score")
+                self._report(w, f"{name} weights must be a list of numbers", code="score")
                 return
             values = list(v)
         else:
-            self._report(w, "RRF weights must be a list of numbers", "e.g. weights => [2, 1]", code="score")
+            self._report(w, f"{name} weights must be a list of numbers", "e.g. weights => [2, 1]", code="score")
             return
         if any(v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))) for v in values):
-            self._report(w, "RRF weights must be a list of numbers", "e.g. weights => [2, 1]", code="score")
+            self._report(w, f"{name} weights must be a list of numbers", "e.g. weights => [2, 1]", code="score")
         elif len(values) != arms:
-            self._report(w, f"RRF has {arms} arms but {len(values)} weights", "give one weight per argument",
+            self._report(w, f"{name} has {arms} arms but {len(values)} weights", "give one weight per argument",
                          code="score")
 
     def _arm_text(self, text: Node, name: str, hint: str) -> None:

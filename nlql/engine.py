@@ -321,7 +321,7 @@ class Engine:
         # the entity graph behind GRAPH: built from the store's rows the first time a query uses GRAPH
         self._graph = GraphSidecar(self.store, entity_extractor)
         self._executor = Executor(self.store, self._embed_queries, self._bm25, self._functions, chunk_chars,
-                                  on_arm_error=on_arm_error, graph=self._graph)
+                                  on_arm_error=on_arm_error, graph=self._graph, dim=dim)
         if warm_up:
             try:
                 from nlql.text.temporal import warm_up as _warm
@@ -776,8 +776,12 @@ class Engine:
         rerank_query: str | None = None,
         timeout: float | None = None,
         max_tokens: int | None = None,
+        cursor: str | None = None,
     ) -> Hits:
         """Run a query. Returns :class:`~nlql.execute.results.Hits` (a list of hits with stats, warnings).
+
+        ``cursor``: a ``hits.cursor`` of an earlier page of the same query; the next LIMIT rows after
+        that page's last row, in the same order (SPEC §11, :mod:`nlql.execute.cursor`).
 
         ``timeout`` (default ``Engine(default_timeout=…)``) is one deadline for the whole search; stores
         that declare ``Capabilities.DEADLINE`` bound their calls by the time left. At the deadline the
@@ -801,9 +805,13 @@ class Engine:
             plan, cached = self._planned(query, params, rr)
             plan_ms = (time.perf_counter() - t) * 1000
             try:
-                hits = self._executor.run(plan, reranker=rr, rerank_query=rerank_query,
-                                          rerank_factor=self.rerank_factor, timeout=timeout,
-                                          max_tokens=max_tokens)
+                if cursor is not None:
+                    hits = self._cursor_page(plan, cursor, rr, timeout, max_tokens)
+                else:
+                    hits = self._executor.run(plan, reranker=rr, rerank_query=rerank_query,
+                                              rerank_factor=self.rerank_factor, timeout=timeout,
+                                              max_tokens=max_tokens, page=self._paging(plan))
+                    self._offer_cursor(hits, plan)
                 found = self._data_warnings(plan.query)
                 if found:
                     from nlql.schema import warning_text
@@ -820,6 +828,132 @@ class Engine:
                 raise _too_deep(exc) from None
             except Exception as exc:
                 raise BackendError(self.store.capabilities.NAME, f"search failed: {exc}") from exc
+
+    # ------------------------------------------------------------------------------------- cursors
+
+    def _paging(self, plan: Any) -> Any:
+        """A first page's paging (the identities are filled when the cursor is read)."""
+        from nlql.execute.cursor import Paging, default_depth
+
+        return Paging("", "", -1, default_depth(plan.limit, plan.offset), plan.limit)
+
+    def _offer_cursor(self, hits: Hits, plan: Any) -> None:
+        """Make ``hits.cursor`` readable: encoded when first read (no cost for a search that never reads it);
+        where the page ended exactly at the rows recall read, one more row is looked for then."""
+        end = hits.page_end
+        if end is None or end.position is None or end.more is False:
+            return
+
+        def made() -> str | None:
+            from nlql.execute import cursor as C
+
+            with self._lock.read():
+                pos = dataclasses.replace(end.position, ident=C.query_identity(plan.query),
+                                          store=C.store_identity(self.store), max_seq=int(self.store.max_seq()))
+                if end.more is None:  # is there a row after it? (a one-row cursor page answers)
+                    probe = self._cursor_rows(plan, pos, 1, None, None, None)
+                    if not probe:
+                        return None
+            return C.encode(pos)
+        hits._cursor_probe = made
+
+    def _cursor_page(self, plan: Any, text: str, rr: Any, timeout: float | None, max_tokens: int | None) -> Hits:
+        from nlql.errors import CursorError
+        from nlql.execute import cursor as C
+
+        pos = C.decode(text)
+        if plan.query.offset is not None:
+            raise CursorError("OFFSET cannot be used with a cursor", plan.query.offset.span,
+                              hint="leave OFFSET out: the cursor says where the next page starts")
+        if rr is not None:
+            raise CursorError("a cursor cannot continue a reranked query (the reranker orders each page's "
+                              "rows among themselves)", hint="search without a reranker to page with a cursor")
+        if C.query_identity(plan.query) != pos.ident:
+            raise CursorError("the cursor was made by another query (a cursor continues the query text and "
+                              "parameters of its first page; only LIMIT may change)",
+                              hint="pass it with the query that returned it")
+        if C.store_identity(self.store) != pos.store:
+            raise CursorError("the cursor was made on another store, or before this store's data was dropped",
+                              hint="start again without a cursor")
+        return self._cursor_rows(plan, pos, plan.limit, timeout, max_tokens, text)
+
+    def _cursor_rows(self, plan: Any, pos: Any, size: int | None, timeout: float | None,
+                     max_tokens: int | None, text: str | None) -> Hits:
+        """The page of ``size`` rows after ``pos``: the query with LIMIT = rows passed + size + 1, widened
+        ×4 while the rows after the cursor were cut short by that LIMIT (``text``: None for a probe)."""
+        from nlql.execute import cursor as C
+
+        paging = C.Paging(pos.ident, pos.store, int(self.store.max_seq()), pos.depth, size, pos)
+        want = None if size is None else len(pos.passed) + size + 1
+        rounds = 0
+        while True:
+            rounds += 1
+            if want is not None:
+                want = min(want, self.limit_ceiling)
+            pinned = C.pinned_query(plan.query, want, pos.depth)
+            page_plan = self._planned(pinned, None, None)[0]
+            hits = self._executor.run(page_plan, rerank_factor=self.rerank_factor, timeout=timeout,
+                                      max_tokens=max_tokens, page=paging)
+            end = hits.page_end
+            if end.more is not None or want is None or want >= self.limit_ceiling:
+                break
+            want *= 4
+        hits.stats["cursor"] = {"rows_read": want, "rounds": rounds}
+        hits.cursor = C.encode(end.position) if end.position is not None and end.more is not False else None
+        return hits
+
+    def search_many(self, query: str | ir.Query, params_list: Sequence[Mapping[str, Any] | None],
+                    reranker: Any = None, rerank_query: str | None = None, timeout: float | None = None,
+                    max_tokens: int | None = None) -> list[Hits]:
+        """One query text with many parameter sets: a list of :class:`~nlql.execute.results.Hits` in the
+        order of ``params_list``, each what :meth:`search` gives for that set (SPEC §11).
+
+        Every SIMILARITY text of every set is embedded in one embedder call, and recall's first knn
+        round of the sets that share a store call (the same filter and k) is one ``knn`` call with all
+        their query vectors (the built-in store scores them with one matrix product). ``timeout`` is one
+        deadline for the whole call.
+
+        Raises:
+            NLQLError: As :meth:`search`, for the first parameter set that fails (its index in the hint).
+        """
+        from nlql.execute.batch import run_many
+
+        timeout = _check_run_args(timeout, max_tokens)
+        _check_reranker(reranker)
+        if isinstance(params_list, (str, bytes, Mapping)) or not isinstance(params_list, Sequence):
+            raise TypeError("params_list must be a sequence of parameter mappings (or None)")
+        if timeout is None:
+            timeout = self.default_timeout
+        source = query if isinstance(query, str) else None
+        rr = reranker if reranker is not None else self.reranker
+        self._sync()
+        with self._lock.read(), deadline_scope(timeout):
+            plans = []
+            for i, params in enumerate(params_list):
+                try:
+                    plans.append(self._planned(query, params, rr))
+                except NLQLError as exc:
+                    exc.hint = f"params_list[{i}]" + (f"; {exc.hint}" if exc.hint else "")
+                    raise
+            try:
+                out = run_many(self, plans, rr, rerank_query, timeout, max_tokens)
+            except NLQLError as exc:
+                if source is not None:
+                    exc.with_source(source)
+                raise
+            except (RecursionError, MemoryError) as exc:
+                raise _too_deep(exc) from None
+            except Exception as exc:
+                raise BackendError(self.store.capabilities.NAME, f"search failed: {exc}") from exc
+            for (plan, _), hits in zip(plans, out, strict=True):
+                found = self._data_warnings(plan.query)
+                if found:
+                    from nlql.schema import warning_text
+
+                    hits.warnings[:0] = [warning_text(d) for d in found]
+                if rr is None:
+                    self._offer_cursor(hits, plan)
+            return out
 
     async def asearch(self, query: str | ir.Query, params: Mapping[str, Any] | None = None,
                       **kwargs: Any) -> Hits:

@@ -214,6 +214,13 @@ DISTRIBUTION = "nlql-engine"
 TORCH_CPU_HINT = ("install the CPU build of torch first (pip install torch --index-url "
                   "https://download.pytorch.org/whl/cpu), then pip install '{dist}[{extra}]'; "
                   "--embedder hash (HashEmbedder) works without any model")
+class CursorError(NLQLError):
+    """A ``search(…, cursor=…)`` cursor that cannot continue this query: not a cursor, made by another
+    query text or store, or made before the store's data was dropped; or OFFSET given with it."""
+
+    kind = "cursor"
+
+
 class RouteError(NLQLError):
     """A router cannot be built or cannot route: a rule that is not a valid regex, a rule whose intent
     has no template, an empty question, a caller parameter that the router binds itself."""

@@ -18,6 +18,14 @@ def _fusion(plan: Plan) -> list[dict[str, Any]]:
             out.append({"binding": s.slot, "method": "RRF", "k": s.k, "weights": list(s.weights),
                         "arms": list(s.arms), "window": s.window, "arm_depth": s.window,
                         "formula": f"{s.slot} = {terms}; a row absent from an arm adds 0"})
+        elif s.kind == "FUSE":
+            norm = ("(v − min) / (max − min) over the arm's window, all equal → 1" if s.method != "dbsf" else
+                    "(v − (μ − 3σ)) / 6σ clipped to [0, 1], μ, σ over the arm's window, σ = 0 → 1")
+            terms = " + ".join(f"{w:g}·norm({a})" for a, w in zip(s.arms, s.weights, strict=False))
+            out.append({"binding": s.slot, "method": "FUSE", "normalisation": s.method, "weights": list(s.weights),
+                        "arms": list(s.arms), "window": s.window, "arm_depth": s.window,
+                        "formula": f"{s.slot} = {terms}; {s.method} norm = {norm}; a row absent from an arm "
+                                   "adds 0"})
         elif s.kind == "INTERLEAVE":
             out.append({"binding": s.slot, "method": "INTERLEAVE", "arms": list(s.arms),
                         "window": s.window, "arm_depth": s.window,

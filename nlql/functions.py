@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-__all__ = ["BUILTINS", "FUSION_FUNCTIONS", "SCORE_FUNCTIONS", "TEXT_ARMS", "TEXT_SCORES", "TYPES", "FunctionSig",
+__all__ = ["BUILTINS", "FUSE_METHODS", "FUSION_FUNCTIONS", "QUERY_BY_EXAMPLE", "SCORE_FUNCTIONS", "TEXT_ARMS", "TEXT_SCORES", "TYPES", "FunctionSig",
            "parse_duration"]
 
 #: Value types the checker reasons about. ``score`` is a number produced by a score function.
@@ -29,8 +29,8 @@ class FunctionSig:
         min_args: Fewest positional arguments.
         max_args: Most positional arguments; None for variadic.
         returns: Result type, one of :data:`TYPES` (``any`` when it depends on the arguments, as for IF).
-        score: True for the score functions (SIMILARITY, BM25, RRF, INTERLEAVE, MMR).
-        fuses: True for the functions whose arguments are arms (RRF, INTERLEAVE, MMR).
+        score: True for the score functions (SIMILARITY, BM25, RRF, FUSE, INTERLEAVE, MMR).
+        fuses: True for the functions whose arguments are arms (RRF, FUSE, INTERLEAVE, MMR).
         named: Allowed named arguments and their defaults, in documentation order.
         arg_types: Expected type of each positional argument; the last one repeats for variadic functions.
         doc: One line for docs and ``explain``.
@@ -94,6 +94,10 @@ BUILTINS: dict[str, FunctionSig] = dict([
          arg_types=("number",),
          doc="reciprocal rank fusion: sum of w_i / (k + rank_i) over arms (any numeric expressions), "
              "each ranked down to window => n rows"),
+    _sig("FUSE", 2, None, "score", True, True, named=(("method", "minmax"), ("weights", None), ("window", None)),
+         arg_types=("number",),
+         doc="normalised fusion: sum of w_i * norm_i(arm_i) over arms, each normalised over its window => n "
+             'rows (method => "minmax" maps to [0, 1], "dbsf" maps mean +- 3 sigma to [0, 1], clipped)'),
     _sig("INTERLEAVE", 2, None, "score", True, True, named=(("window", None),), arg_types=("number",),
          doc="round-robin fusion of arms (any numeric expressions); the value is 1/position"),
     _sig("MMR", 1, 1, "score", True, True, named=(("lambda", 0.5), ("window", 100)), arg_types=("number",),
@@ -109,6 +113,8 @@ BUILTINS: dict[str, FunctionSig] = dict([
     _sig("TEMPORAL", 2, 2, "number", arg_types=("datetime", "string"),
          doc="in (0.5, 1] for a date inside the period a free text names, rising to 1 at its midpoint; "
              "NULL outside it or when the text names no period"),
+    _sig("HIGHLIGHT", 2, 2, "list", arg_types=("string", "string"),
+         doc="the [start, end) character ranges of content whose analysed terms match those of a text"),
     _sig("LENGTH", 1, 1, "number", arg_types=("any",), doc="length of a string (characters) or a list"),
     _sig("LOWER", 1, 1, "string", arg_types=("string",), doc="lower-case text"),
     _sig("UPPER", 1, 1, "string", arg_types=("string",), doc="upper-case text"),
@@ -119,11 +125,15 @@ BUILTINS: dict[str, FunctionSig] = dict([
     _sig("TIMESTAMP", 1, 1, "datetime", arg_types=("string",), doc="a timestamp from an ISO-8601 string"),
 ])
 
-#: Names of the score functions (SIMILARITY, BM25, RRF, INTERLEAVE, MMR).
+#: Names of the score functions (SIMILARITY, BM25, RRF, FUSE, INTERLEAVE, MMR).
 SCORE_FUNCTIONS = frozenset(name for name, sig in BUILTINS.items() if sig.score)
-#: Names of the functions whose arguments are arms (RRF, INTERLEAVE, MMR): each ranks rows among the
+#: Names of the functions whose arguments are arms (RRF, FUSE, INTERLEAVE, MMR): each ranks rows among the
 #: candidates that passed WHERE, so conditions on them apply after fusion.
 FUSION_FUNCTIONS = frozenset(name for name, sig in BUILTINS.items() if sig.fuses)
+#: The normalisations FUSE knows (``method => …``), the default first.
+FUSE_METHODS = ("minmax", "dbsf")
+#: ``DOC("id")``: not a function of a row but a query vector; allowed only as SIMILARITY's second argument.
+QUERY_BY_EXAMPLE = "DOC"
 #: The score functions that score a row's content against a query text (SIMILARITY, BM25).
 TEXT_SCORES = SCORE_FUNCTIONS - FUSION_FUNCTIONS
 #: The arms whose text is bound at plan time and evaluated by the engine (GRAPH, TEMPORAL).

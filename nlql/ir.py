@@ -204,9 +204,24 @@ class Within(Node):
     high: Expr | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Has(Node):
+    """``expr [NOT] HAS value``, ``expr [NOT] HAS ANY (a, b)``, ``expr [NOT] HAS ALL (a, b)`` (SPEC §11).
+
+    ``quantifier`` is None for HAS (``value`` is one expression), ``"ANY"`` or ``"ALL"`` (``value`` is a
+    :class:`ListExpr` or a :class:`Param` bound to a list). On a list HAS is membership with ``==``'s
+    typing; on a scalar it is ``==``.
+    """
+
+    expr: Expr
+    value: Expr
+    quantifier: str | None = None
+    negated: bool = False
+
+
 Expr = Union[
     Literal, TypedLiteral, Param, Field, Meta, Ref, ListExpr, Call, Unary, Binary, Compare, In,
-    Between, IsNull, TextMatch, Within,
+    Between, IsNull, TextMatch, Within, Has,
 ]
 
 # ------------------------------------------------------------------------------------------- clauses
@@ -257,9 +272,19 @@ class Distinct(Node):
 
 
 @dataclass(frozen=True, slots=True)
+class Count(Node):
+    """``SELECT COUNT(unit) [BY key, …]``: count the rows of ``Query.unit`` passing WHERE, per distinct
+    value of the key tuple (``by`` empty: one total). The unit stays in ``Query.unit``."""
+
+    by: tuple[Expr, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class Query(Node):
     """A whole query, clauses in SPEC order (``distinct`` sits between WHERE and ORDER BY in the text;
-    it is the last field so that positional construction of the older clauses keeps working)."""
+    it and the later clauses are the last fields so that positional construction of the older clauses
+    keeps working). ``count`` is set for ``SELECT COUNT(unit) BY …``; ``autocut`` is the k of
+    ``LIMIT n AUTOCUT k``."""
 
     unit: Unit
     bindings: tuple[Binding, ...] = ()
@@ -268,6 +293,8 @@ class Query(Node):
     limit: Expr | None = None
     offset: Expr | None = None
     distinct: Distinct | None = None
+    count: Count | None = None
+    autocut: Expr | None = None
 
     def binding(self, name: str) -> Binding | None:
         for b in self.bindings:
@@ -291,13 +318,15 @@ NODE_TYPES: dict[str, type[Node]] = {
     c.__name__: c
     for c in (
         Literal, TypedLiteral, Param, Field, Meta, Ref, ListExpr, Call, Unary, Binary, Compare, In,
-        Between, IsNull, TextMatch, Within, Unit, Binding, OrderKey, Distinct, Query,
+        Between, IsNull, TextMatch, Within, Has, Unit, Binding, OrderKey, Distinct, Count, Query,
     )
 }
 EXPR_TYPES = tuple(NODE_TYPES[n] for n in (
     "Literal", "TypedLiteral", "Param", "Field", "Meta", "Ref", "ListExpr", "Call", "Unary", "Binary",
-    "Compare", "In", "Between", "IsNull", "TextMatch", "Within",
+    "Compare", "In", "Between", "IsNull", "TextMatch", "Within", "Has",
 ))
+#: The quantifiers of HAS (None: plain HAS).
+HAS_QUANTIFIERS = ("ANY", "ALL")
 
 
 def conjuncts(expr: Expr | None) -> list[Expr]:
@@ -337,7 +366,11 @@ _ENUMS: dict[tuple[str, str], tuple[str, ...]] = {
     ("TextMatch", "op"): TEXT_OPS,
     ("Unit", "kind"): UNIT_KINDS,
     ("Unit", "base"): ("SENTENCE", "CHUNK"),
+    ("Has", "quantifier"): ("ANY", "ALL"),
 }
+_NULLABLE_ENUMS = frozenset({("Unit", "base"), ("Has", "quantifier")})
+# Clauses added after the first release: a query without them serialises as it did before.
+_OPTIONAL_CLAUSES = frozenset({"distinct", "count", "autocut"})
 
 
 def to_dict(node: Node) -> dict[str, Any]:
@@ -347,8 +380,8 @@ def to_dict(node: Node) -> dict[str, Any]:
         if f.name == "span":
             continue
         value = getattr(node, f.name)
-        if value is None and f.name == "distinct":
-            continue  # a query without DISTINCT BY serialises as it did before the clause existed
+        if value is None and f.name in _OPTIONAL_CLAUSES and isinstance(node, Query):
+            continue  # a query without these clauses serialises as it did before they existed
         out[f.name] = _value_to_json(value)
     return out
 
@@ -444,7 +477,7 @@ def _field_from_json(cls: type[Node], name: str, value: Any, path: str, depth: i
     kind = cls.__name__
     enum = _ENUMS.get((kind, name))
     if enum is not None:
-        if value is None and (kind, name) == ("Unit", "base"):
+        if value is None and (kind, name) in _NULLABLE_ENUMS:
             return None
         if value not in enum:
             raise _fail(f"expected one of {', '.join(enum)}, got {_show(value)}", path)
@@ -474,7 +507,7 @@ def _field_from_json(cls: type[Node], name: str, value: Any, path: str, depth: i
                 raise _fail("expected a [name, value] pair", f"{path}[{i}]")
             pairs.append((_expect_str(pair[0], f"{path}[{i}][0]"), _expr(pair[1], f"{path}[{i}][1]", depth)))
         return tuple(pairs)
-    if name in ("args", "items") or (kind == "Distinct" and name == "keys"):
+    if name in ("args", "items") or (kind == "Distinct" and name == "keys") or (kind == "Count" and name == "by"):
         if kind == "Distinct" and isinstance(value, list) and not value:
             raise _fail("DISTINCT BY needs at least one key", path)
         return _expr_list(value, path, depth)
@@ -491,6 +524,8 @@ def _field_from_json(cls: type[Node], name: str, value: Any, path: str, depth: i
             return tuple(_from_dict(v, f"{path}[{i}]", OrderKey, depth + 1) for i, v in enumerate(value))
         if name == "distinct":
             return None if value is None else _from_dict(value, path, Distinct, depth + 1)
+        if name == "count":
+            return None if value is None else _from_dict(value, path, Count, depth + 1)
     if isinstance(cls.__dataclass_fields__[name].type, str) and "Expr" in cls.__dataclass_fields__[name].type:
         if value is None and "None" in cls.__dataclass_fields__[name].type:
             return None
@@ -530,8 +565,12 @@ def query_json_schema() -> dict[str, Any]:
                 schema = {"type": "array", "items": expr_ref}
             elif kind == "Distinct" and f.name == "keys":
                 schema = {"type": "array", "items": expr_ref, "minItems": 1}
+            elif kind == "Count" and f.name == "by":
+                schema = {"type": "array", "items": expr_ref}
             elif kind == "Query" and f.name == "distinct":
                 schema = {"anyOf": [{"$ref": "#/$defs/Distinct"}, {"type": "null"}]}
+            elif kind == "Query" and f.name == "count":
+                schema = {"anyOf": [{"$ref": "#/$defs/Count"}, {"type": "null"}]}
             elif kind == "Query" and f.name == "unit":
                 schema = {"$ref": "#/$defs/Unit"}
             elif kind == "Query" and f.name == "bindings":

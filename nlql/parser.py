@@ -39,9 +39,11 @@ from nlql.ir import (
     Binding,
     Call,
     Compare,
+    Count,
     Distinct,
     Expr,
     Field,
+    Has,
     In,
     IsNull,
     ListExpr,
@@ -290,7 +292,8 @@ _FIELDS = frozenset(BUILTIN_FIELDS)
 # Structural rules do not add to the nesting depth; every other rule is one level (like the IR).
 _FLAT_RULES = frozenset({
     "start", "query", "select_clause", "let_clause", "where_clause", "distinct_clause", "keep", "order_clause",
-    "limit_clause", "offset_clause", "direction", "nulls", "span_base", "unit", "keyword_key",
+    "limit_clause", "offset_clause", "direction", "nulls", "span_base", "unit", "keyword_key", "count_select",
+    "count_by", "autocut",
 })
 _ESCAPES = {'"': '"', "'": "'", "\\": "\\", "n": "\n", "t": "\t", "r": "\r"}
 _HEX4 = re.compile(r"[0-9A-Fa-f]{4}")
@@ -397,21 +400,47 @@ class _Builder:
         return c[0]
 
     def on_query(self, c: list[_Clause]) -> Query:
+        flat: list[_Clause] = []
+        for clause in c:
+            flat.extend(clause if isinstance(clause, list) else [clause])
+        c = flat
         parts = {clause.tag: clause.value for clause in c}
+        limit, autocut = parts.get("limit", (None, None))
         return Query(
             parts["select"],
             parts.get("let", ()),
             parts.get("where"),
             parts.get("order", ()),
-            parts.get("limit"),
+            limit,
             parts.get("offset"),
             parts.get("distinct"),
+            count=parts.get("count"),
+            autocut=autocut,
             span=_join(c[0].span, c[-1].span),
         )
 
     def on_select_clause(self, c: list[Any]) -> _Clause:
         unit: Unit = c[1]
         return _Clause("select", unit, _join(_tok_span(c[0]), unit.span))
+
+    def on_count_select(self, c: list[Any]) -> list[_Clause]:
+        name: Token = c[1]
+        unit: Unit = c[3]
+        if name.upper() != "COUNT":
+            guess = _close(name.value, ["COUNT"])
+            raise self._error(
+                f"'{name.value}' is not something a query can select",
+                _tok_span(name),
+                "did you mean COUNT?" if guess else "select a unit (SELECT SENTENCE) or count one: "
+                "SELECT COUNT(DOCUMENT) BY meta.source",
+            )
+        by: tuple[Expr, ...] = c[5] if len(c) > 5 and c[5] is not None else ()
+        end = by[-1].span if by else _tok_span(c[4])
+        count = Count(by, span=_join(_tok_span(name), end))
+        return [_Clause("select", unit, _join(_tok_span(c[0]), end)), _Clause("count", count, end)]
+
+    def on_count_by(self, c: list[Any]) -> tuple[Expr, ...]:
+        return tuple(c)
 
     def on_unit(self, c: list[Token]) -> Unit:
         return Unit(c[0].upper(), span=_tok_span(c[0]))
@@ -478,7 +507,11 @@ class _Builder:
         return c[0]
 
     def on_limit_clause(self, c: list[Any]) -> _Clause:
-        return _Clause("limit", c[0], c[0].span)
+        autocut = c[1] if len(c) > 1 else None
+        return _Clause("limit", (c[0], autocut), (autocut or c[0]).span)
+
+    def on_autocut(self, c: list[Any]) -> Expr:
+        return c[0]  # type: ignore[no-any-return]
 
     def on_offset_clause(self, c: list[Any]) -> _Clause:
         return _Clause("offset", c[0], c[0].span)
@@ -504,6 +537,21 @@ class _Builder:
     def on_in_list(self, c: list[Any]) -> ListExpr:
         span = _join(_tok_span(c[0]), _tok_span(c[-1]))
         items = c[1:-1]
+        self._check_list(items, span)
+        return ListExpr(tuple(items), span=span)
+
+    def on_has(self, c: list[Any]) -> Has:
+        return Has(c[0], c[-1], None, len(c) == 3, span=_join(c[0].span, c[-1].span))
+
+    def on_has_any(self, c: list[Any]) -> Has:
+        return Has(c[0], c[-1], "ANY", len(c) == 3, span=_join(c[0].span, c[-1].span))
+
+    def on_has_all(self, c: list[Any]) -> Has:
+        return Has(c[0], c[-1], "ALL", len(c) == 3, span=_join(c[0].span, c[-1].span))
+
+    def on_has_list(self, c: list[Any]) -> ListExpr:
+        span = _join(_tok_span(c[0]), _tok_span(c[-1]))
+        items = [x for x in c[1:-1] if x is not None]
         self._check_list(items, span)
         return ListExpr(tuple(items), span=span)
 
@@ -743,7 +791,7 @@ _VALUE_AFTER = _COMPARISONS | {"PLUS", "MINUS", "STAR", "SLASH", "_ARROW", "CONT
                                "_BETWEEN"}
 _CONDITION_AFTER = frozenset({"_AND", "_OR", "NOT", "_WHERE"})
 _OPERATORS = _COMPARISONS | {"PLUS", "MINUS", "STAR", "SLASH", "_IN", "_BETWEEN", "_IS", "CONTAINS",
-                             "LIKE", "MATCH", "_WITHIN", "NOT"}
+                             "LIKE", "MATCH", "_WITHIN", "NOT", "_HAS"}
 _ORDER_HINT = "clauses go in this order: SELECT, LET, WHERE, DISTINCT BY, ORDER BY, LIMIT, OFFSET"
 _SELECT_HINT = "a query looks like: SELECT SENTENCE WHERE … LIMIT 5"
 _UNIT_MESSAGE = "expected a unit: SENTENCE, CHUNK, DOCUMENT or SPAN(…)"
@@ -936,6 +984,16 @@ def _describe_token_error(  # noqa: C901 - one flat list of named cases reads be
     if last.type == "_SEMI":
         return f"unexpected {_show(tok)} after ';'", "';' ends the query; only one query is allowed", span
 
+    if len(prev) >= 2 and prev[-2].type == "SELECT" and last.type == "NAME" and kind != "LPAR":
+        # SELECT SENTENCES …: a NAME after SELECT can only start COUNT(…); the word itself is the mistake
+        guess = _close(last.value, [*UNITS, "COUNT"])
+        return _UNIT_MESSAGE, f"did you mean {guess}?" if guess else None, _tok_span(last)
+    if len(prev) >= 3 and prev[-3].type == "SELECT" and prev[-2].type == "NAME" and last.type == "LPAR":
+        if prev[-2].upper() == "COUNT":
+            hint = ("COUNT counts units: SELECT COUNT(SENTENCE) or SELECT COUNT(DOCUMENT) BY meta.source"
+                    if kind in ("STAR", "NAME", "RPAR") else "write SELECT COUNT(DOCUMENT) BY meta.source")
+            return "expected a unit inside COUNT(…): SENTENCE, CHUNK or DOCUMENT", hint, span
+        return _UNIT_MESSAGE, None, _tok_span(prev[-2])
     if last.type == "SELECT":
         if kind == "STAR":
             return _UNIT_MESSAGE, "NLQL selects units, not columns: SELECT SENTENCE", span
@@ -955,6 +1013,19 @@ def _describe_token_error(  # noqa: C901 - one flat list of named cases reads be
     clauses = _clauses_seen(prev)
     clause = clauses[-1].type if clauses else None
 
+    if last.type in ("_ANY", "_ALL") and len(prev) >= 2 and prev[-2].type == "_HAS":
+        word = last.type.lstrip("_")
+        return (f"expected a list after HAS {word}",
+                f'write HAS {word} ("a", "b"), HAS {word} $values, or HAS "a" for one value', span)
+    if last.type == "_AUTOCUT":
+        return "expected a whole number after AUTOCUT", "e.g. LIMIT 10 AUTOCUT 1", span
+    if kind == "_AUTOCUT" and not opened:
+        if any(c.type == "_LIMIT" for c in clauses):
+            return "AUTOCUT goes right after LIMIT n", "write LIMIT n AUTOCUT k [OFFSET m], e.g. LIMIT 10 AUTOCUT 1", span
+        return "AUTOCUT needs a LIMIT", "write LIMIT n AUTOCUT k, e.g. LIMIT 10 AUTOCUT 1", span
+    if kind == "_COMMA" and opened and opened[-1].type == "LPAR" and _has_before(prev, opened[-1]):
+        return ("HAS takes one value, not a list",
+                'for several values write HAS ANY ("a", "b") or HAS ALL ("a", "b")', span)
     if last.type == "_LET":
         if kind in _KEYWORD_TERMINALS:
             return f"'{tok.value}' is a keyword and cannot be a binding name", "choose another name", span
@@ -970,7 +1041,8 @@ def _describe_token_error(  # noqa: C901 - one flat list of named cases reads be
     # Where an operand must follow (after AND, WHERE, '>=', …) but none does.
     if accepts & {"NAME", "NUMBER"} and kind not in _OPERAND_STARTS:
         if last.type == "_COMMA":
-            where = ("binding" if clause == "_LET" else "sort key" if clause == "_ORDER"
+            where = ("binding" if clause == "_LET" else "sort key" if clause == "_ORDER" else "BY key"
+                     if clause == "SELECT" and not opened
                      else "DISTINCT BY key" if clause == "_DISTINCT" else "item")
             if at_end or kind in ("RPAR", "RSQB") or kind in _CLAUSES:
                 return f"trailing comma: expected another {where}", "remove the comma or add another " + where, span
@@ -993,6 +1065,10 @@ def _describe_token_error(  # noqa: C901 - one flat list of named cases reads be
                     "WITHIN (DATE '2024-01-01', DATE '2024-02-01')", span)
         if last.type == "EQUAL" and clause == "_LET" and len(prev) >= 3 and prev[-3].type in ("_LET", "_COMMA"):
             return f"expected an expression after '{prev[-2].value} ='", None, span
+        if last.type == "_BY" and len(prev) >= 2 and prev[-2].type == "RPAR" and clause == "SELECT":
+            return "expected a key after COUNT(…) BY", "e.g. SELECT COUNT(DOCUMENT) BY meta.source", span
+        if last.type == "_HAS":
+            return "expected a value after HAS", 'e.g. meta.tags HAS "rag" or meta.tags HAS ANY ("rag", "llm")', span
         if last.type == "_BY" and len(prev) >= 2 and prev[-2].type == "_DISTINCT":
             return "expected a key after DISTINCT BY", "e.g. DISTINCT BY doc_id KEEP 2", span
         if last.type == "_BY":
@@ -1019,8 +1095,8 @@ def _describe_token_error(  # noqa: C901 - one flat list of named cases reads be
     if last.type in ("_LIMIT", "_OFFSET"):
         word = last.type.lstrip("_")
         return f"expected a whole number or a $parameter after {word}", f"e.g. {word} 10", span
-    if last.type == "NOT" and accepts <= {"_IN", "_BETWEEN", "CONTAINS", "LIKE", "MATCH"}:
-        return "expected IN, BETWEEN, CONTAINS, LIKE or MATCH after NOT", None, span
+    if last.type == "NOT" and accepts <= {"_IN", "_BETWEEN", "CONTAINS", "LIKE", "MATCH", "_HAS"}:
+        return "expected IN, BETWEEN, CONTAINS, LIKE, MATCH or HAS after NOT", None, span
 
     if kind in _CLAUSES or at_end or kind == "_SEMI":
         if opened and accepts & {"RPAR", "RSQB"}:
@@ -1077,7 +1153,7 @@ def _describe_token_error(  # noqa: C901 - one flat list of named cases reads be
 _KEYWORD_TERMINALS = frozenset({
     "SELECT", "_LET", "_WHERE", "_DISTINCT", "_KEEP", "_ORDER", "_BY", "_LIMIT", "_OFFSET", "ASC", "DESC", "_NULLS", "FIRST", "LAST",
     "SENTENCE", "CHUNK", "DOCUMENT", "SPAN", "_OR", "_AND", "NOT", "_IN", "_BETWEEN", "_IS", "CONTAINS",
-    "LIKE", "MATCH", "_WITHIN", "TRUE", "FALSE", "NULL",
+    "LIKE", "MATCH", "_WITHIN", "TRUE", "FALSE", "NULL", "_HAS", "_ANY", "_ALL", "_AUTOCUT",
 })
 assert {t.lstrip("_") for t in _KEYWORD_TERMINALS} == set(KEYWORDS)
 
@@ -1086,7 +1162,7 @@ def _keyword_name_hint(tok: Token) -> str:
     return f"{tok.value.upper()} is a keyword; a metadata key named so is written meta.`{tok.value.lower()}`"
 
 
-_PREDICATE_TERMINALS = _COMPARISONS | {"_IN", "_BETWEEN", "_IS", "CONTAINS", "LIKE", "MATCH", "_WITHIN"}
+_PREDICATE_TERMINALS = _COMPARISONS | {"_IN", "_BETWEEN", "_IS", "CONTAINS", "LIKE", "MATCH", "_WITHIN", "_HAS"}
 
 
 def _in_predicate(prev: list[Token]) -> bool:
@@ -1104,6 +1180,12 @@ def _in_predicate(prev: list[Token]) -> bool:
         elif depth == 0 and tok.type in _PREDICATE_TERMINALS:
             return True
     return False
+
+
+def _has_before(prev: list[Token], bracket: Token) -> bool:
+    """True when ``bracket`` directly follows HAS (``x HAS ("a", …``: a list given to plain HAS)."""
+    i = next((i for i, t in enumerate(prev) if t is bracket), 0)
+    return i > 0 and prev[i - 1].type == "_HAS"
 
 
 def _pending_between(prev: list[Token]) -> bool:

@@ -20,8 +20,10 @@ from nlql.ir import (
     Binding,
     Call,
     Compare,
+    Count,
     Distinct,
     Field,
+    Has,
     In,
     IsNull,
     ListExpr,
@@ -45,7 +47,7 @@ __all__ = ["KEYWORDS", "UNITS", "quote_key", "quote_string", "render", "render_e
 KEYWORDS = frozenset({
     "SELECT", "LET", "WHERE", "DISTINCT", "KEEP", "ORDER", "BY", "LIMIT", "OFFSET", "ASC", "DESC", "NULLS", "FIRST", "LAST",
     "SENTENCE", "CHUNK", "DOCUMENT", "SPAN", "OR", "AND", "NOT", "IN", "BETWEEN", "IS", "CONTAINS",
-    "LIKE", "MATCH", "WITHIN", "TRUE", "FALSE", "NULL",
+    "LIKE", "MATCH", "WITHIN", "TRUE", "FALSE", "NULL", "HAS", "ANY", "ALL", "AUTOCUT",
 })
 #: The units a query can select.
 UNITS = ("SENTENCE", "CHUNK", "DOCUMENT", "SPAN")
@@ -70,7 +72,7 @@ def render(q: Query) -> str:
     >>> render(parse("select sentence where meta.year = 2024 order by position asc limit 3"))
     'SELECT SENTENCE WHERE meta.year == 2024 ORDER BY position LIMIT 3'
     """
-    parts = ["SELECT", _unit(q.unit)]
+    parts = ["SELECT", _unit(q.unit) if q.count is None else _count(q.count, q.unit)]
     if q.bindings:
         parts.append("LET " + ", ".join(_binding(b) for b in q.bindings))
     if q.where is not None:
@@ -81,6 +83,8 @@ def render(q: Query) -> str:
         parts.append("ORDER BY " + ", ".join(_order_key(k) for k in q.order_by))
     if q.limit is not None:
         parts.append("LIMIT " + render_expr(q.limit))
+    if q.autocut is not None:
+        parts.append("AUTOCUT " + render_expr(q.autocut))
     if q.offset is not None:
         parts.append("OFFSET " + render_expr(q.offset))
     return " ".join(parts)
@@ -140,6 +144,13 @@ def _unit(u: Unit) -> str:
     return f"SPAN({inner})"
 
 
+def _count(c: Count, unit: Unit) -> str:
+    text = f"COUNT({_unit(unit)})"
+    if c.by:
+        text += " BY " + ", ".join(_expr(k, 0) for k in c.by)
+    return text
+
+
 def _binding(b: Binding) -> str:
     return f"{b.name} = {_expr(b.expr, 0)}"
 
@@ -165,7 +176,7 @@ def _strength(e: Node) -> int:
         return _BINARY.get(e.op, _SUM)
     if isinstance(e, Unary):
         return _NOT if e.op == "NOT" else _UNARY
-    if isinstance(e, (Compare, In, Between, IsNull, TextMatch, Within)):
+    if isinstance(e, (Compare, In, Between, IsNull, TextMatch, Within, Has)):
         return _PREDICATE
     if isinstance(e, Literal) and isinstance(e.value, (int, float)) and not isinstance(e.value, bool) \
             and _number(e.value).startswith("-"):
@@ -242,6 +253,18 @@ def _bare(e: Node) -> str:  # noqa: C901 - one case per node type
         else:
             listed = "(" + _expr(options, 0) + ")"
         return f"{_expr(e.expr, _SUM)} {'NOT IN' if e.negated else 'IN'} {listed}"
+    if isinstance(e, Has):
+        word = ("NOT HAS" if e.negated else "HAS") + (f" {e.quantifier}" if e.quantifier else "")
+        value = e.value
+        if e.quantifier and isinstance(value, ListExpr):
+            listed = "(" + ", ".join(_expr(x, 0) for x in value.items) + ")"
+        elif e.quantifier and isinstance(value, Param):
+            listed = _bare(value)
+        elif e.quantifier:
+            listed = "(" + _expr(value, 0) + ")"  # hand-built IR; the checker reports it
+        else:
+            listed = _expr(value, _SUM)
+        return f"{_expr(e.expr, _SUM)} {word} {listed}"
     if isinstance(e, Between):
         word = "NOT BETWEEN" if e.negated else "BETWEEN"
         return f"{_expr(e.expr, _SUM)} {word} {_expr(e.low, _SUM)} AND {_expr(e.high, _SUM)}"
@@ -271,6 +294,8 @@ def _bare(e: Node) -> str:  # noqa: C901 - one case per node type
         return _order_key(e)
     if isinstance(e, Distinct):
         return _distinct(e)
+    if isinstance(e, Count):
+        return "COUNT BY " + ", ".join(_expr(k, 0) for k in e.by)
     raise TypeError(f"cannot render {type(e).__name__}")
 
 

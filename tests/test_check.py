@@ -167,7 +167,7 @@ def test_similarity_and_bm25_arguments() -> None:
     assert check(S + "LET s = SIMILARITY(content, $q)", params={"q": ["a", "b"]}) == []
     assert one(S + "LET s = BM25(content, $q)", params={"q": ["a"]}).message == "$q must be a string for BM25, not list"
     assert one(S + "LET s = SIMILARITY(content, $q)", params={"q": 3}).message == (
-        "$q must be a string or a list of strings for SIMILARITY, not int"
+        "$q must be a string, a list of strings or a vector of numbers for SIMILARITY, not int"
     )
 
 
@@ -465,8 +465,10 @@ def test_check_of_ir_without_spans() -> None:
 
 def test_function_table() -> None:
     assert set(BUILTINS) == {"SIMILARITY", "BM25", "RRF", "INTERLEAVE", "IF", "RECENCY", "LENGTH", "LOWER", "UPPER",
-                             "COUNT", "NOW", "DATE", "TIMESTAMP", "GRAPH", "TEMPORAL", "MMR"}
-    assert SCORE_FUNCTIONS == {"SIMILARITY", "BM25", "RRF", "INTERLEAVE", "MMR"}
+                             "COUNT", "NOW", "DATE", "TIMESTAMP", "GRAPH", "TEMPORAL", "MMR", "FUSE", "HIGHLIGHT"}
+    assert SCORE_FUNCTIONS == {"SIMILARITY", "BM25", "RRF", "INTERLEAVE", "MMR", "FUSE"}
+    assert BUILTINS["FUSE"].fuses and BUILTINS["FUSE"].default("method") == "minmax"
+    assert BUILTINS["HIGHLIGHT"].returns == "list"
     rrf = BUILTINS["RRF"]
     assert isinstance(rrf, FunctionSig) and rrf.default("k") == 60 and rrf.default("weights") is None
     assert rrf.max_args is None and rrf.named_args == ("k", "weights", "window") and rrf.returns == "score"

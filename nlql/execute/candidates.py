@@ -47,6 +47,7 @@ class Search:
     # compiled once per plan by the executor when the plan reads no clock (None: compiled per search)
     order_fns: list[RowFn] | None = None                    # ORDER BY keys, in plan.order's order
     binding_fns: list[tuple[str, RowFn]] | None = None      # (binding name, its compiled value), in order
+    knn_first: Any = None           # (k, lists): recall's first knn round, answered for a batch (search_many)
 
     def warn_timeout(self, message: str) -> None:
         """Add a timeout warning unless one is there already."""

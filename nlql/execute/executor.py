@@ -18,8 +18,10 @@ from nlql.deadline import Deadline, active
 from nlql.errors import EvaluationError, NLQLTimeoutError
 from nlql.evaluate import Env, compile_expr
 from nlql.execute.candidates import Candidate, Search, keep_passing
+from nlql.execute.cursor import Paging, cursor_page, first_cursor
 from nlql.execute.degrade import cause_of, drop_arms, embed_within
 from nlql.execute.distinct import distinct
+from nlql.execute.examples import example_vectors
 from nlql.execute.fuse import fuse
 from nlql.execute.materialise import estimate_tokens, hits, pack_tokens
 from nlql.execute.order import order, rerank
@@ -56,8 +58,9 @@ class Executor:
 
     def __init__(self, store: Store, embed: Callable[[Sequence[str]], np.ndarray],
                  bm25: Any, functions: dict[str, Callable[..., Any]], chunk_chars: int,
-                 on_arm_error: str = "raise", graph: Any = None) -> None:
+                 on_arm_error: str = "raise", graph: Any = None, dim: int | None = None) -> None:
         self.store = store
+        self.dim = dim  # the embedder's dimension: a vector parameter must have it (execute/examples.py)
         self.graph = graph  # the engine's entity graph (nlql.execute.graph.GraphSidecar), for GRAPH
         self.embed = embed
         self.bm25 = bm25
@@ -66,10 +69,16 @@ class Executor:
         self.on_arm_error = on_arm_error
 
     def run(self, plan: Plan, *, reranker: Any = None, rerank_query: str | None = None,
-            rerank_factor: int = 5, timeout: float | None = None, max_tokens: int | None = None) -> Hits:
+            rerank_factor: int = 5, timeout: float | None = None, max_tokens: int | None = None,
+            embed: Callable[[Sequence[str]], np.ndarray] | None = None, knn_first: Any = None,
+            page: Paging | None = None) -> Hits:
+        """Run ``plan``. ``embed``: the query texts' vectors from elsewhere (``search_many``'s one batch);
+        ``knn_first``: (k, lists) the store already answered for recall's first knn round;
+        ``page``: how to cut the page and make ``hits.cursor`` (:mod:`nlql.execute.cursor`)."""
         deadline = Deadline(timeout)
         with active(deadline):  # every store call made for this search sees its deadline
-            return self._run(plan, reranker, rerank_query, rerank_factor, deadline, max_tokens)
+            return self._run(plan, reranker, rerank_query, rerank_factor, deadline, max_tokens,
+                             embed, knn_first, page)
 
     def _prepared(self, plan: Plan) -> _Prepared:
         """What this executor derives from ``plan`` alone, computed once per plan.
@@ -102,7 +111,8 @@ class Executor:
                    temporals=plan.temporals, graph_values=self._graph_values(plan) if plan.graphs else None)
 
     def _run(self, plan: Plan, reranker: Any, rerank_query: str | None, rerank_factor: int,
-             deadline: Deadline, max_tokens: int | None) -> Hits:
+             deadline: Deadline, max_tokens: int | None, embed: Any = None, knn_first: Any = None,
+             paging: Paging | None = None) -> Hits:
         prep = self._prepared(plan)
         if prep.shared is not None:
             env, residual, order_fns, binding_fns = prep.shared
@@ -120,12 +130,12 @@ class Executor:
         run = Search(plan=plan, store=self.store, bm25=self.bm25, chunk_chars=self.chunk_chars, env=env,
                      stats=Stats(), warnings=list(plan.warnings), deadline=deadline, need=need,
                      residual=residual, degrade=self.on_arm_error == "degrade", mins=prep.mins,
-                     order_fns=order_fns, binding_fns=binding_fns)
+                     order_fns=order_fns, binding_fns=binding_fns, knn_first=knn_first)
         stats = run.stats
         timeout = deadline.timeout
 
         t = time.perf_counter()
-        qv = self._embed(run)
+        qv = self._embed(run, embed)
         stats.add("embed", (time.perf_counter() - t) * 1000)
 
         units = recall(run, qv, fast_ok=reranker is None)
@@ -163,9 +173,13 @@ class Executor:
                                         "rounds": run.extra.get("distinct_rounds", 1),
                                         "kept": len(units), "dropped": before - len(units)}
 
-        page = units[plan.offset:]
-        if plan.limit is not None:
-            page = page[: plan.limit]
+        if paging is not None and paging.cursor is not None:
+            page, cursor = cursor_page(run, units, paging)
+        else:
+            page = units[plan.offset:]
+            if plan.limit is not None:
+                page = page[: plan.limit]
+            cursor = first_cursor(run, units, page, paging) if paging is not None and reranker is None else None
         t = time.perf_counter()
         out = hits(run, page)
         stats.add("materialize", (time.perf_counter() - t) * 1000)
@@ -180,7 +194,9 @@ class Executor:
             stats.counts["dropped_arms"] = sorted(
                 spec.arms[i] for spec in plan.fusions for i in run.dropped_arms.get(spec.slot, ()))
         stats.counts["returned"] = len(out)
-        return Hits(out, stats.to_dict(), run.warnings)
+        got = Hits(out, stats.to_dict(), run.warnings)
+        got.page_end = cursor
+        return got
 
     def _graph_values(self, plan: Plan) -> Callable[[tuple[str, int, float]], Any]:
         """Each distinct GRAPH (text, hops, decay) activated once per search, on first use (an
@@ -197,10 +213,11 @@ class Executor:
             return got
         return values
 
-    def _embed(self, run: Search) -> dict[str, np.ndarray]:
+    def _embed(self, run: Search, embed: Any = None) -> dict[str, np.ndarray]:
         """The query vectors; with ``"degrade"`` an embedder failure or timeout drops the SIMILARITY arms."""
+        own = embed or self.embed
         try:
-            qv = embed_queries(run, lambda texts: embed_within(self.embed, texts, run.deadline),
+            qv = embed_queries(run, lambda texts: embed_within(own, texts, run.deadline),
                                self._prepared(run.plan).query_vectors)
         except Exception as exc:
             sims = [s.slot for s in run.plan.scores if s.kind == "SIMILARITY"]
@@ -212,6 +229,8 @@ class Executor:
                 run.warn_timeout(f"timeout after {run.deadline.timeout} s: results may be incomplete")
                 run.deadline = Deadline(None)  # what is left is the engine's own work on local arms
             return {}
+        if any(s.vector is not None or s.doc is not None for s in run.plan.scores):
+            qv = {**qv, **example_vectors(run, self.dim)}
         if qv and run.deadline.expired():  # the embedding used the budget up: nothing recalled, nothing to return
             raise NLQLTimeoutError(f"the search ran out of time ({run.deadline.timeout} s) while embedding the query",
                                    hint="raise timeout= or use a faster embedder")

@@ -1,4 +1,4 @@
-"""Fusion: RRF, INTERLEAVE and MMR over arms ranked among the candidates that passed WHERE (SPEC §5, §9).
+"""Fusion: RRF, FUSE, INTERLEAVE and MMR over arms ranked among the candidates that passed WHERE (SPEC §5, §9).
 
 An arm is any numeric expression. Each arm ranks the candidates by its value, descending (ties on
 insertion order); a row whose value is NULL or not a number is absent from that arm (so is a row below
@@ -40,16 +40,23 @@ def fuse(run: Search, specs: list[ScoreSpec], units: list[Candidate]) -> list[Ca
             continue
         ranks = True
         ranked: list[list[int]] = []
+        valued: list[list[tuple[float, int]]] = []
         for a, arm in enumerate(spec.arm_exprs):
             if a in dropped:
                 ranked.append([])
+                valued.append([])
                 continue
-            order = [i for _, i in _ranked(plan, env, arm, units)]
+            items = _ranked(plan, env, arm, units)
             if spec.window is not None:
-                order = order[: spec.window]
-            ranked.append(order)
+                items = items[: spec.window]
+            valued.append(items)
+            ranked.append([i for _, i in items])
         fused: dict[int, float] = {}
-        if spec.kind == "RRF":
+        if spec.kind == "FUSE":
+            for w, items in zip(spec.weights or [1.0] * len(valued), valued):
+                for i, norm in zip((i for _, i in items), normalised([v for v, _ in items], spec.method)):
+                    fused[i] = fused.get(i, 0.0) + w * norm
+        elif spec.kind == "RRF":
             for w, order in zip(spec.weights or [1.0] * len(ranked), ranked):
                 for r, i in enumerate(order, start=1):
                     fused[i] = fused.get(i, 0.0) + w / (spec.k + r)
@@ -67,6 +74,26 @@ def fuse(run: Search, specs: list[ScoreSpec], units: list[Candidate]) -> list[Ca
     if not ranks:
         return units
     return [u for i, u in enumerate(units) if i in in_any]
+
+
+def normalised(values: list[float], method: str) -> list[float]:
+    """FUSE's normalisation of one arm's values over its window (SPEC §11), in float64.
+
+    ``minmax``: (v − min) / (max − min), all equal → 1. ``dbsf``: (v − (μ − 3σ)) / 6σ clipped to
+    [0, 1], μ and σ the mean and population standard deviation of the window's values, σ = 0 → 1.
+    """
+    if not values:
+        return []
+    arr = np.asarray(values, dtype=np.float64)
+    if method == "dbsf":
+        mu, sigma = float(arr.mean()), float(arr.std())
+        if not sigma > 0:
+            return [1.0] * len(values)
+        return np.clip((arr - (mu - 3 * sigma)) / (6 * sigma), 0.0, 1.0).tolist()
+    lo, hi = float(arr.min()), float(arr.max())
+    if not hi > lo:
+        return [1.0] * len(values)
+    return ((arr - lo) / (hi - lo)).tolist()
 
 
 def _ranked(plan: Plan, env: Any, arm: ir.Expr, units: list[Candidate]) -> list[tuple[float, int]]:

@@ -151,7 +151,9 @@ def _knn(run: Search, qv: dict[str, np.ndarray]) -> list[Candidate]:
         rounds += 1
         t = time.perf_counter()
         try:
-            lists = store.knn(qv[slot], k, plan.native, min_score=min_score)
+            first = run.knn_first if rounds == 1 else None
+            lists = first[1] if first is not None and first[0] == k else store.knn(qv[slot], k, plan.native,
+                                                                                  min_score=min_score)
         except NLQLTimeoutError:
             if rounds == 1:
                 raise

@@ -75,6 +75,24 @@ class Hits(list[Hit]):
         self.stats: dict[str, Any] = stats or {}
         self.warnings: list[str] = warnings or []
         self.route: Any = None
+        self.page_end: Any = None  # where the page ended (nlql.execute.cursor.PageEnd), for the cursor
+        self._cursor: str | None = None
+        self._cursor_probe: Any = None  # () -> str | None, run once when the cursor is first read
+
+    @property
+    def cursor(self) -> str | None:
+        """An opaque string that continues this query after the last row of this page
+        (``engine.search(query, params, cursor=hits.cursor)``); None on the last page (SPEC §11)."""
+        probe = self._cursor_probe
+        if probe is not None:
+            self._cursor_probe = None
+            self._cursor = probe()
+        return self._cursor
+
+    @cursor.setter
+    def cursor(self, value: str | None) -> None:
+        self._cursor_probe = None
+        self._cursor = value
 
     def to_dict(self) -> dict[str, Any]:
         out = {"hits": [h.to_dict() for h in self], "stats": self.stats, "warnings": self.warnings}

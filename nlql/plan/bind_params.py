@@ -13,6 +13,8 @@ from nlql.plan.rewrite import rewrite
 
 
 def _literal(value: Any, span: Any) -> ir.Expr:
+    if getattr(value, "ndim", None) == 1 and callable(getattr(value, "tolist", None)):
+        value = value.tolist()  # a 1-D numpy array: a query vector (SPEC §11)
     if isinstance(value, (list, tuple)):
         return ir.ListExpr(tuple(_literal(v, span) for v in value), span=span)
     if isinstance(value, datetime):

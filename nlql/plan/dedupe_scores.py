@@ -22,6 +22,22 @@ def _texts(expr: ir.Expr) -> tuple[str, ...]:
     return ()
 
 
+def _vector(expr: ir.Expr) -> tuple[float, ...] | None:
+    """A bound vector parameter: a list of numbers (SPEC §11), else None."""
+    if isinstance(expr, ir.ListExpr) and expr.items and all(
+            isinstance(i, ir.Literal) and isinstance(i.value, (int, float)) and not isinstance(i.value, bool)
+            for i in expr.items):
+        return tuple(float(i.value) for i in expr.items)  # type: ignore[union-attr, arg-type]
+    return None
+
+
+def _example(expr: ir.Expr) -> str | None:
+    """The document id of ``DOC("id")`` (an int id is its text, as ingest makes it), else None."""
+    if isinstance(expr, ir.Call) and expr.name == "DOC" and expr.args and isinstance(expr.args[0], ir.Literal):
+        return str(expr.args[0].value)
+    return None
+
+
 def dedupe_scores(query: ir.Query) -> tuple[list[ScoreSpec], dict[ir.Call, str], dict[str, str]]:
     """(score specs in first-use order, call → slot, binding name → slot for bare score bindings).
 
@@ -40,9 +56,13 @@ def dedupe_scores(query: ir.Query) -> tuple[list[ScoreSpec], dict[ir.Call, str],
                 slot = preferred if (preferred and sub is node) else f"_{sub.name.lower()}{len(specs)}"
                 slots[sub] = slot
                 label = render_expr(sub)
+                vector = _vector(sub.args[1]) if sub.name == "SIMILARITY" and len(sub.args) > 1 else None
+                doc = _example(sub.args[1]) if sub.name == "SIMILARITY" and len(sub.args) > 1 else None
+                if vector is not None:  # (the label names the vector; its numbers would fill explain)
+                    label = f"SIMILARITY({render_expr(sub.args[0])}, [vector of {len(vector)} numbers])"
                 if sub.name in TEXT_SCORES:
-                    specs.append(ScoreSpec(slot, sub.name, sub, texts=_texts(sub.args[1]), label=label,
-                                           min=_number(sub.kwarg("min"))))
+                    specs.append(ScoreSpec(slot, sub.name, sub, texts=() if vector or doc else _texts(sub.args[1]),
+                                           label=label, min=_number(sub.kwarg("min")), vector=vector, doc=doc))
                 else:
                     # any numeric expression is an arm (SPEC §9); a binding arm is labelled by its name
                     arms = tuple(a.name if isinstance(a, ir.Ref) else render_expr(a) for a in sub.args)
@@ -55,7 +75,12 @@ def dedupe_scores(query: ir.Query) -> tuple[list[ScoreSpec], dict[ir.Call, str],
                     if sub.name == "MMR":  # SPEC §9: lambda => 0.5, window => 100 (not the fusion arm depth)
                         lam = _number(sub.kwarg("lambda"))
                         window = float(BUILTINS["MMR"].default("window")) if window is None else window
-                    specs.append(ScoreSpec(slot, sub.name, sub, arms=arms, k=60.0 if k is None else k,
+                    method = ""
+                    if sub.name == "FUSE":  # SPEC §11: method => "minmax" (default) | "dbsf"
+                        m = sub.kwarg("method")
+                        method = (m.value if isinstance(m, ir.Literal) and isinstance(m.value, str)
+                                  else str(BUILTINS["FUSE"].default("method")))
+                    specs.append(ScoreSpec(slot, sub.name, sub, arms=arms, k=60.0 if k is None else k, method=method,
                                            weights=weights, label=label, arm_exprs=tuple(sub.args),
                                            window=None if window is None else int(window),
                                            mmr_lambda=BUILTINS["MMR"].default("lambda") if lam is None else lam))

@@ -74,11 +74,14 @@ def lower_hybrid(plan: Plan, dialect: Dialect | Any, analyzer: Any = None) -> Pl
             SQL). A store is accepted too: its ``dialect`` when it declares ``Capabilities.SQL_ARMS``.
         analyzer: The engine's BM25 analyzer (``None`` is the default :class:`~nlql.text.analyzer.Analyzer`).
     """
-    if not any(s.kind in ("BM25", "RRF", "INTERLEAVE", "MMR") for s in plan.scores):
+    if not any(s.kind in ("BM25", "RRF", "FUSE", "INTERLEAVE", "MMR") for s in plan.scores):
         return plan
     d = dialect_of(dialect) if dialect is not None else None
     if d is None:
         return _engine(plan, f"the {plan.store} store has no SQL dialect")
+    fuse = next((s for s in plan.scores if s.kind == "FUSE"), None)
+    if fuse is not None:  # the normalisation reads each arm's whole window (min/max or mean/σ)
+        return _engine(plan, f"{fuse.label} (normalised fusion) runs in the engine over the arms' windows")
     mmr = next((s for s in plan.scores if s.kind == "MMR"), None)
     if mmr is not None:  # the greedy selection reads the rows' own vectors: the engine runs it
         return _engine(plan, f"{mmr.label} runs in the engine over the window's own vectors")

@@ -73,6 +73,9 @@ class ScoreSpec:
     window: int | None = None       # RRF / INTERLEAVE: rows each arm ranks (None: every row); MMR: its window
     arm_exprs: tuple[ir.Expr, ...] = ()  # RRF / INTERLEAVE / MMR: each arm's expression (a Ref for a binding)
     mmr_lambda: float = 0.5         # MMR: weight of relevance against diversity (lambda => λ)
+    method: str = ""                # FUSE: each arm's normalisation ("minmax" | "dbsf")
+    vector: tuple[float, ...] | None = None  # SIMILARITY by a vector parameter (not embedded)
+    doc: str | None = None          # SIMILARITY by example: DOC("id"), the mean of that document's vectors
 
 
 @dataclass(frozen=True)

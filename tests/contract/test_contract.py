@@ -12,6 +12,7 @@ import inspect
 import uuid
 from datetime import datetime, timezone
 
+import numpy as np
 import pytest
 
 from nlql import Engine
@@ -270,3 +271,57 @@ def test_contract_has_enough_queries() -> None:
 @pytest.mark.parametrize("query", QUERIES[:12])
 def test_builtin_answers_are_nontrivial(reference: Engine, query: str) -> None:
     assert len(reference.search(query)) > 0
+
+
+# ------------------------------------------------------------------ SPEC §11 shapes (features-b): FUSE,
+# query by vector / DOC, cursors and search_many, on every store against the built-in one
+
+_VEC = [float(x) for x in np.random.default_rng(11).standard_normal(64)]
+SECTION11_B: list[tuple[str, dict | None]] = [
+    ('SELECT SENTENCE LET s = SIMILARITY(content, "solar energy"), k = BM25(content, "solar energy"), '
+     'f = FUSE(s, k) ORDER BY f DESC LIMIT 10', None),
+    ('SELECT SENTENCE LET s = SIMILARITY(content, "agents memory"), k = BM25(content, "agents memory"), '
+     'f = FUSE(s, k, method => "dbsf", weights => [0.7, 0.3], window => 20) ORDER BY f DESC LIMIT 8', None),
+    ('SELECT DOCUMENT LET s = SIMILARITY(content, "policy"), k = BM25(content, "policy"), '
+     'f = FUSE(s, k, method => "minmax") ORDER BY f DESC LIMIT 5', None),
+    ("SELECT SENTENCE LET s = SIMILARITY(content, $v) LIMIT 10", {"v": _VEC}),
+    ('SELECT SENTENCE LET s = SIMILARITY(content, $v) WHERE meta.status == "published" LIMIT 5', {"v": _VEC}),
+    ("SELECT SENTENCE LET s = SIMILARITY(content, DOC($d)) WHERE doc_id != $d LIMIT 10", {"d": "doc-03"}),
+    ('SELECT DOCUMENT LET s = SIMILARITY(content, DOC("doc-03")) WHERE doc_id != "doc-03" LIMIT 5', None),
+]
+
+
+@pytest.mark.parametrize(("query", "params"), SECTION11_B)
+def test_section11_same_as_builtin(engine: Engine, reference: Engine, query: str, params: dict | None) -> None:
+    want = reference.search(query, params)
+    got = engine.search(query, params)
+    assert want, "the built-in store returns no row: the case tests nothing"
+    assert _rows(got) == _rows(want), engine.explain(query, params)
+    for g, w in zip(got, want):
+        for k in w.scores:
+            if isinstance(w.scores[k], float):
+                assert g.scores[k] == pytest.approx(w.scores[k], abs=1e-5)
+
+
+@pytest.mark.parametrize("query", [
+    'SELECT SENTENCE LET s = SIMILARITY(content, "agents memory") LIMIT 7',
+    'SELECT SENTENCE LET s = SIMILARITY(content, "solar"), k = BM25(content, "solar"), f = RRF(s, k) '
+    'ORDER BY f DESC LIMIT 6',
+    "SELECT DOCUMENT ORDER BY meta.n DESC LIMIT 4",
+])
+def test_section11_cursor_pages_as_builtin(engine: Engine, reference: Engine, query: str) -> None:
+    def pages(e: Engine) -> list[list[tuple]]:
+        out, hits = [], e.search(query)
+        out.append(_rows(hits))
+        while hits.cursor is not None and len(out) < 50:
+            hits = e.search(query, cursor=hits.cursor)
+            out.append(_rows(hits))
+        return out
+    assert pages(engine) == pages(reference)
+
+
+def test_section11_search_many_as_a_loop(engine: Engine) -> None:
+    q = 'SELECT SENTENCE LET s = SIMILARITY(content, $q) WHERE meta.status != "draft" LIMIT 5'
+    params = [{"q": w} for w in WORDS[:8]]
+    many = engine.search_many(q, params)
+    assert [_rows(h) for h in many] == [_rows(engine.search(q, p)) for p in params]
