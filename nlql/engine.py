@@ -32,7 +32,16 @@ from nlql.parser import parse as parse_query
 from nlql.patterns import deadline_scope
 from nlql.plan.cache import PlanCache, Unkeyable, params_key
 from nlql.plan.planner import build_plan
-from nlql.route import RESERVED_PARAMS, Route, RouteExplain, Router, default_router, nothing_about
+from nlql.route import (
+    RESERVED_PARAMS,
+    Route,
+    RouteExplain,
+    Router,
+    answers,
+    default_router,
+    nothing_about,
+    route_notes,
+)
 from nlql.stores import open_store
 from nlql.stores.base import Store
 from nlql.stores.batch import DocBatch
@@ -1006,6 +1015,9 @@ class Engine:
         hits = self.search(route.query, params=route.params, timeout=timeout, max_tokens=max_tokens)
         hits.route = route
         hits.warnings[:0] = list(route.warnings)
+        if hits:  # only rows that hold a keyword, are close enough or are ranked by the intent's arm
+            hits[:] = [h for h in hits if answers(route, h)]
+        hits.warnings.extend(route_notes(route, hits))
         if not hits:
             hits.warnings.append(f"{nothing_about(question)} (intent {route.intent}: the routed query "
                                  "returned no rows)")

@@ -47,6 +47,9 @@ __all__ = [
     "RESERVED_PARAMS",
     "SIMILARITY_FLOOR",
     "STOPWORDS",
+    "answers",
+    "route_notes",
+    "fusion_weights",
     "Route",
     "RouteExplain",
     "Router",
@@ -59,9 +62,9 @@ __all__ = [
 
 GENERAL = "general"
 #: The intents of the default router, in rule order (``general`` is the fallback).
-INTENTS: tuple[str, ...] = ("entity", "temporal", "conceptual", GENERAL)
+INTENTS: tuple[str, ...] = ("entity", "contrast", "evolution", "temporal", "passage", "conceptual", GENERAL)
 #: Parameters a router binds itself; a caller's ``params`` may not use these names.
-RESERVED_PARAMS: tuple[str, ...] = ("q", "rewrites", "keywords")
+RESERVED_PARAMS: tuple[str, ...] = ("q", "rewrites", "keywords", "weights", "arm_weights")
 #: At most this many rewrites are bound (the rest are dropped, with a warning).
 MAX_REWRITES = 32
 #: A row with none of the question's keywords must be at least this similar to be an answer (the cosine
@@ -93,6 +96,20 @@ DEFAULT_RULES: tuple[tuple[str, str], ...] = (
     (r"\b(?:mentions?|references?|citations?|quotes?|quotations?)\s+(?:of|to|by|from)\b", "entity"),
     (r"\baccording\s+to\b", "entity"),
     (rf"{_LEAD}(?:who|whom|whose)\b", "entity"),
+    # entity in other languages: 谁提到了 X, quién mencionó a X, wer hat X erwähnt
+    (r"(?:谁|誰|哪些人|什么人)(?:曾|也|都|还)?(?:提到|提及|说过|谈到|谈论|讲到|写到|引用|说|讲|写)", "entity"),
+    (r"\bqui[eé]n(?:es)?\s+(?:ha(?:n)?\s+)?(?:mencion[oóa]|mencionaron|habl[oóa]|hablaron|cit[oóa]|dijo|escribi[oó])\b",
+     "entity"),
+    (r"\bwer\s+(?:hat|hatte|erw[aä]hnt|sprach|schrieb|zitiert)\b", "entity"),
+    # contrast (wittsrc's rule 5): contradictions and disagreements, answered from several documents
+    (r"\bcontradict(?:s|ed|ing|ions?|ory)?\b|\bdisagree(?:s|d|ment|ments)?\b|\binconsisten(?:t|cy|cies)\b|"
+     r"\bconflict(?:s|ing)?\s+(?:with|between|about|over)\b|\bat\s+odds\b|\bdiffer(?:s|ed)?\s+(?:from|with|on)\b|"
+     r"矛盾|相反|不一致|\bcontradic(?:e|en|ci[oó]n|torio)\b|\bwiderspr(?:ich|echen|uch)\w*", "contrast"),
+    # evolution (wittsrc's rule 6): how something changed, answered in date order
+    (r"\bevol(?:ve|ves|ved|ving|ution)\b|\bchang(?:e|es|ed|ing)\s+over\s+(?:time|the\s+years)\b|"
+     r"\bover\s+the\s+(?:years|decades|months)\b|\bhow\s+(?:has|have|did)\s+.{1,60}?\s+change[ds]?\b|"
+     r"\b(?:earlier|later)\s+(?:and|or|vs\.?|versus)\s+(?:earlier|later)\b|\bhistory\s+of\b|\btimeline\b|"
+     r"演变|变迁|发展历程|\bevoluci[oó]n\b|\bevolucion(?:ó|aron)\b|\bEntwicklung\b", "evolution"),
     # temporal: when did/was …, last week/month/year, yesterday, earlier/later, N days ago, dates
     (rf"{_LEAD}when\b|\bwhen\s+(?:did|was|were|is|are|will|do|does|has|have|had)\b", "temporal"),
     (r"\b(?:since|until|till)\s+when\b|\bhow\s+long\s+ago\b|\bwhat\s+(?:time|date|day|year)\s+"
@@ -107,6 +124,16 @@ DEFAULT_RULES: tuple[tuple[str, str], ...] = (
     (rf"\b(?:in|since|before|after|during|until|from|by|on)\s+(?:(?:early|late|mid)[-\s]+)?(?:{_MONTHS})\b|"
      rf"\b(?:{_MONTHS})\.?\s+(?:\d{{1,2}}(?:st|nd|rd|th)?|(?:19|20)\d{{2}})\b|"
      rf"\b\d{{1,2}}(?:st|nd|rd|th)?\s+(?:of\s+)?(?:{_MONTHS})\b", "temporal"),
+    # temporal in other languages (the TEMPORAL arm reads every language dateparser knows)
+    (r"上周|上星期|上个?月|去年|前年|昨天|前天|今天|今年|本周|这周|最近|近来|明天|下周|下个?月|明年|"
+     r"[一二三四五六七八九十\d]+(?:天|周|个月|年)前|\d{4}年|[一二三四五六七八九十\d]+月", "temporal"),
+    (r"\b(?:la\s+semana|el\s+mes|el\s+año)\s+pasad[oa]\b|\bayer\b|\bhoy\b|\bhace\s+\w+\s+(?:d[ií]as|semanas|meses|años)\b|"
+     r"\bcu[aá]ndo\b", "temporal"),
+    (r"\b(?:letzte[nmr]?|vorige[nmr]?|n[aä]chste[nmr]?)\s+(?:Woche|Monat|Jahr)\b|\bgestern\b|\bheute\b|\bvor\s+\w+\s+"
+     r"(?:Tagen|Wochen|Monaten|Jahren)\b|\bwann\b", "temporal"),
+    # passage: the question asks for the words themselves, not a page
+    (r"\b(?:quote|quotation|passage|sentence|paragraph|excerpt|exact\s+words|verbatim|where\s+does\s+it\s+say|"
+     r"which\s+line)\b", "passage"),
     # conceptual: what is/are, definition of, meaning of, explain …, define
     (r"\bwhat(?:'s|\s+is|\s+are)\b", "conceptual"),
     (rf"\bwhat\s+(?:does|do|did)\s+{_SUBJECT}mean\b|\bwhat\s+is\s+meant\s+by\b", "conceptual"),
@@ -119,35 +146,48 @@ DEFAULT_RULES: tuple[tuple[str, str], ...] = (
 # ---------------------------------------------------------------------------------- default templates
 
 
-def _hybrid(arm: str | None = None, name: str = "arm") -> str:
-    """The default template: semantic + BM25 (plus ``arm`` first, when given) fused with RRF.
+def _hybrid(arm: str | None = None, name: str = "arm", unit: str = "DOCUMENT", distinct: str | None = None,
+            order: str = "score DESC", window: int | None = None) -> str:
+    """A default template: semantic + BM25 (plus ``arm`` first, when given) fused with RRF.
 
-    The WHERE clause keeps honest empties honest: a row is an answer only if it holds one of the
-    question's keywords, or is very similar to it (or, with ``arm``, the arm ranks it).
+    No WHERE: a residual condition would make every row be scored one by one (explain's "fast path:
+    none"). Honest empties are kept by :func:`answers` instead: ``ask`` returns no rows when none of the
+    rows found holds a keyword of the question, is very similar to it or is ranked by ``arm``.
+    ``$weights`` are the arms' RRF weights, chosen per question by :func:`fusion_weights`.
     """
     lets = ["sem = SIMILARITY(content, $rewrites)", "kw = BM25(content, $keywords)"]
     arms = ["sem", "kw"]
-    gate = ["kw > 0", f"sem >= {SIMILARITY_FLOOR}"]
+    weights = "$weights"
     if arm is not None:
         lets.insert(0, f"{name} = {arm}")
         arms.insert(0, name)
-        gate.append(f"{name} IS NOT NULL")
-    lets.append(f"score = RRF({', '.join(arms)}, k => 60)")
-    return ("SELECT SPAN(SENTENCE, window => 1)\n"
+        weights = "$arm_weights"
+    extra = f", window => {window}" if window is not None else ""
+    lets.append(f"score = RRF({', '.join(arms)}, weights => {weights}{extra})")
+    return (f"SELECT {unit}\n"
             "LET " + ",\n    ".join(lets) + "\n"
-            "WHERE " + " OR ".join(gate) + "\n"
-            "ORDER BY score DESC\n"
+            + (f"DISTINCT BY {distinct}\n" if distinct else "")
+            + f"ORDER BY {order}\n"
             "LIMIT 10")
 
 
-#: One template per default intent: entity questions put the GRAPH arm first, temporal ones the TEMPORAL
-#: arm, each fused with semantic + BM25 by RRF (SPEC §9 "Routing").
+#: One template per default intent (SPEC §9 "Routing"): entity questions put the GRAPH arm first and
+#: answer with whole documents (the entity's own page before fragments); contrast questions with
+#: passages from different documents; evolution questions with the relevant documents in date order;
+#: temporal ones with the TEMPORAL arm; passage questions with sentences (two per document at most);
+#: conceptual and general ones with documents.
 DEFAULT_TEMPLATES: dict[str, str] = {
     "entity": _hybrid("GRAPH($q, hops => 1, decay => 0.5)", "graph"),
+    "contrast": _hybrid(unit="SPAN(SENTENCE, window => 1)", distinct="doc_id"),
+    "evolution": _hybrid(window=20, order="meta.date ASC NULLS LAST, score DESC"),
     "temporal": _hybrid("TEMPORAL(meta.date, $q)", "period"),
+    "passage": _hybrid(unit="SENTENCE", distinct="doc_id KEEP 2"),
     "conceptual": _hybrid(),
     GENERAL: _hybrid(),
 }
+
+#: Score names of the default templates that make a row an answer (see :func:`answers`).
+_ANSWER_ARMS = ("graph", "period")
 
 # ------------------------------------------------------------------------------------------ keywords
 
@@ -163,6 +203,16 @@ those through to too under until up us ve very was we were what whats when where
 whom whose why will with would you your yours yourself yourselves
 """.split())
 
+#: Question and function words of a few other languages, left out of ``$keywords`` as the English ones.
+OTHER_STOPWORDS: frozenset[str] = frozenset("""
+qué que quién quiénes cómo cuándo dónde cuál cuáles cuánto cuántos cuánta cuántas por para el la los las lo de
+del en un una unos unas es son se y o a al con su sus hay
+was wer wie wann wo welche welcher welches warum wieso der die das den dem des ist sind ein eine einen im am
+zum zur und oder man
+""".split())
+#: Chinese question and function words dropped from ``$keywords`` (so BM25's bigrams are the content's).
+_CJK_QUESTION_WORDS = re.compile("为什么|怎么样|怎么|怎样|什么|哪里|哪儿|哪些|哪个|哪|谁|多少|几|吗|呢|吧|是否|如何|请问")
+_CJK_CHAR = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
 _WORD_RE = re.compile(r"\w+")
 _QUOTES = str.maketrans({"\u2018": "'", "\u2019": "'", "\u201b": "'", "\u2032": "'",
                          "\u201c": '"', "\u201d": '"', "\u201f": '"'})
@@ -184,7 +234,64 @@ def keywords(question: str, match: re.Match[str] | None = None) -> str:
     if match is not None:
         keep = match.group("subject") if "subject" in match.re.groupindex else None
         text = question[:match.start()] + " " + (keep or "") + " " + question[match.end():]
-    return " ".join(w for w in _WORD_RE.findall(text) if w.casefold() not in STOPWORDS)
+    text = _CJK_QUESTION_WORDS.sub(" ", text) if _CJK_CHAR.search(text) else text
+    return " ".join(w for w in _WORD_RE.findall(text) if w.casefold() not in STOPWORDS
+                    and w.casefold() not in OTHER_STOPWORDS)
+
+
+#: The weight of a template's own arm (GRAPH, TEMPORAL) beside the semantic and keyword arms.
+ARM_WEIGHT = 1.0
+
+
+def fusion_weights(question: str) -> tuple[float, float]:
+    """RRF weights ``(semantic, keyword)`` for a question: what the arms' evidence supports.
+
+    The default embedder (all-MiniLM-L6-v2) was trained on English: on text in other scripts its
+    cosines carry little, so a question written mostly in CJK characters gives the keyword arm the
+    larger weight; other questions give the semantic arm it (see docs/routing.md for the figures).
+
+    >>> fusion_weights("how much disk space a directory uses"), fusion_weights("熊猫吃什么？")
+    ((2.0, 1.0), (1.0, 2.0))
+    """
+    letters = [c for c in question if c.isalpha()]
+    cjk = sum(1 for c in letters if _CJK_CHAR.match(c))
+    if letters and cjk * 2 >= len(letters):
+        return CJK_WEIGHTS
+    return DEFAULT_WEIGHTS
+
+
+#: ``fusion_weights`` for most questions, and for questions mostly in CJK characters.
+DEFAULT_WEIGHTS: tuple[float, float] = (2.0, 1.0)
+CJK_WEIGHTS: tuple[float, float] = (1.0, 2.0)
+
+
+def route_notes(route: Route, hits: Any) -> list[str]:
+    """Suggestions ``ask`` adds to its warnings: an entity question whose GRAPH arm found no known
+    entity (the answer then comes from the semantic and keyword arms only)."""
+    if route.intent != "entity" or route.query != DEFAULT_TEMPLATES.get("entity") or not hits:
+        return []
+    if any(h.scores.get("graph") is not None for h in hits):
+        return []
+    return ["the graph arm found no known entity in the question, so the answer comes from the semantic and "
+            "keyword arms only: name the person or thing as the documents write it (e.g. 'Russell'), or see "
+            "which names the store knows with GRAPH in explain"]
+
+
+def answers(route: Route, hit: Any) -> bool:
+    """Whether one row a default template found answers the question: it holds a keyword of the question
+    (``kw > 0``), is very similar to it (``sem >=`` :data:`SIMILARITY_FLOOR`) or is ranked by the
+    template's own arm (GRAPH, TEMPORAL). ``ask`` keeps only such rows, so a question the store knows
+    nothing about gets no rows (an honest empty). A router's own templates are taken as they are (True).
+
+    This is the ``WHERE kw > 0 OR sem >= 0.5`` of earlier templates, applied to the ranked page instead
+    of to every row: a WHERE there made every row be scored one by one (no fast path).
+    """
+    if route.query not in DEFAULT_TEMPLATES.values():
+        return True
+    s = hit.scores
+    if (s.get("kw") or 0) > 0 or (s.get("sem") is not None and s["sem"] >= SIMILARITY_FLOOR):
+        return True
+    return any(s.get(a) is not None for a in _ANSWER_ARMS)
 
 
 # ---------------------------------------------------------------------------------------------- model
@@ -205,7 +312,8 @@ class Route:
     to run it with; ``rule`` is the pattern that matched (None: no rule did, so ``general``);
     ``warnings`` says what went wrong with the rewriter, if anything.
 
-    ``engine.search(route.query, params=route.params)`` runs exactly what ``engine.ask`` runs.
+    ``engine.search(route.query, params=route.params)`` runs exactly what ``engine.ask`` runs; ``ask``
+    then keeps the rows that answer (:func:`answers`).
     """
 
     intent: str
@@ -332,7 +440,13 @@ class Router:
         if "rewrites" in uses:
             params["rewrites"] = self._rewrites(question, warnings)
         if "keywords" in uses:
-            params["keywords"] = keywords(_normalize(question), match)
+            params["keywords"] = keywords(_normalize(question), match) or question
+        if "weights" in uses or "arm_weights" in uses:
+            sem, kw = fusion_weights(question)
+            if "weights" in uses:
+                params["weights"] = [sem, kw]
+            if "arm_weights" in uses:
+                params["arm_weights"] = [ARM_WEIGHT, sem, kw]
         return Route(intent, self.templates[intent], params, rule.pattern if rule else None, tuple(warnings),
                      question)
 
@@ -410,7 +524,8 @@ def _rule(index: int, rule: Any, templates: Mapping[str, str]) -> Rule:
     return Rule(text, intent, regex)
 
 
-_SAMPLE = {"q": "a question", "rewrites": ["a question", "a rewrite"], "keywords": "question"}
+_SAMPLE = {"q": "a question", "rewrites": ["a question", "a rewrite"], "keywords": "question",
+           "weights": [1.0, 1.0], "arm_weights": [1.0, 1.0, 1.0]}
 
 
 def _check_template(intent: str, text: str, functions: Mapping[str, int | None] | None) -> frozenset[str]:

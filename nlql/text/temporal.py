@@ -260,7 +260,9 @@ _BEFORE_LAST = _full(r"(?:the )?(?P<cal>week|month|quarter|year) before last")
 _WEEKDAY = _full(rf"(?:(?P<rel>last|this|next|on) )?{_WEEKDAY_RE}")
 _MONTH_YEAR = _full(rf"{_MONTH_RE}(?: of)? {_YEAR_RE}|(?P<year2>\d{{4}}) (?P<month2>{_MONTH_ALT})")
 _REL_MONTH = _full(rf"(?P<rel>last|this|next) {_MONTH_RE}")
-_MONTH_REL_YEAR = _full(rf"{_MONTH_RE} (?P<rel>last|this|next) year")
+_MONTH_REL_YEAR = _full(rf"(?:{_MONTH_RE} (?:of |in )?(?:the )?(?P<rel>last|this|next|previous|past|coming) year|"
+                        rf"(?P<rel2>last|this|next|previous|past|coming) year(?:'s|s|’s)? {_MONTH_RE.replace('month', 'month2')})")
+_MONTH_BEFORE_LAST_YEAR = _full(rf"{_MONTH_RE} (?:of |in )?the year before last")
 _BARE_MONTH = _full(_MONTH_RE)
 _ISO_MONTH = _full(rf"{_YEAR_RE}[-/](?P<m>\d{{1,2}})|(?P<m2>\d{{1,2}})/(?P<year2>\d{{4}})")
 _ISO_DATE = _full(rf"{_YEAR_RE}[-/.](?P<m>\d{{1,2}})[-/.](?P<d>\d{{1,2}})")
@@ -313,8 +315,11 @@ def _calendar(s: str, clock: _Clock, bare_month: bool) -> _Range | None:
         else:
             year = today.year if month > today.month else today.year + 1
         return _month(year, month)
-    if m := _MONTH_REL_YEAR.match(s):
-        return _month(today.year + {"last": -1, "this": 0, "next": 1}[m["rel"]], _MONTHS[m["month"]])
+    if m := _MONTH_REL_YEAR.match(s):  # a compound period: the month of that year
+        shift = {"last": -1, "previous": -1, "past": -1, "this": 0, "next": 1, "coming": 1}[m["rel"] or m["rel2"]]
+        return _month(today.year + shift, _MONTHS[m["month"] or m["month2"]])
+    if m := _MONTH_BEFORE_LAST_YEAR.match(s):
+        return _month(today.year - 2, _MONTHS[m["month"]])
     if bare_month and (m := _BARE_MONTH.match(s)):
         month = _MONTHS[m["month"]]
         return _month(today.year if month <= today.month else today.year - 1, month)
@@ -868,7 +873,12 @@ def _rules_for(lang: str) -> list[tuple[re.Pattern[str], Callable[[re.Match[str]
         def zh_unit(u: str) -> str:
             return {"天": "day", "日": "day", "周": "week", "月": "month", "年": "year"}.get(u[-1], "week")
 
+        rel_year = {"去年": "last year", "今年": "this year", "明年": "next year"}
         rules += [
+            # compound periods: 去年三月 = March of last year (the month, not the year)
+            (r"(?P<ry>去年|今年|明年)的?" + m12 + r"月份?",
+             lambda m: f"{_MONTH_NAMES[_num(m['m'])]} of {rel_year[m['ry']]}"),
+            (r"前年的?" + m12 + r"月份?", lambda m: f"{_MONTH_NAMES[_num(m['m'])]} of the year before last"),
             (r"(?P<y>\d{4})年" + m12 + r"月(?P<d>\d{1,2})[日号]",
              lambda m: f"{m['y']}-{_num(m['m']):02d}-{int(m['d']):02d}"),
             (r"(?P<y>\d{4})年" + m12 + r"月份?", lambda m: f"{m['y']}-{_num(m['m']):02d}"),
@@ -919,6 +929,10 @@ def _rules_for(lang: str) -> list[tuple[re.Pattern[str], Callable[[re.Match[str]
     if lang == "es":
         since = r"desde(?: (?:el|la|hace))?"
         rules += [
+            # compound periods: "marzo del año pasado" = March of last year (the month)
+            (rf"(?:en )?{M} (?:del|de este) año(?: (?P<r>pasado|anterior|próximo|proximo|que viene))?",
+             lambda m: f"{month(m)} of " + ("this year" if not m["r"] else "last year" if m["r"] in ("pasado", "anterior")
+                                             else "next year")),
             (rf"(?:el |del )?{_DAY_NUM} de {M}(?: de(?:l)? {Y})?", lambda m: _dm(m, month(m))),
             (rf"(?:en |de )?{M} (?:de(?:l)? )?{Y}", lambda m: f"{month(m)} {m['year']}"),
             (rf"(?:el )?{M} pasado", lambda m: f"last {month(m)}"),
@@ -946,6 +960,9 @@ def _rules_for(lang: str) -> list[tuple[re.Pattern[str], Callable[[re.Match[str]
     elif lang == "fr":
         since = r"depuis(?: le| la| l'| les)?"
         rules += [
+            (rf"(?:en )?{M} (?:de l['’]|l['’])(?:année|annee) (?P<r>dernière|derniere|passée|passee|prochaine)",
+             lambda m: f"{month(m)} of " + ("next year" if m["r"] == "prochaine" else "last year")),
+            (rf"(?:en )?{M} (?:de )?cette (?:année|annee)", lambda m: f"{month(m)} of this year"),
             (rf"(?:le )?{_DAY_NUM}(?:er)? {M}(?: {Y})?", lambda m: _dm(m, month(m))),
             (rf"(?:en |au mois de )?{M} {Y}", lambda m: f"{month(m)} {m['year']}"),
             (rf"(?:en )?{M} dernier", lambda m: f"last {month(m)}"),
@@ -973,6 +990,9 @@ def _rules_for(lang: str) -> list[tuple[re.Pattern[str], Callable[[re.Match[str]
         since = r"seit(?: dem| der| letzter| letztem)?"
         e = r"(?:e|en|er|es|em)?"
         rules += [
+            (rf"(?:im )?{M} (?P<r>letzt|vergangen|vorig|nächst|naechst|dies){e} jahres",
+             lambda m: f"{month(m)} of " + ("this year" if m["r"] == "dies" else "next year" if m["r"].startswith("n")
+                                             else "last year")),
             (rf"(?:am |vom )?{_DAY_NUM}\. ?{M}(?: {Y})?", lambda m: _dm(m, month(m))),
             (rf"(?:im )?{M} {Y}", lambda m: f"{month(m)} {m['year']}"),
             (rf"(?:im )?(?:letzten|vergangenen|vorigen) {M}", lambda m: f"last {month(m)}"),
@@ -998,6 +1018,9 @@ def _rules_for(lang: str) -> list[tuple[re.Pattern[str], Callable[[re.Match[str]
     else:  # it
         since = r"(?:da|dal|dalla|dallo|dall'|dall’|a partire da(?:l|lla)?)"
         rules += [
+            (rf"(?:a |in |nel )?{M} (?:dell['’]anno (?P<r>scorso|passato|prossimo)|di quest['’]anno)",
+             lambda m: f"{month(m)} of " + ("this year" if not m["r"] else "next year" if m["r"] == "prossimo"
+                                             else "last year")),
             (rf"(?:il |l'|l’)?{_DAY_NUM} {M}(?: {Y})?", lambda m: _dm(m, month(m))),
             (rf"(?:a |in |nel |di )?{M} (?:del )?{Y}", lambda m: f"{month(m)} {m['year']}"),
             (rf"(?:a |in )?{M} scorso", lambda m: f"last {month(m)}"),
