@@ -625,7 +625,7 @@ def _with_limit(query: str, limit: int) -> Any:
 def _store_help() -> str:
     from nlql.stores import REGISTRY
 
-    names = ", ".join(e.name for e in REGISTRY if not e.schemes)
+    names = ", ".join(e.name for e in REGISTRY if e.by_name)
     urls = ", ".join(f"{s}://…" for e in REGISTRY for s in e.schemes[:1])
     return f"Store directory (or {names}, {urls})."
 

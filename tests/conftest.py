@@ -73,6 +73,15 @@ def duckdb_module_url(tmp_path_factory) -> str:  # type: ignore[no-untyped-def]
     """A fresh DuckDB file for one test module, as the registry opens it (``duckdb:///…``)."""
     return "duckdb:///" + str(tmp_path_factory.mktemp("duckdb") / "store.duckdb").lstrip("/")
 
+# ------------------------------------------------------------------------------ Qdrant fixtures (owner: the Qdrant store)
+
+
+@pytest.fixture(scope="module")
+def qdrant_module_url(tmp_path_factory) -> str:  # type: ignore[no-untyped-def]
+    """A fresh Qdrant Edge directory for one test module, as the registry opens it (``qdrant:///…``)."""
+    pytest.importorskip("qdrant_edge")
+    return "qdrant://" + str(tmp_path_factory.mktemp("qdrant") / "edge")
+
 # ------------------------------------------------------------------------------ Milvus fixtures (owner: the Milvus store)
 
 

@@ -42,6 +42,12 @@ class StoreEntry:
     exact: Mapping[str, Any] = field(default_factory=dict)
     server: bool = False
     from_url: Callable[[str], dict[str, Any]] | None = None
+    bare: bool = False  # also opens by its bare name (in-process defaults), though it has schemes
+
+    @property
+    def by_name(self) -> bool:
+        """``Engine(store=name)`` opens it: stores without URL schemes, and those marked ``bare``."""
+        return self.bare or not self.schemes
 
     def load(self) -> type:
         """The store class (imports its module, and so its optional dependency)."""
@@ -66,6 +72,12 @@ def _duckdb_url(url: str) -> dict[str, Any]:
     return parse_url(url)
 
 
+def _qdrant_url(url: str) -> dict[str, Any]:
+    from nlql.stores.qdrant import from_url
+
+    return from_url(url)
+
+
 def _milvus_url(url: str) -> dict[str, Any]:
     from nlql.stores.milvus import from_url
 
@@ -76,8 +88,9 @@ REGISTRY: tuple[StoreEntry, ...] = (
     StoreEntry("memory", "MemoryStore", "nlql.stores.memory", None,
                "the built-in numpy store (in memory, or a directory path for the persistent one)"),
     StoreEntry("qdrant", "QdrantStore", "nlql.stores.qdrant", "qdrant",
-               "Qdrant (local mode in-process; a server by QdrantStore(url=…))",
-               exact={"exact": True}),
+               "Qdrant: Qdrant Edge in process (qdrant, qdrant:///path) or a server (qdrant+http://host:6333)",
+               schemes=("qdrant", "qdrant+http", "qdrant+https"), exact={"exact": True}, from_url=_qdrant_url,
+               bare=True),
     StoreEntry("chroma", "ChromaStore", "nlql.stores.chroma", "chroma", "Chroma (embedded)",
                exact={"hnsw_ef": 1000}),
     StoreEntry("faiss", "FaissStore", "nlql.stores.faiss", "faiss", "faiss-cpu (flat or HNSW index)",
@@ -102,7 +115,7 @@ _BY_CLASS = {e.cls: e for e in REGISTRY}
 
 def store_names() -> tuple[str, ...]:
     """The names ``Engine(store=…)`` accepts as bare words."""
-    return tuple(e.name for e in REGISTRY if not e.schemes)
+    return tuple(e.name for e in REGISTRY if e.by_name)
 
 
 def entry(name: str) -> StoreEntry:
@@ -125,7 +138,7 @@ def open_store(store: str | Path | Store) -> Store:
     if not isinstance(store, (str, Path)):
         return store
     name = str(store)
-    if isinstance(store, str) and name in _BY_NAME and not _BY_NAME[name].schemes:
+    if isinstance(store, str) and name in _BY_NAME and _BY_NAME[name].by_name:
         return _BY_NAME[name].create()
     if "://" in name or (isinstance(store, str) and name.partition(":")[0] in
                          {s for e in REGISTRY for s in e.schemes}):

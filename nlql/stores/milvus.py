@@ -853,7 +853,7 @@ class MilvusStore:
         Document frequencies are over all rows (counted per term when fewer rows are read).
         """
         qkeys = _terms.query_keys(self.analyzer.terms(text))
-        if not qkeys or (flt is not None and flt.extra.get("empty")):
+        if not qkeys or n == 0 or (flt is not None and flt.extra.get("empty")):  # n == 0: LIMIT 0 needs none
             return [], np.zeros(0, dtype=np.float64)
         if n is not None and self._sparse:
             with self._backend("bm25"):

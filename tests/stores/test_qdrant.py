@@ -1,4 +1,5 @@
-"""QdrantStore (local mode): ingest, replace, delete, re-attach, exact knn, and filter pushdown semantics.
+"""QdrantStore on Qdrant Edge (the Rust engine in process): ingest, replace, delete, re-attach, exact knn,
+filter pushdown semantics, the registry's ``qdrant``/``qdrant:///path``, deadlines and ``LIMIT 0``.
 
 The filter tests compare ``scan(compile_filter(f))`` with ``pyfilter.row_passes`` (the reference) over
 metadata of every awkward kind: ints, floats, numeric strings, plain strings, bools, nulls, missing keys,
@@ -14,6 +15,7 @@ import numpy as np
 import pytest
 
 pytest.importorskip("qdrant_client")
+pytest.importorskip("qdrant_edge")
 
 from adapter_kit import (  # noqa: E402
     DIM,
@@ -213,3 +215,82 @@ def test_hostile_values_round_trip(store: QdrantStore) -> None:
     assert len(hits) == len(HOSTILE)
     assert store.delete(["nul\x00byte", "'; DROP TABLE x; --"]) == 2
     assert store.count() == 2 * (len(HOSTILE) - 2)
+
+
+# ------------------------------------------------------------------------------ Qdrant Edge through the registry
+
+
+def test_the_registry_opens_qdrant_edge_and_reopens_a_path(tmp_path) -> None:
+    from nlql import Engine
+    from nlql.embedders import HashEmbedder
+    from nlql.stores.qdrant.edge import EdgeClient
+
+    url = "qdrant://" + str(tmp_path / "edge")
+    e = Engine(embedder=HashEmbedder(dim=16), store=url, warm_up=False)
+    assert isinstance(e.store.client, EdgeClient) and e.store.edge
+    e.add_texts(["Zebra stripes are black. Lions roar.", "Cats sleep."], ids=["a", "b"],
+                metadatas=[{"flag": True, "y": 2020}, {"flag": False, "y": "2021"}])
+    q = 'SELECT SENTENCE LET k = BM25(content, "zebra stripes") WHERE meta.flag == true ORDER BY k DESC'
+    before = [(h.id, h.scores) for h in e.search(q)]
+    assert [i for i, _ in before] == ["a#0", "a#1"]
+    e.close()
+    assert (tmp_path / "edge" / "nlql" / "edge_config.json").exists()  # Qdrant Edge's own shard files
+    again = Engine(embedder=HashEmbedder(dim=16), store=url, warm_up=False)
+    try:
+        assert len(again) == 3 and [(h.id, h.scores) for h in again.search(q)] == before
+        assert [h.id for h in again.search("SELECT SENTENCE WHERE meta.y >= 2021")] == ["b#0"]
+    finally:
+        again.close()
+    bare = Engine(embedder=HashEmbedder(dim=16), store="qdrant", warm_up=False)
+    temp = bare.store.client.path
+    assert temp.exists()
+    bare.close()
+    assert not temp.exists()  # "qdrant" is a temporary directory, removed at close
+
+
+def test_from_url() -> None:
+    assert qmod.from_url("qdrant:///tmp/x") == {"path": "/tmp/x"}
+    assert qmod.from_url("qdrant+https://h:6333?api_key=k") == {"url": "https://h:6333", "api_key": "k"}
+    with pytest.raises(Exception, match="unknown option"):
+        qmod.from_url("qdrant:///tmp/x?bogus=1")
+
+
+def test_bm25_limit_0_is_empty() -> None:
+    from nlql import Engine
+    from nlql.embedders import HashEmbedder
+
+    e = Engine(embedder=HashEmbedder(dim=16), store="qdrant", warm_up=False)
+    try:
+        e.add_texts(["Zebra stripes.", "Zebras run."], ids=["a", "b"])
+        for q in ('SELECT SENTENCE LET k = BM25(content, "zebra stripes") ORDER BY k DESC LIMIT 0',
+                  'SELECT SENTENCE LET k = BM25(content, "zebra") WHERE k > 0 ORDER BY k DESC LIMIT 0'):
+            assert list(e.search(q)) == []
+    finally:
+        e.close()
+
+
+def test_no_edge_call_starts_after_the_deadline(store: QdrantStore) -> None:
+    import time
+
+    from nlql import deadline
+    from nlql.errors import NLQLTimeoutError
+
+    rng = np.random.default_rng(1)
+    store.upsert([make_doc("d0", ["a."], {}, 1, unit_vectors(rng, 1))])
+    calls = []
+    shard = store.client._shard(store.collection)
+
+    class Counting:
+        def __getattr__(self, name):  # type: ignore[no-untyped-def]
+            calls.append(name)
+            return getattr(shard, name)
+
+    store.client._shards[store.collection] = Counting()
+    with deadline.active(deadline.Deadline(0.0)):
+        time.sleep(0.001)
+        with pytest.raises(NLQLTimeoutError):
+            store.knn(unit_vectors(rng, 1), 3)
+        with pytest.raises(NLQLTimeoutError):
+            store.fetch(store.scan())
+    assert calls == []
+    store.client._shards[store.collection] = shard

@@ -5,9 +5,9 @@ lives in the store and the engines hold nothing that grows with the corpus.
 - Milvus: Milvus Lite allows one process per file, so the test starts ``milvus-lite server`` (the same
   engine behind a gRPC port) and a second engine runs in a child process; both use ``milvus+http://``,
   the code path of a Milvus server or cluster.
-- Qdrant: local mode (``path=``) locks its folder to one process and no Qdrant server can be installed
-  here, so the two engines share one local-mode client in one process; each has its own store object
-  (its own writer record), which is what a second process would have.
+- Qdrant: Qdrant Edge (the Rust shard) is one process's, and no Qdrant server can be installed here,
+  so the two engines share one Edge directory (one ``EdgeClient``) in one process; each has its own
+  store object (its own writer record), which is what a second process on a Qdrant server would have.
 """
 
 from __future__ import annotations
@@ -194,15 +194,15 @@ def test_two_processes_on_one_postgres(pg_dsn: str) -> None:
         a.close()
 
 
-def test_two_engines_on_one_qdrant() -> None:
+def test_two_engines_on_one_qdrant(tmp_path: Path) -> None:
     pytest.importorskip("qdrant_client")
-    from qdrant_client import QdrantClient
+    pytest.importorskip("qdrant_edge")
+    from nlql.stores.qdrant import EdgeClient, QdrantStore
 
-    from nlql.stores.qdrant import QdrantStore
-
-    client = QdrantClient(location=":memory:")
+    client = EdgeClient(tmp_path / "edge")
     a, b = Local(QdrantStore(client, collection="two")), Local(QdrantStore(client, collection="two"))
     _exercise(a, b)
     assert isinstance(a.engine._bm25, StoreKeywordIndex) and isinstance(b.engine._bm25, StoreKeywordIndex)
     a.close()
     b.close()
+    client.close()

@@ -1,7 +1,9 @@
 """Qdrant store: one point per sentence, cosine distance, filters pushed as a Qdrant ``Filter``.
 
-The same code serves Qdrant's local mode (``":memory:"`` or ``path=``, pure Python, for tests and small
-data) and a Qdrant server (``url=``); only the server API is used.
+The same code serves Qdrant Edge (Qdrant's Rust engine in process: ``"qdrant"`` in a temporary
+directory, ``qdrant:///path`` or ``path=`` persistent; :mod:`nlql.stores.qdrant.edge`) and a Qdrant
+server (``qdrant+http://host:6333``, ``url=`` or ``client=``, through qdrant-client): the store speaks
+qdrant-client's calls and models, and the Edge client answers them with the Edge shard's.
 
 Payload of a point (everything a re-attached store needs, no re-ingest)::
 
@@ -60,10 +62,8 @@ except ImportError:  # pragma: no cover - exercised only without the extra
     QdrantClient = None  # type: ignore[assignment,misc]
     qm = None  # type: ignore[assignment]
 
-try:
-    from qdrant_client.local.qdrant_local import QdrantLocal
-except ImportError:  # pragma: no cover - layout of other client versions
-    QdrantLocal = None  # type: ignore[assignment,misc]
+from nlql.stores.qdrant import edge
+from nlql.stores.qdrant.edge import EdgeClient
 
 _NAMESPACE = uuid.UUID("8d0c6a53-2b9e-4d8e-9a57-6f1b0f3c1a77")
 _ANALYZER_ID = "00000000-0000-0000-0000-00000000a7a1"
@@ -99,12 +99,15 @@ def point_id(doc_id: str, position: int) -> str:
 
 
 class QdrantStore:
-    """A :class:`~nlql.stores.base.Store` on Qdrant (local mode or server).
+    """A :class:`~nlql.stores.base.Store` on Qdrant (Qdrant Edge in process, or a server).
 
     Args:
-        client: An existing ``QdrantClient``; the store never closes a client it did not create.
-        location: ``":memory:"`` (the default when nothing else is given) for an in-process store.
-        path: A directory for local persistent mode (locked by one client at a time).
+        client: An existing ``QdrantClient`` (a server, or qdrant-client's local mode) or
+            :class:`~nlql.stores.qdrant.edge.EdgeClient` (two stores sharing one Edge directory);
+            the store never closes a client it did not create.
+        location: ``":memory:"`` (the default when nothing else is given): Qdrant Edge in a temporary
+            directory, removed at ``close()``.
+        path: A directory for a persistent Qdrant Edge store (one process at a time).
         url: A Qdrant server URL; ``api_key`` authenticates.
         collection: The collection name.
         exact: Search exactly (brute force, ``search_params.exact``); else HNSW with ``hnsw_ef``.
@@ -127,8 +130,8 @@ class QdrantStore:
         hnsw_ef: int = 128,
         analyzer: Any = None,
     ) -> None:
-        if QdrantClient is None:
-            raise MissingDependencyError("qdrant", "qdrant-client")
+        if QdrantClient is None or (client is None and url is None and not edge.available()):
+            raise MissingDependencyError("qdrant", "qdrant-client" if QdrantClient is None else "qdrant-edge-py")
         from nlql.text.analyzer import Analyzer
 
         self.analyzer = analyzer if analyzer is not None else Analyzer()
@@ -164,11 +167,14 @@ class QdrantStore:
             elif url is not None:
                 self.client = QdrantClient(url=url, api_key=api_key)
             elif path is not None:
-                self.client = QdrantClient(path=str(path))
+                self.client = EdgeClient(path)
+            elif location in (None, ":memory:"):
+                self.client = EdgeClient(None)
             else:
-                self.client = QdrantClient(location=location or ":memory:")
-        # local mode is always brute force and warns about search params; a server gets them
-        self._local = QdrantLocal is not None and isinstance(getattr(self.client, "_client", None), QdrantLocal)
+                raise BackendError("qdrant", f"unknown location {location!r}: use path= or url=")
+        self.edge = isinstance(self.client, EdgeClient)
+        # qdrant-client's local mode (a client passed in) is always brute force and warns about search params
+        self._local = type(getattr(self.client, "_client", None)).__name__ == "QdrantLocal"
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -297,7 +303,7 @@ class QdrantStore:
         Every such point is read (``n``, the number the caller needs, is not used to read fewer).
         """
         qkeys = _terms.query_keys(self.analyzer.terms(text))
-        if not qkeys or (flt is not None and flt.extra.get("empty")):
+        if not qkeys or n == 0 or (flt is not None and flt.extra.get("empty")):  # n == 0: LIMIT 0 needs none
             return [], np.zeros(0, dtype=np.float64)
         check = flt.extra.get("check") if flt is not None else None
         native = flt.native if flt is not None else None
@@ -674,6 +680,45 @@ class QdrantStore:
         return out
 
 
+def from_url(url: str) -> dict[str, Any]:
+    """Constructor arguments for ``qdrant:///path`` (Qdrant Edge) or ``qdrant+http(s)://host:port``.
+
+    Query parameters ``collection``, ``exact``, ``hnsw_ef`` and ``api_key`` pass through.
+
+    >>> from_url("qdrant:///tmp/q")
+    {'path': '/tmp/q'}
+    >>> from_url("qdrant+http://h:6333?collection=docs&exact=false")
+    {'url': 'http://h:6333', 'collection': 'docs', 'exact': False}
+    """
+    from urllib.parse import parse_qs, unquote, urlsplit
+
+    from nlql.errors import NLQLError
+
+    scheme, _, rest = url.partition("://")
+    scheme = scheme.lower()
+    parts = urlsplit("x://" + rest)
+    query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+    allowed = {"collection", "exact", "hnsw_ef", "api_key"}
+    unknown = sorted(set(query) - allowed)
+    if unknown:
+        raise NLQLError(f"unknown option {unknown[0]!r} in store URL {url!r}",
+                        hint="known options: " + ", ".join(sorted(allowed)))
+    out: dict[str, Any] = {}
+    if scheme == "qdrant":
+        path = unquote(rest.split("?", 1)[0])
+        out.update({"path": path} if path not in ("", ":memory:", "/:memory:") else {})
+    else:
+        out["url"] = scheme.partition("+")[2] + "://" + parts.netloc + parts.path.rstrip("/")
+    for key, value in query.items():
+        if key == "exact":
+            out[key] = value.lower() in ("1", "true", "yes")
+        elif key == "hnsw_ef":
+            out[key] = int(value)
+        else:
+            out[key] = value
+    return out
+
+
 # ---------------------------------------------------------------------- payload helpers
 
 
@@ -812,4 +857,4 @@ def _leaf_text(cond: Any) -> str:
     return f"{'.'.join(cond.path)} {cond.op} {json.dumps(value, ensure_ascii=False, default=str)}"
 
 
-__all__ = ["QdrantStore", "point_id"]
+__all__ = ["EdgeClient", "QdrantStore", "from_url", "point_id"]
