@@ -185,7 +185,7 @@ def run(n: int, repeat: int) -> dict[str, Any]:
 
     def bm25_window() -> None:
         """The BM25 arm's window alone: the engine's sparse matches over the table and their top 100."""
-        from nlql.stores.fastpath import top_rows
+        from nlql.stores.memory.fastpath import top_rows
 
         engine._bm25.begin_search()  # noqa: SLF001 - what every search does first
         rows, vals = engine._bm25.table_matches(TEXT, store.table)  # noqa: SLF001

@@ -50,7 +50,7 @@ def run(limit: int | None, embedder_kind: str) -> dict[str, Any]:
     from bench.quality import make_embedder
     from nlql import Engine
     from nlql import values as V
-    from nlql.stores import quant
+    from nlql.stores.memory import quant
 
     texts, queries = corpus(limit)
     engine = Engine(embedder=make_embedder(embedder_kind), store="memory", warm_up=False)

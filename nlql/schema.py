@@ -1,7 +1,7 @@
 """What a store holds: its size, its embedder and analyzer, and every metadata key with the types seen.
 
 :class:`MetaSummary` counts metadata as documents come and go (the built-in store keeps one in its
-:class:`~nlql.stores.table.RowTable`, updated on every upsert and delete, so reading it costs nothing
+:class:`~nlql.stores.memory.table.RowTable`, updated on every upsert and delete, so reading it costs nothing
 per call). A store that keeps one declares ``Capabilities.DESCRIBES_DATA`` and answers
 ``describe_data(sample)`` (:class:`~nlql.stores.base.DescribesData`); a server store answers from a
 bounded sample of its documents and says so. For any other store the engine samples through the

@@ -59,7 +59,7 @@ def _engine(kind: str) -> Engine:
         store = FaissStore(index="flat")
     e = Engine(embedder=Dial(), store=store, warm_up=False)
     if kind == "int8":
-        from nlql.stores import quant
+        from nlql.stores.memory import quant
 
         if not quant.available():
             pytest.skip("the int8 copy needs Faiss or Numba")

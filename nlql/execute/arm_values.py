@@ -1,6 +1,6 @@
 """Fusion arms that are not scores, as one vector over a table store's candidates (``VALUE`` arms).
 
-The fusion fast path (:mod:`nlql.stores.fastpath`, :mod:`nlql.execute.fused_page`) ranks each arm by
+The fusion fast path (:mod:`nlql.stores.memory.fastpath`, :mod:`nlql.execute.fused_page`) ranks each arm by
 a vector aligned with the candidates' row numbers. For the arms the planner marks ``VALUE``
 (:func:`nlql.plan.choose_fastpath.value_arm`) the engine computes that vector here, with exactly the
 values the row evaluator (:mod:`nlql.evaluate`) would give each row, NaN where it gives NULL:
@@ -28,7 +28,7 @@ import numpy as np
 
 from nlql import values as V
 from nlql.pushdown import FastPath
-from nlql.stores.table import K_OTHER
+from nlql.stores.memory.table import K_OTHER
 
 __all__ = ["value_arms"]
 

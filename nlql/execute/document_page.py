@@ -8,7 +8,7 @@ A DOCUMENT row's SIMILARITY/BM25 is its best sentence's score (SPEC §6), so:
 1. every row passing the pushed filter is scored as the row-by-row path scores it (the store's exact
    fp32 scan, rounded as :func:`nlql.execute.materialise.similarities` rounds; BM25 from the engine's
    sparse matches), and the store takes each document's maximum per slot
-   (:func:`nlql.stores.fastpath.document_best`);
+   (:func:`nlql.stores.memory.fastpath.document_best`);
 2. the documents are ranked by those values: the ``need`` best by one BM25 (ties kept; documents
    matching no term fill a short page in insertion order) or by the arithmetic, or, for RRF /
    INTERLEAVE, each arm ranks the documents (score descending, then insertion order; a BM25 arm only
@@ -32,7 +32,13 @@ from nlql.execute.fused_page import _fuse, _live, _spec
 from nlql.execute.materialise import candidates
 from nlql.plan.nodes import ScoreSpec
 from nlql.stores.base import ScoresAll
-from nlql.stores.fastpath import document_best, document_formula, document_matches, first_documents, top_rows
+from nlql.stores.memory.fastpath import (
+    document_best,
+    document_formula,
+    document_matches,
+    first_documents,
+    top_rows,
+)
 
 __all__ = ["document_page"]
 
@@ -89,7 +95,7 @@ def _from_windows(run: Search, qv: dict[str, np.ndarray], spec: ScoreSpec | None
     """(a row of each document that can be on the page, in row order; the fused values or None) from
     each arm's top documents only, without a score for every row, or None (then every row is scored).
 
-    A BM25 arm's documents come from the sparse matches (:func:`~nlql.stores.fastpath.document_matches`).
+    A BM25 arm's documents come from the sparse matches (:func:`~nlql.stores.memory.fastpath.document_matches`).
     A SIMILARITY arm's top ``depth`` documents are those of the store's exact top ``k`` sentences
     (``top_window``: best first by (score desc, seq, position), the bits of the fp32 scan) once they hold
     ``depth`` documents: a document's first row in that list is its best sentence, and a document outside
@@ -161,7 +167,7 @@ def _from_windows(run: Search, qv: dict[str, np.ndarray], spec: ScoreSpec | None
 def _from_every_row(run: Search, qv: dict[str, np.ndarray], spec: ScoreSpec | None,
                     sparse: Any) -> tuple[list[int], list[float] | None] | None:
     """:func:`_from_windows`'s answer from a score for every row passing the filter and each document's
-    maximum per slot (:func:`~nlql.stores.fastpath.document_best`), or None (the row-by-row path)."""
+    maximum per slot (:func:`~nlql.stores.memory.fastpath.document_best`), or None (the row-by-row path)."""
     plan, store, fast = run.plan, run.store, run.plan.fast_path
     assert fast is not None and run.need is not None
     table = cast(Any, store).table

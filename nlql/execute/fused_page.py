@@ -1,6 +1,6 @@
 """The page of a fusion fast path, fused with numpy over the arms' windows only.
 
-A table store's ``fusion`` fast path (:mod:`nlql.stores.fastpath`) keeps the union of each arm's top
+A table store's ``fusion`` fast path (:mod:`nlql.stores.memory.fastpath`) keeps the union of each arm's top
 ``window`` rows. Every arm ranks inside that union exactly as it ranks over all candidates (each arm's
 window is in it, and the rest ranks below), so RRF and INTERLEAVE computed on the union with numpy give
 each row the value :func:`nlql.execute.fuse.fuse` would give it: the same ranks (score descending, then
@@ -31,7 +31,7 @@ from nlql.execute.candidates import Candidate, Search, keep_passing
 from nlql.execute.materialise import candidates
 from nlql.functions import RANK_FUSIONS
 from nlql.plan.nodes import ScoreSpec
-from nlql.stores.fastpath import floor_rows, top_rows
+from nlql.stores.memory.fastpath import floor_rows, top_rows
 
 __all__ = ["fused_page", "window_page"]
 

@@ -6,7 +6,7 @@ index is independent of store-internal keys. It is built lazily from the store o
 also how a re-attached store gets it) and then kept in step by the engine's writes.
 
 For a table store (``Capabilities.FAST_PATH``: keys are row numbers of a
-:class:`~nlql.stores.table.RowTable`) the sidecar also keeps an int array from its own row ids to the
+:class:`~nlql.stores.memory.table.RowTable`) the sidecar also keeps an int array from its own row ids to the
 table's row numbers, so a fast path reads a query's BM25 as one dense vector over the table
 (:meth:`BM25Sidecar.table_scores`) without a Python loop over the matching rows. The array follows the
 engine's writes row by row; when the table renumbered its rows (compaction) or changed behind the
@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from nlql.stores.base import DocRecord, Row, Store, unit_id
-from nlql.stores.table import latest_per_id
+from nlql.stores.memory.table import latest_per_id
 
 
 class _FastMatches:

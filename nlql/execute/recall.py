@@ -32,7 +32,7 @@ from nlql.execute.graph_recall import recall_by_graph
 from nlql.execute.materialise import candidates, similarities
 from nlql.plan.decide_overfetch import DISTINCT_FACTOR
 from nlql.stores.base import RunsLowered, ScoresAll, TablePaths
-from nlql.stores.fastpath import floor_rows
+from nlql.stores.memory.fastpath import floor_rows
 
 WIDEN_FACTOR = 4
 
@@ -334,7 +334,7 @@ def _floored(run: Search, qv: dict[str, np.ndarray], sim_slots: list[str],
     rows only, with the bits of the full scan (``similarities``: the store scans the whole matrix where
     that is cheaper than gathering the rows), or for a fusion each SIMILARITY arm's exact window among
     them through the int8 copy (NaN outside it, filled for the rows kept: the third item True). The
-    store applies the floors again (:func:`nlql.stores.fastpath.select`). None: the usual recall (no
+    store applies the floors again (:func:`nlql.stores.memory.fastpath.select`). None: the usual recall (no
     floors, or the store or the BM25 index cannot answer this way)."""
     plan, store = run.plan, run.store
     fast = plan.fast_path

@@ -1,7 +1,7 @@
 """What the ANN-index stores (Faiss, hnswlib) share: labels, filtered recall with a guarantee, persistence.
 
 An ANN store is the built-in store plus an index. Rows, content and metadata live in the
-:class:`~nlql.stores.table.RowTable`, vectors in the float32 matrix and whole documents in the
+:class:`~nlql.stores.memory.table.RowTable`, vectors in the float32 matrix and whole documents in the
 :class:`~nlql.stores.doclog.DocLog`, exactly as in :class:`~nlql.stores.memory.MemoryStore`; the index
 holds the same vectors under its own integer *labels*. Labels are kept apart from row keys so that the
 table may compact (renumbering keys) and a reopened store may load an index saved under other keys
@@ -52,7 +52,7 @@ import numpy as np
 
 from nlql.pushdown import NativeFilter
 from nlql.stores.base import DocRecord
-from nlql.stores.memory import MatrixStore, MemoryStore, _filter_key
+from nlql.stores.memory.store import MatrixStore, MemoryStore, _filter_key
 
 
 class AnnStore(MemoryStore):

@@ -146,7 +146,7 @@ Bm25Matches = Callable[[str], tuple[list[tuple[str, int]], np.ndarray]]
 
 class TablePaths(Protocol):
     """``Capabilities.FAST_PATH``: keys are row numbers of an in-process table, so pages and documents
-    can be picked with numpy before any row is built (:mod:`nlql.stores.fastpath`)."""
+    can be picked with numpy before any row is built (:mod:`nlql.stores.memory.fastpath`)."""
 
     def fast_select(self, path: FastPath, keys: np.ndarray, scores: Mapping[str, np.ndarray], need: int,
                     bm25: Bm25Matches) -> tuple[np.ndarray, dict[str, np.ndarray]] | None:

@@ -21,8 +21,7 @@ import pytest
 from nlql import Engine
 from nlql.embedders import HashEmbedder
 from nlql.pushdown import Cond, NativeFilter
-from nlql.stores import quant
-from nlql.stores.memory import MemoryStore
+from nlql.stores.memory import MemoryStore, quant
 from tests.stores.test_memory_speed_paths import docs, focused, unit
 
 pytestmark = pytest.mark.skipif(not quant.available(), reason="the int8 copy needs faiss-cpu and numba")
@@ -150,7 +149,7 @@ def test_a_process_exiting_during_a_build_exits_cleanly(tmp_path: Path) -> None:
     """The build stops between two chunks at exit (no thread left inside Faiss while Python finalises)."""
     script = textwrap.dedent("""
         import atexit, numpy as np
-        from nlql.stores import quant
+        from nlql.stores.memory import quant
         from nlql.stores.memory import MemoryStore
         from tests.stores.test_memory_speed_paths import docs, unit
         s = MemoryStore()

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from nlql.stores import int8_scan
+from nlql.stores.memory import int8_scan
 
 pytestmark = pytest.mark.skipif(not int8_scan.available(), reason="numba is not installed")
 
@@ -107,7 +107,7 @@ def test_gather_dot_reads_rows_in_place(count: int) -> None:
 def test_best_first_hands_out_every_position_once_largest_first() -> None:
     """The candidates' and the rescoring stream's batches (quant.BestFirst): each batch holds the largest
     values left, every position is handed out once, and the largest value left bounds the rest."""
-    from nlql.stores.quant import BestFirst
+    from nlql.stores.memory.quant import BestFirst
 
     rng = np.random.default_rng(5)
     values = np.round(rng.standard_normal(1000), 1).astype(np.float32)  # many ties

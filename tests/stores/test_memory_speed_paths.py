@@ -21,10 +21,9 @@ from nlql import Engine, kernels
 from nlql.embedders import HashEmbedder
 from nlql.kernels import block_rows, matmul_t
 from nlql.pushdown import Cond, FAnd, FOr, NativeFilter
-from nlql.stores import quant
 from nlql.stores.base import DocRecord, UnitRecord
-from nlql.stores.memory import MemoryStore
-from nlql.stores.table import RowTable
+from nlql.stores.memory import MemoryStore, quant
+from nlql.stores.memory.table import RowTable
 
 needs_faiss = pytest.mark.skipif(not quant.available(), reason="the int8 scan needs faiss-cpu")
 

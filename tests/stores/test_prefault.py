@@ -12,8 +12,7 @@ import numpy as np
 import pytest
 
 from nlql import Engine
-from nlql.stores import _pages
-from nlql.stores.memory import MemoryStore
+from nlql.stores.memory import MemoryStore, _pages
 
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="MADV_POPULATE_WRITE is Linux's")
 

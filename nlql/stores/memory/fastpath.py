@@ -1,7 +1,7 @@
 """Table fast paths: pick a page (or every row that can still reach it) with numpy, before any row is built.
 
 The table stores (the built-in store, Faiss, hnswlib) key rows by row number in a
-:class:`~nlql.stores.table.RowTable`, so insertion order, BM25 scores and score arithmetic are vectors
+:class:`~nlql.stores.memory.table.RowTable`, so insertion order, BM25 scores and score arithmetic are vectors
 over those numbers. The planner chooses a :class:`~nlql.pushdown.FastPath` (explain shows it); the
 store runs it here through its one method ``fast_select``. Every path is exact: rows left out could
 not have been returned. A path declines (None) when its precondition fails at run time, and the
@@ -18,7 +18,7 @@ import numpy as np
 
 from nlql.pushdown import FastPath, Formula
 from nlql.stores.base import Bm25Matches
-from nlql.stores.table import RowTable
+from nlql.stores.memory.table import RowTable
 
 __all__ = ["document_best", "document_formula", "document_matches", "first_documents", "floor_rows", "select",
            "top_rows"]

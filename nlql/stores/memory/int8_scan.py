@@ -72,12 +72,12 @@ _NO_MASK = np.zeros(0, dtype=np.bool_)
 
 def gather_dot(codes: np.ndarray, rows: np.ndarray, w: np.ndarray, out: np.ndarray, at: np.ndarray) -> None:
     """``out[at[i]] += codes[rows[i]] · w`` (float64 ``out``), the rows read in place."""
-    from nlql.stores import _int8_kernel
+    from nlql.stores.memory import _int8_kernel
 
     _int8_kernel.gather_dot(codes, rows, w, out, at)
 
 
 def _compile() -> Any:
-    from nlql.stores import _int8_kernel  # (imports Numba, compiles or loads the cached machine code)
+    from nlql.stores.memory import _int8_kernel  # (imports Numba, compiles or loads the cached machine code)
 
     return _int8_kernel.kernel

@@ -2,12 +2,12 @@
 
 Recall is one matrix-vector product per query text plus a partial sort (``argpartition``); from
 ``QUANT_MIN_ROWS`` rows (and Faiss installed) an int8 copy is scanned first and its best candidates are
-rescored exactly, with a certificate that nothing left out could enter the top k (:mod:`nlql.stores.quant`;
+rescored exactly, with a certificate that nothing left out could enter the top k (:mod:`nlql.stores.memory.quant`;
 otherwise the float32 scan runs, and ``last_stats`` says which; the copy is built on a background
 thread from the first search that wants it, float32 scans meanwhile). Every score has the bits of one
 single-threaded scan over the whole matrix, whatever rows are scored: a few rows are scored in whole
 aligned BLAS blocks, or alone where the BLAS allows (:func:`block_rows`), so a filtered, a rescored and a full answer never differ in
-the last bit. A pushed filter is a set of rows from :class:`~nlql.stores.table.RowTable` (equality and
+the last bit. A pushed filter is a set of rows from :class:`~nlql.stores.memory.table.RowTable` (equality and
 IN looked up in a value index, anything else a vectorised mask), cached per filter with its gathered
 rows (or its int8 copy), so a selective query reads its own rows only. Score thresholds are applied
 inside recall.
@@ -36,11 +36,11 @@ from nlql.errors import BackendError
 from nlql.kernels import blas_one_thread, block_rows, full_scan, matmul_t
 from nlql.pushdown import OPS, Capabilities, FastPath, Filter, NativeFilter
 from nlql.schema import DataSummary
-from nlql.stores import _pages, fastpath, quant
 from nlql.stores.base import Bm25Matches, DocRecord, Row
 from nlql.stores.batch import is_columnar
 from nlql.stores.doclog import FILE_NAME, Changes, DocLog
-from nlql.stores.table import RowTable, latest_per_id
+from nlql.stores.memory import _pages, fastpath, quant
+from nlql.stores.memory.table import RowTable, latest_per_id
 
 MEMORY_CAPABILITIES = Capabilities(
     NAME="memory",
@@ -587,7 +587,7 @@ class MatrixStore:
         self._info[key] = str(value)
     def fast_select(self, path: FastPath, keys: np.ndarray, scores: Any, need: int,
                     bm25: Bm25Matches) -> tuple[np.ndarray, dict[str, np.ndarray]] | None:
-        """The table fast paths (:mod:`nlql.stores.fastpath`)."""
+        """The table fast paths (:mod:`nlql.stores.memory.fastpath`)."""
         with self._lock:
             return fastpath.select(self.table, path, keys, scores, need, bm25)
 
@@ -624,7 +624,7 @@ class MemoryStore(MatrixStore):
     ``read_only`` is True for a store opened from a read-only file or medium.
 
     From :attr:`QUANT_MIN_ROWS` rows a top-k is first answered from an int8 copy of the vectors and
-    rescored exactly (:mod:`nlql.stores.quant`), when Faiss is installed; ``last_stats["scan"]`` says
+    rescored exactly (:mod:`nlql.stores.memory.quant`), when Faiss is installed; ``last_stats["scan"]`` says
     which scan ran.
     """
 

@@ -2,7 +2,7 @@
 
 The copy holds Faiss ``ScalarQuantizer`` codes (``QT_8bit``: one byte per dimension, a per-dimension
 range: every row's when the copy is built; Faiss encodes), one quarter of the
-float32 matrix, scanned by :mod:`nlql.stores.int8_scan` (uint8 codes times the query's weights
+float32 matrix, scanned by :mod:`nlql.stores.memory.int8_scan` (uint8 codes times the query's weights
 rounded to int16, summed exactly in int32; the rounding adds a known bound to every estimate) into
 at least the ``depth`` best rows by approximate score. Every row is encoded with a known
 reconstruction error ``‖x − x̃‖``, so a row scores at most its approximate score + ‖q‖ · ‖x − x̃‖ +
@@ -67,7 +67,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from nlql.kernels import blas_one_thread
-from nlql.stores import int8_scan
+from nlql.stores.memory import int8_scan
 
 #: Slack added to the bound: float32 accumulation error of both dot products over 384–1024 dimensions
 #: (≤ d·2⁻²⁴·‖q‖‖x‖ each, 2.3e-5 at d = 384) plus half a unit of the 6th decimal.

@@ -1,4 +1,4 @@
-"""The Numba-compiled loops of :mod:`nlql.stores.int8_scan` (imported only when the int8 copy is used:
+"""The Numba-compiled loops of :mod:`nlql.stores.memory.int8_scan` (imported only when the int8 copy is used:
 this module imports Numba). Module-level functions, so that Numba's cache keeps their machine code."""
 
 from __future__ import annotations
