@@ -204,11 +204,13 @@ def test_openapi_describes_exactly_the_served_routes(client: httpx.Client, serve
                                                      engine: Engine) -> None:
     doc = client.get("/openapi.json").json()
     assert doc["openapi"].startswith("3.1") and doc["info"]["title"] == "NLQL"
-    served = {"/search", "/explain", "/check", "/health"} | {f"/{f}" for f in features(engine)[3:]}
+    served = {"/search", "/explain", "/check", "/health", "/documents", "/documents/{doc_id}"} | {
+        f"/{f}" for f in features(engine)[3:]}
     assert set(doc["paths"]) == served
     for path in served:
         method = next(iter(doc["paths"][path]))
-        r = client.request(method.upper(), path, **({"json": {}} if method == "post" else {}))
+        r = client.request(method.upper(), path.replace("{doc_id}", "x"),
+                           **({"json": {}} if method in ("post", "put") else {}))
         assert r.status_code != 404, path
 
 

@@ -50,12 +50,20 @@ def _bind(config: ServeConfig) -> socket.socket:
 
 
 def _server(engine: Engine, config: ServeConfig, log_level: str) -> Any:
+    """uvicorn over the app, with the guarded HTTP/1.1 protocol (:mod:`nlql.serve.protocol`): header
+    timeout, connection bound with eviction of slow clients, JSON refusals. uvicorn's own
+    ``limit_concurrency`` is off: it counted idle connections and answered plain text."""
     uvicorn = _uvicorn()
+    from nlql.serve.protocol import guarded_protocol
+
     app = create_app(engine, config)
-    # uvicorn's concurrency bound answers 503 beyond it; keep it well above the worker pool
-    cfg = uvicorn.Config(app, log_level=log_level, limit_concurrency=max(256, 8 * config.workers),
-                         server_header=False, timeout_graceful_shutdown=5)
-    return uvicorn.Server(cfg)
+    cfg = uvicorn.Config(app, log_level=log_level, limit_concurrency=None, server_header=False,
+                         timeout_graceful_shutdown=5, timeout_keep_alive=5, ws="none", lifespan="off",
+                         http=guarded_protocol(config.header_timeout, config.max_connections),
+                         backlog=max(2048, config.max_connections))
+    server = uvicorn.Server(cfg)
+    server.nlql_api = app.state.api
+    return server
 
 
 def serve(engine: Engine, config: ServeConfig | None = None, log_level: str = "info") -> None:
@@ -71,6 +79,7 @@ def serve(engine: Engine, config: ServeConfig | None = None, log_level: str = "i
         server.run(sockets=[sock])
     finally:
         sock.close()
+        server.nlql_api.pool.shutdown(wait=False, cancel_futures=True)
 
 
 class BackgroundServer:
@@ -102,6 +111,7 @@ class BackgroundServer:
         self._server.should_exit = True
         self._thread.join(timeout=10)
         self._sock.close()
+        self._server.nlql_api.pool.shutdown(wait=False, cancel_futures=True)
 
     def __enter__(self) -> BackgroundServer:
         return self.start()

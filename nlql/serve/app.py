@@ -8,13 +8,16 @@ as the MCP tools' errors (:func:`nlql.agent.error_dict`).
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import ipaddress
+import itertools
 import json
 import math
+import threading
 from collections.abc import Awaitable, Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +29,8 @@ try:
     import anyio.to_thread
     from starlette.applications import Starlette
     from starlette.exceptions import HTTPException
+    from starlette.middleware import Middleware
+    from starlette.middleware.cors import CORSMiddleware
     from starlette.requests import Request
     from starlette.responses import FileResponse, JSONResponse, Response
     from starlette.routing import Mount, Route
@@ -44,6 +49,9 @@ STATIC_DIR = Path(__file__).resolve().parent / "static"
 DEADLINE_GRACE = 0.5
 #: HTTP status for each :class:`~nlql.errors.NLQLError` kind (anything else: 400).
 STATUS = {"timeout": 504, "backend": 502, "dependency": 501}
+#: A ``timeout`` above this many seconds is the server's own deadline (JSON allows integers of any size).
+_HUGE_SECONDS = 1e9
+_SERVERS = itertools.count(1)
 _LOOPBACK_NAMES = {"localhost", "localhost.localdomain", "ip6-localhost"}
 
 
@@ -80,7 +88,19 @@ class ServeConfig:
         timeout: Deadline of one request in seconds; a request may ask for less, never more (504 beyond).
         max_rows: Most hits one response carries: a search that matches more (a query without LIMIT on a
             big store) is refused (400, kind ``limit``) rather than cut short silently.
-        workers: Threads that run engine calls; requests beyond wait for a free one.
+        workers: Threads that run engine calls, a bound that holds: a request that timed out keeps its
+            thread until the engine's own deadline ends the call, and no thread is ever added.
+        max_pending: Requests queued or running at once; one more is refused (503, kind ``overload``,
+            with ``Retry-After``) rather than queued without end.
+        max_response_bytes: Largest response body; a search whose hits are larger is refused (400, kind
+            ``limit``) rather than built and sent.
+        max_span_window: Largest ``SPAN(…, window => n)`` a query may ask for (400, kind ``limit``).
+        header_timeout: Seconds a client has to send a request's headers (then 408 and the connection is
+            closed): a connection that never finishes them cannot hold the server.
+        body_timeout: Seconds a client has to send a request's body (408 beyond).
+        max_connections: Connections held at once; one more closes the connection that has waited
+            longest for its request (a slow client), or is refused (503) when every one is being served.
+        cors_origins: Origins a browser page may call the API from (``"*"``: any); none by default.
         allowed_hosts: ``Host`` header names accepted (without port; ``"*"``: any); default: loopback
             names when bound to loopback (which stops DNS-rebinding pages from reading a local server),
             any host otherwise. Behind a reverse proxy that forwards its public name, list that name.
@@ -95,6 +115,13 @@ class ServeConfig:
     timeout: float = 30.0
     max_rows: int = 10_000
     workers: int = 16
+    max_pending: int = 1024
+    max_response_bytes: int = 8 * 1024 * 1024
+    max_span_window: int = 50
+    header_timeout: float = 10.0
+    body_timeout: float = 30.0
+    max_connections: int = 2048
+    cors_origins: tuple[str, ...] = ()
     allowed_hosts: tuple[str, ...] | None = None
     playground: bool = True
 
@@ -106,11 +133,14 @@ class ServeConfig:
                 "store; pass --token (or set NLQL_TOKEN), or bind 127.0.0.1")
         if self.token is not None and (len(self.token) < 8 or any(c.isspace() for c in self.token)):
             raise ServeConfigError("the token must be at least 8 characters without spaces")
-        for name in ("max_body_bytes", "max_query_chars", "max_rows", "workers"):
+        for name in ("max_body_bytes", "max_query_chars", "max_rows", "workers", "max_pending",
+                     "max_response_bytes", "max_span_window", "max_connections"):
             if int(getattr(self, name)) < 1:
                 raise ServeConfigError(f"{name} must be at least 1")
-        if not (isinstance(self.timeout, (int, float)) and math.isfinite(self.timeout) and self.timeout > 0):
-            raise ServeConfigError("timeout must be a positive number of seconds")
+        for name in ("timeout", "header_timeout", "body_timeout"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+                raise ServeConfigError(f"{name} must be a positive number of seconds")
         return self
 
     def hosts(self) -> set[str] | None:
@@ -137,12 +167,14 @@ def features(engine: Any) -> list[str]:
 class RequestError(Exception):
     """A bad request that is not about the query text: bad JSON, too big, a missing field, auth."""
 
-    def __init__(self, status: int, kind: str, message: str, hint: str | None = None) -> None:
+    def __init__(self, status: int, kind: str, message: str, hint: str | None = None,
+                 headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.kind = kind
         self.message = message
         self.hint = hint
+        self.headers = headers
 
 
 def _error_body(kind: str, message: str, hint: str | None = None) -> dict[str, Any]:
@@ -152,7 +184,9 @@ def _error_body(kind: str, message: str, hint: str | None = None) -> dict[str, A
 
 
 def _request_error(exc: RequestError) -> JSONResponse:
-    headers = {"WWW-Authenticate": 'Bearer realm="nlql"'} if exc.status == 401 else None
+    headers = dict(exc.headers or {})
+    if exc.status == 401:
+        headers["WWW-Authenticate"] = 'Bearer realm="nlql"'
     return JSONResponse(_error_body(exc.kind, exc.message, exc.hint), status_code=exc.status, headers=headers)
 
 
@@ -167,8 +201,9 @@ async def _http_exception(request: Request, exc: Exception) -> Response:
     detail = getattr(exc, "detail", "") or ""
     message = {404: f"no such endpoint: {request.method} {request.url.path}",
                405: f"{request.method} is not allowed on {request.url.path}"}.get(status, str(detail))
+    headers = dict(getattr(exc, "headers", None) or {})  # 405 names the methods it allows (Allow)
     return JSONResponse(_error_body("request", message, "GET /openapi.json lists the endpoints"),
-                        status_code=status)
+                        status_code=status, headers=headers or None)
 
 
 async def _internal_error(request: Request, exc: Exception) -> Response:
@@ -185,9 +220,14 @@ class _Api:
     def __init__(self, engine: Engine, config: ServeConfig) -> None:
         self.engine = engine
         self.config = config
-        self.limiter = anyio.CapacityLimiter(config.workers)
+        # a fixed pool: the thread count never passes ``workers``, whatever times out (issue 33, item 5)
+        self.thread_prefix = f"nlql-worker-{next(_SERVERS)}"  # its threads' names (tests count them)
+        self.pool = ThreadPoolExecutor(max_workers=config.workers, thread_name_prefix=self.thread_prefix)
+        self._pending = 0  # engine calls queued or running in the pool
+        self._pending_lock = threading.Lock()
         self.hosts = config.hosts()
         self.features = features(engine)
+        self.writes = bool(config.token)  # write endpoints exist only behind a token
 
     # ---------------------------------------------------------------- request plumbing
 
@@ -229,10 +269,15 @@ class _Api:
             # also makes browsers send a CORS preflight, so another site's page cannot post here blind
             raise RequestError(415, "request", "the body must be JSON (Content-Type: application/json)")
         body = bytearray()
-        async for chunk in request.stream():
-            body += chunk
-            if len(body) > limit:
-                raise too_big
+        try:
+            with anyio.fail_after(self.config.body_timeout):
+                async for chunk in request.stream():
+                    body += chunk
+                    if len(body) > limit:
+                        raise too_big
+        except TimeoutError:
+            raise RequestError(408, "request", f"the request body did not arrive within "
+                               f"{self.config.body_timeout:g} s", "send the whole body at once") from None
         if not body.strip():
             raise RequestError(400, "request", "the request body is empty", 'send a JSON object: {"query": "…"}')
         try:
@@ -281,16 +326,56 @@ class _Api:
         cap = float(self.config.timeout)
         if asked is None:
             return cap
-        if isinstance(asked, bool) or not isinstance(asked, (int, float)) or not math.isfinite(asked) \
-                or asked <= 0:
-            raise RequestError(400, "request", "'timeout' must be a positive number of seconds")
+        bad = RequestError(400, "request", "'timeout' must be a positive number of seconds",
+                           f"e.g. \"timeout\": 5 (this server allows at most {cap:g})")
+        if isinstance(asked, bool) or not isinstance(asked, (int, float)):
+            raise bad
+        if isinstance(asked, int) and asked > _HUGE_SECONDS:  # (float() of a 400-digit integer overflows)
+            raise RequestError(400, "request", f"'timeout' is too large a number of seconds (at most {cap:g} "
+                               "here)", f"e.g. \"timeout\": {cap:g}")
+        if not math.isfinite(asked) or asked <= 0:
+            raise bad
         return min(float(asked), cap)
 
-    async def _run(self, fn: Callable[[], Any], deadline: float) -> Any:
-        """``fn()`` in the worker pool; past the deadline (plus grace) the request gets a 504 and the worker
-        is left to stop at the engine's own deadline."""
-        with anyio.fail_after(deadline + DEADLINE_GRACE):
-            return await anyio.to_thread.run_sync(fn, abandon_on_cancel=True, limiter=self.limiter)
+    def _admit(self) -> None:
+        with self._pending_lock:
+            if self._pending >= self.config.max_pending:
+                raise RequestError(503, "overload", f"the server is busy: {self._pending:,} requests are queued "
+                                   f"or running (at most {self.config.max_pending:,})", "retry in a moment",
+                                   headers={"Retry-After": "1"})
+            self._pending += 1
+
+    def _done(self, _: Any = None) -> None:
+        with self._pending_lock:
+            self._pending -= 1
+
+    async def _run(self, fn: Callable[[float], Any], deadline: float) -> Any:
+        """``fn(seconds left)`` in the worker pool. The deadline counts from now, queueing included: a
+        call that starts late gets only what is left (none left: it never starts). Past the deadline
+        (plus grace) the request gets a 504 and the worker finishes at the engine's own deadline; it
+        stays counted (``max_pending``) until it does."""
+        self._admit()
+        loop = asyncio.get_running_loop()
+        end = loop.time() + deadline
+
+        def job() -> Any:
+            left = end - loop.time()
+            if left <= 0:
+                raise TimeoutError
+            return fn(left)
+
+        try:
+            future = self.pool.submit(job)
+        except RuntimeError:  # the pool is shutting down
+            self._done()
+            raise RequestError(503, "overload", "the server is shutting down", "retry on another instance",
+                               headers={"Retry-After": "1"}) from None
+        future.add_done_callback(self._done)
+        try:
+            return await asyncio.wait_for(asyncio.wrap_future(future), deadline + DEADLINE_GRACE)
+        except asyncio.TimeoutError:
+            future.cancel()  # (if it is still queued it never runs)
+            raise TimeoutError from None
 
     def endpoint(self, handler: Callable[[Request], Awaitable[Response]], *, auth: bool = True) \
             -> Callable[[Request], Awaitable[Response]]:
@@ -323,10 +408,57 @@ class _Api:
                                        or max_tokens < 1):
             raise RequestError(400, "request", "'max_tokens' must be a positive integer")
         deadline = self._deadline(data)
-        hits = await self._run(partial(self.engine.search, query, params=self._params(data), timeout=deadline,
-                                       max_tokens=max_tokens), deadline)
+        params = self._params(data)
+        self._check_window(query, params)
+        hits = await self._run(lambda left: self.engine.search(query, params=params, timeout=left,
+                                                               max_tokens=max_tokens), deadline)
         self._check_rows(len(hits))
-        return JSONResponse(_jsonable(hits.to_dict()))
+        return self._hits_response(hits)
+
+    def _check_window(self, query: str, params: Mapping[str, Any] | None) -> None:
+        """Refuse ``SPAN(…, window => n)`` beyond ``max_span_window`` before anything runs: one span of a
+        million sentences each side is a whole corpus per row (issue 33, item 4)."""
+        if "SPAN" not in query.upper():
+            return
+        from nlql import ir
+        from nlql.parser import parse
+
+        try:
+            q = parse(query)
+        except NLQLError:
+            return  # the engine reports it, with its position
+        window = q.unit.window if isinstance(q.unit, ir.Unit) else None
+        if window is None:
+            return
+        value: Any = window.value if isinstance(window, ir.Literal) else (
+            (params or {}).get(window.name) if isinstance(window, ir.Param) else None)
+        limit = self.config.max_span_window
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value > limit:
+            from nlql.errors import LimitError
+
+            raise LimitError(f"SPAN window {_short_number(value)} is larger than this server allows ({limit})",
+                             window.span, hint=f"ask for window => {limit} or less (nlql serve "
+                                               "--max-span-window)")
+
+    def _hits_response(self, hits: Any, extra: dict[str, Any] | None = None) -> Response:
+        """The hits as JSON, built hit by hit and refused once larger than ``max_response_bytes``."""
+        limit = self.config.max_response_bytes
+        data = hits.to_dict()
+        rows = data.pop("hits")
+        head = _dumps({**_jsonable(data), **(extra or {})})
+        parts: list[bytes] = []
+        size = len(head) + 16
+        for i, row in enumerate(rows):
+            part = _dumps(row)
+            size += len(part) + 1
+            if size > limit:
+                raise RequestError(400, "limit", f"the response would be larger than this server sends "
+                                   f"({limit:,} bytes, --max-response-bytes): {i:,} of {len(rows):,} hits fit",
+                                   "add LIMIT, ask for fewer or shorter rows (SENTENCE or CHUNK, a smaller "
+                                   "SPAN window), or set max_tokens")
+            parts.append(part)
+        body = b'{"hits":[' + b",".join(parts) + b"]," + head[1:]
+        return Response(body, media_type="application/json")
 
     def _check_rows(self, n: int) -> None:
         if n > self.config.max_rows:
@@ -340,7 +472,8 @@ class _Api:
         query = self._text(data, "query")
         request.scope["nlql.source"] = query
         deadline = self._deadline(data)
-        plan = await self._run(partial(self.engine.explain, query, params=self._params(data)), deadline)
+        params = self._params(data)
+        plan = await self._run(lambda _: self.engine.explain(query, params=params), deadline)
         return JSONResponse({"text": str(plan), "plan": _jsonable(plan.to_dict())})
 
     async def check(self, request: Request) -> Response:
@@ -351,7 +484,8 @@ class _Api:
         query = self._text(data, "query")
         request.scope["nlql.source"] = query
         deadline = self._deadline(data)
-        diags = await self._run(partial(check_query, self.engine, query, self._params(data)), deadline)
+        params = self._params(data)
+        diags = await self._run(lambda _: check_query(self.engine, query, params), deadline)
         return JSONResponse({"valid": not diags, "diagnostics": diags})
 
     async def ask(self, request: Request) -> Response:
@@ -359,17 +493,15 @@ class _Api:
         self._fields(data, {"question", "params", "timeout"})
         question = self._text(data, "question")
         deadline = self._deadline(data)
-        hits = await self._run(partial(self.engine.ask, question, params=self._params(data),  # type: ignore[attr-defined]
-                                       timeout=deadline), deadline)
+        params = self._params(data)
+        hits = await self._run(lambda left: self.engine.ask(question, params=params,  # type: ignore[attr-defined]
+                                                            timeout=left), deadline)
         self._check_rows(len(hits))
-        out = _jsonable(hits.to_dict())
         route = getattr(hits, "route", None)
-        if route is not None:
-            out["route"] = _jsonable(_as_dict(route))
-        return JSONResponse(out)
+        return self._hits_response(hits, {"route": _jsonable(_as_dict(route))} if route is not None else None)
 
     async def schema(self, request: Request) -> Response:
-        value = await self._run(self.engine.schema, self.config.timeout)  # type: ignore[attr-defined]
+        value = await self._run(lambda _: self.engine.schema(), self.config.timeout)  # type: ignore[attr-defined]
         return JSONResponse(_jsonable(_as_dict(value)))
 
     async def health(self, request: Request) -> Response:
@@ -377,13 +509,74 @@ class _Api:
                                "auth": bool(self.config.token)}
         if self.authorized(request):
             out["store"] = self.engine.store.capabilities.NAME
-            out["sentences"] = await self._run(lambda: len(self.engine), self.config.timeout)
+            out["sentences"] = await self._run(lambda _: len(self.engine), self.config.timeout)
         return JSONResponse(out)
 
     async def openapi(self, request: Request) -> Response:
         from nlql.serve.openapi import openapi
 
-        return JSONResponse(openapi(self.features, auth=bool(self.config.token)))
+        return JSONResponse(openapi(self.features, auth=bool(self.config.token), writes=self.writes,
+                                    max_query_chars=self.config.max_query_chars))
+
+    # ---------------------------------------------------------------- writes (behind a token)
+
+    def _document(self, item: Any, where: str, id_required: bool = False) -> tuple[str | None, str, Any]:
+        if not isinstance(item, dict):
+            raise RequestError(400, "request", f"{where} must be a JSON object, not {type(item).__name__}",
+                               '{"id": "a", "text": "…", "metadata": {…}}')
+        self._fields(item, {"id", "text", "metadata"} if not id_required else {"text", "metadata"})
+        text = item.get("text")
+        if not isinstance(text, str):
+            raise RequestError(400, "request", f"{where}: 'text' is required and must be a string")
+        doc_id = item.get("id")
+        if doc_id is not None and (not isinstance(doc_id, str) or not doc_id):
+            raise RequestError(400, "request", f"{where}: 'id' must be a non-empty string")
+        meta = item.get("metadata")
+        if meta is not None and not isinstance(meta, dict):
+            raise RequestError(400, "request", f"{where}: 'metadata' must be a JSON object")
+        return doc_id, text, meta
+
+    async def _write(self, fn: Callable[[float], Any]) -> Any:
+        try:
+            return await self._run(fn, self.config.timeout)
+        except (TypeError, ValueError) as exc:  # the engine's checks of texts, ids and metadata
+            raise RequestError(400, "request", f"the documents were refused: {exc}",
+                               "nothing was written") from None
+
+    async def add_documents(self, request: Request) -> Response:
+        data = await self._body(request)
+        self._fields(data, {"documents"})
+        docs = data.get("documents")
+        if not isinstance(docs, list) or not docs:
+            raise RequestError(400, "request", "'documents' is required: a non-empty list of documents",
+                               '{"documents": [{"id": "a", "text": "…", "metadata": {…}}]}')
+        items = [self._document(d, f"documents[{i}]") for i, d in enumerate(docs)]
+        ids = await self._write(lambda _: self.engine.add_texts(
+            [t for _, t, _ in items], ids=[i for i, _, _ in items], metadatas=[m for _, _, m in items]))
+        return JSONResponse({"ids": list(ids)}, status_code=201)
+
+    async def replace_document(self, request: Request) -> Response:
+        doc_id = request.path_params["doc_id"]
+        data = await self._body(request)
+        _, text, meta = self._document(data, "the body", id_required=True)
+        await self._write(lambda _: self.engine.add_text(text, id=doc_id, metadata=meta))
+        return JSONResponse({"id": doc_id})
+
+    async def delete_document(self, request: Request) -> Response:
+        doc_id = request.path_params["doc_id"]
+        existed = await self._write(lambda _: self.engine.delete(doc_id))
+        if not existed:
+            raise RequestError(404, "request", f"no document {doc_id!r}", "GET nothing: it is not there")
+        return JSONResponse({"id": doc_id, "deleted": True})
+
+    async def document(self, request: Request) -> Response:
+        if request.method == "DELETE":
+            return await self.delete_document(request)
+        return await self.replace_document(request)
+
+    async def no_writes(self, request: Request) -> Response:
+        raise RequestError(403, "auth", "this server takes no writes: it has no token",
+                           "start it with --token (or NLQL_TOKEN) to add, replace and delete documents")
 
     async def playground(self, request: Request) -> Response:
         return FileResponse(STATIC_DIR / "index.html", media_type="text/html",
@@ -397,6 +590,20 @@ _PAGE_HEADERS = {
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "no-referrer",
 }
+
+
+def _dumps(value: Any) -> bytes:
+    """Compact JSON bytes of an engine value (datetimes as ISO text, NaN and infinities as null)."""
+    from nlql.values import json_default
+
+    text = json.dumps(value, default=json_default, ensure_ascii=False, separators=(",", ":"), allow_nan=True)
+    if "NaN" in text or "Infinity" in text:  # (rare: an engine value should never be one)
+        text = json.dumps(_jsonable(value), ensure_ascii=False, separators=(",", ":"))
+    return text.encode("utf-8")
+
+
+def _short_number(value: Any) -> str:
+    return f"{value:,}" if abs(value) < 10**15 else "a very large number"
 
 
 def _jsonable(value: Any) -> Any:
@@ -436,8 +643,11 @@ def create_app(engine: Engine, config: ServeConfig | None = None) -> Starlette:
         Route("/explain", ep(api.explain), methods=["POST"]),
         Route("/check", ep(api.check), methods=["POST"]),
         Route("/health", ep(api.health, auth=False), methods=["GET"]),
-        Route("/openapi.json", ep(api.openapi, auth=False), methods=["GET"]),
+        Route("/openapi.json", ep(api.openapi), methods=["GET"]),
     ]
+    routes += [Route("/documents", ep(api.add_documents if api.writes else api.no_writes), methods=["POST"]),
+               Route("/documents/{doc_id:path}", ep(api.document if api.writes else api.no_writes),
+                     methods=["PUT", "DELETE"])]
     if "ask" in api.features:
         routes.append(Route("/ask", ep(api.ask), methods=["POST"]))
     if "schema" in api.features:
@@ -445,6 +655,12 @@ def create_app(engine: Engine, config: ServeConfig | None = None) -> Starlette:
     if config.playground:
         routes.append(Route("/", ep(api.playground, auth=False), methods=["GET"]))
         routes.append(Mount("/static", app=StaticFiles(directory=STATIC_DIR), name="static"))
-    app = Starlette(routes=routes, exception_handlers={HTTPException: _http_exception, Exception: _internal_error})
+    middleware = []
+    if config.cors_origins:  # off by default: only the listed origins' pages may call the API
+        middleware.append(Middleware(CORSMiddleware, allow_origins=list(config.cors_origins),
+                                     allow_methods=["GET", "POST", "PUT", "DELETE"],
+                                     allow_headers=["Authorization", "Content-Type"], max_age=600))
+    app = Starlette(routes=routes, middleware=middleware,
+                    exception_handlers={HTTPException: _http_exception, Exception: _internal_error})
     app.state.api = api
     return app

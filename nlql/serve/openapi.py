@@ -6,7 +6,7 @@ every route the app serves is described and every described route is served.
 
 >>> doc = openapi(["search", "explain", "check"], auth=False)
 >>> sorted(doc["paths"])
-['/check', '/explain', '/health', '/search']
+['/check', '/documents', '/documents/{doc_id}', '/explain', '/health', '/search']
 >>> "/ask" in openapi(["search", "explain", "check", "ask"], auth=True)["paths"]
 True
 """
@@ -25,7 +25,8 @@ _PARAMS = {"type": "object", "additionalProperties": True,
            "description": 'Values for $name parameters in the query, e.g. {"q": "AI agents"}.'}
 _TIMEOUT = {"type": "number", "exclusiveMinimum": 0,
             "description": "Deadline in seconds; capped by the server's own (nlql serve --timeout)."}
-_QUERY = {"type": "string", "description": "NLQL text, e.g. SELECT SENTENCE LET rel = SIMILARITY(content, $q) LIMIT 5"}
+_QUERY = {"type": "string", "minLength": 1, "pattern": "\\S",
+          "description": "NLQL text (not empty), e.g. SELECT SENTENCE LET rel = SIMILARITY(content, $q) LIMIT 5"}
 
 _SCHEMAS: dict[str, Any] = {
     "Diagnostic": {
@@ -105,21 +106,29 @@ def _ref(name: str) -> dict[str, str]:
     return {"$ref": f"#/components/schemas/{name}"}
 
 
+_ERROR_TEXT = {
+    400: "a bad query (syntax, check, plan, limit) or a bad request body", 401: "no or wrong bearer token",
+    403: "this server takes no writes (it has no token)", 404: "no such document",
+    408: "the request body did not arrive in time", 413: "the request body is too large",
+    415: "the body is not JSON", 500: "a bug (the details are in the server log)", 502: "the store failed",
+    503: "the server is busy (Retry-After) or shutting down", 504: "the request ran out of time"}
+
+
 def _errors(*codes: int) -> dict[str, Any]:
-    text = {400: "a bad query (syntax, check, plan, limit) or a bad request body", 401: "no or wrong bearer token",
-            413: "the request body is too large", 415: "the body is not JSON", 502: "the store failed",
-            504: "the request ran out of time"}
-    return {str(c): _json(_ref("Error"), text[c]) for c in codes}
+    return {str(c): _json(_ref("Error"), _ERROR_TEXT[c]) for c in codes}
 
 
-def openapi(features: Sequence[str], auth: bool) -> dict[str, Any]:
-    """The description of the endpoints in ``features`` (see :func:`nlql.serve.app.features`)."""
-    post_errors = (400, 401, 413, 415, 502, 504) if auth else (400, 413, 415, 502, 504)
+def openapi(features: Sequence[str], auth: bool, writes: bool = False,
+            max_query_chars: int | None = None) -> dict[str, Any]:
+    """The description of the endpoints in ``features`` (see :func:`nlql.serve.app.features`); the write
+    endpoints (``/documents``) when ``writes``."""
+    post_errors = (400, 401, 408, 413, 415, 502, 503, 504) if auth else (400, 408, 413, 415, 502, 503, 504)
+    query = dict(_QUERY, maxLength=max_query_chars) if max_query_chars else _QUERY
     paths: dict[str, Any] = {
         "/search": {"post": {
             "summary": "Run an NLQL query",
             "operationId": "search",
-            "requestBody": _body({"query": _QUERY, "params": _PARAMS, "timeout": _TIMEOUT,
+            "requestBody": _body({"query": query, "params": _PARAMS, "timeout": _TIMEOUT,
                                   "max_tokens": {"type": "integer", "minimum": 1,
                                                  "description": "keep hits within a token budget"}}, ["query"]),
             "responses": {"200": _json(_ref("Hits"), "the hits, with stats and warnings"), **_errors(*post_errors)},
@@ -127,7 +136,7 @@ def openapi(features: Sequence[str], auth: bool) -> dict[str, Any]:
         "/explain": {"post": {
             "summary": "Show how a query would run, without running it",
             "operationId": "explain",
-            "requestBody": _body({"query": _QUERY, "params": _PARAMS, "timeout": _TIMEOUT}, ["query"]),
+            "requestBody": _body({"query": query, "params": _PARAMS, "timeout": _TIMEOUT}, ["query"]),
             "responses": {"200": _json({"type": "object", "required": ["text", "plan"], "properties": {
                 "text": {"type": "string", "description": "the plan as an indented text tree"},
                 "plan": {"type": "object", "description": "the plan's fields (recall, filters, order, …)"}}},
@@ -136,7 +145,7 @@ def openapi(features: Sequence[str], auth: bool) -> dict[str, Any]:
         "/check": {"post": {
             "summary": "Every problem in a query at once (an invalid query is still a 200)",
             "operationId": "check",
-            "requestBody": _body({"query": _QUERY, "params": _PARAMS, "timeout": _TIMEOUT}, ["query"]),
+            "requestBody": _body({"query": query, "params": _PARAMS, "timeout": _TIMEOUT}, ["query"]),
             "responses": {"200": _json({"type": "object", "required": ["valid", "diagnostics"], "properties": {
                 "valid": {"type": "boolean"},
                 "diagnostics": {"type": "array", "items": _ref("Diagnostic")}}}, "the diagnostics"),
@@ -161,7 +170,8 @@ def openapi(features: Sequence[str], auth: bool) -> dict[str, Any]:
         paths["/ask"] = {"post": {
             "summary": "Answer a question through the engine's intent router",
             "operationId": "ask",
-            "requestBody": _body({"question": {"type": "string"}, "params": _PARAMS, "timeout": _TIMEOUT},
+            "requestBody": _body({"question": {**query, "description": "a question in plain words"},
+                                  "params": _PARAMS, "timeout": _TIMEOUT},
                                  ["question"]),
             "responses": {"200": _json(_ref("Hits"), "the hits and the route taken (intent, query)"),
                           **_errors(*post_errors)},
@@ -173,6 +183,32 @@ def openapi(features: Sequence[str], auth: bool) -> dict[str, Any]:
             "responses": {"200": _json({"type": "object"}, "the schema"),
                           **_errors(*((401, 502, 504) if auth else (502, 504)))},
         }}
+    write_errors = (400, 401, 408, 413, 415, 502, 503, 504) if auth else (400, 403, 408, 413, 415, 502, 503, 504)
+    document = {"type": "object", "required": ["text"], "additionalProperties": False, "properties": {
+        "text": {"type": "string"}, "metadata": {"type": "object", "additionalProperties": True}}}
+    doc_id = {"name": "doc_id", "in": "path", "required": True, "schema": {"type": "string", "minLength": 1}}
+    if writes or not auth:
+        paths["/documents"] = {"post": {
+            "summary": "Add documents (the same id again replaces one)" + ("" if writes else
+                                                                         ": refused, this server has no token"),
+            "operationId": "add_documents",
+            "requestBody": _body({"documents": {"type": "array", "minItems": 1, "items": {
+                **document, "properties": {**document["properties"], "id": {"type": "string", "minLength": 1}}}}},
+                ["documents"]),
+            "responses": {**({"201": _json({"type": "object", "required": ["ids"], "properties": {
+                "ids": {"type": "array", "items": {"type": "string"}}}}, "the ids written")} if writes else {}),
+                **_errors(*write_errors)},
+        }}
+        paths["/documents/{doc_id}"] = {
+            "put": {"summary": "Replace a document (or add it under this id)", "operationId": "replace_document",
+                    "parameters": [doc_id], "requestBody": _body(document["properties"], ["text"]),
+                    "responses": {**({"200": _json({"type": "object"}, "the id written")} if writes else {}),
+                                  **_errors(*write_errors)}},
+            "delete": {"summary": "Delete a document and its sentences", "operationId": "delete_document",
+                       "parameters": [doc_id],
+                       "responses": {**({"200": _json({"type": "object"}, "deleted")} if writes else {}),
+                                     **_errors(*(write_errors + ((404,) if writes else ())))}},
+        }
     doc: dict[str, Any] = {
         "openapi": "3.1.0",
         "info": {"title": "NLQL", "version": __version__,
