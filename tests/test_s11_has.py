@@ -166,3 +166,18 @@ def test_schema_warns_when_a_key_is_never_a_list() -> None:
     d = e.check('SELECT SENTENCE WHERE meta.source HAS "wiki" AND meta.tags HAS "x"')
     assert [x.severity for x in d] == ["warning"] and "never a list" in d[0].message
     assert [h.doc_id for h in e.search('SELECT SENTENCE WHERE meta.source HAS "wiki"')] == ["a"]
+
+
+@pytest.mark.parametrize("unit", ["SENTENCE", "DOCUMENT"])
+def test_has_under_the_builtin_fast_paths(corpus: tuple[Engine, list[tuple[str, dict[str, Any]]]], unit: str) -> None:
+    """With LIMIT the built-in store picks pages with numpy (fast paths): the same rows as the full order."""
+    engine, _ = corpus
+    for tail in ('LET s = SIMILARITY(content, "row d1 hello") WHERE meta.tags HAS ANY ("rag", 7) ORDER BY s DESC',
+                 'LET k = BM25(content, "row d1") WHERE meta.tags NOT HAS "x" ORDER BY k DESC',
+                 'LET s = SIMILARITY(content, "hello"), k = BM25(content, "d2"), f = RRF(s, k) '
+                 'WHERE meta.tags HAS ALL ("rag") ORDER BY f DESC',
+                 'WHERE meta.tags HAS "llm"'):
+        full = [h.id for h in engine.search(f"SELECT {unit} {tail}")]
+        for limit, offset in ((3, 0), (4, 2)):
+            page = [h.id for h in engine.search(f"SELECT {unit} {tail} LIMIT {limit} OFFSET {offset}")]
+            assert page == full[offset:offset + limit], (tail, limit, offset)

@@ -17,7 +17,9 @@ import numpy as np
 from nlql.deadline import Deadline, active
 from nlql.errors import EvaluationError, NLQLTimeoutError
 from nlql.evaluate import Env, compile_expr
+from nlql.execute.autocut import autocut
 from nlql.execute.candidates import Candidate, Search, keep_passing
+from nlql.execute.count import count_groups
 from nlql.execute.cursor import Paging, cursor_page, first_cursor
 from nlql.execute.degrade import cause_of, drop_arms, embed_within
 from nlql.execute.distinct import distinct
@@ -158,6 +160,14 @@ class Executor:
             units = keep_passing(units, late, run.deadline, run.warnings)
             stats.add("filter", (time.perf_counter() - t) * 1000)
 
+        if plan.count is not None:  # SELECT COUNT(unit) BY …: group the rows, no ordering or paging of rows
+            t = time.perf_counter()
+            groups = count_groups(run, units)
+            stats.add("count", (time.perf_counter() - t) * 1000)
+            stats.counts["matches_seen"] = len(units)
+            stats.counts["returned"] = len(groups)
+            return Hits(groups, stats.to_dict(), run.warnings)
+
         t = time.perf_counter()
         units = order(run, units)
         stats.add("order", (time.perf_counter() - t) * 1000)
@@ -185,6 +195,10 @@ class Executor:
             page = units[plan.offset:]
             if plan.limit is not None:
                 page = page[: plan.limit]
+            if plan.autocut is not None:  # before the cursor: a next page starts after the last row kept
+                before = len(page)
+                page = autocut(run, page)
+                stats.counts["autocut"] = {"k": plan.autocut, "of": before, "kept": len(page)}
             cursor = first_cursor(run, units, page, paging) if paging is not None and reranker is None else None
         t = time.perf_counter()
         out = hits(run, page)

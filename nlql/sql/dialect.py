@@ -752,4 +752,3 @@ def _feature(node: Any) -> str:
     if isinstance(node, SimilarityScore):
         return "SIMILARITY in SQL"
     return f"{type(node).__name__} in SQL"
-

@@ -23,15 +23,16 @@ from typing import Any
 
 from nlql import values as V
 from nlql.errors import UnsupportedError
-from nlql.pushdown import OPS, Cond, FAnd, Filter, FOr
+from nlql.pushdown import HAS_OPS, OPS, Cond, FAnd, Filter, FOr
 from nlql.sql.binder import Fragment, Param, join, sql, template
 from nlql.sql.codec import TextCodec, micros
 
 __all__ = ["SQL_FILTER_OPS", "Subject", "filter_sql", "like_pattern"]
 
 # the leaf operators a SQL dialect over NLQL's typed schema compiles: MATCH is a Python regex, which
-# no SQL regex engine means exactly, so it is never pushed
-SQL_FILTER_OPS = frozenset(OPS - {"match", "not_match"})
+# no SQL regex engine means exactly, so it is never pushed; HAS (list membership, SPEC §11) reads lists,
+# which the typed views do not keep: it stays residual
+SQL_FILTER_OPS = frozenset(OPS - {"match", "not_match"} - HAS_OPS)
 SQL_OP = {"eq": "=", "ne": "<>", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 _READS_DOCS = re.compile(r"\bd\.")
 _VIEWS = ("s", "fold", "n", "t", "b", "exists", "is_str")
