@@ -390,6 +390,37 @@ def _meta_text(meta: dict[str, Any], doc_id: str = "", keys: int = 5) -> str:
     return "\n".join(parts)
 
 
+def marked_snippet(text: str, ranges: list[list[int]], limit: int = SNIPPET_CHARS) -> Text:
+    """:func:`snippet` as a rich Text with the ``[start, end)`` ranges of ``text`` in bold (HIGHLIGHT)."""
+    flat: list[str] = []
+    where: list[int] = []  # flat index -> index in text
+    gap = -1  # the last whitespace character before the next word, -1: none
+    for i, ch in enumerate(text):
+        if ch.isspace():
+            gap = i
+            continue
+        if gap >= 0 and flat:
+            flat.append(" ")  # a run of whitespace is one space, as snippet() makes it
+            where.append(gap)
+        gap = -1
+        flat.append(ch)
+        where.append(i)
+    out = Text(snippet(text, limit))
+    bold = [False] * (max(where) + 1 if where else 0)
+    for start, end in ranges:
+        for j in range(max(0, start), min(end, len(bold))):
+            bold[j] = True
+    run = None
+    for k in range(min(len(out.plain), len(where)) + 1):
+        on = k < min(len(out.plain), len(where)) and out.plain[k] == flat[k] and bold[where[k]]
+        if on and run is None:
+            run = k
+        elif not on and run is not None:
+            out.stylize("bold", run, k)
+            run = None
+    return out
+
+
 def hits_table(hits: Hits, title: str | None = None) -> Table:
     """A rich table: rank, id, scores, content snippet, key metadata."""
     table = Table(title=title, title_justify="left", show_lines=True, expand=False)
@@ -404,10 +435,12 @@ def hits_table(hits: Hits, title: str | None = None) -> Table:
             scores = f"count {h.count}" + (f"\n{scores}" if scores else "")
         # a span's hit sentence sits in the middle of its window: show the whole window
         limit = SNIPPET_CHARS * 3 if h.unit in ("SENTENCE", "SPAN") else SNIPPET_CHARS
-        content = snippet(h.content, limit) + (" [truncated]" if h.truncated else "")
+        ranges = [r for v in (h.highlights or {}).values() for r in v] if h.unit != "SPAN" else []
+        shown = marked_snippet(h.content, ranges, limit) if ranges else Text(snippet(h.content, limit))
+        content = shown + Text(" [truncated]" if h.truncated else "")
         if h.best is not None:  # the sentence that scored a DOCUMENT / CHUNK row
-            content += f"\nbest (sentence {h.best.position}): {snippet(h.best.content, SNIPPET_CHARS)}"
-        table.add_row(str(rank), Text(h.id), Text(scores), Text(content), Text(_meta_text(h.metadata, h.doc_id)))
+            content += Text(f"\nbest (sentence {h.best.position}): {snippet(h.best.content, SNIPPET_CHARS)}")
+        table.add_row(str(rank), Text(h.id), Text(scores), content, Text(_meta_text(h.metadata, h.doc_id)))
     return table
 
 

@@ -54,6 +54,7 @@ class Env:
     graph_values: Callable[[tuple[str, int, float]], Mapping[tuple[str, int], float]] | None = None
     # TEMPORAL: call -> the period extracted from its text at plan time (None: no period found)
     temporals: Mapping[ir.Node, Any] = field(default_factory=dict)
+    analyzer: Any = None  # the BM25 analyzer HIGHLIGHT matches terms with (None: the default one)
 
     def binding_fn(self, name: str) -> RowFn:
         fn = self.compiled_bindings.get(name)
@@ -328,6 +329,16 @@ def _compile_call(expr: ir.Call, env: Env) -> RowFn:  # noqa: C901
     if name == "UPPER":
         (x,) = args
         return lambda ctx: v.upper() if isinstance(v := x(ctx), str) else None
+    if name == "HIGHLIGHT":
+        from nlql.text.highlight import highlight
+
+        x, t = args
+        an = env.analyzer
+
+        def f_highlight(ctx: RowContext) -> Any:
+            s, q = x(ctx), t(ctx)
+            return highlight(s, q, an) if isinstance(s, str) and isinstance(q, str) else None
+        return f_highlight
     if name == "COUNT":
         x, needle = args
 

@@ -9,7 +9,7 @@ import pytest
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "language.md"
 SECTIONS = ("Normalised fusion: FUSE", "Query by vector, more like this", "Cursors",
-            "Many queries at once: search_many")
+            "Many queries at once: search_many", "Highlights")
 
 
 def _example(title: str) -> str:

@@ -203,6 +203,7 @@ def hits(run: Search, page: list[Candidate]) -> list[Hit]:
     best_slot, best_names = _best_basis(plan) if grouped else (None, [])
     kind = plan.unit.kind
     jsonable = V.jsonable_scalar
+    marked = [b.name for b in plan.query.bindings if isinstance(b.expr, ir.Call) and b.expr.name == "HIGHLIGHT"]
     out = []
     for u in page:
         ctx = u.ctx
@@ -218,6 +219,7 @@ def hits(run: Search, page: list[Candidate]) -> list[Hit]:
             content=ctx.content if kind != "SPAN" else unit_text(run, u),
             metadata=_copy_metadata(ctx.metadata), scores=scores,
             best=_best(run, u, best_slot, best_names) if best_slot is not None else None,
+            highlights={n: scores[n] for n in marked if isinstance(scores.get(n), list)} if marked else None,
         ))
     return out
 

@@ -51,12 +51,15 @@ class Hit:
     best: Best | None = None
     group: dict[str, Any] | None = None  # SELECT COUNT(unit) BY …: {key text: value} of this group
     count: int | None = None             # SELECT COUNT(unit) …: rows in this group (or in all, without BY)
+    # HIGHLIGHT bindings: name -> [start, end) ranges of the unit's content (None: the query has none)
+    highlights: dict[str, list[list[int]]] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out = {
             "id": self.id, "doc_id": self.doc_id, "unit": self.unit, "position": self.position,
             "content": self.content, "metadata": self.metadata, "scores": self.scores,
             **({"truncated": True} if self.truncated else {}),
+            **({"highlights": self.highlights} if self.highlights is not None else {}),
         }
         if self.best is not None or (self.unit in GROUPED_UNITS and self.count is None):
             out["best"] = self.best.to_dict() if self.best is not None else None

@@ -139,4 +139,6 @@ def hit_metadata(hit: Hit, score: float | None) -> dict[str, Any]:
     out.update({"doc_id": hit.doc_id, "unit": hit.unit, "position": hit.position, "score": score,
                 "scores": dict(hit.scores)})
     out["best"] = hit.best.to_dict() if hit.best is not None else None
+    if hit.highlights is not None:  # HIGHLIGHT bindings: name -> [start, end) ranges of the content
+        out["highlights"] = {k: [list(r) for r in v] for k, v in hit.highlights.items()}
     return out

@@ -149,6 +149,24 @@
     return String(v);
   }
 
+  // the content, with every HIGHLIGHT range ([start, end) characters) in bold
+  function contentCell(h) {
+    const td = el("td", "content");
+    const marks = [];
+    if (h.unit !== "SPAN") for (const ranges of Object.values(h.highlights || {})) for (const r of ranges) marks.push(r);
+    marks.sort((a, b) => a[0] - b[0]);
+    const text = h.content || "";
+    let at = 0;
+    for (const [start, end] of marks) {
+      if (start < at) continue;
+      if (start > at) td.appendChild(document.createTextNode(text.slice(at, start)));
+      td.appendChild(el("b", "", text.slice(start, end)));
+      at = end;
+    }
+    td.appendChild(document.createTextNode(text.slice(at) + (h.truncated ? " [truncated]" : "")));
+    return td;
+  }
+
   function renderHits(data) {
     const box = $("results");
     clear(box);
@@ -169,7 +187,7 @@
       tr.appendChild(el("td", "id", h.id));
       if (counted) tr.appendChild(el("td", "num score", fmt(h.count)));
       for (const k of keys) tr.appendChild(el("td", "num score", fmt(h.scores[k])));
-      tr.appendChild(el("td", "content", h.content + (h.truncated ? " [truncated]" : "")));
+      tr.appendChild(contentCell(h));
       const meta = el("td", "meta");
       for (const [k, v] of Object.entries(h.metadata || {})) meta.appendChild(el("span", "", k + " = " + fmt(v)));
       tr.appendChild(meta);
