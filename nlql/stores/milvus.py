@@ -1,8 +1,9 @@
 """Milvus store: Milvus Lite (``milvus:///path/file.db``) or a Milvus server/cluster (``milvus+http://…``).
 
 One code path, pymilvus' ``MilvusClient``, serves both: a ``.db`` path makes pymilvus start Milvus Lite
-in-process, a URL talks to a server. (Milvus Lite 3.x is a pure-Python re-implementation of the
-Milvus API: one process per ``.db`` file, and ``milvus-lite server`` to share it between processes.)
+(2.5, Milvus's C++ engine) in process, a URL talks to a server. The engine's version, read at open
+(``server_version``), decides what the store uses: sparse vectors and infix LIKE from 2.4 on. Neither
+engine has ``exists`` or ``not`` over JSON, so expressions are monotone (see ``_PRESENT``).
 
 Collections (``<c>`` is ``collection``)::
 
@@ -511,22 +512,24 @@ class MilvusStore:
         return _terms.Totals.sum((json.loads(r["val"]) for r in rows), signature=tuple(sorted(r["val"] for r in rows)))
 
     def _df(self, qkeys: Sequence[str], totals: _terms.Totals) -> dict[str, int]:
-        """Rows holding each term, counted in the store; memoised per state of the writer records.
+        """Rows holding each term: one query for all the terms not yet memoised (the ``terms`` of the
+        rows holding any of them, paged when there are more than a page), memoised per state of the
+        writer records.
 
         Every write changes some writer's record (its ``seq`` at least), so a count taken under the
         same records is still exact; the memo is bounded (no growth with the corpus).
         """
-        out: dict[str, int] = {}
-        for t in qkeys:
-            key = (t, totals.signature)
-            got = self._df_memo.get(key)
-            if got is None:
-                got = self._count(f"array_contains(terms, {literal(t)})")
-                if len(self._df_memo) >= 1024:
-                    self._df_memo.clear()
-                self._df_memo[key] = got
-            out[t] = got
-        return out
+        missing = [t for t in qkeys if (t, totals.signature) not in self._df_memo]
+        if missing:
+            # one query for every term not memoised (not one count(*) per term): the terms of the rows
+            # holding any of them, counted here
+            expr = f"array_contains_any(terms, [{', '.join(literal(t) for t in missing)}])"
+            counts = _terms.document_frequencies(missing, (r["terms"] for r in self._query_all(expr, ["terms"])))
+            if len(self._df_memo) + len(missing) > 1024:
+                self._df_memo.clear()
+            for t in missing:
+                self._df_memo[(t, totals.signature)] = int(counts.get(t, 0))
+        return {t: self._df_memo[(t, totals.signature)] for t in qkeys}
 
     def _bump(self, dn: int, dlen: int, seq: int) -> None:
         self._mine["n"] += dn
