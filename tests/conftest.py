@@ -91,3 +91,22 @@ def milvus_module_url(tmp_path_factory) -> str:  # type: ignore[no-untyped-def]
     pytest.importorskip("pymilvus")
     pytest.importorskip("milvus_lite")
     return "milvus://" + str(tmp_path_factory.mktemp("milvus") / "contract.db")
+
+
+@pytest.fixture(scope="session")
+def milvus_server(tmp_path_factory):  # type: ignore[no-untyped-def]
+    """A real ``milvus-server`` process (Milvus 2.3.5 standalone) for the session; skipped only when it
+    cannot be started here."""
+    pytest.importorskip("pymilvus")
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from milvus_server import MilvusServer
+
+    try:
+        server = MilvusServer(tmp_path_factory.mktemp("milvus-server") / "data")
+    except RuntimeError as exc:
+        pytest.skip(f"milvus-server cannot start here: {exc}")
+    yield server
+    server.stop()

@@ -1,8 +1,9 @@
 """Milvus store: Milvus Lite (``milvus:///path/file.db``) or a Milvus server/cluster (``milvus+http://…``).
 
 One code path, pymilvus' ``MilvusClient``, serves both: a ``.db`` path makes pymilvus start Milvus Lite
-in-process, a URL talks to a server. (Milvus Lite 3.x is a pure-Python re-implementation of the
-Milvus API: one process per ``.db`` file, and ``milvus-lite server`` to share it between processes.)
+(2.5, Milvus's C++ engine) in process, a URL talks to a server. The engine's version, read at open
+(``server_version``), decides what the store uses: sparse vectors and infix LIKE from 2.4 on. Neither
+engine has ``exists`` or ``not`` over JSON, so expressions are monotone (see ``_PRESENT``).
 
 Collections (``<c>`` is ``collection``)::
 
@@ -55,19 +56,22 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager
+from contextlib import contextmanager
+from contextvars import ContextVar
 from datetime import date, datetime
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import numpy as np
 
+from nlql import deadline
 from nlql import values as V
 from nlql.errors import BackendError, MissingDependencyError, NLQLError
 from nlql.pushdown import Capabilities, Filter, NativeFilter
 from nlql.stores import _terms, pyfilter
 from nlql.stores import _typed as T
 from nlql.stores.base import DocRecord, Row, backend_errors
+from nlql.stores.interrupt import timed_out
 
 try:
     from pymilvus import DataType, MilvusClient
@@ -97,7 +101,7 @@ _INFO_DIM = 2
 def escape(s: str) -> str:
     """A string as valid UTF-8 without NUL: equality-, substring- and LIKE-preserving.
 
-    U+0000–U+0008 and the surrogates U+D800–U+DFFF become ``\\x01`` followed by four base-7 digits
+    U+0000–U+001F and the surrogates U+D800–U+DFFF become ``\\x01`` followed by four base-7 digits
     written as U+0002–U+0008; every other character is kept. The code is prefix-free and its
     digits never occur unescaped, so a needle matches an escaped text only at code-word boundaries.
 
@@ -106,13 +110,13 @@ def escape(s: str) -> str:
     >>> escape("plain ü") == "plain ü"
     True
     """
-    if not any(ord(c) <= 8 or 0xD800 <= ord(c) <= 0xDFFF for c in s):
+    if not any(ord(c) <= 0x1F or 0xD800 <= ord(c) <= 0xDFFF for c in s):
         return s
     out = []
     for c in s:
         o = ord(c)
-        if o <= 8 or 0xD800 <= o <= 0xDFFF:
-            rank = o if o <= 8 else 9 + (o - 0xD800)
+        if o <= 0x1F or 0xD800 <= o <= 0xDFFF:  # Milvus 2.5 compares no string holding a control character
+            rank = o if o <= 0x1F else 0x20 + (o - 0xD800)
             digits = []
             for _ in range(4):
                 rank, d = divmod(rank, 7)
@@ -306,16 +310,18 @@ class MilvusStore:
                 if timeout is not None:
                     kwargs["timeout"] = timeout
                 try:
-                    self.client = self._connect(kwargs)
+                    self.client = _Timed(self._connect(kwargs), timeout)
+                    if _is_local(self.uri):  # Milvus Lite 2.5 connects even when the file is another process's
+                        self.client.has_collection(self.info_collection)
                 except ImportError as exc:  # a .db path without milvus-lite
                     raise MissingDependencyError("milvus", "milvus-lite") from exc
                 except Exception as exc:
                     if _is_local(self.uri):
                         raise BackendError(
                             "milvus", f"cannot open Milvus Lite file {self.uri!r}: {exc}",
-                            hint="Milvus Lite allows one process per file; to share it, run "
-                                 "`milvus-lite server --data-dir DIR --port 19530` and open "
-                                 "milvus+http://127.0.0.1:19530") from exc
+                            hint="Milvus Lite allows one process per file; to share data between "
+                                 "processes, run a Milvus server (`milvus-server --data DIR`, from the "
+                                 "`milvus` package) and open milvus+http://127.0.0.1:19530") from exc
                     raise
 
     def _connect(self, kwargs: dict[str, Any]) -> Any:
@@ -351,8 +357,19 @@ class MilvusStore:
             ENTITY_LINKS=True,  # each row's entity names inside its record (rec["n"])
         )
 
-    def _backend(self, what: str) -> AbstractContextManager[None]:
-        return backend_errors("milvus", what)
+    @contextmanager
+    def _backend(self, what: str) -> Iterator[None]:
+        """Driver failures as :class:`BackendError`; no call starts after the search's deadline, and a
+        call that failed because the deadline passed (the client's ``timeout``) is :class:`NLQLTimeoutError`."""
+        deadline.check("milvus", what)
+        try:
+            with backend_errors("milvus", what):
+                yield
+        except BackendError as exc:
+            late = timed_out("milvus")
+            if late is not None:
+                raise late from exc
+            raise
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -364,6 +381,7 @@ class MilvusStore:
         """
         with self._backend("open"):
             c = self.client
+            self.server_version = self._read_version()
             if not c.has_collection(self.info_collection):
                 self._create_info()
             c.load_collection(self.info_collection)
@@ -392,6 +410,29 @@ class MilvusStore:
             if mine is not None:
                 self._mine = json.loads(mine)
 
+    def _read_version(self) -> tuple[int, ...]:
+        """The engine's version: the server's answer, else (Milvus Lite, which has no such call) the
+        installed ``milvus_lite`` package's; features follow it (sparse vectors from 2.4 on)."""
+        raw = ""
+        try:
+            raw = str(self.client.get_server_version())
+        except Exception:  # noqa: BLE001 - Milvus Lite 2.5 answers UNIMPLEMENTED
+            if _is_local(self.uri):
+                from importlib.metadata import version
+
+                raw = version("milvus-lite")
+        digits = []
+        for part in raw.lstrip("vV").replace("-", ".").split(".")[:3]:
+            if not part.isdigit():
+                break
+            digits.append(int(part))
+        return tuple(digits) or (0,)
+
+    @property
+    def sparse_vectors(self) -> bool:
+        """Whether the engine has sparse float vectors (Milvus 2.4 on): new collections get a BM25 one."""
+        return getattr(self, "server_version", (0,)) >= (2, 4)
+
     def _create_info(self) -> None:
         s = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
         s.add_field("k", DataType.VARCHAR, is_primary=True, max_length=512)
@@ -413,16 +454,21 @@ class MilvusStore:
                     max_length=_terms.MAX_TERM_BYTES + 1)
         s.add_field("tfs", DataType.ARRAY, element_type=DataType.INT64, max_capacity=_MAX_TERMS)
         s.add_field("vec", DataType.FLOAT_VECTOR, dim=dim)
-        s.add_field("sp", DataType.SPARSE_FLOAT_VECTOR)
+        if self.sparse_vectors:
+            s.add_field("sp", DataType.SPARSE_FLOAT_VECTOR)
         s.add_field("v", DataType.JSON)
         s.add_field("rec", DataType.VARCHAR, max_length=_MAX_VARCHAR)
         ip = self.client.prepare_index_params()
         if self.index == "flat":
             ip.add_index("vec", index_type="FLAT", metric_type="COSINE")
         else:
-            ip.add_index("vec", index_type="HNSW", metric_type="COSINE",
-                         params={"M": self.hnsw_m, "efConstruction": self.hnsw_ef_construction})
-        ip.add_index("sp", index_type="SPARSE_INVERTED_INDEX", metric_type="IP")
+            if _is_local(self.uri):  # Milvus Lite builds FLAT, IVF_FLAT and AUTOINDEX only
+                ip.add_index("vec", index_type="IVF_FLAT", metric_type="COSINE", params={"nlist": 64})
+            else:
+                ip.add_index("vec", index_type="HNSW", metric_type="COSINE",
+                             params={"M": self.hnsw_m, "efConstruction": self.hnsw_ef_construction})
+        if self.sparse_vectors:
+            ip.add_index("sp", index_type="SPARSE_INVERTED_INDEX", metric_type="IP")
         self.client.create_collection(self.collection, schema=s, index_params=ip, consistency_level="Strong")
         for field in ("dkey", "terms"):  # scalar indexes where the server has them (Milvus Lite: none on ARRAY)
             sp = self.client.prepare_index_params()
@@ -466,22 +512,24 @@ class MilvusStore:
         return _terms.Totals.sum((json.loads(r["val"]) for r in rows), signature=tuple(sorted(r["val"] for r in rows)))
 
     def _df(self, qkeys: Sequence[str], totals: _terms.Totals) -> dict[str, int]:
-        """Rows holding each term, counted in the store; memoised per state of the writer records.
+        """Rows holding each term: one query for all the terms not yet memoised (the ``terms`` of the
+        rows holding any of them, paged when there are more than a page), memoised per state of the
+        writer records.
 
         Every write changes some writer's record (its ``seq`` at least), so a count taken under the
         same records is still exact; the memo is bounded (no growth with the corpus).
         """
-        out: dict[str, int] = {}
-        for t in qkeys:
-            key = (t, totals.signature)
-            got = self._df_memo.get(key)
-            if got is None:
-                got = self._count(f"array_contains(terms, {literal(t)})")
-                if len(self._df_memo) >= 1024:
-                    self._df_memo.clear()
-                self._df_memo[key] = got
-            out[t] = got
-        return out
+        missing = [t for t in qkeys if (t, totals.signature) not in self._df_memo]
+        if missing:
+            # one query for every term not memoised (not one count(*) per term): the terms of the rows
+            # holding any of them, counted here
+            expr = f"array_contains_any(terms, [{', '.join(literal(t) for t in missing)}])"
+            counts = _terms.document_frequencies(missing, (r["terms"] for r in self._query_all(expr, ["terms"])))
+            if len(self._df_memo) + len(missing) > 1024:
+                self._df_memo.clear()
+            for t in missing:
+                self._df_memo[(t, totals.signature)] = int(counts.get(t, 0))
+        return {t: self._df_memo[(t, totals.signature)] for t in qkeys}
 
     def _bump(self, dn: int, dlen: int, seq: int) -> None:
         self._mine["n"] += dn
@@ -512,9 +560,10 @@ class MilvusStore:
             rows.append({
                 "key": row_key(doc.doc_id, unit.position), "dkey": dkey, "position": unit.position,
                 "seq": doc.seq, "nterms": length, "terms": terms, "tfs": tfs, "vec": vec.tolist(),
-                "sp": _sparse(terms, tfs, length),
                 "v": _views(meta, doc.doc_id, unit.position, unit.content), "rec": rec,
             })
+            if self._sparse:
+                rows[-1]["sp"] = _sparse(terms, tfs, length)
             total += length
         return rows, total
 
@@ -620,7 +669,13 @@ class MilvusStore:
         if native_node == T.FALSE:
             return NativeFilter(None, "FALSE (no row can pass)", {"check": None, "empty": True})
         loose: list[str] = []
-        expr = "" if native_node == T.TRUE else _render(native_node, loose)
+        token = _INFIX_LIKE.set(getattr(self, "server_version", (2, 5)) >= (2, 4))
+        try:
+            expr = "" if native_node == T.TRUE else _render(native_node, loose)
+        finally:
+            _INFIX_LIKE.reset(token)
+        if expr == "true":  # every row (a superset of what the adapter re-checks)
+            expr = ""
         notes = sorted({_leaf_text(c) for c in T.opaque_leaves(node)} | set(loose))
         check = flt if (T.needs_check(node) or loose) else None
         text = expr or "(all rows)"
@@ -721,7 +776,8 @@ class MilvusStore:
     def _search(self, queries: np.ndarray, limit: int, expr: str) -> list[list[tuple[str, float, int, int]]]:
         params: dict[str, Any] = {"metric_type": "COSINE"}
         if self.index == "hnsw":
-            params["params"] = {"ef": max(self.hnsw_ef, limit)}
+            params["params"] = ({"nprobe": 16} if _is_local(self.uri)  # IVF_FLAT on Milvus Lite
+                                else {"ef": max(self.hnsw_ef, limit)})
         res = self.client.search(self.collection, data=[q.tolist() for q in queries], limit=limit,
                                  filter=expr, output_fields=["seq", "position"], search_params=params,
                                  anns_field="vec")
@@ -978,6 +1034,36 @@ def _sparse(terms: Sequence[str], tfs: Sequence[int], length: int) -> dict[int, 
     return out
 
 
+class _Timed:
+    """A ``MilvusClient`` whose data calls get the search's time left as their ``timeout`` (gRPC's
+    deadline, so a call returns at the deadline however long the server works); ``default`` bounds a
+    call without a search deadline."""
+
+    _CALLS = frozenset({"search", "query", "query_iterator", "upsert", "insert", "delete", "get",
+                        "has_collection", "describe_collection", "load_collection", "get_server_version"})
+
+    def __init__(self, client: Any, default: float | None) -> None:
+        self._client = client
+        self._default = default
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._client, name)
+        if name not in self._CALLS:
+            return attr
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            left = deadline.remaining()
+            if left is not None:
+                if left <= 0:
+                    deadline.check("milvus", name)
+                kwargs["timeout"] = max(0.001, left if self._default is None else min(left, self._default))
+            elif self._default is not None:
+                kwargs.setdefault("timeout", self._default)
+            return attr(*args, **kwargs)
+
+        return call
+
+
 def _is_local(uri: str) -> bool:
     return "://" not in uri
 
@@ -1007,21 +1093,37 @@ def _cmp(kind: str, path: tuple[str, ...], op: str, value: Any, loose: list[str]
     if kind in ("n", "f"):
         if not _exact_number(value):
             loose.append(f"{p} {_RANGE[op]} {value!r} (beyond 2^53: re-checked)")
-            return f"exists {p}"
+            return _present(kind, path)
         return f"{p} {_RANGE[op]} {literal(float(value))}"
     if kind == "d":
         micros = T.datetime_micros(value)
         if micros is None:
             loose.append(f"{p} {_RANGE[op]} {value!r} (out of range: re-checked)")
-            return f"exists {p}"
+            return _present(kind, path)
         return f"{p} {_RANGE[op]} {micros}"
     if kind in ("s", "c"):
         return f"{p} {_RANGE[op]} {literal(escape(value))}"
     return f"{p} {_RANGE[op]} {literal(value)}"
 
 
+# Milvus before 2.4 has LIKE for prefixes only ("ab%"): CONTAINS is then re-checked in the adapter.
+_INFIX_LIKE: ContextVar[bool] = ContextVar("nlql_milvus_infix_like", default=True)
+
+# Milvus's C++ engine (2.3 and 2.5 alike) has no `exists` on a JSON path and no `not` over a JSON
+# comparison, so expressions are monotone: a view is present when a comparison of its own type holds
+# for every value it can have, a negation is `!=` (which a missing key also passes) beside that presence
+# test, and what has no positive form (IS NULL, NOT CONTAINS) is pushed as a superset and re-checked.
+_PRESENT = {
+    "s": '{p} >= ""', "c": '{p} >= ""',
+    "n": "{p} >= -1.7976931348623157e308", "f": "{p} >= -1.7976931348623157e308",
+    "d": "{p} >= -9223372036854775807", "b": "{p} in [true, false]", "p": "{p} == true",
+}
+
+
 def _present(kind: str, path: tuple[str, ...]) -> str:
-    return "true" if T.always_present(kind, path) else f"exists {_path(kind, path)}"
+    if T.always_present(kind, path):
+        return "true"
+    return _PRESENT[kind].format(p=_path(kind, path))
 
 
 def _render(node: T.VNode, loose: list[str]) -> str:
@@ -1029,7 +1131,8 @@ def _render(node: T.VNode, loose: list[str]) -> str:
     if isinstance(node, T.Present):
         return _present(node.kind, node.path)
     if isinstance(node, T.Absent):
-        return f"not (exists {_path(node.kind, node.path)})"
+        loose.append(f"{_path(node.kind, node.path)} is missing (no negation in Milvus: re-checked)")
+        return "true"
     if isinstance(node, T.Cmp):
         return _cmp(node.kind, node.path, node.op, node.value, loose)
     if isinstance(node, T.InSet):
@@ -1040,22 +1143,33 @@ def _render(node: T.VNode, loose: list[str]) -> str:
         if sub:  # a negated superset is not a superset: check the whole leaf in the adapter
             loose.extend(sub)
             return _present(node.kind, node.path)
-        return "(" + " and ".join([_present(node.kind, node.path), *(f"not ({x})" for x in parts)]) + ")"
+        p = _path(node.kind, node.path)
+        ne = [x.replace(f"{p} == ", f"{p} != ", 1) for x in parts]
+        present = _present(node.kind, node.path)
+        items = ([] if present == "true" else [present]) + ne
+        return items[0] if len(items) == 1 else "(" + " and ".join(items) + ")"
     if isinstance(node, (T.Substr, T.NotSubstr)):
         p = _path("c", node.path)
         needle = escape(node.needle)
-        if any(ch in needle for ch in "%_\\"):
+        if not _INFIX_LIKE.get() or any(ch in needle for ch in "%_\\"):
+            why = "LIKE wildcard in the needle" if _INFIX_LIKE.get() else "no infix LIKE before Milvus 2.4"
             loose.append(f"{p} {'not ' if isinstance(node, T.NotSubstr) else ''}contains {node.needle!r} "
-                         "(LIKE wildcard in the needle: re-checked)")
+                         f"({why}: re-checked)")
             return _present("c", node.path)
         like = f"{p} like {literal('%' + needle + '%')}"
         if isinstance(node, T.Substr):
             return like
-        return f"({_present('c', node.path)} and not ({like}))"
-    if isinstance(node, T.VAnd):
-        return "(" + " and ".join(_render(i, loose) for i in node.items) + ")"
-    if isinstance(node, T.VOr):
-        return "(" + " or ".join(_render(i, loose) for i in node.items) + ")"
+        loose.append(f"{p} not contains {node.needle!r} (no negation in Milvus: re-checked)")
+        return _present("c", node.path)
+    if isinstance(node, (T.VAnd, T.VOr)):  # constants folded: Milvus 2.5 cannot filter by a bare `true`
+        conj = isinstance(node, T.VAnd)
+        parts = [_render(i, loose) for i in node.items]
+        if ("false" if conj else "true") in parts:
+            return "false" if conj else "true"
+        parts = [x for x in parts if x != ("true" if conj else "false")]
+        if not parts:
+            return "true" if conj else "false"
+        return parts[0] if len(parts) == 1 else "(" + f" {'and' if conj else 'or'} ".join(parts) + ")"
     if isinstance(node, T.VConst):
         return "true" if node.value else "false"
     raise TypeError(f"cannot render {node!r}")

@@ -2,8 +2,8 @@
 identical rows and BM25 scores, because every per-document fact (rows, vectors, BM25 terms and totals)
 lives in the store and the engines hold nothing that grows with the corpus.
 
-- Milvus: Milvus Lite allows one process per file, so the test starts ``milvus-lite server`` (the same
-  engine behind a gRPC port) and a second engine runs in a child process; both use ``milvus+http://``,
+- Milvus: Milvus Lite allows one process per file, so the test runs on the session's real Milvus server
+  (``milvus-server``, Milvus 2.3.5 standalone) and a second engine runs in a child process; both use ``milvus+http://``,
   the code path of a Milvus server or cluster.
 - Qdrant: Qdrant Edge (the Rust shard) is one process's, and no Qdrant server can be installed here,
   so the two engines share one Edge directory (one ``EdgeClient``) in one process; each has its own
@@ -17,8 +17,6 @@ import socket
 import subprocess
 import sys
 import textwrap
-import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -147,30 +145,15 @@ def _free_port() -> int:
 
 
 @pytest.fixture
-def milvus_server(tmp_path: Path) -> Iterator[str]:
-    pytest.importorskip("pymilvus")
-    pytest.importorskip("milvus_lite")
-    port = _free_port()
-    exe = Path(sys.executable).with_name("milvus-lite")
-    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "milvus_lite"]
-    proc = subprocess.Popen([*cmd, "server", "--data-dir", str(tmp_path / "data"), "--host", "127.0.0.1",
-                             "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1):
-                break
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                pytest.fail("milvus-lite server did not start")
-            time.sleep(0.2)
-    yield f"milvus+http://127.0.0.1:{port}?collection=two"
-    proc.terminate()
-    proc.wait(timeout=30)
+def milvus_url(milvus_server: Any) -> str:
+    """A fresh collection on the session's real ``milvus-server`` process (tests/milvus_server.py)."""
+    import uuid
+
+    return f"{milvus_server.url}?collection=two{uuid.uuid4().hex[:8]}"
 
 
-def test_two_processes_on_one_milvus(milvus_server: str) -> None:
+def test_two_processes_on_one_milvus(milvus_url: str) -> None:
+    milvus_server = milvus_url
     a = Local(milvus_server)
     b = Child(milvus_server)
     try:

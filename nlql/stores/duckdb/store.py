@@ -28,6 +28,7 @@ from nlql.stores.duckdb.driver import (
     registered,
     render,
 )
+from nlql.stores.interrupt import at_deadline, timed_out
 from nlql.stores.sqlstore import SqlStore
 from nlql.text.graph import sentence_entities
 
@@ -161,10 +162,14 @@ class DuckDBStore(SqlStore):
         """Run one operation under the lock, translating driver errors to NLQL errors."""
         with self._lock:
             try:
-                return fn()
+                with at_deadline("duckdb", self._conn.interrupt):  # the deadline interrupts the statement
+                    return fn()
             except NLQLError:
                 raise
             except self._duck.Error as exc:
+                late = timed_out("duckdb")
+                if late is not None:
+                    raise late from exc
                 text = _first_line(exc)
                 if "read-only" in text:
                     raise self._read_only_error() from exc

@@ -1,0 +1,169 @@
+"""NLQL on the real engines beside each engine's own search call (the floor), at --size sentences.
+
+- Qdrant Edge (in process): NLQL top-10 and filtered top-10 against ``EdgeShard.query`` with the same
+  vector, filter and exactness.
+- Milvus (Milvus Lite 2.5 file, the C++ engine): NLQL filtered top-10 against ``MilvusClient.search``
+  with the same expression; BM25 and RRF latencies.
+- Deadlines: ``search(timeout=0.2)`` of a slow query on DuckDB and Milvus, wall time until it returns.
+
+Prints the figures and writes ``bench/results/engines.json`` (load average included: a shared machine).
+
+    python -m bench.engines --size 100000   (as a module: bench/duckdb.py would shadow the driver)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import numpy as np  # noqa: E402
+
+from bench.common import RESULTS, log, machine_info, median_ms, stamp_end, write_json  # noqa: E402
+from nlql import Engine  # noqa: E402
+from nlql.embedders import HashEmbedder  # noqa: E402
+
+WORDS = ("solar energy policy agents memory retrieval graphs planning search vectors language games music "
+         "river mountain cats dogs tools zebra stripes").split()
+DIM = 384
+QV = "agents memory retrieval"
+
+
+def corpus(n: int) -> tuple[list[str], list[str], list[dict[str, Any]]]:
+    rng = np.random.default_rng(7)
+    texts, ids, metas = [], [], []
+    for i in range(n):
+        w = rng.choice(len(WORDS), size=6)
+        texts.append(" ".join(WORDS[j] for j in w) + f" item{i % 997}.")
+        ids.append(f"d{i}")
+        metas.append({"tag": f"t{i % 10}", "rare": i % 1000 == 0, "n": i})
+    return texts, ids, metas
+
+
+def load(store: Any, n: int) -> tuple[Engine, float]:
+    e = Engine(embedder=HashEmbedder(dim=DIM), store=store, warm_up=False)
+    texts, ids, metas = corpus(n)
+    t0 = time.perf_counter()
+    e.add_texts(texts, ids=ids, metadatas=metas, batch_size=2048)
+    return e, time.perf_counter() - t0
+
+
+def q(filt: str = "", limit: int = 10) -> str:
+    where = f" WHERE {filt}" if filt else ""
+    return f'SELECT SENTENCE LET s = SIMILARITY(content, "{QV}"){where} ORDER BY s DESC LIMIT {limit}'
+
+
+BM25 = 'SELECT SENTENCE LET k = BM25(content, "zebra stripes") WHERE k > 0 ORDER BY k DESC LIMIT 10'
+RRF = ('SELECT SENTENCE LET s = SIMILARITY(content, "zebra stripes"), k = BM25(content, "zebra stripes"), '
+       'f = RRF(s, k) ORDER BY f DESC LIMIT 10')
+
+
+def qdrant(n: int, repeat: int) -> dict[str, Any]:
+    import qdrant_edge as qe
+
+    e, ingest = load("qdrant", n)
+    store = e.store
+    shard = store.client._shard(store.collection)
+    vec = [float(x) for x in HashEmbedder(dim=DIM).embed([QV])[0]]
+    exact = qe.SearchParams(exact=True)
+    flt = qe.Filter(must=[qe.FieldCondition(key="_s.tag._", match=qe.MatchValue("t3"))])
+
+    def raw(f: Any = None) -> Any:
+        return shard.query(qe.QueryRequest(limit=11, query=qe.Query.Nearest(vec), filter=f, params=exact,
+                                           with_payload=["seq", "position"]))
+
+    out = {
+        "ingest_s": round(ingest, 2),
+        "top10_ms": median_ms(lambda: e.search(q()), repeat, 2),
+        "top10_floor_ms": median_ms(lambda: raw(), repeat, 2),
+        "filtered_top10_ms": median_ms(lambda: e.search(q('meta.tag == "t3"')), repeat, 2),
+        "filtered_top10_floor_ms": median_ms(lambda: raw(flt), repeat, 2),
+        "bm25_ms": median_ms(lambda: e.search(BM25), max(3, repeat // 3), 1),
+        "rrf_ms": median_ms(lambda: e.search(RRF), max(3, repeat // 3), 1),
+    }
+    e.close()
+    return out
+
+
+def milvus(n: int, repeat: int, tmp: Path) -> dict[str, Any]:
+    e, ingest = load(f"milvus://{tmp / 'bench.db'}", n)
+    store = e.store
+    client = store.client._client
+    vec = HashEmbedder(dim=DIM).embed([QV])[0].tolist()
+    expr = 'v["s"]["tag"]["_"] == "t3"'  # what NLQL pushes for meta.tag == "t3" (explain shows it)
+
+    def raw() -> Any:
+        return client.search(store.collection, data=[vec], limit=11, filter=expr, anns_field="vec",
+                             output_fields=["seq", "position"], search_params={"metric_type": "COSINE"})
+
+    out = {
+        "ingest_s": round(ingest, 2),
+        "filtered_top10_ms": median_ms(lambda: e.search(q('meta.tag == "t3"')), repeat, 2),
+        "filtered_top10_floor_ms": median_ms(raw, repeat, 2),
+        "top10_ms": median_ms(lambda: e.search(q()), repeat, 2),
+        "bm25_ms": median_ms(lambda: e.search(BM25), repeat, 2),
+        "rrf_ms": median_ms(lambda: e.search(RRF), repeat, 2),
+    }
+    t0 = time.perf_counter()
+    try:
+        e.search('SELECT SENTENCE WHERE content CONTAINS "zzz" LIMIT 10', timeout=0.2)
+        out["timeout_0_2_outcome"] = "returned"
+    except Exception as exc:  # noqa: BLE001
+        out["timeout_0_2_outcome"] = type(exc).__name__
+    out["timeout_0_2_wall_s"] = round(time.perf_counter() - t0, 3)
+    e.close()
+    return out
+
+
+def duckdb_deadline() -> dict[str, Any]:
+    from nlql import deadline
+    from nlql.stores import entry
+
+    store = entry("duckdb").create()
+    store.open(4)
+    heavy = "SELECT count(*) FROM range(100000000000) a WHERE a.range % 7 = 3"
+    t0 = time.perf_counter()
+    outcome = "returned"
+    try:
+        with deadline.active(deadline.Deadline(0.2)):
+            store._guard(lambda: store._conn.execute(heavy).fetchall())
+    except Exception as exc:  # noqa: BLE001
+        outcome = type(exc).__name__
+    wall = time.perf_counter() - t0
+    store.close()
+    return {"timeout_0_2_wall_s": round(wall, 3), "timeout_0_2_outcome": outcome,
+            "statement": "a 1e11-row count the deadline interrupts"}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--size", type=int, default=100_000)
+    ap.add_argument("--repeat", type=int, default=15)
+    ap.add_argument("--only", choices=["qdrant", "milvus", "duckdb"], default=None)
+    args = ap.parse_args()
+    started = time.time()
+    results: dict[str, Any] = {"size": args.size, "dim": DIM, "machine": machine_info(),
+                               "loadavg_start": os.getloadavg()}
+    if args.only in (None, "duckdb"):
+        results["duckdb"] = duckdb_deadline()
+        log(f"duckdb {results['duckdb']}")
+    if args.only in (None, "qdrant"):
+        results["qdrant_edge"] = qdrant(args.size, args.repeat)
+        log(f"qdrant edge {results['qdrant_edge']}")
+    if args.only in (None, "milvus"):
+        with tempfile.TemporaryDirectory() as tmp:
+            results["milvus_lite"] = milvus(args.size, args.repeat, Path(tmp))
+        log(f"milvus lite {results['milvus_lite']}")
+    results["loadavg_end"] = os.getloadavg()
+    stamp_end(results, started)
+    write_json(RESULTS / f"engines{'' if args.size == 100_000 else '_' + str(args.size)}.json", results)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,78 @@
+"""A real Milvus standalone server for the tests: the ``milvus`` package's ``milvus-server`` (Milvus 2.3.5,
+the C++ engine with its own etcd and object storage in one process tree), started on free ports in a
+temporary directory and stopped at the end of the session.
+
+It has no sparse vectors (Milvus 2.4 added them), so it is also the test of ``MilvusStore`` on a server
+without them: BM25 is read from the stored term statistics.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+_PORTS = ("etcd", "proxy")  # the internal components' ports stay at their defaults (one server at a time)
+
+
+def _free_ports(n: int) -> list[int]:
+    socks = []
+    for _ in range(n):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        socks.append(s)
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+class MilvusServer:
+    """``milvus-server --data DIR`` on free ports; ``url`` is what ``Engine(store=…)`` opens."""
+
+    def __init__(self, data: Path, start_timeout: float = 300.0) -> None:
+        beside = Path(sys.executable).parent / "milvus-server"  # the venv's, when its bin is not on PATH
+        exe = str(beside) if beside.exists() else shutil.which("milvus-server")
+        if exe is None:
+            raise RuntimeError("milvus-server is not installed (pip install milvus)")
+        ports = dict(zip(_PORTS, _free_ports(len(_PORTS)), strict=True))
+        args = [exe, "--data", str(data)]
+        for name, port in ports.items():
+            args += [f"--{name}-port", str(port)]
+        self.port = ports["proxy"]
+        self.url = f"milvus+http://127.0.0.1:{self.port}"
+        self.log = open(data.parent / "milvus-server.log", "wb")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+        self._wait(start_timeout)
+
+    def _wait(self, timeout: float) -> None:
+        from pymilvus import MilvusClient
+
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"milvus-server exited with {self.proc.returncode}")
+            try:
+                client = MilvusClient(uri=f"http://127.0.0.1:{self.port}", timeout=5)
+                client.list_collections()
+                client.close()
+                return
+            except Exception:  # noqa: BLE001 - not up yet
+                time.sleep(1.0)
+        self.stop()
+        raise RuntimeError(f"milvus-server did not answer within {timeout:.0f} s")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+        self.log.close()
