@@ -601,13 +601,50 @@ def ingest(
             raise CLIError("nothing to ingest: no non-empty documents in " + ", ".join(map(str, paths)))
         engine, _ = open_engine(store, embedder, create=True, analyzer=analyzer, warm_up=False)
         try:
+            replaced = _replaced(engine, [d.id for d in docs])
             n_docs, n_sent, secs = ingest_documents(engine, docs, batch_size, progress=not quiet)
             total = len(engine)
         finally:
             engine.close()
         rate = n_sent / secs if secs > 0 else float("inf")
-        out().print(f"ingested {n_docs} documents, {n_sent} sentences in {secs:.1f} s ({rate:,.0f} sentences/s); "
-                    f"{escape(store)} now holds {total} sentences", soft_wrap=True)
+        again = (f" ({replaced} of them replaced a document with the same id)" if replaced else "")
+        out().print(f"ingested {n_docs} documents{again}, {n_sent} sentences in {secs:.1f} s "
+                    f"({rate:,.0f} sentences/s); {escape(store)} now holds {total} sentences", soft_wrap=True)
+
+
+def _replaced(engine: Engine, ids: Sequence[str]) -> int:
+    """How many of ``ids`` will replace a document: already in the store, or given again later in ``ids``."""
+    unique = list(dict.fromkeys(str(i) for i in ids))
+    again = len(ids) - len(unique)
+    if len(engine) == 0:
+        return again
+    stored = 0
+    for lo in range(0, len(unique), 1000):
+        hits = engine.search("SELECT DOCUMENT WHERE doc_id IN $ids", params={"ids": unique[lo:lo + 1000]})
+        stored += len(hits)
+    return again + stored
+
+
+@app.command()
+def delete(
+    ids: Annotated[list[str], typer.Argument(metavar="ID...", help="Ids of the documents to delete.")],
+    store: Annotated[str, typer.Option("--store", "-s", help="Store directory (or URL).")],
+) -> None:
+    """Delete documents (and all their sentences) by id. Exit 1 when an id was not in the store (the
+    others are deleted), as rm does for a missing file."""
+    with guard():
+        engine, _ = open_engine(store, None, warm_up=False)
+        try:
+            missing = [i for i in ids if not engine.delete(i)]
+            total = len(engine)
+        finally:
+            engine.close()
+        n = len(ids) - len(missing)
+        out().print(f"deleted {n} document{'s' if n != 1 else ''}; {escape(store)} now holds {total} sentences",
+                    soft_wrap=True)
+        if missing:
+            _print_error("not in the store: " + ", ".join(escape(m) for m in missing))
+            raise typer.Exit(1)
 
 
 # ------------------------------------------------------------------------------------- query

@@ -396,3 +396,20 @@ def test_repl_reads_multi_line_queries_and_commands(store: Path) -> None:
     assert '"content": "Tax rules change every year."' in r.stdout
     assert "unknown command :bogus" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_ingest_says_how_many_documents_replaced_and_delete_removes(tmp_path: Path) -> None:
+    rows = [{"id": "a", "text": "Alpha one."}, {"id": "b", "text": "Beta two."}, {"id": "a", "text": "Alpha again."}]
+    (tmp_path / "one.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n", encoding="utf-8")
+    store = tmp_path / "s"
+    r = nlql("ingest", "one.jsonl", "--store", str(store), "--embedder", "hash", "-q", cwd=tmp_path)
+    assert r.returncode == 0 and "ingested 3 documents (1 of them replaced" in r.stdout, r.stdout + r.stderr
+    (tmp_path / "two.jsonl").write_text(json.dumps({"id": "b", "text": "Beta new."}) + "\n"
+                                        + json.dumps({"id": "c", "text": "Gamma."}) + "\n", encoding="utf-8")
+    r = nlql("ingest", "two.jsonl", "--store", str(store), "-q", cwd=tmp_path)
+    assert "ingested 2 documents (1 of them replaced" in r.stdout and "holds 3 sentences" in r.stdout, r.stdout
+    r = nlql("delete", "a", "c", "--store", str(store), cwd=tmp_path)
+    assert r.returncode == 0 and "deleted 2 documents" in r.stdout and "holds 1 sentences" in r.stdout, r.stdout
+    r = nlql("delete", "b", "zzz", "--store", str(store), cwd=tmp_path)
+    assert r.returncode == 1 and "deleted 1 document;" in r.stdout and "not in the store: zzz" in r.stderr
+    assert nlql("delete", "b", "--store", str(tmp_path / "nope"), cwd=tmp_path).returncode == 1
