@@ -217,6 +217,17 @@ def _is_directory_store(store: str) -> bool:
     return store not in store_names() and "://" not in store
 
 
+def _bare_directory(store: str) -> bool:
+    """A bare word (no path separator, no scheme) that is no store name, nor close to one (a typo such as
+    ``qdrnt`` keeps the registry's did-you-mean error): a directory in the working directory."""
+    import difflib
+
+    from nlql.stores import store_names
+
+    return (_is_directory_store(store) and not os.path.dirname(store) and not store.startswith(".")
+            and not difflib.get_close_matches(store, store_names(), n=1, cutoff=0.75))
+
+
 def _cli_name(model: str) -> str | None:
     """The CLI embedder name of a recorded model id (the first one that records it)."""
     return next((name for name, m in CLI_MODELS.items() if m == model), None)
@@ -298,7 +309,10 @@ def open_engine(store: str, embedder: EmbedderName | None, *, create: bool = Fal
     from nlql.errors import StoreMismatchError
     from nlql.stores import open_store
 
-    target = open_store(store)
+    # a bare word that names no store is a directory here, for every command alike (the registry asks
+    # for ./name so that a typo of a store name is not silently a new directory; the CLI has said which
+    # it is already: `nlql query` recommends `--store NAME`, so `nlql ingest --store NAME` must take it)
+    target = open_store(os.path.join(".", store) if _bare_directory(store) else store)
     try:
         name = choose_embedder(target, store, embedder)
         chosen = None

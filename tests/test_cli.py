@@ -413,3 +413,16 @@ def test_ingest_says_how_many_documents_replaced_and_delete_removes(tmp_path: Pa
     r = nlql("delete", "b", "zzz", "--store", str(store), cwd=tmp_path)
     assert r.returncode == 1 and "deleted 1 document;" in r.stdout and "not in the store: zzz" in r.stderr
     assert nlql("delete", "b", "--store", str(tmp_path / "nope"), cwd=tmp_path).returncode == 1
+
+
+def test_a_bare_store_name_is_the_same_directory_for_ingest_and_query(tmp_path: Path) -> None:
+    (tmp_path / "a.txt").write_text("Hello world.\n", encoding="utf-8")
+    missing = nlql("query", "SELECT SENTENCE", "--store", "s-dup", cwd=tmp_path)
+    assert missing.returncode == 1 and "--store s-dup" in missing.stderr  # what query recommends …
+    r = nlql("ingest", "a.txt", "--store", "s-dup", "--embedder", "hash", "-q", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr                                     # … ingest accepts
+    assert (tmp_path / "s-dup").is_dir()
+    q = nlql("query", "SELECT SENTENCE", "--store", "s-dup", "--format", "jsonl", cwd=tmp_path)
+    assert q.returncode == 0 and "Hello world." in q.stdout
+    typo = nlql("ingest", "a.txt", "--store", "qdrnt", "--embedder", "hash", "-q", cwd=tmp_path)
+    assert typo.returncode == 1 and not (tmp_path / "qdrnt").exists()     # a typo of a store name is refused
