@@ -426,3 +426,30 @@ def test_a_bare_store_name_is_the_same_directory_for_ingest_and_query(tmp_path: 
     assert q.returncode == 0 and "Hello world." in q.stdout
     typo = nlql("ingest", "a.txt", "--store", "qdrnt", "--embedder", "hash", "-q", cwd=tmp_path)
     assert typo.returncode == 1 and not (tmp_path / "qdrnt").exists()     # a typo of a store name is refused
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="needs a pty")
+def test_progress_on_a_pty_with_no_size_is_plain_lines() -> None:
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    from nlql.progress import PlainProgress, TerminalProgress, make_progress
+
+    master, slave = pty.openpty()
+    try:
+        with open(slave, "w", closefd=False) as stream:
+            fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 0, 0, 0, 0))  # a pty nobody sized
+            report = make_progress(True, stream=stream)
+            assert isinstance(report, PlainProgress)
+            report.start(10, documents=2)
+            report.advance(10, documents=2)
+            report.close()
+            stream.flush()
+            assert "10 sentences" in os.read(master, 4096).decode()
+            fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+            assert isinstance(make_progress(True, stream=stream), TerminalProgress)
+    finally:
+        os.close(master)
+        os.close(slave)
