@@ -217,6 +217,17 @@ def _is_directory_store(store: str) -> bool:
     return store not in store_names() and "://" not in store
 
 
+def _bare_directory(store: str) -> bool:
+    """A bare word (no path separator, no scheme) that is no store name, nor close to one (a typo such as
+    ``qdrnt`` keeps the registry's did-you-mean error): a directory in the working directory."""
+    import difflib
+
+    from nlql.stores import store_names
+
+    return (_is_directory_store(store) and not os.path.dirname(store) and not store.startswith(".")
+            and not difflib.get_close_matches(store, store_names(), n=1, cutoff=0.75))
+
+
 def _cli_name(model: str) -> str | None:
     """The CLI embedder name of a recorded model id (the first one that records it)."""
     return next((name for name, m in CLI_MODELS.items() if m == model), None)
@@ -298,7 +309,10 @@ def open_engine(store: str, embedder: EmbedderName | None, *, create: bool = Fal
     from nlql.errors import StoreMismatchError
     from nlql.stores import open_store
 
-    target = open_store(store)
+    # a bare word that names no store is a directory here, for every command alike (the registry asks
+    # for ./name so that a typo of a store name is not silently a new directory; the CLI has said which
+    # it is already: `nlql query` recommends `--store NAME`, so `nlql ingest --store NAME` must take it)
+    target = open_store(os.path.join(".", store) if _bare_directory(store) else store)
     try:
         name = choose_embedder(target, store, embedder)
         chosen = None
@@ -636,13 +650,50 @@ def ingest(
             raise CLIError("nothing to ingest: no non-empty documents in " + ", ".join(map(str, paths)))
         engine, _ = open_engine(store, embedder, create=True, analyzer=analyzer, warm_up=False)
         try:
+            replaced = _replaced(engine, [d.id for d in docs])
             n_docs, n_sent, secs = ingest_documents(engine, docs, batch_size, progress=not quiet)
             total = len(engine)
         finally:
             engine.close()
         rate = n_sent / secs if secs > 0 else float("inf")
-        out().print(f"ingested {n_docs} documents, {n_sent} sentences in {secs:.1f} s ({rate:,.0f} sentences/s); "
-                    f"{escape(store)} now holds {total} sentences", soft_wrap=True)
+        again = (f" ({replaced} of them replaced a document with the same id)" if replaced else "")
+        out().print(f"ingested {n_docs} documents{again}, {n_sent} sentences in {secs:.1f} s "
+                    f"({rate:,.0f} sentences/s); {escape(store)} now holds {total} sentences", soft_wrap=True)
+
+
+def _replaced(engine: Engine, ids: Sequence[str]) -> int:
+    """How many of ``ids`` will replace a document: already in the store, or given again later in ``ids``."""
+    unique = list(dict.fromkeys(str(i) for i in ids))
+    again = len(ids) - len(unique)
+    if len(engine) == 0:
+        return again
+    stored = 0
+    for lo in range(0, len(unique), 1000):
+        hits = engine.search("SELECT DOCUMENT WHERE doc_id IN $ids", params={"ids": unique[lo:lo + 1000]})
+        stored += len(hits)
+    return again + stored
+
+
+@app.command()
+def delete(
+    ids: Annotated[list[str], typer.Argument(metavar="ID...", help="Ids of the documents to delete.")],
+    store: Annotated[str, typer.Option("--store", "-s", help="Store directory (or URL).")],
+) -> None:
+    """Delete documents (and all their sentences) by id. Exit 1 when an id was not in the store (the
+    others are deleted), as rm does for a missing file."""
+    with guard():
+        engine, _ = open_engine(store, None, warm_up=False)
+        try:
+            missing = [i for i in ids if not engine.delete(i)]
+            total = len(engine)
+        finally:
+            engine.close()
+        n = len(ids) - len(missing)
+        out().print(f"deleted {n} document{'s' if n != 1 else ''}; {escape(store)} now holds {total} sentences",
+                    soft_wrap=True)
+        if missing:
+            _print_error("not in the store: " + ", ".join(escape(m) for m in missing))
+            raise typer.Exit(1)
 
 
 # ------------------------------------------------------------------------------------- query

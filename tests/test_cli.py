@@ -1,11 +1,20 @@
-"""The `nlql` command through its real entry point, in a subprocess (`python -m nlql`)."""
+"""The `nlql` command: in process through its entry point (`nlql.cli.main`), and in a subprocess where
+the process itself is what is tested (`python -m nlql`, `python -m nlql.cli`, an interrupted ingest).
+
+In process, each call gets its own argv, working directory, environment, stdin and captured stdout and
+stderr (not terminals, as when piped), and the CLI's debug state is reset, so a call sees what a fresh
+`nlql` process would see; it saves the ~3 s of interpreter and import start-up per call.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import subprocess
 import sys
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -13,16 +22,53 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 SIM = 'SELECT SENTENCE LET rel = SIMILARITY(content, "{}") LIMIT {}'
+_ENV = {"HF_HUB_OFFLINE": "1", "COLUMNS": "200"}
+_DROP = ("NLQL_DEBUG", "NLQL_EMBEDDER")
+
+
+def nlql_process(*args: str, cwd: Path, stdin: str | None = None, env: dict[str, str] | None = None,
+                 module: str = "nlql") -> subprocess.CompletedProcess[str]:
+    """`python -m <module> args…` in a real subprocess."""
+    full_env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+                **_ENV, **(env or {})}
+    for name in _DROP:
+        full_env.pop(name, None)
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, env=full_env, text=True,
+                          input=stdin if stdin is not None else "", capture_output=True, timeout=300)
 
 
 def nlql(*args: str, cwd: Path, stdin: str | None = None, env: dict[str, str] | None = None,
          module: str = "nlql") -> subprocess.CompletedProcess[str]:
-    full_env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
-                "HF_HUB_OFFLINE": "1", "COLUMNS": "200", **(env or {})}
-    full_env.pop("NLQL_DEBUG", None)
-    full_env.pop("NLQL_EMBEDDER", None)
-    return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, env=full_env, text=True,
-                          input=stdin if stdin is not None else "", capture_output=True, timeout=300)
+    """`nlql args…` in this process, with what a fresh process would have (see the module docstring)."""
+    if module != "nlql":
+        return nlql_process(*args, cwd=cwd, stdin=stdin, env=env, module=module)
+    from nlql import cli
+
+    saved_env, saved_cwd, saved_stdin = dict(os.environ), os.getcwd(), sys.stdin
+    out, err = io.StringIO(), io.StringIO()
+    code = 0
+    try:
+        for name in _DROP:
+            os.environ.pop(name, None)
+        os.environ.update({**_ENV, **(env or {})})
+        os.chdir(cwd)
+        sys.stdin = io.StringIO(stdin or "")
+        cli.STATE.debug = os.environ.get("NLQL_DEBUG", "") not in ("", "0")
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                cli.main(list(args))
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+            except Exception:  # what the interpreter does with an uncaught exception (--debug)
+                traceback.print_exc()
+                code = 1
+    finally:
+        sys.stdin = saved_stdin
+        os.chdir(saved_cwd)
+        os.environ.clear()
+        os.environ.update(saved_env)
+        cli.STATE.debug = False
+    return subprocess.CompletedProcess(["nlql", *args], code, out.getvalue(), err.getvalue())
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +92,7 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def store(corpus: Path) -> Path:
     store = corpus / "store"
-    r = nlql("ingest", "docs", "--store", str(store), "--embedder", "hash", cwd=corpus)
+    r = nlql_process("ingest", "docs", "--store", str(store), "--embedder", "hash", cwd=corpus)
     assert r.returncode == 0, r.stderr
     assert "ingested 4 documents" in r.stdout
     assert "sentences" in r.stdout and " s " in r.stdout.replace("s (", "s  (")
@@ -350,3 +396,60 @@ def test_repl_reads_multi_line_queries_and_commands(store: Path) -> None:
     assert '"content": "Tax rules change every year."' in r.stdout
     assert "unknown command :bogus" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_ingest_says_how_many_documents_replaced_and_delete_removes(tmp_path: Path) -> None:
+    rows = [{"id": "a", "text": "Alpha one."}, {"id": "b", "text": "Beta two."}, {"id": "a", "text": "Alpha again."}]
+    (tmp_path / "one.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n", encoding="utf-8")
+    store = tmp_path / "s"
+    r = nlql("ingest", "one.jsonl", "--store", str(store), "--embedder", "hash", "-q", cwd=tmp_path)
+    assert r.returncode == 0 and "ingested 3 documents (1 of them replaced" in r.stdout, r.stdout + r.stderr
+    (tmp_path / "two.jsonl").write_text(json.dumps({"id": "b", "text": "Beta new."}) + "\n"
+                                        + json.dumps({"id": "c", "text": "Gamma."}) + "\n", encoding="utf-8")
+    r = nlql("ingest", "two.jsonl", "--store", str(store), "-q", cwd=tmp_path)
+    assert "ingested 2 documents (1 of them replaced" in r.stdout and "holds 3 sentences" in r.stdout, r.stdout
+    r = nlql("delete", "a", "c", "--store", str(store), cwd=tmp_path)
+    assert r.returncode == 0 and "deleted 2 documents" in r.stdout and "holds 1 sentences" in r.stdout, r.stdout
+    r = nlql("delete", "b", "zzz", "--store", str(store), cwd=tmp_path)
+    assert r.returncode == 1 and "deleted 1 document;" in r.stdout and "not in the store: zzz" in r.stderr
+    assert nlql("delete", "b", "--store", str(tmp_path / "nope"), cwd=tmp_path).returncode == 1
+
+
+def test_a_bare_store_name_is_the_same_directory_for_ingest_and_query(tmp_path: Path) -> None:
+    (tmp_path / "a.txt").write_text("Hello world.\n", encoding="utf-8")
+    missing = nlql("query", "SELECT SENTENCE", "--store", "s-dup", cwd=tmp_path)
+    assert missing.returncode == 1 and "--store s-dup" in missing.stderr  # what query recommends …
+    r = nlql("ingest", "a.txt", "--store", "s-dup", "--embedder", "hash", "-q", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr                                     # … ingest accepts
+    assert (tmp_path / "s-dup").is_dir()
+    q = nlql("query", "SELECT SENTENCE", "--store", "s-dup", "--format", "jsonl", cwd=tmp_path)
+    assert q.returncode == 0 and "Hello world." in q.stdout
+    typo = nlql("ingest", "a.txt", "--store", "qdrnt", "--embedder", "hash", "-q", cwd=tmp_path)
+    assert typo.returncode == 1 and not (tmp_path / "qdrnt").exists()     # a typo of a store name is refused
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="needs a pty")
+def test_progress_on_a_pty_with_no_size_is_plain_lines() -> None:
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    from nlql.progress import PlainProgress, TerminalProgress, make_progress
+
+    master, slave = pty.openpty()
+    try:
+        with open(slave, "w", closefd=False) as stream:
+            fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 0, 0, 0, 0))  # a pty nobody sized
+            report = make_progress(True, stream=stream)
+            assert isinstance(report, PlainProgress)
+            report.start(10, documents=2)
+            report.advance(10, documents=2)
+            report.close()
+            stream.flush()
+            assert "10 sentences" in os.read(master, 4096).decode()
+            fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+            assert isinstance(make_progress(True, stream=stream), TerminalProgress)
+    finally:
+        os.close(master)
+        os.close(slave)

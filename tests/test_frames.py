@@ -68,7 +68,7 @@ def test_pandas_types_and_missing_metadata_as_nulls(hits: Hits) -> None:
     assert by_doc["a"]["meta.author.name"] == "Ada" and by_doc["b"]["meta.author.name"] is pd.NA
     assert by_doc["c"]["meta.big"] == str(2**70)
     assert by_doc["b"]["meta.mixed"] == "2020" and by_doc["c"]["meta.mixed"] == "7"
-    assert by_doc["a"]["meta.tags"] == ["x", "y"] and by_doc["b"]["meta.tags"] is None
+    assert by_doc["a"]["meta.tags"] == ["x", "y"] and by_doc["b"]["meta.tags"] is pd.NA
     assert by_doc["a"]["meta.`content-type`"] == "text/plain"
     rel = [h.scores["rel"] for h in hits]
     assert list(df["rel"]) == pytest.approx(rel)

@@ -232,8 +232,8 @@ def to_pandas(hits: Iterable[Hit]) -> Any:
     dtypes = {"bool": "boolean", "int": "Int64", "float": "Float64", "string": "string"}
     data = {}
     for c in columns(hits):
-        if c.kind.startswith("list<"):
-            data[c.name] = pd.Series(c.values, dtype="object")
+        if c.kind.startswith("list<"):  # lists stay Python lists; a missing one is pd.NA, as in every column
+            data[c.name] = pd.Series([pd.NA if v is None else v for v in c.values], dtype="object")
         else:
             data[c.name] = pd.Series(c.values, dtype=dtypes[c.kind])
     return pd.DataFrame(data)

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from nlql.engine import Engine
     from nlql.execute.results import Hit, Hits
 
-__all__ = ["DEFAULT_TEMPLATE", "RESERVED_METADATA", "Template", "hit_metadata"]
+__all__ = ["DEFAULT_TEMPLATE", "RESERVED_METADATA", "Template", "check_k", "hit_metadata", "meta_path"]
 
 #: The default template: semantic similarity and BM25 over the same question, fused by reciprocal rank
 #: (k = 60), best chunks first. ``$q`` is the question, ``$k`` the number of results.
@@ -75,8 +75,7 @@ class Template:
 
         if not isinstance(template, str):
             raise TypeError(f"template must be NLQL text, not {type(template).__name__}")
-        if isinstance(k, bool) or not isinstance(k, int) or k < 0:
-            raise ValueError(f"k must be a non-negative int, not {k!r}")
+        check_k(k)
         self.engine = engine
         self.text = template
         self.params = {str(n): v for n, v in (params or {}).items()}
@@ -99,20 +98,20 @@ class Template:
             raise CheckError(diags, source=template)
         self.score_key = score_key or _default_score_key(parsed)
 
-    def _bind(self, question: str) -> dict[str, Any]:
+    def _bind(self, question: str, k: int | None = None) -> dict[str, Any]:
         bound = dict(self.params)
         bound["q"] = question
         if self.uses_k:
-            bound["k"] = self.k
+            bound["k"] = self.k if k is None else check_k(k)
         return bound
 
-    def search(self, question: str) -> Hits:
-        """The hits of the template for ``question``."""
-        return self.engine.search(self.text, params=self._bind(question), **self.search_kwargs)
+    def search(self, question: str, k: int | None = None) -> Hits:
+        """The hits of the template for ``question``; ``k`` (when given) replaces :attr:`k` for this call."""
+        return self.engine.search(self.text, params=self._bind(question, k), **self.search_kwargs)
 
-    async def asearch(self, question: str) -> Hits:
+    async def asearch(self, question: str, k: int | None = None) -> Hits:
         """:meth:`search` in a worker thread (the engine's own ``asearch``)."""
-        return await self.engine.asearch(self.text, self._bind(question), **self.search_kwargs)
+        return await self.engine.asearch(self.text, self._bind(question, k), **self.search_kwargs)
 
     def score_of(self, hit: Hit) -> float | None:
         """The hit's score under :attr:`score_key` (``rerank`` when present and no ORDER BY was named)."""
@@ -121,6 +120,13 @@ class Template:
             key = "rerank" if "rerank" in hit.scores else next(iter(hit.scores), None)
         value = hit.scores.get(key) if key is not None else None
         return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def check_k(k: Any) -> int:
+    """``k`` itself when it is a non-negative int (the number of results); ValueError otherwise."""
+    if isinstance(k, bool) or not isinstance(k, int) or k < 0:
+        raise ValueError(f"k must be a non-negative int, not {k!r}")
+    return k
 
 
 def _default_score_key(q: ir.Query) -> str | None:
@@ -142,3 +148,14 @@ def hit_metadata(hit: Hit, score: float | None) -> dict[str, Any]:
     if hit.highlights is not None:  # HIGHLIGHT bindings: name -> [start, end) ranges of the content
         out["highlights"] = {k: [list(r) for r in v] for k, v in hit.highlights.items()}
     return out
+
+
+def meta_path(key: str) -> str:
+    """The NLQL path of a metadata key, each part in backticks (so keywords and any characters are
+    fine): ``year`` is ``meta.`year```; dots split nested keys (``author.name``)."""
+    if not isinstance(key, str) or not key:
+        raise ValueError(f"a metadata filter key must be a non-empty string, not {key!r}")
+    parts = key.split(".")
+    if any(not p or "`" in p for p in parts):
+        raise ValueError(f"the metadata filter key {key!r} has an empty part or a backtick")
+    return "meta." + ".".join(f"`{p}`" for p in parts)
