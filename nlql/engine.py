@@ -486,7 +486,7 @@ class Engine:
             self._writes += 1
             self._graph.prepare(batch)  # entity names with the write, for a store that keeps them
             # the batch whole to a store that takes one (the built-in store), its records to any other
-            self._call_store("upsert", batch if self.store.capabilities.DOC_BATCHES else batch.records())
+            self._call_store("upsert", self.store.upsert, batch if self.store.capabilities.DOC_BATCHES else batch.records())
             self._bm25.on_upsert(batch)
             self._graph.on_upsert(batch)
             self._catch_up()  # what the write itself found committed by others
@@ -498,7 +498,7 @@ class Engine:
             self._catch_up()
             self._writes += 1
             self._graph.prepare()  # a graph others' writes made stale is dropped, not taken for ours
-            n = self._call_store("delete", [key])
+            n = self._call_store("delete", self.store.delete, [key])
             self._bm25.on_delete([key])
             self._graph.on_delete([key])
             self._catch_up()
@@ -522,7 +522,7 @@ class Engine:
         """Apply others' committed changes to what the engine derives from rows (hold the write lock)."""
         if not self.store.capabilities.SYNCS:
             return
-        changes = self._call_store("sync")
+        changes = self._call_store("sync", cast(Syncing, self.store).sync)
         if changes:
             self._writes += 1  # what is derived from the data (schema warnings) is stale too
             if changes.deleted:
@@ -532,9 +532,9 @@ class Engine:
                 self._bm25.on_upsert(changes.docs)
                 self._graph.on_upsert(changes.docs)
 
-    def _call_store(self, method: str, *args: Any) -> Any:
+    def _call_store(self, method: str, call: Any, *args: Any) -> Any:
         try:
-            return getattr(self.store, method)(*args)
+            return call(*args)
         except NLQLError:
             raise
         except (TypeError, ValueError):
@@ -567,7 +567,7 @@ class Engine:
 
     def __len__(self) -> int:
         self._sync()
-        return int(self._call_store("count"))
+        return int(self._call_store("count", self.store.count))
 
     # ------------------------------------------------------------------------------------- query
 
