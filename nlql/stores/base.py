@@ -78,7 +78,7 @@ class Store(Protocol):
     Contract:
     - ``upsert`` is atomic per call and replaces every existing document with the same ``doc_id``
       (no stale sentences). A crash mid-call leaves either the old or the new version. The engine
-      passes a list of records; a store whose ``accepts_doc_batch`` is True gets the write as one
+      passes a list of records; a store that declares ``Capabilities.DOC_BATCHES`` gets the write as one
       :class:`~nlql.stores.batch.DocBatch` (columns, and a ``Sequence[DocRecord]`` too) instead.
     - ``knn`` returns, per query vector, up to ``k`` (key, cosine similarity) pairs, best first, among rows
       passing ``flt``; with ``min_score`` (only if ``SCORE_THRESHOLD``) rows below it are excluded.

@@ -2,7 +2,7 @@
 
 The engine splits and embeds a batch of documents into columns — ids, texts, metadata, sentences per
 document, and per sentence its position, span, content, tail and vector (one matrix) — and hands a
-store that declares ``accepts_doc_batch`` (the built-in store and the stores built on it) the batch
+store that declares ``Capabilities.DOC_BATCHES`` (the built-in store and the stores built on it) the batch
 itself: it appends the columns to its own, a handful of list extends and numpy copies per batch.
 
 A :class:`DocBatch` is also a ``Sequence[DocRecord]``: indexing or iterating it builds the records
