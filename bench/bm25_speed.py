@@ -133,23 +133,18 @@ def run(n: int, repeat: int) -> dict[str, Any]:
         cand = np.union1d(sem_w, kw_w)
         cand[_top(fused[cand], K)]
 
-    from nlql.execute import recall as recall_mod
-
-    int8_windows = recall_mod._windows  # noqa: SLF001 - the bench compares the engine with and without it
-
-    window_page = recall_mod.window_page
 
     def rrf_fp32() -> Any:
         """The same query with each SIMILARITY window from the fp32 full scan and the fusion over vectors
         as long as the table (the fast path before issue 21's int8 and windows-only pages): the
-        before/after of one run."""
-        recall_mod._windows = lambda *a, **k: None  # noqa: SLF001
-        recall_mod.window_page = lambda *a, **k: None
+        before/after of one run. The store's two seams (TablePaths.windows, .window_page) decline."""
+        store = engine.store
+        store.windows = lambda *a, **k: None  # type: ignore[method-assign]
+        store.window_page = lambda *a, **k: None  # type: ignore[method-assign]
         try:
             return engine.search(RRF_Q)
         finally:
-            recall_mod._windows = int8_windows  # noqa: SLF001
-            recall_mod.window_page = window_page
+            del store.windows, store.window_page  # (back to MatrixStore's methods)
 
     fast_page, fp32_page = engine.search(RRF_Q), rrf_fp32()
     if [(h.id, h.scores) for h in fast_page] != [(h.id, h.scores) for h in fp32_page]:
@@ -173,7 +168,7 @@ def run(n: int, repeat: int) -> dict[str, Any]:
     qn = (qv / np.linalg.norm(qv)).astype(np.float32)
     assert engine.search(BM25_Q).stats.get("fast_path") == "bm25"
 
-    from nlql.execute.fused_page import _scanned
+    from nlql.stores.memory.fused_page import _scanned
 
     int8_window = store.top_window(qn, WINDOW, None, None) is not None
 

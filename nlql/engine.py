@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from datetime import datetime, timezone
 from itertools import chain
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -43,7 +43,7 @@ from nlql.route import (
     route_notes,
 )
 from nlql.stores import open_store
-from nlql.stores.base import Store
+from nlql.stores.base import KeepsAnalyzer, KeywordStats, RunsLowered, Store, Syncing, WarmsUp
 from nlql.stores.batch import DocBatch
 
 # An int needs this many bits before Python refuses to write it as text (4,300 digits): JSON and every
@@ -310,8 +310,10 @@ class Engine:
             raise TypeError(f"router must be an nlql.Router, not {type(router).__name__}")
         self.router = router
         analyzer = self._open_store(embedder, dim, analyzer, store)
-        own_bm25 = getattr(self.store, "keyword_index", None)  # BM25 kept in the store itself (SPEC §10)
-        self._bm25 = (own_bm25(analyzer) if own_bm25 is not None else None) or BM25Sidecar(self.store, analyzer)
+        # BM25 kept in the store itself (SPEC §10), else the engine's index beside the store
+        own_bm25 = (cast(KeywordStats, self.store).keyword_index(analyzer) if self.store.capabilities.KEYWORD_STATS
+                    else None)
+        self._bm25 = own_bm25 or BM25Sidecar(self.store, analyzer)
         if entity_extractor is _DEFAULT:
             from nlql.text.entities import RuleEntityExtractor
 
@@ -331,9 +333,8 @@ class Engine:
             except Exception:  # noqa: BLE001 - warming is an optimisation only
                 pass
             # a store that holds rows already (reopened) starts its int8 copy in the background
-            build_int8 = getattr(self.store, "build_int8", None)
-            if build_int8 is not None:
-                build_int8(wait=False)
+            if self.store.capabilities.WARM_UP:
+                cast(WarmsUp, self.store).build_int8(wait=False)
 
     def _open_store(self, embedder: Any, dim: int, analyzer: Any, where_from: Any) -> Any:
         """Open the store after checking its record (embedder, analyzer); record them if it has none.
@@ -350,13 +351,13 @@ class Engine:
         def read_record() -> Any:
             record.check_embedder(self.store, wanted)
             found = record.resolve_analyzer(self.store, analyzer)
-            if hasattr(self.store, "analyzer") and self.store.analyzer != found:
+            caps = self.store.capabilities
+            if caps.ANALYZER and cast(KeepsAnalyzer, self.store).analyzer != found:
                 # a store with BM25 of its own takes the engine's analyzer (its term table is rebuilt
                 # for it on open), so BM25 is the same on every store
-                self.store.analyzer = found
-                dialect = getattr(self.store, "dialect", None)
-                if dialect is not None and hasattr(dialect, "analyzer"):
-                    dialect.analyzer = found
+                cast(KeepsAnalyzer, self.store).analyzer = found
+                if caps.SQL_ARMS:  # (its dialect writes the term statements)
+                    cast(RunsLowered, self.store).dialect.analyzer = found
             return found
 
         try:
@@ -495,8 +496,7 @@ class Engine:
             self._writes += 1
             self._graph.prepare(batch)  # entity names with the write, for a store that keeps them
             # the batch whole to a store that takes one (the built-in store), its records to any other
-            self._call_store("upsert", batch if getattr(self.store, "accepts_doc_batch", False) is True
-                             else batch.records())
+            self._call_store("upsert", self.store.upsert, batch if self.store.capabilities.DOC_BATCHES else batch.records())
             self._bm25.on_upsert(batch)
             self._graph.on_upsert(batch)
             self._catch_up()  # what the write itself found committed by others
@@ -508,7 +508,7 @@ class Engine:
             self._catch_up()
             self._writes += 1
             self._graph.prepare()  # a graph others' writes made stale is dropped, not taken for ours
-            n = self._call_store("delete", [key])
+            n = self._call_store("delete", self.store.delete, [key])
             self._bm25.on_delete([key])
             self._graph.on_delete([key])
             self._catch_up()
@@ -516,11 +516,10 @@ class Engine:
 
     def _sync(self) -> None:
         """Every write another process committed before now is visible after this (cheap when none)."""
-        stale = getattr(self.store, "stale", None)
-        if stale is None:
+        if not self.store.capabilities.SYNCS:
             return
         try:
-            if not stale():
+            if not cast(Syncing, self.store).stale():
                 return
         except NLQLError:
             raise
@@ -531,10 +530,9 @@ class Engine:
 
     def _catch_up(self) -> None:
         """Apply others' committed changes to what the engine derives from rows (hold the write lock)."""
-        sync = getattr(self.store, "sync", None)
-        if sync is None:
+        if not self.store.capabilities.SYNCS:
             return
-        changes = self._call_store("sync")
+        changes = self._call_store("sync", cast(Syncing, self.store).sync)
         if changes:
             self._writes += 1  # what is derived from the data (schema warnings) is stale too
             if changes.deleted:
@@ -544,9 +542,9 @@ class Engine:
                 self._bm25.on_upsert(changes.docs)
                 self._graph.on_upsert(changes.docs)
 
-    def _call_store(self, method: str, *args: Any) -> Any:
+    def _call_store(self, method: str, call: Any, *args: Any) -> Any:
         try:
-            return getattr(self.store, method)(*args)
+            return call(*args)
         except NLQLError:
             raise
         except (TypeError, ValueError):
@@ -579,7 +577,7 @@ class Engine:
 
     def __len__(self) -> int:
         self._sync()
-        return int(self._call_store("count"))
+        return int(self._call_store("count", self.store.count))
 
     # ------------------------------------------------------------------------------------- query
 

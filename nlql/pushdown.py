@@ -105,7 +105,7 @@ class Capabilities:
     # Optional protocols (nlql.stores.base): the executor calls these methods only when declared.
     FULL_SCORES: bool = False                 # ScoresAll: score_all(), one pass over every row (exact matrix)
     SQL_ARMS: bool = False                    # RunsLowered: run_lowered(), a hybrid plan as one statement
-    FAST_PATH: bool = False                   # TablePaths: fast_select() and key_documents() over row numbers
+    FAST_PATH: bool = False                   # TablePaths: the store's fast paths over row numbers
     DEADLINE: bool = False                    # bounds its backend calls by nlql.deadline.remaining()
     DESCRIBES_DATA: bool = False              # DescribesData: describe_data(), sizes and metadata keys (schema)
     EXACT_INTS: bool = False                  # compares numbers at or beyond 2^53 exactly (not as float64)
@@ -113,6 +113,10 @@ class Capabilities:
     ENTITY_LINKS: bool = False                # KeepsEntities: entity_rows(), the graph's links kept with the data
     GRAPH_ARM: bool = False                   # GraphInStore: graph_activation(), GRAPH computed by the store
     KNN_SCORES: bool = False                  # knn's scores are bit for bit similarities()' (the engine keeps them)
+    SYNCS: bool = False                       # Syncing: stale(), sync(): other processes may write it
+    WARM_UP: bool = False                     # WarmsUp: build_int8(wait=False) when the engine opens it
+    DOC_BATCHES: bool = False                 # upsert() takes the engine's DocBatch whole (nlql.stores.batch)
+    ANALYZER: bool = False                    # KeepsAnalyzer: writes BM25 terms with its own .analyzer
 
 
 @dataclass(slots=True)
@@ -248,7 +252,7 @@ class FastPath:
     (SPEC §9), not the whole table.
 
     ``unit``: ``"SENTENCE"`` (the rows are the result rows), or ``"DOCUMENT"``: a ``bm25``, ``formula``
-    or ``fusion`` path over documents (:mod:`nlql.execute.document_page`). Each SIMILARITY/BM25 slot is
+    or ``fusion`` path over documents (:mod:`nlql.stores.memory.document_page`). Each SIMILARITY/BM25 slot is
     a document's best sentence score (a maximum over the document's rows), the documents are ranked
     and fused with numpy, and rows are built for the page's documents only.
     """

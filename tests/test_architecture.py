@@ -78,3 +78,33 @@ def test_bare_unknown_word_is_an_error_with_did_you_mean(tmp_path: Path, monkeyp
 def test_registered_names_open_their_store() -> None:
     assert isinstance(open_store("memory"), MemoryStore)
     assert entry("memory").load() is MemoryStore
+
+
+def test_the_engine_and_the_executor_never_probe_a_store() -> None:
+    """docs/architecture.md: the engine and the executor ask declared capabilities; no ``getattr`` or
+    ``hasattr`` on a store, a store's parts or a BM25 source (``self.store``, ``run.store``, ``run.bm25``…)."""
+    import ast
+
+    probes = []
+    for path in [ROOT / "nlql" / "engine.py", *sorted((ROOT / "nlql" / "execute").glob("*.py"))]:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                    and node.func.id in ("getattr", "hasattr") and node.args):
+                target = ast.unparse(node.args[0])
+                if any(word in target for word in ("store", "bm25", "index", "table", "matches")):
+                    probes.append(f"{path.name}:{node.lineno}: {ast.unparse(node)}")
+    assert not probes, probes
+
+
+def test_one_l2_normaliser() -> None:
+    """docs/architecture.md: one L2 normaliser (nlql.values.normalize_rows); no module of the engine, the
+    executor, the embedders or the table stores divides by its own norms."""
+    offenders = []
+    for path in sorted((ROOT / "nlql").rglob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        rel = path.relative_to(ROOT).as_posix()
+        if rel == "nlql/values.py" or rel.startswith("nlql/stores/duckdb/"):  # (the one; DuckDB's in-place sources)
+            continue
+        if any("linalg.norm(" in line and "keepdims=True" in line for line in text.splitlines()):
+            offenders.append(rel)
+    assert not offenders, offenders

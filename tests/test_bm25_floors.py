@@ -18,8 +18,7 @@ import pytest
 
 from nlql import Engine
 from nlql.embedders import HashEmbedder
-from nlql.execute import fused_page
-from nlql.execute import recall as recall_mod
+from nlql.stores.memory import MatrixStore
 
 WORDS = ["solar", "wind", "grid", "storage", "policy", "tariff", "budget", "battery", "carbon", "market",
          "coal", "hydro", "nuclear", "subsidy", "demand", "price", "permit", "turbine", "panel", "network"]
@@ -126,7 +125,7 @@ def test_the_store_alone_applies_the_floors(monkeypatch: pytest.MonkeyPatch, eng
     """Without the engine's route (the rows passing the floors and their scores), the store's
     fast_select restricts the keys itself: same pages."""
     fast, slow = engines
-    monkeypatch.setattr(recall_mod, "_floored", lambda *a: None)
+    monkeypatch.setattr(MatrixStore, "floored", lambda *a: None)
     for tail, kind in FLOORED[::2]:
         q = f"SELECT SENTENCE {LETS}{tail}"
         for question in QUESTIONS[:2]:
@@ -149,16 +148,16 @@ def test_int8_windows_decline_with_floors(monkeypatch: pytest.MonkeyPatch, engin
 
     monkeypatch.setattr(MemoryStore, "INT8_BACKGROUND", False)  # the first search builds the copy
     if not route:
-        monkeypatch.setattr(recall_mod, "_floored", lambda *a: None)
+        monkeypatch.setattr(MatrixStore, "floored", lambda *a: None)
     ran: list[str] = []
-    real = fused_page.window_page
+    real = MatrixStore.window_page
 
-    def spy(run: Any, qv: Any) -> Any:
-        got = real(run, qv)
+    def spy(store: Any, run: Any, qv: Any) -> Any:
+        got = real(store, run, qv)
         ran.append("windows" if got is not None else "declined")
         return got
 
-    monkeypatch.setattr(recall_mod, "window_page", spy)
+    monkeypatch.setattr(MatrixStore, "window_page", spy)
     fast, slow = engines
     plain = f"SELECT SENTENCE {LETS}f = RRF(sem, kb, window => 5) ORDER BY f DESC LIMIT 4"
     got = fast.search(plain, {"q": QUESTIONS[0]})

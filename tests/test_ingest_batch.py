@@ -4,6 +4,7 @@ gets one record per document. Both must store exactly the same rows, and refuse 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -20,7 +21,7 @@ from nlql.stores.memory import MemoryStore
 class RecordsOnly(MemoryStore):
     """The built-in store taking records (the path of every other store and of a user's own)."""
 
-    accepts_doc_batch = False
+    capabilities = replace(MemoryStore.capabilities, DOC_BATCHES=False)
     seen: list[str] = []
 
     def upsert(self, docs: Any) -> None:
@@ -29,7 +30,7 @@ class RecordsOnly(MemoryStore):
 
 
 class Columnar(RecordsOnly):
-    accepts_doc_batch = True
+    capabilities = replace(MemoryStore.capabilities, DOC_BATCHES=True)
     seen: list[str] = []
 
 

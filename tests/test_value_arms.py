@@ -18,8 +18,8 @@ import pytest
 
 from nlql import Engine
 from nlql.embedders import HashEmbedder
-from nlql.execute import recall as recall_mod
 from nlql.plan import choose_fastpath
+from nlql.stores.memory import MatrixStore, table_recall
 
 CLOCK = datetime(2026, 11, 30, 15, 0, tzinfo=timezone.utc)  # a Monday: "last week" is 23..30 November
 PEOPLE = ["Russell", "Moore", "Frege", "Keynes", "Ramsey", "Wittgenstein", "Ada Lovelace", "NASA", "Carnap"]
@@ -136,7 +136,7 @@ def test_without_value_arms_the_query_falls_back(monkeypatch: pytest.MonkeyPatch
     assert "GRAPH / TEMPORAL values come from the engine" in str(off.explain(q, {"q": QUESTIONS[0]}))
     assert _page(off.search(q, {"q": QUESTIONS[0]})) == want
     monkeypatch.setattr(choose_fastpath, "VALUE_ARMS", True)
-    monkeypatch.setattr(recall_mod, "value_arms", lambda *a: None)  # the engine declines at run time
+    monkeypatch.setattr(table_recall, "value_arms", lambda *a: None)  # the engine declines at run time
     declined = _engine(True)
     got = declined.search(q, {"q": QUESTIONS[0]})
     assert got.stats.get("fast_path") is None and _page(got) == want
@@ -183,21 +183,20 @@ def test_pages_from_the_arms_windows_only_equal_the_row_by_row_path(monkeypatch:
     weights, k, windows, OFFSET, arm-local min on both kinds, a pushed filter, a SIMILARITY read outside
     the fusion, and a BM25-only page."""
     pytest.importorskip("faiss")
-    from nlql.execute import fused_page
     from nlql.stores.memory import MemoryStore
 
     monkeypatch.setattr(MemoryStore, "QUANT_MIN_ROWS", 64 if int8 else 10**9)
 
     monkeypatch.setattr(MemoryStore, "INT8_BACKGROUND", False)  # the first search builds the copy
     ran: list[str] = []
-    real = fused_page.window_page
+    real = MatrixStore.window_page
 
-    def spy(run: Any, qv: Any) -> Any:
-        got = real(run, qv)
+    def spy(store: Any, run: Any, qv: Any) -> Any:
+        got = real(store, run, qv)
         ran.append("windows" if got is not None else "declined")
         return got
 
-    monkeypatch.setattr(recall_mod, "window_page", spy)
+    monkeypatch.setattr(MatrixStore, "window_page", spy)
     fast, slow = _engine(True), _engine(False)
     lets = "LET s = SIMILARITY(content, $q), k = BM25(content, $q), s2 = SIMILARITY(content, \"the budget\"), "
     queries = [

@@ -42,12 +42,14 @@ class Search:
     mins: dict[str, float] = field(default_factory=dict)   # slot -> arm-local min => x
     failed: dict[str, str] = field(default_factory=dict)   # slot -> why its arm was dropped
     dropped_arms: dict[str, set[int]] = field(default_factory=dict)  # fusion slot -> indices of lost arms
-    prefused: set[str] = field(default_factory=set)  # fusion slots recall already set (nlql.execute.fused_page)
+    prefused: set[str] = field(default_factory=set)  # fusion slots recall already set (nlql.stores.memory.fused_page)
     extra: dict[str, Any] = field(default_factory=dict)    # per-search caches (compiled DISTINCT BY keys, …)
     # compiled once per plan by the executor when the plan reads no clock (None: compiled per search)
     order_fns: list[RowFn] | None = None                    # ORDER BY keys, in plan.order's order
     binding_fns: list[tuple[str, RowFn]] | None = None      # (binding name, its compiled value), in order
     knn_first: Any = None           # (k, lists): recall's first knn round, answered for a batch (search_many)
+    # the engine's stages a store's own fast paths call back (nlql.execute.recall.ENGINE_SIDE)
+    side: Any = None
 
     def warn_timeout(self, message: str) -> None:
         """Add a timeout warning unless one is there already."""

@@ -24,12 +24,12 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from nlql.gc_pause import gc_paused
-from nlql.stores.base import DocRecord, Store
+from nlql.stores.base import DocRecord, Store, TablePaths
 
 __all__ = ["GraphSidecar", "StoreActivation", "metadata_entities"]
 
@@ -100,8 +100,8 @@ class GraphSidecar:
                 return self._graph
         graph = EntityGraph()
         with gc_paused():  # every row read survives the loop: a collection would only walk them again
-            read = getattr(self.store, "live_sentences", None)  # a table store: no Row per sentence
-            rows = read() if read is not None else [
+            # a table store gives its live rows without a Row per sentence
+            rows = cast(TablePaths, self.store).live_sentences() if self.store.capabilities.FAST_PATH else [
                 (r.doc_id, r.position, r.seq, r.content, r.metadata) for r in self.store.fetch(self.store.scan(None))]
             docs: dict[str, tuple[list[tuple[int, list[str]]], int]] = {}
             for doc_id, position, seq, content, metadata in rows:

@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
-from nlql.stores.base import DocRecord, Row, Store, unit_id
-from nlql.stores.memory.table import latest_per_id
+from nlql.stores.base import DocRecord, Row, Store, TablePaths, unit_id
+from nlql.stores.batch import latest_per_id
 
 
 class _FastMatches:
@@ -43,7 +43,13 @@ class _FastMatches:
 
 
 class BM25Sidecar:
-    """The engine's BM25 index over a store's sentences."""
+    """The engine's BM25 index over a store's sentences (a :class:`nlql.stores.base.KeywordSource`)."""
+
+    in_store = False  # (beside the store: recall does not narrow with the store's BM25)
+
+    def _table(self) -> Any:
+        """The store's row table (``FAST_PATH``: keys are its row numbers), else None."""
+        return cast(TablePaths, self.store).table if self.store.capabilities.FAST_PATH else None
 
     def __init__(self, store: Store, analyzer: Any = None) -> None:
         self.store = store
@@ -134,7 +140,7 @@ class BM25Sidecar:
         """After a write: map the ids added since ``first`` to table rows, if the mapping was valid before
         and the table kept its row numbers; otherwise drop it (rebuilt on the next fast-path query)."""
         state = self._row_state
-        table = getattr(self.store, "table", None)
+        table = self._table()
         if state is None or table is None or state[0] != id(table):
             self._row_state = None
             return
@@ -253,7 +259,7 @@ class BM25Sidecar:
         with self._lock:
             if self._index is None:
                 self._build()
-            table = getattr(self.store, "table", None)
+            table = self._table()
             found = self._matches.get(text) if table is not None else None
             if found is not None and self._row_state == (id(table), table.version, table.size) and len(keys):
                 # this search's fast path scored the text over the table (0.0 for a row the index does

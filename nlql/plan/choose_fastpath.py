@@ -11,7 +11,7 @@ lowered to SQL) and there is a LIMIT. For sentence rows, two families:
   SIMILARITY/BM25 scores, or a fusion of bare SIMILARITY/BM25 arms: the store keeps every row that
   can still reach the page and the engine finishes (fusion, order, limit). A fusion arm may also be
   GRAPH, TEMPORAL or RECENCY of a metadata date (a ``VALUE`` arm: the engine computes it as one vector,
-  :mod:`nlql.execute.arm_values`). ``MMR`` of one bare
+  :mod:`nlql.stores.memory.arm_values`). ``MMR`` of one bare
   SIMILARITY (no ``min =>``) prunes to its window when LIMIT + OFFSET fits in it.
 
 A condition after fusion keeps the *fusion* path only when it fails for a row no arm ranks
@@ -28,7 +28,7 @@ them, so each arm ranks the rows passing WHERE (SPEC §9). A bound that holds at
 DOCUMENT rows (``FastPath.unit``, :func:`_documents`) take the *prune* kinds over documents when WHERE
 leaves nothing to the engine: a document's SIMILARITY/BM25 is its best sentence's, so the store takes a
 maximum per document and the documents are ranked and fused with numpy
-(:mod:`nlql.execute.document_page`). CHUNK rows (cut from the sentences' lengths) run row by row.
+(:mod:`nlql.stores.memory.document_page`). CHUNK rows (cut from the sentences' lengths) run row by row.
 
 Every choice is exact. ``plan.fast_path_reason`` says why a table store got no fast path.
 """
@@ -202,7 +202,7 @@ def value_arm(plan: Plan, expr: ir.Expr, name: str) -> FastArm | None:
 
     ``GRAPH(text …)`` (the activation, mapped to table rows), ``TEMPORAL(meta.path, text)`` and
     ``RECENCY(meta.path [, half_life => "…"])`` (from the table's date column), directly or through
-    bindings. The values are exactly the row evaluator's (:mod:`nlql.execute.arm_values`).
+    bindings. The values are exactly the row evaluator's (:mod:`nlql.stores.memory.arm_values`).
     """
     for _ in range(_MAX_DEPTH):
         if not isinstance(expr, ir.Ref):

@@ -53,6 +53,7 @@ class KeywordIndex:
     """
 
     built = True
+    fast_matches = None  # (KeywordSource: no table of row numbers)
     in_store = True  # BM25 kept in the store: with Capabilities.KEYWORD_STATS recall may narrow with candidates()
 
     def __init__(self, postings: Callable[..., tuple[list[tuple[Any, ...]], int, int]],
@@ -67,6 +68,9 @@ class KeywordIndex:
 
     def on_delete(self, doc_ids: Sequence[str]) -> None:
         """Nothing to do: the store removed the terms in the same transaction as the rows."""
+
+    def begin_search(self) -> None:
+        """Nothing kept between searches."""
 
     def _postings(self, text: str, keys: list[int] | None, flt: Any = None) -> tuple[list[tuple[Any, ...]], int, int]:
         terms = [self.codec.escape(t) for t in dict.fromkeys(self._terms_analyzer.terms(text))]

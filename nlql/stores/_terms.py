@@ -128,6 +128,7 @@ class StoreKeywordIndex:
 
     built = True
     in_store = True
+    fast_matches = None  # (KeywordSource: no table of row numbers)
 
     def __init__(self, store: Any, analyzer: Any = None) -> None:
         self.store = store
@@ -138,6 +139,9 @@ class StoreKeywordIndex:
 
     def on_delete(self, doc_ids: Sequence[str]) -> None:
         """Nothing to do: the store removed the terms with the rows."""
+
+    def begin_search(self) -> None:
+        """Nothing kept between searches."""
 
     def matches(self, text: str) -> tuple[list[tuple[str, int]], np.ndarray]:
         """Every row that contains a term of ``text``: its (doc_id, position) and BM25 score."""

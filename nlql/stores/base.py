@@ -78,7 +78,7 @@ class Store(Protocol):
     Contract:
     - ``upsert`` is atomic per call and replaces every existing document with the same ``doc_id``
       (no stale sentences). A crash mid-call leaves either the old or the new version. The engine
-      passes a list of records; a store whose ``accepts_doc_batch`` is True gets the write as one
+      passes a list of records; a store that declares ``Capabilities.DOC_BATCHES`` gets the write as one
       :class:`~nlql.stores.batch.DocBatch` (columns, and a ``Sequence[DocRecord]`` too) instead.
     - ``knn`` returns, per query vector, up to ``k`` (key, cosine similarity) pairs, best first, among rows
       passing ``flt``; with ``min_score`` (only if ``SCORE_THRESHOLD``) rows below it are excluded.
@@ -144,9 +144,106 @@ class RunsLowered(Protocol):
 Bm25Matches = Callable[[str], tuple[list[tuple[str, int]], np.ndarray]]
 
 
+class RowNumbers(Protocol):
+    """The row table of a ``FAST_PATH`` store as the engine reads it: arrays indexed by row number."""
+
+    size: int
+    version: int
+    seq: np.ndarray          # insertion order of each row's document
+    pos: np.ndarray          # each row's sentence position
+    row_doc: np.ndarray      # each row's document slot
+    doc_rows: Mapping[str, Sequence[int]]  # doc_id -> its rows, in position order
+
+
+class TableMatches(Protocol):
+    """The engine's BM25 over a table's row numbers (``KeywordSource.fast_matches``)."""
+
+    def sparse(self, text: str, table: Any) -> tuple[np.ndarray, np.ndarray]:
+        """(rows holding a term of ``text``, ascending; their BM25 scores > 0)."""
+        ...
+
+    def rows(self, text: str, table: Any) -> np.ndarray | None:
+        """``text``'s BM25 for every table row (0.0: no term), or None."""
+        ...
+
+
+class KeywordSource(Protocol):
+    """What the engine's BM25 source answers (its own index beside the store, or a ``KEYWORD_STATS``
+    store's ``keyword_index``): ``matches`` (:data:`Bm25Matches`); ``in_store`` (BM25 kept in the store:
+    recall may narrow with ``bm25_candidates``); ``fast_matches`` (a :class:`TableMatches` for table
+    stores, else None); ``begin_search()`` (what it kept for the last search is dropped)."""
+
+    in_store: bool
+    fast_matches: TableMatches | None
+
+    def matches(self, text: str) -> tuple[list[tuple[str, int]], np.ndarray]: ...
+    def begin_search(self) -> None: ...
+
+
+class EngineSide(Protocol):
+    """The engine's stages a store's own fast paths call back (``run.side``), so that the rows they
+    return are built, scored and filtered exactly as the general path builds them."""
+
+    DISTINCT_FACTOR: float
+
+    def candidates(self, run: Any, keys: Sequence[Any], qv: Mapping[str, np.ndarray],
+                   known: Mapping[str, Any] | None = None) -> list[Any]: ...
+    def passing(self, run: Any, units: list[Any]) -> list[Any]: ...
+    def enough(self, run: Any, units: list[Any], need: int) -> bool: ...
+    def wider(self, run: Any, units: list[Any], k: int, need: int) -> int: ...
+    def distinct_rounds(self, run: Any, rounds: int) -> None: ...
+    def store_stats(self, run: Any) -> None: ...
+
+
 class TablePaths(Protocol):
     """``Capabilities.FAST_PATH``: keys are row numbers of an in-process table, so pages and documents
-    can be picked with numpy before any row is built (:mod:`nlql.stores.memory.fastpath`)."""
+    can be picked with numpy before any row is built. The paths are the store's own business
+    (:mod:`nlql.stores.memory`); the engine's recall stage calls them here and runs its general path
+    when one returns None. ``run`` is the engine's per-search state; ``run.side`` is an
+    :class:`EngineSide`, ``run.bm25`` a :class:`KeywordSource`."""
+
+    table: RowNumbers
+
+    def mask(self, flt: NativeFilter | None) -> np.ndarray:
+        """A boolean vector over the table's rows: live and passing ``flt``."""
+        ...
+
+    def top_window(self, v: np.ndarray, depth: int, flt: NativeFilter | None = None,
+                   min_score: float | None = None, keys: np.ndarray | None = None) -> Any:
+        """The exact top ``depth`` rows by one query vector (keys, float32 scores), or None."""
+        ...
+
+    def insertion_order(self, keys: np.ndarray) -> np.ndarray:
+        """The permutation of ``keys`` (row numbers) into insertion order (seq, position)."""
+        ...
+
+    def live_sentences(self) -> list[tuple[str, int, int, str, dict[str, Any]]]:
+        """(doc_id, position, seq, content, metadata) of every live row, without building rows."""
+        ...
+
+    def document_page(self, run: Any, qv: Mapping[str, np.ndarray]) -> list[Any] | None:
+        """A DOCUMENT fast path's candidates, or None."""
+        ...
+
+    def window_page(self, run: Any, qv: Mapping[str, np.ndarray]) -> list[Any] | None:
+        """A fusion's (or BM25's) page from the arms' windows only, or None."""
+        ...
+
+    def floored(self, run: Any, qv: Mapping[str, np.ndarray], sim_slots: list[str],
+                fast_ok: bool) -> tuple[np.ndarray, dict[str, np.ndarray], bool] | None:
+        """(rows passing WHERE's BM25 floors, their SIMILARITY scores, NaN outside windows?), or None."""
+        ...
+
+    def windows(self, run: Any, qv: Mapping[str, np.ndarray], sim_slots: list[str],
+                fast_ok: bool) -> tuple[np.ndarray, dict[str, np.ndarray]] | None:
+        """(live keys in row order, SIMILARITY scores NaN outside each arm's window), or None."""
+        ...
+
+    def fast_page(self, run: Any, fast: FastPath, keys: np.ndarray, scores: dict[str, np.ndarray],
+                  qv: Mapping[str, np.ndarray], *, fast_ok: bool, unordered: bool,
+                  fill: Sequence[str] = ()) -> list[Any] | None:
+        """The planner's fast path over ``keys``: the page's candidates, or None (the general path)."""
+        ...
 
     def fast_select(self, path: FastPath, keys: np.ndarray, scores: Mapping[str, np.ndarray], need: int,
                     bm25: Bm25Matches) -> tuple[np.ndarray, dict[str, np.ndarray]] | None:
@@ -164,6 +261,28 @@ class TablePaths(Protocol):
     def key_documents(self, keys: Sequence[Any]) -> list[str]:
         """The distinct documents of ``keys``, in the order first met, without building rows."""
         ...
+
+
+class Syncing(Protocol):
+    """``Capabilities.SYNCS``: a store other processes may write (a directory store): ``stale()`` says
+    cheaply whether another writer committed since this process last looked; ``sync()`` catches up."""
+
+    def stale(self) -> bool: ...
+    def sync(self) -> Any: ...
+
+
+class WarmsUp(Protocol):
+    """``Capabilities.WARM_UP``: work a reopened store may start in the background when the engine
+    opens it (the built-in store's int8 copy); ``build_int8(wait=False)`` returns at once."""
+
+    def build_int8(self, wait: bool = True) -> bool: ...
+
+
+class KeepsAnalyzer(Protocol):
+    """``Capabilities.ANALYZER``: a store that writes BM25 terms with its own ``analyzer``; the engine
+    sets it to the engine's before ``open`` so BM25 is the same on every store."""
+
+    analyzer: Any
 
 
 class DescribesData(Protocol):

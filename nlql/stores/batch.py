@@ -2,7 +2,7 @@
 
 The engine splits and embeds a batch of documents into columns — ids, texts, metadata, sentences per
 document, and per sentence its position, span, content, tail and vector (one matrix) — and hands a
-store that declares ``accepts_doc_batch`` (the built-in store and the stores built on it) the batch
+store that declares ``Capabilities.DOC_BATCHES`` (the built-in store and the stores built on it) the batch
 itself: it appends the columns to its own, a handful of list extends and numpy copies per batch.
 
 A :class:`DocBatch` is also a ``Sequence[DocRecord]``: indexing or iterating it builds the records
@@ -21,7 +21,7 @@ import numpy as np
 
 from nlql.stores.base import DocRecord, UnitRecord
 
-__all__ = ["DocBatch", "is_columnar"]
+__all__ = ["DocBatch", "is_columnar", "latest_per_id"]
 
 
 class DocBatch(Sequence[DocRecord]):
@@ -121,3 +121,16 @@ class DocBatch(Sequence[DocRecord]):
 def is_columnar(docs: Sequence[DocRecord]) -> bool:
     """Whether ``docs`` is a :class:`DocBatch` whose columns a store may append as they are."""
     return isinstance(docs, DocBatch) and docs.columnar
+
+
+def latest_per_id(docs: Sequence[DocRecord]) -> Sequence[DocRecord]:
+    """``docs`` with one record per id, the last one, in the order of those last records (a list, or
+    the :class:`DocBatch` itself when its ids are distinct)."""
+    if isinstance(docs, DocBatch):  # kept as a batch when it can be (its columns are appended as they are)
+        if docs.unique:
+            return docs  # type: ignore[return-value]
+        docs = docs.records()
+    if len({d.doc_id for d in docs}) == len(docs):
+        return list(docs)
+    last = {d.doc_id: i for i, d in enumerate(docs)}
+    return [d for i, d in enumerate(docs) if last[d.doc_id] == i]

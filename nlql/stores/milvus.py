@@ -354,6 +354,7 @@ class MilvusStore:
             SCORE_THRESHOLD=True,
             BM25=keyword_stats,
             KEYWORD_STATS=keyword_stats,
+            ANALYZER=True,
             ENTITY_LINKS=True,  # each row's entity names inside its record (rec["n"])
         )
 

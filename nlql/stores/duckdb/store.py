@@ -99,7 +99,7 @@ class DuckDBStore(SqlStore):
         self.dialect = DuckDBDialect(self.table_prefix, analyzer=self.analyzer, normalized=table is None,
                                      codec=codec)
         self.capabilities = self.dialect.capabilities(
-            NAME="duckdb", EXACT=True, SCORE_THRESHOLD=True, BM25=True, SQL_ARMS=True, KEYWORD_STATS=True,
+            NAME="duckdb", EXACT=True, SCORE_THRESHOLD=True, BM25=True, SQL_ARMS=True, KEYWORD_STATS=True, ANALYZER=True,
             ENTITY_LINKS=table is None)  # its own tables keep each sentence's entity names (<prefix>_entities)
 
     @classmethod

@@ -37,10 +37,10 @@ from nlql.kernels import blas_one_thread, block_rows, full_scan, matmul_t
 from nlql.pushdown import OPS, Capabilities, FastPath, Filter, NativeFilter
 from nlql.schema import DataSummary
 from nlql.stores.base import Bm25Matches, DocRecord, Row
-from nlql.stores.batch import is_columnar
+from nlql.stores.batch import is_columnar, latest_per_id
 from nlql.stores.doclog import FILE_NAME, Changes, DocLog
-from nlql.stores.memory import _pages, fastpath, quant
-from nlql.stores.memory.table import RowTable, latest_per_id
+from nlql.stores.memory import _pages, document_page, fastpath, fused_page, quant, table_recall
+from nlql.stores.memory.table import RowTable
 
 MEMORY_CAPABILITIES = Capabilities(
     NAME="memory",
@@ -57,6 +57,9 @@ MEMORY_CAPABILITIES = Capabilities(
     FAST_PATH=True,
     DESCRIBES_DATA=True,
     KNN_SCORES=True,  # knn and similarities score a row with the same aligned blocks (block_rows)
+    WARM_UP=True,
+    DOC_BATCHES=True,
+    SYNCS=True,  # (a directory store: other processes may write it; in RAM stale() is always False)
 )
 
 
@@ -98,7 +101,6 @@ class MatrixStore:
     """Rows + a growable float32 matrix. Shared by the built-in store and the ANN stores' exact path."""
 
     capabilities = MEMORY_CAPABILITIES
-    accepts_doc_batch = True  # upsert takes the engine's DocBatch whole (nlql.stores.batch)
 
     def __init__(self) -> None:
         self.table = RowTable()
@@ -590,6 +592,35 @@ class MatrixStore:
         """The table fast paths (:mod:`nlql.stores.memory.fastpath`)."""
         with self._lock:
             return fastpath.select(self.table, path, keys, scores, need, bm25)
+
+    # the recall fast paths (TablePaths; nlql.stores.memory.table_recall): the engine's recall calls them
+
+    def document_page(self, run: Any, qv: Any) -> list[Any] | None:
+        return document_page.document_page(run, qv)
+
+    def window_page(self, run: Any, qv: Any) -> list[Any] | None:
+        return fused_page.window_page(run, qv)
+
+    def floored(self, run: Any, qv: Any, sim_slots: list[str], fast_ok: bool) -> Any:
+        return table_recall.floored(run, qv, sim_slots, fast_ok)
+
+    def windows(self, run: Any, qv: Any, sim_slots: list[str], fast_ok: bool) -> Any:
+        return table_recall.windows(run, qv, sim_slots, fast_ok)
+
+    def fast_page(self, run: Any, fast: FastPath, keys: np.ndarray, scores: dict[str, np.ndarray], qv: Any, *,
+                  fast_ok: bool, unordered: bool, fill: Sequence[str] = ()) -> list[Any] | None:
+        return table_recall.fast_page(run, fast, keys, scores, qv, fast_ok=fast_ok, unordered=unordered, fill=fill)
+
+    def insertion_order(self, keys: np.ndarray) -> np.ndarray:
+        table = self.table
+        return np.lexsort((table.pos[keys], table.seq[keys]))
+
+    def stale(self) -> bool:
+        """Syncing: nothing but this process writes a store in RAM."""
+        return False
+
+    def sync(self) -> Changes | None:
+        return None
 
     def key_documents(self, keys: Sequence[Any]) -> list[str]:
         """The distinct documents of ``keys`` in the order first met, without building rows."""

@@ -23,7 +23,7 @@ from nlql.patterns import matcher_for
 from nlql.pushdown import HAS_OPS, Cond, FAnd, Filter, FOr
 from nlql.schema import MetaSummary
 from nlql.stores.base import DocRecord, Row, unit_id
-from nlql.stores.batch import DocBatch, is_columnar
+from nlql.stores.batch import is_columnar, latest_per_id
 from nlql.stores.pyfilter import eval_cond
 
 K_NULL, K_NUM, K_STR, K_BOOL, K_OTHER = 0, 1, 2, 3, 4
@@ -322,19 +322,6 @@ class DocSlots(Mapping[str, int]):
 
 def _units_of(d: DocRecord) -> list[Any]:
     return d.units
-
-
-def latest_per_id(docs: Sequence[DocRecord]) -> Sequence[DocRecord]:
-    """``docs`` with one record per id, the last one, in the order of those last records (a list, or
-    the :class:`~nlql.stores.batch.DocBatch` itself when its ids are distinct)."""
-    if isinstance(docs, DocBatch):  # kept as a batch when it can be (its columns are appended as they are)
-        if docs.unique:
-            return docs  # type: ignore[return-value]
-        docs = docs.records()
-    if len({d.doc_id for d in docs}) == len(docs):
-        return list(docs)
-    last = {d.doc_id: i for i, d in enumerate(docs)}
-    return [d for i, d in enumerate(docs) if last[d.doc_id] == i]
 
 
 def _grown(arr: np.ndarray, used: int, new: np.ndarray) -> np.ndarray:

@@ -122,7 +122,7 @@ class PgVectorStore(SchemaMixin, TermsMixin, KnnMixin, EntityMixin, SqlStore):
                                        semantic_mode="exact" if exact_only else "index")
         self.capabilities = self.dialect.capabilities(
             NAME="pgvector", EXACT=exact_only, SCORE_THRESHOLD=True, BM25=self.bm25, SQL_ARMS=self.bm25,
-            KEYWORD_STATS=self.bm25, ENTITY_LINKS=True, GRAPH_ARM=True,
+            KEYWORD_STATS=self.bm25, ANALYZER=True, ENTITY_LINKS=True, GRAPH_ARM=True,
             DEADLINE=True, DESCRIBES_DATA=True)
         if connection is not None and not connection.autocommit:
             raise ValueError("PgVectorStore needs a connection in autocommit mode "

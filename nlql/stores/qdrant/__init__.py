@@ -155,6 +155,7 @@ class QdrantStore:
             DEADLINE=True,
             BM25=True,
             KEYWORD_STATS=True,
+            ANALYZER=True,
             ENTITY_LINKS=True,  # each point's entity names in its payload (_ent): the graph rebuilds from them
         )
         self.last_stats: dict[str, Any] = {}

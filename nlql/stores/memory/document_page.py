@@ -13,7 +13,7 @@ A DOCUMENT row's SIMILARITY/BM25 is its best sentence's score (SPEC §6), so:
    matching no term fill a short page in insertion order) or by the arithmetic, or, for RRF /
    INTERLEAVE, each arm ranks the documents (score descending, then insertion order; a BM25 arm only
    the documents holding a term) down to its window and the arms are fused with the SENTENCE fusion
-   page's numpy code (:mod:`nlql.execute.fused_page`), which gives every document the value
+   page's numpy code (:mod:`nlql.stores.memory.fused_page`), which gives every document the value
    :func:`nlql.execute.fuse.fuse` gives it;
 3. only the documents that can be on the page are built, by :func:`nlql.execute.materialise.candidates`
    (the very rows, scores and ``hit.best`` of the row-by-row path); the executor orders and cuts them.
@@ -27,10 +27,6 @@ from typing import Any, cast
 import numpy as np
 
 from nlql import values as V
-from nlql.execute.candidates import Candidate, Search, keep_passing
-from nlql.execute.fused_page import _fuse, _live, _spec
-from nlql.execute.materialise import candidates
-from nlql.plan.nodes import ScoreSpec
 from nlql.stores.base import ScoresAll
 from nlql.stores.memory.fastpath import (
     document_best,
@@ -39,19 +35,24 @@ from nlql.stores.memory.fastpath import (
     first_documents,
     top_rows,
 )
+from nlql.stores.memory.fused_page import _fuse, _live, _spec
 
 __all__ = ["document_page"]
+
+Search = Any  # the engine's per-search state (nlql.execute.candidates.Search; see table_recall)
+Candidate = Any
+ScoreSpec = Any
 
 
 def document_page(run: Search, qv: dict[str, np.ndarray]) -> list[Candidate] | None:
     """The candidates (documents) that can be on the page, or None: the row-by-row path runs instead."""
     plan, store = run.plan, run.store
     fast = plan.fast_path
-    table = getattr(store, "table", None)
-    sparse = getattr(getattr(run.bm25, "fast_matches", None), "sparse", None)
+    table = store.table
+    sparse = None if run.bm25.fast_matches is None else run.bm25.fast_matches.sparse
     caps = store.capabilities
-    if (fast is None or fast.unit != "DOCUMENT" or run.failed or run.need is None or table is None
-            or not (caps.FAST_PATH and caps.FULL_SCORES) or not hasattr(store, "mask")
+    if (fast is None or fast.unit != "DOCUMENT" or run.failed or run.need is None
+            or not (caps.FAST_PATH and caps.FULL_SCORES)
             or (fast.bm25_texts and sparse is None)):
         return None
     spec = None
@@ -60,9 +61,7 @@ def document_page(run: Search, qv: dict[str, np.ndarray]) -> list[Candidate] | N
         if spec is None:
             return None
     t = time.perf_counter()
-    begin = getattr(run.bm25, "begin_search", None)
-    if begin is not None:
-        begin()  # the BM25 matches kept serve this search only
+    run.bm25.begin_search()  # the BM25 matches kept serve this search only
     got = _from_windows(run, qv, spec, sparse)
     if got is None:
         got = _from_every_row(run, qv, spec, sparse)
@@ -79,13 +78,13 @@ def document_page(run: Search, qv: dict[str, np.ndarray]) -> list[Candidate] | N
     if spec is not None and fused is not None:
         ids = table.doc_ids  # (before the rows are built: keyed by document)
         value = {ids[k]: v for k, v in zip(page_keys, fused, strict=True)}
-    units = candidates(run, page_keys, qv, None)
+    units = run.side.candidates(run, page_keys, qv, None)
     if spec is not None and value is not None:
         for u in units:
             u.ctx.scores[spec.slot] = value[u.ctx.doc_id]
         run.prefused.add(spec.slot)
         counts["fused_page"] = len(units)
-    units = keep_passing(units, run.residual, run.deadline, run.warnings)
+    units = run.side.passing(run, units)
     run.stats.add("filter", (time.perf_counter() - t) * 1000)
     return units
 
@@ -105,7 +104,7 @@ def _from_windows(run: Search, qv: dict[str, np.ndarray], spec: ScoreSpec | None
     """
     plan, store, fast = run.plan, run.store, run.plan.fast_path
     assert fast is not None and run.need is not None
-    table = cast(Any, store).table
+    table = store.table
     if fast.kind == "formula" or plan.recall.min_score:
         return None
     live_rows: np.ndarray | None = None
@@ -113,7 +112,7 @@ def _from_windows(run: Search, qv: dict[str, np.ndarray], spec: ScoreSpec | None
     def matched(slot: str) -> tuple[np.ndarray, np.ndarray]:
         nonlocal live_rows
         if live_rows is None:
-            live_rows = cast(Any, store).mask(plan.native)
+            live_rows = store.mask(plan.native)
         rows, vals = sparse(fast.bm25_text(slot), table)
         ok = live_rows[rows]
         if not ok.all():
@@ -128,7 +127,7 @@ def _from_windows(run: Search, qv: dict[str, np.ndarray], spec: ScoreSpec | None
         run.stats.counts.update({"rounds": 1, "documents_matched": int(reps.size)})
         return picked.tolist(), None
     assert spec is not None and fast.depth is not None
-    top = getattr(store, "top_window", None)
+    top = store.top_window
     depth = fast.depth
     ranked: list[np.ndarray] = []  # per arm: a row of each of its top documents, best first
     rounds = 0
@@ -170,7 +169,7 @@ def _from_every_row(run: Search, qv: dict[str, np.ndarray], spec: ScoreSpec | No
     maximum per slot (:func:`~nlql.stores.memory.fastpath.document_best`), or None (the row-by-row path)."""
     plan, store, fast = run.plan, run.store, run.plan.fast_path
     assert fast is not None and run.need is not None
-    table = cast(Any, store).table
+    table = store.table
     # the SIMILARITY slots the ranking reads (the page's documents get every score from candidates())
     reads = ({a.slot for a in fast.arms} if fast.kind == "fusion" else set(fast.formula.slots())
              if fast.kind == "formula" and fast.formula is not None else set())

@@ -27,11 +27,12 @@ from typing import Any
 
 import numpy as np
 
-from nlql.execute.candidates import Candidate, Search, keep_passing
-from nlql.execute.materialise import candidates
 from nlql.functions import RANK_FUSIONS
-from nlql.plan.nodes import ScoreSpec
 from nlql.stores.memory.fastpath import floor_rows, top_rows
+
+Search = Any  # the engine's per-search state (nlql.execute.candidates.Search; see table_recall)
+Candidate = Any
+ScoreSpec = Any
 
 __all__ = ["fused_page", "window_page"]
 
@@ -61,8 +62,8 @@ def fused_page(run: Search, keys: np.ndarray, scores: dict[str, np.ndarray],
         bm25_rows: ``rows(text, table)``: a BM25 text's score for every table row.
     """
     spec = _spec(run)
-    table = getattr(run.store, "table", None)
-    if spec is None or table is None or run.need is None or bm25_rows is None:
+    table = run.store.table
+    if spec is None or run.need is None or bm25_rows is None:
         return None
     fast = run.plan.fast_path
     assert fast is not None and fast.depth is not None
@@ -137,14 +138,12 @@ def window_page(run: Search, qv: dict[str, np.ndarray]) -> list[Candidate] | Non
         return _bm25_page(run, qv)
     plan, store = run.plan, run.store
     spec = _spec(run)
-    table = getattr(store, "table", None)
-    top = getattr(store, "top_window", None)
-    sparse = getattr(getattr(run.bm25, "fast_matches", None), "sparse", None)
+    table, top = store.table, store.top_window
+    sparse = None if run.bm25.fast_matches is None else run.bm25.fast_matches.sparse
     caps = store.capabilities
-    if (spec is None or fast is None or fast.depth is None or table is None or top is None or run.need is None
+    if (spec is None or fast is None or fast.depth is None or run.need is None
             or fast.floors  # the windows rank the whole table, not the rows passing WHERE's floors
-            or not (caps.FULL_SCORES and caps.FAST_PATH) or plan.distinct is not None or plan.recall.min_score
-            or not hasattr(store, "mask")):
+            or not (caps.FULL_SCORES and caps.FAST_PATH) or plan.distinct is not None or plan.recall.min_score):
         return None
     sim_slots = [s.slot for s in plan.scores if s.kind == "SIMILARITY"]
     if any(s not in qv or len(qv[s]) != 1 or not bool(np.isfinite(qv[s]).all()) for s in sim_slots):
@@ -159,11 +158,9 @@ def window_page(run: Search, qv: dict[str, np.ndarray]) -> list[Candidate] | Non
         elif arm.kind != "SIMILARITY" or arm.slot not in sim_slots:
             return None
     t = time.perf_counter()
-    begin = getattr(run.bm25, "begin_search", None)
-    if begin is not None:
-        begin()  # the BM25 matches kept serve this search only
+    run.bm25.begin_search()  # the BM25 matches kept serve this search only
     depth, seq, pos = fast.depth, table.seq, table.pos
-    live_rows = store.mask(plan.native)  # type: ignore[attr-defined]
+    live_rows = store.mask(plan.native)
     ranked: list[np.ndarray] = []  # each arm's table rows, best first
     windows: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # SIMILARITY slot -> (rows, scores)
     certified = True
@@ -209,12 +206,12 @@ def window_page(run: Search, qv: dict[str, np.ndarray]) -> list[Candidate] | Non
         run.warnings.append("timeout during recall")
     t = time.perf_counter()
     counts.update({"fast_path": "fusion", "pruned_to": union_size})
-    units = candidates(run, page, qv, page_scores)
+    units = run.side.candidates(run, page, qv, page_scores)
     for u, v in zip(units, values, strict=True):
         u.ctx.scores[spec.slot] = v
     run.prefused.add(spec.slot)
     counts["fused_page"] = len(units)
-    units = keep_passing(units, run.residual, run.deadline, run.warnings)
+    units = run.side.passing(run, units)
     run.stats.add("filter", (time.perf_counter() - t) * 1000)
     return units
 
@@ -224,19 +221,16 @@ def _bm25_page(run: Search, qv: dict[str, np.ndarray]) -> list[Candidate] | None
     plan, store = run.plan, run.store
     fast = plan.fast_path
     assert fast is not None
-    table = getattr(store, "table", None)
-    sparse = getattr(getattr(run.bm25, "fast_matches", None), "sparse", None)
+    table = store.table
+    sparse = None if run.bm25.fast_matches is None else run.bm25.fast_matches.sparse
     text = fast.bm25_text(fast.slot or "")
-    if (table is None or sparse is None or text is None or run.need is None or run.failed
+    if (sparse is None or text is None or run.need is None or run.failed
             or plan.distinct is not None or not (store.capabilities.FAST_PATH and store.capabilities.FULL_SCORES)
-            or not hasattr(store, "mask")
             or any(s.kind == "SIMILARITY" for s in plan.scores)):
         return None
     t = time.perf_counter()
-    begin = getattr(run.bm25, "begin_search", None)
-    if begin is not None:
-        begin()
-    live_rows = store.mask(plan.native)  # type: ignore[attr-defined]
+    run.bm25.begin_search()
+    live_rows = store.mask(plan.native)
     floors = fast.floors
     if floors:  # WHERE's BM25 floors (each fails at 0): only the rows passing them are candidates
         passing_rows = floor_rows(table, fast, sparse)
@@ -262,8 +256,8 @@ def _bm25_page(run: Search, qv: dict[str, np.ndarray]) -> list[Candidate] | None
     kept = rows[top_rows(vals, rows, table, run.need, ties=True)]
     kept = kept[np.lexsort((table.pos[kept], table.seq[kept]))]  # into insertion order
     counts.update({"fast_path": "bm25", "pruned_to": int(kept.size)})
-    units = candidates(run, [int(k) for k in kept], qv, {})
-    units = keep_passing(units, run.residual, run.deadline, run.warnings)
+    units = run.side.candidates(run, [int(k) for k in kept], qv, {})
+    units = run.side.passing(run, units)
     run.stats.add("filter", (time.perf_counter() - t) * 1000)
     return units
 

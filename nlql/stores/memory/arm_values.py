@@ -1,6 +1,6 @@
 """Fusion arms that are not scores, as one vector over a table store's candidates (``VALUE`` arms).
 
-The fusion fast path (:mod:`nlql.stores.memory.fastpath`, :mod:`nlql.execute.fused_page`) ranks each arm by
+The fusion fast path (:mod:`nlql.stores.memory.fastpath`, :mod:`nlql.stores.memory.fused_page`) ranks each arm by
 a vector aligned with the candidates' row numbers. For the arms the planner marks ``VALUE``
 (:func:`nlql.plan.choose_fastpath.value_arm`) the engine computes that vector here, with exactly the
 values the row evaluator (:mod:`nlql.evaluate`) would give each row, NaN where it gives NULL:
@@ -43,9 +43,7 @@ def _micros(moment: datetime) -> int:
 
 def value_arms(run: Any, fast: FastPath, keys: np.ndarray) -> dict[str, np.ndarray] | None:
     """Each VALUE arm's vector (float64, aligned with ``keys``, NaN: absent), or None to decline."""
-    table = getattr(run.store, "table", None)
-    if table is None:
-        return None
+    table = run.store.table
     keys = np.asarray(keys, dtype=np.int64)
     out: dict[str, np.ndarray] = {}
     for arm in fast.arms:
