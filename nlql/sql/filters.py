@@ -27,7 +27,7 @@ from nlql.pushdown import HAS_OPS, OPS, Cond, FAnd, Filter, FOr
 from nlql.sql.binder import Fragment, Param, join, sql, template
 from nlql.sql.codec import TextCodec, micros
 
-__all__ = ["SQL_FILTER_OPS", "Subject", "filter_sql", "like_pattern"]
+__all__ = ["SQL_FILTER_OPS", "Subject", "equality_record", "filter_sql", "like_pattern"]
 
 # the leaf operators a SQL dialect over NLQL's typed schema compiles: MATCH is a Python regex, which
 # no SQL regex engine means exactly, so it is never pushed; HAS (list membership, SPEC §11) reads lists,
@@ -78,6 +78,24 @@ class Subject:
     @property
     def never_str(self) -> bool:
         return self._views["s"] is None
+
+
+def equality_record(v: Any, escape: Any) -> dict[str, Any] | None:
+    """The part of a stored typed record (:func:`nlql.sql.codec.flatten_metadata`, strings written with
+    ``escape``) that a record holds exactly when ``meta.x == v`` is TRUE; None where equality needs more
+    than that (a numeric string equals the number too: the typed views answer it). A dialect's
+    :meth:`~nlql.sql.dialect.Dialect.indexed_leaf` may test it in a form its indexes serve."""
+    if isinstance(v, bool):
+        return {"b": v}
+    if isinstance(v, (datetime, date)):
+        dt = V.as_datetime(v)
+        return {"t": micros(dt)} if dt is not None else None
+    if V.is_number(v):
+        f = V.as_number(v)
+        return {"n": f} if f is not None else None
+    if isinstance(v, str) and V.numeric_string(v) is None:
+        return {"s": escape(v)}
+    return None
 
 
 def like_pattern(pattern: str, codec: TextCodec, regex_escape: Any = None) -> tuple[str, str]:

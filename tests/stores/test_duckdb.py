@@ -268,7 +268,8 @@ def test_hostile_values_round_trip_and_filter() -> None:
                 assert want
     assert store.delete([HOSTILE[0], HOSTILE[2]]) == 2
     tables = sorted(r[0] for r in store._conn.execute("SELECT table_name FROM duckdb_tables()").fetchall())
-    assert tables == ["nlql_bm25", "nlql_docs", "nlql_entities", "nlql_info", "nlql_meta", "nlql_terms", "nlql_units"]
+    assert tables == ["nlql_bm25", "nlql_docs", "nlql_entities", "nlql_flat", "nlql_info", "nlql_meta", "nlql_terms",
+                      "nlql_units"]
 
 
 def test_metadata_numbers_keep_their_type() -> None:
@@ -505,3 +506,36 @@ def test_bm25_candidates_read_only_the_filtered_rows_of_the_terms() -> None:
     assert got == want and set(got) == {"t0#0", "t2#0"}
     assert store.bm25_candidates("nothing here", None) == ([], pytest.approx(np.zeros(0)))
     duck.close()
+
+
+def test_metadata_equality_reads_the_flat_table_and_a_store_written_before_it_rebuilds_it(tmp_path: Path) -> None:
+    """``meta.x == v`` / ``IN`` compile to a semi-join on ``<p>_flat`` (``DuckDBDialect.indexed_leaf``)
+    with exactly the typed views' rows; a file written before the table existed gets it on open."""
+    from sql_kit import META_VALUES
+
+    rng = np.random.default_rng(11)
+    docs = build_filter_corpus(rng)
+    path = tmp_path / "old.duckdb"
+    store = DuckDBStore(path)
+    store.open(DIM)
+    store.upsert(docs)
+    store.upsert([docs[0]])  # a replaced document keeps one set of flat rows
+    store._conn.execute('DROP TABLE "nlql_flat"')  # as a version before the table left the file
+    store.close()
+    store = DuckDBStore(path)
+    store.open(DIM)
+    rows = store.fetch(store.scan())
+    conds = [Cond("eq", _path(k), v) for k in META_KEYS for v in META_VALUES]
+    conds += [Cond("in", _path(k), tuple(META_VALUES[i:i + 3])) for k in META_KEYS for i in range(0, len(META_VALUES), 3)]
+    used = 0
+    for flt in conds:
+        if not filter_pushable(store.capabilities, flt):
+            continue
+        compiled = store.compile_filter(flt)
+        used += '"nlql_flat"' in compiled.native
+        assert store.scan(compiled) == [r.key for r in rows if row_passes(flt, r)], flt
+    assert used > len(conds) // 3
+    assert store.delete([docs[1].doc_id]) == 1
+    left = store._conn.execute('SELECT count(*) FROM "nlql_flat" WHERE doc_id = $1', [docs[1].doc_id]).fetchone()[0]
+    assert left == 0
+    store.close()

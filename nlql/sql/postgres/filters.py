@@ -8,14 +8,10 @@ the floats themselves; strings under ``COLLATE "C"`` (code-point order).
 
 from __future__ import annotations
 
-from datetime import date, datetime
-from typing import Any
-
-from nlql import values as V
 from nlql.pushdown import Cond, FAnd, Filter, FOr
 from nlql.sql.binder import Fragment, Param, join, sql
-from nlql.sql.codec import TextCodec, compact_json, escape_text, micros, path_key
-from nlql.sql.filters import SQL_FILTER_OPS, Subject, like_pattern
+from nlql.sql.codec import TextCodec, compact_json, escape_text, path_key
+from nlql.sql.filters import SQL_FILTER_OPS, Subject, equality_record, like_pattern
 
 __all__ = ["PGVECTOR_OPS", "containment", "indexable", "like_sql", "subject"]
 
@@ -52,23 +48,6 @@ def subject(path: tuple[str, ...]) -> Subject:
     raise ValueError(f"unknown filter path {path!r}")
 
 
-def _typed_value(v: Any) -> dict[str, Any] | None:
-    """The part of a stored typed record (:func:`nlql.sql.codec.flatten_metadata`) that a record holds
-    exactly when ``meta.x == v`` is TRUE; None where equality needs more than containment (a numeric
-    string equals the number too: the typed views answer that)."""
-    if isinstance(v, bool):
-        return {"b": v}
-    if isinstance(v, (datetime, date)):
-        dt = V.as_datetime(v)
-        return {"t": micros(dt)} if dt is not None else None
-    if V.is_number(v):
-        f = V.as_number(v)
-        return {"n": f} if f is not None else None
-    if isinstance(v, str) and V.numeric_string(v) is None:
-        return {"s": escape_text(v)}
-    return None
-
-
 def containment(cond: Cond) -> tuple[Fragment, bool] | None:
     """``meta.x == v`` / ``meta.x IN (…)`` as ``d.mflat @> '{"[\"x\"]": {"s": "v"}}'`` (an OR of
     them for IN), which the GIN index on ``mflat`` (``jsonb_path_ops``) serves and PostgreSQL's
@@ -78,7 +57,7 @@ def containment(cond: Cond) -> tuple[Fragment, bool] | None:
     if cond.path[0] != "meta" or len(cond.path) < 2 or cond.op not in ("eq", "in"):
         return None
     values = [cond.value] if cond.op == "eq" else list(cond.value)
-    records = [_typed_value(v) for v in values]
+    records = [equality_record(v, escape_text) for v in values]
     if not records or any(r is None for r in records):
         return None
     key = path_key(cond.path[1:])

@@ -238,6 +238,7 @@ class DuckDBStore(SqlStore):
                 raise BackendError("duckdb", f"{self.path} holds no NLQL store with table_prefix "
                                              f"{self.table_prefix!r}", hint="open it writable once to create it")
             self._check_dim(dim)
+            d.flat_index = self._has_table(self._conn, "flat")
             return
         with self._tx() as conn:
             self._run(conn, d.key_value_table("meta"))
@@ -252,6 +253,22 @@ class DuckDBStore(SqlStore):
                 self._run(conn, sql("INSERT INTO ", d.stats, " VALUES (0, 0)"))
             self._sync_terms(conn)
             self._open_entities(conn)
+            self._open_flat(conn)
+
+    def _has_table(self, conn: Any, suffix: str) -> bool:
+        return bool(conn.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = $1",
+                                 [f"{self.table_prefix}_{suffix}"]).fetchone()[0])
+
+    def _open_flat(self, conn: Any) -> None:
+        """``<prefix>_flat`` (each document's typed metadata, one row per path), which pushed metadata
+        equality and IN read (``DuckDBDialect.indexed_leaf``); built once for a store written before it."""
+        d = self.dialect
+        existed = self._has_table(conn, "flat")
+        for statement in d.flat_table():
+            self._run(conn, statement)
+        if not existed:
+            self._run(conn, d.fill_flat())
+        d.flat_index = True
 
     # ---------------------------------------------------------------------------------- entity links
 
@@ -376,8 +393,9 @@ class DuckDBStore(SqlStore):
         tables = self._prepare(list(latest.values()))
         self._guard(lambda: self._write(*tables))
 
-    def _prepare(self, docs: list[DocRecord]) -> tuple[list[str], Any, Any, Any, int, int, Any]:
-        """(escaped ids, Arrow docs, units and terms tables, sentences added, terms added, entity names)."""
+    def _prepare(self, docs: list[DocRecord]) -> tuple[list[str], Any, Any, Any, int, int, Any, Any]:
+        """(escaped ids, Arrow docs, units and terms tables, sentences added, terms added, entity names,
+        the typed metadata by path)."""
         pa = import_arrow()
         esc = self.dialect.codec.escape
         assert self.dim is not None
@@ -385,6 +403,7 @@ class DuckDBStore(SqlStore):
         uc: dict[str, list[Any]] = {k: [] for k in ("doc_id", "position", "content", "start", "end", "tail", "seq",
                                                     "fold", "num", "ts", "nterms")}
         tc: dict[str, list[Any]] = {"doc_id": [], "position": [], "term": [], "tf": []}
+        fc: dict[str, list[Any]] = {k: [] for k in ("doc_id", "path", "s", "f", "n", "t", "b")}
         vectors: list[np.ndarray] = []
         added_len = 0
         for doc in docs:
@@ -393,9 +412,15 @@ class DuckDBStore(SqlStore):
                 raise ValueError(f"metadata of {doc.doc_id!r} must be a dict")
             doc_id = esc(doc.doc_id)
             fold, num, ts = shadow(doc.doc_id, esc)
-            for k, v in zip(dc, (doc_id, int(doc.seq), esc(doc.text), exact_json(meta),
-                                 list(flatten_metadata(meta, esc).items()), fold, num, ts), strict=True):
+            flat = list(flatten_metadata(meta, esc).items())
+            for k, v in zip(dc, (doc_id, int(doc.seq), esc(doc.text), exact_json(meta), flat, fold, num, ts),
+                            strict=True):
                 dc[k].append(v)
+            for path, rec in flat:
+                fc["doc_id"].append(doc_id)
+                fc["path"].append(path)
+                for field in "sfntb":
+                    fc[field].append(rec.get(field))
             if not doc.units:
                 continue
             vecs = np.asarray(doc.vectors, dtype=np.float32)
@@ -435,12 +460,17 @@ class DuckDBStore(SqlStore):
                     ec["position"].append(int(u.position))
                     ec["name"].append(esc(name))
         ents_t = arrow_table(ec, {"doc_id": s, "position": i32, "name": s})
-        return dc["doc_id"], docs_t, units_t, terms_t, units_t.num_rows, added_len, ents_t
+        flat_t = arrow_table(fc, {"doc_id": s, "path": s, "s": s, "f": s, "n": f64, "t": i64, "b": pa.bool_()})
+        return dc["doc_id"], docs_t, units_t, terms_t, units_t.num_rows, added_len, ents_t, flat_t
 
     def _write(self, ids: list[str], docs_t: Any, units_t: Any, terms_t: Any, added_n: int, added_len: int,
-               ents_t: Any = None) -> None:
+               ents_t: Any = None, flat_t: Any = None) -> None:
         d = self.dialect
         with self._tx() as conn:
+            self._run(conn, sql("DELETE FROM ", d.table("flat"), " WHERE ", d.in_array("doc_id", Param(ids, "text[]"))))
+            if flat_t is not None and flat_t.num_rows:
+                with registered(conn, flat_t) as name:
+                    self._run(conn, d.bulk_load("flat", ["doc_id", "path", "s", "f", "n", "t", "b"], name))
             self._run(conn, sql("DELETE FROM ", d.table("entities"), " WHERE doc_id = ANY(", Param(ids, "text[]"), ")"))
             if ents_t is not None and ents_t.num_rows:
                 with registered(conn, ents_t) as name:
@@ -479,8 +509,9 @@ class DuckDBStore(SqlStore):
 
         def run() -> int:
             with self._tx() as conn:
-                self._run(conn, sql("DELETE FROM ", self.dialect.table("entities"), " WHERE ",
-                                    self.dialect.in_array("doc_id", Param(ids, "text[]"))))
+                for table in ("entities", "flat"):
+                    self._run(conn, sql("DELETE FROM ", self.dialect.table(table), " WHERE ",
+                                        self.dialect.in_array("doc_id", Param(ids, "text[]"))))
                 for statement in self.dialect.forget_terms(ids):
                     self._run(conn, statement)
                 n = 0

@@ -30,6 +30,7 @@ from nlql.sql.binder import Param, sql
 from nlql.sql.dialect import Compiled
 from nlql.stores.base import Row
 from nlql.stores.pgvector.driver import Vector, first_line, render, vector_bytes
+from nlql.stores.sqlstore import SqlStore
 from nlql.values import SCORE_DECIMALS, round_scores
 
 EF_MAX = 1000  # pgvector's upper bound for hnsw.ef_search
@@ -61,7 +62,7 @@ def rescore(qv: np.ndarray, rows: list[tuple[Any, ...]]) -> list[tuple[Any, floa
     return [(rows[i][0], float(scores[i])) for i in order]
 
 
-class KnnMixin:
+class KnnMixin(SqlStore):
     """Top-k search and lowered hybrid plans (part of :class:`PgVectorStore`)."""
 
     dialect: Any
@@ -354,7 +355,7 @@ class KnnMixin:
         if not self.bm25:  # type: ignore[attr-defined]
             raise UnsupportedError("pgvector", "hybrid SQL without BM25 statistics",
                                    hint="open PgVectorStore with bm25=True")
-        slots = self._query_slots(lowered, vectors, lambda v: Vector(vector_bytes(v)))  # type: ignore[attr-defined]
+        slots = self._query_slots(lowered, vectors, lambda v: Vector(vector_bytes(v)))
         out: list[tuple[Row, dict[str, float]]] = self._guard(  # type: ignore[attr-defined]
             lambda: self._run_lowered(lowered, slots))
         return out
@@ -403,9 +404,9 @@ class KnnMixin:
                 ef = min(2 * ef, EF_MAX)
         stats["mode"] = mode
         stats["reason"] = reason
-        stats["arm_rows"] = self._arm_rows(lowered, compiled, raw, col)  # type: ignore[attr-defined]
+        stats["arm_rows"] = self._arm_rows(lowered, compiled, raw, col)
         self.last_stats = stats
-        out: list[tuple[Row, dict[str, float]]] = self._lowered_rows(  # type: ignore[attr-defined]
+        out: list[tuple[Row, dict[str, float]]] = self._lowered_rows(
             lowered, compiled, raw, col, sims)
         return out
 

@@ -17,11 +17,12 @@ from typing import Any
 
 from nlql.sql.codec import unescape_text
 from nlql.stores.pgvector.driver import render
+from nlql.stores.sqlstore import SqlStore
 
 Terms = dict[tuple[str, int], list[tuple[str, int]]]  # (escaped doc id, position) -> [(term, tf)]
 
 
-class TermsMixin:
+class TermsMixin(SqlStore):
     """Keeping the BM25 term tables in step with the rows (part of :class:`PgVectorStore`)."""
 
     analyzer: Any
