@@ -255,7 +255,24 @@ def direct(seconds: float) -> dict[str, Any]:
             "p99_ms": round(sorted(times)[min(len(times) - 1, round(0.99 * (len(times) - 1)))], 2)}
 
 
+def _slow_loris_main(url: str, n: int) -> None:
+    """The attacker process: ``n`` slow connections until terminated; prints how many it reopened."""
+    import signal
+
+    loris = SlowLoris(url, n).start()
+    print(f"{sum(s is not None for s in loris._socks)} slow connections open", flush=True)
+    done = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    done.wait()
+    loris.stop()
+    print(f"reopened {loris.reopened}", flush=True)
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--slow-loris"]:
+        _slow_loris_main(argv[1], int(argv[2]))
+        return {}
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--clients", type=int, nargs="+", default=[1, 16, 64])
     ap.add_argument("--attack", type=int, default=1000, help="slow-loris connections for the attack runs (0: none)")
@@ -283,7 +300,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             runs.append(run)
         attacked = []
         if args.attack:
-            loris = SlowLoris(url, args.attack).start()
+            # the attacker is a process of its own (as it would be another machine): its sockets do not
+            # take the measuring clients' interpreter lock
+            loris = subprocess.Popen([sys.executable, __file__, "--slow-loris", url, str(args.attack)],
+                                     stdout=subprocess.PIPE, text=True)
+            ready = loris.stdout.readline() if loris.stdout else ""
+            log(f"[serve] attack: {ready.strip()}")
             try:
                 for c, normal in zip(args.clients, runs):
                     run = load(url, c, args.seconds, args.warmup, proc.pid)
@@ -295,9 +317,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         f"({run['p99_vs_normal']}x)  errors {run['errors']}")
                     attacked.append(run)
             finally:
-                loris.stop()
+                loris.terminate()
+                out, _ = loris.communicate(timeout=30)
+            reopened = int(out.split()[-1]) if out.split() else None
             for run in attacked:
-                run["slow_reopened"] = loris.reopened
+                run["slow_reopened"] = reopened
         reference = direct(min(args.seconds, 5.0))
         log(f"[serve] engine.search in-process, one at a time: p50 {reference['p50_ms']} ms")
     finally:
