@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Throughput and latency of ``POST /search`` under 1, 8 and 32 concurrent clients (issue 19).
+"""Throughput and latency of ``POST /search`` under 1, 16 and 64 concurrent clients, then the same under a
+slow-client attack (issues 19 and 33).
 
 The server is the real command, ``nlql serve --demo --embedder hash``, in its own process: the bundled
 demo corpus (Python standard-library docstrings, 1,698 sentences) in the built-in memory store with the
@@ -9,11 +10,14 @@ connection), sending its next request as soon as the last one is answered (close
 ``AsyncClient`` pool, tried first, became the bottleneck at 32 clients); four query shapes rotate (semantic,
 hybrid RRF, filtered semantic, BM25). Per concurrency level: a warm-up, then ``--seconds`` of requests;
 requests/s is answered requests over that window, p50/p99 are per-request latencies seen by the client.
-Client and server share the machine's cores, as they would on one host. Each level also records the CPU
+Client and server share the machine's cores, as they would on one host. With ``--attack N`` (1,000 by
+default) every level runs a second time while N more connections each send ``POST /search HTTP/1.1`` and
+a Host header, then one more header line a second, never finishing (slow-loris; reopened when the server
+closes them): the figure to watch is p99 under attack against p99 without it. Each level also records the CPU
 each side got (CPU seconds per wall second) and the server's CPU per answered request, the figure that
 bounds throughput on an idle machine (about cores / CPU per request, less the GIL's serialisation).
 
-    python bench/serve.py [--clients 1 8 32] [--seconds 10] [--out bench/results/serve.json]
+    python bench/serve.py [--clients 1 16 64] [--seconds 10] [--attack 1000] [--out bench/results/serve.json]
 """
 
 from __future__ import annotations
@@ -112,7 +116,12 @@ def load(url: str, clients: int, seconds: float, warmup: float, server_pid: int)
                 while time.perf_counter() < phase["stop_at"]:
                     name, body = _body(next(counter))
                     t = time.perf_counter()
-                    r = client.post("/search", json=body)
+                    try:
+                        r = client.post("/search", json=body)
+                    except httpx.HTTPError:  # a refused or dropped connection is an error too
+                        if measuring:
+                            errors[0] += 1
+                        continue
                     ms = (time.perf_counter() - t) * 1000
                     if not measuring:
                         continue
@@ -152,6 +161,7 @@ def load(url: str, clients: int, seconds: float, warmup: float, server_pid: int)
         "seconds": round(elapsed, 2),
         "requests_per_s": round(len(latencies) / elapsed, 1),
         "p50_ms": pct(latencies, 0.50),
+        "p95_ms": pct(latencies, 0.95),
         "p99_ms": pct(latencies, 0.99),
         "mean_ms": round(statistics.fmean(latencies), 2) if latencies else None,
         **{f"p50_{name}_ms": pct(xs, 0.50) for name, xs in per_shape.items()},
@@ -163,6 +173,60 @@ def load(url: str, clients: int, seconds: float, warmup: float, server_pid: int)
         "server_cpu_ms_per_request": round((server1 - server0) * 1000 / max(1, len(latencies)), 2)
         if server0 is not None and server1 is not None else None,
     }
+
+
+class SlowLoris:
+    """``n`` connections that never finish their headers: one more header line a second each, reopened
+    when the server closes them (its header timeout). Runs in a thread until :meth:`stop`."""
+
+    def __init__(self, url: str, n: int) -> None:
+        self.host, port = url.rsplit("//", 1)[1].rsplit(":", 1)
+        self.port = int(port)
+        self.n = n
+        self.reopened = 0
+        self._stop = threading.Event()
+        self._socks: list[socket.socket | None] = [None] * n
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _open(self) -> socket.socket | None:
+        try:
+            s = socket.create_connection((self.host, self.port), timeout=2)
+            s.sendall(f"POST /search HTTP/1.1\r\nHost: {self.host}\r\n".encode())
+            s.setblocking(False)
+            return s
+        except OSError:
+            return None
+
+    def _run(self) -> None:
+        for i in range(self.n):
+            if self._stop.is_set():
+                return
+            self._socks[i] = self._open()
+        while not self._stop.wait(1.0):
+            for i, s in enumerate(self._socks):
+                try:
+                    if s is None:
+                        raise OSError
+                    s.send(b"X-Slow: 1\r\n")
+                except OSError:
+                    if s is not None:
+                        s.close()
+                    self._socks[i] = self._open()
+                    self.reopened += 1
+
+    def start(self) -> SlowLoris:
+        self._thread.start()
+        end = time.monotonic() + 60
+        while sum(s is not None for s in self._socks) < self.n and time.monotonic() < end:
+            time.sleep(0.1)
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+        for s in self._socks:
+            if s is not None:
+                s.close()
 
 
 def direct(seconds: float) -> dict[str, Any]:
@@ -191,9 +255,27 @@ def direct(seconds: float) -> dict[str, Any]:
             "p99_ms": round(sorted(times)[min(len(times) - 1, round(0.99 * (len(times) - 1)))], 2)}
 
 
+def _slow_loris_main(url: str, n: int) -> None:
+    """The attacker process: ``n`` slow connections until terminated; prints how many it reopened."""
+    import signal
+
+    loris = SlowLoris(url, n).start()
+    print(f"{sum(s is not None for s in loris._socks)} slow connections open", flush=True)
+    done = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    done.wait()
+    loris.stop()
+    print(f"reopened {loris.reopened}", flush=True)
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--slow-loris"]:
+        _slow_loris_main(argv[1], int(argv[2]))
+        return {}
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--clients", type=int, nargs="+", default=[1, 8, 32])
+    ap.add_argument("--clients", type=int, nargs="+", default=[1, 16, 64])
+    ap.add_argument("--attack", type=int, default=1000, help="slow-loris connections for the attack runs (0: none)")
     ap.add_argument("--seconds", type=float, default=10.0, help="measured seconds per concurrency level")
     ap.add_argument("--warmup", type=float, default=2.0)
     ap.add_argument("--workers", type=int, default=16, help="the server's engine threads (nlql serve --workers)")
@@ -212,9 +294,34 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for c in args.clients:
             run = load(url, c, args.seconds, args.warmup, proc.pid)
             log(f"[serve] {c:>3} clients: {run['requests_per_s']:>7.1f} req/s  p50 {run['p50_ms']} ms  "
-                f"p99 {run['p99_ms']} ms  errors {run['errors']}  cpu/s client {run['client_cpu_per_s']} "
+                f"p95 {run['p95_ms']} ms  p99 {run['p99_ms']} ms  errors {run['errors']}  "
+                f"cpu/s client {run['client_cpu_per_s']} "
                 f"server {run['server_cpu_per_s']}")
             runs.append(run)
+        attacked = []
+        if args.attack:
+            # the attacker is a process of its own (as it would be another machine): its sockets do not
+            # take the measuring clients' interpreter lock
+            loris = subprocess.Popen([sys.executable, __file__, "--slow-loris", url, str(args.attack)],
+                                     stdout=subprocess.PIPE, text=True)
+            ready = loris.stdout.readline() if loris.stdout else ""
+            log(f"[serve] attack: {ready.strip()}")
+            try:
+                for c, normal in zip(args.clients, runs):
+                    run = load(url, c, args.seconds, args.warmup, proc.pid)
+                    run["slow_connections"] = args.attack
+                    run["p99_vs_normal"] = round(run["p99_ms"] / normal["p99_ms"], 2) \
+                        if run["p99_ms"] and normal["p99_ms"] else None
+                    log(f"[serve] {c:>3} clients + {args.attack} slow: {run['requests_per_s']:>7.1f} req/s  "
+                        f"p50 {run['p50_ms']} ms  p95 {run['p95_ms']} ms  p99 {run['p99_ms']} ms "
+                        f"({run['p99_vs_normal']}x)  errors {run['errors']}")
+                    attacked.append(run)
+            finally:
+                loris.terminate()
+                out, _ = loris.communicate(timeout=30)
+            reopened = int(out.split()[-1]) if out.split() else None
+            for run in attacked:
+                run["slow_reopened"] = reopened
         reference = direct(min(args.seconds, 5.0))
         log(f"[serve] engine.search in-process, one at a time: p50 {reference['p50_ms']} ms")
     finally:
@@ -244,6 +351,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "client": f"httpx {httpx.__version__} Client per thread, closed loop",
         "engine_search_in_process": reference,
         "runs": runs,
+        "under_attack": attacked,
     }
     stamp_end(results, started)
     write_json(args.out, results)

@@ -1277,7 +1277,21 @@ def serve(
     max_query_chars: Annotated[int, typer.Option(min=1, help="Longest query.")] = 10_000,
     max_rows: Annotated[int, typer.Option(min=1, help="Most hits in one response (more: an error asking "
                                                       "for LIMIT).")] = 10_000,
-    workers: Annotated[int, typer.Option(min=1, help="Threads that run engine calls.")] = 16,
+    workers: Annotated[int, typer.Option(min=1, help="Threads that run engine calls (a bound that holds).")] = 16,
+    max_pending: Annotated[int, typer.Option(min=1, help="Requests queued or running at once (more: 503 "
+                                                         "overload).")] = 1024,
+    max_response_bytes: Annotated[int, typer.Option(min=1, help="Largest response body (more: 400 limit).")]
+    = 8 * 1024 * 1024,
+    max_span_window: Annotated[int, typer.Option(min=1, help="Largest SPAN window a query may ask for.")] = 50,
+    header_timeout: Annotated[float, typer.Option(min=0.001, help="Seconds a client has to send its request "
+                                                                  "headers (then 408).")] = 10.0,
+    body_timeout: Annotated[float, typer.Option(min=0.001, help="Seconds a client has to send its request "
+                                                                "body (then 408).")] = 30.0,
+    max_connections: Annotated[int, typer.Option(min=1, help="Connections held at once (one more closes the "
+                                                             "slowest waiting client).")] = 2048,
+    cors_origin: Annotated[list[str] | None, typer.Option(
+        "--cors-origin", help="An origin whose pages may call the API (CORS; off by default). Repeatable.")]
+    = None,
     allow_host: Annotated[list[str] | None, typer.Option(
         "--allow-host", help="A Host header name to accept besides the loopback names (e.g. the public name a "
                              "reverse proxy forwards); '*' accepts any. Repeatable.")] = None,
@@ -1295,7 +1309,10 @@ def serve(
             raise CLIError(str(exc), "pip install 'nlql-engine[serve]'") from None
         config = ServeConfig(host=host, port=port, token=token or None, max_body_bytes=max_body_bytes,
                              max_query_chars=max_query_chars, max_rows=max_rows, timeout=timeout,
-                             workers=workers, playground=not no_playground,
+                             workers=workers, playground=not no_playground, max_pending=max_pending,
+                             max_response_bytes=max_response_bytes, max_span_window=max_span_window,
+                             header_timeout=header_timeout, body_timeout=body_timeout,
+                             max_connections=max_connections, cors_origins=tuple(cor for cor in cors_origin or ()),
                              allowed_hosts=None if not allow_host else
                              (*allow_host, "127.0.0.1", "localhost", "::1", "[::1]", host))
         try:

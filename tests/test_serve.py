@@ -390,11 +390,13 @@ def test_the_benchmark_runs_and_writes_its_shape(tmp_path: Path) -> None:
     """bench/serve.py end to end on a tiny budget: shapes only, never timings."""
     out = tmp_path / "serve.json"
     r = subprocess.run([sys.executable, str(ROOT / "bench" / "serve.py"), "--clients", "1", "3", "--seconds", "0.5",
-                        "--warmup", "0.2", "--out", str(out)], env=_cli_env(), capture_output=True, text=True,
-                       timeout=300)
+                        "--warmup", "0.2", "--attack", "40", "--out", str(out)], env=_cli_env(), capture_output=True,
+                       text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     data = json.loads(out.read_text())
     assert [run["clients"] for run in data["runs"]] == [1, 3]
-    for run in data["runs"]:
-        assert run["errors"] == 0 and run["requests"] > 0 and run["p50_ms"] <= run["p99_ms"]
+    assert [run["clients"] for run in data["under_attack"]] == [1, 3]
+    for run in data["runs"] + data["under_attack"]:
+        assert run["errors"] == 0 and run["requests"] > 0 and run["p50_ms"] <= run["p95_ms"] <= run["p99_ms"]
+    assert all(run["slow_connections"] == 40 for run in data["under_attack"])
     assert "hash" in data["embedder"] and "loadavg_at_start" in data["machine"]

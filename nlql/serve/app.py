@@ -49,6 +49,8 @@ STATIC_DIR = Path(__file__).resolve().parent / "static"
 DEADLINE_GRACE = 0.5
 #: HTTP status for each :class:`~nlql.errors.NLQLError` kind (anything else: 400).
 STATUS = {"timeout": 504, "backend": 502, "dependency": 501}
+#: The shortest deadline a request may ask for (seconds): shorter ones are refused (400), not run to a 504.
+MIN_TIMEOUT = 0.05
 #: A ``timeout`` above this many seconds is the server's own deadline (JSON allows integers of any size).
 _HUGE_SECONDS = 1e9
 _SERVERS = itertools.count(1)
@@ -330,11 +332,14 @@ class _Api:
                            f"e.g. \"timeout\": 5 (this server allows at most {cap:g})")
         if isinstance(asked, bool) or not isinstance(asked, (int, float)):
             raise bad
-        if isinstance(asked, int) and asked > _HUGE_SECONDS:  # (float() of a 400-digit integer overflows)
+        if asked > _HUGE_SECONDS:  # (compared exactly: float() of a 400-digit integer would overflow)
             raise RequestError(400, "request", f"'timeout' is too large a number of seconds (at most {cap:g} "
                                "here)", f"e.g. \"timeout\": {cap:g}")
         if not math.isfinite(asked) or asked <= 0:
             raise bad
+        if asked < MIN_TIMEOUT:
+            raise RequestError(400, "request", f"'timeout' must be at least {MIN_TIMEOUT:g} s, not {asked:g}",
+                               "a deadline shorter than a round trip only ever times out")
         return min(float(asked), cap)
 
     def _admit(self) -> None:
@@ -351,7 +356,7 @@ class _Api:
 
     async def _run(self, fn: Callable[[float], Any], deadline: float) -> Any:
         """``fn(seconds left)`` in the worker pool. The deadline counts from now, queueing included: a
-        call that starts late gets only what is left (none left: it never starts). Past the deadline
+        call that starts late gets only what is left (a request still queued at it never starts). Past the deadline
         (plus grace) the request gets a 504 and the worker finishes at the engine's own deadline; it
         stays counted (``max_pending``) until it does."""
         self._admit()
@@ -359,10 +364,8 @@ class _Api:
         end = loop.time() + deadline
 
         def job() -> Any:
-            left = end - loop.time()
-            if left <= 0:
-                raise TimeoutError
-            return fn(left)
+            # (at least a millisecond: a query's own mistakes are reported before its time is)
+            return fn(max(end - loop.time(), 1e-3))
 
         try:
             future = self.pool.submit(job)

@@ -23,8 +23,9 @@ __all__ = ["openapi"]
 
 _PARAMS = {"type": "object", "additionalProperties": True,
            "description": 'Values for $name parameters in the query, e.g. {"q": "AI agents"}.'}
-_TIMEOUT = {"type": "number", "exclusiveMinimum": 0,
-            "description": "Deadline in seconds; capped by the server's own (nlql serve --timeout)."}
+_TIMEOUT = {"type": "number", "minimum": 0.05, "maximum": 1e9,
+            "description": "Deadline in seconds (at least 0.05); capped by the server's own (nlql serve "
+                           "--timeout)."}
 _QUERY = {"type": "string", "minLength": 1, "pattern": "\\S",
           "description": "NLQL text (not empty), e.g. SELECT SENTENCE LET rel = SIMILARITY(content, $q) LIMIT 5"}
 
