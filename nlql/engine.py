@@ -325,8 +325,12 @@ class Engine:
         if warm_up:
             try:
                 from nlql.text.temporal import warm_up as _warm
+                from nlql.text.temporal import warm_up_languages
 
                 _warm()
+                # every language's period phrases (about a second): on a thread of their own, so the
+                # engine starts at once and a TEMPORAL query that comes first waits only for what is left
+                threading.Thread(target=warm_up_languages, name="nlql-periods", daemon=True).start()
             except Exception:  # noqa: BLE001 - warming is an optimisation only
                 pass
             # a store that holds rows already (reopened) starts its int8 copy in the background

@@ -66,8 +66,8 @@ def test_ask_json_has_the_route_and_the_hits(store: Path) -> None:
     assert data["route"]["intent"] == "entity"
     # the entity template's GRAPH arm reads the whole question ($q)
     assert data["route"]["params"] == {"q": "who talked about tools?", "rewrites": ["who talked about tools?"],
-                                       "keywords": "tools"}
-    assert data["route"]["query"].startswith("SELECT SPAN(SENTENCE, window => 1)")
+                                       "keywords": "tools", "arm_weights": [1.0, 2.5, 1.0]}
+    assert data["route"]["query"].startswith("SELECT DOCUMENT")  # the entity's own document (issue 30)
     assert data["hits"][0]["doc_id"] == "docs/agents.txt"
     assert data["warnings"] == []
 
@@ -140,7 +140,11 @@ def test_nlql_ask_returns_hits_and_the_routed_query_in_process() -> None:
     assert ok["hits"][0]["doc_id"] == "witt.txt"
     # the routed query runs as it is through nlql_search: an agent can refine it from here
     again = engine.search(ok["route"]["query"], params=ok["route"]["params"])
-    assert [h.id for h in again] == [h["id"] for h in ok["hits"]]
+    from nlql.route import Route, answers
+
+    route = Route(**{k: ok["route"][k] for k in ("intent", "query", "params", "rule", "question")})
+    # ask keeps the routed rows that answer the question (nlql.route.answers)
+    assert [h.id for h in again if answers(route, h)] == [h["id"] for h in ok["hits"]]
     assert empty["hits"] == [] and any("holds nothing" in w for w in empty["warnings"])
     assert bad["hits"] == [] and bad["error"]["kind"] == "route" and "empty" in bad["error"]["message"]
 
