@@ -1001,8 +1001,8 @@ class Engine:
         hits = self.search(route.query, params=route.params, timeout=timeout, max_tokens=max_tokens)
         hits.route = route
         hits.warnings[:0] = list(route.warnings)
-        if hits:  # only rows that hold a keyword, are close enough or are ranked by the intent's arm
-            hits[:] = [h for h in hits if answers(route, h)]
+        if hits and not any(answers(route, h) for h in hits):
+            hits.clear()  # no row holds a keyword, is close enough or is ranked by the intent's arm
         hits.warnings.extend(route_notes(route, hits))
         if not hits:
             hits.warnings.append(f"{nothing_about(question)} (intent {route.intent}: the routed query "

@@ -300,11 +300,13 @@ def route_notes(route: Route, hits: Any) -> list[str]:
 def answers(route: Route, hit: Any) -> bool:
     """Whether one row a default template found answers the question: it holds a keyword of the question
     (``kw > 0``), is very similar to it (``sem >=`` :data:`SIMILARITY_FLOOR`) or is ranked by the
-    template's own arm (GRAPH, TEMPORAL). ``ask`` keeps only such rows, so a question the store knows
-    nothing about gets no rows (an honest empty). A router's own templates are taken as they are (True).
+    template's own arm (GRAPH, TEMPORAL). When no row of the page does, ``ask`` returns no rows: a
+    question the store knows nothing about gets an honest empty; otherwise the page is the routed
+    query's, as it is. A router's own templates are taken as they are (True).
 
-    This is the ``WHERE kw > 0 OR sem >= 0.5`` of earlier templates, applied to the ranked page instead
-    of to every row: a WHERE there made every row be scored one by one (no fast path).
+    This replaces the ``WHERE kw > 0 OR sem >= 0.5`` of earlier templates: a WHERE made every row be
+    scored one by one (no fast path), and dropping rows from a page lost relevant ones (measured in
+    docs/routing.md).
     """
     if route.query not in DEFAULT_TEMPLATES.values():
         return True
@@ -335,7 +337,7 @@ class Route:
     ``warnings`` says what went wrong with the rewriter, if anything.
 
     ``engine.search(route.query, params=route.params)`` runs exactly what ``engine.ask`` runs; ``ask``
-    then keeps the rows that answer (:func:`answers`).
+    returns no rows when none of them answers (:func:`answers`).
     """
 
     intent: str

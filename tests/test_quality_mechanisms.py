@@ -80,8 +80,8 @@ def test_an_honest_empty_needs_no_where(engine: Engine) -> None:
     assert len(hits) == 0 and any("holds nothing" in w for w in hits.warnings)
     route = engine.route("how much disk space a directory uses")
     routed = engine.search(route.query, params=route.params)
-    assert len(routed) > len([h for h in routed if answers(route, h)])  # the page holds non-answers …
-    assert [h.id for h in engine.ask(route)] == [h.id for h in routed if answers(route, h)]  # … ask drops them
+    assert any(answers(route, h) for h in routed) and not all(answers(route, h) for h in routed)
+    assert [h.id for h in engine.ask(route)] == [h.id for h in routed]  # a page that answers is kept whole
 
 
 def test_an_entity_question_whose_graph_finds_nothing_gets_a_suggestion(engine: Engine) -> None:
@@ -96,7 +96,6 @@ def test_ask_finds_who_mentioned_russell_last_week_in_chinese(engine: Engine) ->
     hits = engine.ask("上周谁提到了罗素？")
     assert hits.route.intent == "entity" and hits[0].doc_id == "zh-russell"
     assert hits[0].scores["graph"] == 1.0  # 罗素 is a known entity (jieba's name tags)
-    assert "zh-park" not in {h.doc_id for h in hits}
 
 
 @pytest.mark.parametrize(("text", "start", "end"), [
