@@ -289,6 +289,15 @@ _METHOD_LABELS = {"similarity": "SIMILARITY", "bm25": "BM25", "rrf": "RRF(SIMILA
                   "rrf_k10_sim3": "RRF(…, k => 10, weights => [3, 1])", "rerank": "RRF + cross-encoder rerank"}
 
 
+def section_quality_table(d: Mapping[str, Any]) -> str:
+    """The quality section from bench/quality.py's table: every method x every set, held-out halves."""
+    from bench.quality import render_markdown
+
+    body = render_markdown(d).split("\n", 1)[1].replace("\n## ", "\n### ")
+    return ("## 3. Retrieval quality\n" + body + "\nHow the defaults were chosen and what they do: "
+            "[routing](routing.md#how-the-defaults-were-chosen).\n")
+
+
 def section_quality(d: Mapping[str, Any], results: Path, heading: str = "## 3. Retrieval quality",
                     note: str = "quality") -> str:
     ds = d.get("dataset", {})
@@ -491,7 +500,14 @@ def summary_section(results: Mapping[str, Mapping[str, Any]]) -> str:
                          f"{fmt(r['floor_ms'])} ms ({r['store_knn_over_floor']:.2f}×), exact (recall@10 "
                          f"{fmt(r['recall_at_10_vs_numpy'])}).")
     q = results.get("quality")
-    if q and q.get("methods"):
+    if q and q.get("sets"):
+        for st in q["sets"]:
+            ho = st["held_out"]
+            lines.append(f"- quality ({st['name']}, held-out): nDCG@10 SIMILARITY {ho['similarity']['ndcg@10']:.3f} / "
+                         f"BM25 {ho['bm25']['ndcg@10']:.3f} / RRF {ho['hybrid']['ndcg@10']:.3f} / ask "
+                         f"{ho['ask']['ndcg@10']:.3f}; goals met {sum(g['met'] for g in st['goals'])} of "
+                         f"{len(st['goals'])}.")
+    elif q and q.get("methods"):
         ms = q["methods"]
         keys = q.get("headline_metrics", ["mrr@10", "recall@10"])
         lines.append(f"- quality ({q.get('dataset', {}).get('name')}): "
@@ -551,7 +567,9 @@ def render(results_dir: Path = RESULTS, img_dir: Path | None = None, doc: Path =
         parts[-1] += img("latency_vs_size.png", "median top-10 latency vs corpus size: NLQL, python-nlql, numpy floor")
     if "embed" in results:
         parts.append(section_embed(results["embed"], results_dir))
-    if "quality" in results:
+    if "quality" in results and "sets" in results["quality"]:  # bench/quality.py's table (issue 30)
+        parts.append(section_quality_table(results["quality"]))
+    elif "quality" in results:
         parts.append(section_quality(results["quality"], results_dir) + img("quality.png", "quality by method"))
     if "quality_man" in results:
         parts.append(section_quality(results["quality_man"], results_dir, "### A second real set: manual pages",

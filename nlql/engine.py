@@ -328,8 +328,12 @@ class Engine:
         if warm_up:
             try:
                 from nlql.text.temporal import warm_up as _warm
+                from nlql.text.temporal import warm_up_languages
 
                 _warm()
+                # every language's period phrases (about a second): on a thread of their own, so the
+                # engine starts at once and a TEMPORAL query that comes first waits only for what is left
+                threading.Thread(target=warm_up_languages, name="nlql-periods", daemon=True).start()
             except Exception:  # noqa: BLE001 - warming is an optimisation only
                 pass
             # a store that holds rows already (reopened) starts its int8 copy in the background
@@ -1013,8 +1017,8 @@ class Engine:
         hits = self.search(route.query, params=route.params, timeout=timeout, max_tokens=max_tokens)
         hits.route = route
         hits.warnings[:0] = list(route.warnings)
-        if hits:  # only rows that hold a keyword, are close enough or are ranked by the intent's arm
-            hits[:] = [h for h in hits if answers(route, h)]
+        if hits and not any(answers(route, h) for h in hits):
+            hits.clear()  # no row holds a keyword, is close enough or is ranked by the intent's arm
         hits.warnings.extend(route_notes(route, hits))
         if not hits:
             hits.warnings.append(f"{nothing_about(question)} (intent {route.intent}: the routed query "

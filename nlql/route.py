@@ -64,7 +64,7 @@ GENERAL = "general"
 #: The intents of the default router, in rule order (``general`` is the fallback).
 INTENTS: tuple[str, ...] = ("entity", "contrast", "evolution", "temporal", "passage", "conceptual", GENERAL)
 #: Parameters a router binds itself; a caller's ``params`` may not use these names.
-RESERVED_PARAMS: tuple[str, ...] = ("q", "rewrites", "keywords", "weights", "arm_weights")
+RESERVED_PARAMS: tuple[str, ...] = ("q", "rewrites", "keywords", "weights", "arm_weights", "arm2_weights")
 #: At most this many rewrites are bound (the rest are dropped, with a warning).
 MAX_REWRITES = 32
 #: A row with none of the question's keywords must be at least this similar to be an answer (the cosine
@@ -143,11 +143,19 @@ DEFAULT_RULES: tuple[tuple[str, str], ...] = (
 )
 
 
+#: The rank constant of the default templates' RRF (sharper than RRF's default 60: the first ranks of
+#: the stronger arm count for more; measured in docs/routing.md).
+RRF_K = 10
+#: ``fusion_weights`` for English questions, other Latin-script languages, and mostly-CJK questions.
+DEFAULT_WEIGHTS: tuple[float, float] = (2.5, 1.0)
+OTHER_WEIGHTS: tuple[float, float] = (1.0, 1.0)
+CJK_WEIGHTS: tuple[float, float] = (1.0, 3.0)
+
 # ---------------------------------------------------------------------------------- default templates
 
 
 def _hybrid(arm: str | None = None, name: str = "arm", unit: str = "DOCUMENT", distinct: str | None = None,
-            order: str = "score DESC", window: int | None = None) -> str:
+            order: str = "score DESC", window: int | None = None, period: bool = False) -> str:
     """A default template: semantic + BM25 (plus ``arm`` first, when given) fused with RRF.
 
     No WHERE: a residual condition would make every row be scored one by one (explain's "fast path:
@@ -162,8 +170,12 @@ def _hybrid(arm: str | None = None, name: str = "arm", unit: str = "DOCUMENT", d
         lets.insert(0, f"{name} = {arm}")
         arms.insert(0, name)
         weights = "$arm_weights"
+    if period:  # "who mentioned X last week": the TEMPORAL arm too (empty when the question names no period)
+        lets.insert(1, "period = TEMPORAL(meta.date, $q)")
+        arms.insert(1, "period")
+        weights = "$arm2_weights"
     extra = f", window => {window}" if window is not None else ""
-    lets.append(f"score = RRF({', '.join(arms)}, weights => {weights}{extra})")
+    lets.append(f"score = RRF({', '.join(arms)}, k => {RRF_K}, weights => {weights}{extra})")
     return (f"SELECT {unit}\n"
             "LET " + ",\n    ".join(lets) + "\n"
             + (f"DISTINCT BY {distinct}\n" if distinct else "")
@@ -246,23 +258,31 @@ ARM_WEIGHT = 1.0
 def fusion_weights(question: str) -> tuple[float, float]:
     """RRF weights ``(semantic, keyword)`` for a question: what the arms' evidence supports.
 
-    The default embedder (all-MiniLM-L6-v2) was trained on English: on text in other scripts its
-    cosines carry little, so a question written mostly in CJK characters gives the keyword arm the
-    larger weight; other questions give the semantic arm it (see docs/routing.md for the figures).
+    The default embedder (all-MiniLM-L6-v2) was trained on English text. On English questions its
+    arm is the stronger one (man pages: SIMILARITY nDCG@10 0.78 vs BM25 0.59), so it weighs 2.5; on
+    questions in another Latin-script language (Spanish, German, …: accents, ``¿``, their question and
+    function words) both arms weigh the same; on questions written mostly in CJK characters, where
+    the embedder's cosines carry little and BM25's bigrams carry the answer, BM25 weighs 3. Chosen on
+    the tune halves of bench/quality.py's three sets (see docs/routing.md for the figures).
 
-    >>> fusion_weights("how much disk space a directory uses"), fusion_weights("熊猫吃什么？")
-    ((2.0, 1.0), (1.0, 2.0))
+    >>> fusion_weights("how much disk space a directory uses")
+    (2.5, 1.0)
+    >>> fusion_weights("¿Qué sopa se come fría en verano?"), fusion_weights("熊猫吃什么？")
+    ((1.0, 1.0), (1.0, 3.0))
     """
     letters = [c for c in question if c.isalpha()]
     cjk = sum(1 for c in letters if _CJK_CHAR.match(c))
     if letters and cjk * 2 >= len(letters):
         return CJK_WEIGHTS
+    if _OTHER_LANGUAGE.search(question):
+        return OTHER_WEIGHTS
     return DEFAULT_WEIGHTS
 
 
-#: ``fusion_weights`` for most questions, and for questions mostly in CJK characters.
-DEFAULT_WEIGHTS: tuple[float, float] = (2.0, 1.0)
-CJK_WEIGHTS: tuple[float, float] = (1.0, 2.0)
+_OTHER_LANGUAGE = re.compile(
+    r"[¿¡ñãõçàèìòùâêîôûäöüßáíóúéœ]|\b(?:qué|cómo|cuál|cuáles|dónde|cuándo|quién|quiénes|el|los|las|del|"
+    r"wie|was|wann|wo|wer|welche|der|die|das|ist|und|sind|quoi|où|quand|pourquoi|est-ce|les|des|une|"
+    r"perché|dove|quando|chi|che|gli|della|il)\b", re.IGNORECASE)
 
 
 def route_notes(route: Route, hits: Any) -> list[str]:
@@ -280,17 +300,21 @@ def route_notes(route: Route, hits: Any) -> list[str]:
 def answers(route: Route, hit: Any) -> bool:
     """Whether one row a default template found answers the question: it holds a keyword of the question
     (``kw > 0``), is very similar to it (``sem >=`` :data:`SIMILARITY_FLOOR`) or is ranked by the
-    template's own arm (GRAPH, TEMPORAL). ``ask`` keeps only such rows, so a question the store knows
-    nothing about gets no rows (an honest empty). A router's own templates are taken as they are (True).
+    template's own arm (GRAPH, TEMPORAL). When no row of the page does, ``ask`` returns no rows: a
+    question the store knows nothing about gets an honest empty; otherwise the page is the routed
+    query's, as it is. A router's own templates are taken as they are (True).
 
-    This is the ``WHERE kw > 0 OR sem >= 0.5`` of earlier templates, applied to the ranked page instead
-    of to every row: a WHERE there made every row be scored one by one (no fast path).
+    This replaces the ``WHERE kw > 0 OR sem >= 0.5`` of earlier templates: a WHERE made every row be
+    scored one by one (no fast path), and dropping rows from a page lost relevant ones (measured in
+    docs/routing.md).
     """
     if route.query not in DEFAULT_TEMPLATES.values():
         return True
     s = hit.scores
     if (s.get("kw") or 0) > 0 or (s.get("sem") is not None and s["sem"] >= SIMILARITY_FLOOR):
         return True
+    if "graph" in s:  # an entity question: a row of the period alone is not about the entity
+        return s["graph"] is not None
     return any(s.get(a) is not None for a in _ANSWER_ARMS)
 
 
@@ -313,7 +337,7 @@ class Route:
     ``warnings`` says what went wrong with the rewriter, if anything.
 
     ``engine.search(route.query, params=route.params)`` runs exactly what ``engine.ask`` runs; ``ask``
-    then keeps the rows that answer (:func:`answers`).
+    returns no rows when none of them answers (:func:`answers`).
     """
 
     intent: str
@@ -441,12 +465,14 @@ class Router:
             params["rewrites"] = self._rewrites(question, warnings)
         if "keywords" in uses:
             params["keywords"] = keywords(_normalize(question), match) or question
-        if "weights" in uses or "arm_weights" in uses:
+        if uses & {"weights", "arm_weights", "arm2_weights"}:
             sem, kw = fusion_weights(question)
             if "weights" in uses:
                 params["weights"] = [sem, kw]
             if "arm_weights" in uses:
                 params["arm_weights"] = [ARM_WEIGHT, sem, kw]
+            if "arm2_weights" in uses:
+                params["arm2_weights"] = [ARM_WEIGHT, ARM_WEIGHT, sem, kw]
         return Route(intent, self.templates[intent], params, rule.pattern if rule else None, tuple(warnings),
                      question)
 
@@ -525,7 +551,7 @@ def _rule(index: int, rule: Any, templates: Mapping[str, str]) -> Rule:
 
 
 _SAMPLE = {"q": "a question", "rewrites": ["a question", "a rewrite"], "keywords": "question",
-           "weights": [1.0, 1.0], "arm_weights": [1.0, 1.0, 1.0]}
+           "weights": [1.0, 1.0], "arm_weights": [1.0, 1.0, 1.0], "arm2_weights": [1.0, 1.0, 1.0, 1.0]}
 
 
 def _check_template(intent: str, text: str, functions: Mapping[str, int | None] | None) -> frozenset[str]:

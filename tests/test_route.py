@@ -11,7 +11,7 @@ import pytest
 import nlql
 from nlql import Engine, NLQLError, Route, RouteError, Router, TemplateError
 from nlql.embedders import HashEmbedder
-from nlql.route import DEFAULT_RULES, DEFAULT_TEMPLATES, INTENTS, answers, default_router, keywords
+from nlql.route import DEFAULT_RULES, DEFAULT_TEMPLATES, INTENTS, default_router, keywords
 
 CLOCK = datetime(2025, 6, 11, 12, 0, tzinfo=timezone.utc)
 
@@ -274,9 +274,8 @@ def test_ask_runs_exactly_the_routed_query(engine: Engine) -> None:
         hits = engine.ask(question)
         route = engine.route(question)
         assert hits.route == route
-        routed = engine.search(route.query, params=route.params)
-        # ask keeps the routed query's rows that answer, in its order (nlql.route.answers)
-        assert [(h.id, h.scores) for h in hits] == [(h.id, h.scores) for h in routed if answers(route, h)]
+        assert [(h.id, h.scores) for h in hits] == [(h.id, h.scores) for h in engine.search(route.query,
+                                                                                            params=route.params)]
         assert hits, question
 
 
@@ -363,7 +362,7 @@ def test_with_the_real_model_ask_finds_paraphrases_and_admits_ignorance() -> Non
     assert e.ask("Who mentioned Wittgenstein?")[0].doc_id == "witt"
     # no keyword in common: found by meaning alone (cosine above the floor)
     solar = e.ask("photovoltaic output during the cold season")
-    assert [h.doc_id for h in solar] == ["solar"] and solar[0].scores["kw"] == 0
+    assert solar[0].doc_id == "solar" and solar[0].scores["kw"] == 0
     for question in ("What is quantum chromodynamics?", "how do I bake sourdough bread?"):
         hits = e.ask(question)
         assert len(hits) == 0 and any("holds nothing" in w for w in hits.warnings), question

@@ -1,4 +1,4 @@
-"""The routed row of bench/quality.py (issue 14): shapes only, never timings."""
+"""bench/quality.py's table (issues 14 and 30): shapes only, never scores or timings."""
 
 from __future__ import annotations
 
@@ -13,17 +13,33 @@ from bench import quality  # noqa: E402
 from nlql.embedders import HashEmbedder  # noqa: E402
 
 
-def test_the_routed_row_on_a_tiny_slice_with_the_hash_embedder() -> None:
+def test_the_table_on_a_tiny_slice_with_the_hash_embedder() -> None:
     ds = quality.load_beir(quality.STDLIB_SET).subset(12)
-    result = quality.evaluate(ds, HashEmbedder(dim=64), methods=("rrf", "routed"), limit=20)
-    row = result["methods"]["routed"]
-    assert row["query"].startswith("engine.ask(question): ") and "RRF(sem, kw, k => 60)" in row["query"]
-    for m in ("ndcg@10", "recall@100", "mrr@10", "recall@10"):
-        assert 0.0 <= row[m] <= 1.0
-    assert sum(row["intents"].values()) == 12 and 0 <= row["empty_answers"] <= 12
-    assert row["mrr@10"] > 0  # the summaries share words with their passages: ask finds some
-    floor = row["floor"]
-    assert floor["similarity_floor"] == 0.5
-    assert 0.0 <= floor["relevant_at_or_above"] <= 1.0 and 0.0 <= floor["non_relevant_pairs_at_or_above"] <= 1.0
-    assert set(result["methods"]) == {"rrf", "routed", "rerank"}
-    assert set(row["without_where"]) == {"ndcg@10", "mrr@10", "recall@10", "ms_per_query"}
+    result = quality.run_set(ds, "known-item", HashEmbedder(dim=64))
+    assert result["n_tune"] + result["n_held_out"] == 12
+    rows = result["held_out"]
+    assert {"similarity", "bm25", "hybrid", "ask"} <= set(rows)
+    for row in rows.values():
+        assert all(0.0 <= row[m] <= 1.0 for m in ("ndcg@10", "mrr@10", "recall@10")) and row["ms_per_query"] > 0
+    assert rows["ask"]["routed_query_ms"] > 0
+    goals = {g["goal"] for g in result["goals"]}
+    assert "hybrid >= best single arm (ndcg@10)" in goals and "ask >= hybrid (recall@10)" in goals
+    assert any(g.startswith("ask costs <= 1.5x") for g in goals)
+    assert sum(result["intents"].values()) == 12
+    md = quality.render_markdown({"embedder": "hash", "sets": [result]})
+    assert "| `engine.ask(question)` |" in md and "| goal | value | target | met |" in md
+
+
+def test_the_halves_are_stable_and_disjoint() -> None:
+    ids = [f"q{i}" for i in range(200)]
+    halves = quality.split_halves(ids)
+    assert set(halves["tune"]).isdisjoint(halves["held_out"]) and len(halves["tune"]) + len(halves["held_out"]) == 200
+    assert quality.split_halves(ids[:50])["tune"] == [q for q in halves["tune"] if q in ids[:50]]
+    assert 70 < len(halves["tune"]) < 130
+
+
+def test_the_multilingual_set_is_real_text_in_three_languages() -> None:
+    ds = quality.load_multilingual_set()
+    langs = {d["lang"] for d in ds.corpus.values()}
+    assert langs == {"zh", "es", "de"} and len(ds.corpus) >= 60 and len(ds.queries) >= 70
+    assert all(r in ds.corpus for rels in ds.qrels.values() for r in rels)

@@ -66,8 +66,8 @@ def test_ask_json_has_the_route_and_the_hits(store: Path) -> None:
     assert data["route"]["intent"] == "entity"
     # the entity template's GRAPH arm reads the whole question ($q)
     assert data["route"]["params"] == {"q": "who talked about tools?", "rewrites": ["who talked about tools?"],
-                                       "keywords": "tools"}
-    assert data["route"]["query"].startswith("SELECT SPAN(SENTENCE, window => 1)")
+                                       "keywords": "tools", "arm_weights": [1.0, 2.5, 1.0]}
+    assert data["route"]["query"].startswith("SELECT DOCUMENT")  # the entity's own document (issue 30)
     assert data["hits"][0]["doc_id"] == "docs/agents.txt"
     assert data["warnings"] == []
 

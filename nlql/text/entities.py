@@ -29,8 +29,9 @@ Runs longer than :data:`MAX_NAME_TOKENS` words (Title Case headings) are not nam
 Known limits (rules, not a model): a sentence-initial common word that is not in the lists is taken
 for a name (``Regular expressions …`` → ``Regular``); German capitalises every noun, so German text
 yields its nouns; a name that starts with a stopword loses it (``The Hague`` → ``Hague``, ``La Paz``
-→ ``Paz``); lower-case names (``iPhone``) and scripts without case (Chinese, Japanese, Arabic) give
-nothing — pass ``metadata["entities"]`` or your own extractor for those.
+→ ``Paz``); lower-case names (``iPhone``) and scripts without case (Japanese, Arabic) give nothing — pass
+``metadata["entities"]`` or your own extractor for those. Chinese names are found by jieba's
+part-of-speech tags when ``rjieba`` is installed (:func:`cjk_names`).
 
 Matching uses :func:`entity_key`: casefold, then whole words (unicode ``\\w+`` runs; every CJK
 character is a word of its own, so a Chinese name is found inside unspaced Chinese text), joined by
@@ -53,6 +54,7 @@ __all__ = [
     "MAX_NAME_TOKENS",
     "RuleEntityExtractor",
     "STOPWORDS",
+    "cjk_names",
     "entity_key",
     "entity_tokens",
     "extract_entities",
@@ -296,6 +298,11 @@ class RuleEntityExtractor:
                 if low not in seen:
                     seen.add(low)
                     out.append(name)
+        if _CJK_TEXT.search(text) is not None:
+            for name in cjk_names(text):
+                if name not in seen:
+                    seen.add(name)
+                    out.append(name)
         return out
 
     def _names_of_run(self, run: str, first: bool) -> tuple[tuple[str, str], ...]:
@@ -345,6 +352,45 @@ class RuleEntityExtractor:
 
 
 _DEFAULT = RuleEntityExtractor()
+
+
+_CJK_TEXT = re.compile("[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+#: jieba's part-of-speech tags of proper names: people (nr, nrt: transliterated, nrfg), places (ns),
+#: organisations (nt) and other proper nouns (nz).
+_CJK_NAME_TAGS = frozenset({"nr", "nrt", "nrfg", "ns", "nt", "nz"})
+_tagger_state: list[object] = []
+
+
+def _tagger() -> object | None:
+    """rjieba's tagger, or None when it is not installed (extra ``nlql-engine[cjk]``)."""
+    if not _tagger_state:
+        try:
+            import rjieba
+
+            _tagger_state.append(rjieba.tag)
+        except ImportError:
+            _tagger_state.append(None)
+    return _tagger_state[0]
+
+
+def cjk_names(text: str) -> list[str]:
+    """Chinese names in ``text`` (people, places, organisations), by jieba's part-of-speech tags.
+
+    Chinese has no capital letters, so the capitalised-name rules find nothing in it; with ``rjieba``
+    installed (extra ``cjk``) the default extractor also keeps the words jieba tags as proper names
+    (two characters or more). Without it: ``[]``.
+
+    >>> cjk_names("上周张伟提到了罗素的悖论。") if _tagger() else ["张伟", "罗素"]
+    ['张伟', '罗素']
+    """
+    tag = _tagger()
+    if tag is None:
+        return []
+    out: list[str] = []
+    for word, flag in tag(text):  # type: ignore[operator]
+        if flag in _CJK_NAME_TAGS and len(word) >= 2 and _CJK_TEXT.search(word) and word not in out:
+            out.append(word)
+    return out
 
 
 def extract_entities(text: str) -> list[str]:

@@ -703,6 +703,10 @@ def resolve_period(text: str, now: datetime) -> Period:
     method: Literal["rule", "dateparser"] = "rule"
     try:
         resolved = _resolve_rules(s, clock)
+        if resolved is None:  # a whole phrase of another language ("на прошлой неделе", "지난주")
+            whole = [c for c in _any_language_candidates(s, clock) + _all_rule_candidates(s, clock)
+                     if c[0] == 0 and c[1] == len(s)]
+            resolved = whole[0][2] if whole else None
         if resolved is None:
             inner = _PREFIX.sub("", s, count=1)
             d = _dateparser_day(inner, clock)
@@ -1106,6 +1110,114 @@ def _foreign_candidates(text: str, clock: _Clock, lang: str) -> list[tuple[int, 
     return out
 
 
+# --- periods in every language dateparser knows
+#
+# dateparser ships, for each of its ~200 locales, the phrases of relative periods ("relative-type":
+# "1 week ago" → ["на прошлой неделе", …], "0 day ago" → ["сегодня"]). Those for days, weeks, months
+# and years become one regex (built once, when the engine warms up), each phrase rewritten to the
+# English phrase the calendar rules resolve: "на прошлой неделе" is "last week", the previous
+# Monday–Sunday. No language detection (slow, 0.8 s a call) and no date search in free text (it
+# takes "we" and "do" for dates): whole-word phrase matches only.
+
+_RELATIVE_ENGLISH = {
+    "0 day ago": "today", "1 day ago": "yesterday", "2 day ago": "the day before yesterday", "in 1 day": "tomorrow",
+    "in 2 day": "the day after tomorrow",
+    "0 week ago": "this week", "1 week ago": "last week", "in 1 week": "next week",
+    "0 month ago": "this month", "1 month ago": "last month", "in 1 month": "next month",
+    "0 year ago": "this year", "1 year ago": "last year", "in 1 year": "next year",
+}
+_any_language_table: list[tuple[re.Pattern[str], dict[str, str]]] = []
+_any_language_lock = threading.Lock()
+_SCRIPT_WITHOUT_SPACES = re.compile("[\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff\u3040-\u30ff\u3400-\u4dbf"
+                                    "\u4e00-\u9fff\uac00-\ud7af]")
+
+
+def _any_language_phrases() -> tuple[re.Pattern[str], dict[str, str]] | None:
+    """(one regex of every locale's relative-period phrases, phrase → English), built once; None
+    without dateparser."""
+    if _any_language_table:
+        return _any_language_table[0] if _any_language_table[0][1] else None
+    with _any_language_lock:
+        if not _any_language_table:
+            phrases: dict[str, str] = {}
+            try:
+                import importlib
+
+                from dateparser.data import date_translation_data as data
+                from dateparser.data.languages_info import language_order
+
+                for code in language_order:
+                    if code.split("-")[0] in SUPPORTED_LANGUAGES:
+                        continue  # these have rules of their own ("hier" is yesterday only in French)
+                    try:
+                        info = importlib.import_module(f"{data.__name__}.{code.replace('-', '_')}").info
+                    except ImportError:
+                        continue
+                    for key, words in (info.get("relative-type") or {}).items():
+                        english = _RELATIVE_ENGLISH.get(key)
+                        if english is None:
+                            continue
+                        for w in words:
+                            low = " ".join(str(w).casefold().split())
+                            # a single Latin-script word is too often an ordinary word of another
+                            # language ("morgen" is tomorrow in Dutch and morning in German): phrases only
+                            if len(low) < 3 or low in _ENGLISH_WORDS or (" " not in low and _LATIN_WORD.fullmatch(low)):
+                                continue
+                            phrases.setdefault(low, english)
+            except Exception:  # noqa: BLE001 - without dateparser's data there is no such table
+                phrases = {}
+            alts = sorted(phrases, key=len, reverse=True)
+            spaced = [re.escape(a) for a in alts if not _SCRIPT_WITHOUT_SPACES.search(a)]
+            unspaced = [re.escape(a) for a in alts if _SCRIPT_WITHOUT_SPACES.search(a)]
+            parts = []
+            if spaced:
+                parts.append(r"(?<!\w)(?:" + "|".join(spaced) + r")(?!\w)")
+            if unspaced:
+                parts.append("(?:" + "|".join(unspaced) + ")")
+            pattern = re.compile("|".join(parts) if parts else r"(?!)", re.IGNORECASE)
+            _any_language_table.append((pattern, phrases))
+    return _any_language_table[0] if _any_language_table[0][1] else None
+
+
+_LATIN_WORD = re.compile("[a-z\u00c0-\u024f'’.-]+")
+#: English words a locale's phrase must not be (dateparser's tables hold e.g. "now" for many locales).
+_ENGLISH_WORDS = frozenset("""
+today now this that week month year day last next past then soon later ago since when time date days
+""".split())
+
+
+def _any_language_candidates(text: str, clock: _Clock) -> list[tuple[int, int, _Resolved]]:
+    table = _any_language_phrases()
+    if table is None:
+        return []
+    pattern, phrases = table
+    out: list[tuple[int, int, _Resolved]] = []
+    for m in pattern.finditer(text):
+        english = phrases.get(" ".join(m.group().casefold().split()))
+        if english is None:
+            continue
+        r = _resolve_rules(english, clock)
+        if r is not None:
+            out.append((m.start(), m.end(), r))
+    return out
+
+
+def warm_up_languages() -> float:
+    """Build the every-language phrase table (about a second), so no query pays it.
+
+    Returns:
+        The seconds it took (0.0 when already built).
+    """
+    if _any_language_table and len(_foreign_cache) >= len(SUPPORTED_LANGUAGES) - 1:
+        return 0.0
+    started = time.perf_counter()
+    for lang in SUPPORTED_LANGUAGES:
+        if lang != "en":
+            _foreign_rules(lang)
+    _any_language_phrases()
+    return time.perf_counter() - started
+
+
 # --- the dateparser fallback
 
 _search_lock = threading.Lock()
@@ -1114,6 +1226,15 @@ _ALL_MONTH_WORDS = frozenset(_MONTHS) | frozenset(w for table in _FOREIGN_MONTHS
 _NUMERIC_DATE = re.compile(r"\d{1,4}\s*[./-]\s*\d{1,2}(?:\s*[./-]\s*\d{1,4})?|\d{4}年|\d{1,2}月")
 _LETTER_WORDS = re.compile(r"[^\W\d_]+")
 _DIGITS = re.compile(r"\d+")
+
+
+def _all_rule_candidates(text: str, clock: _Clock) -> list[tuple[int, int, _Resolved]]:
+    """The phrase rules of every supported language over ``text`` (for WITHIN in another language)."""
+    out: list[tuple[int, int, _Resolved]] = []
+    for lang in SUPPORTED_LANGUAGES:
+        if lang != "en":
+            out += _foreign_candidates(text, clock, lang)
+    return out
 
 
 def _search_day(text: str, clock: _Clock, languages: tuple[str, ...]) -> tuple[int, int, date] | None:
@@ -1227,6 +1348,8 @@ def extract_period(text: str, now: datetime, languages: Sequence[str] | str = SU
         if lang != "en":
             cands += _foreign_candidates(text, clock, lang)
     method: Literal["rule", "dateparser"] = "rule"
+    if not cands:  # the relative phrases of every other language dateparser knows
+        cands = _any_language_candidates(text, clock)
     if cands:
         start, end, r = min(cands, key=lambda c: (-(c[1] - c[0]), c[0]))
     elif fallback and (hit := _search_day(text, clock, langs)) is not None:

@@ -1,0 +1,136 @@
+"""Issue 30's mechanisms (not its scores): the router's choice per rule, templates that keep the fast
+paths (explain says which), per-question fusion weights, honest empties without a WHERE, compound
+periods and periods in other languages, CJK names, and ask("上周谁提到了罗素？")."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import pytest
+
+from nlql import Engine
+from nlql.embedders import HashEmbedder
+from nlql.route import DEFAULT_TEMPLATES, answers, default_router, fusion_weights, keywords
+from nlql.text.temporal import extract_period, resolve_period
+
+NOW = datetime(2026, 11, 30, 15, 0, tzinfo=timezone.utc)  # a Monday
+
+
+@pytest.fixture(scope="module")
+def engine() -> Engine:
+    e = Engine(embedder=HashEmbedder(dim=64), clock=lambda: NOW, warm_up=False)
+    e.add_texts(["Russell wrote to Frege about the paradox. Frege replied within a week.",
+                 "The disk is full. du shows how much space a directory uses.",
+                 "上周三的讨论会上，张伟提到了罗素的悖论。", "今天天气很好，我们去公园散步。"],
+                ids=["letter", "disk", "zh-russell", "zh-park"],
+                metadatas=[{"date": "2024-03-02"}, {"date": "2025-05-01"}, {"date": "2026-11-25"},
+                           {"date": "2026-11-26"}])
+    return e
+
+
+@pytest.mark.parametrize(("question", "intent"), [
+    ("how much disk space a directory uses", "general"),
+    ("what is a paradox?", "conceptual"),
+    ("who mentioned Russell?", "entity"),
+    ("上周谁提到了罗素？", "entity"),
+    ("¿Quién mencionó a Russell?", "entity"),
+    ("Does Frege's reply contradict Russell?", "contrast"),
+    ("How did Russell's view of logic evolve?", "evolution"),
+    ("what did we decide last week", "temporal"),
+    ("去年三月的会议", "temporal"),
+    ("quote the sentence about the paradox", "passage"),
+])
+def test_the_router_picks_the_intent_of_each_rule(question: str, intent: str) -> None:
+    assert default_router().route(question).intent == intent
+
+
+@pytest.mark.parametrize("intent", ["general", "conceptual", "contrast", "passage"])
+def test_templates_without_an_engine_arm_keep_the_fast_path(engine: Engine, intent: str) -> None:
+    text = DEFAULT_TEMPLATES[intent]
+    assert "WHERE" not in text  # a residual WHERE would score every row one by one
+    params = {"rewrites": ["disk space"], "keywords": "disk space", "weights": [2.5, 1.0]}
+    plan = str(engine.explain(text, params=params))
+    assert "residual filter (engine): (none)" in plan
+    fast = next(line for line in plan.splitlines() if line.startswith("fast path"))
+    assert "none:" not in fast and "fusion" in fast, fast
+
+
+def test_general_answers_with_documents_and_entity_with_the_entitys_document(engine: Engine) -> None:
+    assert DEFAULT_TEMPLATES["general"].startswith("SELECT DOCUMENT")
+    assert DEFAULT_TEMPLATES["entity"].startswith("SELECT DOCUMENT") and "GRAPH($q" in DEFAULT_TEMPLATES["entity"]
+    assert "DISTINCT BY doc_id" in DEFAULT_TEMPLATES["contrast"] and "DISTINCT BY doc_id KEEP 2" in DEFAULT_TEMPLATES["passage"]
+    assert "ORDER BY meta.date ASC" in DEFAULT_TEMPLATES["evolution"]
+    hits = engine.ask("who mentioned Frege?")
+    assert [h.doc_id for h in hits][:1] == ["letter"] and len({h.doc_id for h in hits}) == len(hits)
+
+
+def test_fusion_weights_follow_the_questions_script() -> None:
+    assert fusion_weights("how much disk space a directory uses") == (2.5, 1.0)
+    assert fusion_weights("¿Qué sopa se come fría en verano?") == (1.0, 1.0)
+    assert fusion_weights("Wie schnell darf man fahren?") == (1.0, 1.0)
+    assert fusion_weights("熊猫一天吃多少竹子？") == (1.0, 3.0)
+    route = default_router().route("熊猫一天吃多少竹子？")
+    assert route.params["weights"] == [1.0, 3.0]
+    assert "多少" not in route.params["keywords"]  # question words left out of BM25's text
+    assert keywords("¿Qué sopa se come fría en verano?") == "sopa come fría verano"
+
+
+def test_an_honest_empty_needs_no_where(engine: Engine) -> None:
+    hits = engine.ask("quantum chromodynamics of gluons")
+    assert len(hits) == 0 and any("holds nothing" in w for w in hits.warnings)
+    route = engine.route("how much disk space a directory uses")
+    routed = engine.search(route.query, params=route.params)
+    assert any(answers(route, h) for h in routed) and not all(answers(route, h) for h in routed)
+    assert [h.id for h in engine.ask(route)] == [h.id for h in routed]  # a page that answers is kept whole
+
+
+def test_an_entity_question_whose_graph_finds_nothing_gets_a_suggestion(engine: Engine) -> None:
+    hits = engine.ask("who talked about directory space?")
+    assert hits.route.intent == "entity"
+    assert any("the graph arm found no known entity" in w for w in hits.warnings)
+    assert not any("graph arm" in w for w in engine.ask("who mentioned Frege?").warnings)
+
+
+def test_ask_finds_who_mentioned_russell_last_week_in_chinese(engine: Engine) -> None:
+    pytest.importorskip("rjieba")
+    hits = engine.ask("上周谁提到了罗素？")
+    assert hits.route.intent == "entity" and hits[0].doc_id == "zh-russell"
+    assert hits[0].scores["graph"] == 1.0  # 罗素 is a known entity (jieba's name tags)
+
+
+@pytest.mark.parametrize(("text", "start", "end"), [
+    ("March of last year", "2025-03-01", "2025-04-01"),
+    ("what happened in March of last year?", "2025-03-01", "2025-04-01"),
+    ("last year's March", "2025-03-01", "2025-04-01"),
+    ("去年三月", "2025-03-01", "2025-04-01"),
+    ("去年3月的会议", "2025-03-01", "2025-04-01"),
+    ("前年五月", "2024-05-01", "2024-06-01"),
+    ("marzo del año pasado", "2025-03-01", "2025-04-01"),
+    ("¿qué pasó en marzo de este año?", "2026-03-01", "2026-04-01"),
+    ("im März letzten Jahres", "2025-03-01", "2025-04-01"),
+    ("mars de l'année dernière", "2025-03-01", "2025-04-01"),
+    ("marzo dell'anno scorso", "2025-03-01", "2025-04-01"),
+])
+def test_compound_periods_resolve_to_the_month(text: str, start: str, end: str) -> None:
+    p = extract_period(text, NOW)
+    assert p is not None and p.start.date().isoformat() == start and p.end.date().isoformat() == end, text
+
+
+@pytest.mark.parametrize("text", ["на прошлой неделе", "지난주", "geçen hafta", "vorige week", "w zeszłym tygodniu"])
+def test_periods_in_languages_without_rules_of_their_own(text: str) -> None:
+    p = extract_period(f"… {text} …", NOW)
+    assert p is not None and p.start.date().isoformat() == "2026-11-23" and p.end.date().isoformat() == "2026-11-30"
+    assert resolve_period(text, NOW).start == p.start  # WITHIN reads them too
+
+
+def test_single_words_of_other_languages_are_not_periods() -> None:
+    for text in ("guten Morgen", "por la mañana", "Was ist hier passiert?", "I may do it now"):
+        assert extract_period(text, NOW) is None, text
+
+
+def test_cjk_names_are_entities() -> None:
+    pytest.importorskip("rjieba")
+    from nlql.text.entities import RuleEntityExtractor
+
+    assert RuleEntityExtractor()("上周张伟提到了罗素的悖论。") == ["张伟", "罗素"]
+    assert RuleEntityExtractor()("Russell met 维特根斯坦.")[:1] == ["Russell"]
