@@ -181,3 +181,19 @@ def test_has_under_the_builtin_fast_paths(corpus: tuple[Engine, list[tuple[str, 
         for limit, offset in ((3, 0), (4, 2)):
             page = [h.id for h in engine.search(f"SELECT {unit} {tail} LIMIT {limit} OFFSET {offset}")]
             assert page == full[offset:offset + limit], (tail, limit, offset)
+
+
+def test_qdrant_pushes_has_where_it_is_exact() -> None:
+    pytest.importorskip("qdrant_client")
+    from nlql.stores.qdrant import QdrantStore
+
+    e = Engine(embedder=HashEmbedder(dim=16), store=QdrantStore(location=":memory:"), warm_up=False)
+    e.add_texts(["a", "b", "c"], ids=["a", "b", "c"],
+                metadatas=[{"tags": ["rag", "llm"]}, {"tags": "rag"}, {"tags": [2025, "x"]}])
+    native = e.explain('SELECT SENTENCE WHERE meta.tags HAS ANY ("rag", "x")').to_dict()["pushed_filter"]
+    assert '"any":["rag","x"]' in native and "adapter check" not in native
+    checked = e.explain("SELECT SENTENCE WHERE meta.tags HAS 2025").to_dict()["pushed_filter"]
+    assert "then adapter check: meta.tags has 2025" in checked  # numbers compare with numeric strings
+    assert [h.doc_id for h in e.search('SELECT SENTENCE WHERE meta.tags HAS ANY ("rag", "x")')] == ["a", "b", "c"]
+    assert [h.doc_id for h in e.search('SELECT SENTENCE WHERE meta.tags HAS "2025"')] == ["c"]
+    assert [h.doc_id for h in e.search('SELECT SENTENCE WHERE meta.tags NOT HAS "rag"')] == ["c"]

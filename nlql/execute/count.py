@@ -22,14 +22,22 @@ from nlql.plan.nodes import CountSpec
 __all__ = ["count_groups"]
 
 
-def _members(v: Any) -> list[Any]:
-    """The values one row contributes for one key: each distinct member of a list, else the value."""
+def _key(v: Any) -> Any:
+    """:func:`nlql.values.distinct_key`, with the common case (a string) inline."""
+    return ("str", v) if type(v) is str else V.distinct_key(v)
+
+
+def _members(v: Any) -> list[tuple[Any, Any]]:
+    """(group key, value) of what one row contributes for one key: each distinct member of a list, else
+    the value itself."""
     if not isinstance(v, (list, tuple)):
-        return [v]
+        return [(_key(v), v)]
     seen: dict[Any, Any] = {}
     for item in v:
-        seen.setdefault(V.distinct_key(item), item)
-    return list(seen.values())
+        k = _key(item)
+        if k not in seen:
+            seen[k] = item
+    return list(seen.items())
 
 
 def count_groups(run: Search, units: list[Candidate]) -> list[Hit]:
@@ -41,13 +49,13 @@ def count_groups(run: Search, units: list[Candidate]) -> list[Hit]:
     shown: dict[tuple[Any, ...], tuple[Any, ...]] = {}
     for u in units:
         per_key = [_members(f(u.ctx)) for f in fns]
-        for combo in itertools.product(*per_key):
-            key = tuple(V.distinct_key(v) for v in combo)
+        for combo in itertools.product(*per_key) if len(per_key) != 1 else ((m,) for m in per_key[0]):
+            key = tuple(k for k, _ in combo)
             if key in counts:
                 counts[key] += 1
             else:
                 counts[key] = 1
-                shown[key] = tuple(None if V.is_null(v) else v for v in combo)
+                shown[key] = tuple(None if V.is_null(v) else v for _, v in combo)
     groups = sorted(counts, key=lambda k: tuple(_value_key(v, False, False) for v in shown[k]))
     order = spec.order or ((-1, True, False),)
     for index, descending, nulls_first in reversed(order):  # stable sorts, last key first

@@ -37,7 +37,7 @@ from datetime import date, datetime, timedelta, timezone
 from typing import Any, Union
 
 from nlql import values as V
-from nlql.pushdown import Cond, FAnd, Filter, FOr
+from nlql.pushdown import HAS_OPS, Cond, FAnd, Filter, FOr
 
 BUILTINS = ("doc_id", "id", "position", "content")
 KINDS = ("s", "n", "f", "b", "d", "c", "p")
@@ -203,6 +203,18 @@ class NotSubstr:
 
 
 @dataclass(frozen=True, slots=True)
+class Member:
+    """``meta.<path>`` holds one of ``values``: a list with such a member, or the value itself (HAS, SPEC §11).
+
+    Lowered only for non-numeric string needles on plain-name paths, where a raw payload match (Qdrant's
+    MatchAny on the stored metadata) means exactly that: such a string equals only the same string.
+    """
+
+    path: tuple[str, ...]
+    values: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Opaque:
     """A leaf no view decides natively; ``superset`` is implied by it. Needs a check in the adapter."""
 
@@ -220,7 +232,7 @@ class VOr:
     items: tuple[VNode, ...]
 
 
-VNode = Union[VConst, Present, Absent, Cmp, InSet, NotIn, Substr, NotSubstr, Opaque, VAnd, VOr]
+VNode = Union[VConst, Present, Absent, Cmp, InSet, NotIn, Substr, NotSubstr, Member, Opaque, VAnd, VOr]
 
 
 _ALWAYS = {
@@ -381,8 +393,27 @@ def lower_cond(cond: Cond) -> VNode:
         if op == "contains":
             return present("s", path) if needle == "" else Substr(path, needle)
         return FALSE if needle == "" else NotSubstr(path, needle)
+    if op in HAS_OPS:
+        return _has(cond)
     # like / match and anything unknown: only strings can pass, checked in the adapter
     return Opaque(cond, present("s", path) if op in ("like", "not_like", "match", "not_match") else TRUE)
+
+
+_PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+def _has(cond: Cond) -> VNode:
+    """HAS / HAS ANY / HAS ALL: a native :class:`Member` where a raw match is exact (positive leaves with
+    non-numeric string needles); anything else is checked in the adapter over the rows with a value."""
+    path, op = cond.path, cond.op
+    needles = (cond.value,) if op in ("has", "not_has") else tuple(cond.value)
+    plain = (path[0] == "meta" and all(_PLAIN_KEY.match(k) for k in path[1:])
+             and all(isinstance(v, str) and V.numeric_string(v) is None for v in needles))
+    if plain and op in ("has", "has_any"):
+        return Member(path, needles) if needles else FALSE
+    if plain and op == "has_all":
+        return VAnd(tuple(Member(path, (v,)) for v in needles)) if needles else present("p", path)
+    return Opaque(cond, present("p", path) if path[0] == "meta" else TRUE)
 
 
 def lower_filter(flt: Filter) -> VNode:
@@ -480,6 +511,7 @@ __all__ = [
     "InSet",
     "NotIn",
     "NotSubstr",
+    "Member",
     "Opaque",
     "Present",
     "Substr",

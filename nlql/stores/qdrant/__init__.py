@@ -86,6 +86,8 @@ _RANGE_OP = {"lt": "lt", "le": "lte", "gt": "gt", "ge": "gte"}
 _OPS = frozenset({
     "eq", "ne", "lt", "le", "gt", "ge", "in", "not_in",
     "is_null", "is_not_null", "contains", "not_contains",
+    # HAS (SPEC §11): MatchAny / MatchValue on the stored metadata where exact, else checked in the adapter
+    "has", "has_any", "has_all", "not_has", "not_has_any", "not_has_all",
 })
 
 
@@ -846,6 +848,11 @@ def _render(node: T.VNode) -> Any:
         sub = qm.FieldCondition(key=_key("c", node.path), match=qm.MatchSubstring(substring=node.needle))
         present = [] if T.always_present("c", node.path) else [_is_empty(_key("c", node.path))]
         return qm.Filter(must_not=[*present, sub])
+    if isinstance(node, T.Member):  # the raw metadata: a list matches when a member does, a scalar when equal
+        key = "meta." + ".".join(node.path[1:])
+        if len(node.values) == 1:
+            return qm.FieldCondition(key=key, match=qm.MatchValue(value=node.values[0]))
+        return qm.FieldCondition(key=key, match=qm.MatchAny(any=list(node.values)))
     if isinstance(node, T.VAnd):
         return qm.Filter(must=[_render(i) for i in node.items])
     if isinstance(node, T.VOr):

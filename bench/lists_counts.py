@@ -1,0 +1,71 @@
+#!/usr/bin/env python3
+"""Benchmark SPEC §11 lists and counts on the built-in store: HAS pushed into the store's filter against
+the same predicate kept residual (``IF(meta.tags HAS "t3", TRUE, FALSE)``, which the planner cannot
+push), both as a top-10 by similarity and as a full scan, and ``SELECT COUNT(DOCUMENT) BY meta.tags``.
+
+Corpus: ``--docs`` documents (default 20k) of 2 sentences, each with 0–4 tags out of 50, a hash
+embedder (no model). ``--repeat`` interleaved rounds; medians in ms.
+
+    python bench/lists_counts.py [--docs 20000] [--repeat 15] [--out bench/results/lists_counts.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.common import RESULTS, interleaved_runs, log, machine_info, stamp_end, write_json  # noqa: E402
+from nlql import Engine  # noqa: E402
+from nlql.embedders import HashEmbedder  # noqa: E402
+
+QUERIES = {
+    "has_pushed_top10": 'SELECT SENTENCE LET s = SIMILARITY(content, "tag report") WHERE meta.tags HAS "t3" '
+                        "ORDER BY s DESC LIMIT 10",
+    "has_residual_top10": 'SELECT SENTENCE LET s = SIMILARITY(content, "tag report") '
+                          'WHERE IF(meta.tags HAS "t3", TRUE, FALSE) ORDER BY s DESC LIMIT 10',
+    "has_any_pushed_scan": 'SELECT DOCUMENT WHERE meta.tags HAS ANY ("t3", "t7") LIMIT 10 OFFSET 500',
+    "has_any_residual_scan": 'SELECT DOCUMENT WHERE IF(meta.tags HAS ANY ("t3", "t7"), TRUE, FALSE) '
+                             "LIMIT 10 OFFSET 500",
+    "count_by_tags": "SELECT COUNT(DOCUMENT) BY meta.tags LIMIT 10",
+    "count_by_tags_where": 'SELECT COUNT(SENTENCE) BY meta.tags WHERE meta.tags HAS "t3" LIMIT 10',
+}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--docs", type=int, default=20_000)
+    ap.add_argument("--repeat", type=int, default=15)
+    ap.add_argument("--out", type=Path, default=RESULTS / "lists_counts.json")
+    args = ap.parse_args()
+    started = time.time()
+    rng = random.Random(1)
+    e = Engine(embedder=HashEmbedder(dim=64), store="memory", warm_up=False)
+    texts = [f"Report {i} about tag {i % 50}. It has a second line {i % 7}." for i in range(args.docs)]
+    metas = [{"tags": rng.sample([f"t{j}" for j in range(50)], rng.randrange(0, 5))} for _ in range(args.docs)]
+    t = time.perf_counter()
+    e.add_texts(texts, ids=[f"d{i}" for i in range(args.docs)], metadatas=metas)
+    log(f"ingest {args.docs} docs: {time.perf_counter() - t:.1f} s")
+    for q in QUERIES.values():  # warm every plan
+        e.search(q)
+    assert [h.id for h in e.search(QUERIES["has_pushed_top10"])] == [h.id for h in e.search(QUERIES["has_residual_top10"])]
+    runs = interleaved_runs({name: (lambda q=q: e.search(q)) for name, q in QUERIES.items()}, args.repeat)
+    medians = {name: round(statistics.median(v), 3) for name, v in runs.items()}
+    for name, ms in medians.items():
+        log(f"{name:24s} {ms:9.2f} ms")
+    log(f"HAS pushed vs residual, top-10: {medians['has_residual_top10'] / medians['has_pushed_top10']:.1f}x; "
+        f"scan: {medians['has_any_residual_scan'] / medians['has_any_pushed_scan']:.1f}x")
+    results = {"machine": machine_info(), "docs": args.docs, "repeat": args.repeat, "queries": QUERIES,
+               "median_ms": medians}
+    stamp_end(results, started)
+    write_json(args.out, results)
+
+
+if __name__ == "__main__":
+    main()
