@@ -62,9 +62,17 @@ SELECT unit
 [WHERE condition]
 [DISTINCT BY expr, ... [KEEP n]] -- at most n rows (default 1) per distinct key value, in ORDER BY order
 [ORDER BY expr [ASC|DESC] [NULLS FIRST|NULLS LAST], ...]
-[LIMIT n] [OFFSET m]            -- non-negative integers; no LIMIT means every matching row
+[LIMIT n [AUTOCUT k]] [OFFSET m] -- non-negative integers; no LIMIT means every matching row
 [;]                             -- optional
 ```
+
+`SELECT COUNT(unit) [BY expr, ...]` (unit SENTENCE, CHUNK or DOCUMENT) counts the rows passing WHERE per
+distinct value of the BY keys (NULL is one value; a list counts once per member, as facets do): each hit
+has `group` ({key: value}) and `count`, ordered by count descending, then value, unless `ORDER BY count`
+or `ORDER BY <a BY key>` says otherwise. Without BY: one hit with the total.
+
+`LIMIT n AUTOCUT k` (k >= 1): of the first n rows, keep those before the k-th jump of the first sort
+key (a gap larger than twice the mean gap); fewer than 3 rows or no jump keeps all.
 
 Keywords and function names are case-insensitive. Comments: `-- to end of line`, `/* ... */`.
 
@@ -99,8 +107,11 @@ go wherever a literal does and are bound with `params={"name": value}`; a missin
 | `SIMILARITY(content, "text" [, min => 0.3])` | cosine in [-1, 1]; with a list of texts, the best of them; NULL below min (out of that arm only) |
 | `BM25(content, "words" [, min => 1.0])` | keyword score >= 0 (OR over terms); rows matching no term have no BM25 rank |
 | `RRF(a, b, ... [, k => 60] [, weights => [w1, w2]] [, window => n])` | reciprocal rank fusion of arms a, b (scores or any numbers, e.g. RECENCY(meta.date)): sum of w/(k + rank) |
+| `FUSE(a, b, ... [, method => "minmax"] [, weights => [w1, w2]] [, window => n])` | normalised fusion: sum of w * norm(arm) over each arm's window; `"minmax"` maps an arm to [0, 1], `"dbsf"` maps mean +- 3 sigma to [0, 1]; a row absent from an arm adds 0 |
 | `INTERLEAVE(a, b, ... [, window => n])` | round-robin fusion of rankings (value 1/position) |
 | `MMR(s [, lambda => 0.5] [, window => 100])` | diversity: 1/position in the greedy MMR order of the top window rows by s (near-duplicates pushed down); NULL outside the window |
+| `SIMILARITY(content, $vector)`, `SIMILARITY(content, DOC("id"))` | by a vector of the embedder's dimension, or by a document's mean sentence vector ("more like this": add `WHERE doc_id != "id"`) |
+| `HIGHLIGHT(content, "text")` | the list of [start, end) character ranges of content whose words match the text's (BM25 analyzer) |
 | `IF(cond, a, b)` | a when cond is TRUE, else b (UNKNOWN takes b) |
 | `RECENCY(meta.date [, half_life => "90d"])` | exponential decay in (0, 1]; null date gives null |
 | `GRAPH($q [, hops => 1] [, decay => 0.5])` | entity arm: 1.0 for rows naming an entity named in the text (a whole question works), less for entities named together with them; null otherwise |
@@ -117,7 +128,9 @@ Arithmetic mixes scores: `LET s = 0.7 * SIMILARITY(content, "rag") + 0.3 * BM25(
 Predicates: `= == != <> < <= > >=`, `[NOT] IN (a, b)`, `[NOT] BETWEEN a AND b`, `IS [NOT] NULL`,
 `[NOT] CONTAINS "s"` (case-insensitive substring), `[NOT] LIKE "a%_"` (SQL LIKE, case-sensitive, whole
 string; a backslash escapes `%`, `_` and itself), `[NOT] MATCH "regex"` (Python regex search), `WITHIN "last week"` (calendar periods such as
-"yesterday", "last month", "the past 3 days") or `WITHIN (a, b)`.
+"yesterday", "last month", "the past 3 days") or `WITHIN (a, b)`, and for lists in metadata
+`meta.tags [NOT] HAS "rag"`, `[NOT] HAS ANY ("rag", "llm")`, `[NOT] HAS ALL ("rag", "llm")` (membership as
+`==` compares; on a single value HAS is `==`; an empty list has no member; `HAS ALL ()` is TRUE on a list).
 
 ## NULL rules (as SQL)
 
@@ -157,7 +170,10 @@ Returns hits (id, doc_id, unit, content, metadata, scores; DOCUMENT/CHUNK hits: 
 
 Clauses, in order: SELECT unit [LET name = expr, ...] [WHERE cond] \
 [DISTINCT BY expr, ... [KEEP n]] (at most n rows per distinct key, e.g. DISTINCT BY doc_id) \
-[ORDER BY expr [ASC|DESC] [NULLS FIRST|LAST], ...] [LIMIT n] [OFFSET m]
+[ORDER BY expr [ASC|DESC] [NULLS FIRST|LAST], ...] [LIMIT n [AUTOCUT k]] [OFFSET m] \
+(AUTOCUT k: keep the rows before the k-th jump in the first sort key). \
+Counts and facets: SELECT COUNT(DOCUMENT) BY meta.source WHERE ... (hits carry group and count; \
+ORDER BY count).
 Units: SENTENCE | CHUNK | DOCUMENT (whole document, scored by its best sentence) | \
 SPAN(SENTENCE, window => k) (hit sentence + k neighbours).
 Names: content, id, doc_id, position, meta.key (meta.a.b; meta.`odd-key`), LET bindings. \
@@ -165,14 +181,18 @@ A bare unknown name is an error: write meta.topic, not topic.
 Score functions (use in LET): SIMILARITY(content, "text" | ["t1", "t2"]) cosine in [-1, 1]; \
 BM25(content, "words") keyword score (min => x on either: NULL below x); RRF(a, b, k => 60, \
 weights => [1, 1], window => 100) fuses arms (scores or numbers like RECENCY(meta.date)); INTERLEAVE(a, b); \
-MMR(s, lambda => 0.5) orders the top rows by s for diversity (near-duplicates pushed down). \
+MMR(s, lambda => 0.5) orders the top rows by s for diversity (near-duplicates pushed down); \
+FUSE(a, b, method => "minmax" | "dbsf", weights => [0.7, 0.3]) adds normalised arms. \
+SIMILARITY(content, $vector) takes a vector; SIMILARITY(content, DOC("id")) is "more like this". \
+HIGHLIGHT(content, $q) lists the [start, end) ranges of matched words. \
 Arms from a question: GRAPH($q, hops => 1) (entities named in $q and their neighbours), \
 TEMPORAL(meta.date, $q) (the period $q names); null when they do not apply. \
 Others: IF(c, a, b), RECENCY(meta.date, half_life => "90d"), LENGTH, LOWER, UPPER, \
 COUNT(content, "x"), NOW(), DATE("2024-01-01"), TIMESTAMP(...).
 Operators: OR, AND, NOT; = == != <> < <= > >=; + - * /; [NOT] IN (a, b); [NOT] BETWEEN a AND b; \
 IS [NOT] NULL; [NOT] CONTAINS "s" (case-insensitive); [NOT] LIKE "a%" (case-sensitive); \
-[NOT] MATCH "regex"; WITHIN "last week" | WITHIN (a, b).
+[NOT] MATCH "regex"; WITHIN "last week" | WITHIN (a, b); lists in metadata: meta.tags [NOT] HAS "rag", \
+HAS ANY ("a", "b"), HAS ALL ("a", "b").
 Literals: "str", 'str', 42, 0.5, true, false, null, DATE '2024-06-01', [list]; parameters $name \
 bound via params.
 NULL rules: comparing with null or a missing meta key is UNKNOWN and the row is dropped; use IS NULL / \

@@ -431,6 +431,8 @@ def hits_table(hits: Hits, title: str | None = None) -> Table:
     table.add_column("metadata", no_wrap=True, max_width=34, overflow="ellipsis")
     for rank, h in enumerate(hits, start=1):
         scores = "\n".join(f"{k} {_fmt(v)}" for k, v in h.scores.items())
+        if h.count is not None:  # SELECT COUNT(unit) BY …: the group's count (its group is the content)
+            scores = f"count {h.count}" + (f"\n{scores}" if scores else "")
         # a span's hit sentence sits in the middle of its window: show the whole window
         limit = SNIPPET_CHARS * 3 if h.unit in ("SENTENCE", "SPAN") else SNIPPET_CHARS
         ranges = [r for v in (h.highlights or {}).values() for r in v] if h.unit != "SPAN" else []

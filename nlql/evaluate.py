@@ -115,7 +115,7 @@ def constant_value(expr: ir.Expr, env: Env) -> tuple[bool, Any]:
             return False, None
         if isinstance(node, ir.Call) and node.name not in ("NOW", "DATE", "TIMESTAMP", "LOWER", "UPPER", "LENGTH"):
             return False, None
-        if isinstance(node, (ir.Within, ir.TextMatch)):
+        if isinstance(node, (ir.Within, ir.TextMatch, ir.Has)):
             return False, None
     fn = compile_expr(expr, env)
     return True, fn(_EMPTY)
@@ -256,11 +256,33 @@ def compile_expr(expr: ir.Expr, env: Env) -> RowFn:  # noqa: C901 - one dispatch
             x = value(ctx)
             return V.and3(V.compare(">=", x, start), V.compare("<", x, end))
         return f_within
+    if isinstance(expr, ir.Has):
+        return _compile_has(expr, env)
     if isinstance(expr, ir.Call):
         return _compile_call(expr, env)
     if isinstance(expr, ir.Param):
         raise EvaluationError(f"parameter ${expr.name} was not bound", expr.span)
     raise TypeError(f"cannot evaluate {type(expr).__name__}")
+
+
+def _compile_has(expr: ir.Has, env: Env) -> RowFn:
+    """HAS / HAS ANY / HAS ALL (SPEC §11): :func:`nlql.values.has` and friends, negated as NOT is."""
+    value, needle = compile_expr(expr.expr, env), compile_expr(expr.value, env)
+    neg = expr.negated
+    if expr.quantifier is None:
+        def f(ctx: RowContext) -> Any:
+            return V.has(value(ctx), needle(ctx))
+    else:
+        test = V.has_any if expr.quantifier == "ANY" else V.has_all
+
+        def f(ctx: RowContext) -> Any:
+            o = needle(ctx)
+            if not isinstance(o, (list, tuple)):
+                return None
+            return test(value(ctx), o)
+    if neg:
+        return lambda ctx: V.not3(f(ctx))
+    return f
 
 
 def _compile_text_match(expr: ir.TextMatch, env: Env) -> RowFn:

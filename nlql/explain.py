@@ -120,6 +120,19 @@ class Explain:
                             "per round) until LIMIT+OFFSET rows are kept; rounds in hits.stats['distinct']"},
             "limit": p.limit,
             "offset": p.offset,
+            "autocut": None if p.autocut is None else {
+                "k": p.autocut, "key": p.order[0].label if p.order else None,
+                "rule": f"of the first {p.limit} rows, keep those before jump {p.autocut} of the first sort key "
+                        "(a gap > 2 × the mean gap); fewer than 3 rows or no such jump: keep all"},
+            "count": None if p.count is None else {
+                "by": list(p.count.labels),
+                "order": [{"key": "count" if i < 0 else p.count.labels[i], "direction": "DESC" if desc else "ASC",
+                           "nulls": "FIRST" if nf else "LAST"} for i, desc, nf in p.count.order]
+                or [{"key": "count", "direction": "DESC", "nulls": "LAST"},
+                    *({"key": label, "direction": "ASC", "nulls": "LAST"} for label in p.count.labels)],
+                "limit": p.count.limit, "offset": p.count.offset,
+                "how": "engine: every row passing WHERE, counted per distinct BY value (NULL one value, a list "
+                       "once per member)"},
             "rerank": p.rerank,
             "fusion": _fusion(p),
         }
@@ -214,7 +227,15 @@ class Explain:
                          "ORDER BY order; NULL is one value)")
             lines.append(f"  widening: {dist['widening']}")
         lines.append(f"order by: {order}; ties by insertion order")
+        if d["count"] is not None:
+            c = d["count"]
+            lines.append(f"count by: {', '.join(c['by']) or '(total)'} ({c['how']})")
+            lines.append("  groups ordered by: " + ", ".join(f"{o['key']} {o['direction']}" for o in c["order"])
+                         + f"; limit: {c['limit'] if c['limit'] is not None else 'all'} offset: {c['offset']}")
         lines.append(f"limit: {d['limit'] if d['limit'] is not None else 'all'} offset: {d['offset']}")
+        if d["autocut"] is not None:
+            a = d["autocut"]
+            lines.append(f"autocut: {a['k']} on {a['key'] or '(no sort key: keeps all)'}: {a['rule']}")
         if d["rerank"]:
             lines.append("rerank: " + json.dumps(d["rerank"], sort_keys=True))
         if "fast_path" in d:

@@ -28,7 +28,12 @@ OPS = frozenset({
     "contains", "not_contains",                 # value: str (case-insensitive substring)
     "like", "not_like",                         # value: str (SQL LIKE, case-sensitive, whole string)
     "match", "not_match",                       # value: str (Python regex search)
+    "has", "not_has",                           # value: scalar (list membership; == on a scalar)
+    "has_any", "not_has_any",                   # value: tuple of scalars
+    "has_all", "not_has_all",                   # value: tuple of scalars
 })
+#: The list-membership leaves (SPEC §11 HAS): on a list TRUE/FALSE, on a scalar as ==/IN/AND of ==, null UNKNOWN.
+HAS_OPS = frozenset({"has", "not_has", "has_any", "not_has_any", "has_all", "not_has_all"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,7 +125,7 @@ class NativeFilter:
 
 
 def _scalars(cond: Cond) -> list[Any]:
-    if cond.op in ("in", "not_in"):
+    if cond.op in ("in", "not_in", "has_any", "not_has_any", "has_all", "not_has_all"):
         return list(cond.value)
     if cond.op in ("is_null", "is_not_null"):
         return []

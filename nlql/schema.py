@@ -454,6 +454,15 @@ def data_warnings(query: Any, schema: Schema) -> list[Diagnostic]:
                     else ("known keys: " + ", ".join(f"meta.{n}" for n in names[:12])) if names
                     else "no document has metadata")
             out.append(_warn(node, f"no document has metadata key meta.{shown}{where}", hint))
+        elif isinstance(node, ir.Has) and isinstance(node.expr, ir.Meta) and node.expr.keys in known:
+            info = known[node.expr.keys]
+            types = [t for t in info.types if t != "null"]
+            if types and "list" not in types:
+                word = "HAS" if node.quantifier is None else f"HAS {node.quantifier}"
+                out.append(_warn(node.expr, f"meta.{info.name} is never a list in the data{where}: "
+                                 f"{word} compares its single value with ==",
+                                 f"meta.{info.name} holds {', '.join(types)}; "
+                                 + ("write == for one value" if node.quantifier is None else "write IN (…)")))
         elif isinstance(node, (ir.Compare, ir.In, ir.Between)):
             if isinstance(node, ir.Compare):
                 pairs = [(node.left, node.right), (node.right, node.left)]

@@ -212,6 +212,50 @@ def in_list(value: Any, options: tuple[Any, ...] | list[Any]) -> bool | None:
     return None if saw_unknown else False
 
 
+def _member(items: list[Any] | tuple[Any, ...], needle: Any) -> bool:
+    """Whether some item of a list equals ``needle`` as ``==`` compares (numeric strings, exact integers);
+    an item ``==`` cannot compare with it (null, another type) is simply not a match."""
+    return any(compare("==", item, needle) is True for item in items)
+
+
+def has(value: Any, needle: Any) -> bool | None:
+    """``value HAS needle`` (SPEC §11): membership on a list, ``==`` on a scalar, UNKNOWN on null.
+
+    On a list the answer is TRUE or FALSE (never UNKNOWN): a list either holds the value or does not;
+    an empty list holds nothing. A null needle is UNKNOWN, as every comparison with null is.
+    """
+    if is_null(value) or is_null(needle):
+        return None
+    if isinstance(value, (list, tuple)):
+        return _member(value, needle)
+    return compare("==", value, needle)
+
+
+def has_any(value: Any, needles: list[Any] | tuple[Any, ...]) -> bool | None:
+    """``value HAS ANY (n1, n2, …)``: on a list, TRUE when it holds at least one of them (FALSE for an
+    empty list or no needles); on a scalar ``value IN (…)``; UNKNOWN on null."""
+    if is_null(value):
+        return None
+    if isinstance(value, (list, tuple)):
+        return any(not is_null(n) and _member(value, n) for n in needles)
+    return in_list(value, needles)
+
+
+def has_all(value: Any, needles: list[Any] | tuple[Any, ...]) -> bool | None:
+    """``value HAS ALL (n1, n2, …)``: on a list, TRUE when it holds every one of them (``HAS ALL ()``
+    is TRUE for any list); on a scalar ``value == n1 AND value == n2 …``; UNKNOWN on null."""
+    if is_null(value):
+        return None
+    if isinstance(value, (list, tuple)):
+        return all(not is_null(n) and _member(value, n) for n in needles)
+    acc: bool | None = True
+    for n in needles:
+        acc = and3(acc, compare("==", value, n))
+        if acc is False:
+            return False
+    return acc
+
+
 def contains(value: Any, needle: Any) -> bool | None:
     """Case-insensitive substring test; UNKNOWN unless both are strings."""
     if not isinstance(value, str) or not isinstance(needle, str):
@@ -273,13 +317,16 @@ def lookup(metadata: Any, keys: tuple[str, ...]) -> Any:
 def sort_key(v: Any) -> tuple[int, Any]:
     """A total order for ORDER BY over mixed values: numbers < strings < datetimes < bools < others.
 
+    Numeric strings sort as the numbers they spell, among the numbers (``2025`` and ``"2025"`` tie).
+
     Nulls are handled by the caller (NULLS FIRST/LAST).
     """
     if is_number(v):
         num = exact_number(v)  # exact: 2**53 + 1 sorts after 2**53
         return (0, num if num is not None else (math.inf if v > 0 else -math.inf))
     if isinstance(v, str):
-        return (1, v)
+        num = _numeric_exact(v)  # "2025" sorts with 2025 (SPEC §6: they tie)
+        return (0, num) if num is not None else (1, v)
     if isinstance(v, (datetime, date)):
         dt = as_datetime(v)
         return (2, dt.timestamp() if dt else 0.0)

@@ -233,3 +233,12 @@ def test_agent_tool_pages_with_a_cursor() -> None:
     assert [h["id"] for h in first["hits"] + second["hits"]] == want
     assert "error" in search_query(e, q + " OFFSET 1", cursor=first["cursor"])
     assert tool_schema()["input_schema"]["properties"]["cursor"]["type"] == "string"
+
+
+def test_no_cursor_for_count_and_autocut() -> None:
+    e = _engine()
+    assert e.search("SELECT COUNT(SENTENCE) BY meta.tag").cursor is None
+    c = e.search('SELECT SENTENCE LET s = SIMILARITY(content, "agents") LIMIT 3').cursor
+    with pytest.raises(CursorError, match="COUNT"):
+        e.search("SELECT COUNT(SENTENCE) BY meta.tag", cursor=c)
+    assert e.search('SELECT SENTENCE LET s = SIMILARITY(content, "agents") LIMIT 5 AUTOCUT 1').cursor is None

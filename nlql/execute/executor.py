@@ -17,8 +17,10 @@ import numpy as np
 from nlql.deadline import Deadline, active
 from nlql.errors import EvaluationError, NLQLTimeoutError
 from nlql.evaluate import Env, compile_expr
+from nlql.execute.autocut import autocut
 from nlql.execute.candidates import Candidate, Search, keep_passing
-from nlql.execute.cursor import Paging, cursor_page, first_cursor
+from nlql.execute.count import count_groups
+from nlql.execute.cursor import PageEnd, Paging, cursor_page, first_cursor
 from nlql.execute.degrade import cause_of, drop_arms, embed_within
 from nlql.execute.distinct import distinct
 from nlql.execute.examples import example_vectors
@@ -153,6 +155,14 @@ class Executor:
             units = keep_passing(units, late, run.deadline, run.warnings)
             stats.add("filter", (time.perf_counter() - t) * 1000)
 
+        if plan.count is not None:  # SELECT COUNT(unit) BY …: group the rows, no ordering or paging of rows
+            t = time.perf_counter()
+            groups = count_groups(run, units)
+            stats.add("count", (time.perf_counter() - t) * 1000)
+            stats.counts["matches_seen"] = len(units)
+            stats.counts["returned"] = len(groups)
+            return Hits(groups, stats.to_dict(), run.warnings)
+
         t = time.perf_counter()
         units = order(run, units)
         stats.add("order", (time.perf_counter() - t) * 1000)
@@ -181,6 +191,11 @@ class Executor:
             if plan.limit is not None:
                 page = page[: plan.limit]
             cursor = first_cursor(run, units, page, paging) if paging is not None and reranker is None else None
+        if plan.autocut is not None:
+            before = len(page)
+            page = autocut(run, page)
+            stats.counts["autocut"] = {"k": plan.autocut, "of": before, "kept": len(page)}
+            cursor = PageEnd(None, False)  # the cut is where the relevant rows end: no next page
         t = time.perf_counter()
         out = hits(run, page)
         stats.add("materialize", (time.perf_counter() - t) * 1000)

@@ -48,6 +48,8 @@ class Hit:
     scores: dict[str, float | None]
     truncated: bool = False
     best: Best | None = None
+    group: dict[str, Any] | None = None  # SELECT COUNT(unit) BY …: {key text: value} of this group
+    count: int | None = None             # SELECT COUNT(unit) …: rows in this group (or in all, without BY)
     # HIGHLIGHT bindings: name -> [start, end) ranges of the unit's content (None: the query has none)
     highlights: dict[str, list[list[int]]] | None = None
 
@@ -58,11 +60,16 @@ class Hit:
             **({"truncated": True} if self.truncated else {}),
             **({"highlights": self.highlights} if self.highlights is not None else {}),
         }
-        if self.best is not None or self.unit in GROUPED_UNITS:
+        if self.best is not None or (self.unit in GROUPED_UNITS and self.count is None):
             out["best"] = self.best.to_dict() if self.best is not None else None
+        if self.count is not None:
+            out["group"] = self.group if self.group is not None else {}
+            out["count"] = self.count
         return out
 
     def __repr__(self) -> str:
+        if self.count is not None:
+            return f"Hit(COUNT({self.unit}), group={self.group!r}, count={self.count})"
         scores = ", ".join(f"{k}={_fmt(v)}" for k, v in self.scores.items())
         return (f"Hit({self.id!r}, {self.unit}, {'scores ' + scores + ', ' if scores else ''}"
                 f"content={_short(self.content, REPR_CONTENT_CHARS)!r})")
@@ -142,9 +149,14 @@ class Hits(list[Hit]):
             return head + (f"\nwarnings: {'; '.join(self.warnings)}" if self.warnings else "")
         shown = list(self[:REPR_ROWS])
         keys = _score_keys(shown)
-        table = [["#", "id", *keys, "content"]]
-        table += [[str(i), h.id, *(_fmt(h.scores.get(k)) for k in keys), _short(h.content, REPR_CONTENT_CHARS)]
-                  for i, h in enumerate(shown, start=1)]
+        if any(h.count is not None for h in shown):  # SELECT COUNT(unit) BY …: the count, then the group
+            table = [["#", "count", "group"]]
+            table += [[str(i), str(h.count), _short(h.content, REPR_CONTENT_CHARS)]
+                      for i, h in enumerate(shown, start=1)]
+        else:
+            table = [["#", "id", *keys, "content"]]
+            table += [[str(i), h.id, *(_fmt(h.scores.get(k)) for k in keys), _short(h.content, REPR_CONTENT_CHARS)]
+                      for i, h in enumerate(shown, start=1)]
         widths = [max(len(r[c]) for r in table) for c in range(len(table[0]) - 1)]
         lines = [head]
         for r in table:

@@ -11,7 +11,7 @@ from nlql.functions import FUSION_FUNCTIONS, SCORE_FUNCTIONS, TEXT_SCORES
 from nlql.pushdown import FastPath, Filter, NativeFilter
 
 __all__ = ["ARM_DEPTH_FACTOR", "ARM_DEPTH_MIN", "FUSION_FUNCTIONS", "SCORE_FUNCTIONS", "TEXT_SCORES",
-           "DistinctSpec", "OrderSpec", "Plan", "Recall", "ScoreCondition", "ScoreSpec", "score_condition", "slot_of"]
+           "CountSpec", "DistinctSpec", "OrderSpec", "Plan", "Recall", "ScoreCondition", "ScoreSpec", "score_condition", "slot_of"]
 
 ARM_DEPTH_MIN = 100      # rows per fusion arm, at least
 ARM_DEPTH_FACTOR = 10    # … or this many times LIMIT + OFFSET
@@ -96,6 +96,19 @@ class DistinctSpec:
     keep: int = 1
 
 
+@dataclass(frozen=True)
+class CountSpec:
+    """``SELECT COUNT(unit) BY keys``: the rows passing WHERE, counted per distinct key tuple by the
+    engine (:mod:`nlql.execute.count`). ``order`` is ``(key, descending, nulls_first)`` with key -1 for
+    ``count`` and i for the i-th BY key; an empty order means count DESC, then each key ascending."""
+
+    keys: tuple[ir.Expr, ...]
+    labels: tuple[str, ...]
+    order: tuple[tuple[int, bool, bool], ...] = ()
+    limit: int | None = None
+    offset: int = 0
+
+
 @dataclass
 class Recall:
     """How candidates are found.
@@ -148,6 +161,8 @@ class Plan:
     fast_path: FastPath | None = None
     fast_path_reason: str = ""
     distinct: DistinctSpec | None = None  # DISTINCT BY … KEEP n (recall widens until enough rows are kept)
+    autocut: int | None = None            # LIMIT n AUTOCUT k: the page is cut before the k-th jump of its first key
+    count: CountSpec | None = None        # SELECT COUNT(unit) BY …: every row passing WHERE, counted per key
 
     def slot_of(self, expr: ir.Expr) -> str | None:
         """The score slot ``expr`` is exactly (a score call or a binding bound to one), else None."""

@@ -17,7 +17,16 @@ from nlql.plan.choose_recall import choose_recall, mmr_window_recall
 from nlql.plan.decide_overfetch import decide_overfetch
 from nlql.plan.dedupe_scores import dedupe_scores
 from nlql.plan.lower_hybrid import lower_hybrid
-from nlql.plan.nodes import ARM_DEPTH_FACTOR, ARM_DEPTH_MIN, FUSION_FUNCTIONS, DistinctSpec, OrderSpec, Plan
+from nlql.plan.nodes import (
+    ARM_DEPTH_FACTOR,
+    ARM_DEPTH_MIN,
+    FUSION_FUNCTIONS,
+    TEXT_SCORES,
+    CountSpec,
+    DistinctSpec,
+    OrderSpec,
+    Plan,
+)
 from nlql.plan.order_residual import order_residual
 from nlql.plan.resolve_arms import resolve_arms
 from nlql.plan.resolve_periods import resolve_periods
@@ -37,6 +46,34 @@ def _int_value(expr: ir.Expr | None, what: str) -> int | None:
     if isinstance(expr, ir.Literal) and isinstance(expr.value, float) and expr.value.is_integer() and expr.value >= 0:
         return int(expr.value)
     raise PlanError(f"{what} must be a non-negative integer", expr.span)
+
+
+def _first_inline_score(where: ir.Expr | None, slots: Mapping[ir.Call, str]) -> ir.Call | None:
+    """The first SIMILARITY/BM25 call written in WHERE (source order), if it has a score slot."""
+    if where is None:
+        return None
+    for node in where.walk():
+        if isinstance(node, ir.Call) and node.name in TEXT_SCORES and node in slots:
+            return node
+    return None
+
+
+def _count_spec(q: ir.Query) -> CountSpec:
+    """The COUNT … BY keys and the order of the groups (``count`` or a BY key per ORDER BY key)."""
+    assert q.count is not None
+    keys = tuple(q.count.by)
+    order = []
+    for key in q.order_by:
+        nulls_first = bool(key.nulls_first) if key.nulls_first is not None else False
+        if isinstance(key.expr, ir.Ref) and key.expr.name.lower() == "count":
+            order.append((-1, key.descending, nulls_first))
+            continue
+        index = next((i for i, k in enumerate(keys) if k == key.expr), None)
+        if index is None:
+            raise PlanError("a COUNT query sorts by count or by a BY key", key.expr.span,
+                            hint="e.g. ORDER BY count DESC")
+        order.append((index, key.descending, nulls_first))
+    return CountSpec(keys, tuple(render_expr(k) for k in keys), tuple(order))
 
 
 def build_plan(
@@ -74,16 +111,28 @@ def build_plan(
     residual = order_residual(residual)
 
     order: list[OrderSpec] = []
-    for key in bound.order_by:
+    count = _count_spec(bound) if bound.count is not None else None
+    for key in bound.order_by if count is None else ():
         nulls_first = bool(key.nulls_first) if key.nulls_first is not None else False
         order.append(OrderSpec(key.expr, key.descending, nulls_first, render_expr(key.expr)))
-    if not order:  # SPEC §6: the first score binding, descending (a comparison of a score is no score)
+    if not order and count is None:
+        # SPEC §6: the first score binding, descending (a comparison of a score is no score), else the
+        # first SIMILARITY/BM25 call written inline in WHERE, descending
         scored = checked.score_bindings
+        inline = _first_inline_score(bound.where, slots) if not scored else None
         if scored:
             order.append(OrderSpec(ir.Ref(scored[0]), True, False, scored[0], implicit=True))
+        elif inline is not None:
+            order.append(OrderSpec(inline, True, False, render_expr(inline), implicit=True))
 
     limit = _int_value(bound.limit, "LIMIT")
     offset = _int_value(bound.offset, "OFFSET") or 0
+    autocut = _int_value(bound.autocut, "AUTOCUT")
+    if autocut is not None and autocut < 1:
+        raise PlanError("AUTOCUT must be at least 1", bound.autocut.span if bound.autocut else None)
+    if count is not None:  # the rows pipeline returns every row passing WHERE; the groups are paged
+        count = replace(count, limit=limit, offset=offset)
+        limit, offset = None, 0
     if limit_ceiling is not None and limit is not None and limit > limit_ceiling:
         raise PlanError(f"LIMIT {limit} is above the ceiling of {limit_ceiling}",
                         bound.limit.span if bound.limit else None,
@@ -116,6 +165,8 @@ def build_plan(
         periods=periods, now=now, store=caps.NAME, arm_depth=arm_depth,
         residual_is_thresholds=residual_is_thresholds, graphs=graphs, temporals=temporals,
     )
+    plan.autocut = autocut
+    plan.count = count
     if bound.distinct is not None:
         keep = _int_value(bound.distinct.keep, "KEEP")
         if keep is not None and keep < 1:

@@ -21,7 +21,9 @@ _OPS = {"==": "eq", "!=": "ne", "<": "lt", "<=": "le", ">": "gt", ">=": "ge"}
 _NEG = {"eq": "ne", "ne": "eq", "lt": "ge", "le": "gt", "gt": "le", "ge": "lt",
         "in": "not_in", "not_in": "in", "is_null": "is_not_null", "is_not_null": "is_null",
         "contains": "not_contains", "not_contains": "contains", "like": "not_like",
-        "not_like": "like", "match": "not_match", "not_match": "match"}
+        "not_like": "like", "match": "not_match", "not_match": "match",
+        "has": "not_has", "not_has": "has", "has_any": "not_has_any", "not_has_any": "has_any",
+        "has_all": "not_has_all", "not_has_all": "has_all"}
 
 
 def _path(expr: ir.Expr, unit: str) -> tuple[str, ...] | None:
@@ -121,6 +123,26 @@ class _Converter:
                     return None
             op = expr.op.lower()
             return self.leaf(("not_" + op) if expr.negated else op, path, pattern, negate)
+        if isinstance(expr, ir.Has):
+            path = _path(expr.expr, self.unit)
+            if path is None or path[0] != "meta":  # only metadata holds lists; fields stay residual
+                return None
+            op = "has" if expr.quantifier is None else "has_" + expr.quantifier.lower()
+            if expr.quantifier is None:
+                ok, value = self.const(expr.value)
+                if not ok or value is None or not _scalar(value):
+                    return None
+            else:
+                if not isinstance(expr.value, ir.ListExpr):
+                    return None
+                items = []
+                for item in expr.value.items:
+                    ok, v = self.const(item)
+                    if not ok or not _scalar(v):
+                        return None
+                    items.append(v)
+                value = tuple(items)
+            return self.leaf(("not_" + op) if expr.negated else op, path, value, negate)
         if isinstance(expr, ir.Within):
             path = _path(expr.expr, self.unit)
             if path is None:

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from nlql.errors import UnsupportedError
-from nlql.pushdown import OPS, Capabilities, Filter, NativeFilter
+from nlql.pushdown import HAS_OPS, OPS, Capabilities, Filter, NativeFilter
 from nlql.sql.binder import Binder, Fragment, Param, Slot, join, sql, template
 from nlql.sql.codec import TextCodec, to_decimal
 from nlql.sql.nodes import Arm, Fusion, GraphScore, KeywordScore, Lowered, SimilarityScore, Threshold
@@ -680,5 +680,6 @@ def _feature(node: Any) -> str:
 
 
 # the leaf operators a SQL dialect over NLQL's typed schema compiles: MATCH is a Python regex, which
-# no SQL regex engine means exactly, so it is never pushed
-SQL_FILTER_OPS = frozenset(OPS - {"match", "not_match"})
+# no SQL regex engine means exactly, so it is never pushed; HAS (list membership, SPEC §11) reads lists,
+# which the typed views do not keep: it stays residual
+SQL_FILTER_OPS = frozenset(OPS - {"match", "not_match"} - HAS_OPS)

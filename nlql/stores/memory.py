@@ -47,6 +47,7 @@ from nlql.values import round_scores
 _ALL_OPS = frozenset({
     "eq", "ne", "lt", "le", "gt", "ge", "in", "not_in", "is_null", "is_not_null",
     "contains", "not_contains", "like", "not_like", "match", "not_match",
+    "has", "not_has", "has_any", "not_has_any", "has_all", "not_has_all",
 })
 
 MEMORY_CAPABILITIES = Capabilities(

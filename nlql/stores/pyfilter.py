@@ -57,9 +57,14 @@ def eval_cond(cond: Cond, value: Any) -> bool | None:
         return V.match(value, _regex(cond.value))
     if op == "not_match":
         return V.not3(V.match(value, _regex(cond.value)))
+    if op in _HAS:
+        r = _HAS[op](value, cond.value)
+        return V.not3(r) if op.startswith("not_") else r
     raise ValueError(f"unknown filter op {op!r}")
 
 
+_HAS = {"has": V.has, "not_has": V.has, "has_any": V.has_any, "not_has_any": V.has_any,
+        "has_all": V.has_all, "not_has_all": V.has_all}
 _CMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 
 

@@ -20,7 +20,7 @@ import numpy as np
 
 from nlql import values as V
 from nlql.patterns import matcher_for
-from nlql.pushdown import Cond, FAnd, Filter, FOr
+from nlql.pushdown import HAS_OPS, Cond, FAnd, Filter, FOr
 from nlql.schema import MetaSummary
 from nlql.stores.base import DocRecord, Row, unit_id
 from nlql.stores.batch import DocBatch, is_columnar
@@ -380,6 +380,8 @@ class RowTable:
         self.summary = MetaSummary()                 # metadata keys of the live documents (nlql.schema)
         self.version = 0
         self._columns: dict[tuple[str, ...], Column] = {}
+        # HAS leaves: the per-document values of a path (lists kept whole), built on first use
+        self._doc_values: dict[tuple[str, ...], list[Any]] = {}
         self._row_columns: dict[str, Column] = {}
         self._folded: list[str] | None = None
         self._row_cache: dict[int, Row] = {}
@@ -557,6 +559,7 @@ class RowTable:
     def _changed(self) -> None:
         self.version += 1
         self._columns.clear()
+        self._doc_values.clear()
         self._row_columns.clear()
         self._folded = None
         self._row_cache.clear()
@@ -650,11 +653,22 @@ class RowTable:
                 out |= self._mask(item)
             return out
         root = flt.path[0]
+        if root == "meta" and flt.op in HAS_OPS:
+            return self._has_mask(flt)[self.row_doc]
         if root == "meta":
             return leaf_mask(self.meta_column(flt.path[1:]), flt)
         if root == "content":
             return self._content_mask(flt)
         return leaf_mask(self.field_column(root), flt)
+
+    def _has_mask(self, cond: Cond) -> np.ndarray:
+        """TRUE mask per document slot of a HAS leaf: membership evaluated once per document
+        (:func:`nlql.stores.pyfilter.eval_cond`, the engine's own semantics), over the documents' values."""
+        keys = cond.path[1:]
+        values = self._doc_values.get(keys)
+        if values is None:
+            values = self._doc_values[keys] = [V.lookup(m, keys) for m in self.doc_meta]
+        return np.fromiter((eval_cond(cond, v) is True for v in values), dtype=bool, count=len(values))
 
     # ------------------------------------------------------------------------------------ row sets
 
@@ -736,6 +750,12 @@ class RowTable:
                 out |= self._mask_rows(item, rows)
             return out
         root = flt.path[0]
+        if root == "meta" and flt.op in HAS_OPS:
+            slots = self.row_doc[rows]
+            uniq, inverse = np.unique(slots, return_inverse=True)
+            per_doc = np.fromiter((eval_cond(flt, V.lookup(self.doc_meta[int(s)], flt.path[1:])) is True
+                                   for s in uniq), dtype=bool, count=len(uniq))
+            return per_doc[inverse]
         if root == "meta":
             slots = self.row_doc[rows]
             uniq, inverse = np.unique(slots, return_inverse=True)

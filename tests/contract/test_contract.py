@@ -199,6 +199,28 @@ QUERIES: list[str] = [
     'ORDER BY k DESC LIMIT 10',
     "SELECT SENTENCE DISTINCT BY meta.lang KEEP 2 LIMIT 5",
     "SELECT SENTENCE DISTINCT BY meta.score ORDER BY meta.n DESC",
+    # SPEC §11 lists in metadata: HAS / HAS ANY / HAS ALL (pushed where the store means exactly that)
+    'SELECT SENTENCE WHERE meta.entities HAS "Ada Lovelace"',
+    'SELECT SENTENCE WHERE meta.entities NOT HAS "Alan Turing" LIMIT 20',
+    'SELECT DOCUMENT WHERE meta.entities HAS ANY ("Alan Turing", "Grace Hopper")',
+    'SELECT SENTENCE WHERE meta.entities HAS ALL ("Grace Hopper", "Ada Lovelace") AND meta.status == "published"',
+    "SELECT SENTENCE WHERE NOT meta.entities HAS ALL ()",
+    'SELECT SENTENCE WHERE meta.entities NOT HAS ANY ("Ada Lovelace") OR meta.n < 3',
+    'SELECT SENTENCE WHERE meta.status HAS "draft" LIMIT 9',
+    'SELECT SENTENCE WHERE meta.year HAS ANY (2021, "2020")',
+    f'SELECT SENTENCE {SIM} WHERE meta.entities HAS "Ada Lovelace" ORDER BY rel DESC LIMIT 5',
+    # SPEC §11 counts and facets
+    "SELECT COUNT(DOCUMENT) BY meta.status",
+    "SELECT COUNT(SENTENCE) BY meta.entities, meta.lang",
+    "SELECT COUNT(DOCUMENT) BY meta.year ORDER BY meta.year LIMIT 4",
+    f"SELECT COUNT(SENTENCE) {SIM} WHERE rel >= 0.2",
+    "SELECT COUNT(CHUNK) BY meta.lang WHERE meta.n < 30 ORDER BY count ASC",
+    # SPEC §11 autocut, and §6: an inline SIMILARITY/BM25 in WHERE orders the rows; numeric strings sort as numbers
+    f"SELECT SENTENCE {SIM} ORDER BY rel DESC LIMIT 10 AUTOCUT 1",
+    f"SELECT SENTENCE {SIM} ORDER BY rel DESC LIMIT 20 AUTOCUT 2 OFFSET 1",
+    'SELECT SENTENCE WHERE SIMILARITY(content, "cats dogs") > 0.1 LIMIT 5',
+    'SELECT SENTENCE WHERE BM25(content, "solar energy") > 0 LIMIT 5',
+    "SELECT SENTENCE ORDER BY meta.year DESC, meta.n LIMIT 25",
 ]
 
 
@@ -245,7 +267,7 @@ def engine(request: pytest.FixtureRequest, tmp_path_factory) -> Engine:  # type:
 
 
 def _rows(hits) -> list[tuple]:  # type: ignore[no-untyped-def]
-    return [(h.id, h.doc_id, h.position, h.content, h.metadata) for h in hits]
+    return [(h.id, h.doc_id, h.position, h.content, h.metadata, h.group, h.count) for h in hits]
 
 
 @pytest.mark.parametrize("query", QUERIES)

@@ -13,6 +13,8 @@
     ["Metadata filter", 'SELECT SENTENCE\nLET rel = SIMILARITY(content, "average of a list of numbers")\nWHERE meta.year >= 2014 AND meta.kind == "function"\nLIMIT 5'],
     ["Whole documents", 'SELECT DOCUMENT\nLET rel = SIMILARITY(content, "run several tasks at the same time")\nLIMIT 3'],
     ["A parameter", 'SELECT SPAN(SENTENCE, window => 1)\nLET rel = SIMILARITY(content, $q)\nLIMIT 3'],
+    ["Facets (COUNT … BY)", 'SELECT COUNT(DOCUMENT) BY meta.kind\nWHERE SIMILARITY(content, "files and directories") > 0.2'],
+    ["Autocut", 'SELECT SENTENCE\nLET rel = SIMILARITY(content, "read a file line by line")\nORDER BY rel DESC\nLIMIT 10 AUTOCUT 1'],
   ];
   const DEFAULT_QUERY = EXAMPLES[1][1];
 
@@ -173,15 +175,17 @@
     if (!hits.length) { box.appendChild(el("p", "muted", "no matching content")); return; }
     const keys = [];
     for (const h of hits) for (const k of Object.keys(h.scores || {})) if (!keys.includes(k)) keys.push(k);
+    const counted = hits.some((h) => h.count !== undefined);  // SELECT COUNT(unit) BY …: one row per group
     const table = el("table", "hits");
     const head = el("tr");
-    for (const name of ["#", "id", ...keys, "content", "metadata"]) head.appendChild(el("th", "", name));
+    for (const name of ["#", "id", ...(counted ? ["count"] : []), ...keys, "content", "metadata"]) head.appendChild(el("th", "", name));
     table.appendChild(el("thead")).appendChild(head);
     const body = el("tbody");
     hits.forEach((h, i) => {
       const tr = el("tr");
       tr.appendChild(el("td", "num", i + 1));
       tr.appendChild(el("td", "id", h.id));
+      if (counted) tr.appendChild(el("td", "num score", fmt(h.count)));
       for (const k of keys) tr.appendChild(el("td", "num score", fmt(h.scores[k])));
       tr.appendChild(contentCell(h));
       const meta = el("td", "meta");

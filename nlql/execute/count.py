@@ -1,0 +1,79 @@
+"""``SELECT COUNT(unit) [BY key, …]`` (SPEC §11): count the rows that passed WHERE per distinct key tuple.
+
+The rows are what the plan's row pipeline returns with no LIMIT (every row passing WHERE, a SIMILARITY
+threshold included); this module groups them. NULL (and a missing key) is one value; a list value counts
+the row once under each distinct member (as facets do; an empty list puts the row in no group); values
+fall together as DISTINCT BY's do (:func:`nlql.values.distinct_key`). Groups come out ordered by count
+descending, then by each key ascending (NULL last), unless ORDER BY says otherwise, then paged.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from typing import Any
+
+from nlql import values as V
+from nlql.evaluate import compile_expr
+from nlql.execute.candidates import Candidate, Search
+from nlql.execute.results import Hit
+from nlql.plan.nodes import CountSpec
+
+__all__ = ["count_groups"]
+
+
+def _members(v: Any) -> list[Any]:
+    """The values one row contributes for one key: each distinct member of a list, else the value."""
+    if not isinstance(v, (list, tuple)):
+        return [v]
+    seen: dict[Any, Any] = {}
+    for item in v:
+        seen.setdefault(V.distinct_key(item), item)
+    return list(seen.values())
+
+
+def count_groups(run: Search, units: list[Candidate]) -> list[Hit]:
+    """The COUNT hits of ``units`` (each a group with ``group`` and ``count``), ordered and paged."""
+    spec = run.plan.count
+    assert spec is not None
+    fns = [compile_expr(k, run.env) for k in spec.keys]
+    counts: dict[tuple[Any, ...], int] = {}
+    shown: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+    for u in units:
+        per_key = [_members(f(u.ctx)) for f in fns]
+        for combo in itertools.product(*per_key):
+            key = tuple(V.distinct_key(v) for v in combo)
+            if key in counts:
+                counts[key] += 1
+            else:
+                counts[key] = 1
+                shown[key] = tuple(None if V.is_null(v) else v for v in combo)
+    groups = sorted(counts, key=lambda k: tuple(_value_key(v, False, False) for v in shown[k]))
+    order = spec.order or ((-1, True, False),)
+    for index, descending, nulls_first in reversed(order):  # stable sorts, last key first
+        if index < 0:
+            groups.sort(key=lambda k: counts[k], reverse=descending)
+        else:
+            groups.sort(key=lambda k, i=index, d=descending, n=nulls_first: _value_key(shown[k][i], d, n),
+                        reverse=descending)
+    page = groups[spec.offset:]
+    if spec.limit is not None:
+        page = page[: spec.limit]
+    unit = run.plan.unit.kind
+    return [_hit(spec, unit, shown[k], counts[k]) for k in page]
+
+
+def _value_key(v: Any, descending: bool, nulls_first: bool) -> tuple[int, Any]:
+    """ORDER BY's key for one group value (nulls last in both directions unless NULLS FIRST)."""
+    if v is None:
+        rank = (2 if nulls_first else 0) if descending else (0 if nulls_first else 2)
+        return (rank, (0, 0))
+    return (1, V.sort_key(v))
+
+
+def _hit(spec: CountSpec, unit: str, values: tuple[Any, ...], n: int) -> Hit:
+    group = dict(zip(spec.labels, values))
+    text = ", ".join(f"{k} = {json.dumps(v, default=V.json_default, ensure_ascii=False)}" for k, v in group.items())
+    return Hit(id="count:" + (json.dumps(list(values), default=V.json_default, ensure_ascii=False) if values else "*"),
+               doc_id="", unit=unit, position=0, content=text or "all rows", metadata={}, scores={},
+               group=group, count=n)
