@@ -60,7 +60,10 @@ def main() -> None:
     t = time.perf_counter()
     engine.add_texts([r["text"] for r in rows], ids=[r["id"] for r in rows], metadatas=[r.get("metadata") for r in rows])
     log(f"ingest: {len(engine)} sentences in {time.perf_counter() - t:.1f} s")
-    results: dict = {"machine": machine_info(), "store": "memory", "embedder": type(engine.embedder).__name__,
+    results: dict = {"title": "search_many against a loop of search",
+                     "description": "100 short queries through one query text on the built-in store with the "
+                                    "default model; medians of interleaved rounds (goal: 3x the loop's throughput)",
+                     "machine": machine_info(), "store": "memory", "embedder": type(engine.embedder).__name__,
                      "sentences": len(engine), "queries_per_round": args.queries, "rounds": args.rounds,
                      "cases": {}}
     for name, query in QUERIES.items():

@@ -240,6 +240,9 @@ def _input_schema() -> dict[str, Any]:
             "timeout": {"type": "number", "exclusiveMinimum": 0,
                         "description": "Optional deadline in seconds for the whole search: what is complete "
                                        "by then comes back with a warning."},
+            "cursor": {"type": "string",
+                       "description": "Optional: the 'cursor' of an earlier result of the same query, for the "
+                                      "next LIMIT rows after it (no OFFSET with a cursor)."},
         },
         "required": ["query"],
         "additionalProperties": False,
@@ -444,16 +447,21 @@ def explain_query(engine: Engine, query: str, params: Mapping[str, Any] | None =
 
 
 def search_query(engine: Engine, query: str, params: Mapping[str, Any] | None = None,
-                 max_tokens: int | None = None, timeout: float | None = None) -> dict[str, Any]:
-    """``Hits.to_dict()`` (hits, stats, warnings), or ``{"hits": [], ..., "error": {...}}`` for a bad query
-    (a search that timed out with nothing found included)."""
+                 max_tokens: int | None = None, timeout: float | None = None,
+                 cursor: str | None = None) -> dict[str, Any]:
+    """``Hits.to_dict()`` (hits, stats, warnings) with ``cursor`` (the next page's, or None on the last),
+    or ``{"hits": [], ..., "error": {...}}`` for a bad query (a search that timed out with nothing found
+    included)."""
     try:
-        hits = engine.search(query, params=_params(params), max_tokens=max_tokens, timeout=timeout)
+        hits = engine.search(query, params=_params(params), max_tokens=max_tokens, timeout=timeout,
+                             cursor=cursor)
+        out = hits.to_dict()
+        out["cursor"] = hits.cursor
     except NLQLError as exc:
         return {"hits": [], "stats": {}, "warnings": [], "error": _jsonable(error_dict(exc, query))}
     except (TypeError, ValueError) as exc:  # an argument the engine refuses (max_tokens=-1, …): as data too
         return {"hits": [], "stats": {}, "warnings": [], "error": _usage_error(exc)}
-    return _jsonable(hits.to_dict())
+    return _jsonable(out)
 
 
 def _usage_error(exc: Exception) -> dict[str, Any]:
@@ -578,14 +586,16 @@ def build_mcp_server(engine: Engine, name: str = "nlql") -> Any:
 
     @server.tool(name="nlql_search", description=TOOL_DESCRIPTION)
     def nlql_search(query: str, params: dict[str, Any] | None = None,
-                    max_tokens: int | None = None, timeout: float | None = None):  # noqa: ANN202 - a CallToolResult
+                    max_tokens: int | None = None, timeout: float | None = None,
+                    cursor: str | None = None):  # noqa: ANN202 - a CallToolResult
         common(query, params)
         argument("max_tokens", max_tokens, int, "a positive integer", minimum=1)
         argument("timeout", timeout, (int, float), "a number of seconds")
+        argument("cursor", cursor, str, "the cursor string of an earlier result")
         if timeout is not None and not timeout > 0:
             raise ToolError(f"argument 'timeout' must be a positive number of seconds, not {timeout}")
         try:
-            out = search_query(engine, query, params, max_tokens, timeout)
+            out = search_query(engine, query, params, max_tokens, timeout, cursor)
         except (TypeError, ValueError) as exc:
             raise ToolError(f"bad argument: {exc}") from None
         return result(hits_text(out), out)

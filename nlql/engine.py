@@ -882,6 +882,8 @@ class Engine:
         from nlql.execute import cursor as C
 
         pos = C.decode(text)
+        if getattr(plan.query, "count", None) is not None:
+            raise CursorError("a COUNT query has no pages to continue", hint="search the COUNT query without a cursor")
         if plan.query.offset is not None:
             raise CursorError("OFFSET cannot be used with a cursor", plan.query.offset.span,
                               hint="leave OFFSET out: the cursor says where the next page starts")
@@ -915,6 +917,8 @@ class Engine:
             hits = self._executor.run(page_plan, rerank_factor=self.rerank_factor, timeout=timeout,
                                       max_tokens=max_tokens, page=paging)
             end = hits.page_end
+            if end is None:
+                return hits
             if end.more is not None or want is None or want >= self.limit_ceiling:
                 break
             want *= 4

@@ -219,3 +219,26 @@ def test_cursor_after_the_data_was_dropped(tmp_path) -> None:  # type: ignore[no
     fresh = _engine(str(path))  # the data dropped and written again
     with pytest.raises(CursorError, match="dropped"):
         fresh.search(q, cursor=c)
+
+
+def test_agent_tool_pages_with_a_cursor() -> None:
+    from nlql.agent import search_query, tool_schema
+
+    e = _engine()
+    q = 'SELECT SENTENCE LET s = SIMILARITY(content, "agents") LIMIT 3'
+    first = search_query(e, q)
+    assert isinstance(first["cursor"], str) and len(first["hits"]) == 3
+    second = search_query(e, q, cursor=first["cursor"])
+    want = [h.id for h in e.search(q.replace("LIMIT 3", "LIMIT 6"))]
+    assert [h["id"] for h in first["hits"] + second["hits"]] == want
+    assert "error" in search_query(e, q + " OFFSET 1", cursor=first["cursor"])
+    assert tool_schema()["input_schema"]["properties"]["cursor"]["type"] == "string"
+
+
+def test_no_cursor_for_count_and_autocut() -> None:
+    e = _engine()
+    assert e.search("SELECT COUNT(SENTENCE) BY meta.tag").cursor is None
+    c = e.search('SELECT SENTENCE LET s = SIMILARITY(content, "agents") LIMIT 3').cursor
+    with pytest.raises(CursorError, match="COUNT"):
+        e.search("SELECT COUNT(SENTENCE) BY meta.tag", cursor=c)
+    assert e.search('SELECT SENTENCE LET s = SIMILARITY(content, "agents") LIMIT 5 AUTOCUT 1').cursor is None

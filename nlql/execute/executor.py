@@ -20,7 +20,7 @@ from nlql.evaluate import Env, compile_expr
 from nlql.execute.autocut import autocut
 from nlql.execute.candidates import Candidate, Search, keep_passing
 from nlql.execute.count import count_groups
-from nlql.execute.cursor import Paging, cursor_page, first_cursor
+from nlql.execute.cursor import PageEnd, Paging, cursor_page, first_cursor
 from nlql.execute.degrade import cause_of, drop_arms, embed_within
 from nlql.execute.distinct import distinct
 from nlql.execute.examples import example_vectors
@@ -196,11 +196,12 @@ class Executor:
             page = units[plan.offset:]
             if plan.limit is not None:
                 page = page[: plan.limit]
-            if plan.autocut is not None:  # before the cursor: a next page starts after the last row kept
-                before = len(page)
-                page = autocut(run, page)
-                stats.counts["autocut"] = {"k": plan.autocut, "of": before, "kept": len(page)}
             cursor = first_cursor(run, units, page, paging) if paging is not None and reranker is None else None
+        if plan.autocut is not None:
+            before = len(page)
+            page = autocut(run, page)
+            stats.counts["autocut"] = {"k": plan.autocut, "of": before, "kept": len(page)}
+            cursor = PageEnd(None, False)  # the cut is where the relevant rows end: no next page
         t = time.perf_counter()
         out = hits(run, page)
         stats.add("materialize", (time.perf_counter() - t) * 1000)

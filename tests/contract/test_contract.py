@@ -310,6 +310,9 @@ SECTION11_B: list[tuple[str, dict | None]] = [
     ('SELECT SENTENCE LET s = SIMILARITY(content, $v) WHERE meta.status == "published" LIMIT 5', {"v": _VEC}),
     ("SELECT SENTENCE LET s = SIMILARITY(content, DOC($d)) WHERE doc_id != $d LIMIT 10", {"d": "doc-03"}),
     ('SELECT DOCUMENT LET s = SIMILARITY(content, DOC("doc-03")) WHERE doc_id != "doc-03" LIMIT 5', None),
+    ('SELECT SENTENCE LET k = BM25(content, "agents memory"), h = HIGHLIGHT(content, "the agent\'s memories") '
+     'WHERE k > 0 ORDER BY k DESC LIMIT 10', None),
+    ('SELECT DOCUMENT LET s = SIMILARITY(content, "solar"), h = HIGHLIGHT(content, $t) LIMIT 4', {"t": "solar"}),
 ]
 
 
@@ -323,6 +326,8 @@ def test_section11_same_as_builtin(engine: Engine, reference: Engine, query: str
         for k in w.scores:
             if isinstance(w.scores[k], float):
                 assert g.scores[k] == pytest.approx(w.scores[k], abs=1e-5)
+            else:
+                assert g.scores[k] == w.scores[k]
 
 
 @pytest.mark.parametrize("query", [
