@@ -1109,6 +1109,7 @@ def _cmp(kind: str, path: tuple[str, ...], op: str, value: Any, loose: list[str]
 
 
 # Milvus before 2.4 has LIKE for prefixes only ("ab%"): CONTAINS is then re-checked in the adapter.
+_MAX_NE = 16  # `!=` conjuncts on one view pushed as such; more are re-checked in the adapter
 _INFIX_LIKE: ContextVar[bool] = ContextVar("nlql_milvus_infix_like", default=True)
 
 # Milvus's C++ engine (2.3 and 2.5 alike) has no `exists` on a JSON path and no `not` over a JSON
@@ -1142,6 +1143,8 @@ def _render(node: T.VNode, loose: list[str]) -> str:
     if isinstance(node, T.NotIn):
         sub: list[str] = []
         parts = [_cmp(node.kind, node.path, "eq", v, sub) for v in node.values]
+        if len(parts) > _MAX_NE:  # Milvus folds a long `!=` chain into a NOT IN its engine cannot run
+            sub.append(f"{_path(node.kind, node.path)} not in {len(parts)} values (re-checked)")
         if sub:  # a negated superset is not a superset: check the whole leaf in the adapter
             loose.extend(sub)
             return _present(node.kind, node.path)
