@@ -55,8 +55,17 @@ def load(store: Any, n: int) -> tuple[Engine, float]:
 
 
 def q(filt: str = "", limit: int = 10) -> str:
+    """A top-``limit`` by similarity to the vector parameter ``$v`` (not embedded: the engine's own
+    cost only, as the floor's call gets the same vector)."""
     where = f" WHERE {filt}" if filt else ""
-    return f'SELECT SENTENCE LET s = SIMILARITY(content, "{QV}"){where} ORDER BY s DESC LIMIT {limit}'
+    return f"SELECT SENTENCE LET s = SIMILARITY(content, $v){where} ORDER BY s DESC LIMIT {limit}"
+
+
+VEC: dict[str, Any] = {}
+
+
+def run(e: Engine, query: str) -> Any:
+    return e.search(query, params=VEC if "$v" in query else None)
 
 
 BM25 = 'SELECT SENTENCE LET k = BM25(content, "zebra stripes") WHERE k > 0 ORDER BY k DESC LIMIT 10'
@@ -68,6 +77,7 @@ def qdrant(n: int, repeat: int) -> dict[str, Any]:
     import qdrant_edge as qe
 
     e, ingest = load("qdrant", n)
+    VEC["v"] = HashEmbedder(dim=DIM).embed([QV])[0].tolist()
     store = e.store
     shard = store.client._shard(store.collection)
     vec = [float(x) for x in HashEmbedder(dim=DIM).embed([QV])[0]]
@@ -80,9 +90,9 @@ def qdrant(n: int, repeat: int) -> dict[str, Any]:
 
     out = {
         "ingest_s": round(ingest, 2),
-        "top10_ms": median_ms(lambda: e.search(q()), repeat, 2),
+        "top10_ms": median_ms(lambda: run(e, q()), repeat, 2),
         "top10_floor_ms": median_ms(lambda: raw(), repeat, 2),
-        "filtered_top10_ms": median_ms(lambda: e.search(q('meta.tag == "t3"')), repeat, 2),
+        "filtered_top10_ms": median_ms(lambda: run(e, q('meta.tag == "t3"')), repeat, 2),
         "filtered_top10_floor_ms": median_ms(lambda: raw(flt), repeat, 2),
         "bm25_ms": median_ms(lambda: e.search(BM25), max(3, repeat // 3), 1),
         "rrf_ms": median_ms(lambda: e.search(RRF), max(3, repeat // 3), 1),
@@ -93,6 +103,7 @@ def qdrant(n: int, repeat: int) -> dict[str, Any]:
 
 def milvus(n: int, repeat: int, tmp: Path) -> dict[str, Any]:
     e, ingest = load(f"milvus://{tmp / 'bench.db'}", n)
+    VEC["v"] = HashEmbedder(dim=DIM).embed([QV])[0].tolist()
     store = e.store
     client = store.client._client
     vec = HashEmbedder(dim=DIM).embed([QV])[0].tolist()
@@ -104,9 +115,9 @@ def milvus(n: int, repeat: int, tmp: Path) -> dict[str, Any]:
 
     out = {
         "ingest_s": round(ingest, 2),
-        "filtered_top10_ms": median_ms(lambda: e.search(q('meta.tag == "t3"')), repeat, 2),
+        "filtered_top10_ms": median_ms(lambda: run(e, q('meta.tag == "t3"')), repeat, 2),
         "filtered_top10_floor_ms": median_ms(raw, repeat, 2),
-        "top10_ms": median_ms(lambda: e.search(q()), repeat, 2),
+        "top10_ms": median_ms(lambda: run(e, q()), repeat, 2),
         "bm25_ms": median_ms(lambda: e.search(BM25), repeat, 2),
         "rrf_ms": median_ms(lambda: e.search(RRF), repeat, 2),
     }

@@ -31,7 +31,8 @@ code that keeps them valid UTF-8 and free of NUL (its code words use U+0001–U+
 Milvus boolean expression. Values are written by a strict literal encoder (:func:`literal`): strings
 in double quotes with ``\\\\ \\" \\n \\r \\t`` escaped and everything else as itself (Milvus Lite has no
 expression templates and no ``\\u`` escapes), numbers as ``repr(float)``, datetimes as integer
-microseconds. Milvus Lite cannot put ``in`` on a JSON path, so IN is a disjunction of equalities.
+microseconds. IN and NOT IN are one ``in`` / ``not in`` list (Milvus folds a long ``or`` chain into a
+node its C++ engine cannot run).
 What the expression cannot decide exactly is pushed as a superset and re-checked in the adapter with
 ``pyfilter`` (explain shows ``then adapter check``): string ordering, CONTAINS needles with LIKE
 wildcards (``%``, ``_``, ``\\``: Milvus LIKE has no escape), numbers of magnitude ≥ 2^53 (views are
@@ -1137,7 +1138,14 @@ def _render(node: T.VNode, loose: list[str]) -> str:
     if isinstance(node, T.Cmp):
         return _cmp(node.kind, node.path, node.op, node.value, loose)
     if isinstance(node, T.InSet):
-        return "(" + " or ".join(_cmp(node.kind, node.path, "eq", v, loose) for v in node.values) + ")"
+        sub_in: list[str] = []
+        parts = [_cmp(node.kind, node.path, "eq", v, sub_in) for v in node.values]
+        loose.extend(sub_in)
+        p = _path(node.kind, node.path)
+        if not sub_in and len(parts) > 1 and all(x.startswith(f"{p} == ") for x in parts):
+            # one `in` list: a long `or` chain is folded by Milvus into a node its engine cannot run
+            return f"{p} in [{', '.join(x[len(p) + 4:] for x in parts)}]"
+        return parts[0] if len(parts) == 1 else "(" + " or ".join(parts) + ")"
     if isinstance(node, T.NotIn):
         sub: list[str] = []
         parts = [_cmp(node.kind, node.path, "eq", v, sub) for v in node.values]
@@ -1145,7 +1153,9 @@ def _render(node: T.VNode, loose: list[str]) -> str:
             loose.extend(sub)
             return _present(node.kind, node.path)
         p = _path(node.kind, node.path)
-        ne = [x.replace(f"{p} == ", f"{p} != ", 1) for x in parts]
+        # `not in` (which a missing key also passes) beside the presence test: one node however many
+        # values (Milvus folds a long `!=` chain into a NOT IN node its engine cannot run)
+        ne = [f"{p} not in [{', '.join(x[len(p) + 4:] for x in parts)}]"]
         present = _present(node.kind, node.path)
         items = ([] if present == "true" else [present]) + ne
         return items[0] if len(items) == 1 else "(" + " and ".join(items) + ")"
