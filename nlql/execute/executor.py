@@ -114,7 +114,7 @@ class Executor:
         return Env(now=plan.now, score_names=plan.slots, binding_exprs=binding_exprs,
                    functions=self.functions, periods=plan.periods, graphs=plan.graphs,
                    temporals=plan.temporals, graph_values=self._graph_values(plan) if plan.graphs else None,
-                   analyzer=getattr(self.bm25, "analyzer", None))
+                   analyzer=self.bm25.analyzer)
 
     def _run(self, plan: Plan, reranker: Any, rerank_query: str | None, rerank_factor: int,
              deadline: Deadline, max_tokens: int | None, embed: Any = None, knn_first: Any = None,

@@ -76,7 +76,7 @@ class DeadlineStore:
         # past the deadline: only a call the search's own calls say ends within the grace
         if (now - end) + self._slowest <= self._grace:
             return
-        store = getattr(getattr(self._store, "capabilities", None), "NAME", type(self._store).__name__)
+        store = self._store.capabilities.NAME
         raise NLQLTimeoutError(
             f"the search ran out of time ({d.timeout} s) before the {store} store's {name} call "
             f"(its slowest call in this search took {self._slowest:.2f} s)",

@@ -170,9 +170,10 @@ class TableMatches(Protocol):
 class KeywordSource(Protocol):
     """What the engine's BM25 source answers (its own index beside the store, or a ``KEYWORD_STATS``
     store's ``keyword_index``): ``matches`` (:data:`Bm25Matches`); ``in_store`` (BM25 kept in the store:
-    recall may narrow with ``bm25_candidates``); ``fast_matches`` (a :class:`TableMatches` for table
+    recall may narrow with ``bm25_candidates``); ``analyzer`` (the terms' analyzer: HIGHLIGHT reads it); ``fast_matches`` (a :class:`TableMatches` for table
     stores, else None); ``begin_search()`` (what it kept for the last search is dropped)."""
 
+    analyzer: Any
     in_store: bool
     fast_matches: TableMatches | None
 
