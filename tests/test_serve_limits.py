@@ -328,3 +328,20 @@ def test_cors_is_off_by_default_and_configurable(engine: Engine, server: Backgro
         assert r.status_code == 200 and r.headers["access-control-allow-origin"] == "https://app.example"
         r = httpx.options(s.url + "/search", headers={**pre, "Origin": "https://evil.example"}, timeout=10)
         assert r.headers.get("access-control-allow-origin") != "https://evil.example"
+
+
+def test_search_pages_with_cursors(server: BackgroundServer, engine: Engine) -> None:
+    q = 'SELECT SENTENCE LET s = SIMILARITY(content, "solar rivers") ORDER BY s DESC LIMIT 7'
+    seen: list[str] = []
+    cursor = None
+    with httpx.Client(base_url=server.url, timeout=10) as c:
+        for _ in range(30):
+            body = {"query": q, **({"cursor": cursor} if cursor else {})}
+            r = c.post("/search", json=body)
+            assert r.status_code == 200, r.text
+            seen += [h["id"] for h in r.json()["hits"]]
+            cursor = r.json()["cursor"]
+            if cursor is None:
+                break
+        assert seen == [h.id for h in engine.search(q.replace("LIMIT 7", ""))]
+        _error(c.post("/search", json={"query": q, "cursor": "not-a-cursor"}), 400, "cursor")

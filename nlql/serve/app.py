@@ -403,8 +403,12 @@ class _Api:
 
     async def search(self, request: Request) -> Response:
         data = await self._body(request)
-        self._fields(data, {"query", "params", "timeout", "max_tokens"})
+        self._fields(data, {"query", "params", "timeout", "max_tokens", "cursor"})
         query = self._text(data, "query")
+        cursor = data.get("cursor")
+        if cursor is not None and (not isinstance(cursor, str) or len(cursor) > self.config.max_query_chars):
+            raise RequestError(400, "request", "'cursor' must be the string a previous page returned",
+                               'send back "cursor" from the last answer of the same query')
         request.scope["nlql.source"] = query
         max_tokens = data.get("max_tokens")
         if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int)
@@ -413,10 +417,17 @@ class _Api:
         deadline = self._deadline(data)
         params = self._params(data)
         self._check_window(query, params)
-        hits = await self._run(lambda left: self.engine.search(query, params=params, timeout=left,
-                                                               max_tokens=max_tokens), deadline)
+        hits = await self._run(lambda left: self._search_page(query, params, left, max_tokens, cursor), deadline)
         self._check_rows(len(hits))
-        return self._hits_response(hits)
+        return self._hits_response(hits, {"cursor": hits.cursor})
+
+    def _search_page(self, query: str, params: Any, left: float, max_tokens: int | None, cursor: str | None) -> Any:
+        """One page (SPEC §11: ``cursor`` continues an earlier page of the same query); the next page's
+        cursor is read here, in the worker, as it may ask the store."""
+        kw = {"cursor": cursor} if cursor is not None else {}
+        hits = self.engine.search(query, params=params, timeout=left, max_tokens=max_tokens, **kw)
+        _ = hits.cursor
+        return hits
 
     def _check_window(self, query: str, params: Mapping[str, Any] | None) -> None:
         """Refuse ``SPAN(…, window => n)`` beyond ``max_span_window`` before anything runs: one span of a

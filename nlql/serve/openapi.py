@@ -87,6 +87,8 @@ _SCHEMAS: dict[str, Any] = {
         "required": ["hits", "stats", "warnings"],
         "properties": {
             "hits": {"type": "array", "items": {"$ref": "#/components/schemas/Hit"}},
+            "cursor": {"type": ["string", "null"], "description": "/search: the next page's cursor (null on "
+                                                                  "the last page)"},
             "stats": {"type": "object", "description": "timings_ms per stage, candidates, rounds, …"},
             "warnings": {"type": "array", "items": {"type": "string"}},
         },
@@ -131,7 +133,11 @@ def openapi(features: Sequence[str], auth: bool, writes: bool = False,
             "operationId": "search",
             "requestBody": _body({"query": query, "params": _PARAMS, "timeout": _TIMEOUT,
                                   "max_tokens": {"type": "integer", "minimum": 1,
-                                                 "description": "keep hits within a token budget"}}, ["query"]),
+                                                 "description": "keep hits within a token budget"},
+                                  "cursor": {"type": "string",
+                                             "description": "the 'cursor' of the previous page of the same "
+                                                            "query: the next LIMIT rows after it (SPEC §11)"}},
+                                 ["query"]),
             "responses": {"200": _json(_ref("Hits"), "the hits, with stats and warnings"), **_errors(*post_errors)},
         }},
         "/explain": {"post": {
