@@ -110,8 +110,18 @@ class Recall:
     reason: str = ""
 
 
-@dataclass
+class PlanIdentity:
+    """One planned query: the plan and every copy made of it (the plan cache's per-search copies, the
+    passes' ``replace``) share it, so the executor keys what it prepares from a plan on it (weakly)."""
+
+    __slots__ = ("__weakref__",)
+
+
+@dataclass(frozen=True)
 class Plan:
+    """A query planned against one store's capabilities: frozen (the passes return new plans with
+    ``dataclasses.replace``; the executor keeps per-search state in ``nlql.execute.candidates.Search``)."""
+
     query: ir.Query                       # params bound
     canonical: str
     unit: ir.Unit
@@ -145,6 +155,7 @@ class Plan:
     fast_path: FastPath | None = None
     fast_path_reason: str = ""
     distinct: DistinctSpec | None = None  # DISTINCT BY … KEEP n (recall widens until enough rows are kept)
+    identity: PlanIdentity = field(default_factory=PlanIdentity, compare=False, repr=False)
 
     def slot_of(self, expr: ir.Expr) -> str | None:
         """The score slot ``expr`` is exactly (a score call or a binding bound to one), else None."""
