@@ -725,8 +725,8 @@ class Engine:
                 # copy.copy's own steps for a plain dataclass (a new object, the same attribute dict
                 # copied), without its protocol lookups: what the executor prepared from it is shared
                 plan = object.__new__(type(entry))
-                plan.__dict__.update(entry.__dict__)
-                plan.now = now
+                plan.__dict__.update(entry.__dict__)  # (the copy's construction: its identity is the entry's)
+                object.__setattr__(plan, "now", now)
                 return plan, "hit"
         plan = self._plan_unguarded(query, params, rr, now)
         if key is None:

@@ -115,3 +115,10 @@ def test_one_l2_normaliser() -> None:
         if any("linalg.norm(" in line and "keepdims=True" in line for line in text.splitlines()):
             offenders.append(rel)
     assert not offenders, offenders
+
+
+def test_a_plan_is_frozen() -> None:
+    """docs/architecture.md: a Plan is frozen; nothing writes to it after planning."""
+    from nlql.plan.nodes import Plan
+
+    assert Plan.__dataclass_params__.frozen  # type: ignore[attr-defined]

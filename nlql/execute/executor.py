@@ -7,7 +7,9 @@ them and applies the deadline. The top-k guarantee lives in recall (knn widening
 
 from __future__ import annotations
 
+import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,8 +38,6 @@ from nlql.stores.base import Store, unit_id
 
 __all__ = ["Candidate", "Executor", "estimate_tokens", "pack_tokens", "unit_id"]
 
-#: Where a plan keeps what the executor prepared from it (:meth:`Executor._prepared`).
-_PREP = "_executor_prepared"
 
 
 @dataclass(slots=True)
@@ -70,6 +70,9 @@ class Executor:
         self.functions = functions
         self.chunk_chars = chunk_chars
         self.on_arm_error = on_arm_error
+        # what this executor prepared from each plan, by the plan's identity (shared by its copies)
+        self._prep: weakref.WeakKeyDictionary[Any, _Prepared] = weakref.WeakKeyDictionary()
+        self._prep_lock = threading.Lock()
 
     def run(self, plan: Plan, *, reranker: Any = None, rerank_query: str | None = None,
             rerank_factor: int = 5, timeout: float | None = None, max_tokens: int | None = None,
@@ -89,12 +92,12 @@ class Executor:
         """What this executor derives from ``plan`` alone, computed once per plan.
 
         The engine's plan cache hands back shallow copies of one cached plan (only ``now`` differs), so
-        this is kept in the plan's ``__dict__`` and shared by every copy made after it was set. The
+        this is kept by the plan's ``identity`` (shared by the copies; weakly, it goes with them). The
         compiled expressions (and the :class:`Env` they close over) are shared only when the plan reads
         no clock and no GRAPH: nothing they compute then depends on the search (``now``, the graph).
         """
-        got = plan.__dict__.get(_PREP)
-        if got is not None and got.executor is self:
+        got = self._prep.get(plan.identity)
+        if got is not None:
             return got
         binding_exprs = {b.name: b.expr for b in plan.query.bindings}
         shared = None
@@ -107,7 +110,8 @@ class Executor:
             except Exception:  # noqa: BLE001 - raised again where the stage compiles it, per search
                 shared = None
         got = _Prepared(self, binding_exprs, {s.slot: s.min for s in plan.scores if s.min is not None}, shared)
-        plan.__dict__[_PREP] = got
+        with self._prep_lock:
+            self._prep[plan.identity] = got
         return got
 
     def _env(self, plan: Plan, binding_exprs: dict[str, Any]) -> Env:

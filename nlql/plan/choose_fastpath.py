@@ -52,9 +52,7 @@ VALUE_ARMS = True
 
 
 def _none(plan: Plan, why: str) -> Plan:
-    plan.fast_path = None
-    plan.fast_path_reason = why
-    return plan
+    return replace(plan, fast_path=None, fast_path_reason=why)
 
 
 def choose_fastpath(plan: Plan, caps: Capabilities) -> Plan:
@@ -344,9 +342,7 @@ def _deref(plan: Plan, expr: ir.Expr) -> ir.Expr:
 
 
 def _set(plan: Plan, path: FastPath) -> Plan:
-    plan.fast_path = path
-    plan.fast_path_reason = ""
-    return plan
+    return replace(plan, fast_path=path, fast_path_reason="")
 
 
 def _used(bm25_texts: tuple[tuple[str, str], ...], slots: list[str]) -> tuple[tuple[str, str], ...]:

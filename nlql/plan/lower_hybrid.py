@@ -27,6 +27,7 @@ a driver installed.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from nlql import ir
@@ -61,9 +62,7 @@ def _graph_arm(plan: Plan, name: str) -> GraphScore | None:
 
 
 def _engine(plan: Plan, why: str) -> Plan:
-    plan.lowered = None
-    plan.lowering = {"strategy": "engine", "reason": why}
-    return plan
+    return replace(plan, lowered=None, lowering={"strategy": "engine", "reason": why})
 
 
 def lower_hybrid(plan: Plan, dialect: Dialect | Any, analyzer: Any = None) -> Plan:
@@ -175,6 +174,6 @@ def lower_hybrid(plan: Plan, dialect: Dialect | Any, analyzer: Any = None) -> Pl
     why = d.missing_feature(lowered)
     if why is not None:
         return _engine(plan, why)
-    plan.lowered = lowered
-    plan.lowering = {"strategy": "sql", "reason": f"one statement on {d.NAME}", "dialect": d.NAME}
+    plan = replace(plan, lowered=lowered,
+                   lowering={"strategy": "sql", "reason": f"one statement on {d.NAME}", "dialect": d.NAME})
     return plan

@@ -126,8 +126,18 @@ class Recall:
     reason: str = ""
 
 
-@dataclass
+class PlanIdentity:
+    """One planned query: the plan and every copy made of it (the plan cache's per-search copies, the
+    passes' ``replace``) share it, so the executor keys what it prepares from a plan on it (weakly)."""
+
+    __slots__ = ("__weakref__",)
+
+
+@dataclass(frozen=True)
 class Plan:
+    """A query planned against one store's capabilities: frozen (the passes return new plans with
+    ``dataclasses.replace``; the executor keeps per-search state in ``nlql.execute.candidates.Search``)."""
+
     query: ir.Query                       # params bound
     canonical: str
     unit: ir.Unit
@@ -163,6 +173,7 @@ class Plan:
     distinct: DistinctSpec | None = None  # DISTINCT BY … KEEP n (recall widens until enough rows are kept)
     autocut: int | None = None            # LIMIT n AUTOCUT k: the page is cut before the k-th jump of its first key
     count: CountSpec | None = None        # SELECT COUNT(unit) BY …: every row passing WHERE, counted per key
+    identity: PlanIdentity = field(default_factory=PlanIdentity, compare=False, repr=False)
 
     def slot_of(self, expr: ir.Expr) -> str | None:
         """The score slot ``expr`` is exactly (a score call or a binding bound to one), else None."""
