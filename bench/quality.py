@@ -693,6 +693,9 @@ def render_markdown(out: Mapping[str, Any]) -> str:
              f"Embedder {out['embedder']}; default analyzer; default settings everywhere; DOCUMENT ranking, "
              "top 10. Each set's questions are split in two halves by a hash of their id; defaults were chosen "
              "on the tune halves, and these figures are the held-out halves.", ""]
+    unmet = [f"{s['name']}: {g['goal']} ({g['value']} vs {g['target']})" for s in out["sets"] for g in s["goals"]
+             if not g["met"]]
+    lines += ["Goals not met (held-out): " + ("; ".join(unmet) if unmet else "none") + ".", ""]
     for s in out["sets"]:
         lines += [f"## {s['name']} ({s['kind']}): {s['n_held_out']} held-out questions of {s['n_queries']}, "
                   f"{s['n_passages']} passages", ""]
