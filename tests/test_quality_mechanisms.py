@@ -135,3 +135,16 @@ def test_cjk_names_are_entities() -> None:
 
     assert RuleEntityExtractor()("上周张伟提到了罗素的悖论。") == ["张伟", "罗素"]
     assert RuleEntityExtractor()("Russell met 维特根斯坦.")[:1] == ["Russell"]
+
+
+def test_the_engine_warms_every_languages_periods_when_it_starts() -> None:
+    import threading
+
+    from nlql.text.temporal import warm_up_languages
+
+    e = Engine(embedder=HashEmbedder(dim=8), warm_up=True)
+    for t in threading.enumerate():
+        if t.name == "nlql-periods":
+            t.join(timeout=60)
+    assert warm_up_languages() == 0.0  # built already: the first TEMPORAL query pays nothing for it
+    e.close()
