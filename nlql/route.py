@@ -148,7 +148,7 @@ DEFAULT_RULES: tuple[tuple[str, str], ...] = (
 RRF_K = 10
 #: ``fusion_weights`` for English questions, other Latin-script languages, and mostly-CJK questions.
 DEFAULT_WEIGHTS: tuple[float, float] = (2.5, 1.0)
-OTHER_WEIGHTS: tuple[float, float] = (1.0, 1.0)
+OTHER_WEIGHTS: tuple[float, float] = (1.0, 2.0)
 CJK_WEIGHTS: tuple[float, float] = (1.0, 3.0)
 
 # ---------------------------------------------------------------------------------- default templates
@@ -261,14 +261,14 @@ def fusion_weights(question: str) -> tuple[float, float]:
     The default embedder (all-MiniLM-L6-v2) was trained on English text. On English questions its
     arm is the stronger one (man pages: SIMILARITY nDCG@10 0.78 vs BM25 0.59), so it weighs 2.5; on
     questions in another Latin-script language (Spanish, German, …: accents, ``¿``, their question and
-    function words) both arms weigh the same; on questions written mostly in CJK characters, where
+    function words) BM25 weighs 2 (Spanish: BM25 0.89, SIMILARITY 0.82); on mostly-CJK questions, where
     the embedder's cosines carry little and BM25's bigrams carry the answer, BM25 weighs 3. Chosen on
     the tune halves of bench/quality.py's three sets (see docs/routing.md for the figures).
 
     >>> fusion_weights("how much disk space a directory uses")
     (2.5, 1.0)
     >>> fusion_weights("¿Qué sopa se come fría en verano?"), fusion_weights("熊猫吃什么？")
-    ((1.0, 1.0), (1.0, 3.0))
+    ((1.0, 2.0), (1.0, 3.0))
     """
     letters = [c for c in question if c.isalpha()]
     cjk = sum(1 for c in letters if _CJK_CHAR.match(c))
@@ -281,8 +281,8 @@ def fusion_weights(question: str) -> tuple[float, float]:
 
 _OTHER_LANGUAGE = re.compile(
     r"[¿¡ñãõçàèìòùâêîôûäöüßáíóúéœ]|\b(?:qué|cómo|cuál|cuáles|dónde|cuándo|quién|quiénes|el|los|las|del|"
-    r"wie|was|wann|wo|wer|welche|der|die|das|ist|und|sind|quoi|où|quand|pourquoi|est-ce|les|des|une|"
-    r"perché|dove|quando|chi|che|gli|della|il)\b", re.IGNORECASE)
+    r"wie|wann|wer|welche|welcher|der|das|ist|und|sind|quoi|où|quand|pourquoi|les|une|"
+    r"perché|dove|quando|gli|della)\b", re.IGNORECASE)  # not "was", "die", "man": English words too
 
 
 def route_notes(route: Route, hits: Any) -> list[str]:
