@@ -295,6 +295,7 @@ class MilvusStore:
         self._dim: int | None = None
         self._sparse = False
         self._df_memo: dict[tuple[str, Any], int] = {}
+        self._totals_memo: tuple[Any, _terms.Totals] | None = None
         self.last_stats: dict[str, Any] = {}
         self.capabilities = self._caps(keyword_stats=True)
         self._owns_client = client is None
@@ -510,8 +511,17 @@ class MilvusStore:
             self._put_info("info:" + _sha(key), "info", json.dumps([key, value], ensure_ascii=True))
 
     def _totals(self) -> _terms.Totals:
+        """The writers' BM25 totals, read once per search (the search's deadline object is its identity:
+        a BM25 arm's candidates and its rescoring share one read) and on every call outside a search."""
+        current = deadline.current()
+        memo = self._totals_memo
+        if current is not None and memo is not None and memo[0] is current:
+            return memo[1]
         rows = self.client.query(self.info_collection, filter='kind == "stats"', output_fields=["val"])
-        return _terms.Totals.sum((json.loads(r["val"]) for r in rows), signature=tuple(sorted(r["val"] for r in rows)))
+        totals = _terms.Totals.sum((json.loads(r["val"]) for r in rows),
+                                   signature=tuple(sorted(r["val"] for r in rows)))
+        self._totals_memo = None if current is None else (current, totals)
+        return totals
 
     def _df(self, qkeys: Sequence[str], totals: _terms.Totals) -> dict[str, int]:
         """Rows holding each term: one query for all the terms not yet memoised (the ``terms`` of the
@@ -538,6 +548,7 @@ class MilvusStore:
         self._mine["len"] += dlen
         self._mine["seq"] = max(self._mine["seq"], seq)
         self._put_info(f"stats:{self._writer}", "stats", json.dumps(self._mine))
+        self._totals_memo = None
 
     # ------------------------------------------------------------------ writes
 

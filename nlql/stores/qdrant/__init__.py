@@ -559,8 +559,8 @@ class QdrantStore:
         the passing keys are collected first and searched with a ``has_id`` condition. When not
         ``exact`` (HNSW on a server), a filtered query that returns fewer than ``k`` rows is checked
         against ``count`` and searched exactly if it under-filled, so it returns ``min(k, matches)``.
-        ``min_score`` is sent as ``score_threshold`` (nudged down one ulp, as local mode's test is
-        strict) and applied again here as ``score >= min_score``.
+        ``min_score`` is sent as ``score_threshold`` (nudged down one ulp, so a score equal to it is
+        never dropped) and applied again here as ``score >= min_score``.
         """
         queries = np.atleast_2d(np.asarray(vectors, dtype=np.float32))
         if k <= 0 or (flt is not None and flt.extra.get("empty")):
