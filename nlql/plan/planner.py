@@ -165,9 +165,8 @@ def build_plan(
         fusion_residual=late, recall=recall, order=order, limit=limit, offset=offset, rerank=rerank,
         periods=periods, now=now, store=caps.NAME, arm_depth=arm_depth,
         residual_is_thresholds=residual_is_thresholds, graphs=graphs, temporals=temporals,
+        autocut=autocut, count=count,
     )
-    plan.autocut = autocut
-    plan.count = count
     if bound.distinct is not None:
         keep = _int_value(bound.distinct.keep, "KEEP")
         if keep is not None and keep < 1:
