@@ -172,7 +172,8 @@ def main() -> None:
         log(f"milvus lite {results['milvus_lite']}")
     results["loadavg_end"] = os.getloadavg()
     stamp_end(results, started)
-    write_json(RESULTS / f"engines{'' if args.size == 100_000 else '_' + str(args.size)}.json", results)
+    name = "engines" + ("" if args.size == 100_000 else f"_{args.size}") + (f"_{args.only}" if args.only else "")
+    write_json(RESULTS / f"{name}.json", results)
 
 
 if __name__ == "__main__":

@@ -354,6 +354,7 @@ class MilvusStore:
             DATETIMES=True,
             EXACT=self.index == "flat",
             SCORE_THRESHOLD=True,
+            DEADLINE=True,  # every call gets the search's time left as its gRPC timeout
             BM25=keyword_stats,
             KEYWORD_STATS=keyword_stats,
             ANALYZER=True,

@@ -164,6 +164,7 @@ class QdrantStore:
         self._owns_client = client is None
         self._dim: int | None = None
         self._max_seq = 0
+        self._indexed: set[str] | None = None  # payload keys with an index (read at the first write)
         with self._backend("connect"):
             if client is not None:
                 self.client = client
@@ -383,6 +384,7 @@ class QdrantStore:
         for doc in latest.values():
             points.extend(self._points(doc))
         with self._backend("upsert"):
+            self._index_views(points)
             old = self._old_lengths(list(latest))
             for i in range(0, len(points), _UPSERT_BATCH):
                 self.client.upsert(self.collection, points=points[i : i + _UPSERT_BATCH], wait=True)
@@ -404,6 +406,25 @@ class QdrantStore:
             new_len = sum(int(p.payload["nterms"]) for p in points)
             self._bump(len(points) - len(old), new_len - sum(old), max(d.seq for d in latest.values()))
         self._max_seq = max(self._max_seq, *(doc.seq for doc in latest.values()))
+
+    def _index_views(self, points: list[Any]) -> None:
+        """A payload index on every typed view the points hold that has none yet (keyword for strings,
+        float for numbers, datetime, bool), so a pushed filter reads an index instead of every payload
+        (on Qdrant Edge at 20k points a 10 % equality filter: 160 ms unindexed, 0.5-5 ms indexed)."""
+        if self._indexed is None:
+            self._indexed = self._payload_schema()
+        wanted: dict[str, Any] = {}
+        for p in points:
+            for key, kind in _view_keys(p.payload):
+                if key not in self._indexed and key not in wanted:
+                    wanted[key] = _VIEW_SCHEMA[kind](self.edge)
+        for key, schema in wanted.items():
+            self.client.create_payload_index(self.collection, key, field_schema=schema)
+            self._indexed.add(key)
+
+    def _payload_schema(self) -> set[str]:
+        info = self.client.get_collection(self.collection)
+        return set((getattr(info, "payload_schema", None) or {}).keys())
 
     def _old_lengths(self, doc_ids: list[str]) -> list[int]:
         """``nterms`` of every stored point of these documents (for the BM25 totals)."""
@@ -767,6 +788,36 @@ def _meta_views(meta: dict[str, Any]) -> dict[str, Any]:
             # every view sits under the mark, so a dict-valued path never looks like a present view
             node.setdefault(enc[-1], {})[T.PRESENCE_MARK] = _view_json(kind, view)
     return views
+
+
+_VIEW_KINDS = ("s", "n", "f", "b", "d", "c", "p")
+# the index of each view kind; booleans are text on Qdrant Edge (see nlql.stores.qdrant.edge)
+_VIEW_SCHEMA = {
+    "s": lambda edge: qm.PayloadSchemaType.KEYWORD, "c": lambda edge: qm.PayloadSchemaType.KEYWORD,
+    "n": lambda edge: qm.PayloadSchemaType.FLOAT, "f": lambda edge: qm.PayloadSchemaType.FLOAT,
+    "d": lambda edge: qm.PayloadSchemaType.DATETIME,
+    "b": lambda edge: qm.PayloadSchemaType.KEYWORD if edge else qm.PayloadSchemaType.BOOL,
+    "p": lambda edge: qm.PayloadSchemaType.KEYWORD if edge else qm.PayloadSchemaType.BOOL,
+}
+
+
+def _view_keys(payload: dict[str, Any]) -> Iterator[tuple[str, str]]:
+    """``(payload key, view kind)`` of every typed view in a point's payload."""
+    for kind in _VIEW_KINDS:
+        root = payload.get(f"_{kind}")
+        if isinstance(root, dict):
+            stack: list[tuple[str, dict[str, Any]]] = [(f"_{kind}", root)]
+            while stack:
+                prefix, node = stack.pop()
+                for k, v in node.items():
+                    if k == T.PRESENCE_MARK and not isinstance(v, dict):
+                        yield f"{prefix}.{k}", kind
+                    elif isinstance(v, dict):
+                        stack.append((f"{prefix}.{k}", v))
+    for field in ("doc_id", "id", "content"):
+        for kind in ("n", "d", "c"):
+            if f"_{kind}_{field}" in payload:
+                yield f"_{kind}_{field}", kind
 
 
 def _row(point: Any) -> Row:

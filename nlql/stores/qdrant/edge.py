@@ -82,8 +82,10 @@ class EdgeClient:
         vectors = self._config(name)
         distance = qm.Distance(str(vectors["distance"]).capitalize()) if vectors else None
         vec = SimpleNamespace(size=vectors.get("size") if vectors else None, distance=distance)
+        schema = dict(self._shard(name).info().payload_schema)
         return SimpleNamespace(config=SimpleNamespace(params=SimpleNamespace(vectors=vec),
-                                                      metadata=self._read_info(name)))
+                                                      metadata=self._read_info(name)),
+                               payload_schema=schema)
 
     def _config(self, name: str) -> dict[str, Any]:
         """The default dense vector's size and distance, from the shard's own configuration file."""
