@@ -56,6 +56,44 @@ def value_type(value: Any) -> str:
     return "string"
 
 
+_INT64 = (-(2**63), 2**63 - 1)
+
+
+def _number_kind(value: int | float) -> str:
+    """``int`` (fits int64), ``bigint`` (an integer beyond int64) or ``float``."""
+    if isinstance(value, float):
+        return "float"
+    return "int" if _INT64[0] <= value <= _INT64[1] else "bigint"
+
+
+def _item_kinds(items: Sequence[Any]) -> set[str]:
+    """The kinds of a list's non-null items, as counted in :attr:`KeyInfo.kinds` (``item:<kind>``)."""
+    out = set()
+    for v in items:
+        if v is None:
+            continue
+        if isinstance(v, bool):
+            out.add("item:bool")
+        elif isinstance(v, (int, float)):
+            out.add("item:" + _number_kind(v))
+        elif isinstance(v, str):
+            out.add("item:string")
+        else:
+            out.add("item:other")
+    return out
+
+
+def _fine_kinds(value: Any) -> Iterable[str]:
+    """What :attr:`KeyInfo.kinds` counts for one value: the kind of a number, the item kinds of a list."""
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return ()
+    if isinstance(value, (int, float)):
+        return (_number_kind(value),)
+    if isinstance(value, (list, tuple)):
+        return _item_kinds(value)
+    return ()
+
+
 def _entries(meta: Mapping[str, Any], prefix: tuple[str, ...] = ()) -> Iterable[tuple[tuple[str, ...], Any]]:
     """Every (key path, value) of a metadata dict; objects yield themselves and then their children."""
     stack: list[tuple[tuple[str, ...], Mapping[str, Any]]] = [(prefix, meta)]
@@ -84,6 +122,8 @@ class _Key:
     numeric_strings: int = 0  # string values that read as numbers ("2025" == 2025 in NLQL)
     values: Counter[Any] = field(default_factory=Counter)
     values_complete: bool = True
+    # numbers by kind (int, bigint, float) and lists by item kind (item:int, item:string, …), in documents
+    kinds: Counter[str] = field(default_factory=Counter)
 
 
 class MetaSummary:
@@ -160,6 +200,7 @@ class MetaSummary:
                     tv, value = value
                 if full and tv is int:  # the common tail of a many-valued number key: counted, not listed
                     key.types["number"] += m
+                    key.kinds[_number_kind(value)] += m
                     if ("n", value) in key.values:
                         key.values[("n", value)] += m
                     else:
@@ -167,6 +208,8 @@ class MetaSummary:
                     continue
                 t = value_type(value)
                 key.types[t] += m
+                if t == "number":
+                    key.kinds[_number_kind(value)] += m
                 if t == "string" and _NUMBER.match(value):
                     key.numeric_strings += m
                 v = _countable(value)
@@ -195,6 +238,12 @@ class MetaSummary:
             t = value_type(value)
             key.types[t] += sign
             key.documents += sign
+            if t == "number" or t == "list":
+                kinds = key.kinds
+                for fine in _fine_kinds(value):
+                    kinds[fine] += sign
+                    if kinds[fine] <= 0:
+                        del kinds[fine]
             if t == "string" and _NUMBER.match(value):
                 key.numeric_strings += sign
             v = _countable(value)
@@ -223,7 +272,7 @@ class MetaSummary:
                                documents=k.documents, values=[(v[1], n) for v, n in top],
                                numeric_strings=k.numeric_strings,
                                values_complete=k.values_complete and len(k.values) < MAX_DISTINCT,
-                               distinct=len(k.values)))
+                               distinct=len(k.values), kinds=dict(sorted(k.kinds.items()))))
         return out
 
     @classmethod
@@ -245,6 +294,11 @@ class KeyInfo:
     numeric_strings: int = 0
     values_complete: bool = True
     distinct: int = 0
+    #: Finer than ``types``, in documents: numbers by kind (``int`` within int64, ``bigint`` beyond it,
+    #: ``float``) and lists by the kinds of their items (``item:int``, ``item:float``, ``item:bigint``,
+    #: ``item:bool``, ``item:string``, ``item:other`` for a list or object inside a list). Table
+    #: conversions read it (:mod:`nlql.execute.frames`); empty from a store that does not count it.
+    kinds: dict[str, int] = field(default_factory=dict)
 
     @property
     def name(self) -> str:

@@ -99,7 +99,7 @@ def test_unknown_key_warns_with_did_you_mean_and_never_changes_rows(engine: Engi
     assert _rows(hits) == _rows(engine.search("SELECT SENTENCE WHERE meta.section == 3 LIMIT 10"))
     assert len(hits) == 3
     # the same query with the data warnings switched off answers the same rows
-    monkeypatch.setattr(engine, "_data_warnings", lambda q: [])
+    monkeypatch.setattr(engine, "_data_warnings", lambda q, **_: [])
     quiet = engine.search(q)
     assert quiet.warnings == [] and _rows(quiet) == _rows(hits)
 
