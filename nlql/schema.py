@@ -83,17 +83,6 @@ def _item_kinds(items: Sequence[Any]) -> set[str]:
     return out
 
 
-def _fine_kinds(value: Any) -> Iterable[str]:
-    """What :attr:`KeyInfo.kinds` counts for one value: the kind of a number, the item kinds of a list."""
-    if isinstance(value, bool) or value is None or isinstance(value, str):
-        return ()
-    if isinstance(value, (int, float)):
-        return (_number_kind(value),)
-    if isinstance(value, (list, tuple)):
-        return _item_kinds(value)
-    return ()
-
-
 def _entries(meta: Mapping[str, Any], prefix: tuple[str, ...] = ()) -> Iterable[tuple[tuple[str, ...], Any]]:
     """Every (key path, value) of a metadata dict; objects yield themselves and then their children."""
     stack: list[tuple[tuple[str, ...], Mapping[str, Any]]] = [(prefix, meta)]
@@ -238,9 +227,14 @@ class MetaSummary:
             t = value_type(value)
             key.types[t] += sign
             key.documents += sign
-            if t == "number" or t == "list":
+            if t == "number":
+                fine = "float" if type(value) is float else _number_kind(value)
+                n = key.kinds[fine] = key.kinds.get(fine, 0) + sign
+                if n <= 0:
+                    del key.kinds[fine]
+            elif t == "list":
                 kinds = key.kinds
-                for fine in _fine_kinds(value):
+                for fine in _item_kinds(value):
                     kinds[fine] += sign
                     if kinds[fine] <= 0:
                         del kinds[fine]

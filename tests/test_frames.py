@@ -369,3 +369,18 @@ def test_a_count_query_is_a_table_of_counts_and_keys(dated: Engine) -> None:
     assert _types(hits)[0] == _types(none)[0] and len(none) == 0
     assert str(df.dtypes["count"]) == "Int64" and str(df.dtypes["meta.year"]) == "Int64"
     assert sorted(zip(df["meta.lang"], df["count"])) == [("de", 1), ("en", 1), ("en", 1)]
+
+
+def test_a_user_function_is_typed_by_its_return_annotation(dated: Engine) -> None:
+    def stars(x: object) -> float:
+        return 1 if x else 0  # an int value, declared float: the column is float for every result
+
+    def raw(x):  # type: ignore[no-untyped-def]  # no annotation: typed from the rows
+        return 1
+
+    dated.register_function("stars", stars, 1)
+    dated.register_function("raw", raw, 1)
+    query = "SELECT SENTENCE LET s = STARS(meta.year), r = RAW(meta.year) WHERE meta.lang == $lang"
+    full, empty = dated.search(query, {"lang": "en"}), dated.search(query, {"lang": "zz"})
+    assert str(full.to_pandas().dtypes["s"]) == str(empty.to_pandas().dtypes["s"]) == "Float64"
+    assert str(full.to_pandas().dtypes["r"]) == "Int64" and str(empty.to_pandas().dtypes["r"]) == "Float64"

@@ -29,7 +29,7 @@ anything else (mixed, beyond int64)         string: strings as they are, other v
 ==========================================  =========================================================
 
 Two cases fall back on the rows, and only these: a binding whose type the query cannot tell (a user
-function without a return annotation, a ``$parameter`` left unbound), and a value the schema did not
+function without a return annotation), and a value the schema did not
 foresee (a server store's schema is a sample; a document written after it): its column widens
 (int64 to float64, anything else to string) and a key no schema lists is added after the others.
 Hits built by hand (no layout) are typed from their rows the same way.
