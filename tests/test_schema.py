@@ -232,3 +232,16 @@ def test_meta_summary_add_many_counts_as_add_one_by_one() -> None:
             chunked.remove(m)
         assert many.keys() == one.keys() and many.documents == one.documents
         assert chunked.keys() == one.keys() and chunked.documents == one.documents
+
+
+def test_tables_take_their_columns_and_types_from_the_schema(engine: Engine) -> None:
+    """Hits.to_pandas(): the same query gives the same columns and dtypes on every store, rows or none."""
+    pytest.importorskip("pandas")
+    q = "SELECT SENTENCE LET n = LENGTH(content) WHERE meta.lang == $lang"
+    en, none = engine.search(q, {"lang": "en"}), engine.search(q, {"lang": "zz"})
+    assert len(en) == 5 and len(none) == 0
+    types = {k: str(v) for k, v in en.to_pandas().dtypes.items()}
+    assert types == {k: str(v) for k, v in none.to_pandas().dtypes.items()}
+    assert types == {"id": "string", "doc_id": "string", "unit": "string", "position": "Int64", "content": "string",
+                     "n": "Int64", "meta.author.name": "string", "meta.draft": "boolean", "meta.lang": "string",
+                     "meta.section": "Int64", "meta.tags": "object", "meta.year": "Int64"}
