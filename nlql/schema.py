@@ -20,6 +20,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from nlql.errors import Diagnostic
@@ -39,6 +40,15 @@ _SCALARS = frozenset({str, int, float, bool, type(None)})
 _DICTS_ONLY = frozenset({dict})
 
 
+def _is_date(text: str) -> bool:
+    """Whether an ISO-looking string is a real date or timestamp (``2024-02-30`` is not: it is a string)."""
+    try:
+        datetime.fromisoformat(text[:-1] + "+00:00" if text[-1] in "zZ" else text)
+    except ValueError:
+        return False
+    return True
+
+
 def value_type(value: Any) -> str:
     """The schema type of one metadata value: string, number, bool, date (an ISO string), list, object, null."""
     if value is None:
@@ -48,7 +58,7 @@ def value_type(value: Any) -> str:
     if isinstance(value, (int, float)):
         return "number"
     if isinstance(value, str):
-        return "date" if _ISO_DATE.match(value) else "string"
+        return "date" if _ISO_DATE.match(value) and _is_date(value) else "string"
     if isinstance(value, Mapping):
         return "object"
     if isinstance(value, (list, tuple)):

@@ -384,3 +384,14 @@ def test_a_user_function_is_typed_by_its_return_annotation(dated: Engine) -> Non
     full, empty = dated.search(query, {"lang": "en"}), dated.search(query, {"lang": "zz"})
     assert str(full.to_pandas().dtypes["s"]) == str(empty.to_pandas().dtypes["s"]) == "Float64"
     assert str(full.to_pandas().dtypes["r"]) == "Int64" and str(empty.to_pandas().dtypes["r"]) == "Float64"
+
+
+def test_a_key_that_is_sometimes_not_a_date_is_text_in_every_result() -> None:
+    engine = Engine(embedder=HashEmbedder(dim=64), warm_up=False)
+    engine.add_text("One.", id="a", metadata={"d": "2024-06-01T10:00:00+0200", "lang": "en"})
+    engine.add_text("Two.", id="b", metadata={"d": "2024-02-30", "lang": "de"})  # no such day: a string
+    assert {k.name: k.types for k in engine.schema().keys}["d"] == {"date": 1, "string": 1}
+    query = "SELECT SENTENCE WHERE meta.lang == $lang"
+    for lang in ("en", "de", "zz"):
+        assert str(engine.search(query, {"lang": lang}).to_pandas().dtypes["meta.d"]) == "string"
+    assert engine.search(query, {"lang": "en"}).to_pandas()["meta.d"].tolist() == ["2024-06-01T10:00:00+0200"]
