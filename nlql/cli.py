@@ -788,6 +788,8 @@ def _csv_cell(value: Any) -> Any:
         return "true" if value else "false"
     if isinstance(value, (list, dict)):
         return json.dumps(value, ensure_ascii=False, default=json_default)
+    if hasattr(value, "isoformat"):  # a datetime column (UTC): ISO-8601, as the JSON output writes it
+        return value.isoformat()
     return value
 
 

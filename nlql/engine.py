@@ -673,6 +673,29 @@ class Engine:
         memo[2] = (cached, found)
         return list(found)
 
+    def _frame(self, plan: Any, rr: Any) -> Any:
+        """What ``hits.frame`` holds: a function giving the table layout of ``plan``'s hits from the query and
+        the store's schema (:func:`nlql.execute.frames.layout`), run when a table is first asked for."""
+        def made() -> Any:
+            from nlql.execute.frames import layout
+
+            now = time.monotonic()
+            cached = self._schema_cache  # the one the data warnings read (kept until a write, at most 5 s)
+            schema = None
+            if cached is not None and cached[0] == self._writes and now - cached[1] <= 5.0:
+                schema = cached[2]
+            else:
+                try:
+                    from nlql.schema import build_schema
+
+                    with self._lock.read():
+                        schema = build_schema(self.store, self.embedder, self._bm25.analyzer, 200)
+                    self._schema_cache = (self._writes, now, schema)
+                except Exception:  # noqa: BLE001 - without a schema the metadata columns come from the rows
+                    schema = None
+            return layout(plan, schema, self._functions, rerank=rr is not None)
+        return made
+
     def _prepare(self, query: str | ir.Query, params: Mapping[str, Any] | None) -> tuple[Any, str | None]:
         from nlql.check import check_query
 
@@ -832,6 +855,7 @@ class Engine:
                                           rerank_factor=self.rerank_factor, timeout=deadline.timeout,
                                           max_tokens=max_tokens, deadline=deadline, page=self._paging(plan))
                 self._offer_cursor(hits, plan)
+            hits.frame = self._frame(plan, rr)
             found = self._data_warnings(plan.query, fresh_ok=not deadline.expired())
             if found:
                 from nlql.schema import warning_text
@@ -977,6 +1001,7 @@ class Engine:
                     hits.warnings[:0] = [warning_text(d) for d in found]
                 if rr is None:
                     self._offer_cursor(hits, plan)
+                hits.frame = self._frame(plan, rr)
             return out
 
     async def asearch(self, query: str | ir.Query, params: Mapping[str, Any] | None = None,

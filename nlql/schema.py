@@ -20,6 +20,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from nlql.errors import Diagnostic
@@ -39,6 +40,15 @@ _SCALARS = frozenset({str, int, float, bool, type(None)})
 _DICTS_ONLY = frozenset({dict})
 
 
+def _is_date(text: str) -> bool:
+    """Whether an ISO-looking string is a real date or timestamp (``2024-02-30`` is not: it is a string)."""
+    try:
+        datetime.fromisoformat(text[:-1] + "+00:00" if text[-1] in "zZ" else text)
+    except ValueError:
+        return False
+    return True
+
+
 def value_type(value: Any) -> str:
     """The schema type of one metadata value: string, number, bool, date (an ISO string), list, object, null."""
     if value is None:
@@ -48,12 +58,39 @@ def value_type(value: Any) -> str:
     if isinstance(value, (int, float)):
         return "number"
     if isinstance(value, str):
-        return "date" if _ISO_DATE.match(value) else "string"
+        return "date" if _ISO_DATE.match(value) and _is_date(value) else "string"
     if isinstance(value, Mapping):
         return "object"
     if isinstance(value, (list, tuple)):
         return "list"
     return "string"
+
+
+_INT64 = (-(2**63), 2**63 - 1)
+
+
+def _number_kind(value: int | float) -> str:
+    """``int`` (fits int64), ``bigint`` (an integer beyond int64) or ``float``."""
+    if isinstance(value, float):
+        return "float"
+    return "int" if _INT64[0] <= value <= _INT64[1] else "bigint"
+
+
+def _item_kinds(items: Sequence[Any]) -> set[str]:
+    """The kinds of a list's non-null items, as counted in :attr:`KeyInfo.kinds` (``item:<kind>``)."""
+    out = set()
+    for v in items:
+        if v is None:
+            continue
+        if isinstance(v, bool):
+            out.add("item:bool")
+        elif isinstance(v, (int, float)):
+            out.add("item:" + _number_kind(v))
+        elif isinstance(v, str):
+            out.add("item:string")
+        else:
+            out.add("item:other")
+    return out
 
 
 def _entries(meta: Mapping[str, Any], prefix: tuple[str, ...] = ()) -> Iterable[tuple[tuple[str, ...], Any]]:
@@ -84,6 +121,8 @@ class _Key:
     numeric_strings: int = 0  # string values that read as numbers ("2025" == 2025 in NLQL)
     values: Counter[Any] = field(default_factory=Counter)
     values_complete: bool = True
+    # numbers by kind (int, bigint, float) and lists by item kind (item:int, item:string, …), in documents
+    kinds: Counter[str] = field(default_factory=Counter)
 
 
 class MetaSummary:
@@ -160,6 +199,7 @@ class MetaSummary:
                     tv, value = value
                 if full and tv is int:  # the common tail of a many-valued number key: counted, not listed
                     key.types["number"] += m
+                    key.kinds[_number_kind(value)] += m
                     if ("n", value) in key.values:
                         key.values[("n", value)] += m
                     else:
@@ -167,6 +207,8 @@ class MetaSummary:
                     continue
                 t = value_type(value)
                 key.types[t] += m
+                if t == "number":
+                    key.kinds[_number_kind(value)] += m
                 if t == "string" and _NUMBER.match(value):
                     key.numeric_strings += m
                 v = _countable(value)
@@ -195,6 +237,17 @@ class MetaSummary:
             t = value_type(value)
             key.types[t] += sign
             key.documents += sign
+            if t == "number":
+                fine = "float" if type(value) is float else _number_kind(value)
+                n = key.kinds[fine] = key.kinds.get(fine, 0) + sign
+                if n <= 0:
+                    del key.kinds[fine]
+            elif t == "list":
+                kinds = key.kinds
+                for fine in _item_kinds(value):
+                    kinds[fine] += sign
+                    if kinds[fine] <= 0:
+                        del kinds[fine]
             if t == "string" and _NUMBER.match(value):
                 key.numeric_strings += sign
             v = _countable(value)
@@ -223,7 +276,7 @@ class MetaSummary:
                                documents=k.documents, values=[(v[1], n) for v, n in top],
                                numeric_strings=k.numeric_strings,
                                values_complete=k.values_complete and len(k.values) < MAX_DISTINCT,
-                               distinct=len(k.values)))
+                               distinct=len(k.values), kinds=dict(sorted(k.kinds.items()))))
         return out
 
     @classmethod
@@ -245,6 +298,11 @@ class KeyInfo:
     numeric_strings: int = 0
     values_complete: bool = True
     distinct: int = 0
+    #: Finer than ``types``, in documents: numbers by kind (``int`` within int64, ``bigint`` beyond it,
+    #: ``float``) and lists by the kinds of their items (``item:int``, ``item:float``, ``item:bigint``,
+    #: ``item:bool``, ``item:string``, ``item:other`` for a list or object inside a list). Table
+    #: conversions read it (:mod:`nlql.execute.frames`); empty from a store that does not count it.
+    kinds: dict[str, int] = field(default_factory=dict)
 
     @property
     def name(self) -> str:

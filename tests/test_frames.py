@@ -6,6 +6,7 @@ import csv
 import io
 import json
 import sys
+from typing import Any
 
 import pytest
 
@@ -241,3 +242,156 @@ def test_document_hits_carry_their_best_sentence_as_columns() -> None:
     assert pl.from_arrow(result.to_arrow()).columns == result.to_polars().columns == names
     # a sentence query has no best columns
     assert not any(c.name.startswith("best.") for c in columns(engine.search(QUERY)))
+
+
+# ------------------------------------------------------------------- columns from the query and the schema
+
+DATED = [
+    ("p", "Planning agents call tools.", {"year": 2024, "rating": 4, "mixed": "2020", "tags": ["x", "y"],
+                                          "ranks": [1, 2], "when": "2024-06-01T10:00:00+02:00", "lang": "en"}),
+    ("q", "Tools help agents act.", {"year": 2021, "rating": 4.5, "mixed": 7, "when": "2024-06-02",
+                                     "lang": "en", "author": {"name": "Ada"}}),
+    ("r", "Cats sleep all day.", {"year": 2020, "rating": 3, "when": "2024-06-03T08:30:00Z", "lang": "de",
+                                  "tags": []}),
+]
+PARAM_QUERY = ('SELECT SENTENCE LET rel = SIMILARITY(content, "agents and tools"), n = LENGTH(content), '
+               "later = meta.year + 1, half = meta.rating / 2, big = rel > 0.1, at = NOW(), "
+               "hl = HIGHLIGHT(content, \"tools\") WHERE meta.lang == $lang ORDER BY rel DESC")
+
+
+@pytest.fixture(scope="module")
+def dated() -> Engine:
+    engine = Engine(embedder=HashEmbedder(dim=64), warm_up=False)
+    for doc_id, text, meta in DATED:
+        engine.add_text(text, id=doc_id, metadata=meta)
+    return engine
+
+
+def _types(hits: Hits) -> tuple[dict[str, str], Any, dict[str, Any]]:
+    df = hits.to_pandas()
+    return ({k: str(v) for k, v in df.dtypes.items()}, hits.to_arrow().schema, dict(hits.to_polars().schema))
+
+
+def test_the_same_query_gives_the_same_columns_and_types_for_any_rows(dated: Engine) -> None:
+    en = dated.search(PARAM_QUERY, {"lang": "en"})   # p and q: ints and floats, the string and the int
+    de = dated.search(PARAM_QUERY, {"lang": "de"})   # r alone: rating 3 (an int), no mixed, no author
+    none = dated.search(PARAM_QUERY, {"lang": "zz"})  # no rows
+    assert len(en) == 2 and len(de) == 1 and len(none) == 0
+    pd_en, arrow_en, pl_en = _types(en)
+    for other in (de, none):
+        pd_o, arrow_o, pl_o = _types(other)
+        assert pd_o == pd_en
+        assert arrow_o.equals(arrow_en, check_metadata=False)
+        assert pl_o == pl_en
+    names = list(pd_en)
+    assert names[:12] == ["id", "doc_id", "unit", "position", "content", "rel", "n", "later", "half", "big",
+                          "at", "hl"]
+    assert set(names[12:]) == {"meta.year", "meta.rating", "meta.mixed", "meta.tags", "meta.ranks", "meta.when",
+                               "meta.lang", "meta.author.name"}
+    assert pd_en["n"] == "Int64" and pd_en["later"] == "Int64" and pd_en["half"] == "Float64"
+    assert pd_en["big"] == "boolean" and pd_en["at"] == "datetime64[us, UTC]" and pd_en["hl"] == "object"
+    assert arrow_en.field("hl").type == pa.list_(pa.list_(pa.int64()))
+    assert pd_en["meta.year"] == "Int64"          # integers only in the store
+    assert pd_en["meta.rating"] == "Float64"      # 4, 4.5 and 3: float, even where the rows hold only 3
+    assert pd_en["meta.mixed"] == "string"        # "2020" and 7: text, even where only 7 came back
+    assert pd_en["meta.when"] == "datetime64[us, UTC]"
+    assert arrow_en.field("meta.tags").type == pa.list_(pa.string())
+    assert arrow_en.field("meta.ranks").type == pa.list_(pa.int64())
+    assert pl_en["meta.when"] == pl.Datetime("us", "UTC") and pl_en["meta.ranks"] == pl.List(pl.Int64)
+    assert de.to_pandas()["meta.rating"].tolist() == [3.0]
+    assert de.to_arrow().column("meta.author.name").to_pylist() == [None]
+
+
+def test_datetimes_are_utc_and_a_missing_offset_is_read_as_utc(dated: Engine) -> None:
+    from datetime import datetime, timezone
+
+    hits = dated.search("SELECT DOCUMENT ORDER BY meta.year DESC")
+    df = hits.to_pandas()
+    when = dict(zip(df["doc_id"], df["meta.when"]))
+    assert when["p"] == pd.Timestamp("2024-06-01T08:00:00", tz="UTC")   # +02:00 moved to UTC
+    assert when["q"] == pd.Timestamp("2024-06-02T00:00:00", tz="UTC")   # a date without offset: UTC midnight
+    assert when["r"] == pd.Timestamp("2024-06-03T08:30:00", tz="UTC")
+    field = hits.to_arrow().schema.field("meta.when")
+    assert field.type == pa.timestamp("us", tz="UTC")
+    assert field.metadata == {b"nlql.naive_as_utc": b"1"}               # says how many had no offset
+    values = hits.to_polars()["meta.when"].to_list()
+    assert datetime(2024, 6, 1, 8, tzinfo=timezone.utc) in values
+    # the same reading as a WHERE: the date without offset is midnight UTC
+    assert [h.doc_id for h in dated.search('SELECT DOCUMENT WHERE meta.when < TIMESTAMP "2024-06-02T00:00:01Z"'
+                                           ' ORDER BY meta.year DESC')] == ["p", "q"]
+
+
+def test_missing_lists_are_na_and_empty_lists_stay_lists(dated: Engine) -> None:
+    df = dated.search("SELECT DOCUMENT ORDER BY meta.year DESC").to_pandas()
+    tags = dict(zip(df["doc_id"], df["meta.tags"]))
+    assert tags["p"] == ["x", "y"] and tags["r"] == [] and tags["q"] is pd.NA
+    ranks = dict(zip(df["doc_id"], df["meta.ranks"]))
+    assert ranks["p"] == [1, 2] and ranks["q"] is pd.NA and ranks["r"] is pd.NA
+
+
+def test_grouped_units_keep_their_best_columns_when_empty(dated: Engine) -> None:
+    query = 'SELECT DOCUMENT LET kw = BM25(content, "tools") WHERE meta.lang == $lang ORDER BY kw DESC'
+    full, empty = dated.search(query, {"lang": "en"}), dated.search(query, {"lang": "zz"})
+    assert len(full) == 2 and len(empty) == 0
+    assert _types(full)[0] == _types(empty)[0]
+    assert list(empty.to_pandas().columns)[5:9] == ["kw", "best.position", "best.content", "best.kw"]
+    assert str(empty.to_pandas().dtypes["best.kw"]) == "Float64"
+
+
+def test_the_schema_counts_int_float_and_list_items() -> None:
+    engine = Engine(embedder=HashEmbedder(dim=64), warm_up=False)
+    engine.add_text("One.", id="a", metadata={"n": 1, "f": 1.5, "l": [1, "x"], "big": 2**70})
+    engine.add_text("Two.", id="b", metadata={"n": 2, "f": 2, "l": [2]})
+    keys = {k.name: k for k in engine.schema().keys}
+    assert keys["n"].kinds == {"int": 2} and keys["f"].kinds == {"float": 1, "int": 1}
+    assert keys["l"].kinds == {"item:int": 2, "item:string": 1} and keys["big"].kinds == {"bigint": 1}
+    engine.delete("a")
+    keys = {k.name: k for k in engine.schema().keys}
+    assert keys["f"].kinds == {"int": 1} and keys["l"].kinds == {"item:int": 1} and "big" not in keys
+    assert str(engine.search("SELECT SENTENCE").to_pandas().dtypes["meta.f"]) == "Int64"
+
+
+def test_a_value_the_schema_did_not_foresee_widens_its_column() -> None:
+    from nlql.execute.frames import Layout
+
+    hits = Hits([Hit("a#0", "a", "SENTENCE", 0, "x", {"x": 1.5, "d": "not a date", "new": True}, {}),
+                 Hit("b#0", "b", "SENTENCE", 0, "y", {"x": 2, "d": "2024-01-01"}, {})])
+    hits.frame = Layout((), None, (("meta.x", "int"), ("meta.d", "datetime")))
+    kinds = {c.name: c.kind for c in columns(hits)}
+    assert kinds["meta.x"] == "float" and kinds["meta.d"] == "string" and kinds["meta.new"] == "bool"
+
+
+def test_a_count_query_is_a_table_of_counts_and_keys(dated: Engine) -> None:
+    query = "SELECT COUNT(DOCUMENT) BY meta.lang, meta.year WHERE meta.rating >= $low"
+    hits, none = dated.search(query, {"low": 0}), dated.search(query, {"low": 99})
+    df = hits.to_pandas()
+    assert list(df.columns) == ["id", "doc_id", "unit", "position", "content", "count", "meta.lang", "meta.year"]
+    assert _types(hits)[0] == _types(none)[0] and len(none) == 0
+    assert str(df.dtypes["count"]) == "Int64" and str(df.dtypes["meta.year"]) == "Int64"
+    assert sorted(zip(df["meta.lang"], df["count"])) == [("de", 1), ("en", 1), ("en", 1)]
+
+
+def test_a_user_function_is_typed_by_its_return_annotation(dated: Engine) -> None:
+    def stars(x: object) -> float:
+        return 1 if x else 0  # an int value, declared float: the column is float for every result
+
+    def raw(x):  # type: ignore[no-untyped-def]  # no annotation: typed from the rows
+        return 1
+
+    dated.register_function("stars", stars, 1)
+    dated.register_function("raw", raw, 1)
+    query = "SELECT SENTENCE LET s = STARS(meta.year), r = RAW(meta.year) WHERE meta.lang == $lang"
+    full, empty = dated.search(query, {"lang": "en"}), dated.search(query, {"lang": "zz"})
+    assert str(full.to_pandas().dtypes["s"]) == str(empty.to_pandas().dtypes["s"]) == "Float64"
+    assert str(full.to_pandas().dtypes["r"]) == "Int64" and str(empty.to_pandas().dtypes["r"]) == "Float64"
+
+
+def test_a_key_that_is_sometimes_not_a_date_is_text_in_every_result() -> None:
+    engine = Engine(embedder=HashEmbedder(dim=64), warm_up=False)
+    engine.add_text("One.", id="a", metadata={"d": "2024-06-01T10:00:00+0200", "lang": "en"})
+    engine.add_text("Two.", id="b", metadata={"d": "2024-02-30", "lang": "de"})  # no such day: a string
+    assert {k.name: k.types for k in engine.schema().keys}["d"] == {"date": 1, "string": 1}
+    query = "SELECT SENTENCE WHERE meta.lang == $lang"
+    for lang in ("en", "de", "zz"):
+        assert str(engine.search(query, {"lang": lang}).to_pandas().dtypes["meta.d"]) == "string"
+    assert engine.search(query, {"lang": "en"}).to_pandas()["meta.d"].tolist() == ["2024-06-01T10:00:00+0200"]

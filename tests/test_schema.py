@@ -99,7 +99,7 @@ def test_unknown_key_warns_with_did_you_mean_and_never_changes_rows(engine: Engi
     assert _rows(hits) == _rows(engine.search("SELECT SENTENCE WHERE meta.section == 3 LIMIT 10"))
     assert len(hits) == 3
     # the same query with the data warnings switched off answers the same rows
-    monkeypatch.setattr(engine, "_data_warnings", lambda q: [])
+    monkeypatch.setattr(engine, "_data_warnings", lambda q, **_: [])
     quiet = engine.search(q)
     assert quiet.warnings == [] and _rows(quiet) == _rows(hits)
 
@@ -232,3 +232,16 @@ def test_meta_summary_add_many_counts_as_add_one_by_one() -> None:
             chunked.remove(m)
         assert many.keys() == one.keys() and many.documents == one.documents
         assert chunked.keys() == one.keys() and chunked.documents == one.documents
+
+
+def test_tables_take_their_columns_and_types_from_the_schema(engine: Engine) -> None:
+    """Hits.to_pandas(): the same query gives the same columns and dtypes on every store, rows or none."""
+    pytest.importorskip("pandas")
+    q = "SELECT SENTENCE LET n = LENGTH(content) WHERE meta.lang == $lang"
+    en, none = engine.search(q, {"lang": "en"}), engine.search(q, {"lang": "zz"})
+    assert len(en) == 5 and len(none) == 0
+    types = {k: str(v) for k, v in en.to_pandas().dtypes.items()}
+    assert types == {k: str(v) for k, v in none.to_pandas().dtypes.items()}
+    assert types == {"id": "string", "doc_id": "string", "unit": "string", "position": "Int64", "content": "string",
+                     "n": "Int64", "meta.author.name": "string", "meta.draft": "boolean", "meta.lang": "string",
+                     "meta.section": "Int64", "meta.tags": "object", "meta.year": "Int64"}

@@ -86,6 +86,9 @@ class Hits(list[Hit]):
         self.stats: dict[str, Any] = stats or {}
         self.warnings: list[str] = warnings or []
         self.route: Any = None
+        # the table layout of the query (nlql.execute.frames.Layout, or a function making one): the
+        # columns and types of to_pandas/to_arrow/to_polars, from the query and the store's schema
+        self.frame: Any = None
         self.page_end: Any = None  # where the page ended (nlql.execute.cursor.PageEnd), for the cursor
         self._cursor: str | None = None
         self._cursor_probe: Any = None  # () -> str | None, run once when the cursor is first read
