@@ -115,7 +115,7 @@ class EdgeClient:
 
     def create_payload_index(self, name: str, field: str, field_schema: Any) -> None:
         kind = getattr(qe.PayloadSchemaType, str(field_schema.value).capitalize())
-        self._shard(name).update(qe.UpdateOperation.create_field_index(field, kind))
+        self._shard(name).update(qe.UpdateOperation.create_field_index(code(field), kind))
 
     # ------------------------------------------------------------------ points
 
@@ -251,11 +251,13 @@ def code(value: Any) -> Any:
     True
     >>> code({"k": ["plain"]})
     {'k': ['plain']}
+    >>> decode(code({chr(0xD800): 1})) == {chr(0xD800): 1}
+    True
     """
     if isinstance(value, str):
         return _NEEDS_CODE.sub(_code_char, value) if _NEEDS_CODE.search(value) else value
-    if isinstance(value, dict):
-        return {k: code(v) for k, v in value.items()}
+    if isinstance(value, dict):  # keys too: a metadata key may hold any character
+        return {code(k): code(v) for k, v in value.items()}
     if isinstance(value, list):
         return [code(v) for v in value]
     return value
@@ -266,7 +268,7 @@ def decode(value: Any) -> Any:
     if isinstance(value, str):
         return _CODE_WORD.sub(_decode_word, value) if "\x01" in value else value
     if isinstance(value, dict):
-        return {k: decode(v) for k, v in value.items()}
+        return {decode(k): decode(v) for k, v in value.items()}
     if isinstance(value, list):
         return [decode(v) for v in value]
     return value
@@ -276,7 +278,7 @@ def _needs_code(value: Any) -> bool:
     if isinstance(value, str):
         return _NEEDS_CODE.search(value) is not None
     if isinstance(value, dict):
-        return any(_needs_code(v) for v in value.values())
+        return any(_needs_code(k) or _needs_code(v) for k, v in value.items())
     if isinstance(value, list):
         return any(_needs_code(v) for v in value)
     return False
@@ -336,12 +338,12 @@ def _condition(c: Any) -> Any:
     if kind == "Filter":
         return _filter(c)
     if kind == "FieldCondition":
-        return qe.FieldCondition(key=c.key, match=None if c.match is None else _match(c.match),
+        return qe.FieldCondition(key=code(c.key), match=None if c.match is None else _match(c.match),
                                  range=None if c.range is None else _range(c.range))
     if kind == "IsEmptyCondition":
-        return qe.IsEmptyCondition(c.is_empty.key)
+        return qe.IsEmptyCondition(code(c.is_empty.key))
     if kind == "IsNullCondition":
-        return qe.IsNullCondition(c.is_null.key)
+        return qe.IsNullCondition(code(c.is_null.key))
     if kind == "HasIdCondition":
         return qe.HasIdCondition({str(i) for i in c.has_id})
     raise TypeError(f"Qdrant Edge: no translation for {kind}")
