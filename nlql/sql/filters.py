@@ -80,6 +80,33 @@ class Subject:
         return self._views["s"] is None
 
 
+def field_subject(path: tuple[str, ...], instant: str = "{}", position: str = "{}") -> Subject:
+    """The typed views of a built-in field (``doc_id``, ``id``, ``content``, ``position``) over ``u``
+    (``<p>_units``) and ``d`` (``<p>_docs``): the same columns in every dialect's schema. ``instant`` and
+    ``position`` spell how the dialect reads the ``ts`` columns and the position as a number (a format
+    with ``{}``, e.g. PostgreSQL's ``"{}::numeric"``).
+
+    Raises:
+        ValueError: ``path`` is not a built-in field.
+    """
+    root = path[0]
+    if root == "doc_id":
+        return Subject(sql("u.doc_id"), s="u.doc_id", fold="coalesce(d.fold, u.doc_id)",
+                       n="d.num", t=instant.format("d.ts"), b=None, exists="TRUE", is_str="TRUE")
+    if root == "id":
+        # "<doc_id>#<position>" is never a number nor an ISO date ('#' cannot occur in either)
+        return Subject(sql("u.doc_id"), s="(u.doc_id || '#' || u.position)",
+                       fold="(coalesce(d.fold, u.doc_id) || '#' || u.position)",
+                       n=None, t=None, b=None, exists="TRUE", is_str="TRUE")
+    if root == "content":
+        return Subject(sql("u.content"), s="u.content", fold="coalesce(u.fold, u.content)",
+                       n="u.num", t=instant.format("u.ts"), b=None, exists="TRUE", is_str="TRUE")
+    if root == "position":
+        return Subject(sql("u.position"), s=None, fold=None, n=position.format("u.position"), t=None, b=None,
+                       exists="TRUE", is_str=None)
+    raise ValueError(f"unknown filter path {path!r}")
+
+
 def equality_record(v: Any, escape: Any) -> dict[str, Any] | None:
     """The part of a stored typed record (:func:`nlql.sql.codec.flatten_metadata`, strings written with
     ``escape``) that a record holds exactly when ``meta.x == v`` is TRUE; None where equality needs more

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from nlql.sql.binder import Param, sql
 from nlql.sql.codec import path_key
-from nlql.sql.filters import Subject
+from nlql.sql.filters import Subject, field_subject
 
 __all__ = ["subject"]
 
@@ -26,18 +26,4 @@ def subject(path: tuple[str, ...]) -> Subject:
             s="({r}).s", fold="coalesce(({r}).f, ({r}).s)", n="({r}).n", t="({r}).t", b="({r}).b",
             exists="({r} IS NOT NULL)", is_str="(({r}).s IS NOT NULL)",
         )
-    if root == "doc_id":
-        return Subject(sql("u.doc_id"), s="u.doc_id", fold="coalesce(d.fold, u.doc_id)",
-                       n="d.num", t="d.ts", b=None, exists="TRUE", is_str="TRUE")
-    if root == "id":
-        # "<doc_id>#<position>" is never a number nor an ISO date ('#' cannot occur in either)
-        return Subject(sql("u.doc_id"), s="(u.doc_id || '#' || u.position)",
-                       fold="(coalesce(d.fold, u.doc_id) || '#' || u.position)",
-                       n=None, t=None, b=None, exists="TRUE", is_str="TRUE")
-    if root == "content":
-        return Subject(sql("u.content"), s="u.content", fold="coalesce(u.fold, u.content)",
-                       n="u.num", t="u.ts", b=None, exists="TRUE", is_str="TRUE")
-    if root == "position":
-        return Subject(sql("u.position"), s=None, fold=None, n="u.position::DOUBLE", t=None, b=None,
-                       exists="TRUE", is_str=None)
-    raise ValueError(f"unknown filter path {path!r}")
+    return field_subject(path, position="{}::DOUBLE")

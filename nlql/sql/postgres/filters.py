@@ -11,7 +11,7 @@ from __future__ import annotations
 from nlql.pushdown import Cond, FAnd, Filter, FOr
 from nlql.sql.binder import Fragment, Param, join, sql
 from nlql.sql.codec import TextCodec, compact_json, escape_text, path_key
-from nlql.sql.filters import SQL_FILTER_OPS, Subject, equality_record, like_pattern
+from nlql.sql.filters import SQL_FILTER_OPS, Subject, equality_record, field_subject, like_pattern
 
 __all__ = ["PGVECTOR_OPS", "containment", "indexable", "like_sql", "subject"]
 
@@ -31,21 +31,7 @@ def subject(path: tuple[str, ...]) -> Subject:
             n="({r} -> 'n')::numeric", t="({r} -> 't')::numeric", b="({r} -> 'b')::boolean",
             exists="({r} IS NOT NULL)", is_str="(({r} ->> 's') IS NOT NULL)",
         )
-    if root == "doc_id":
-        return Subject(sql("u.doc_id"), s="u.doc_id", fold="coalesce(d.fold, u.doc_id)",
-                       n="d.num", t="d.ts::numeric", b=None, exists="TRUE", is_str="TRUE")
-    if root == "id":
-        # "<doc_id>#<position>" is never a number nor an ISO date ('#' cannot occur in either)
-        return Subject(sql("u.doc_id"), s="(u.doc_id || '#' || u.position)",
-                       fold="(coalesce(d.fold, u.doc_id) || '#' || u.position)",
-                       n=None, t=None, b=None, exists="TRUE", is_str="TRUE")
-    if root == "content":
-        return Subject(sql("u.content"), s="u.content", fold="coalesce(u.fold, u.content)",
-                       n="u.num", t="u.ts::numeric", b=None, exists="TRUE", is_str="TRUE")
-    if root == "position":
-        return Subject(sql("u.position"), s=None, fold=None, n="u.position::numeric", t=None, b=None,
-                       exists="TRUE", is_str=None)
-    raise ValueError(f"unknown filter path {path!r}")
+    return field_subject(path, instant="{}::numeric", position="{}::numeric")
 
 
 def containment(cond: Cond) -> tuple[Fragment, bool] | None:
