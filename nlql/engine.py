@@ -8,7 +8,7 @@ import math
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from itertools import chain
@@ -847,7 +847,7 @@ class Engine:
                         deadline: Deadline, max_tokens: int | None, source: str | None,
                         cursor: str | None = None) -> Hits:
         """The rest of :meth:`search`, under the read lock, once the plan is made."""
-        try:
+        with self._search_errors(source):
             if cursor is not None:
                 hits = self._cursor_page(plan, cursor, rr, deadline.remaining(), max_tokens)
             else:
@@ -864,6 +864,13 @@ class Engine:
             hits.stats.setdefault("timings_ms", {})["plan"] = round(plan_ms, 3)
             hits.stats["plan_cache"] = cached
             return hits
+
+    @contextmanager
+    def _search_errors(self, source: str | None) -> Iterator[None]:
+        """What a search raises: an NLQLError with the query text as its source; a query too deep to
+        run as an NLQLError; anything else from the store as a BackendError."""
+        try:
+            yield
         except NLQLError as exc:
             if source is not None:
                 exc.with_source(source)
@@ -983,16 +990,8 @@ class Engine:
                 except NLQLError as exc:
                     exc.hint = f"params_list[{i}]" + (f"; {exc.hint}" if exc.hint else "")
                     raise
-            try:
+            with self._search_errors(source):
                 out = run_many(self, plans, rr, rerank_query, timeout, max_tokens)
-            except NLQLError as exc:
-                if source is not None:
-                    exc.with_source(source)
-                raise
-            except (RecursionError, MemoryError) as exc:
-                raise _too_deep(exc) from None
-            except Exception as exc:
-                raise BackendError(self.store.capabilities.NAME, f"search failed: {exc}") from exc
             for (plan, _), hits in zip(plans, out, strict=True):
                 found = self._data_warnings(plan.query)
                 if found:

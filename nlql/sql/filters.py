@@ -368,8 +368,38 @@ class _Compiler:
             if not flt.items:
                 return sql("TRUE") if isinstance(flt, FAnd) else sql("FALSE")
             joiner = " AND " if isinstance(flt, FAnd) else " OR "
-            return sql("(", join(joiner, [self.tree(item) for item in flt.items]), ")")
+            items = flt.items if isinstance(flt, FAnd) else _merge_equalities(flt.items)
+            if len(items) == 1:
+                return self.tree(items[0])
+            return sql("(", join(joiner, [self.tree(item) for item in items]), ")")
         raise TypeError(f"not a filter: {flt!r}")
+
+
+def _merge_equalities(items: tuple[Filter, ...]) -> tuple[Filter, ...]:
+    """An OR's ``==``/``IN`` leaves on one path as one ``IN`` (SPEC: ``x IN (a, b)`` is ``x == a OR
+    x == b``, in three-valued logic too), at the place of the first: a 2,000-term OR of equalities is
+    one list test, not 2,000 (DuckDB refuses an expression deeper than 1,000 once each is a semi-join)."""
+    groups: dict[tuple[str, ...], list[Cond]] = {}
+    for item in items:
+        if isinstance(item, Cond) and item.op in ("eq", "in"):
+            groups.setdefault(item.path, []).append(item)
+    if all(len(g) < 2 for g in groups.values()):
+        return items
+    out: list[Filter] = []
+    for item in items:
+        if isinstance(item, Cond) and item.op in ("eq", "in"):
+            group = groups.get(item.path)
+            if group is None:
+                continue  # merged into the first of its path
+            if len(group) == 1:
+                out.append(item)
+            else:
+                values = tuple(v for c in group for v in ((c.value,) if c.op == "eq" else tuple(c.value)))
+                out.append(Cond("in", item.path, values))
+            del groups[item.path]
+        else:
+            out.append(item)
+    return tuple(out)
 
 
 def filter_sql(dialect: Any, flt: Filter) -> tuple[Fragment, bool]:
