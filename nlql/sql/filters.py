@@ -95,13 +95,19 @@ class ListMembers:
         holds: Optional: typed records (:func:`equality_record`) → SQL that is TRUE where the row's list
             holds, for each record, a member whose record contains it, FALSE elsewhere (e.g. jsonb
             containment, which an index serves).
+        scalar: Optional: ``(views, where)``, the typed record of the row's value at the path as a
+            :class:`Subject` (no typed value for a list) and ``test`` → SQL TRUE where that record makes
+            ``test`` TRUE: the positive forms are then ``membership OR scalar test``, TRUE on exactly the
+            rows where the leaf is TRUE (a WHERE form, as :meth:`~nlql.sql.dialect.Dialect.indexed_leaf`'s).
     """
 
-    def __init__(self, is_list: Fragment, member: Subject, some: Any, holds: Any = None) -> None:
+    def __init__(self, is_list: Fragment, member: Subject, some: Any, holds: Any = None,
+                 scalar: tuple[Subject, Any] | None = None) -> None:
         self.is_list = is_list
         self.member = member
         self.some = some
         self.holds = holds
+        self.scalar = scalar
 
 
 def equality_record(v: Any, escape: Any) -> dict[str, Any] | None:
@@ -365,6 +371,13 @@ class _Compiler:
                                        hint="keep it in the residual filter")
             if lists is None:  # a built-in field is never a list
                 frag = scalar
+            elif lists.scalar is not None and not cond.op.startswith("not_") and not any(
+                    V.is_null(n) for n in needles) and needles:
+                # WHERE form (the pushed filter has no NOT above its leaves): a list holding the value OR
+                # a scalar equal to it, each TRUE on exactly its rows
+                views, where = lists.scalar
+                return sql("(", self.list_has(lists, base, needles), " OR ",
+                           where(self.scalar_has(views, base, needles)), ")")
             else:
                 frag = sql("(CASE WHEN ", lists.is_list, " THEN ", self.list_has(lists, base, needles),
                            " ELSE ", scalar, " END)")

@@ -144,7 +144,7 @@ def test_explain_shows_the_sql(sql_engine: Engine) -> None:
     store = "duckdb" if "duckdb" in text.split("store: ")[1].split("\n")[0] else "pgvector"
     line = next(x for x in text.splitlines() if x.startswith("pushed filter"))
     if store == "duckdb":
-        assert '"nlql_members"' in line
+        assert '"nlql_members"' in line and '"nlql_flat"' in line  # positive HAS: semi-joins only
     else:
         assert "d.mlists @>" in line and "jsonb_array_elements" in line  # containment; "2025" reads members
     assert "'rag'" not in line and "2025" not in line  # values are bound, never in the text

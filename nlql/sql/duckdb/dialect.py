@@ -121,10 +121,17 @@ class DuckDBDialect(Dialect):
 
         member = Subject(sql("m"), s="m.s", fold="coalesce(m.f, m.s)", n="m.n", t="m.t", b="m.b",
                          exists="TRUE", is_str="(m.s IS NOT NULL)")
+        scalar = None
+        if self.flat_index:  # the scalar's record from <p>_flat: a semi-join too, no MAP lookup
+            flat = self.table("flat")
+            scalar = (Subject(sql("f"), s="f.s", fold="coalesce(f.f, f.s)", n="f.n", t="f.t", b="f.b",
+                              exists="TRUE", is_str="(f.s IS NOT NULL)"),
+                      lambda test: sql("(u.doc_id IN (SELECT f.doc_id FROM ", flat, " f WHERE f.path = ", key(),
+                                       " AND ", test, "))"))
         return ListMembers(
             sql("(u.doc_id IN (SELECT doc_id FROM ", table, " WHERE path = ", key(), "))"), member,
             lambda test: sql("(u.doc_id IN (SELECT m.doc_id FROM ", table, " m WHERE m.path = ", key(),
-                             " AND ", test, "))"))
+                             " AND ", test, "))"), scalar=scalar)
 
     def indexed_leaf(self, cond: Cond) -> tuple[Fragment, bool] | None:
         """``meta.x == v`` / ``meta.x IN (…)`` as a semi-join on ``<p>_flat`` (one row per document and
