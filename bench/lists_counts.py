@@ -7,6 +7,7 @@ Corpus: ``--docs`` documents (default 20k) of 2 sentences, each with 0–4 tags 
 embedder (no model). ``--repeat`` interleaved rounds; medians in ms.
 
     python bench/lists_counts.py [--docs 20000] [--repeat 15] [--out bench/results/lists_counts.json]
+    python bench/lists_counts.py --store duckdb     # HAS in SQL (<p>_members) against it kept residual
 """
 
 from __future__ import annotations
@@ -42,11 +43,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--docs", type=int, default=20_000)
     ap.add_argument("--repeat", type=int, default=15)
-    ap.add_argument("--out", type=Path, default=RESULTS / "lists_counts.json")
+    ap.add_argument("--store", default="memory", help="memory, duckdb, or a store URL")
+    ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
-    started = time.time()
+    if args.out is None:
+        args.out = RESULTS / ("lists_counts.json" if args.store == "memory" else
+                              f"lists_counts_{args.store.split(':')[0]}.json")
+    started = time.perf_counter()
     rng = random.Random(1)
-    e = Engine(embedder=HashEmbedder(dim=64), store="memory", warm_up=False)
+    e = Engine(embedder=HashEmbedder(dim=64), store=args.store, warm_up=False)
     texts = [f"Report {i} about tag {i % 50}. It has a second line {i % 7}." for i in range(args.docs)]
     metas = [{"tags": rng.sample([f"t{j}" for j in range(50)], rng.randrange(0, 5))} for _ in range(args.docs)]
     t = time.perf_counter()
@@ -61,7 +66,10 @@ def main() -> None:
         log(f"{name:24s} {ms:9.2f} ms")
     log(f"HAS pushed vs residual, top-10: {medians['has_residual_top10'] / medians['has_pushed_top10']:.1f}x; "
         f"scan: {medians['has_any_residual_scan'] / medians['has_any_pushed_scan']:.1f}x")
-    results = {"machine": machine_info(), "docs": args.docs, "repeat": args.repeat, "queries": QUERIES,
+    for q in QUERIES.values():
+        plan = e.explain(q).to_dict()
+        log(f"  {q[:60]}… pushed: {bool(plan.get('pushed_filter'))}")
+    results = {"machine": machine_info(), "store": args.store.split(":")[0], "docs": args.docs, "repeat": args.repeat, "queries": QUERIES,
                "median_ms": medians}
     stamp_end(results, started)
     write_json(args.out, results)

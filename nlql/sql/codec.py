@@ -43,6 +43,7 @@ __all__ = [
     "escape_text",
     "exact_json",
     "flatten_metadata",
+    "list_members",
     "micros",
     "path_key",
     "shadow",
@@ -184,6 +185,39 @@ def flatten_metadata(metadata: dict[str, Any], escape: Callable[[str], str] = es
             if isinstance(v, dict):
                 stack.append((path, v))
     return out
+
+
+def list_members(metadata: dict[str, Any], escape: Callable[[str], str] = escape_text
+                 ) -> dict[str, list[dict[str, Any]]]:
+    """Every list value reachable through dicts, by path key (as :func:`flatten_metadata`), as the
+    distinct typed records of its members, for list membership (SPEC §11 ``HAS``): a member compares
+    as ``==`` compares a scalar. Members no comparison can match (null, a list, a dict, an int beyond
+    the float range) are left out; an empty list (or one of such members only) is still recorded, with
+    no record, so that a list is told from a missing key.
+
+    >>> list_members({"tags": ["rag", "2025", None, "rag"], "a": {"b": []}, "x": 1})
+    {'["a", "b"]': [], '["tags"]': [{'s': 'rag'}, {'s': '2025', 'n': 2025.0}]}
+    """
+    out: dict[str, list[dict[str, Any]]] = {}
+    stack: list[tuple[tuple[str, ...], dict[str, Any]]] = [((), metadata)]
+    while stack:
+        prefix, node = stack.pop()
+        for k, v in node.items():
+            if V.is_null(v):
+                continue
+            path = (*prefix, str(k))
+            if isinstance(v, dict):
+                stack.append((path, v))
+            elif isinstance(v, (list, tuple)):
+                seen: dict[str, dict[str, Any]] = {}
+                for item in v:
+                    if V.is_null(item) or isinstance(item, (dict, list, tuple)):
+                        continue
+                    rec = _typed(item, escape)
+                    if rec:
+                        seen.setdefault(compact_json(rec), rec)
+                out[path_key(path)] = list(seen.values())
+    return dict(sorted(out.items()))
 
 
 def compact_json(obj: Any) -> str:

@@ -312,6 +312,12 @@ class Dialect:
         leaf is TRUE: where the leaf is UNKNOWN it may be FALSE."""
         return None
 
+    def list_members(self, path: tuple[str, ...]) -> Any:
+        """The members of the list values at a metadata path (:class:`nlql.sql.filters.ListMembers`),
+        for ``HAS``; None (the default): the schema keeps no members (a dialect that returns None must
+        not declare the HAS operators in ``FILTER_OPS``)."""
+        return None
+
     def filter_sql(self, flt: Filter) -> tuple[Fragment, bool]:
         """The pushed filter as a SQL boolean over ``u``/``d``, and whether it reads the documents table."""
         return filter_sql(self, flt)

@@ -27,12 +27,15 @@ from nlql.pushdown import HAS_OPS, OPS, Cond, FAnd, Filter, FOr
 from nlql.sql.binder import Fragment, Param, join, sql, template
 from nlql.sql.codec import TextCodec, micros
 
-__all__ = ["SQL_FILTER_OPS", "Subject", "equality_record", "filter_sql", "like_pattern"]
+__all__ = ["SQL_FILTER_OPS", "SQL_LIST_OPS", "ListMembers", "Subject", "equality_record", "filter_sql",
+           "like_pattern"]
 
 # the leaf operators a SQL dialect over NLQL's typed schema compiles: MATCH is a Python regex, which
 # no SQL regex engine means exactly, so it is never pushed; HAS (list membership, SPEC §11) reads lists,
-# which the typed views do not keep: it stays residual
+# which the typed views do not keep: a dialect whose store keeps each list's members
+# (:meth:`~nlql.sql.dialect.Dialect.list_members`) compiles SQL_LIST_OPS
 SQL_FILTER_OPS = frozenset(OPS - {"match", "not_match"} - HAS_OPS)
+SQL_LIST_OPS = SQL_FILTER_OPS | HAS_OPS
 SQL_OP = {"eq": "=", "ne": "<>", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 _READS_DOCS = re.compile(r"\bd\.")
 _VIEWS = ("s", "fold", "n", "t", "b", "exists", "is_str")
@@ -105,6 +108,33 @@ def field_subject(path: tuple[str, ...], instant: str = "{}", position: str = "{
         return Subject(sql("u.position"), s=None, fold=None, n=position.format("u.position"), t=None, b=None,
                        exists="TRUE", is_str=None)
     raise ValueError(f"unknown filter path {path!r}")
+
+
+class ListMembers:
+    """The members of the list values at one metadata path, as a dialect keeps them (SPEC §11 ``HAS``).
+
+    Args:
+        is_list: SQL that is TRUE where the row's value at the path is a list (an empty one too), FALSE
+            elsewhere (never NULL).
+        member: The typed views of one member (:class:`Subject`), read inside :meth:`some`.
+        some: ``test`` (SQL over ``member``'s views) → SQL that is TRUE where some member of the row's
+            list makes ``test`` TRUE, FALSE elsewhere (never NULL).
+        holds: Optional: typed records (:func:`equality_record`) → SQL that is TRUE where the row's list
+            holds, for each record, a member whose record contains it, FALSE elsewhere (e.g. jsonb
+            containment, which an index serves).
+        scalar: Optional: ``(views, where)``, the typed record of the row's value at the path as a
+            :class:`Subject` (no typed value for a list) and ``test`` → SQL TRUE where that record makes
+            ``test`` TRUE: the positive forms are then ``membership OR scalar test``, TRUE on exactly the
+            rows where the leaf is TRUE (a WHERE form, as :meth:`~nlql.sql.dialect.Dialect.indexed_leaf`'s).
+    """
+
+    def __init__(self, is_list: Fragment, member: Subject, some: Any, holds: Any = None,
+                 scalar: tuple[Subject, Any] | None = None) -> None:
+        self.is_list = is_list
+        self.member = member
+        self.some = some
+        self.holds = holds
+        self.scalar = scalar
 
 
 def equality_record(v: Any, escape: Any) -> dict[str, Any] | None:
@@ -340,11 +370,84 @@ class _Compiler:
             frag, reads_docs = indexed
             self.reads_docs = self.reads_docs or reads_docs
             return frag
+        if op in HAS_OPS:
+            return self.has_leaf(cond)
         subj = self.d.subject(cond.path)
         frag = self.leaf_sql(subj, op, cond.value)
         if subj.reads_docs:
             self.reads_docs = True
         return frag
+
+    # ------------------------------------------------------------------------------ list membership
+
+    def has_leaf(self, cond: Cond) -> Fragment:
+        """``HAS`` / ``HAS ANY`` / ``HAS ALL`` (and NOT) with :func:`nlql.values.has`'s semantics: on a
+        list (``CASE WHEN`` the dialect's list marker) membership under ``==``'s typing, TRUE or FALSE;
+        otherwise the scalar's ``==`` / IN / AND of ``==`` over the typed views (NULL on a missing key,
+        so the NOT forms stay UNKNOWN there)."""
+        base = cond.op.removeprefix("not_")
+        subj = self.d.subject(cond.path)
+        needles = [cond.value] if base == "has" else list(cond.value)
+        if base == "has" and V.is_null(cond.value):
+            frag: Fragment = self.null  # a comparison with null, on a list as on a scalar
+        else:
+            scalar = self.scalar_has(subj, base, needles)
+            lists = self.d.list_members(cond.path) if cond.path[0] == "meta" else None
+            if lists is None and cond.path[0] == "meta":
+                raise UnsupportedError(self.d.STORE_NAME, f"pushing '{cond.op}' (the store keeps no list members)",
+                                       hint="keep it in the residual filter")
+            if lists is None:  # a built-in field is never a list
+                frag = scalar
+            elif lists.scalar is not None and not cond.op.startswith("not_") and not any(
+                    V.is_null(n) for n in needles) and needles:
+                # WHERE form (the pushed filter has no NOT above its leaves): a list holding the value OR
+                # a scalar equal to it, each TRUE on exactly its rows
+                views, where = lists.scalar
+                return sql("(", self.list_has(lists, base, needles), " OR ",
+                           where(self.scalar_has(views, base, needles)), ")")
+            else:
+                frag = sql("(CASE WHEN ", lists.is_list, " THEN ", self.list_has(lists, base, needles),
+                           " ELSE ", scalar, " END)")
+                if _READS_DOCS.search(frag.text_only()):
+                    self.reads_docs = True
+        if subj.reads_docs:
+            self.reads_docs = True
+        return sql("(NOT ", frag, ")") if cond.op.startswith("not_") else frag
+
+    def scalar_has(self, subj: Subject, base: str, needles: list[Any]) -> Fragment:
+        if base == "has":
+            return self.compare(subj, "eq", needles[0])
+        if base == "has_any":
+            return self.in_list(subj, tuple(needles))
+        if not needles:  # HAS ALL (): TRUE for any value, UNKNOWN on null
+            return sql("(CASE WHEN ", self.view(subj, "exists"), " THEN TRUE END)")
+        return sql("(", join(" AND ", [self.compare(subj, "eq", n) for n in needles]), ")")
+
+    def list_has(self, lists: ListMembers, base: str, needles: list[Any]) -> Fragment:
+        """Membership on a list: TRUE or FALSE (a null needle is never a member)."""
+        if base == "has_all" and any(V.is_null(n) for n in needles):
+            return sql("FALSE")
+        wanted = [n for n in needles if not V.is_null(n)]
+        if not wanted:
+            return sql("TRUE") if base == "has_all" else sql("FALSE")
+        records: list[dict[str, Any]] = []
+        rest: list[Any] = []
+        for n in wanted:
+            rec = equality_record(n, self.codec.escape) if lists.holds is not None else None
+            if rec is None:
+                rest.append(n)
+            else:
+                records.append(rec)
+        tests: list[Fragment] = []
+        if base == "has_all":
+            if records:
+                tests.append(lists.holds(records))
+            tests.extend(lists.some(self.compare(lists.member, "eq", n)) for n in rest)
+            return sql("(", join(" AND ", tests), ")")
+        tests.extend(lists.holds([r]) for r in records)
+        if rest:
+            tests.append(lists.some(self.in_list(lists.member, tuple(rest))))
+        return sql("(", join(" OR ", tests), ")")
 
     def leaf_sql(self, subj: Subject, op: str, value: Any) -> Fragment:
         if op == "is_null":

@@ -13,7 +13,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from nlql.pushdown import Cond, FAnd, FOr
-from nlql.sql.dialect import SQL_FILTER_OPS
+from nlql.sql.filters import SQL_LIST_OPS
 from nlql.stores.base import DocRecord, UnitRecord
 
 DIM = 16
@@ -40,6 +40,9 @@ META_VALUES: list[Any] = [
     "2025", "0.10", "1e3", "-7", "٣", " 7", "abc", "ABC", "Abc", "Straße", "STRASSE", "", "a%b", "a_b",
     "x\\y", "ǅ", "İstanbul", "2024-06-01", "2024-06-01T10:00:00Z", "2024-06-01 12:00:00+02:00",
     "2024-06", "2024-13-01", "2023-12-31T23:59:59.999999", True, False, None, [1, 2], {"x": 1},
+    # lists (SPEC §11 HAS): numeric strings, mixed types, null and nested members, empty, big integers
+    ["abc", "2025", None], [], [2025, 2.5, True, "2024-06-01"], ["ABC", [1], {"x": 1}, "a%b"],
+    [10**20, 2**53 + 1, 10**400, "0.10"], [None], ["Straße", "7", 0.1, False],
 ]
 LITERALS: list[Any] = [
     0, 1, 7, 2025, 2.5, 0.1, 1e16, 2**53, -3, float("inf"), 10**400, "2025", "7", "0.1", "abc", "ABC",
@@ -85,9 +88,9 @@ literal = st.sampled_from(LITERALS)
 
 @st.composite
 def leaves(draw: st.DrawFn) -> Cond:
-    op = draw(st.sampled_from(sorted(SQL_FILTER_OPS)))
+    op = draw(st.sampled_from(sorted(SQL_LIST_OPS)))  # HAS too: the SQL stores keep list members
     path = draw(paths)
-    if op in ("in", "not_in"):
+    if op in ("in", "not_in", "has_any", "not_has_any", "has_all", "not_has_all"):
         value: Any = tuple(draw(st.lists(literal, max_size=4)))
     elif op in ("is_null", "is_not_null"):
         value = None

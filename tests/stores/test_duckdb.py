@@ -200,7 +200,7 @@ def _needs_exact(flt: Filter) -> bool:
     from nlql.pushdown import filter_leaves
 
     return any(V.needs_exact(v) for c in filter_leaves(flt)
-               for v in (c.value if c.op in ("in", "not_in") else (c.value,)))
+               for v in (c.value if isinstance(c.value, tuple) else (c.value,)))
 
 
 def check_filter(store: DuckDBStore, rows: list[Row], flt: Filter) -> None:
@@ -217,6 +217,22 @@ def check_filter(store: DuckDBStore, rows: list[Row], flt: Filter) -> None:
 @given(flt=filters)
 def test_random_filters_match_python_semantics(filter_store: Any, flt: Filter) -> None:
     check_filter(*filter_store, flt)
+
+
+@pytest.mark.parametrize("op", ["has", "not_has", "has_any", "not_has_any", "has_all", "not_has_all"])
+def test_every_list_membership_against_every_literal(filter_store: Any, op: str) -> None:
+    """HAS in SQL (list members kept at ingest) against nlql.values on lists with numeric strings, mixed
+    types, null and nested members, empty lists, scalars, maps and missing keys (SPEC §11)."""
+    store, rows = filter_store
+    for key in [*META_KEYS, "doc_id", "content"]:
+        for i, lit in enumerate(LITERALS):
+            if op in ("has", "not_has"):
+                check_filter(store, rows, Cond(op, _path(key), lit))
+            else:
+                check_filter(store, rows, Cond(op, _path(key), (lit, LITERALS[(i * 7 + 3) % len(LITERALS)])))
+                check_filter(store, rows, Cond(op, _path(key), (lit,)))
+        if op not in ("has", "not_has"):
+            check_filter(store, rows, Cond(op, _path(key), ()))
 
 
 @pytest.mark.parametrize("op", ["eq", "ne", "lt", "le", "gt", "ge"])
@@ -268,7 +284,7 @@ def test_hostile_values_round_trip_and_filter() -> None:
                 assert want
     assert store.delete([HOSTILE[0], HOSTILE[2]]) == 2
     tables = sorted(r[0] for r in store._conn.execute("SELECT table_name FROM duckdb_tables()").fetchall())
-    assert tables == ["nlql_bm25", "nlql_docs", "nlql_entities", "nlql_flat", "nlql_info", "nlql_meta", "nlql_terms",
+    assert tables == ["nlql_bm25", "nlql_docs", "nlql_entities", "nlql_flat", "nlql_info", "nlql_members", "nlql_meta", "nlql_terms",
                       "nlql_units"]
 
 

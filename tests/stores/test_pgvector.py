@@ -373,7 +373,7 @@ def _needs_exact(flt: Filter) -> bool:
     from nlql.pushdown import filter_leaves
 
     return any(V.needs_exact(v) for c in filter_leaves(flt)
-               for v in (c.value if c.op in ("in", "not_in") else (c.value,)))
+               for v in (c.value if isinstance(c.value, tuple) else (c.value,)))
 
 
 def check_filter(store: PgVectorStore, rows: list[Row], flt: Filter) -> None:
@@ -391,6 +391,22 @@ def check_filter(store: PgVectorStore, rows: list[Row], flt: Filter) -> None:
 def test_random_filters_match_python_semantics(filter_store: Any, flt: Filter) -> None:
     store, rows = filter_store
     check_filter(store, rows, flt)
+
+
+@pytest.mark.parametrize("op", ["has", "not_has", "has_any", "not_has_any", "has_all", "not_has_all"])
+def test_every_list_membership_against_every_literal(filter_store: Any, op: str) -> None:
+    """HAS in SQL (list members kept at ingest) against nlql.values on lists with numeric strings, mixed
+    types, null and nested members, empty lists, scalars, maps and missing keys (SPEC §11)."""
+    store, rows = filter_store
+    for key in [*META_KEYS, "doc_id", "content"]:
+        for i, lit in enumerate(LITERALS):
+            if op in ("has", "not_has"):
+                check_filter(store, rows, Cond(op, _path(key), lit))
+            else:
+                check_filter(store, rows, Cond(op, _path(key), (lit, LITERALS[(i * 7 + 3) % len(LITERALS)])))
+                check_filter(store, rows, Cond(op, _path(key), (lit,)))
+        if op not in ("has", "not_has"):
+            check_filter(store, rows, Cond(op, _path(key), ()))
 
 
 @pytest.mark.parametrize("op", ["eq", "ne", "lt", "le", "gt", "ge"])

@@ -25,7 +25,7 @@ from nlql.sql.binder import Fragment, Param, join, sql
 from nlql.sql.codec import TextCodec, compact_json, path_key
 from nlql.sql.dialect import Dialect
 from nlql.sql.duckdb.filters import subject
-from nlql.sql.filters import SQL_FILTER_OPS, Subject, equality_record
+from nlql.sql.filters import SQL_FILTER_OPS, SQL_LIST_OPS, ListMembers, Subject, equality_record
 
 __all__ = ["DuckDBDialect"]
 
@@ -56,7 +56,6 @@ class DuckDBDialect(Dialect):
     ADVISORY_LOCKS = False
     FUSIONS = frozenset({"RRF", "INTERLEAVE", "SINGLE"})
     UNITS = frozenset({"SENTENCE", "SPAN"})
-    FILTER_OPS = SQL_FILTER_OPS
     TYPES: ClassVar[dict[str, str]] = {
         "text": "VARCHAR", "text[]": "VARCHAR[]", "numeric": "DOUBLE", "numeric[]": "DOUBLE[]",
         "float8": "DOUBLE", "bigint": "BIGINT", "bigint[]": "BIGINT[]", "boolean": "BOOLEAN",
@@ -77,6 +76,12 @@ class DuckDBDialect(Dialect):
         self.dim = dim
         self.normalized = normalized
         self.flat_index = False  # the store keeps <p>_flat (one row per document and metadata path)
+        self.members_index = False  # the store keeps <p>_members (the members of every list value)
+
+    @property
+    def FILTER_OPS(self) -> frozenset[str]:  # type: ignore[override]  # noqa: N802 - the Dialect flag
+        """The SQL operators, and HAS where the store keeps list members (``<p>_members``)."""
+        return SQL_LIST_OPS if self.members_index else SQL_FILTER_OPS
 
     def type_name(self, type_name: str) -> str:
         if type_name == "vector":
@@ -103,6 +108,30 @@ class DuckDBDialect(Dialect):
 
     def subject(self, path: tuple[str, ...]) -> Subject:
         return subject(path)
+
+    def list_members(self, path: tuple[str, ...]) -> ListMembers | None:
+        """The members of list values at ``path`` from ``<p>_members`` (one row per list with no typed
+        value, the list's marker, and one per distinct member record): semi-joins on plain columns."""
+        if not self.members_index or path[0] != "meta" or len(path) < 2:
+            return None
+        table = self.table("members")
+
+        def key() -> Param:
+            return Param(path_key(path[1:]), "text", "metadata path")
+
+        member = Subject(sql("m"), s="m.s", fold="coalesce(m.f, m.s)", n="m.n", t="m.t", b="m.b",
+                         exists="TRUE", is_str="(m.s IS NOT NULL)")
+        scalar = None
+        if self.flat_index:  # the scalar's record from <p>_flat: a semi-join too, no MAP lookup
+            flat = self.table("flat")
+            scalar = (Subject(sql("f"), s="f.s", fold="coalesce(f.f, f.s)", n="f.n", t="f.t", b="f.b",
+                              exists="TRUE", is_str="(f.s IS NOT NULL)"),
+                      lambda test: sql("(u.doc_id IN (SELECT f.doc_id FROM ", flat, " f WHERE f.path = ", key(),
+                                       " AND ", test, "))"))
+        return ListMembers(
+            sql("(u.doc_id IN (SELECT doc_id FROM ", table, " WHERE path = ", key(), "))"), member,
+            lambda test: sql("(u.doc_id IN (SELECT m.doc_id FROM ", table, " m WHERE m.path = ", key(),
+                             " AND ", test, "))"), scalar=scalar)
 
     def indexed_leaf(self, cond: Cond) -> tuple[Fragment, bool] | None:
         """``meta.x == v`` / ``meta.x IN (…)`` as a semi-join on ``<p>_flat`` (one row per document and
@@ -151,6 +180,12 @@ class DuckDBDialect(Dialect):
     def flat_table(self) -> list[str]:
         """``<p>_flat``: the typed metadata of every document, one row per path (for :meth:`indexed_leaf`)."""
         return [f"CREATE TABLE IF NOT EXISTS {self.table('flat')} (doc_id VARCHAR NOT NULL, path VARCHAR NOT NULL,"
+                " s VARCHAR, f VARCHAR, n DOUBLE, t BIGINT, b BOOLEAN)"]
+
+    def members_table(self) -> list[str]:
+        """``<p>_members``: per list value, a marker row (no typed value) and one row per distinct member
+        record (:func:`~nlql.sql.codec.list_members`), for pushed HAS (:meth:`list_members`)."""
+        return [f"CREATE TABLE IF NOT EXISTS {self.table('members')} (doc_id VARCHAR NOT NULL, path VARCHAR NOT NULL,"
                 " s VARCHAR, f VARCHAR, n DOUBLE, t BIGINT, b BOOLEAN)"]
 
     def fill_flat(self) -> str:

@@ -32,7 +32,7 @@ from nlql.sql.binder import Fragment, Param, Slot, sql
 from nlql.sql.dialect import Compiled, Dialect, quote_ident
 from nlql.sql.filters import Subject
 from nlql.sql.nodes import Arm
-from nlql.sql.postgres.filters import PGVECTOR_OPS, containment, indexable, subject
+from nlql.sql.postgres.filters import PGVECTOR_OPS, containment, indexable, list_members, subject
 
 __all__ = ["LOCK_NAMESPACE", "PostgresDialect", "compile_where", "describe_params", "filter_sql"]
 
@@ -110,6 +110,9 @@ class PostgresDialect(Dialect):
     def subject(self, path: tuple[str, ...]) -> Subject:
         return subject(path)
 
+    def list_members(self, path: tuple[str, ...]) -> Any:
+        return list_members(path)
+
     def compile_filter(self, flt: Any, style: str | None = None) -> Any:
         """The shared compiled filter, plus ``extra["indexed"]``: whether the GIN index on the typed
         metadata can serve it (a containment leaf in every branch of an OR, or in a conjunction)."""
@@ -150,7 +153,7 @@ class PostgresDialect(Dialect):
             " doc_id text PRIMARY KEY, seq bigint NOT NULL, text text NOT NULL,"
             " metadata json NOT NULL, mflat jsonb NOT NULL,"
             " fold text, num numeric, ts bigint,"
-            " created timestamptz NOT NULL DEFAULT now())",
+            " created timestamptz NOT NULL DEFAULT now(), mlists jsonb NOT NULL DEFAULT '{}')",
             f"CREATE TABLE IF NOT EXISTS {t('units')} ("
             " key bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,"
             f" doc_id text NOT NULL REFERENCES {t('docs')} (doc_id) ON DELETE CASCADE,"
@@ -163,6 +166,13 @@ class PostgresDialect(Dialect):
             # this index serves them, and its operator class gives the planner real estimates
             f"CREATE INDEX IF NOT EXISTS {t('docs_mflat')} ON {t('docs')} USING gin (mflat jsonb_path_ops)",
         ]
+
+    def lists_schema(self) -> list[str]:
+        """``mlists`` (each list value's member records, for HAS) on a table written before it, and the
+        GIN index its containment tests use (idempotent)."""
+        t = self.table
+        return [f"ALTER TABLE {t('docs')} ADD COLUMN IF NOT EXISTS mlists jsonb NOT NULL DEFAULT '{{}}'",
+                f"CREATE INDEX IF NOT EXISTS {t('docs_mlists')} ON {t('docs')} USING gin (mlists jsonb_path_ops)"]
 
     def key_value_table(self, suffix: str) -> str:
         return f"CREATE TABLE IF NOT EXISTS {self.table(suffix)} (key text PRIMARY KEY, value text NOT NULL)"

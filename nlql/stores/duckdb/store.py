@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -14,7 +15,7 @@ from nlql import values as V
 from nlql.errors import BackendError, NLQLError
 from nlql.pushdown import NativeFilter
 from nlql.sql.binder import Fragment, Param, Slot, sql
-from nlql.sql.codec import exact_json, flatten_metadata, shadow
+from nlql.sql.codec import exact_json, flatten_metadata, list_members, shadow
 from nlql.sql.dialect import Compiled
 from nlql.sql.duckdb import DuckDBDialect
 from nlql.sql.nodes import SimilarityScore
@@ -98,9 +99,13 @@ class DuckDBStore(SqlStore):
             codec = self._external.codec
         self.dialect = DuckDBDialect(self.table_prefix, analyzer=self.analyzer, normalized=table is None,
                                      codec=codec)
-        self.capabilities = self.dialect.capabilities(
+        self.capabilities = self._capabilities()
+
+    def _capabilities(self) -> Any:
+        """What the planner may push (HAS once ``open`` found or built ``<prefix>_members``)."""
+        return self.dialect.capabilities(
             NAME="duckdb", EXACT=True, SCORE_THRESHOLD=True, BM25=True, SQL_ARMS=True, KEYWORD_STATS=True, ANALYZER=True,
-            ENTITY_LINKS=table is None)  # its own tables keep each sentence's entity names (<prefix>_entities)
+            ENTITY_LINKS=self._external is None)  # its own tables keep each sentence's entity names (<prefix>_entities)
 
     @classmethod
     def from_table(cls, conn: Any, table: str, *, text: str, vector: str, id: str | None = None,  # noqa: A002
@@ -224,6 +229,7 @@ class DuckDBStore(SqlStore):
         self._guard(lambda: self._open(dim))
         self.dialect.dim = dim
         self.dim = dim
+        self.capabilities = self._capabilities()
 
     def _open(self, dim: int) -> None:
         d = self.dialect
@@ -239,6 +245,8 @@ class DuckDBStore(SqlStore):
                                              f"{self.table_prefix!r}", hint="open it writable once to create it")
             self._check_dim(dim)
             d.flat_index = self._has_table(self._conn, "flat")
+            # a file written before <prefix>_members existed: HAS stays residual until opened writable
+            d.members_index = d.flat_index and self._has_table(self._conn, "members")
             return
         with self._tx() as conn:
             self._run(conn, d.key_value_table("meta"))
@@ -254,6 +262,7 @@ class DuckDBStore(SqlStore):
             self._sync_terms(conn)
             self._open_entities(conn)
             self._open_flat(conn)
+            self._open_members(conn)
 
     def _has_table(self, conn: Any, suffix: str) -> bool:
         return bool(conn.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = $1",
@@ -269,6 +278,32 @@ class DuckDBStore(SqlStore):
         if not existed:
             self._run(conn, d.fill_flat())
         d.flat_index = True
+
+    def _open_members(self, conn: Any) -> None:
+        """``<prefix>_members`` (each list value's marker and member records), which pushed HAS reads
+        (``DuckDBDialect.list_members``); built once, from the stored metadata, for a store written before."""
+        d = self.dialect
+        existed = self._has_table(conn, "members")
+        for statement in d.members_table():
+            self._run(conn, statement)
+        if not existed:
+            esc = d.codec.escape
+            mc: dict[str, list[Any]] = {k: [] for k in ("doc_id", "path", "s", "f", "n", "t", "b")}
+            for doc_id, text in self._run(conn, sql("SELECT doc_id, metadata FROM ", d.docs,
+                                                    " WHERE metadata LIKE '%[%'")).fetchall():
+                _member_rows(mc, doc_id, list_members(json.loads(text), esc))
+            self._load_members(conn, mc)
+        d.members_index = True
+
+    def _load_members(self, conn: Any, mc: dict[str, list[Any]]) -> None:
+        if not mc["doc_id"]:
+            return
+        pa = import_arrow()
+        s = pa.string()
+        table = arrow_table(mc, {"doc_id": s, "path": s, "s": s, "f": s, "n": pa.float64(), "t": pa.int64(),
+                                 "b": pa.bool_()})
+        with registered(conn, table) as name:
+            self._run(conn, self.dialect.bulk_load("members", ["doc_id", "path", "s", "f", "n", "t", "b"], name))
 
     # ---------------------------------------------------------------------------------- entity links
 
@@ -393,9 +428,9 @@ class DuckDBStore(SqlStore):
         tables = self._prepare(list(latest.values()))
         self._guard(lambda: self._write(*tables))
 
-    def _prepare(self, docs: list[DocRecord]) -> tuple[list[str], Any, Any, Any, int, int, Any, Any]:
+    def _prepare(self, docs: list[DocRecord]) -> tuple[list[str], Any, Any, Any, int, int, Any, Any, Any]:
         """(escaped ids, Arrow docs, units and terms tables, sentences added, terms added, entity names,
-        the typed metadata by path)."""
+        the typed metadata by path, the list members' columns)."""
         pa = import_arrow()
         esc = self.dialect.codec.escape
         assert self.dim is not None
@@ -404,6 +439,7 @@ class DuckDBStore(SqlStore):
                                                     "fold", "num", "ts", "nterms")}
         tc: dict[str, list[Any]] = {"doc_id": [], "position": [], "term": [], "tf": []}
         fc: dict[str, list[Any]] = {k: [] for k in ("doc_id", "path", "s", "f", "n", "t", "b")}
+        mc: dict[str, list[Any]] = {k: [] for k in ("doc_id", "path", "s", "f", "n", "t", "b")}
         vectors: list[np.ndarray] = []
         added_len = 0
         for doc in docs:
@@ -416,6 +452,7 @@ class DuckDBStore(SqlStore):
             for k, v in zip(dc, (doc_id, int(doc.seq), esc(doc.text), exact_json(meta), flat, fold, num, ts),
                             strict=True):
                 dc[k].append(v)
+            _member_rows(mc, doc_id, list_members(meta, esc))
             for path, rec in flat:
                 fc["doc_id"].append(doc_id)
                 fc["path"].append(path)
@@ -461,13 +498,17 @@ class DuckDBStore(SqlStore):
                     ec["name"].append(esc(name))
         ents_t = arrow_table(ec, {"doc_id": s, "position": i32, "name": s})
         flat_t = arrow_table(fc, {"doc_id": s, "path": s, "s": s, "f": s, "n": f64, "t": i64, "b": pa.bool_()})
-        return dc["doc_id"], docs_t, units_t, terms_t, units_t.num_rows, added_len, ents_t, flat_t
+        return dc["doc_id"], docs_t, units_t, terms_t, units_t.num_rows, added_len, ents_t, flat_t, mc
 
     def _write(self, ids: list[str], docs_t: Any, units_t: Any, terms_t: Any, added_n: int, added_len: int,
-               ents_t: Any = None, flat_t: Any = None) -> None:
+               ents_t: Any = None, flat_t: Any = None, members: dict[str, list[Any]] | None = None) -> None:
         d = self.dialect
         with self._tx() as conn:
             self._run(conn, sql("DELETE FROM ", d.table("flat"), " WHERE ", d.in_array("doc_id", Param(ids, "text[]"))))
+            self._run(conn, sql("DELETE FROM ", d.table("members"), " WHERE ",
+                                d.in_array("doc_id", Param(ids, "text[]"))))
+            if members:
+                self._load_members(conn, members)
             if flat_t is not None and flat_t.num_rows:
                 with registered(conn, flat_t) as name:
                     self._run(conn, d.bulk_load("flat", ["doc_id", "path", "s", "f", "n", "t", "b"], name))
@@ -509,7 +550,7 @@ class DuckDBStore(SqlStore):
 
         def run() -> int:
             with self._tx() as conn:
-                for table in ("entities", "flat"):
+                for table in ("entities", "flat", "members"):
                     self._run(conn, sql("DELETE FROM ", self.dialect.table(table), " WHERE ",
                                         self.dialect.in_array("doc_id", Param(ids, "text[]"))))
                 for statement in self.dialect.forget_terms(ids):
@@ -671,6 +712,16 @@ class DuckDBStore(SqlStore):
             if self._own_conn and self._conn is not None:
                 self._conn.close()
             self._conn = None
+
+
+def _member_rows(mc: dict[str, list[Any]], doc_id: str, lists: dict[str, list[dict[str, Any]]]) -> None:
+    """Append one document's ``<prefix>_members`` rows: per list a marker (no value), then its members."""
+    for path, records in lists.items():
+        for rec in ({}, *records):
+            mc["doc_id"].append(doc_id)
+            mc["path"].append(path)
+            for field in "sfntb":
+                mc[field].append(rec.get(field))
 
 
 def _info_key(key: str) -> str:

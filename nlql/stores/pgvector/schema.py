@@ -68,6 +68,7 @@ class SchemaMixin:
                 )
             for statement in d.schema(dim):
                 self._run(conn, statement)
+            self._open_lists(conn)
             self._open_entities(conn)  # type: ignore[attr-defined]
             if self.bm25:
                 # tables of a schema written before BM25 statistics existed gain them here
@@ -81,6 +82,30 @@ class SchemaMixin:
                 self._sync_terms(conn)  # type: ignore[attr-defined]
         self._attach_types(self._connection())  # type: ignore[attr-defined]
         self.dim = dim
+
+    def _open_lists(self, conn: Any) -> None:
+        """``mlists`` (each list value's member records, which pushed HAS reads): added to a table
+        written before it and filled once from the stored metadata (``lists`` in ``<prefix>_meta``)."""
+        import json
+
+        from psycopg.types.json import Jsonb
+
+        from nlql.sql.binder import Param, sql
+        from nlql.sql.codec import compact_json, list_members
+
+        d = self.dialect
+        if self._run(conn, d.get_meta("meta", "lists")).fetchone() is not None:
+            return
+        for statement in d.lists_schema():
+            self._run(conn, statement)
+        rows = self._run(conn, sql("SELECT doc_id, metadata::text FROM ", d.docs,
+                                   " WHERE metadata::text LIKE '%[%'")).fetchall()
+        for doc_id, text in rows:
+            lists = list_members(json.loads(text))
+            if lists:
+                self._run(conn, sql("UPDATE ", d.docs, " SET mlists = ", Param(Jsonb(lists, dumps=compact_json), None),
+                                    " WHERE doc_id = ", Param(doc_id, None)))
+        self._run(conn, d.put_meta("meta", "lists", "1"))
 
     def _attach_types(self, conn: Any) -> None:
         row = conn.execute("SELECT to_regtype('vector')::oid").fetchone()

@@ -21,6 +21,7 @@ from nlql.sql.codec import (
     escape_text,
     exact_json,
     flatten_metadata,
+    list_members,
     shadow,
     to_decimal,
     unescape_text,
@@ -252,7 +253,8 @@ class PgVectorStore(SchemaMixin, TermsMixin, KnnMixin, EntityMixin, SqlStore):
             doc_id = escape_text(d.doc_id)
             fold, num, ts = shadow(d.doc_id)
             doc_rows.append((doc_id, int(d.seq), escape_text(d.text), exact_json(meta),
-                             Jsonb(flatten_metadata(meta), dumps=compact_json), fold, _dec(num), ts))
+                             Jsonb(flatten_metadata(meta), dumps=compact_json), fold, _dec(num), ts,
+                             Jsonb(list_members(meta), dumps=compact_json)))
             if not d.units:
                 continue
             vecs = np.asarray(d.vectors, dtype=np.float32)
@@ -286,8 +288,8 @@ class PgVectorStore(SchemaMixin, TermsMixin, KnnMixin, EntityMixin, SqlStore):
             self._run(conn, d.put_meta("meta", "max_seq", str(max(r[1] for r in doc_rows)), keep_max=True))
             cur = conn.cursor()
             with cur.copy(d.bulk_load("docs", ["doc_id", "seq", "text", "metadata", "mflat", "fold", "num",
-                                               "ts"])) as copy:
-                copy.set_types(["text", "int8", "text", "text", "jsonb", "text", "numeric", "int8"])
+                                               "ts", "mlists"])) as copy:
+                copy.set_types(["text", "int8", "text", "text", "jsonb", "text", "numeric", "int8", "jsonb"])
                 for r in doc_rows:
                     copy.write_row(r)
             if unit_rows:
