@@ -3,7 +3,7 @@
 
 * ``latency_vs_size.png``: median latency against corpus size, log-log: NLQL's canonical query, the
   peer's (python-nlql 0.3.3), NLQL's SIMILARITY-only search, and the numpy floor (``M @ q`` + argpartition).
-* ``quality.png``: the quality metrics of each scoring arm and of their RRF.
+* ``quality.png``: held-out nDCG@10 of each single arm, the default hybrid and ``ask`` per labelled set.
 * ``trace.png``: the stages of the hybrid query trace, as one horizontal stacked bar per store.
 
     python bench/plots.py [--results bench/results] [--out docs/img]
@@ -97,27 +97,29 @@ def plot_latency(results: Path, out: Path) -> Path | None:
 
 
 def plot_quality(results: Path, out: Path) -> Path | None:
+    """Held-out nDCG@10 of the single arms, the default hybrid and ``ask`` on every labelled set
+    (``bench/quality.py``)."""
     data = _load(results, "quality")
-    if not data or "methods" not in data:
+    if not data or not data.get("sets"):
         return None
-    methods = [m for m, row in data["methods"].items() if row.get("available", True) and "ndcg@10" in row]
-    metrics = [m for m in ("mrr@10", "recall@10", "ndcg@10", "recall@100") if all(m in data["methods"][x] for x in methods)]
-    if not methods or not metrics:
+    methods = ("similarity", "bm25", "hybrid", "ask")
+    sets = [s for s in data["sets"] if all(m in s.get("held_out", {}) for m in methods)]
+    if not sets:
         return None
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7.5, 4.0), dpi=110)
     width = 0.8 / len(methods)
     for i, method in enumerate(methods):
-        vals = [data["methods"][method][m] for m in metrics]
-        xs = [j + i * width for j in range(len(metrics))]
-        bars = ax.bar(xs, vals, width=width, label=method)
+        vals = [s["held_out"][method]["ndcg@10"] for s in sets]
+        xs = [j + i * width for j in range(len(sets))]
+        ax.bar(xs, vals, width=width, label=method)
         for x, v in zip(xs, vals, strict=True):
             ax.text(x, v + 0.01, f"{v:.3f}", ha="center", fontsize=7)
-        del bars
-    ax.set_xticks([j + width * (len(methods) - 1) / 2 for j in range(len(metrics))], metrics)
+    ax.set_xticks([j + width * (len(methods) - 1) / 2 for j in range(len(sets))],
+                  [f"{s['name']} ({s['n_held_out']} q)" for s in sets])
     ax.set_ylim(0, 1.08)
-    ax.set_title(f"{data.get('dataset', {}).get('name', 'quality')}: "
-                 f"{data.get('n_queries')} queries, {data.get('n_passages')} passages")
+    ax.set_ylabel("nDCG@10, held-out half")
+    ax.set_title("Retrieval quality by method and labelled set")
     ax.legend(fontsize=8, loc="upper left")
     fig.tight_layout()
     path = out / "quality.png"

@@ -75,20 +75,20 @@ def test_committed_known_item_set_shape() -> None:
 def test_quality_on_a_tiny_slice_with_the_hash_embedder(tiny_beir: Path) -> None:
     ds = quality.load_beir(quality.STDLIB_SET).subset(12)
     assert len(ds.judged_queries()) == 12
-    result = quality.evaluate(ds, HashEmbedder(dim=64), limit=20)
+    result = quality.run_set(ds, "known-item", HashEmbedder(dim=64))
     assert result["n_queries"] == 12 and result["n_passages"] == len(ds.corpus)
-    assert {"similarity", "bm25", "rrf", "rerank"} <= set(result["methods"])  # plus the fusion sweep
-    assert result["methods"]["rerank"]["available"] is False
-    for method in ("similarity", "bm25", "rrf"):
-        row = result["methods"][method]
-        assert row["query"].startswith("SELECT DOCUMENT")
-        for m in ("ndcg@10", "recall@100", "mrr@10", "recall@10"):
-            assert 0.0 <= row[m] <= 1.0
-    arms = result["arms_top10"]
-    assert arms["both"] + arms["only_similarity"] + arms["only_bm25"] + arms["neither"] == 12
-    assert quality.verdict(result, "mrr@10")["metric"] == "mrr@10"
-    tiny = quality.evaluate(quality.load_beir(tiny_beir), HashEmbedder(dim=64), methods=("bm25",))
-    assert tiny["methods"]["bm25"]["recall@100"] == pytest.approx(1.0)
+    assert result["n_tune"] + result["n_held_out"] == 12
+    rows = result["all"]
+    assert {"similarity", "bm25", "hybrid", "ask"} <= set(rows)  # plus the candidates
+    for method in ("similarity", "bm25", "hybrid", "ask"):
+        for m in ("ndcg@10", "mrr@10", "recall@10"):
+            assert 0.0 <= rows[method][m] <= 1.0
+    names = [g["goal"] for g in result["goals"]]
+    assert "hybrid >= best single arm (ndcg@10)" in names and "ask costs <= 1.5x the routed query" in names
+    for g in result["goals"]:  # every goal row is a comparison of the figures it shows
+        assert g["met"] == (g["value"] <= g["target"] if g["goal"].startswith("ask costs") else g["value"] >= g["target"])
+    tiny = quality.run_set(quality.load_beir(tiny_beir), "BEIR", HashEmbedder(dim=64))
+    assert tiny["all"]["bm25"]["recall@10"] == pytest.approx(1.0)
 
 
 def _fake_results(results: Path) -> None:
@@ -139,7 +139,7 @@ def test_report_renders_every_json_and_plots(tmp_path: Path, tiny_beir: Path) ->
                     "### stores (`bench/results/stores.json`)"):
         assert heading in text, heading
     assert "| canonical (ms) | 1.00 | 100.0 | 100.0× | same |" in text
-    assert "not available offline" in text
+    assert "default hybrid `RRF(s, k)`" in text and "held-out" in text  # the quality table (bench/quality.py)
     assert "[50 values]" in text  # long lists are elided, not dumped
     assert "broken" not in text
     images = sorted(p.name for p in (tmp_path / "docs" / "img").glob("*.png"))

@@ -89,6 +89,8 @@ def test_explain_shows_entities_found_and_activation_per_hop_from_the_database(p
     pg, mem = _load(_engine(pg_dsn)), _load(_engine(None))
     for q, t in QUERIES:
         got, want = pg.explain(q, {"q": t}).to_dict()["graph"], mem.explain(q, {"q": t}).to_dict()["graph"]
+        # where the activation is computed differs by design (the database, the engine); nothing else
+        assert [g.pop("computed") for g in got] != [g.pop("computed") for g in want]
         assert got == want
     text = str(pg.explain(QUERIES[0][0], {"q": QUERIES[0][1]}))
     assert "entities found: Russell" in text and "hop 1:" in text and "hop 2:" in text
