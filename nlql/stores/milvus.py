@@ -1140,6 +1140,18 @@ def _present(kind: str, path: tuple[str, ...]) -> str:
     return _PRESENT[kind].format(p=_path(kind, path))
 
 
+def _fold(parts: list[str], conj: bool) -> str:
+    """``parts`` joined by ``and`` (``conj``) or ``or`` with the constants folded: Milvus 2.5 cannot
+    filter by a bare ``true`` or ``false`` inside a larger expression (``(x == 0.0 or true)`` is an
+    invalid expression there)."""
+    if ("false" if conj else "true") in parts:
+        return "false" if conj else "true"
+    parts = [x for x in parts if x != ("true" if conj else "false")]
+    if not parts:
+        return "true" if conj else "false"
+    return parts[0] if len(parts) == 1 else "(" + f" {'and' if conj else 'or'} ".join(parts) + ")"
+
+
 def _render(node: T.VNode, loose: list[str]) -> str:
     """A view-level node as a Milvus expression; superset leaves are noted in ``loose``."""
     if isinstance(node, T.Present):
@@ -1157,7 +1169,7 @@ def _render(node: T.VNode, loose: list[str]) -> str:
         if not sub_in and len(parts) > 1 and all(x.startswith(f"{p} == ") for x in parts):
             # one `in` list: a long `or` chain is folded by Milvus into a node its engine cannot run
             return f"{p} in [{', '.join(x[len(p) + 4:] for x in parts)}]"
-        return parts[0] if len(parts) == 1 else "(" + " or ".join(parts) + ")"
+        return _fold(parts, conj=False)
     if isinstance(node, T.NotIn):
         sub: list[str] = []
         parts = [_cmp(node.kind, node.path, "eq", v, sub) for v in node.values]
@@ -1185,14 +1197,7 @@ def _render(node: T.VNode, loose: list[str]) -> str:
         loose.append(f"{p} not contains {node.needle!r} (no negation in Milvus: re-checked)")
         return _present("c", node.path)
     if isinstance(node, (T.VAnd, T.VOr)):  # constants folded: Milvus 2.5 cannot filter by a bare `true`
-        conj = isinstance(node, T.VAnd)
-        parts = [_render(i, loose) for i in node.items]
-        if ("false" if conj else "true") in parts:
-            return "false" if conj else "true"
-        parts = [x for x in parts if x != ("true" if conj else "false")]
-        if not parts:
-            return "true" if conj else "false"
-        return parts[0] if len(parts) == 1 else "(" + f" {'and' if conj else 'or'} ".join(parts) + ")"
+        return _fold([_render(i, loose) for i in node.items], conj=isinstance(node, T.VAnd))
     if isinstance(node, T.VConst):
         return "true" if node.value else "false"
     raise TypeError(f"cannot render {node!r}")
