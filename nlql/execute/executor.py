@@ -19,7 +19,7 @@ from nlql.errors import EvaluationError, NLQLTimeoutError
 from nlql.evaluate import Env, compile_expr
 from nlql.execute.autocut import autocut
 from nlql.execute.candidates import Candidate, Search, keep_passing
-from nlql.execute.count import count_groups
+from nlql.execute.count import count_documents, count_groups
 from nlql.execute.degrade import cause_of, drop_arms, embed_within
 from nlql.execute.distinct import distinct
 from nlql.execute.fuse import fuse
@@ -125,6 +125,14 @@ class Executor:
                      order_fns=order_fns, binding_fns=binding_fns)
         stats = run.stats
         timeout = deadline.timeout
+
+        if plan.count is not None:
+            t = time.perf_counter()
+            groups = count_documents(run)  # COUNT(DOCUMENT) by metadata: no document is built
+            if groups is not None:
+                stats.add("count", (time.perf_counter() - t) * 1000)
+                stats.counts["returned"] = len(groups)
+                return Hits(groups, stats.to_dict(), run.warnings)
 
         t = time.perf_counter()
         qv = self._embed(run)
