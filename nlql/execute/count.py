@@ -13,13 +13,14 @@ import itertools
 import json
 from typing import Any
 
+from nlql import ir
 from nlql import values as V
-from nlql.evaluate import compile_expr
+from nlql.evaluate import RowContext, compile_expr
 from nlql.execute.candidates import Candidate, Search
 from nlql.execute.results import Hit
 from nlql.plan.nodes import CountSpec
 
-__all__ = ["count_groups"]
+__all__ = ["count_documents", "count_groups"]
 
 
 def _key(v: Any) -> Any:
@@ -42,13 +43,52 @@ def _members(v: Any) -> list[tuple[Any, Any]]:
 
 def count_groups(run: Search, units: list[Candidate]) -> list[Hit]:
     """The COUNT hits of ``units`` (each a group with ``group`` and ``count``), ordered and paged."""
+    return _groups(run, [u.ctx for u in units])
+
+
+def _document_level(e: ir.Expr) -> bool:
+    """Whether an expression reads only a document's own values (metadata, doc_id, constants)."""
+    for node in e.walk():
+        if isinstance(node, ir.Field) and node.name != "doc_id":
+            return False
+        if isinstance(node, (ir.Ref, ir.Param)) or (isinstance(node, ir.Call) and node.name not in _PLAIN_CALLS):
+            return False
+    return True
+
+
+_PLAIN_CALLS = frozenset({"LOWER", "UPPER", "LENGTH", "IF", "DATE", "TIMESTAMP"})
+
+
+def count_documents(run: Search) -> list[Hit] | None:
+    """``COUNT(DOCUMENT)`` straight from the rows the pushed filter selects, one context per document
+    (no documents are built), when nothing else decides which documents pass: no score, no residual
+    filter, and BY keys that read document-level values only. None: the general path counts."""
+    plan = run.plan
+    spec = plan.count
+    if (spec is None or plan.unit.kind != "DOCUMENT" or plan.scores or plan.residual or plan.fusion_residual
+            or plan.lowered is not None or plan.graphs or plan.temporals
+            or not all(_document_level(k) for k in spec.keys)):
+        return None
+    native = plan.native
+    if native is not None and native.extra.get("empty"):
+        return _groups(run, [])
+    keys = run.store.scan(native)
+    contexts: dict[str, RowContext] = {}
+    for row in run.store.fetch(keys):
+        if row.doc_id not in contexts:
+            contexts[row.doc_id] = RowContext("", row.doc_id, row.doc_id, 0, row.metadata)
+    run.stats.counts["count_path"] = "documents from the pushed filter's rows (no document built)"
+    return _groups(run, list(contexts.values()))
+
+
+def _groups(run: Search, contexts: list[RowContext]) -> list[Hit]:
     spec = run.plan.count
     assert spec is not None
     fns = [compile_expr(k, run.env) for k in spec.keys]
     counts: dict[tuple[Any, ...], int] = {}
     shown: dict[tuple[Any, ...], tuple[Any, ...]] = {}
-    for u in units:
-        per_key = [_members(f(u.ctx)) for f in fns]
+    for ctx in contexts:
+        per_key = [_members(f(ctx)) for f in fns]
         for combo in itertools.product(*per_key) if len(per_key) != 1 else ((m,) for m in per_key[0]):
             key = tuple(k for k, _ in combo)
             if key in counts:

@@ -21,7 +21,7 @@ from nlql.errors import EvaluationError, NLQLTimeoutError
 from nlql.evaluate import Env, compile_expr
 from nlql.execute.autocut import autocut
 from nlql.execute.candidates import Candidate, Search, keep_passing
-from nlql.execute.count import count_groups
+from nlql.execute.count import count_documents, count_groups
 from nlql.execute.cursor import PageEnd, Paging, cursor_page, first_cursor
 from nlql.execute.degrade import cause_of, drop_arms, embed_within
 from nlql.execute.distinct import distinct
@@ -147,6 +147,15 @@ class Executor:
         if deadline.expired():  # the engine's sync with the store, or planning, used the budget up
             raise NLQLTimeoutError(f"the search ran out of time ({timeout} s) before it started (syncing with "
                                    "the store and planning took it)", hint="raise timeout=")
+
+        if plan.count is not None:
+            t = time.perf_counter()
+            groups = count_documents(run)  # COUNT(DOCUMENT) by metadata: no document is built
+            if groups is not None:
+                stats.add("count", (time.perf_counter() - t) * 1000)
+                stats.counts["returned"] = len(groups)
+                return Hits(groups, stats.to_dict(), run.warnings)
+
         t = time.perf_counter()
         qv = self._embed(run, embed)
         stats.add("embed", (time.perf_counter() - t) * 1000)

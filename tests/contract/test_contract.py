@@ -215,6 +215,10 @@ QUERIES: list[str] = [
     "SELECT COUNT(DOCUMENT) BY meta.year ORDER BY meta.year LIMIT 4",
     f"SELECT COUNT(SENTENCE) {SIM} WHERE rel >= 0.2",
     "SELECT COUNT(CHUNK) BY meta.lang WHERE meta.n < 30 ORDER BY count ASC",
+    'SELECT COUNT(DOCUMENT) BY meta.lang WHERE meta.year HAS ANY (2021, "2020")',
+    'SELECT COUNT(DOCUMENT) BY meta.status, meta.flag WHERE meta.n < 40 AND meta.entities HAS "Ada Lovelace"',
+    'SELECT COUNT(DOCUMENT) BY meta.nested.tag WHERE content CONTAINS "agents"',
+    "SELECT COUNT(DOCUMENT) WHERE meta.flag == TRUE",
     # SPEC §11 autocut, and §6: an inline SIMILARITY/BM25 in WHERE orders the rows; numeric strings sort as numbers
     f"SELECT SENTENCE {SIM} ORDER BY rel DESC LIMIT 10 AUTOCUT 1",
     f"SELECT SENTENCE {SIM} ORDER BY rel DESC LIMIT 20 AUTOCUT 2 OFFSET 1",
