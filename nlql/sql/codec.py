@@ -29,7 +29,7 @@ from __future__ import annotations
 import functools
 import json
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from typing import Any
@@ -173,7 +173,12 @@ def flatten_metadata(metadata: dict[str, Any], escape: Callable[[str], str] = es
     >>> flatten_metadata({"year": "2025", "a": {"b": True}})
     {'["year"]': {'s': '2025', 'n': 2025.0}, '["a"]': {}, '["a", "b"]': {'b': True}}
     """
-    out: dict[str, dict[str, Any]] = {}
+    return {path_key(path): _typed(v, escape) for path, v in _values(metadata)}
+
+
+def _values(metadata: dict[str, Any]) -> Iterator[tuple[tuple[str, ...], Any]]:
+    """(path, value) of every non-null value reachable through dicts (dicts themselves included), in the
+    order :func:`flatten_metadata` has always written them."""
     stack: list[tuple[tuple[str, ...], dict[str, Any]]] = [((), metadata)]
     while stack:
         prefix, node = stack.pop()
@@ -181,10 +186,9 @@ def flatten_metadata(metadata: dict[str, Any], escape: Callable[[str], str] = es
             if V.is_null(v):
                 continue
             path = (*prefix, str(k))
-            out[path_key(path)] = _typed(v, escape)
+            yield path, v
             if isinstance(v, dict):
                 stack.append((path, v))
-    return out
 
 
 def list_members(metadata: dict[str, Any], escape: Callable[[str], str] = escape_text
@@ -199,24 +203,16 @@ def list_members(metadata: dict[str, Any], escape: Callable[[str], str] = escape
     {'["a", "b"]': [], '["tags"]': [{'s': 'rag'}, {'s': '2025', 'n': 2025.0}]}
     """
     out: dict[str, list[dict[str, Any]]] = {}
-    stack: list[tuple[tuple[str, ...], dict[str, Any]]] = [((), metadata)]
-    while stack:
-        prefix, node = stack.pop()
-        for k, v in node.items():
-            if V.is_null(v):
-                continue
-            path = (*prefix, str(k))
-            if isinstance(v, dict):
-                stack.append((path, v))
-            elif isinstance(v, (list, tuple)):
-                seen: dict[str, dict[str, Any]] = {}
-                for item in v:
-                    if V.is_null(item) or isinstance(item, (dict, list, tuple)):
-                        continue
-                    rec = _typed(item, escape)
-                    if rec:
-                        seen.setdefault(compact_json(rec), rec)
-                out[path_key(path)] = list(seen.values())
+    for path, v in _values(metadata):
+        if isinstance(v, (list, tuple)):
+            seen: dict[str, dict[str, Any]] = {}
+            for item in v:
+                if V.is_null(item) or isinstance(item, (dict, list, tuple)):
+                    continue
+                rec = _typed(item, escape)
+                if rec:
+                    seen.setdefault(compact_json(rec), rec)
+            out[path_key(path)] = list(seen.values())
     return dict(sorted(out.items()))
 
 
