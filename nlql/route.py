@@ -101,6 +101,8 @@ DEFAULT_RULES: tuple[tuple[str, str], ...] = (
     (r"\bqui[eé]n(?:es)?\s+(?:ha(?:n)?\s+)?(?:mencion[oóa]|mencionaron|habl[oóa]|hablaron|cit[oóa]|dijo|escribi[oó])\b",
      "entity"),
     (r"\bwer\s+(?:hat|hatte|erw[aä]hnt|sprach|schrieb|zitiert)\b", "entity"),
+    # Japanese 誰が (who, as the subject: 誰がラッセルについて話しましたか), Korean 누가 / 누구
+    (r"(?:誰|だれ)(?:が|か|の)|누가|누구", "entity"),
     # contrast (wittsrc's rule 5): contradictions and disagreements, answered from several documents
     (r"\bcontradict(?:s|ed|ing|ions?|ory)?\b|\bdisagree(?:s|d|ment|ments)?\b|\binconsisten(?:t|cy|cies)\b|"
      r"\bconflict(?:s|ing)?\s+(?:with|between|about|over)\b|\bat\s+odds\b|\bdiffer(?:s|ed)?\s+(?:from|with|on)\b|"
@@ -127,6 +129,9 @@ DEFAULT_RULES: tuple[tuple[str, str], ...] = (
     # temporal in other languages (the TEMPORAL arm reads every language dateparser knows)
     (r"上周|上星期|上个?月|去年|前年|昨天|前天|今天|今年|本周|这周|最近|近来|明天|下周|下个?月|明年|"
      r"[一二三四五六七八九十\d]+(?:天|周|个月|年)前|\d{4}年|[一二三四五六七八九十\d]+月", "temporal"),
+    # Japanese (先週 last week, 先月, 昨年, いつ when, 3日前) and Korean (지난주, 작년, 어제, 언제)
+    (r"先々週|先週|今週|来週|先月|今月|来月|昨年|来年|一昨日|いつ|[一二三四五六七八九十\d]+(?:日|週間|[ヶカか]月)前|"
+     r"지난\s?주|지난\s?달|작년|어제|오늘|언제", "temporal"),
     (r"\b(?:la\s+semana|el\s+mes|el\s+año)\s+pasad[oa]\b|\bayer\b|\bhoy\b|\bhace\s+\w+\s+(?:d[ií]as|semanas|meses|años)\b|"
      r"\bcu[aá]ndo\b", "temporal"),
     (r"\b(?:letzte[nmr]?|vorige[nmr]?|n[aä]chste[nmr]?)\s+(?:Woche|Monat|Jahr)\b|\bgestern\b|\bheute\b|\bvor\s+\w+\s+"
@@ -223,7 +228,9 @@ was wer wie wann wo welche welcher welches warum wieso der die das den dem des i
 zum zur und oder man
 """.split())
 #: Chinese question and function words dropped from ``$keywords`` (so BM25's bigrams are the content's).
-_CJK_QUESTION_WORDS = re.compile("为什么|怎么样|怎么|怎样|什么|哪里|哪儿|哪些|哪个|哪|谁|多少|几|吗|呢|吧|是否|如何|请问")
+_CJK_QUESTION_WORDS = re.compile("为什么|怎么样|怎么|怎样|什么|哪里|哪儿|哪些|哪个|哪|谁|多少|几|吗|呢|吧|是否|如何|请问|"
+                                 # Japanese: who, what, when, where, how, and the question endings
+                                 "誰が|誰|だれ|何が|何を|何|いつ|どこ|どう|どれ|どの|ましたか|ですか|ますか|でしょうか")
 _CJK_CHAR = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
 _WORD_RE = re.compile(r"\w+")
 _QUOTES = str.maketrans({"\u2018": "'", "\u2019": "'", "\u201b": "'", "\u2032": "'",

@@ -39,6 +39,10 @@ def engine() -> Engine:
     ("what did we decide last week", "temporal"),
     ("去年三月的会议", "temporal"),
     ("quote the sentence about the paradox", "passage"),
+    ("先週誰がラッセルについて話しましたか", "entity"),
+    ("누가 러셀을 언급했나요", "entity"),
+    ("先月の会議で何を決めましたか", "temporal"),
+    ("지난주 회의 내용", "temporal"),
 ])
 def test_the_router_picks_the_intent_of_each_rule(question: str, intent: str) -> None:
     assert default_router().route(question).intent == intent
@@ -111,6 +115,9 @@ def test_ask_finds_who_mentioned_russell_last_week_in_chinese(engine: Engine) ->
     ("im März letzten Jahres", "2025-03-01", "2025-04-01"),
     ("mars de l'année dernière", "2025-03-01", "2025-04-01"),
     ("marzo dell'anno scorso", "2025-03-01", "2025-04-01"),
+    ("昨年の3月に開館した", "2025-03-01", "2025-04-01"),
+    ("去年の三月", "2025-03-01", "2025-04-01"),
+    ("来年の1月", "2027-01-01", "2027-02-01"),
 ])
 def test_compound_periods_resolve_to_the_month(text: str, start: str, end: str) -> None:
     p = extract_period(text, NOW)
@@ -122,6 +129,32 @@ def test_periods_in_languages_without_rules_of_their_own(text: str) -> None:
     p = extract_period(f"… {text} …", NOW)
     assert p is not None and p.start.date().isoformat() == "2026-11-23" and p.end.date().isoformat() == "2026-11-30"
     assert resolve_period(text, NOW).start == p.start  # WITHIN reads them too
+
+
+@pytest.mark.parametrize(("text", "start", "end"), [
+    ("先週の会議", "2026-11-23", "2026-11-30"),  # Japanese: last week, as 上周
+    ("先々週", "2026-11-16", "2026-11-23"),
+    ("先月の売上", "2026-10-01", "2026-11-01"),
+    ("来週の予定", "2026-12-07", "2026-12-14"),
+    ("3日前のメモ", "2026-11-27", "2026-11-28"),
+    ("2週間前", "2026-11-16", "2026-11-23"),
+    ("一昨日", "2026-11-28", "2026-11-29"),
+    ("어제 회의", "2026-11-29", "2026-11-30"),  # Korean: a two-character phrase of dateparser's table
+])
+def test_japanese_and_korean_periods(text: str, start: str, end: str) -> None:
+    p = extract_period(text, NOW)
+    assert p is not None and (p.start.date().isoformat(), p.end.date().isoformat()) == (start, end), text
+
+
+def test_katakana_names_are_entities_and_ask_finds_them() -> None:
+    from nlql.text.entities import RuleEntityExtractor
+
+    assert "ラッセル" in RuleEntityExtractor()("先週、田中さんがラッセルについて話した。")
+    e = Engine(embedder=HashEmbedder(dim=64), clock=lambda: NOW, warm_up=False)
+    e.add_texts(["先週の会議で、田中さんはラッセルのパラドックスについて話した。", "富士山は日本で一番高い山です。"],
+                ids=["ja-russell", "ja-fuji"], metadatas=[{"date": "2026-11-25"}, {"date": "2020-01-01"}])
+    hits = e.ask("先週誰がラッセルについて話しましたか")
+    assert hits.route.intent == "entity" and hits[0].doc_id == "ja-russell" and hits[0].scores["graph"] == 1.0
 
 
 def test_single_words_of_other_languages_are_not_periods() -> None:

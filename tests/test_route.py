@@ -83,6 +83,8 @@ PHRASINGS: list[tuple[str, str]] = [
     ("¿Qué decidimos la semana pasada?", "temporal"),
     ("Was haben wir letzte Woche beschlossen?", "temporal"),
     ("quote the sentence about the budget", "passage"),
+    ("先週誰がラッセルについて話しましたか", "entity"),
+    ("先月の会議で何を決めましたか", "temporal"),
 ]
 
 

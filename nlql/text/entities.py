@@ -29,9 +29,10 @@ Runs longer than :data:`MAX_NAME_TOKENS` words (Title Case headings) are not nam
 Known limits (rules, not a model): a sentence-initial common word that is not in the lists is taken
 for a name (``Regular expressions …`` → ``Regular``); German capitalises every noun, so German text
 yields its nouns; a name that starts with a stopword loses it (``The Hague`` → ``Hague``, ``La Paz``
-→ ``Paz``); lower-case names (``iPhone``) and scripts without case (Japanese, Arabic) give nothing — pass
-``metadata["entities"]`` or your own extractor for those. Chinese names are found by jieba's
-part-of-speech tags when ``rjieba`` is installed (:func:`cjk_names`).
+→ ``Paz``); lower-case names (``iPhone``) and scripts without case (Arabic, Japanese kanji names) give
+nothing — pass ``metadata["entities"]`` or your own extractor for those. Chinese names are found by
+jieba's part-of-speech tags when ``rjieba`` is installed (:func:`cjk_names`); Japanese names written
+in katakana (and katakana loanwords) by :func:`katakana_names`.
 
 Matching uses :func:`entity_key`: casefold, then whole words (unicode ``\\w+`` runs; every CJK
 character is a word of its own, so a Chinese name is found inside unspaced Chinese text), joined by
@@ -55,6 +56,7 @@ __all__ = [
     "RuleEntityExtractor",
     "STOPWORDS",
     "cjk_names",
+    "katakana_names",
     "entity_key",
     "entity_tokens",
     "extract_entities",
@@ -303,6 +305,11 @@ class RuleEntityExtractor:
                 if name not in seen:
                     seen.add(name)
                     out.append(name)
+        if _KATAKANA_RUN.search(text) is not None:
+            for name in katakana_names(text):
+                if name not in seen:
+                    seen.add(name)
+                    out.append(name)
         return out
 
     def _names_of_run(self, run: str, first: bool) -> tuple[tuple[str, str], ...]:
@@ -390,6 +397,25 @@ def cjk_names(text: str) -> list[str]:
     for word, flag in tag(text):  # type: ignore[operator]
         if flag in _CJK_NAME_TAGS and len(word) >= 2 and _CJK_TEXT.search(word) and word not in out:
             out.append(word)
+    return out
+
+
+#: A run of three or more katakana (with the long-vowel mark and the middle dot between names).
+_KATAKANA_RUN = re.compile("[\u30a1-\u30fa][\u30a1-\u30fa\u30fc]{2,}(?:\u30fb[\u30a1-\u30fa\u30fc]{2,})*")
+
+
+def katakana_names(text: str) -> list[str]:
+    """Japanese names written in katakana, which Japanese uses for foreign names (ラッセル, Russell):
+    every run of three katakana or more. Katakana also writes loanwords (サーバー, server), which are
+    kept too: a rule, not a model (pass ``metadata["entities"]`` for exact names).
+
+    >>> katakana_names("先週、田中さんがラッセルのパラドックスについて話した。")
+    ['ラッセル', 'パラドックス']
+    """
+    out: list[str] = []
+    for m in _KATAKANA_RUN.finditer(text):
+        if m.group() not in out:
+            out.append(m.group())
     return out
 
 

@@ -872,17 +872,21 @@ def _rules_for(lang: str) -> list[tuple[re.Pattern[str], Callable[[re.Match[str]
     if lang == "zh":
         cn = r"(?P<n>\d{1,3}|十[一二]?|[一两二三四五六七八九十])"
         m12 = r"(?P<m>1[0-2]|0?[1-9]|十[一二]?|[一二三四五六七八九十])"
-        unit = r"(?P<u>天|日|周|个?星期|个?礼拜|个?月|年)"
+        # Chinese units, and the Japanese ones written in kanji (日, 週間, ヶ月/カ月/か月, 年)
+        unit = r"(?P<u>天|日|週間|周|週|个?星期|个?礼拜|个?月|[ヶカか]月|年)"
 
         def zh_unit(u: str) -> str:
-            return {"天": "day", "日": "day", "周": "week", "月": "month", "年": "year"}.get(u[-1], "week")
+            return {"天": "day", "日": "day", "周": "week", "週": "week", "間": "week", "月": "month",
+                    "年": "year"}.get(u[-1], "week")
 
-        rel_year = {"去年": "last year", "今年": "this year", "明年": "next year"}
+        # 去年/今年/明年, and Japanese 昨年/来年; 的 (Chinese) or の (Japanese) may join the month
+        rel_year = {"去年": "last year", "昨年": "last year", "今年": "this year", "明年": "next year",
+                    "来年": "next year"}
         rules += [
-            # compound periods: 去年三月 = March of last year (the month, not the year)
-            (r"(?P<ry>去年|今年|明年)的?" + m12 + r"月份?",
+            # compound periods: 去年三月 / 昨年の3月 = March of last year (the month, not the year)
+            (r"(?P<ry>去年|昨年|今年|明年|来年)[的の]?" + m12 + r"月份?",
              lambda m: f"{_MONTH_NAMES[_num(m['m'])]} of {rel_year[m['ry']]}"),
-            (r"前年的?" + m12 + r"月份?", lambda m: f"{_MONTH_NAMES[_num(m['m'])]} of the year before last"),
+            (r"(?:前年|一昨年)[的の]?" + m12 + r"月份?", lambda m: f"{_MONTH_NAMES[_num(m['m'])]} of the year before last"),
             (r"(?P<y>\d{4})年" + m12 + r"月(?P<d>\d{1,2})[日号]",
              lambda m: f"{m['y']}-{_num(m['m']):02d}-{int(m['d']):02d}"),
             (r"(?P<y>\d{4})年" + m12 + r"月份?", lambda m: f"{m['y']}-{_num(m['m']):02d}"),
@@ -890,27 +894,28 @@ def _rules_for(lang: str) -> list[tuple[re.Pattern[str], Callable[[re.Match[str]
             (r"(?P<y>\d{4})年", lambda m: m["y"]),
             (cn + unit + r"(?:之|以)?前", lambda m: f"{_num(m['n'])} {zh_unit(m['u'])}s ago"),
             (r"(?:过去|最近|近)(?:的)?" + cn + unit, lambda m: f"the past {_num(m['n'])} {zh_unit(m['u'])}s"),
-            (r"(?:上个?|前一个?)(?:星期|礼拜|周)", lambda m: "last week"),
-            (r"(?:这个?|本)(?:星期|礼拜|周)", lambda m: "this week"),
-            (r"下个?(?:星期|礼拜|周)", lambda m: "next week"),
+            (r"先々週", lambda m: "the week before last"),
+            (r"(?:上个?|前一个?)(?:星期|礼拜|周)|先週", lambda m: "last week"),
+            (r"(?:这个?|本)(?:星期|礼拜|周)|今週", lambda m: "this week"),
+            (r"下个?(?:星期|礼拜|周)|来週", lambda m: "next week"),
             (r"上个?季度", lambda m: "last quarter"),
             (r"(?:这个?|本)季度", lambda m: "this quarter"),
-            (r"上个?月", lambda m: "last month"),
-            (r"(?:这个?|本)月", lambda m: "this month"),
-            (r"下个?月", lambda m: "next month"),
+            (r"上个?月|先月", lambda m: "last month"),
+            (r"(?:这个?|本)月|今月", lambda m: "this month"),
+            (r"下个?月|来月", lambda m: "next month"),
             (m12 + r"月份?", lambda m: f"in {_MONTH_NAMES[_num(m['m'])]}"),
-            (r"前天", lambda m: "the day before yesterday"),
-            (r"后天", lambda m: "the day after tomorrow"),
+            (r"前天|一昨日", lambda m: "the day before yesterday"),
+            (r"后天|明後日", lambda m: "the day after tomorrow"),
             (r"昨天|昨日", lambda m: "yesterday"),
             (r"今天|今日", lambda m: "today"),
             (r"明天|明日", lambda m: "tomorrow"),
-            (r"前年", lambda m: "2 years ago"),
-            (r"去年", lambda m: "last year"),
+            (r"前年|一昨年", lambda m: "2 years ago"),
+            (r"去年|昨年", lambda m: "last year"),
             (r"今年", lambda m: "this year"),
-            (r"明年", lambda m: "next year"),
+            (r"明年|来年", lambda m: "next year"),
         ]
         # "X以来" = since X
-        return [(re.compile(p + r"(?P<since>以来)?"), _since_zh(f)) for p, f in rules]
+        return [(re.compile("(?:" + p + r")(?P<since>以来)?"), _since_zh(f)) for p, f in rules]
     months, weekdays, units = _FOREIGN_MONTHS[lang], _FOREIGN_WEEKDAYS[lang], _FOREIGN_UNITS[lang]
     M = "(?P<month>" + _alt(months)[3:]
     WD = "(?P<wd>" + _alt(weekdays)[3:]
@@ -1161,7 +1166,9 @@ def _any_language_phrases() -> tuple[re.Pattern[str], dict[str, str]] | None:
                             low = " ".join(str(w).casefold().split())
                             # a single Latin-script word is too often an ordinary word of another
                             # language ("morgen" is tomorrow in Dutch and morning in German): phrases only
-                            if len(low) < 3 or low in _ENGLISH_WORDS or (" " not in low and _LATIN_WORD.fullmatch(low)):
+                            # (two characters are a word in the scripts written without spaces: 어제)
+                            short = len(low) < (2 if _SCRIPT_WITHOUT_SPACES.search(low) else 3)
+                            if short or low in _ENGLISH_WORDS or (" " not in low and _LATIN_WORD.fullmatch(low)):
                                 continue
                             phrases.setdefault(low, english)
             except Exception:  # noqa: BLE001 - without dateparser's data there is no such table
