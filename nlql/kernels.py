@@ -18,8 +18,8 @@ import numpy as np
 
 from nlql.values import round_scores
 
-__all__ = ["BLOCK", "PARALLEL_ROWS", "blas_one_thread", "block_rows", "full_scan", "matmul_t", "rows_alone",
-           "score_rows"]
+__all__ = ["BLOCK", "PARALLEL_ROWS", "blas_one_thread", "block_rows", "full_scan", "fuse_normalise", "matmul_t",
+           "rows_alone", "score_rows"]
 
 _blas_libs: Any = None
 
@@ -144,3 +144,27 @@ def full_scan(matrix: np.ndarray, v: np.ndarray) -> np.ndarray:
     with blas_one_thread():
         list(_scan_pool.map(lambda b: part(*b), [(0, half), (half, n)]))
     return round_scores(out)
+
+
+def fuse_normalise(values: np.ndarray, method: str) -> np.ndarray:
+    """FUSE's normalisation of one arm's values over its window (SPEC §11), in float64: the one copy the
+    engine's fusion and the built-in store's numpy page both use, so both give every row the same bits.
+
+    ``minmax``: (v − min) / (max − min), all equal → 1. ``dbsf``: (v − (μ − 3σ)) / 6σ clipped to
+    [0, 1], μ and σ the mean and population standard deviation of the window's values, σ = 0 → 1.
+
+    >>> fuse_normalise(np.array([3.0, 2.0, 1.0]), "minmax").tolist()
+    [1.0, 0.5, 0.0]
+    """
+    arr = np.asarray(values, dtype=np.float64)
+    if arr.size == 0:
+        return arr
+    if method == "dbsf":
+        mu, sigma = float(arr.mean()), float(arr.std())
+        if not sigma > 0:
+            return np.ones_like(arr)
+        return np.clip((arr - (mu - 3 * sigma)) / (6 * sigma), 0.0, 1.0)
+    lo, hi = float(arr.min()), float(arr.max())
+    if not hi > lo:
+        return np.ones_like(arr)
+    return (arr - lo) / (hi - lo)

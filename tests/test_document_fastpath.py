@@ -98,6 +98,12 @@ QUERIES = [
     ("f = RRF(sem, kb, window => 3) ORDER BY f DESC, kb DESC LIMIT 20", "fusion"),
     ("f = INTERLEAVE(kw, sem) ORDER BY f DESC LIMIT 9", "fusion"),
     ("f = INTERLEAVE(sem, kb, window => 6) " + PUBLISHED + "ORDER BY f DESC LIMIT 5 OFFSET 1", "fusion"),
+    # FUSE normalises each arm over its window: the same values over the arms' top documents
+    ("f = FUSE(sem, kw) ORDER BY f DESC LIMIT 10", "fusion"),
+    ("f = FUSE(sem, kb, method => \"dbsf\", window => 7) ORDER BY f DESC LIMIT 5 OFFSET 2", "fusion"),
+    ("f = FUSE(kz, sem, weights => [2.0, 0.5], window => 3) ORDER BY f DESC, sem ASC LIMIT 4", "fusion"),
+    ("f = FUSE(sem, kb, weights => [1.0, -1.0]) " + PUBLISHED + "ORDER BY f DESC LIMIT 30", "fusion"),
+    ("f = FUSE(sem, kw, kb, window => 4) ORDER BY f DESC LIMIT 1000", "fusion"),  # rows valued 0.0 on the page
     ("f = sem + 0.1 * kw ORDER BY f DESC LIMIT 10", "formula"),
     ("f = kb * 2 - sem ORDER BY f DESC LIMIT 6 OFFSET 4", "formula"),
     ("f = -sem + kb / 4 " + PUBLISHED + "ORDER BY f DESC LIMIT 10", "formula"),
@@ -127,6 +133,8 @@ WINDOWED = [
     ("f = INTERLEAVE(sem, kb, window => 10) ORDER BY f DESC LIMIT 12", None),
     ("f = RRF(sem, kw, window => 4) ORDER BY f DESC, kw DESC LIMIT 0", True),
     ("f = RRF(sem, kb, window => 5) WHERE meta.n >= 0 ORDER BY f DESC LIMIT 6", None),  # filtered rows
+    ("f = FUSE(sem, kw, window => 5) ORDER BY f DESC LIMIT 3", True),
+    ("f = FUSE(kb, sem, method => \"dbsf\", window => 8) ORDER BY f DESC LIMIT 5 OFFSET 2", None),
 ]
 
 

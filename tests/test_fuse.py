@@ -113,3 +113,26 @@ def test_fuse_on_a_sql_store_runs_in_the_engine(store: str) -> None:
     assert [(h.id, round(h.scores["f"], 9)) for h in other.search(q)] == \
            [(h.id, round(h.scores["f"], 9)) for h in mem.search(q)]
     assert "normalised fusion" in str(other.explain(q))
+
+
+SENTENCE_CASES = [
+    'f = FUSE(s, k) ORDER BY f DESC LIMIT 10',
+    'f = FUSE(s, k, method => "dbsf", window => 6) ORDER BY f DESC LIMIT 5 OFFSET 2',
+    'f = FUSE(k, s, weights => [2.0, 0.5], window => 4) WHERE meta.tag == "b" ORDER BY f DESC LIMIT 8',
+    'f = FUSE(s, k, weights => [1.0, -1.0]) ORDER BY f DESC LIMIT 7',
+    'f = FUSE(s, k, window => 3) ORDER BY f DESC LIMIT 200',  # every row some arm ranks, 0.0 values too
+]
+
+
+@pytest.mark.parametrize("tail", SENTENCE_CASES)
+def test_fuse_on_the_built_in_stores_numpy_page_equals_row_by_row(tail: str) -> None:
+    """The built-in store fuses FUSE's page with numpy over the arms' windows (no row built outside it):
+    the same rows, order and bits as the engine's fusion over every candidate."""
+    import dataclasses
+
+    fast, slow = _engine(), _engine()
+    slow.store.capabilities = dataclasses.replace(slow.store.capabilities, FAST_PATH=False)
+    q = f'SELECT SENTENCE LET s = SIMILARITY(content, "agents memory"), k = BM25(content, "agents memory"), {tail}'
+    got, want = fast.search(q), slow.search(q)
+    assert got.stats.get("fast_path") == "fusion" and got.stats.get("fused_page") is not None, got.stats
+    assert [(h.id, h.scores) for h in got] == [(h.id, h.scores) for h in want]

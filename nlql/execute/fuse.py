@@ -19,6 +19,7 @@ from nlql import values as V
 from nlql.evaluate import compile_expr
 from nlql.execute.candidates import Candidate, Search
 from nlql.execute.mmr import mmr_order, unit_vectors
+from nlql.kernels import fuse_normalise
 from nlql.plan.nodes import TEXT_SCORES, Plan, ScoreSpec
 
 __all__ = ["fuse"]
@@ -77,23 +78,9 @@ def fuse(run: Search, specs: list[ScoreSpec], units: list[Candidate]) -> list[Ca
 
 
 def normalised(values: list[float], method: str) -> list[float]:
-    """FUSE's normalisation of one arm's values over its window (SPEC §11), in float64.
-
-    ``minmax``: (v − min) / (max − min), all equal → 1. ``dbsf``: (v − (μ − 3σ)) / 6σ clipped to
-    [0, 1], μ and σ the mean and population standard deviation of the window's values, σ = 0 → 1.
-    """
-    if not values:
-        return []
-    arr = np.asarray(values, dtype=np.float64)
-    if method == "dbsf":
-        mu, sigma = float(arr.mean()), float(arr.std())
-        if not sigma > 0:
-            return [1.0] * len(values)
-        return np.clip((arr - (mu - 3 * sigma)) / (6 * sigma), 0.0, 1.0).tolist()
-    lo, hi = float(arr.min()), float(arr.max())
-    if not hi > lo:
-        return [1.0] * len(values)
-    return ((arr - lo) / (hi - lo)).tolist()
+    """FUSE's normalisation of one arm's values over its window (SPEC §11), in float64
+    (:func:`nlql.kernels.fuse_normalise`, which the built-in store's numpy page uses too)."""
+    return fuse_normalise(np.asarray(values, dtype=np.float64), method).tolist()
 
 
 def _ranked(plan: Plan, env: Any, arm: ir.Expr, units: list[Candidate]) -> list[tuple[float, int]]:

@@ -145,8 +145,8 @@ def choose_fastpath(plan: Plan, caps: Capabilities) -> Plan:
 
 def _documents(plan: Plan) -> Plan:
     """The *prune* paths over DOCUMENT rows (``FastPath.unit``): the first sort key is, descending, one
-    BM25 score, arithmetic over SIMILARITY/BM25 scores, or an RRF / INTERLEAVE of bare SIMILARITY/BM25
-    arms. A document's score is its best sentence's, so the store takes a maximum per document and
+    BM25 score, arithmetic over SIMILARITY/BM25 scores, or an RRF / INTERLEAVE / FUSE of bare
+    SIMILARITY/BM25 arms. A document's score is its best sentence's, so the store takes a maximum per document and
     ranks documents; nothing else may read a document's rows: no condition left to the engine (the
     pushed filter is on document metadata and ids, so it keeps or drops whole documents), no ``min =>``
     (NULL below it), no DISTINCT BY, no reranker clause, no GRAPH / TEMPORAL, no other fusion."""
@@ -177,8 +177,8 @@ def _documents(plan: Plan) -> Plan:
                                    bm25_texts=_used(bm25_texts, formula.slots())))
     if spec.kind == "BM25":
         return _set(plan, FastPath("bm25", slot=spec.slot, unit=unit, bm25_texts=_used(bm25_texts, [spec.slot])))
-    if spec.kind not in RANK_FUSIONS or spec.window is None:
-        return _none(plan, f"{first.label} is not a BM25, RRF / INTERLEAVE or arithmetic score")
+    if spec.kind not in (*RANK_FUSIONS, "FUSE") or spec.window is None:
+        return _none(plan, f"{first.label} is not a BM25, RRF / INTERLEAVE / FUSE or arithmetic score")
     if _weight_not_positive(spec):  # (as for sentences)
         return _none(plan, f"{spec.slot} has a weight that is not positive")
     arms = []

@@ -11,7 +11,7 @@ A DOCUMENT row's SIMILARITY/BM25 is its best sentence's score (SPEC §6), so:
    (:func:`nlql.stores.memory.fastpath.document_best`);
 2. the documents are ranked by those values: the ``need`` best by one BM25 (ties kept; documents
    matching no term fill a short page in insertion order) or by the arithmetic, or, for RRF /
-   INTERLEAVE, each arm ranks the documents (score descending, then insertion order; a BM25 arm only
+   INTERLEAVE / FUSE, each arm ranks the documents (score descending, then insertion order; a BM25 arm only
    the documents holding a term) down to its window and the arms are fused with the SENTENCE fusion
    page's numpy code (:mod:`nlql.stores.memory.fused_page`), which gives every document the value
    :func:`nlql.execute.fuse.fuse` gives it;
@@ -130,11 +130,14 @@ def _from_windows(run: Search, qv: dict[str, np.ndarray], spec: ScoreSpec | None
     top = store.top_window
     depth = fast.depth
     ranked: list[np.ndarray] = []  # per arm: a row of each of its top documents, best first
+    valued: list[np.ndarray] = []  # their values (FUSE normalises them)
     rounds = 0
     for arm in fast.arms:
         if arm.kind == "BM25":
             reps, best = matched(arm.slot)
-            ranked.append(reps[top_rows(best, reps, table, depth, ties=False)])
+            picked = top_rows(best, reps, table, depth, ties=False)
+            ranked.append(reps[picked])
+            valued.append(np.asarray(best[picked], dtype=np.float64))
             continue
         v = qv.get(arm.slot)
         if top is None or v is None or len(v) != 1 or not bool(np.isfinite(v).all()):
@@ -153,11 +156,12 @@ def _from_windows(run: Search, qv: dict[str, np.ndarray], spec: ScoreSpec | None
                 break
             k *= 4
         ranked.append(rows[first[:depth]])
+        valued.append(np.asarray(scores[first[:depth]], dtype=np.float64))
     docs = [table.row_doc[r] for r in ranked]
     union, at = np.unique(np.concatenate(docs), return_index=True)
     reps = np.concatenate(ranked)[at]
-    fused = _fuse(spec, [np.searchsorted(union, d) for d in docs], int(union.size))
-    live = _live(fused, run.need, table.seq[reps], table.pos[reps])
+    fused, present = _fuse(spec, [np.searchsorted(union, d) for d in docs], int(union.size), valued)
+    live = _live(fused, run.need, table.seq[reps], table.pos[reps], present)
     order = np.argsort(reps[live])  # row order: the order the row-by-row path builds documents in
     run.stats.counts.update({"rounds": 1, "similarity_rounds": rounds, "documents_ranked": int(union.size)})
     return reps[live][order].tolist(), fused[live][order].tolist()
@@ -212,12 +216,14 @@ def _from_every_row(run: Search, qv: dict[str, np.ndarray], spec: ScoreSpec | No
         picked = top_rows(vals, firsts, table, need, ties=True)
     else:
         assert spec is not None and fast.depth is not None
-        ranked = []
+        ranked, valued = [], []
         for arm in fast.arms:
             vals = best[arm.slot]
             eligible = vals > 0 if arm.kind == "BM25" else None  # a document matching no term has no rank
-            ranked.append(top_rows(vals, firsts, table, fast.depth, ties=False, eligible=eligible))
-        fused = _fuse(spec, ranked, n_docs)
-        picked = _live(fused, need, seq, pos)
+            order = top_rows(vals, firsts, table, fast.depth, ties=False, eligible=eligible)
+            ranked.append(order)
+            valued.append(np.asarray(vals[order], dtype=np.float64))
+        fused, present = _fuse(spec, ranked, n_docs, valued)
+        picked = _live(fused, need, seq, pos, present)
     picked = np.sort(picked)  # row order: the order the row-by-row path builds documents in
     return firsts[picked].tolist(), None if fused is None else fused[picked].tolist()

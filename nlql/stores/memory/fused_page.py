@@ -10,7 +10,8 @@ that fusion (``Search.prefused``) and orders and cuts them as usual.
 
 Used only when nothing else reads the arms' ranks: no reranker (it reads ``need`` × factor rows in
 fused order and would see the same rows, but is left to the general path), no fusion residual (the
-planner's fast path excludes it), and the fusion is RRF or INTERLEAVE.
+planner's fast path excludes it), and the fusion is RRF, INTERLEAVE or FUSE (whose normalisation of each
+arm over its window reads only the window's values: the same on the union).
 
 :func:`window_page` goes further for a fusion of bare SIMILARITY and BM25 arms on the built-in store
 family (``top_window``): it never builds a vector over the table. Each SIMILARITY arm's window is the
@@ -28,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from nlql.functions import RANK_FUSIONS
+from nlql.kernels import fuse_normalise
 from nlql.stores.memory.fastpath import floor_rows, top_rows
 
 Search = Any  # the engine's per-search state (nlql.execute.candidates.Search; see table_recall)
@@ -42,7 +44,8 @@ def _spec(run: Search) -> ScoreSpec | None:
     if fast is None or fast.kind != "fusion" or run.failed or len(plan.fusions) != 1:
         return None
     spec = plan.fusions[0]
-    if spec.kind not in RANK_FUSIONS or spec.window != fast.depth or len(spec.arm_exprs) != len(fast.arms):
+    if (spec.kind not in (*RANK_FUSIONS, "FUSE") or spec.window != fast.depth
+            or len(spec.arm_exprs) != len(fast.arms)):
         return None
     first = plan.order[0] if plan.order else None
     if first is None or plan.slot_of(first.expr) != spec.slot:
@@ -70,6 +73,7 @@ def fused_page(run: Search, keys: np.ndarray, scores: dict[str, np.ndarray],
     keys = np.asarray(keys, dtype=np.int64)
     seq, pos = table.seq[keys], table.pos[keys]
     ranked: list[np.ndarray] = []
+    valued: list[np.ndarray] = []
     for arm in fast.arms:
         if arm.kind in ("SIMILARITY", "VALUE"):
             vals = scores.get(arm.slot)
@@ -89,17 +93,28 @@ def fused_page(run: Search, keys: np.ndarray, scores: dict[str, np.ndarray],
         idx = np.flatnonzero(ok)
         order = idx[np.lexsort((pos[idx], seq[idx], -vals[idx]))][: fast.depth]
         ranked.append(order)
-    fused = _fuse(spec, ranked, keys.size)
-    live = _live(fused, run.need, seq, pos)
+        valued.append(vals[order])
+    fused, present = _fuse(spec, ranked, keys.size, valued)
+    live = _live(fused, run.need, seq, pos, present)
     out = {k: v[live] for k, v in scores.items() if not k.startswith("~")}  # (not a VALUE arm's vector)
     out[spec.slot] = fused[live]
     return keys[live], out, spec.slot
 
 
-def _fuse(spec: ScoreSpec, ranked: list[np.ndarray], size: int) -> np.ndarray:
-    """The fused value of each of ``size`` rows, from each arm's rows (indices) best first; 0.0: none."""
+def _fuse(spec: ScoreSpec, ranked: list[np.ndarray], size: int,
+          valued: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """(the fused value of each of ``size`` rows, whether some arm ranks it), from each arm's rows
+    (indices) best first and their values (``valued``, aligned with ``ranked``: FUSE normalises them
+    with :func:`nlql.kernels.fuse_normalise`, as :func:`nlql.execute.fuse.fuse` does); 0.0: no arm."""
     fused = np.zeros(size, dtype=np.float64)
-    if spec.kind == "RRF":
+    present = np.zeros(size, dtype=bool)
+    for order in ranked:
+        present[order] = True
+    if spec.kind == "FUSE":
+        weights = spec.weights or (1.0,) * len(ranked)
+        for w, order, vals in zip(weights, ranked, valued):  # noqa: B905 - as fuse() pairs them
+            fused[order] += w * fuse_normalise(vals, spec.method)
+    elif spec.kind == "RRF":
         weights = spec.weights or (1.0,) * len(ranked)
         for w, order in zip(weights, ranked):  # noqa: B905 - as fuse() pairs them
             fused[order] += w / (spec.k + np.arange(1, order.size + 1))
@@ -113,12 +128,14 @@ def _fuse(spec: ScoreSpec, ranked: list[np.ndarray], size: int) -> np.ndarray:
                     seen[o[depth]] = True
                     position += 1
                     fused[o[depth]] = 1.0 / position
-    return fused
+    return fused, present
 
 
-def _live(fused: np.ndarray, need: int, seq: np.ndarray, pos: np.ndarray) -> np.ndarray:
-    """The rows that can be on the page: the ``need`` best fused values (ties kept), in insertion order."""
-    live = np.flatnonzero(fused > 0) if need > 0 else np.zeros(0, dtype=np.int64)
+def _live(fused: np.ndarray, need: int, seq: np.ndarray, pos: np.ndarray, present: np.ndarray) -> np.ndarray:
+    """The rows that can be on the page: of the rows some arm ranks (``present``; a FUSE row may have the
+    value 0.0, the bottom of its arm's min–max), the ``need`` best fused values (ties kept), in
+    insertion order."""
+    live = np.flatnonzero(present) if need > 0 else np.zeros(0, dtype=np.int64)
     if live.size > need:
         sub = fused[live]
         kth = np.partition(sub, sub.size - need)[sub.size - need]
@@ -162,6 +179,7 @@ def window_page(run: Search, qv: dict[str, np.ndarray]) -> list[Candidate] | Non
     depth, seq, pos = fast.depth, table.seq, table.pos
     live_rows = store.mask(plan.native)
     ranked: list[np.ndarray] = []  # each arm's table rows, best first
+    valued: list[np.ndarray] = []  # their values (FUSE normalises them)
     windows: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # SIMILARITY slot -> (rows, scores)
     certified = True
     for arm in fast.arms:
@@ -172,6 +190,7 @@ def window_page(run: Search, qv: dict[str, np.ndarray]) -> list[Candidate] | Non
                 got = _scanned(store, table, qv[arm.slot], plan.native, depth, arm.min)
             rows = np.asarray(got[0], dtype=np.int64)
             windows[arm.slot] = (rows, np.asarray(got[1]))
+            valued.append(np.asarray(got[1], dtype=np.float64))
         else:
             rows, vals = sparse(texts[arm.slot], table)
             ok = live_rows[rows]
@@ -179,13 +198,15 @@ def window_page(run: Search, qv: dict[str, np.ndarray]) -> list[Candidate] | Non
                 ok &= vals >= np.float64(arm.min)
             if not ok.all():
                 rows, vals = rows[ok], vals[ok]
-            rows = rows[top_rows(vals, rows, table, depth, ties=False)]
+            picked = top_rows(vals, rows, table, depth, ties=False)
+            rows = rows[picked]
+            valued.append(np.asarray(vals[picked], dtype=np.float64))
         ranked.append(rows)
     # The windows hold a few hundred rows: fused over their union (local indices), as fused_page fuses
     union = np.unique(np.concatenate(ranked)) if ranked else np.zeros(0, dtype=np.int64)
     union_size = int(union.size)
-    fused = _fuse(spec, [np.searchsorted(union, r) for r in ranked], union_size)
-    live = _live(fused, run.need, seq[union], pos[union])
+    fused, present = _fuse(spec, [np.searchsorted(union, r) for r in ranked], union_size, valued)
+    live = _live(fused, run.need, seq[union], pos[union], present)
     page, values = union[live].tolist(), fused[live].tolist()
     page_scores: dict[str, np.ndarray] = {}
     for s in sim_slots:
