@@ -70,9 +70,13 @@ _SCHEMAS: dict[str, Any] = {
             "unit": {"type": "string", "enum": ["SENTENCE", "CHUNK", "DOCUMENT", "SPAN"]},
             "position": {"type": "integer"}, "content": {"type": "string"},
             "metadata": {"type": "object", "additionalProperties": True},
-            "scores": {"type": "object", "additionalProperties": {"type": ["number", "string", "boolean", "null"]},
-                       "description": "one value per LET binding"},
+            "scores": {"type": "object",
+                       "additionalProperties": {"type": ["number", "string", "boolean", "null", "array"]},
+                       "description": "one value per LET binding (HIGHLIGHT: a list of [start, end] ranges)"},
             "truncated": {"type": "boolean"},
+            "highlights": {"type": "object", "description": "HIGHLIGHT bindings: [start, end) character ranges "
+                                                            "of content", "additionalProperties": {
+                               "type": "array", "items": {"type": "array", "items": {"type": "integer"}}}},
             "best": {"description": "DOCUMENT and CHUNK hits: the sentence that scored the row (null when "
                                     "nothing scored it)",
                      "anyOf": [{"type": "null"}, {
