@@ -133,6 +133,10 @@ def test_explain_and_check(client: httpx.Client, engine: Engine) -> None:
     assert (d["line"], d["column"], d["message"]) == (2, 7, "unknown name 'rell'")
     assert (d["start"], d["end"]) == (22, 26)
     assert "  2 | WHERE rell >= 0.3" in d["rendered"] and "^^^^" in d["rendered"]
+    # a warning only (a key no document has): the query runs, so it is valid, with the warning
+    warned = client.post("/check", json={"query": "SELECT SENTENCE WHERE meta.no_such_key == 1 LIMIT 1"}).json()
+    assert warned["valid"] is True, warned
+    assert [d["severity"] for d in warned["diagnostics"]] == ["warning"]
 
 
 def test_a_bad_query_is_a_json_diagnostic(client: httpx.Client) -> None:

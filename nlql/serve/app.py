@@ -500,7 +500,9 @@ class _Api:
         deadline = self._deadline(data)
         params = self._params(data)
         diags = await self._run(lambda _: check_query(self.engine, query, params), deadline)
-        return JSONResponse({"valid": not diags, "diagnostics": diags})
+        # valid: it can run; a warning (severity "warning", e.g. a key no document has) does not stop it
+        valid = not any(d.get("severity", "error") == "error" for d in diags)
+        return JSONResponse({"valid": valid, "diagnostics": diags})
 
     async def ask(self, request: Request) -> Response:
         data = await self._body(request)
