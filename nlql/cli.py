@@ -1299,6 +1299,10 @@ def serve(
                              "reverse proxy forwards); '*' accepts any. Repeatable.")] = None,
     no_playground: Annotated[bool, typer.Option("--no-playground", help="Do not serve the web playground.")]
     = False,
+    processes: Annotated[int, typer.Option(min=1, max=64, help="Worker processes on one port, each with its own "
+                                                               "--workers threads and limits; more than 1 needs "
+                                                               "a server store (postgresql://, milvus+http://, "
+                                                               "qdrant+http:// URL).")] = 1,
     log_level: Annotated[str, typer.Option(help="uvicorn's log level.")] = "info",
 ) -> None:
     """Serve a store over HTTP: POST /search, /explain, /check, GET /health, /openapi.json, and a web
@@ -1323,6 +1327,14 @@ def serve(
             raise CLIError(str(exc), "nlql serve --host 0.0.0.0 --token \"$(openssl rand -hex 16)\"") from None
         if store is None and not demo:
             raise CLIError("nlql serve needs --store DIR (or --demo for the bundled corpus)")
+        if processes > 1:
+            from nlql.serve.processes import check_processes
+
+            try:
+                check_processes(processes, store or "memory")
+            except ServeConfigError as exc:
+                raise CLIError(str(exc), "serve a PostgreSQL, Milvus or Qdrant server by URL, or drop "
+                                         "--processes") from None
         if demo:
             from nlql.data import load_demo
 
@@ -1337,10 +1349,24 @@ def serve(
             shown = f"[{host}]" if ":" in host else host
             err().print(f"NLQL {__version__} serving {escape(store or 'the demo corpus')} ({len(engine)} sentences, "
                         f"embedder {name}) on http://{shown}:{port}/"
-                        + ("" if token else " (no token: loopback only)"), soft_wrap=True)
-            run_server(engine, config, log_level=log_level)
+                        + ("" if token else " (no token: loopback only)")
+                        + (f", {processes} processes" if processes > 1 else ""), soft_wrap=True)
+            if processes > 1:  # each worker opens the store itself (SPEC §10: it holds no state here)
+                from functools import partial
+
+                from nlql.serve.processes import serve_processes
+
+                engine.close()
+                serve_processes(partial(_served_engine, store, name), config, processes, log_level=log_level)
+            else:
+                run_server(engine, config, log_level=log_level)
         finally:
             engine.close()
+
+
+def _served_engine(store: str, embedder: str) -> Any:
+    """The engine one ``nlql serve --processes`` worker opens (module level: workers start by spawn)."""
+    return open_engine(store, EmbedderName(embedder))[0]
 
 
 # -------------------------------------------------------------------------------------- main

@@ -901,8 +901,11 @@ class Engine:
             with self._lock.read():
                 pos = dataclasses.replace(end.position, ident=C.query_identity(plan.query),
                                           store=C.store_identity(self.store), max_seq=int(self.store.max_seq()))
-                if end.more is None:  # is there a row after it? (a one-row cursor page answers)
-                    probe = self._cursor_rows(plan, pos, 1, None, None, None)
+                if end.more is None and _every_row_matches(plan):  # the rows are the store's sentences
+                    if int(self.store.count()) <= len(pos.passed):
+                        return None
+                elif end.more is None:  # is there a row after it? (a one-row cursor page, same vectors)
+                    probe = self._cursor_rows(plan, pos, 1, None, None, None, hits.query_vectors)
                     if not probe:
                         return None
             return C.encode(pos)
@@ -931,7 +934,7 @@ class Engine:
         return self._cursor_rows(plan, pos, plan.limit, timeout, max_tokens, text)
 
     def _cursor_rows(self, plan: Any, pos: Any, size: int | None, timeout: float | None,
-                     max_tokens: int | None, text: str | None) -> Hits:
+                     max_tokens: int | None, text: str | None, vectors: Any = None) -> Hits:
         """The page of ``size`` rows after ``pos``: the query with LIMIT = rows passed + size + 1, widened
         ×4 while the rows after the cursor were cut short by that LIMIT (``text``: None for a probe)."""
         from nlql.execute import cursor as C
@@ -946,7 +949,7 @@ class Engine:
             pinned = C.pinned_query(plan.query, want, pos.depth)
             page_plan = self._planned(pinned, None, None)[0]
             hits = self._executor.run(page_plan, rerank_factor=self.rerank_factor, timeout=timeout,
-                                      max_tokens=max_tokens, page=paging)
+                                      max_tokens=max_tokens, page=paging, vectors=vectors)
             end = hits.page_end
             if end is None:
                 return hits
@@ -1085,6 +1088,14 @@ class Engine:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def _every_row_matches(plan: Any) -> bool:
+    """Whether every stored sentence is a row of ``plan`` (no filter, threshold or grouping): then the
+    store's count says whether rows follow a page, without reading them."""
+    return (plan.native is None and plan.pushed is None and not plan.residual and not plan.fusion_residual
+            and not plan.recall.min_score and plan.distinct is None and not plan.fusions
+            and plan.unit.kind in ("SENTENCE", "SPAN") and plan.unit.rows_are_sentences)
 
 
 def _check_run_args(timeout: Any, max_tokens: Any) -> float | None:

@@ -242,3 +242,28 @@ def test_no_cursor_for_count_and_autocut() -> None:
     with pytest.raises(CursorError, match="COUNT"):
         e.search("SELECT COUNT(SENTENCE) BY meta.tag", cursor=c)
     assert e.search('SELECT SENTENCE LET s = SIMILARITY(content, "agents") LIMIT 5 AUTOCUT 1').cursor is None
+
+
+class _CountingEmbedder(HashEmbedder):
+    def __init__(self) -> None:
+        super().__init__(dim=64)
+        self.texts: list[str] = []
+
+    def embed(self, texts):  # type: ignore[no-untyped-def]
+        self.texts.extend(texts)
+        return super().embed(texts)
+
+
+@pytest.mark.parametrize("where", ["", 'WHERE meta.tag == "a"'])
+def test_reading_the_cursor_does_not_embed_the_query_again(where: str) -> None:
+    e = Engine(embedder=_CountingEmbedder(), store="memory")
+    for doc_id, text, meta in _corpus():
+        e.add_text(text, id=doc_id, metadata=meta)
+    emb = e.embedder
+    rows = len(e.search(f'SELECT SENTENCE LET s = SIMILARITY(content, "agents") {where}'))
+    for n in (3, rows - 1, rows):  # a page in the middle, one row before the end, exactly at the end
+        emb.texts.clear()
+        hits = e.search(f'SELECT SENTENCE LET s = SIMILARITY(content, "agents") {where} LIMIT {n}')
+        cursor = hits.cursor
+        assert emb.texts.count("agents") <= 1, (n, emb.texts)
+        assert (cursor is None) == (n >= rows)

@@ -182,3 +182,125 @@ def test_playground_params_and_run_errors(browser: webdriver.Chrome,
     browser.find_element(By.ID, "run").click()
     _wait(browser, "the empty result", lambda: "no matching content" in browser.find_element(By.ID, "results").text)
     assert browser.find_elements(By.CSS_SELECTOR, "#results img") == []
+
+
+DOCS = ('SELECT DOCUMENT\nLET rel = SIMILARITY(content, "run several tasks at the same time"),\n'
+        '    hl = HIGHLIGHT(content, "tasks time")\nLIMIT 4')
+WARNED = 'SELECT SENTENCE\nLET rel = SIMILARITY(content, "read a file")\nWHERE meta.yeer > 2000\nLIMIT 3'
+
+
+def _overlap(a: dict, b: dict) -> bool:
+    return (a["x"] < b["x"] + b["width"] and b["x"] < a["x"] + a["width"]
+            and a["y"] < b["y"] + b["height"] and b["y"] < a["y"] + a["height"])
+
+
+def _background(browser: webdriver.Chrome, element) -> str:  # type: ignore[no-untyped-def]
+    return browser.execute_script("return getComputedStyle(arguments[0]).backgroundColor", element)
+
+
+def test_playground_document_hits_show_the_best_sentence_highlighted(browser: webdriver.Chrome,
+                                                                    server: BackgroundServer,
+                                                                    engine: Engine) -> None:
+    browser.get(server.url + "/")
+    status = browser.find_element(By.ID, "status")
+    _wait(browser, "the first check", lambda: status.text == "✓ valid")
+    _type(browser, DOCS)
+    _wait(browser, "the valid status", lambda: status.text == "✓ valid")
+    browser.find_element(By.ID, "run").click()
+    rows = _wait(browser, "result rows", lambda: browser.find_elements(By.CSS_SELECTOR, "#results tbody tr"))
+    expected = engine.search(DOCS)
+    assert len(rows) == len(expected) == 4
+    headers = [th.text for th in browser.find_elements(By.CSS_SELECTOR, "#results thead th")]
+    assert headers == ["#", "id", "rel", "content", "metadata"]  # HIGHLIGHT is marks, not a column
+    marked = shorter = 0
+    for row, hit in zip(rows, expected):
+        assert hit.best is not None
+        cell = row.find_element(By.CSS_SELECTOR, "td.content")
+        best = cell.find_element(By.CSS_SELECTOR, ".best")
+        assert best.text == hit.best.content  # the sentence that matched, not the document
+        at = hit.content.index(hit.best.content)
+        want = [hit.content[s:e] for s, e in hit.highlights["hl"] if at <= s and e <= at + len(hit.best.content)]
+        assert [m.text for m in best.find_elements(By.CSS_SELECTOR, "mark.hl")] == want
+        marked += bool(want)
+        full = cell.find_element(By.CSS_SELECTOR, "details.whole .full")
+        assert not full.is_displayed()  # the whole document is folded away ...
+        if hit.content != hit.best.content:
+            shorter += 1
+            assert hit.content not in cell.text
+        cell.find_element(By.CSS_SELECTOR, "details.whole summary").click()  # ... and opens on a click
+        assert full.is_displayed() and full.text == hit.content
+        assert len(full.find_elements(By.CSS_SELECTOR, "mark.hl")) == len(hit.highlights["hl"])
+    assert marked and shorter  # the query was chosen so that both happen
+    mark = browser.find_element(By.CSS_SELECTOR, "#results .best mark.hl")
+    assert _background(browser, mark) not in ("rgba(0, 0, 0, 0)", "transparent")
+    _shot(browser, "playground-documents.png")
+
+
+@pytest.mark.parametrize("width", [1440, 900])
+def test_playground_schema_panel_is_readable_and_beside_the_results(browser: webdriver.Chrome,
+                                                                    server: BackgroundServer,
+                                                                    engine: Engine, width: int) -> None:
+    browser.set_window_size(width, 1000)
+    browser.get(server.url + "/")
+    panel = browser.find_element(By.ID, "schema-panel")
+    _wait(browser, "the schema panel", lambda: panel.is_displayed()
+          and browser.find_elements(By.CSS_SELECTOR, "#schema table.schema-keys tbody tr"))
+    schema = engine.schema()
+    keys = {r.find_element(By.CSS_SELECTOR, "td.key").text: r
+            for r in browser.find_elements(By.CSS_SELECTOR, "#schema table.schema-keys tbody tr")}
+    assert set(keys) == {"meta." + k["key"] for k in schema.to_dict()["keys"]}
+    kind = keys["meta.kind"].find_elements(By.TAG_NAME, "td")
+    assert kind[1].text == "string" and kind[2].text == "522" and kind[3].text.startswith("function (243)")
+    assert "documents\n522" in browser.find_element(By.CSS_SELECTOR, "#schema dl.schema-summary").text
+    _type(browser, FIXED.replace("LIMIT 5", "LIMIT 30"))  # enough rows to reach past the panel
+    _wait(browser, "the valid status", lambda: browser.find_element(By.ID, "status").text == "✓ valid")
+    browser.find_element(By.ID, "run").click()
+    _wait(browser, "30 rows", lambda: len(browser.find_elements(By.CSS_SELECTOR, "#results tbody tr")) == 30)
+    results = browser.find_element(By.ID, "results")
+    table = results.find_element(By.CSS_SELECTOR, "table.hits")
+    for scroll in (0, 600, 1200):
+        browser.execute_script("window.scrollTo(0, arguments[0])", scroll)
+        assert not _overlap(panel.rect, results.rect), (width, scroll, panel.rect, results.rect)
+        # the table stays inside its box (a wide one scrolls there), so nothing runs under the panel
+        assert browser.execute_script("const r = arguments[0].getBoundingClientRect(), "
+                                      "t = arguments[1].getBoundingClientRect(); return t.left >= r.left - 1 && "
+                                      "(t.right <= r.right + 1 || getComputedStyle(arguments[0]).overflowX "
+                                      "!== 'visible')", results, table)
+        visible = browser.execute_script("return arguments[0].getBoundingClientRect().right", results)
+        panel_left = browser.execute_script("return arguments[0].getBoundingClientRect().left", panel)
+        if width >= 1000:
+            assert visible <= panel_left  # side by side
+    if width >= 1000:
+        assert panel.rect["x"] > results.rect["x"] + results.rect["width"] - 1
+    else:
+        assert panel.rect["y"] >= results.rect["y"] + results.rect["height"] - 1  # stacked below
+
+
+def test_playground_warnings_look_like_warnings(browser: webdriver.Chrome, server: BackgroundServer) -> None:
+    browser.get(server.url + "/")
+    status = browser.find_element(By.ID, "status")
+    _wait(browser, "the first check", lambda: status.text == "✓ valid")
+    _type(browser, TYPO)  # an error first, for its colours
+    _wait(browser, "the error", lambda: "problem" in status.text)
+    error = browser.find_element(By.CSS_SELECTOR, "#diagnostics .diagnostic")
+    assert "error" in error.get_attribute("class").split()
+    error_bg, error_ink = _background(browser, error), status.value_of_css_property("color")
+
+    _type(browser, WARNED)  # a metadata key no document has: the query runs, with a warning
+    _wait(browser, "the warning", lambda: status.text == "✓ valid · 1 warning")
+    assert "warn" in status.get_attribute("class").split() and status.value_of_css_property("color") != error_ink
+    diag = browser.find_element(By.CSS_SELECTOR, "#diagnostics .diagnostic")
+    assert "warning" in diag.get_attribute("class").split() and "error" not in diag.get_attribute("class").split()
+    assert diag.get_attribute("role") == "note"
+    assert "no document has metadata key meta.yeer" in diag.text and diag.text.startswith("warning")
+    assert _background(browser, diag) != error_bg
+    assert _background(browser, diag) == "rgb(255, 248, 225)"  # --warn-bg
+    assert [m.get_attribute("class") for m in browser.find_elements(By.CSS_SELECTOR, "#mirror mark")] == ["warn"]
+
+    browser.find_element(By.ID, "run").click()
+    warning = _wait(browser, "the run warning", lambda: browser.find_elements(By.CSS_SELECTOR, "#warnings .warning"))[0]
+    assert "meta.yeer" in warning.text and warning.get_attribute("role") == "note"
+    assert _background(browser, warning) == "rgb(255, 248, 225)"
+    assert browser.find_elements(By.CSS_SELECTOR, "#run-error .diagnostic") == []
+    assert browser.find_element(By.ID, "results").text == "no matching content"
+    _shot(browser, "playground-warning.png")

@@ -107,6 +107,19 @@ def test_search_with_params_and_max_tokens(client: httpx.Client) -> None:
     _error(client.post("/search", json={"query": q, "params": {"q": "x", "m": "y"}, "max_tokens": 0}), 400, "request")
 
 
+def test_search_pages_with_a_cursor(client: httpx.Client, engine: Engine) -> None:
+    q = "SELECT SENTENCE LET rel = SIMILARITY(content, $q) LIMIT 3"
+    first = client.post("/search", json={"query": q, "params": {"q": "encode json"}}).json()
+    assert isinstance(first["cursor"], str)
+    second = client.post("/search", json={"query": q, "params": {"q": "encode json"}, "cursor": first["cursor"]})
+    assert second.status_code == 200, second.text
+    want = [h.id for h in engine.search(q.replace("LIMIT 3", "LIMIT 6"), {"q": "encode json"})]
+    assert [h["id"] for h in first["hits"] + second.json()["hits"]] == want
+    _error(client.post("/search", json={"query": q, "params": {"q": "x"}, "cursor": 3}), 400, "request")
+    bad = client.post("/search", json={"query": q, "params": {"q": "x"}, "cursor": "nope"})
+    assert bad.status_code == 400, bad.text
+
+
 def test_explain_and_check(client: httpx.Client, engine: Engine) -> None:
     r = client.post("/explain", json={"query": HYBRID})
     assert r.status_code == 200
@@ -120,6 +133,10 @@ def test_explain_and_check(client: httpx.Client, engine: Engine) -> None:
     assert (d["line"], d["column"], d["message"]) == (2, 7, "unknown name 'rell'")
     assert (d["start"], d["end"]) == (22, 26)
     assert "  2 | WHERE rell >= 0.3" in d["rendered"] and "^^^^" in d["rendered"]
+    # a warning only (a key no document has): the query runs, so it is valid, with the warning
+    warned = client.post("/check", json={"query": "SELECT SENTENCE WHERE meta.no_such_key == 1 LIMIT 1"}).json()
+    assert warned["valid"] is True, warned
+    assert [d["severity"] for d in warned["diagnostics"]] == ["warning"]
 
 
 def test_a_bad_query_is_a_json_diagnostic(client: httpx.Client) -> None:

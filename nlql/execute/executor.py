@@ -77,16 +77,18 @@ class Executor:
     def run(self, plan: Plan, *, reranker: Any = None, rerank_query: str | None = None,
             rerank_factor: int = 5, timeout: float | None = None, max_tokens: int | None = None,
             deadline: Deadline | None = None, embed: Callable[[Sequence[str]], np.ndarray] | None = None,
-            knn_first: Any = None, page: Paging | None = None) -> Hits:
+            knn_first: Any = None, page: Paging | None = None,
+            vectors: dict[str, np.ndarray] | None = None) -> Hits:
         """Run ``plan``; ``deadline`` (one started earlier, e.g. before the engine's sync) or else
         ``timeout`` bounds it (SPEC §9). ``embed``: the query texts' vectors from elsewhere
         (``search_many``'s one batch); ``knn_first``: (k, lists) the store already answered for recall's
-        first knn round; ``page``: how to cut the page and make ``hits.cursor`` (:mod:`nlql.execute.cursor`)."""
+        first knn round; ``page``: how to cut the page and make ``hits.cursor`` (:mod:`nlql.execute.cursor`);
+        ``vectors``: the query vectors of an earlier search of the same texts (nothing is embedded)."""
         if deadline is None:
             deadline = Deadline(timeout)
         with active(deadline):  # every store call made for this search sees its deadline
             return self._run(plan, reranker, rerank_query, rerank_factor, deadline, max_tokens,
-                             embed, knn_first, page)
+                             embed, knn_first, page, vectors)
 
     def _prepared(self, plan: Plan) -> _Prepared:
         """What this executor derives from ``plan`` alone, computed once per plan.
@@ -122,7 +124,7 @@ class Executor:
 
     def _run(self, plan: Plan, reranker: Any, rerank_query: str | None, rerank_factor: int,
              deadline: Deadline, max_tokens: int | None, embed: Any = None, knn_first: Any = None,
-             paging: Paging | None = None) -> Hits:
+             paging: Paging | None = None, vectors: dict[str, np.ndarray] | None = None) -> Hits:
         prep = self._prepared(plan)
         if prep.shared is not None:
             env, residual, order_fns, binding_fns = prep.shared
@@ -157,7 +159,7 @@ class Executor:
                 return Hits(groups, stats.to_dict(), run.warnings)
 
         t = time.perf_counter()
-        qv = self._embed(run, embed)
+        qv = {k: v.copy() for k, v in vectors.items()} if vectors is not None else self._embed(run, embed)
         stats.add("embed", (time.perf_counter() - t) * 1000)
 
         units = recall(run, qv, fast_ok=reranker is None)
@@ -231,6 +233,7 @@ class Executor:
         stats.counts["returned"] = len(out)
         got = Hits(out, stats.to_dict(), run.warnings)
         got.page_end = cursor
+        got.query_vectors = qv if cursor is not None and cursor.more is None else None  # (for its probe)
         return got
 
     def _graph_values(self, plan: Plan) -> Callable[[tuple[str, int, float]], Any]:

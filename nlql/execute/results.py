@@ -90,6 +90,7 @@ class Hits(list[Hit]):
         # columns and types of to_pandas/to_arrow/to_polars, from the query and the store's schema
         self.frame: Any = None
         self.page_end: Any = None  # where the page ended (nlql.execute.cursor.PageEnd), for the cursor
+        self.query_vectors: Any = None  # the search's query vectors, kept only while a cursor probe may read them
         self._cursor: str | None = None
         self._cursor_probe: Any = None  # () -> str | None, run once when the cursor is first read
 

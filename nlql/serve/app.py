@@ -14,6 +14,7 @@ import ipaddress
 import itertools
 import json
 import math
+import secrets
 import threading
 from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -107,6 +108,9 @@ class ServeConfig:
             names when bound to loopback (which stops DNS-rebinding pages from reading a local server),
             any host otherwise. Behind a reverse proxy that forwards its public name, list that name.
         playground: Serve the web playground at ``/``.
+        processes: Worker processes serving one server store (``nlql serve --processes``,
+            :mod:`nlql.serve.processes`); every other limit is per process. With more than one, each
+            response names its worker in ``X-NLQL-Worker`` (a random id, not the pid), as ``/health`` does.
     """
 
     host: str = "127.0.0.1"
@@ -126,6 +130,7 @@ class ServeConfig:
     cors_origins: tuple[str, ...] = ()
     allowed_hosts: tuple[str, ...] | None = None
     playground: bool = True
+    processes: int = 1
 
     def validate(self) -> ServeConfig:
         """Self, after checking the settings; raises :class:`ServeConfigError` when they are unsafe or wrong."""
@@ -136,7 +141,7 @@ class ServeConfig:
         if self.token is not None and (len(self.token) < 8 or any(c.isspace() for c in self.token)):
             raise ServeConfigError("the token must be at least 8 characters without spaces")
         for name in ("max_body_bytes", "max_query_chars", "max_rows", "workers", "max_pending",
-                     "max_response_bytes", "max_span_window", "max_connections"):
+                     "max_response_bytes", "max_span_window", "max_connections", "processes"):
             if int(getattr(self, name)) < 1:
                 raise ServeConfigError(f"{name} must be at least 1")
         for name in ("timeout", "header_timeout", "body_timeout"):
@@ -230,6 +235,8 @@ class _Api:
         self.hosts = config.hosts()
         self.features = features(engine)
         self.writes = bool(config.token)  # write endpoints exist only behind a token
+        # several worker processes (nlql serve --processes): this one's random name
+        self.worker: str | None = secrets.token_hex(6) if config.processes > 1 else None
 
     # ---------------------------------------------------------------- request plumbing
 
@@ -500,7 +507,9 @@ class _Api:
         deadline = self._deadline(data)
         params = self._params(data)
         diags = await self._run(lambda _: check_query(self.engine, query, params), deadline)
-        return JSONResponse({"valid": not diags, "diagnostics": diags})
+        # valid: it can run; a warning (severity "warning", e.g. a key no document has) does not stop it
+        valid = not any(d.get("severity", "error") == "error" for d in diags)
+        return JSONResponse({"valid": valid, "diagnostics": diags})
 
     async def ask(self, request: Request) -> Response:
         data = await self._body(request)
@@ -521,6 +530,8 @@ class _Api:
     async def health(self, request: Request) -> Response:
         out: dict[str, Any] = {"status": "ok", "version": __version__, "features": self.features,
                                "auth": bool(self.config.token)}
+        if self.worker is not None:
+            out["worker"] = self.worker
         if self.authorized(request):
             out["store"] = self.engine.store.capabilities.NAME
             out["sentences"] = await self._run(lambda _: len(self.engine), self.config.timeout)
@@ -640,6 +651,25 @@ def _as_dict(value: Any) -> Any:
     return value
 
 
+class _WorkerHeader:
+    """ASGI middleware: ``X-NLQL-Worker`` on every response."""
+
+    def __init__(self, app: Any, worker: str) -> None:
+        self.app, self.header = app, (b"x-nlql-worker", worker.encode())
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def sending(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", []), self.header]}
+            await send(message)
+
+        await self.app(scope, receive, sending)
+
+
 def create_app(engine: Engine, config: ServeConfig | None = None) -> Starlette:
     """The ASGI application: the JSON API over ``engine`` and (unless disabled) the playground at ``/``.
 
@@ -674,6 +704,8 @@ def create_app(engine: Engine, config: ServeConfig | None = None) -> Starlette:
         middleware.append(Middleware(CORSMiddleware, allow_origins=list(config.cors_origins),
                                      allow_methods=["GET", "POST", "PUT", "DELETE"],
                                      allow_headers=["Authorization", "Content-Type"], max_age=600))
+    if api.worker is not None:  # several processes: which one answered (a random id, not the pid)
+        middleware.append(Middleware(_WorkerHeader, worker=api.worker))
     app = Starlette(routes=routes, middleware=middleware,
                     exception_handlers={HTTPException: _http_exception, Exception: _internal_error})
     app.state.api = api

@@ -39,6 +39,8 @@ _SCHEMAS: dict[str, Any] = {
             "message": {"type": "string"},
             "hint": {"type": ["string", "null"]},
             "code": {"type": "string", "description": "the kind of problem (syntax, check, param, plan, …)"},
+            "severity": {"type": "string", "enum": ["error", "warning"], "description": "absent: error; "
+                         "warning: the query runs (e.g. a metadata key no document has)"},
             "start": {"type": "integer", "description": "offset of the span in the query (characters)"},
             "end": {"type": "integer", "description": "end offset of the span (exclusive)"},
             "rendered": {"type": "string", "description": "message, source line with a caret, hint"},
@@ -70,9 +72,13 @@ _SCHEMAS: dict[str, Any] = {
             "unit": {"type": "string", "enum": ["SENTENCE", "CHUNK", "DOCUMENT", "SPAN"]},
             "position": {"type": "integer"}, "content": {"type": "string"},
             "metadata": {"type": "object", "additionalProperties": True},
-            "scores": {"type": "object", "additionalProperties": {"type": ["number", "string", "boolean", "null"]},
-                       "description": "one value per LET binding"},
+            "scores": {"type": "object",
+                       "additionalProperties": {"type": ["number", "string", "boolean", "null", "array"]},
+                       "description": "one value per LET binding (HIGHLIGHT: a list of [start, end] ranges)"},
             "truncated": {"type": "boolean"},
+            "highlights": {"type": "object", "description": "HIGHLIGHT bindings: [start, end) character ranges "
+                                                            "of content", "additionalProperties": {
+                               "type": "array", "items": {"type": "array", "items": {"type": "integer"}}}},
             "best": {"description": "DOCUMENT and CHUNK hits: the sentence that scored the row (null when "
                                     "nothing scored it)",
                      "anyOf": [{"type": "null"}, {
@@ -154,7 +160,7 @@ def openapi(features: Sequence[str], auth: bool, writes: bool = False,
             "operationId": "check",
             "requestBody": _body({"query": query, "params": _PARAMS, "timeout": _TIMEOUT}, ["query"]),
             "responses": {"200": _json({"type": "object", "required": ["valid", "diagnostics"], "properties": {
-                "valid": {"type": "boolean"},
+                "valid": {"type": "boolean", "description": "no error (warnings allow a query to run)"},
                 "diagnostics": {"type": "array", "items": _ref("Diagnostic")}}}, "the diagnostics"),
                 **_errors(*post_errors)},
         }},

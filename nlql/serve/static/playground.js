@@ -11,7 +11,7 @@
     ["Semantic search", 'SELECT SENTENCE\nLET rel = SIMILARITY(content, "turn a Python object into a JSON string")\nLIMIT 5'],
     ["Hybrid (RRF)", 'SELECT SENTENCE\nLET sem = SIMILARITY(content, "create a temporary directory"),\n    kw  = BM25(content, "temporary directory"),\n    score = RRF(sem, kw, k => 60)\nORDER BY score DESC\nLIMIT 5'],
     ["Metadata filter", 'SELECT SENTENCE\nLET rel = SIMILARITY(content, "average of a list of numbers")\nWHERE meta.year >= 2014 AND meta.kind == "function"\nLIMIT 5'],
-    ["Whole documents", 'SELECT DOCUMENT\nLET rel = SIMILARITY(content, "run several tasks at the same time")\nLIMIT 3'],
+    ["Whole documents", 'SELECT DOCUMENT\nLET rel = SIMILARITY(content, "run several tasks at the same time"),\n    hl  = HIGHLIGHT(content, "tasks at the same time")\nLIMIT 3'],
     ["A parameter", 'SELECT SPAN(SENTENCE, window => 1)\nLET rel = SIMILARITY(content, $q)\nLIMIT 3'],
     ["Facets (COUNT … BY)", 'SELECT COUNT(DOCUMENT) BY meta.kind\nWHERE SIMILARITY(content, "files and directories") > 0.2'],
     ["Autocut", 'SELECT SENTENCE\nLET rel = SIMILARITY(content, "read a file line by line")\nORDER BY rel DESC\nLIMIT 10 AUTOCUT 1'],
@@ -85,13 +85,15 @@
     clear(mirror);
     const chars = Array.from(editor.value);
     const spans = diagnostics.filter((d) => Number.isInteger(d.start) && Number.isInteger(d.end))
-      .map((d) => [Math.max(0, Math.min(d.start, chars.length)), Math.max(0, Math.min(d.end, chars.length))])
+      .map((d) => [Math.max(0, Math.min(d.start, chars.length)), Math.max(0, Math.min(d.end, chars.length)),
+                   isWarning(d)])
       .sort((a, b) => a[0] - b[0]);
     let at = 0;
-    for (const [start, end] of spans) {
+    for (const [start, end, warn] of spans) {
       if (start < at) continue; // overlapping spans: the first one wins
       mirror.appendChild(document.createTextNode(codePointSlice(chars, at, start)));
-      const mark = el("mark", end > start ? "" : "point", end > start ? codePointSlice(chars, start, end) : "");
+      const mark = el("mark", ((end > start ? "" : "point") + (warn ? " warn" : "")).trim(),
+        end > start ? codePointSlice(chars, start, end) : "");
       mirror.appendChild(mark);
       at = Math.max(start, end);
     }
@@ -99,11 +101,16 @@
     mirror.scrollTop = editor.scrollTop;
   }
 
+  // a diagnostic with severity "warning" (e.g. a metadata key no document has): the query runs
+  function isWarning(d) { return d.severity === "warning"; }
+
   function showDiagnostics(diagnostics) {
     clear(diagBox);
     for (const d of diagnostics) {
-      const box = el("div", "diagnostic");
-      if (d.line) box.appendChild(el("div", "where", "line " + d.line + ", column " + d.column));
+      const warn = isWarning(d);
+      const box = el("div", warn ? "diagnostic warning" : "diagnostic error");
+      box.setAttribute("role", warn ? "note" : "alert");
+      box.appendChild(el("div", "where", (warn ? "warning" : "error") + (d.line ? " · line " + d.line + ", column " + d.column : "")));
       box.appendChild(el("pre", "", d.rendered || d.message));
       diagBox.appendChild(box);
     }
@@ -129,8 +136,10 @@
       return;
     }
     const diags = res.data.diagnostics || [];
-    if (!diags.length) setStatus("✓ valid", "ok");
-    else setStatus(diags.length + (diags.length === 1 ? " problem" : " problems"), "bad");
+    const errors = diags.filter((d) => !isWarning(d)).length, warnings = diags.length - errors;
+    if (errors) setStatus(errors + (errors === 1 ? " problem" : " problems"), "bad");
+    else if (warnings) setStatus("✓ valid · " + warnings + (warnings === 1 ? " warning" : " warnings"), "warn");
+    else setStatus("✓ valid", "ok");
     showDiagnostics(diags);
   }
 
@@ -149,21 +158,75 @@
     return String(v);
   }
 
-  // the content, with every HIGHLIGHT range ([start, end) characters) in bold
-  function contentCell(h) {
-    const td = el("td", "content");
-    const marks = [];
-    if (h.unit !== "SPAN") for (const ranges of Object.values(h.highlights || {})) for (const r of ranges) marks.push(r);
-    marks.sort((a, b) => a[0] - b[0]);
-    const text = h.content || "";
+  // Offsets from the server count code points; JavaScript strings count UTF-16 units, so text is
+  // handled as arrays of code points here.
+
+  // ``chars`` (code points) into ``parent``, each [start, end) of ``ranges`` in a <mark class="hl">
+  function markedText(parent, chars, ranges) {
+    const marks = ranges.filter((r) => Array.isArray(r) && r.length === 2 && r[1] > r[0])
+      .map((r) => [Math.max(0, r[0]), Math.min(chars.length, r[1])]).sort((a, b) => a[0] - b[0]);
     let at = 0;
     for (const [start, end] of marks) {
-      if (start < at) continue;
-      if (start > at) td.appendChild(document.createTextNode(text.slice(at, start)));
-      td.appendChild(el("b", "", text.slice(start, end)));
+      if (start < at || start >= chars.length) continue;
+      if (start > at) parent.appendChild(document.createTextNode(chars.slice(at, start).join("")));
+      parent.appendChild(el("mark", "hl", chars.slice(start, end).join("")));
       at = end;
     }
-    td.appendChild(document.createTextNode(text.slice(at) + (h.truncated ? " [truncated]" : "")));
+    parent.appendChild(document.createTextNode(chars.slice(at).join("")));
+  }
+
+  function highlightRanges(h) {
+    const out = [];
+    if (h.unit !== "SPAN") for (const ranges of Object.values(h.highlights || {})) for (const r of ranges) out.push(r);
+    return out;
+  }
+
+  // where ``part`` (code points) starts in ``whole`` (code points), or -1
+  function codePointIndex(whole, part) {
+    const at = whole.join("").indexOf(part.join(""));
+    return at < 0 ? -1 : Array.from(whole.join("").slice(0, at)).length;
+  }
+
+  const PREVIEW_CHARS = 300;
+
+  // SENTENCE and SPAN rows: the content. DOCUMENT and CHUNK rows: the sentence that matched
+  // (hit.best) with the HIGHLIGHT ranges that fall in it, and the whole unit folded away below it.
+  function contentCell(h) {
+    const td = el("td", "content");
+    const text = Array.from(h.content || "");
+    const ranges = highlightRanges(h);
+    const grouped = h.unit === "DOCUMENT" || h.unit === "CHUNK";
+    if (!grouped) {
+      markedText(td, text, ranges);
+      if (h.truncated) td.appendChild(el("span", "muted", " [truncated]"));
+      return td;
+    }
+    const unit = h.unit.toLowerCase();
+    if (h.best) {
+      const best = Array.from(h.best.content || "");
+      const at = codePointIndex(text, best);
+      const inBest = at < 0 ? [] : ranges.filter((r) => r[1] > at && r[0] < at + best.length)
+        .map((r) => [Math.max(r[0], at) - at, Math.min(r[1], at + best.length) - at]);
+      const p = el("div", "best");
+      markedText(p, best, inBest);
+      td.appendChild(p);
+      const outside = ranges.length - inBest.length;
+      td.appendChild(el("div", "where", "best sentence (" + (h.best.position + 1) + " of this " + unit + ")"
+        + (outside > 0 ? " · " + outside + " more highlight" + (outside === 1 ? "" : "s") + " in the " + unit : "")));
+    } else {
+      const p = el("div", "best preview");
+      markedText(p, text.slice(0, PREVIEW_CHARS), ranges);
+      if (text.length > PREVIEW_CHARS) p.appendChild(document.createTextNode(" …"));
+      td.appendChild(p);
+      td.appendChild(el("div", "where", "no sentence scored this " + unit));
+    }
+    const details = el("details", "whole");
+    details.appendChild(el("summary", "", "whole " + unit + " (" + text.length.toLocaleString() + " characters"
+      + (h.truncated ? ", truncated" : "") + ")"));
+    const full = el("div", "full");
+    markedText(full, text, ranges);
+    details.appendChild(full);
+    td.appendChild(details);
     return td;
   }
 
@@ -173,8 +236,10 @@
     const hits = data.hits || [];
     $("results-count").textContent = "(" + hits.length + ")";
     if (!hits.length) { box.appendChild(el("p", "muted", "no matching content")); return; }
-    const keys = [];
-    for (const h of hits) for (const k of Object.keys(h.scores || {})) if (!keys.includes(k)) keys.push(k);
+    const keys = [];  // score columns; HIGHLIGHT bindings are shown as marks in the content, not as a column
+    for (const h of hits) for (const k of Object.keys(h.scores || {})) {
+      if (!keys.includes(k) && !(h.highlights && k in h.highlights)) keys.push(k);
+    }
     const counted = hits.some((h) => h.count !== undefined);  // SELECT COUNT(unit) BY …: one row per group
     const table = el("table", "hits");
     const head = el("tr");
@@ -186,7 +251,7 @@
       tr.appendChild(el("td", "num", i + 1));
       tr.appendChild(el("td", "id", h.id));
       if (counted) tr.appendChild(el("td", "num score", fmt(h.count)));
-      for (const k of keys) tr.appendChild(el("td", "num score", fmt(h.scores[k])));
+      for (const k of keys) tr.appendChild(el("td", "num score", fmt((h.scores || {})[k])));
       tr.appendChild(contentCell(h));
       const meta = el("td", "meta");
       for (const [k, v] of Object.entries(h.metadata || {})) meta.appendChild(el("span", "", k + " = " + fmt(v)));
@@ -207,7 +272,8 @@
     const box = $("run-error");
     clear(box);
     if (!error) return;
-    const d = el("div", "diagnostic");
+    const d = el("div", "diagnostic error");
+    d.setAttribute("role", "alert");
     d.appendChild(el("div", "where", error.kind + " error"));
     d.appendChild(el("pre", "", error.rendered || error.message));
     box.appendChild(d);
@@ -216,7 +282,11 @@
   function showWarnings(warnings) {
     const box = $("warnings");
     clear(box);
-    for (const w of warnings || []) box.appendChild(el("div", "warning", "warning: " + w));
+    for (const w of warnings || []) {
+      const d = el("div", "warning", "⚠ " + w);
+      d.setAttribute("role", "note");
+      box.appendChild(d);
+    }
   }
 
   // ------------------------------------------------------------------ the plan as a tree
@@ -361,6 +431,52 @@
     parent.appendChild(ul);
   }
 
+  // engine.schema() as a short summary and one table row per metadata key (its types, how many
+  // documents have it and its most common values); anything else it holds goes under "more".
+  function renderSchema(box, schema) {
+    const summary = el("dl", "schema-summary");
+    const item = (k, v) => { if (v === undefined || v === null || v === "") return; summary.appendChild(el("dt", "", k)); summary.appendChild(el("dd", "", v)); };
+    item("store", schema.store);
+    if (schema.documents !== undefined) item("documents", Number(schema.documents).toLocaleString());
+    if (schema.sentences !== undefined) item("sentences", Number(schema.sentences).toLocaleString());
+    const emb = schema.embedder || {};
+    if (emb.model || emb.dim) item("embedder", [emb.model, emb.dim ? emb.dim + " dims" : ""].filter(Boolean).join(", "));
+    const an = schema.analyzer || {};
+    if (an.name || an.kind) item("analyzer", [an.name, an.stemmer && an.stemmer !== an.name ? "stemmer " + an.stemmer : ""].filter(Boolean).join(", "));
+    if (schema.sampled) item("sampled", typeof schema.sampled === "object" ? JSON.stringify(schema.sampled) : String(schema.sampled));
+    box.appendChild(summary);
+    const keys = Array.isArray(schema.keys) ? schema.keys : [];
+    box.appendChild(el("h3", "", keys.length ? "metadata keys (" + keys.length + ")" : "no metadata keys"));
+    if (keys.length) {
+      const table = el("table", "schema-keys");
+      const head = el("tr");
+      for (const name of ["key", "type", "docs", "common values"]) head.appendChild(el("th", "", name));
+      table.appendChild(el("thead")).appendChild(head);
+      const body = el("tbody");
+      for (const k of keys.slice(0, 500)) {
+        const tr = el("tr");
+        tr.appendChild(el("td", "key", "meta." + (k.key !== undefined ? k.key : (k.path || []).join("."))));
+        tr.appendChild(el("td", "type", Object.keys(k.types || {}).join(" | ")));
+        tr.appendChild(el("td", "num", k.documents !== undefined ? Number(k.documents).toLocaleString() : ""));
+        const values = (k.values || []).map((v) => fmt(v.value) + (v.documents !== undefined ? " (" + v.documents + ")" : ""));
+        const td = el("td", "values", values.join(", "));
+        td.title = values.join("\n");
+        tr.appendChild(td);
+        body.appendChild(tr);
+      }
+      table.appendChild(body);
+      box.appendChild(table);
+    }
+    const known = new Set(["store", "documents", "sentences", "embedder", "analyzer", "keys", "sampled", "method"]);
+    const rest = Object.entries(schema).filter(([k]) => !known.has(k));
+    if (rest.length) {
+      const more = el("details", "more");
+      more.appendChild(el("summary", "", "more"));
+      renderValue(more, Object.fromEntries(rest), 0);
+      box.appendChild(more);
+    }
+  }
+
   async function loadSchema() {
     if (!features.includes("schema")) return;
     const res = await call("GET", "/schema");
@@ -368,7 +484,8 @@
     $("schema-panel").hidden = false;
     const box = $("schema");
     clear(box);
-    renderValue(box, res.data, 0);
+    if (res.data && typeof res.data === "object" && !Array.isArray(res.data)) renderSchema(box, res.data);
+    else renderValue(box, res.data, 0);
   }
 
   async function loadHealth() {

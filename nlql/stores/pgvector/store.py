@@ -365,12 +365,15 @@ class PgVectorStore(SchemaMixin, TermsMixin, KnnMixin, EntityMixin, SqlStore):
     # ------------------------------------------------------------------------------ info record
 
     def get_info(self, key: str) -> str | None:
-        """A value this store keeps for its users beside the data (e.g. the embedder that built it)."""
-        self._need_open()
+        """A value this store keeps for its users beside the data (e.g. the embedder that built it); before
+        :meth:`open` too (the CLI reads which embedder built a store to open it with that one)."""
         key = _info_key(key)
 
         def run() -> str | None:
             with self._tx() as conn:
+                if self.dim is None and conn.execute("SELECT to_regclass(%s)",
+                                                     [self.dialect.table("info")]).fetchone()[0] is None:
+                    return None  # not opened, and no store here yet
                 row = self._run(conn, self.dialect.get_meta("info", key)).fetchone()
                 return None if row is None else unescape_text(row[0])
 
