@@ -23,7 +23,8 @@ from __future__ import annotations
 import copy
 import json
 import math
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from nlql.errors import Diagnostic, MissingDependencyError, NLQLError
@@ -501,8 +502,33 @@ def ask_question(engine: Engine, question: str, params: Mapping[str, Any] | None
 # ------------------------------------------------------------------------------------------- MCP
 
 
-def build_mcp_server(engine: Engine, name: str = "nlql") -> Any:
+class _Opener:
+    """The engine of a server, opened by ``open()`` on first use (``nlql mcp`` answers ``initialize``
+    before the store is read) and kept; a failed opening is tried again on the next call."""
+
+    def __init__(self, engine: Engine | Callable[[], Engine]) -> None:
+        self._engine = None if callable(engine) and not hasattr(engine, "search") else engine
+        self._open = engine if self._engine is None else None
+        self._lock = threading.Lock()
+
+    def __call__(self) -> Engine:
+        if self._engine is None:
+            with self._lock:
+                if self._engine is None:
+                    self._engine = self._open()  # type: ignore[misc]
+        return self._engine  # type: ignore[return-value]
+
+    @property
+    def opened(self) -> Engine | None:
+        return self._engine
+
+
+def build_mcp_server(engine: Engine | Callable[[], Engine], name: str = "nlql") -> Any:
     """An MCP server (the SDK's ``MCPServer``, formerly ``FastMCP``) exposing one engine.
+
+    ``engine`` is an :class:`~nlql.engine.Engine`, or a function that opens one: it is then called on
+    the first tool or resource read, not before (a client's ``initialize`` is answered at once), and
+    its error, if any, is that call's tool error.
 
     Tools (each returns readable text content and the same result as structured content):
     ``nlql_schema(sample=1000)`` → the store's size, embedder, analyzer and metadata keys;
@@ -537,6 +563,17 @@ def build_mcp_server(engine: Engine, name: str = "nlql") -> Any:
     except TypeError:  # an SDK without the version argument
         server = Server(name, instructions=MCP_INSTRUCTIONS)
 
+    opener = _Opener(engine)
+
+    def store() -> Engine:
+        try:
+            return opener()
+        except NLQLError as exc:
+            raise ToolError(f"cannot open the store: {exc}") from None
+        except Exception as exc:  # noqa: BLE001 - the CLI's own errors (a bad store), as the tool's error
+            hint = getattr(exc, "hint", None)
+            raise ToolError(f"cannot open the store: {exc}" + (f" (hint: {hint})" if hint else "")) from None
+
     def result(text: str, structured: Any) -> Any:
         data = structured if isinstance(structured, dict) else {"result": structured}
         return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=data)
@@ -560,7 +597,7 @@ def build_mcp_server(engine: Engine, name: str = "nlql") -> Any:
         with its types, how many documents have it and common values. Read it before writing a WHERE
         on meta.* (a key no document has matches nothing)."""
         argument("sample", sample, int, "an integer (documents to sample on a large store)", minimum=1)
-        out = schema_query(engine, sample)
+        out = schema_query(store(), sample)
         text = out.get("text") or "error: " + str(out.get("error", {}).get("rendered"))
         return result(text, out)
 
@@ -570,7 +607,7 @@ def build_mcp_server(engine: Engine, name: str = "nlql") -> Any:
         message, hint, rendered with a caret); warnings (e.g. a metadata key no document has, with
         did-you-mean over the real keys) do not stop the query but usually mean no rows."""
         common(query, params)
-        diags = check_query(engine, query, params)
+        diags = check_query(store(), query, params)
         return result(check_text(diags), diags)
 
     @server.tool(name="nlql_explain")
@@ -580,7 +617,7 @@ def build_mcp_server(engine: Engine, name: str = "nlql") -> Any:
         limit) without running it, as a readable plan; include_plan=true adds the plan as data."""
         common(query, params)
         argument("include_plan", include_plan, bool, "true or false", optional=False)
-        out = explain_query(engine, query, params, include_plan=include_plan)
+        out = explain_query(store(), query, params, include_plan=include_plan)
         text = out["text"] if out["ok"] else "error: " + str(out["error"].get("rendered"))
         return result(text, out)
 
@@ -595,7 +632,7 @@ def build_mcp_server(engine: Engine, name: str = "nlql") -> Any:
         if timeout is not None and not timeout > 0:
             raise ToolError(f"argument 'timeout' must be a positive number of seconds, not {timeout}")
         try:
-            out = search_query(engine, query, params, max_tokens, timeout, cursor)
+            out = search_query(store(), query, params, max_tokens, timeout, cursor)
         except (TypeError, ValueError) as exc:
             raise ToolError(f"bad argument: {exc}") from None
         return result(hits_text(out), out)
@@ -606,7 +643,7 @@ def build_mcp_server(engine: Engine, name: str = "nlql") -> Any:
         argument("question", question, str, "a string (a question in plain words)", optional=False)
         argument("params", params, dict, "an object of parameter values")
         argument("max_tokens", max_tokens, int, "a positive integer", minimum=1)
-        out = ask_question(engine, question, params, max_tokens)
+        out = ask_question(store(), question, params, max_tokens)
         route = out.get("route") or {}
         head = f"intent: {route.get('intent')}\nquery: {route.get('query')}\n\n" if route else ""
         return result(head + hits_text(out), out)
@@ -622,7 +659,8 @@ def build_mcp_server(engine: Engine, name: str = "nlql") -> Any:
                                  "types, document count and common values.",
                      mime_type="text/plain")
     def schema_resource() -> str:
-        out = schema_query(engine)
+        out = schema_query(store())
         return str(out.get("text") or out.get("error"))
 
+    server.nlql_engine = opener  # the opened engine, or None before first use (``nlql mcp`` closes it)
     return server

@@ -1250,13 +1250,26 @@ def mcp(
     """Serve a store to agents over MCP (stdio): tools nlql_schema, nlql_check, nlql_explain,
     nlql_search, nlql_ask and the resources nlql://language and nlql://schema."""
     with guard():
+        # the checks that cost nothing first (a missing store fails here, before serving); the store
+        # itself is opened on the first tool call, so a client's initialize is answered at once
+        if _is_directory_store(store) and Path(store).is_file():
+            raise CLIError(f"{store} is a file, not an NLQL store directory")
+        require_store(store)
         from nlql.agent import build_mcp_server
 
-        engine, _ = open_engine(store, embedder)
+        def opened() -> Engine:
+            started = time.perf_counter()
+            engine, _ = open_engine(store, embedder)
+            print(f"nlql mcp: opened {store} in {time.perf_counter() - started:.1f} s", file=sys.stderr,
+                  flush=True)
+            return engine
+
+        server = build_mcp_server(opened)
         try:
-            build_mcp_server(engine).run("stdio")
+            server.run("stdio")
         finally:
-            engine.close()
+            if server.nlql_engine.opened is not None:
+                server.nlql_engine.opened.close()
 
 
 # ------------------------------------------------------------------------------------- serve

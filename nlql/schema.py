@@ -49,6 +49,15 @@ def _is_date(text: str) -> bool:
     return True
 
 
+_OFFSET = re.compile(r"(Z|z|[+-]\d{2}:?\d{2})$")
+
+
+def naive_stamp(value: Any) -> bool:
+    """Whether a date-typed string is a timestamp without an offset (``2024-06-01T10:00``): a time of
+    day in no stated zone, counted as ``kinds["naive"]`` so that a table keeps such a key as text."""
+    return isinstance(value, str) and len(value) > 10 and not _OFFSET.search(value)
+
+
 def value_type(value: Any) -> str:
     """The schema type of one metadata value: string, number, bool, date (an ISO string), list, object, null."""
     if value is None:
@@ -209,6 +218,8 @@ class MetaSummary:
                 key.types[t] += m
                 if t == "number":
                     key.kinds[_number_kind(value)] += m
+                elif t == "date" and naive_stamp(value):
+                    key.kinds["naive"] += m
                 if t == "string" and _NUMBER.match(value):
                     key.numeric_strings += m
                 v = _countable(value)
@@ -242,6 +253,10 @@ class MetaSummary:
                 n = key.kinds[fine] = key.kinds.get(fine, 0) + sign
                 if n <= 0:
                     del key.kinds[fine]
+            elif t == "date" and naive_stamp(value):
+                n = key.kinds["naive"] = key.kinds.get("naive", 0) + sign
+                if n <= 0:
+                    del key.kinds["naive"]
             elif t == "list":
                 kinds = key.kinds
                 for fine in _item_kinds(value):
@@ -300,7 +315,8 @@ class KeyInfo:
     distinct: int = 0
     #: Finer than ``types``, in documents: numbers by kind (``int`` within int64, ``bigint`` beyond it,
     #: ``float``) and lists by the kinds of their items (``item:int``, ``item:float``, ``item:bigint``,
-    #: ``item:bool``, ``item:string``, ``item:other`` for a list or object inside a list). Table
+    #: ``item:bool``, ``item:string``, ``item:other`` for a list or object inside a list) and dates by
+    #: ``naive`` (timestamps with a time of day and no offset, :func:`naive_stamp`). Table
     #: conversions read it (:mod:`nlql.execute.frames`); empty from a store that does not count it.
     kinds: dict[str, int] = field(default_factory=dict)
 

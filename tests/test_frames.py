@@ -395,3 +395,29 @@ def test_a_key_that_is_sometimes_not_a_date_is_text_in_every_result() -> None:
     for lang in ("en", "de", "zz"):
         assert str(engine.search(query, {"lang": lang}).to_pandas().dtypes["meta.d"]) == "string"
     assert engine.search(query, {"lang": "en"}).to_pandas()["meta.d"].tolist() == ["2024-06-01T10:00:00+0200"]
+
+
+def test_timestamps_are_tz_aware_datetimes_and_naive_timestamps_stay_text() -> None:
+    import datetime as dt
+
+    engine = Engine(embedder=HashEmbedder(dim=32), warm_up=False)
+    plus2 = dt.timezone(dt.timedelta(hours=2))
+    engine.add_texts(["one.", "two.", "three."], ids=["1", "2", "3"], metadatas=[
+        {"when": dt.datetime(2024, 1, 2, 3, 4, 5, tzinfo=plus2), "day": "2024-01-02", "naive": "2024-01-02T10:00"},
+        {"when": "2023-05-06T07:08:09Z", "day": "2020-02-29", "naive": "2024-01-03"}, {}])
+    for query in ("SELECT SENTENCE ORDER BY id", 'SELECT SENTENCE WHERE id == "2#0"', 'SELECT SENTENCE WHERE id == "x"'):
+        hits = engine.search(query)
+        df = hits.to_pandas()
+        assert str(df.dtypes["meta.when"]) == str(df.dtypes["meta.day"]) == "datetime64[us, UTC]"
+        # a timestamp without an offset: no time zone is made up for it, the key is text in every result
+        assert str(df.dtypes["meta.naive"]) == "string"
+        assert hits.to_arrow().schema.field("meta.when").type == pa.timestamp("us", tz="UTC")
+        assert hits.to_polars().schema["meta.when"] == pl.Datetime("us", "UTC")
+    df = engine.search("SELECT SENTENCE ORDER BY id").to_pandas()
+    assert df["meta.when"][0] == pd.Timestamp("2024-01-02T01:04:05Z") and df["meta.when"][2] is pd.NaT
+    assert df["meta.day"][1] == pd.Timestamp("2020-02-29T00:00:00Z")
+    assert df["meta.naive"].tolist()[:2] == ["2024-01-02T10:00", "2024-01-03"]
+    pl_when = engine.search("SELECT SENTENCE ORDER BY id").to_polars()["meta.when"]
+    assert pl_when[1] == dt.datetime(2023, 5, 6, 7, 8, 9, tzinfo=dt.timezone.utc)
+    engine.delete("1")  # the naive timestamp is gone: its key is a date column again
+    assert str(engine.search("SELECT SENTENCE").to_pandas().dtypes["meta.naive"]) == "datetime64[us, UTC]"

@@ -169,3 +169,68 @@ def test_nlql_mcp_serves_a_store_over_stdio(tmp_path: Path) -> None:
     names, res = _run(go)
     assert TOOLS <= names
     assert res["hits"][0]["content"] == "Agents call tools to act in the world."
+
+
+def test_nlql_mcp_answers_initialize_before_it_opens_the_store(tmp_path: Path) -> None:
+    """Raw JSON-RPC over the pipes of `nlql mcp`: the initialize reply comes before the store is opened
+    (the server says on stderr when it opens it: nothing there yet), and the first tool call opens it."""
+    import select
+
+    from mcp.types import LATEST_PROTOCOL_VERSION
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.txt").write_text("Agents call tools to act in the world. Cats sleep.", encoding="utf-8")
+    store = tmp_path / "store"
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+           "HF_HUB_OFFLINE": "1"}
+    subprocess.run([sys.executable, "-m", "nlql", "ingest", str(docs), "--store", str(store),
+                    "--embedder", "hash", "-q"], check=True, env=env, capture_output=True, timeout=120)
+    proc = subprocess.Popen([sys.executable, "-m", "nlql", "mcp", "--store", str(store)], env=env,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path)
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+
+    def send(message: dict[str, Any]) -> None:
+        proc.stdin.write((json.dumps({"jsonrpc": "2.0", **message}) + "\n").encode())  # type: ignore[union-attr]
+        proc.stdin.flush()  # type: ignore[union-attr]
+
+    def reply(want: int) -> dict[str, Any]:
+        while True:
+            ready, _, _ = select.select([proc.stdout], [], [], 120)
+            assert ready, "no reply within 120 s"
+            line = proc.stdout.readline()  # type: ignore[union-attr]
+            assert line, proc.stderr.read().decode()  # type: ignore[union-attr]
+            message = json.loads(line)
+            if message.get("id") == want:
+                return message
+
+    def stderr_so_far() -> str:
+        out = b""
+        while select.select([proc.stderr], [], [], 0)[0]:
+            chunk = os.read(proc.stderr.fileno(), 65536)  # type: ignore[union-attr]
+            if not chunk:
+                break
+            out += chunk
+        return out.decode()
+
+    try:
+        send({"id": 1, "method": "initialize", "params": {
+            "protocolVersion": LATEST_PROTOCOL_VERSION, "capabilities": {},
+            "clientInfo": {"name": "test", "version": "0"}}})
+        init = reply(1)
+        assert init["result"]["serverInfo"]["name"] == "nlql"
+        before = stderr_so_far()
+        assert "opened" not in before, before  # answered without reading the store
+        send({"method": "notifications/initialized"})
+        send({"id": 2, "method": "tools/call", "params": {"name": "nlql_search", "arguments": {
+            "query": 'SELECT SENTENCE LET rel = SIMILARITY(content, "tools") LIMIT 1'}}})
+        res = reply(2)["result"]
+        assert not res.get("isError"), res
+        assert res["structuredContent"]["hits"][0]["content"] == "Agents call tools to act in the world."
+        proc.stdin.close()
+        proc.wait(timeout=60)
+        assert f"opened {store}" in before + proc.stderr.read().decode()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -21,11 +21,12 @@ only booleans; a comparison, AND, NOT, …    bool
 only integers within int64; LENGTH, COUNT   int64
 integers and floats; any score; ``/``       float64 (``+ - *`` of integers stay int64)
 only strings; LOWER, UPPER, content         string
-only ISO-8601 dates; NOW(), DATE(…)         datetime, UTC (a value without an offset is read as UTC)
+ISO dates, timestamps with an offset; NOW()  datetime, UTC (a date without an offset is midnight UTC)
 only lists of one kind                      list of that kind (string, int64, float64 or bool)
 HIGHLIGHT                                   list of [start, end] int64 pairs
 nothing but nulls                           float64 for a binding, string for metadata
-anything else (mixed, beyond int64)         string: strings as they are, other values as JSON text
+anything else (mixed, beyond int64, a       string: strings as they are, other values as JSON text
+timestamp without an offset)
 ==========================================  =========================================================
 
 Two cases fall back on the rows, and only these: a binding whose type the query cannot tell (a user
@@ -59,6 +60,7 @@ from typing import Any
 from nlql import ir
 from nlql.errors import MissingDependencyError
 from nlql.render import quote_key
+from nlql.schema import naive_stamp
 
 #: A result row (:class:`nlql.execute.results.Hit`, which imports this module: not imported here).
 Hit = Any
@@ -126,8 +128,8 @@ def key_kind(types: Mapping[str, int], kinds: Mapping[str, int]) -> str | None:
     t = next(iter(seen))
     if t == "bool":
         return "bool"
-    if t == "date":
-        return "datetime"
+    if t == "date":  # a timestamp without an offset keeps its key text: no time zone is made up for it
+        return "string" if kinds.get("naive") else "datetime"
     if t == "number":
         if "bigint" in kinds:
             return "string"
@@ -373,7 +375,7 @@ def _fits(value: Any, kind: str) -> bool:
     if kind == "float":
         return isinstance(value, (int, float)) and not isinstance(value, bool)
     if kind == "datetime":
-        return _datetime(value)[0] is not None
+        return _datetime(value)[0] is not None and not naive_stamp(value)
     if kind.startswith("list<"):
         inner = kind[5:-1]
         return isinstance(value, list) and all(x is None or _fits(x, inner) for x in value)
