@@ -123,22 +123,6 @@ def _exact_json(obj: Any) -> str:
     return text
 
 
-def _flat_dict(meta: Any) -> bool:
-    """Whether ``meta`` is a dict of str keys and null / str / int / bool / finite float values only
-    (then normalising leaves it as it is and it has no nested dict or list)."""
-    if type(meta) is not dict:
-        return False
-    for k, v in meta.items():
-        if type(k) is not str:
-            return False
-        if v is None or type(v) in _FLAT_SCALARS:
-            continue
-        if type(v) is float and math.isfinite(v):
-            continue
-        return False
-    return True
-
-
 def prepare(docs: Sequence[Any], dim: int, escape: Callable[[str], str] | None, analyzer: Any = None,
             check_vectors: bool = True) -> Prepared:
     """The columns of ``docs`` (``DocRecord``s with distinct ids), strings written with ``escape``
@@ -152,28 +136,59 @@ def prepare(docs: Sequence[Any], dim: int, escape: Callable[[str], str] | None, 
     esc_doc = _escaper(raw_escape, [d.doc_id for d in docs], [d.text for d in docs])
     memo: dict[tuple[type, Any], dict[str, Any]] = {}
     keys: dict[str, str] = {}
+    # per (key, type, value): the path key, the shared typed record (None for a null) and the JSON
+    # member text, or None when the value takes another form (a float, a nested dict or list)
+    entries: dict[tuple[str, type, Any], tuple[str, dict[str, Any] | None, str] | None] = {}
 
-    def typed(v: Any) -> dict[str, Any]:
-        if type(v) is float:  # -0.0 == 0.0: floats are not shared
-            return _typed(v, raw_escape)
-        mk = (type(v), v)
-        rec = memo.get(mk)
-        if rec is None:
-            rec = memo[mk] = _typed(v, raw_escape)
-        return rec
+    def entry(k: Any, v: Any) -> tuple[str, dict[str, Any] | None, str] | None:
+        tv = type(v)
+        if type(k) is not str or not (v is None or tv in _FLAT_SCALARS):
+            return None
+        pk = keys.get(k)
+        if pk is None:
+            pk = keys[k] = path_key((k,))
+        rec = None
+        if v is not None:
+            mk = (tv, v)
+            rec = memo.get(mk)
+            if rec is None:
+                rec = memo[mk] = _typed(v, raw_escape)
+        text = _ENCODER.encode(k) + ":" + _ENCODER.encode(v)
+        return pk, rec, text if _SURROGATE.search(text) is None else None  # type: ignore[return-value]
+
+    def flat_doc(meta: dict[Any, Any]) -> tuple[list[tuple[str, dict[str, Any]]], str] | None:
+        """(typed records, exact JSON) of a flat dict of scalars, from the shared entries; None otherwise."""
+        flat: list[tuple[str, dict[str, Any]]] = []
+        parts: list[str] = []
+        for k, v in meta.items():
+            if type(v) is float:
+                if not math.isfinite(v) or type(k) is not str:
+                    return None
+                pk = keys.get(k)
+                if pk is None:
+                    pk = keys[k] = path_key((k,))
+                flat.append((pk, _typed(v, raw_escape)))  # not shared: -0.0 == 0.0
+                parts.append(_ENCODER.encode(k) + ":" + float.__repr__(v))
+                continue
+            try:
+                e = entries[(k, type(v), v)]
+            except KeyError:
+                e = entries[(k, type(v), v)] = entry(k, v)
+            except TypeError:  # an unhashable value (a list, a dict)
+                return None
+            if e is None or e[2] is None:
+                return None
+            if e[1] is not None:
+                flat.append((e[0], e[1]))
+            parts.append(e[2])
+        return flat, "{" + ",".join(parts) + "}"
 
     vectors: list[np.ndarray] = []
     for i, d in enumerate(docs):
         meta = d.metadata or {}
-        if _flat_dict(meta):
-            flat = []
-            for k, v in meta.items():
-                if v is None:
-                    continue
-                pk = keys.get(k)
-                if pk is None:
-                    pk = keys[k] = path_key((k,))
-                flat.append((pk, typed(v)))
+        quick = flat_doc(meta) if type(meta) is dict else None
+        if quick is not None:
+            flat, text = quick
             members: dict[str, list[dict[str, Any]]] = {}
         else:
             meta = V.normalize_metadata(meta)
@@ -181,10 +196,11 @@ def prepare(docs: Sequence[Any], dim: int, escape: Callable[[str], str] | None, 
                 raise ValueError(f"metadata of {d.doc_id!r} must be a dict")
             flat = list(flatten_metadata(meta, raw_escape).items())
             members = list_members(meta, raw_escape)
+            text = _exact_json(meta)
         out.doc_ids.append(esc_doc(d.doc_id))
         out.seqs.append(int(d.seq))
         out.texts.append(esc_doc(d.text))
-        out.metadata.append(_exact_json(meta))
+        out.metadata.append(text)
         out.flat.append(flat)
         out.members.append(members)
         fold, num, ts = _shadow(d.doc_id, raw_escape)

@@ -20,8 +20,10 @@ METAS = [
     {"nan": float("nan"), "inf": float("inf"), 3: "int key", "nul": "a\x00b", "sur": "\ud800"},
     {},
     {"one": 1, "true": True, "zero": 0.0, "flt": 1.0},
+    {3: "an int key only"}, {"sur": "x\udc00"}, {"l": [1, 2]}, {"d": {}}, {"\ud800": 1}, {"b": False, "i": 1},
 ]
-TEXTS = ["Solar energy grows", "2025-01-02 report", "-3.5", "a\x00 b \ud800c", "", "ÉCOLE Straße"]
+TEXTS = ["Solar energy grows", "2025-01-02 report", "-3.5", "a\x00 b \ud800c", "", "ÉCOLE Straße",
+         "+1", ".5 of it", "١٢ digits", "x", "y", "z"]
 
 
 def docs() -> list[DocRecord]:
