@@ -23,6 +23,13 @@ Every (system, shape) is timed round-robin with every other one in one ``interle
 (medians of ``--repeat`` rounds after two warm-up rounds), so a burst of load from another process
 lands on all of them alike.
 
+The SQL stores come with their engines' own statements as floors, built from the same rows and timed
+in the same interleaved call: **raw DuckDB SQL** (a ``FLOAT[384]`` table loaded from one Arrow table,
+``array_inner_product … ORDER BY … DESC LIMIT 10``, filters as plain ``WHERE``) beside **NLQL on DuckDB**
+(``DuckDBStore()`` in memory), and **raw pgvector SQL (HNSW)** (a table loaded by binary COPY, an HNSW
+index with the store's parameters, ``ORDER BY embedding <=> q LIMIT 10`` at the store's ``ef_search``)
+beside **NLQL on pgvector**. Their build times are in ``build``.
+
 recall@10 against the exact answer on the ten query texts, for every row: numpy fp32 scores over the
 allowed rows for the vector shapes; NLQL's BM25 (the SPEC formula with NLQL's analyzer, cross-checked
 against a scipy sparse product) for ``bm25``, counting a returned row as right when its NLQL BM25 score
@@ -56,6 +63,8 @@ os.environ.setdefault("LANCEDB_LOG", "error")  # lance warns on every query that
 os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
 
 ROOT = Path(__file__).resolve().parent.parent
+# run as a script, this file's folder is sys.path[0], where "duckdb" would be bench/duckdb.py: drop it
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
@@ -376,6 +385,85 @@ def bm25s_rows(data: Data) -> tuple[dict[str, Search], dict[str, Any]]:
     return {"bm25": search}, {"build_s": round(build, 2), "keep": retriever}
 
 
+def raw_duckdb_rows(data: Data) -> tuple[dict[str, Search], dict[str, Any]]:
+    """DuckDB's own statements, the floor of NLQL on DuckDB: ``raw(id, status, tag, embedding
+    FLOAT[384])`` loaded from one Arrow table, ``array_inner_product`` (the vectors are unit) ``ORDER BY
+    … DESC LIMIT 10``, filters as plain ``WHERE`` on the columns. No BM25 without an extension."""
+    import duckdb
+    import pyarrow as pa
+
+    dim = data.vecs.shape[1]
+    conn = duckdb.connect()
+    t = time.perf_counter()
+    table = pa.table({
+        "id": pa.array(np.arange(data.n, dtype=np.int64)),
+        "status": pa.array([m["status"] for m in data.metas]),
+        "tag": pa.array([m["tag"] for m in data.metas]),
+        "embedding": pa.FixedSizeListArray.from_arrays(pa.array(data.vecs.ravel()), dim)})
+    conn.execute(f"CREATE TABLE raw (id BIGINT, status VARCHAR, tag VARCHAR, embedding FLOAT[{dim}])")
+    conn.register("src", table)
+    conn.execute("INSERT INTO raw SELECT * FROM src")
+    conn.unregister("src")
+    build = time.perf_counter() - t
+    score = f"array_inner_product(embedding, $1::FLOAT[{dim}])"
+    q = [v.tolist() for v in data.qvecs]
+
+    def run(where: str, extra: list[Any]) -> Search:
+        text = f"SELECT id FROM raw {where} ORDER BY {score} DESC LIMIT {K}"
+
+        def search(i: int) -> list[int]:
+            return [int(r[0]) for r in conn.execute(text, [q[i], *extra]).fetchall()]
+
+        return search
+
+    rows = {"top10": run("", []), "canonical": run(f"WHERE status = $2 AND {score} >= 0.2", ["published"]),
+            "tag": run("WHERE tag = $2", [TAG])}
+    return rows, {"build_s": round(build, 2), "keep": conn}
+
+
+def raw_pg_rows(data: Data, uri: str, m: int, ef_construction: int, ef_search: int
+                ) -> tuple[dict[str, Search], dict[str, Any]]:
+    """pgvector's own SQL, the floor of NLQL on pgvector: ``raw(id, status, tag, embedding vector)``
+    by binary COPY, an HNSW index (``vector_cosine_ops``, the store's ``m``/``ef_construction``),
+    ``hnsw.ef_search`` as the store's, ``ORDER BY embedding <=> q LIMIT 10``; filters as plain
+    ``WHERE`` (pgvector 0.6 filters the index's candidates: a selective filter under-fills)."""
+    import psycopg
+
+    from nlql.stores.pgvector.driver import Vector, register_vector, vector_bytes
+
+    conn = psycopg.connect(uri, autocommit=True)
+    oid = conn.execute("SELECT 'vector'::regtype::oid").fetchone()[0]
+    register_vector(conn, oid)
+    dim = data.vecs.shape[1]
+    t = time.perf_counter()
+    conn.execute(f"CREATE TABLE raw (id bigint, status text, tag text, embedding vector({dim}))")
+    with conn.transaction(), conn.cursor() as cur, cur.copy("COPY raw FROM STDIN WITH (FORMAT BINARY)") as cp:
+        cp.set_types(["int8", "text", "text", oid])
+        for i, (meta, vec) in enumerate(zip(data.metas, data.vecs, strict=True)):
+            cp.write_row((i, meta["status"], meta["tag"], Vector(vector_bytes(vec))))
+    copy_s = time.perf_counter() - t
+    t = time.perf_counter()
+    conn.execute(f"CREATE INDEX ON raw USING hnsw (embedding vector_cosine_ops) WITH (m = {int(m)}, "
+                 f"ef_construction = {int(ef_construction)})")
+    conn.execute("ANALYZE raw")
+    index_s = time.perf_counter() - t
+    conn.execute(f"SET hnsw.ef_search = {int(ef_search)}")
+    q = [Vector(vector_bytes(v)) for v in data.qvecs]
+
+    def run(where: str, extra: list[Any]) -> Search:
+        text = f"SELECT id FROM raw {where} ORDER BY embedding <=> %(q)s LIMIT {K}"
+
+        def search(i: int) -> list[int]:
+            return [int(r[0]) for r in conn.execute(text, {"q": q[i], **dict(extra)}).fetchall()]
+
+        return search
+
+    rows = {"top10": run("", []),
+            "canonical": run("WHERE status = %(s)s AND 1 - (embedding <=> %(q)s) >= 0.2", [("s", "published")]),
+            "tag": run("WHERE tag = %(t)s", [("t", TAG)])}
+    return rows, {"copy_s": round(copy_s, 2), "index_s": round(index_s, 2), "keep": conn}
+
+
 # ---------------------------------------------------------------------------------------------- run
 
 
@@ -425,11 +513,35 @@ def run(n: int, repeat: int, skip: set[str]) -> dict[str, Any]:
                                          f"{pg_server.versions['postgres']} + pgvector {pg_server.versions['pgvector']}")
             log(f"[side_by_side] pgvector ingest {builds['NLQL on pgvector ingest_s']} s, "
                 f"index {builds['NLQL on pgvector HNSW index_s']} s")
+            systems["raw pgvector SQL (HNSW)"], info = raw_pg_rows(data, pg_server.uri, store.m,
+                                                                  store.ef_construction, store.ef_search)
+            keep.append(info.pop("keep"))
+            builds["raw pgvector COPY_s"], builds["raw pgvector HNSW index_s"] = info["copy_s"], info["index_s"]
+            notes["raw pgvector SQL (HNSW)"] = (f"ORDER BY embedding <=> q LIMIT 10, hnsw.ef_search {store.ef_search}, "
+                                                "filters as plain WHERE on columns")
         except Exception as exc:  # noqa: BLE001 - an optional row; the reason is reported
             notes["NLQL on pgvector"] = f"not run: {type(exc).__name__}: {exc}"
             log(f"[side_by_side] pgvector skipped: {exc}")
     else:
         notes["NLQL on pgvector"] = "not run (--skip pg)"
+
+    if "duckdb" not in skip:
+        from nlql.stores.duckdb import DuckDBStore
+
+        duck = Engine(embedder=data.embedder, store=DuckDBStore(), warm_up=False)
+        t = time.perf_counter()
+        duck.add_texts(data.texts, ids=data.ids, metadatas=data.metas, batch_size=8192)
+        builds["NLQL on DuckDB ingest_s"] = round(time.perf_counter() - t, 2)
+        systems["NLQL on DuckDB"] = nlql_rows(duck)
+        systems["raw DuckDB SQL"], info = raw_duckdb_rows(data)
+        keep.append(info.pop("keep"))
+        builds["raw DuckDB insert_s"] = info["build_s"]
+        notes["NLQL on DuckDB"] = "DuckDBStore() in memory: exact scans, hybrid plans as one statement"
+        notes["raw DuckDB SQL"] = ("array_inner_product(embedding, q) ORDER BY … DESC LIMIT 10 on a FLOAT[384] "
+                                   "table, filters as plain WHERE on columns")
+        log(f"[side_by_side] DuckDB ingest {builds['NLQL on DuckDB ingest_s']} s, raw insert {info['build_s']} s")
+    else:
+        notes["NLQL on DuckDB"] = "not run (--skip duckdb)"
 
     from nlql.text.analyzer import Analyzer
 
@@ -529,7 +641,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--size", type=int, default=100_000)
     ap.add_argument("--repeat", type=int, default=21)
-    ap.add_argument("--skip", default="", help="comma list of rows to leave out: pg, chromadb, faiss, lancedb, bm25s")
+    ap.add_argument("--skip", default="", help="comma list of rows to leave out: pg, duckdb, chromadb, faiss, lancedb, bm25s")
     ap.add_argument("--out", type=Path, default=RESULTS / "side_by_side.json")
     args = ap.parse_args(argv)
     started = time.perf_counter()

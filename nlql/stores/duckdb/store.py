@@ -15,9 +15,10 @@ from nlql import values as V
 from nlql.errors import BackendError, NLQLError
 from nlql.pushdown import NativeFilter
 from nlql.sql.binder import Fragment, Param, Slot, sql
-from nlql.sql.codec import exact_json, flatten_metadata, list_members, shadow
+from nlql.sql.codec import list_members
 from nlql.sql.dialect import Compiled
 from nlql.sql.duckdb import DuckDBDialect
+from nlql.sql.ingest import prepare
 from nlql.sql.nodes import SimilarityScore
 from nlql.stores.base import DocRecord, Row
 from nlql.stores.duckdb.driver import (
@@ -429,64 +430,48 @@ class DuckDBStore(SqlStore):
         self._guard(lambda: self._write(*tables))
 
     def _prepare(self, docs: list[DocRecord]) -> tuple[list[str], Any, Any, Any, int, int, Any, Any, Any]:
-        """(escaped ids, Arrow docs, units and terms tables, sentences added, terms added, entity names,
-        the typed metadata by path, the list members' columns)."""
+        """(escaped ids, Arrow docs and units tables (the units with their terms as a list, counted in
+        SQL by ``_write``), None, sentences added, terms added, entity names, the typed metadata by
+        path, the list members' columns), from one pass over the batch (:func:`nlql.sql.ingest.prepare`)."""
         pa = import_arrow()
-        esc = self.dialect.codec.escape
+        codec = self.dialect.codec
+        esc = codec.escape
         assert self.dim is not None
-        dc: dict[str, list[Any]] = {k: [] for k in ("doc_id", "seq", "text", "metadata", "mflat", "fold", "num", "ts")}
-        uc: dict[str, list[Any]] = {k: [] for k in ("doc_id", "position", "content", "start", "end", "tail", "seq",
-                                                    "fold", "num", "ts", "nterms")}
-        tc: dict[str, list[Any]] = {"doc_id": [], "position": [], "term": [], "tf": []}
-        fc: dict[str, list[Any]] = {k: [] for k in ("doc_id", "path", "s", "f", "n", "t", "b")}
-        mc: dict[str, list[Any]] = {k: [] for k in ("doc_id", "path", "s", "f", "n", "t", "b")}
-        vectors: list[np.ndarray] = []
-        added_len = 0
-        for doc in docs:
-            meta = V.normalize_metadata(doc.metadata or {})
-            if not isinstance(meta, dict):
-                raise ValueError(f"metadata of {doc.doc_id!r} must be a dict")
-            doc_id = esc(doc.doc_id)
-            fold, num, ts = shadow(doc.doc_id, esc)
-            flat = list(flatten_metadata(meta, esc).items())
-            for k, v in zip(dc, (doc_id, int(doc.seq), esc(doc.text), exact_json(meta), flat, fold, num, ts),
-                            strict=True):
-                dc[k].append(v)
-            _member_rows(mc, doc_id, list_members(meta, esc))
-            for path, rec in flat:
-                fc["doc_id"].append(doc_id)
-                fc["path"].append(path)
-                for field in "sfntb":
-                    fc[field].append(rec.get(field))
-            if not doc.units:
-                continue
-            vecs = np.asarray(doc.vectors, dtype=np.float32)
-            if vecs.ndim != 2 or vecs.shape != (len(doc.units), self.dim):
-                raise ValueError(f"document {doc.doc_id!r}: expected {len(doc.units)}×{self.dim} vectors, "
-                                 f"got {vecs.shape}")
-            if not np.isfinite(vecs).all():
-                raise ValueError(f"document {doc.doc_id!r}: vectors contain NaN or infinity")
-            vectors.append(vecs)
-            for u in doc.units:
-                cfold, cnum, cts = shadow(u.content, esc)
-                nterms, counted = self._terms_of(u.content)
-                added_len += nterms
-                for k, v in zip(uc, (doc_id, int(u.position), esc(u.content), int(u.start), int(u.end),
-                                     esc(u.tail), int(doc.seq), cfold, cnum, cts, nterms), strict=True):
-                    uc[k].append(v)
-                for term, tf in counted:
-                    tc["doc_id"].append(doc_id)
-                    tc["position"].append(int(u.position))
-                    tc["term"].append(term)
-                    tc["tf"].append(tf)
+        p = prepare(docs, self.dim, esc if codec.escaped else None, self.analyzer if self.bm25 else None)
         s, i64, i32, f64 = pa.string(), pa.int64(), pa.int32(), pa.float64()
-        docs_t = arrow_table(dc, {"doc_id": s, "seq": i64, "text": s, "metadata": s,
-                                  "mflat": pa.map_(s, record_type()), "fold": s, "num": f64, "ts": i64})
-        units_t = arrow_table(uc, {"doc_id": s, "position": i32, "content": s, "start": i32, "end": i32, "tail": s,
-                                   "seq": i64, "fold": s, "num": f64, "ts": i64, "nterms": i32})
-        flat = np.concatenate(vectors).ravel() if vectors else np.zeros(0, dtype=np.float32)
-        units_t = units_t.append_column("embedding", pa.FixedSizeListArray.from_arrays(pa.array(flat), self.dim))
-        terms_t = arrow_table(tc, {"doc_id": s, "position": i32, "term": s, "tf": i32})
+        counts, paths, cols = p.record_columns()
+        rtype = record_type()
+        fields = [pa.array(c, type=rtype.field(k).type) for k, c in zip("sfntb", cols, strict=True)]
+        items = pa.StructArray.from_arrays(fields, fields=list(rtype)) if paths else pa.array([], type=rtype)
+        offsets = pa.array(np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]).astype(np.int32), type=i32)
+        key_arr = pa.array(paths, type=s)
+        ids_arr = pa.array(p.doc_ids, type=s)
+        docs_t = pa.table({"doc_id": ids_arr, "seq": pa.array(p.seqs, type=i64), "text": pa.array(p.texts, type=s),
+                           "metadata": pa.array(p.metadata, type=s),
+                           "mflat": pa.MapArray.from_arrays(offsets, key_arr, items),
+                           "fold": pa.array(p.folds, type=s), "num": pa.array(p.nums, type=f64),
+                           "ts": pa.array(p.stamps, type=i64)})
+        owner = pa.array(np.repeat(np.arange(len(p.doc_ids), dtype=np.int64), counts))
+        flat_t = pa.table({"doc_id": ids_arr.take(owner), "path": key_arr,
+                           **{k: f for k, f in zip("sfntb", fields, strict=True)}})
+        unit_owner = pa.array(np.asarray(p.unit_doc, dtype=np.int64))
+        ucols: dict[str, Any] = {
+            "doc_id": ids_arr.take(unit_owner), "position": pa.array(p.positions, type=i32),
+            "content": pa.array(p.contents, type=s), "start": pa.array(p.starts, type=i32),
+            "end": pa.array(p.ends, type=i32), "tail": pa.array(p.tails, type=s),
+            "seq": pa.array(p.seqs, type=i64).take(unit_owner), "fold": pa.array(p.unit_folds, type=s),
+            "num": pa.array(p.unit_nums, type=f64), "ts": pa.array(p.unit_stamps, type=i64),
+            "nterms": pa.array(p.nterms, type=i32),
+            "embedding": pa.FixedSizeListArray.from_arrays(pa.array(p.vectors.ravel()), self.dim)}
+        if p.terms is not None:
+            lens = np.fromiter((len(t) for t in p.terms), dtype=np.int64, count=len(p.terms))
+            toff = pa.array(np.concatenate([[0], np.cumsum(lens)]), type=i64)
+            ucols["terms"] = pa.LargeListArray.from_arrays(toff, pa.array([t for ts in p.terms for t in ts], type=s))
+        units_t = pa.table(ucols)
+        mc: dict[str, list[Any]] = {k: [] for k in ("doc_id", "path", "s", "f", "n", "t", "b")}
+        for doc_id, members in zip(p.doc_ids, p.members, strict=True):
+            if members:
+                _member_rows(mc, doc_id, members)
         ec: dict[str, list[Any]] = {"doc_id": [], "position": [], "name": []}
         for doc in docs:
             if doc.entities is None:
@@ -497,47 +482,54 @@ class DuckDBStore(SqlStore):
                     ec["position"].append(int(u.position))
                     ec["name"].append(esc(name))
         ents_t = arrow_table(ec, {"doc_id": s, "position": i32, "name": s})
-        flat_t = arrow_table(fc, {"doc_id": s, "path": s, "s": s, "f": s, "n": f64, "t": i64, "b": pa.bool_()})
-        return dc["doc_id"], docs_t, units_t, terms_t, units_t.num_rows, added_len, ents_t, flat_t, mc
+        return p.doc_ids, docs_t, units_t, None, units_t.num_rows, p.total_terms, ents_t, flat_t, mc
 
     def _write(self, ids: list[str], docs_t: Any, units_t: Any, terms_t: Any, added_n: int, added_len: int,
                ents_t: Any = None, flat_t: Any = None, members: dict[str, list[Any]] | None = None) -> None:
         d = self.dialect
+        pa = import_arrow()
         with self._tx() as conn:
-            self._run(conn, sql("DELETE FROM ", d.table("flat"), " WHERE ", d.in_array("doc_id", Param(ids, "text[]"))))
-            self._run(conn, sql("DELETE FROM ", d.table("members"), " WHERE ",
-                                d.in_array("doc_id", Param(ids, "text[]"))))
+            with registered(conn, pa.table({"doc_id": docs_t.column("doc_id")})) as id_src:
+                stored = self._run(conn, sql("SELECT count(*) FROM ", d.docs, f" WHERE doc_id IN (SELECT doc_id "
+                                             f"FROM \"{id_src}\")")).fetchall()[0][0]
+            if stored:  # replacing documents: their old rows go first (a batch of new ids has none to find)
+                self._run(conn, sql("DELETE FROM ", d.table("flat"), " WHERE ",
+                                    d.in_array("doc_id", Param(ids, "text[]"))))
+                self._run(conn, sql("DELETE FROM ", d.table("members"), " WHERE ",
+                                    d.in_array("doc_id", Param(ids, "text[]"))))
+                self._run(conn, sql("DELETE FROM ", d.table("entities"), " WHERE doc_id = ANY(",
+                                    Param(ids, "text[]"), ")"))
+                for statement in d.forget_terms(ids):
+                    self._run(conn, statement)
+                for statement in d.delete_documents(ids):
+                    self._run(conn, statement)
             if members:
                 self._load_members(conn, members)
             if flat_t is not None and flat_t.num_rows:
                 with registered(conn, flat_t) as name:
                     self._run(conn, d.bulk_load("flat", ["doc_id", "path", "s", "f", "n", "t", "b"], name))
-            self._run(conn, sql("DELETE FROM ", d.table("entities"), " WHERE doc_id = ANY(", Param(ids, "text[]"), ")"))
             if ents_t is not None and ents_t.num_rows:
                 with registered(conn, ents_t) as name:
                     self._run(conn, sql("INSERT INTO ", d.table("entities"), " (doc_id, position, name) "
                                         f"SELECT doc_id, position, name FROM \"{name}\""))
-            for statement in d.forget_terms(ids):
-                self._run(conn, statement)
-            for statement in d.delete_documents(ids):
-                self._run(conn, statement)
             self._run(conn, d.put_meta("meta", "max_seq", str(max(docs_t.column("seq").to_pylist())), keep_max=True))
             with registered(conn, docs_t) as name:
                 self._run(conn, d.bulk_load("docs", ["doc_id", "seq", "text", "metadata", "mflat", "fold", "num",
                                                      "ts"], name))
             if units_t.num_rows:
-                cols = ["doc_id", "position", "content", "start", "end", "tail", "seq", "fold", "num", "ts",
+                # the keys first (in order), so that the term rows take theirs without a join on the table
+                seq = Param(f"{self.table_prefix}_keys", "text")
+                keys = sorted(r[0] for r in self._run(conn, sql("SELECT nextval(", seq, ") FROM range(",
+                                                                Param(units_t.num_rows, "bigint"), ")")).fetchall())
+                units_t = units_t.append_column("key", pa.array(keys, type=pa.int64()))
+                cols = ["key", "doc_id", "position", "content", "start", "end", "tail", "seq", "fold", "num", "ts",
                         "embedding", "nterms"]
-                quoted = ", ".join(f'"{c}"' for c in cols)
                 with registered(conn, units_t) as name:
-                    self._run(conn, sql("INSERT INTO ", d.units, f" (key, {quoted}) SELECT nextval(",
-                                        Param(f"{self.table_prefix}_keys", "text"),
-                                        f"), {quoted} FROM \"{name}\""))
-            if terms_t.num_rows:
-                with registered(conn, terms_t) as name:
-                    self._run(conn, sql("INSERT INTO ", d.terms, " (term, key, tf) SELECT t.term, u.key, t.tf FROM "
-                                        f"\"{name}\" t JOIN ", d.units, " u ON u.doc_id = t.doc_id AND "
-                                        "u.position = t.position"))
+                    self._run(conn, d.bulk_load("units", cols, name))
+                    if "terms" in units_t.column_names:
+                        self._run(conn, sql("INSERT INTO ", d.terms, " (term, key, tf) SELECT term, key, "
+                                            "count(*)::INTEGER FROM (SELECT key, unnest(terms) AS term FROM "
+                                            f"\"{name}\") GROUP BY term, key"))
             self._run(conn, d.add_term_stats(added_n, added_len))
 
     def delete(self, doc_ids: Sequence[str]) -> int:

@@ -19,13 +19,10 @@ from nlql.sql.binder import Fragment, Param, sql
 from nlql.sql.codec import (
     compact_json,
     escape_text,
-    exact_json,
-    flatten_metadata,
-    list_members,
-    shadow,
     to_decimal,
     unescape_text,
 )
+from nlql.sql.ingest import prepare
 from nlql.sql.postgres import PostgresDialect
 from nlql.stores.base import DocRecord
 from nlql.stores.pgvector.driver import first_line, import_psycopg, render
@@ -237,42 +234,44 @@ class PgVectorStore(SchemaMixin, TermsMixin, KnnMixin, EntityMixin, SqlStore):
         self._estimates.clear()
 
     def _prepare(self, docs: list[DocRecord]) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]], Terms]:
-        """(document rows, unit rows, term rows by (escaped doc id, position)) ready to COPY."""
+        """(document rows, unit rows, each sentence's (escaped doc id, position, terms)) ready to COPY,
+        from one pass over the batch (:func:`nlql.sql.ingest.prepare`)."""
         from psycopg.types.json import Jsonb
 
-        terms_of: Terms = {}
-
         assert self.dim is not None
+        p = prepare(docs, self.dim, escape_text, self.analyzer if self.bm25 else None)
         header = struct.pack(">HH", self.dim, 0)
-        doc_rows: list[tuple[Any, ...]] = []
-        unit_rows: list[tuple[Any, ...]] = []
-        for d in docs:
-            meta = V.normalize_metadata(d.metadata or {})
-            if not isinstance(meta, dict):
-                raise ValueError(f"metadata of {d.doc_id!r} must be a dict")
-            doc_id = escape_text(d.doc_id)
-            fold, num, ts = shadow(d.doc_id)
-            doc_rows.append((doc_id, int(d.seq), escape_text(d.text), exact_json(meta),
-                             Jsonb(flatten_metadata(meta), dumps=compact_json), fold, _dec(num), ts,
-                             Jsonb(list_members(meta), dumps=compact_json)))
-            if not d.units:
-                continue
-            vecs = np.asarray(d.vectors, dtype=np.float32)
-            if vecs.ndim != 2 or vecs.shape != (len(d.units), self.dim):
-                raise ValueError(f"document {d.doc_id!r}: expected {len(d.units)}×{self.dim} vectors, "
-                                 f"got {vecs.shape}")
-            if not np.isfinite(vecs).all():
-                raise ValueError(f"document {d.doc_id!r}: vectors contain NaN or infinity")
-            big = vecs.astype(">f4")
-            for i, u in enumerate(d.units):
-                cfold, cnum, cts = shadow(u.content)
-                nterms = 0
-                if self.bm25:
-                    nterms, terms_of[(doc_id, int(u.position))] = self._terms_of(u.content)
-                unit_rows.append((doc_id, int(u.position), escape_text(u.content), int(u.start), int(u.end),
-                                  escape_text(u.tail), int(d.seq), cfold, _dec(cnum), cts,
-                                  header + big[i].tobytes(), nterms))
-        return doc_rows, unit_rows, terms_of
+        keys: dict[str, str] = {}
+        recs: dict[int, str] = {}
+
+        def flat_json(flat: list[tuple[str, dict[str, Any]]]) -> str:
+            # the JSON object of the typed records, from each path's and record's text (both repeat)
+            parts = []
+            for path, rec in flat:
+                k = keys.get(path)
+                if k is None:
+                    k = keys[path] = compact_json(path)
+                r = recs.get(id(rec))
+                if r is None:
+                    r = recs[id(rec)] = compact_json(rec)
+                parts.append(f"{k}:{r}")
+            return "{" + ",".join(parts) + "}"
+
+        def verbatim(text: Any) -> Any:
+            return text
+
+        doc_rows = [(doc_id, seq, text, meta, Jsonb(flat_json(flat), dumps=verbatim), fold, _dec(num), ts,
+                     Jsonb(compact_json(members) if members else "{}", dumps=verbatim))
+                    for doc_id, seq, text, meta, flat, fold, num, ts, members in zip(
+                        p.doc_ids, p.seqs, p.texts, p.metadata, p.flat, p.folds, p.nums, p.stamps, p.members,
+                        strict=True)]
+        big = p.vectors.astype(">f4")
+        unit_rows = [(doc_id, pos, content, start, end, tail, seq, fold, _dec(num), ts, header + vec.tobytes(), n)
+                     for doc_id, pos, content, start, end, tail, seq, fold, num, ts, vec, n in zip(
+                         p.unit_ids, p.positions, p.contents, p.starts, p.ends, p.tails, p.unit_seqs, p.unit_folds,
+                         p.unit_nums, p.unit_stamps, big, p.nterms, strict=True)]
+        terms: Terms = list(zip(p.unit_ids, p.positions, p.terms, strict=True)) if p.terms is not None else []
+        return doc_rows, unit_rows, terms
 
     def _write(self, ids: list[str], doc_rows: list[tuple[Any, ...]], unit_rows: list[tuple[Any, ...]],
                terms: Terms, docs: Sequence[DocRecord] = ()) -> None:

@@ -19,7 +19,7 @@ from nlql.sql.codec import unescape_text
 from nlql.stores.pgvector.driver import render
 from nlql.stores.sqlstore import SqlStore
 
-Terms = dict[tuple[str, int], list[tuple[str, int]]]  # (escaped doc id, position) -> [(term, tf)]
+Terms = list[tuple[str, int, list[str]]]  # (escaped doc id, position, its escaped terms, repeats kept)
 
 
 class TermsMixin(SqlStore):
@@ -92,17 +92,23 @@ class TermsMixin(SqlStore):
             conn.execute(*render(self.dialect, statement))
 
     def _write_terms(self, conn: Any, ids: list[str], term_rows: Terms, added_n: int, added_len: int) -> None:
-        """Insert the term rows of freshly copied sentences (keys come from the identity column)."""
+        """Insert the term rows of freshly copied sentences, set-wise: each sentence's terms are copied
+        as one array into a transaction's temporary table, and counted (tf) against the sentences' keys
+        (from the identity column) in one statement."""
         d = self.dialect
         cur = conn.cursor()
-        if term_rows:
-            from nlql.sql.binder import Param, sql
+        if any(t for _, _, t in term_rows):
+            from nlql.sql.binder import sql
 
-            keys = cur.execute(*render(d, sql("SELECT doc_id, position, key FROM ", d.units,
-                                              " WHERE ", d.in_array("doc_id", Param(ids, "text[]"))))).fetchall()
-            with cur.copy(d.bulk_load("terms", ["term", "key", "tf"])) as copy:
-                copy.set_types(["text", "int8", "int4"])
-                for doc_id, position, key in keys:
-                    for term, tf in term_rows.get((doc_id, position), ()):
-                        copy.write_row((term, key, tf))
+            cur.execute("CREATE TEMP TABLE nlql_stage_terms (doc_id text, position int, terms text[]) "
+                        "ON COMMIT DROP")
+            with cur.copy("COPY nlql_stage_terms (doc_id, position, terms) FROM STDIN (FORMAT BINARY)") as copy:
+                copy.set_types(["text", "int4", "text[]"])
+                for row in term_rows:
+                    copy.write_row(row)
+            cur.execute(*render(d, sql("INSERT INTO ", d.terms, " (term, key, tf) SELECT t.term, u.key, count(*) "
+                                       "FROM nlql_stage_terms s JOIN ", d.units, " u ON u.doc_id = s.doc_id AND "
+                                       "u.position = s.position CROSS JOIN LATERAL unnest(s.terms) AS t(term) "
+                                       "GROUP BY t.term, u.key")))
+            cur.execute("DROP TABLE nlql_stage_terms")
         conn.execute(*render(d, d.add_term_stats(added_n, added_len)))

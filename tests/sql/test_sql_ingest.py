@@ -1,0 +1,68 @@
+"""nlql.sql.ingest.prepare gives, value for value, what the per-document codec functions give."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from nlql import values as V
+from nlql.sql.codec import escape_text, exact_json, flatten_metadata, list_members, shadow
+from nlql.sql.ingest import prepare
+from nlql.stores.base import DocRecord, UnitRecord
+from nlql.text.analyzer import Analyzer
+
+METAS = [
+    {"status": "published", "tag": "t7", "year": 2023, "ok": True, "score": 0.5},
+    {"status": "Published", "year": "2024", "when": "2025-01-02", "neg": -0.0, "big": 2**70, "none": None},
+    {"a": {"b": [1, "x", None, "x"]}, "tags": ["rag", "2025"], "t": (1, 2)},
+    {"nan": float("nan"), "inf": float("inf"), 3: "int key", "nul": "a\x00b", "sur": "\ud800"},
+    {},
+    {"one": 1, "true": True, "zero": 0.0, "flt": 1.0},
+    {3: "an int key only"}, {"sur": "x\udc00"}, {"l": [1, 2]}, {"d": {}}, {"\ud800": 1}, {"b": False, "i": 1},
+]
+TEXTS = ["Solar energy grows", "2025-01-02 report", "-3.5", "a\x00 b \ud800c", "", "ÉCOLE Straße",
+         "+1", ".5 of it", "١٢ digits", "x", "y", "z"]
+
+
+def docs() -> list[DocRecord]:
+    out = []
+    for i, (meta, text) in enumerate(zip(METAS, TEXTS, strict=True)):
+        units = [UnitRecord(0, text, 0, len(text), " "), UnitRecord(1, text.upper(), 0, len(text))] if text else []
+        vecs = np.full((len(units), 3), 0.5, dtype=np.float32)
+        out.append(DocRecord(f"d{i}" if i % 2 else str(i), text, meta, units, vecs, i + 1))
+    return out
+
+
+def test_prepare_matches_the_codec_per_document() -> None:
+    a = Analyzer()
+    ds = docs()
+    p = prepare(ds, 3, escape_text, a)
+    for i, d in enumerate(ds):
+        meta = V.normalize_metadata(d.metadata)
+        assert p.doc_ids[i] == escape_text(d.doc_id) and p.texts[i] == escape_text(d.text)
+        assert p.metadata[i] == exact_json(meta)
+        assert p.flat[i] == list(flatten_metadata(meta).items())
+        assert p.members[i] == list_members(meta)
+        assert (p.folds[i], p.nums[i], p.stamps[i]) == shadow(d.doc_id)
+    assert math.copysign(1, dict(p.flat[1])['["neg"]']["n"]) == -1  # -0.0 is not shared with 0.0
+    units = [(d, u) for d in ds for u in d.units]
+    assert len(p.contents) == len(units) == len(p.vectors)
+    for j, (d, u) in enumerate(units):
+        assert p.unit_ids[j] == escape_text(d.doc_id) and p.positions[j] == u.position
+        assert p.contents[j] == escape_text(u.content) and p.tails[j] == escape_text(u.tail)
+        assert (p.unit_folds[j], p.unit_nums[j], p.unit_stamps[j]) == shadow(u.content)
+        assert p.terms is not None and p.terms[j] == [escape_text(t) for t in a.terms(u.content)]
+        assert p.nterms[j] == len(a.terms(u.content))
+
+
+def test_prepare_refuses_bad_vectors_and_metadata() -> None:
+    d = docs()[0]
+    bad = DocRecord(d.doc_id, d.text, d.metadata, d.units, np.full((2, 3), np.nan, dtype=np.float32), 1)
+    with pytest.raises(ValueError, match="NaN"):
+        prepare([bad], 3, escape_text)
+    with pytest.raises(ValueError, match="expected 2×4"):
+        prepare([d], 4, escape_text)
+    with pytest.raises(ValueError, match="must be a dict"):
+        prepare([DocRecord("x", "t", [1], [], np.zeros((0, 3), dtype=np.float32), 1)], 3, escape_text)
