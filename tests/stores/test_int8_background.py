@@ -39,6 +39,26 @@ def store(x: np.ndarray, path: Path | None = None) -> MemoryStore:
 
 
 @pytest.fixture
+def builds(monkeypatch: pytest.MonkeyPatch) -> list[quant.Build]:
+    """Every :class:`quant.Build` the store starts, in order (its public ``stop``, ``thread`` and ``join``
+    are what a test watches)."""
+    made: list[quant.Build] = []
+    real = quant.Build.__init__
+
+    def init(self: quant.Build, *args: Any, **kwargs: Any) -> None:
+        real(self, *args, **kwargs)
+        made.append(self)
+
+    monkeypatch.setattr(quant.Build, "__init__", init)
+    return made
+
+
+def has_copy(s: MemoryStore) -> bool:
+    """Whether the store holds its whole int8 copy (what ``memory_stats`` reports once one is kept)."""
+    return "int8_bytes_per_vector" in s.memory_stats()
+
+
+@pytest.fixture
 def held(monkeypatch: pytest.MonkeyPatch) -> threading.Event:
     """A background build encodes every row, sets ``encoded`` (an attribute of the event returned),
     then waits for the event before handing its copy back (the test decides when a build ends, and
@@ -57,14 +77,15 @@ def held(monkeypatch: pytest.MonkeyPatch) -> threading.Event:
     return go
 
 
-def test_first_searches_scan_float32_while_the_copy_builds_with_the_same_answers(held: threading.Event) -> None:
+def test_first_searches_scan_float32_while_the_copy_builds_with_the_same_answers(
+        held: threading.Event, builds: list[quant.Build]) -> None:
     rng = np.random.default_rng(1)
     x = focused(rng, 3000, DIM)
     s = store(x)
     qs = unit(rng.standard_normal((3, DIM)))
     before = s.knn(qs, 10)
     assert s.last_stats["scan"] == "fp32" and "building" in s.last_stats["int8"]
-    assert s._build is not None and s._quant is None  # noqa: SLF001
+    assert len(builds) == 1 and builds[0].thread.is_alive() and not has_copy(s)
     held.set()
     assert s.build_int8()
     after = s.knn(qs, 10)
@@ -72,20 +93,20 @@ def test_first_searches_scan_float32_while_the_copy_builds_with_the_same_answers
     assert after == before  # keys and scores
 
 
-def test_a_build_whose_rows_are_compacted_is_dropped(held: threading.Event) -> None:
+def test_a_build_whose_rows_are_compacted_is_dropped(held: threading.Event, builds: list[quant.Build]) -> None:
     rng = np.random.default_rng(2)
     x = focused(rng, 6000, DIM)
     s = store(x)
     q = unit(rng.standard_normal((1, DIM)))
     s.knn(q, 10)
-    first = s._build  # noqa: SLF001
-    assert first is not None
+    assert len(builds) == 1
+    first = builds[0]
     assert held.encoded.wait(20)  # type: ignore[attr-defined]  # a whole copy, of rows about to move
     s.delete([f"d{i}" for i in range(0, 6000, 3)] + [f"d{i}" for i in range(1, 6000, 3)])  # compacts in place
-    assert s._build is None and first.stop.is_set()  # noqa: SLF001
+    assert first.stop.is_set()
     held.set()
     first.join(20)
-    assert s._quant is None  # noqa: SLF001 - what the dropped build handed back is not kept
+    assert not first.thread.is_alive() and not has_copy(s)  # what the dropped build handed back is not kept
     exact = MemoryStore()
     exact.open(DIM)
     exact.upsert([d for d in docs(x) if int(d.doc_id[1:]) % 3 == 2])  # the rows left, in their order
@@ -96,19 +117,20 @@ def test_a_build_whose_rows_are_compacted_is_dropped(held: threading.Event) -> N
         [(r.doc_id, sc) for r, (_, sc) in zip(exact.fetch([k for k, _ in exact.knn(q, 10)[0]]), exact.knn(q, 10)[0])]
 
 
-def test_closing_a_store_stops_its_build(held: threading.Event) -> None:
+def test_closing_a_store_stops_its_build(held: threading.Event, builds: list[quant.Build]) -> None:
     s = store(focused(np.random.default_rng(3), 3000, DIM))
     s.knn(unit(np.ones((1, DIM))), 5)
-    build = s._build  # noqa: SLF001
-    assert build is not None
+    assert len(builds) == 1
+    build = builds[0]
     s.close()
     assert build.stop.is_set()
     held.set()
     build.join(20)
-    assert not build.thread.is_alive() and s._quant is None  # noqa: SLF001
+    assert not build.thread.is_alive() and not has_copy(s)
 
 
-def test_a_build_that_fails_leaves_float32_scans_and_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_build_that_fails_leaves_float32_scans_and_says_why(monkeypatch: pytest.MonkeyPatch,
+                                                              builds: list[quant.Build]) -> None:
     def broken(self: Any, matrix: np.ndarray, keys: Any = None) -> None:
         raise MemoryError("no room for the codes")
 
@@ -119,26 +141,30 @@ def test_a_build_that_fails_leaves_float32_scans_and_says_why(monkeypatch: pytes
     exact.QUANTISE = False  # type: ignore[misc]
     q = unit(rng.standard_normal((1, DIM)))
     s.knn(q, 10)
-    assert s._build is not None  # noqa: SLF001
-    s._build.join(20)  # noqa: SLF001
+    assert len(builds) == 1
+    builds[0].join(20)
     assert not s.build_int8()
     assert s.knn(q, 10) == exact.knn(q, 10)
     assert s.last_stats["scan"] == "fp32"
+    # the one look inside left: the store keeps the reason but reports it nowhere public yet (a
+    # memory_stats() entry for it is asked of the built-in store's owner)
     assert s._int8_why == "MemoryError: no room for the codes"  # noqa: SLF001
-    assert s._build is None  # noqa: SLF001 - no build is started again
+    assert len(builds) == 1 and not has_copy(s)  # no build is started again
 
 
-def test_an_engine_warming_up_over_a_reopened_store_starts_the_build(tmp_path: Path,
-                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_engine_warming_up_over_a_reopened_store_starts_the_build(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, builds: list[quant.Build]) -> None:
     monkeypatch.setattr(MemoryStore, "QUANT_MIN_ROWS", 64)
     texts = [f"note {i} about topic {i % 13}" for i in range(300)]
     with Engine(embedder=HashEmbedder(dim=64), store=MemoryStore(tmp_path)) as e:
         e.add_texts(texts, ids=[str(i) for i in range(300)])
     cold = Engine(embedder=HashEmbedder(dim=64), store=MemoryStore(tmp_path), warm_up=False)
-    assert cold.store._build is None and cold.store._quant is None  # noqa: SLF001
+    assert isinstance(cold.store, MemoryStore)
+    assert not builds and not has_copy(cold.store)
     cold.close()
     warm = Engine(embedder=HashEmbedder(dim=64), store=MemoryStore(tmp_path))
-    assert warm.store._build is not None or warm.store._quant is not None  # noqa: SLF001
+    assert isinstance(warm.store, MemoryStore)
+    assert len(builds) == 1  # started by the warm-up, before any search
     assert warm.store.build_int8()
     hits = warm.search('SELECT SENTENCE LET rel = SIMILARITY(content, "topic 7") ORDER BY rel DESC LIMIT 5')
     assert "int8" in hits.stats["store"]["scan"]
@@ -152,6 +178,11 @@ def test_a_process_exiting_during_a_build_exits_cleanly(tmp_path: Path) -> None:
         from nlql.stores.memory import quant
         from nlql.stores.memory import MemoryStore
         from tests.stores.test_memory_speed_paths import docs, unit
+        made, real = [], quant.Build.__init__
+        def init(self, *args, **kwargs):
+            real(self, *args, **kwargs)
+            made.append(self)
+        quant.Build.__init__ = init
         s = MemoryStore()
         s.QUANTISE = True
         s.open(96)
@@ -161,7 +192,7 @@ def test_a_process_exiting_during_a_build_exits_cleanly(tmp_path: Path) -> None:
         s.knn(x[:1], 10)
         print("scan", s.last_stats["scan"], flush=True)
         # runs before quant's own handler (registered first): a build is still running at exit
-        atexit.register(lambda: print("running at exit", len(quant.Build._running), flush=True))
+        atexit.register(lambda: print("running at exit", sum(b.thread.is_alive() for b in made), flush=True))
     """)
     root = Path(__file__).resolve().parents[2]
     done = subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True, text=True, timeout=300)
@@ -171,7 +202,7 @@ def test_a_process_exiting_during_a_build_exits_cleanly(tmp_path: Path) -> None:
     assert "Fatal" not in done.stderr and "terminate" not in done.stderr, done.stderr
 
 
-def test_a_filters_own_copy_is_built_in_the_background(held: threading.Event) -> None:
+def test_a_filters_own_copy_is_built_in_the_background(held: threading.Event, builds: list[quant.Build]) -> None:
     """Meanwhile the filter's searches scan the whole copy with the other rows deselected (same answers)."""
     rng = np.random.default_rng(6)
     x = focused(rng, 4000, DIM)
@@ -182,15 +213,15 @@ def test_a_filters_own_copy_is_built_in_the_background(held: threading.Event) ->
     s.table.ROWSET_MIN = 0  # type: ignore[misc]
     s.open(DIM)
     s.upsert(docs(x, metas))
-    assert s.build_int8()  # the whole copy, built on this thread (no build waits for the event here)
+    assert s.build_int8() and not builds  # the whole copy, built on this thread (no build waits for the event)
     flt = NativeFilter(native=Cond("eq", ("meta", "half"), 1), text="half == 1")
     q = unit(rng.standard_normal((1, DIM)))
     first = s.knn(q, 10, flt)
     assert s.last_stats["copy"] == "the whole, other rows deselected"
-    entry = s._rows(flt)  # noqa: SLF001
-    assert entry.int8_build is not None and entry.int8 is None
+    assert len(builds) == 1 and s.memory_stats()["filter_copies_bytes_per_vector"] == 0  # the filter's, building
     held.set()
-    entry.int8_build.join(20)
+    builds[0].join(20)
     assert s.knn(q, 10, flt) == first
     assert s.last_stats["copy"] == "the filter's own" and "int8" in s.last_stats["scan"]
+    assert s.memory_stats()["filter_copies_bytes_per_vector"] > 0
     assert all(int(r.doc_id[1:]) % 2 == 1 for r in s.fetch([k for k, _ in first[0]]))

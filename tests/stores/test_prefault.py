@@ -29,6 +29,47 @@ class Lookup:
         return self._vecs[[self._row[t] for t in texts]]
 
 
+def supported() -> bool:
+    """Whether this kernel faults pages in on request (``prefault`` starts one for any large region)."""
+    big = np.zeros(_pages.MIN_BYTES // 4, dtype=np.float32)  # untouched pages: mapped lazily, costs nothing
+    pf = _pages.prefault(big)
+    if pf is None:
+        return False
+    pf.stop()
+    assert pf.done.wait(30)
+    return True
+
+
+@pytest.fixture
+def started(monkeypatch: pytest.MonkeyPatch) -> list[_pages.Prefault]:
+    """Every prefault a store starts (``_pages.prefault``'s non-None answers), in order."""
+    made: list[_pages.Prefault] = []
+    real = _pages.prefault
+
+    def spy(region: np.ndarray) -> _pages.Prefault | None:
+        pf = real(region)
+        if pf is not None:
+            made.append(pf)
+        return pf
+
+    monkeypatch.setattr(_pages, "prefault", spy)
+    return made
+
+
+@pytest.fixture
+def stopped(monkeypatch: pytest.MonkeyPatch) -> list[_pages.Prefault]:
+    """Every prefault told to stop (a store closing or replacing its matrix), in order."""
+    made: list[_pages.Prefault] = []
+    real = _pages.Prefault.stop
+
+    def stop(self: _pages.Prefault) -> None:
+        made.append(self)
+        real(self)
+
+    monkeypatch.setattr(_pages.Prefault, "stop", stop)
+    return made
+
+
 @linux_only
 def test_populating_a_fresh_array_keeps_every_byte_written_before_and_during() -> None:
     a = np.zeros((20_000, 384), dtype=np.float32)  # 30 MB, fresh pages
@@ -38,7 +79,7 @@ def test_populating_a_fresh_array_keeps_every_byte_written_before_and_during() -
     pf = _pages.Prefault(a[1_000:])  # a region starting inside written pages, not on a page boundary
     a[3_000:6_000] = head  # the writer goes on meanwhile
     assert pf.done.wait(30)
-    if _pages._supported:
+    if supported():
         assert pf.populated >= a[1_000:].nbytes - 2 * _pages.PAGE
     assert np.array_equal(a[:3_000], head) and np.array_equal(a[3_000:6_000], head)
     assert not a[6_000:].any()
@@ -55,7 +96,8 @@ def test_a_stop_ends_the_thread_and_small_regions_start_none() -> None:
     assert not a.any()
 
 
-def _ingest(monkeypatch: pytest.MonkeyPatch, n: int = 6_000) -> tuple[Engine, np.ndarray]:
+def _ingest(monkeypatch: pytest.MonkeyPatch, started: list[_pages.Prefault],
+            n: int = 6_000) -> tuple[Engine, np.ndarray]:
     """An engine with n rows ingested in batches, and the matrix the store holds without a prefault."""
     rng = np.random.default_rng(1)
     vecs = rng.standard_normal((n, 384)).astype(np.float32)
@@ -70,26 +112,16 @@ def _ingest(monkeypatch: pytest.MonkeyPatch, n: int = 6_000) -> tuple[Engine, np
         m.setattr(_pages, "MIN_BYTES", 1 << 40)
         plain = run()
         want = plain.store.matrix.copy()  # type: ignore[attr-defined]
-        assert plain.store._prefault is None  # type: ignore[attr-defined]
+        assert not started  # regions under MIN_BYTES: none started
         plain.close()
     return run(), want
 
 
 @linux_only
 def test_an_ingest_with_rows_announced_prefaults_them_and_stores_the_same_matrix(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    started: list[_pages.Prefault] = []
-    real = _pages.prefault
-
-    def spy(region: np.ndarray) -> _pages.Prefault | None:
-        pf = real(region)
-        if pf is not None:
-            started.append(pf)
-        return pf
-
+        monkeypatch: pytest.MonkeyPatch, started: list[_pages.Prefault], stopped: list[_pages.Prefault]) -> None:
     monkeypatch.setattr(_pages, "MIN_BYTES", 1 << 20)
-    monkeypatch.setattr(_pages, "prefault", spy)
-    eng, vecs = _ingest(monkeypatch)
+    eng, vecs = _ingest(monkeypatch, started)
     assert len(started) == 1  # the first batch grew the matrix for the whole call
     assert started[0].done.wait(30)
     store = eng.store
@@ -97,12 +129,14 @@ def test_an_ingest_with_rows_announced_prefaults_them_and_stores_the_same_matrix
     assert np.array_equal(store.matrix, vecs)
     hits = eng.search('SELECT SENTENCE LET rel = SIMILARITY(content, "sentence 17") ORDER BY rel DESC LIMIT 3')
     assert hits[0].id.split("#")[0] == "17"
+    assert started[0] not in stopped
     eng.close()
-    assert store._prefault is None
+    assert started[0] in stopped  # closing the store stops (and lets go of) its prefault
 
 
 @linux_only
-def test_a_failing_kernel_call_leaves_the_writers_own_faults(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failing_kernel_call_leaves_the_writers_own_faults(monkeypatch: pytest.MonkeyPatch,
+                                                             started: list[_pages.Prefault]) -> None:
     calls: list[int] = []
 
     def refuse(addr: int, n: int, advice: int) -> int:
@@ -112,10 +146,10 @@ def test_a_failing_kernel_call_leaves_the_writers_own_faults(monkeypatch: pytest
 
     monkeypatch.setattr(_pages, "MIN_BYTES", 1 << 20)
     monkeypatch.setattr(_pages, "_libc_madvise", lambda: refuse)
-    eng, vecs = _ingest(monkeypatch)
+    eng, vecs = _ingest(monkeypatch, started)
     store = eng.store
-    assert isinstance(store, MemoryStore) and store._prefault is not None
-    assert store._prefault.done.wait(30)
+    assert isinstance(store, MemoryStore) and len(started) == 1
+    assert started[0].done.wait(30)
     assert calls == [_pages.MADV_POPULATE_WRITE]  # tried once, then left alone
     assert np.array_equal(store.matrix, vecs)
     eng.close()
