@@ -42,6 +42,8 @@ from bench.common import RESULTS, log, machine_info, stamp_end, write_json  # no
 QUERY = 'SELECT SENTENCE LET rel = SIMILARITY(content, "renewable energy policy") ORDER BY rel DESC LIMIT 10'
 FILTERED = QUERY.replace(" ORDER BY", ' WHERE meta.status == "published" ORDER BY')
 MODES = ("background", "inline", "no_int8")
+BM25 = 'SELECT SENTENCE LET kw = BM25(content, "renewable energy policy") ORDER BY kw DESC LIMIT 10'
+PHASES = ("after_ingest", "fresh_open")
 
 
 def _until(engine: Any, query: str, ready: Any, after: int) -> tuple[list[float], int]:
@@ -94,15 +96,110 @@ def child(n: int, mode: str) -> dict[str, Any]:
             "filtered_until_own_copy_s": round(sum(filtered[:own_at]) / 1000, 2)}
 
 
+def _cpu_wall(fn: Any) -> tuple[Any, float, float]:
+    """``fn()``'s result, CPU seconds (this process, every thread) and wall milliseconds."""
+    c, t = time.process_time(), time.perf_counter()
+    out = fn()
+    return out, round(time.process_time() - c, 3), round((time.perf_counter() - t) * 1000, 1)
+
+
+def _queries(engine: Any, out: dict[str, Any], repeat: int = 10) -> None:
+    """The first and the tenth BM25 and SIMILARITY search (CPU-s, ms), answers checked equal; the
+    process's first parse (the grammar's tables, built once per process) is timed apart, before."""
+    from nlql.parser import parse
+
+    _, out["parser_first_cpu_s"], out["parser_first_ms"] = _cpu_wall(lambda: parse("SELECT SENTENCE LIMIT 1"))
+    for name, query in (("bm25", BM25), ("similarity", QUERY)):
+        first, cpu, ms = _cpu_wall(lambda q=query: engine.search(q))
+        out[f"{name}_first_cpu_s"], out[f"{name}_first_ms"] = cpu, ms
+        times = []
+        for _ in range(repeat - 1):
+            again, _, ms = _cpu_wall(lambda q=query: engine.search(q))
+            if [(h.id, h.scores) for h in again] != [(h.id, h.scores) for h in first]:
+                raise AssertionError(f"a later search of {query!r} answered differently")
+            times.append(ms)
+        out[f"{name}_tenth_ms"] = times[-1]
+        out[f"{name}_median_later_ms"] = round(statistics.median(times), 1)
+        out[f"{name}_scan"] = again.stats.get("store", {}).get("scan")
+
+
+def phase_child(n: int, phase: str, path: Path) -> dict[str, Any]:
+    """``after_ingest``: ingest ``n`` rows into a new directory store at ``path``, then the first and
+    tenth BM25 and SIMILARITY searches; ``fresh_open``: open that store in this new process (CPU-s of
+    the Engine and the store), then the same searches."""
+    from bench.common import QueryMemo
+    from nlql import Engine
+    from nlql.embedders import HashEmbedder
+
+    out: dict[str, Any] = {}
+    if phase == "after_ingest":
+        from bench.corpus import synthetic_corpus
+
+        texts, metas = synthetic_corpus(n, seed=42)
+        engine = Engine(embedder=QueryMemo(HashEmbedder(dim=384)), store=str(path), warm_up=False)
+        _, out["ingest_cpu_s"], ms = _cpu_wall(lambda: engine.add_texts(
+            texts, ids=[str(i) for i in range(n)], metadatas=metas, batch_size=8192))
+        out["ingest_s"] = round(ms / 1000, 2)
+    else:
+        (engine, out["open_cpu_s"], out["open_ms"]) = _cpu_wall(
+            lambda: Engine(embedder=QueryMemo(HashEmbedder(dim=384)), store=str(path), warm_up=False))
+    _queries(engine, out)
+    out["process_cpu_s"] = round(time.process_time(), 2)
+    return out
+
+
+def phases(args: Any) -> dict[str, Any]:
+    """The ``--phases`` run: after an ingest, then a fresh open of the same directory, ``--trials`` times."""
+    import shutil
+    import tempfile
+
+    runs: dict[str, list[dict[str, Any]]] = {p: [] for p in PHASES}
+    for _ in range(args.trials):
+        tmp = Path(tempfile.mkdtemp(prefix="nlql-first-"))
+        try:
+            for phase in PHASES:
+                done = subprocess.run([sys.executable, __file__, "--size", str(args.size), "--phase", phase,
+                                       "--dir", str(tmp / "store")], capture_output=True, text=True, check=True,
+                                      cwd=ROOT)
+                runs[phase].append(json.loads(done.stdout.strip().splitlines()[-1]))
+                log(f"{phase}: {runs[phase][-1]}")
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    summary = {p: {k: round(statistics.median(r[k] for r in runs[p]), 3) for k in runs[p][0]
+                   if isinstance(runs[p][0][k], (int, float))} for p in PHASES}
+    return {"summary": summary, "runs": runs}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--size", type=int, default=100_000)
     ap.add_argument("--trials", type=int, default=3)
     ap.add_argument("--out", type=Path, default=RESULTS / "first_search.json")
     ap.add_argument("--child", choices=MODES, help=argparse.SUPPRESS)
+    ap.add_argument("--phases", action="store_true",
+                    help="a directory store: the first BM25/SIMILARITY searches after an ingest and after a "
+                         "fresh open (CPU-s and ms), instead of the int8 modes")
+    ap.add_argument("--phase", choices=PHASES, help=argparse.SUPPRESS)
+    ap.add_argument("--dir", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         print(json.dumps(child(args.size, args.child)))
+        return
+    if args.phase:
+        print(json.dumps(phase_child(args.size, args.phase, args.dir)))
+        return
+    if args.phases:
+        started = time.perf_counter()
+        out = args.out if args.out != RESULTS / "first_search.json" else RESULTS / "first_search_phases.json"
+        results = {"title": "The first searches after an ingest and after a fresh open (directory store)",
+                   "description": ("A new process for each: add_texts into a new directory store, then a new "
+                                   "process opening it; the first and the tenth BM25 and SIMILARITY top-10 search "
+                                   "(CPU-s of the process, every thread; wall ms); medians over the trials."),
+                   "machine": machine_info(), "size": args.size, "trials": args.trials, **phases(args)}
+        stamp_end(results, started)
+        write_json(out, results)
+        for p, v in results["summary"].items():
+            print(f"{p:<13} {v}")
         return
     from nlql.stores.memory import MemoryStore
 

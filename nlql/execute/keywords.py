@@ -75,10 +75,12 @@ class BM25Sidecar:
     def built(self) -> bool:
         return self._index is not None
 
-    def _build(self) -> None:
+    def _build(self, keep: bool = True) -> None:
         from nlql import deadline
         from nlql.text.bm25 import BM25Index
 
+        if self._load_kept():
+            return
         index = BM25Index(self.analyzer)
         name = self.store.capabilities.NAME
         deadline.check(name, "building the keyword index")  # a search past its deadline calls no store
@@ -87,6 +89,108 @@ class BM25Sidecar:
         rows = self.store.fetch(keys)
         self._index = index
         self._add_rows([(r.doc_id, r.position, r.content) for r in rows])
+        index.seal()
+        if keep:
+            self._keep()
+
+    # ------------------------------------------------------------------ kept by the store
+
+    def _kept_key(self) -> str:
+        """The configuration a kept index must have been built with (its analyzer and formula)."""
+        import json
+
+        from nlql.text.bm25 import BM25Index
+
+        probe = BM25Index(self.analyzer)
+        return json.dumps({"analyzer": probe.analyzer.config(), "k1": probe.k1, "b": probe.b}, sort_keys=True)
+
+    def _keep(self) -> None:
+        """Hand the index to a store that keeps it beside its data (a directory store), so that a fresh
+        process loads it instead of building it (issue 34). The caller holds the lock; the index is in
+        step with the store's rows."""
+        keep = getattr(self.store, "keep_keyword_state", None)
+        if keep is None or self._index is None:
+            return
+        try:
+            self._keep_in(keep)
+        except Exception:  # noqa: BLE001 - a cache: the next process builds the index instead
+            pass
+
+    def _keep_in(self, keep: Any) -> None:
+        arrays = self._index.state()
+        keys = arrays["keys"]
+        names = [self._rev[k] for k in keys.tolist()]
+        table = self._table()
+        if table is not None and self._row_state == (id(table), table.version, table.size) and keys.size:
+            rows = self._row_of[keys]
+            if bool((rows >= 0).all()):  # kept as the table's row numbers: a fresh load's, unless rows died
+                arrays["keys"] = rows
+        docs = [d for d, _ in names]
+        text = "".join(docs)
+        arrays["unit_doc_text"] = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+        arrays["unit_doc_ends"] = np.cumsum([len(d) for d in docs], dtype=np.int64)
+        arrays["unit_position"] = np.fromiter((p for _, p in names), dtype=np.int64, count=len(names))
+        keep(self._kept_key(), arrays)
+
+    def keep(self) -> None:
+        """:meth:`_keep` when the index is built (the engine calls it at the end of an ``add_texts``)."""
+        with self._lock:
+            if self._index is not None:
+                self._keep()
+
+    def _load_kept(self) -> bool:
+        """The index the store kept, with what was committed since applied; False when there is none."""
+        from nlql.text.bm25 import BM25Index
+
+        load = getattr(self.store, "kept_keyword_state", None)
+        got = load(self._kept_key()) if load is not None else None
+        if got is None:
+            return False
+        arrays, since = got
+        try:
+            ends = np.asarray(arrays.pop("unit_doc_ends"), dtype=np.int64).tolist()
+            text = np.asarray(arrays.pop("unit_doc_text"), dtype=np.uint32).tobytes().decode("utf-32-le",
+                                                                                            "surrogatepass")
+            positions = np.asarray(arrays.pop("unit_position"), dtype=np.int64).tolist()
+            index = BM25Index.from_state(arrays, self.analyzer)
+        except (KeyError, ValueError, UnicodeDecodeError):
+            return False
+        key_arr = np.asarray(arrays["keys"], dtype=np.int64)
+        keys = key_arr.tolist()
+        if not (len(keys) == len(positions) == len(ends)) or (ends and ends[-1] != len(text)):
+            return False
+        starts = [0, *ends[:-1]]
+        docs = [text[lo:hi] for lo, hi in zip(starts, ends, strict=True)]
+        uids = [f"{d}#{p}" for d, p in zip(docs, positions, strict=True)]  # (unit_id's form)
+        self._index = index
+        self._ids = dict(zip(uids, keys, strict=True))
+        self._rev = dict(zip(keys, zip(docs, positions, strict=True), strict=True))
+        by_doc = self._doc_ids
+        for d, uid, k in zip(docs, uids, keys, strict=True):
+            got_list = by_doc.get(d)
+            if got_list is None:
+                by_doc[d] = [(uid, k)]
+            else:
+                got_list.append((uid, k))
+        self._next = max(keys) + 1 if keys else 0
+        table = self._table()
+        if table is not None and not since and (not keys or key_arr.max() < table.size):
+            # kept as this table's row numbers: checked row by row, vectorised, then taken as the mapping
+            names = table.doc_ids
+            if (bool((table.pos[key_arr] == np.asarray(positions, dtype=np.int64)).all())
+                    and bool(table.alive[key_arr].all()) and [names[k] for k in keys] == docs):
+                self._grow(self._next)
+                self._row_of[:] = -1
+                self._row_of[key_arr] = key_arr
+                self._ids_are_rows = bool((key_arr == np.arange(len(keys))).all())
+                self._row_state = (id(table), table.version, table.size)
+        if since.deleted:
+            self._remove(since.deleted)
+        if since.docs:
+            self._remove([d.doc_id for d in since.docs])
+            self._add_rows([(d.doc_id, u.position, u.content) for d in since.docs for u in d.units])
+        index.seal()
+        return True
 
     def _add_rows(self, items: Sequence[tuple[str, int, str]]) -> None:
         ids, texts = [], []
@@ -102,21 +206,34 @@ class BM25Sidecar:
         if ids:
             self._index.add(ids, texts)
 
+    def _ensure_built(self) -> bool:
+        """At a write (lock held): build the index now if the store is a table in this process, so the
+        first BM25 query after an ingest costs what the next one does (the index then follows every
+        write). The store holds the write already. True when it was built here."""
+        if self._index is not None or self._table() is None:
+            return False
+        self._build(keep=False)  # (kept at the end of the ingest: Engine.add_texts calls keep())
+        table = self._table()
+        if self._row_state != (id(table), table.version, table.size):
+            self._map_table(table)
+        return True
+
     def on_upsert(self, docs: Sequence[DocRecord]) -> None:
         with self._lock:
             self._forget()
-            if self._index is None:
+            if self._ensure_built() or self._index is None:
                 return
             docs = latest_per_id(docs)  # the same id twice in one write: the last one wins (as in the store)
             first = self._next
             self._remove([d.doc_id for d in docs])
             self._add_rows([(d.doc_id, u.position, u.content) for d in docs for u in d.units])
             self._follow_table(first, [d.doc_id for d in docs])
+            self._index.seal()
 
     def on_delete(self, doc_ids: Sequence[str]) -> None:
         with self._lock:
             self._forget()
-            if self._index is not None:
+            if not self._ensure_built() and self._index is not None:
                 self._remove(doc_ids)
                 self._follow_table(self._next, [])
 

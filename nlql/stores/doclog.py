@@ -470,9 +470,10 @@ class DocLog:
         with self._lock:
             return self._version() != self._data_version
 
-    def changes_since(self, clock: int, *, entities: bool = True) -> Changes:
+    def changes_since(self, clock: int, *, entities: bool = True, mark: bool = True) -> Changes:
         """Documents written and ids deleted after ``clock``, read in one snapshot (with their entity
-        links in ``DocRecord.entities`` when ``entities`` and the file keeps them)."""
+        links in ``DocRecord.entities`` when ``entities`` and the file keeps them). ``mark=False``: a
+        look that leaves :meth:`changed` as it was (the reader is not the RAM copy catching up)."""
         with self._lock:
             self._db.execute("BEGIN")
             try:
@@ -481,7 +482,8 @@ class DocLog:
                 version = self._version()  # the snapshot's: a commit after it still shows as a change
             finally:
                 self._db.execute("COMMIT")
-            self._data_version = version
+            if mark:
+                self._data_version = version
         return out
 
     def _changes_since(self, clock: int, *, entities: bool = True) -> Changes:

@@ -201,6 +201,12 @@ class BM25Index:
         with self._lock:
             self._remove_locked([int(k) for k in keys])
 
+    def seal(self) -> None:
+        """Index the rows added since the last query now (a writer calls this so that the next query
+        does not pay for the sort)."""
+        with self._lock:
+            self._seal()
+
     def __len__(self) -> int:
         """The number of live rows."""
         return self._n_live

@@ -39,7 +39,7 @@ from nlql.schema import DataSummary
 from nlql.stores.base import Bm25Matches, DocRecord, Row
 from nlql.stores.batch import is_columnar, latest_per_id
 from nlql.stores.doclog import FILE_NAME, Changes, DocLog
-from nlql.stores.memory import _pages, document_page, fastpath, fused_page, quant, table_recall
+from nlql.stores.memory import _pages, document_page, fastpath, fused_page, kept, quant, table_recall
 from nlql.stores.memory.table import RowTable
 
 MEMORY_CAPABILITIES = Capabilities(
@@ -827,6 +827,36 @@ class MemoryStore(MatrixStore):
         rebuild = getattr(self, "_rebuild_index", None)  # an ANN store's index follows the rows
         if rebuild is not None:
             rebuild()
+
+    # ------------------------------------------------------------------------------ kept files
+
+    def kept_keyword_state(self, key: str) -> tuple[dict[str, np.ndarray], Changes] | None:
+        """The engine's BM25 index as it kept it in the directory (:meth:`keep_keyword_state`) for the
+        configuration ``key``, and what the log committed after it was written (to be applied by the
+        caller); None in RAM, or when there is no such file or it is not this store's."""
+        with self._lock:
+            if self._log is None or self.path is None:
+                return None
+            got = kept.read(self.path / kept.file_name("bm25", key), ident=kept.identity(self, False), key=key)
+            if got is None:
+                return None
+            arrays, clock = got
+            if clock == self._clock and not self._log.changed():
+                return arrays, Changes(clock=clock)
+            # a look that does not count as this store catching up (its own sync still will)
+            return arrays, self._log.changes_since(clock, entities=False, mark=False)
+
+    def keep_keyword_state(self, key: str, arrays: dict[str, np.ndarray]) -> bool:
+        """Keep ``arrays`` (the engine's BM25 index, in step with this store's rows now) in the
+        directory, stamped with the log's clock of those rows, written atomically
+        (:mod:`nlql.stores.memory.kept`). False in RAM, read-only, or when it could not be written."""
+        with self._lock:
+            if self._log is None or self.path is None or self._log.read_only:
+                return False
+            ident = kept.identity(self, True)
+            if ident is None:
+                return False
+            return kept.write(self.path / kept.file_name("bm25", key), arrays, ident=ident, key=key, clock=self._clock)
 
     # ------------------------------------------------------------------------------ entity links
 
