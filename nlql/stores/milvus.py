@@ -297,6 +297,9 @@ class MilvusStore:
         self._df_memo: dict[tuple[str, Any], int] = {}
         self._totals_memo: tuple[Any, _terms.Totals] | None = None
         self.last_stats: dict[str, Any] = {}
+        # the rows this thread's last knn read with its scores, for the fetch that follows in the same
+        # search (scoped by the search's deadline object, used once)
+        self._kept = threading.local()
         self.capabilities = self._caps(keyword_stats=True)
         self._owns_client = client is None
         logging.getLogger("pymilvus").setLevel(logging.CRITICAL)  # driver errors become BackendError
@@ -359,6 +362,9 @@ class MilvusStore:
             KEYWORD_STATS=keyword_stats,
             ANALYZER=True,
             ENTITY_LINKS=True,  # each row's entity names inside its record (rec["n"])
+            # knn's scores rounded as similarities() rounds them (Milvus's float32 cosine, as numpy's
+            # within the noise the rounding absorbs): the engine keeps them instead of asking again
+            KNN_SCORES=True,
         )
 
     @contextmanager
@@ -749,6 +755,9 @@ class MilvusStore:
             return [[] for _ in range(len(queries))]
         expr = (flt.native or "") if flt is not None else ""
         path = "flat" if self.index == "flat" else "hnsw"
+        scope = deadline.current()
+        keep: dict[str, dict[str, Any]] | None = {} if scope is not None else None
+        self._kept.rows = None
         with self._backend("knn"):
             if flt is not None and flt.extra.get("check") is not None:
                 keys = [key for _, _, key in self._candidates(flt)]
@@ -765,7 +774,7 @@ class MilvusStore:
                 out = self._exact_over(queries, k, expr, None)
                 self.last_stats = {"path": "stream", "rounds": 1}
                 return _threshold(out, min_score)
-            results = self._search(queries, k + 1, expr)
+            results = self._search(queries, k + 1, expr, keep)
             rounds = 1
             if self.index == "hnsw" and any(len(r) < k for r in results):
                 matches = self._count(expr)
@@ -781,22 +790,35 @@ class MilvusStore:
                 while len(res) == lim and res[-1][1] == res[k - 1][1] and lim < _MAX_TOPK:
                     lim = min(lim * 2, _MAX_TOPK)
                     rounds += 1
-                    res = self._search(queries[qi : qi + 1], lim, expr)[0]
+                    res = self._search(queries[qi : qi + 1], lim, expr, keep)[0]
                 res = sorted(res, key=lambda h: (-h[1], h[2], h[3]))
                 out.append([(key, s) for key, s, _, _ in res[:k]])
+        if keep:
+            self._kept.rows, self._kept.scope = keep, scope
         self.last_stats = {"path": path, "rounds": rounds}
         return _threshold(out, min_score)
 
-    def _search(self, queries: np.ndarray, limit: int, expr: str) -> list[list[tuple[str, float, int, int]]]:
+    def _search(self, queries: np.ndarray, limit: int, expr: str,
+                keep: dict[str, dict[str, Any]] | None = None) -> list[list[tuple[str, float, int, int]]]:
+        """Hits ``(key, score, seq, position)`` per query, scores rounded as ``similarities()``' (so
+        ties are ties); with ``keep``, the hits' rows are read too and kept there by key."""
         params: dict[str, Any] = {"metric_type": "COSINE"}
         if self.index == "hnsw":
             params["params"] = ({"nprobe": 16} if _is_local(self.uri)  # IVF_FLAT on Milvus Lite
                                 else {"ef": max(self.hnsw_ef, limit)})
         res = self.client.search(self.collection, data=[q.tolist() for q in queries], limit=limit,
-                                 filter=expr, output_fields=["seq", "position"], search_params=params,
-                                 anns_field="vec")
-        return [[(h["key"] if "key" in h else h["id"], float(h["distance"]), int(h["entity"]["seq"]),
-                  int(h["entity"]["position"])) for h in hits] for hits in res]
+                                 filter=expr, output_fields=_ROW_FIELDS if keep is not None else ["seq", "position"],
+                                 search_params=params, anns_field="vec")
+        out = []
+        for hits in res:
+            keys = [h["key"] if "key" in h else h["id"] for h in hits]
+            scores = V.round_scores(np.array([h["distance"] for h in hits], dtype=np.float32)).tolist()
+            out.append([(key, s, int(h["entity"]["seq"]), int(h["entity"]["position"]))
+                        for key, s, h in zip(keys, scores, hits)])
+            if keep is not None:
+                for key, h in zip(keys, hits):
+                    keep[key] = {**h["entity"], "key": key}
+        return out
 
     def _count(self, expr: str) -> int:
         res = self.client.query(self.collection, filter=expr, output_fields=["count(*)"])
@@ -818,7 +840,7 @@ class MilvusStore:
             if not batch:
                 continue
             mat = _normalise(np.asarray([r["vec"] for r in batch], dtype=np.float32))
-            sims = q @ mat.T
+            sims = V.round_scores(q @ mat.T)  # (as similarities() rounds)
             for qi in range(len(q)):
                 cand = best[qi] + [(-float(s), int(r["seq"]), int(r["position"]), r["key"])
                                    for s, r in zip(sims[qi], batch)]
@@ -832,6 +854,12 @@ class MilvusStore:
             return []
         got: dict[str, Row] = {}
         uniq = list(dict.fromkeys(str(k) for k in keys))
+        kept = getattr(self._kept, "rows", None)
+        if kept is not None:  # the rows the last knn of this search read with its scores (used once)
+            self._kept.rows = None
+            if self._kept.scope is deadline.current():
+                got = {k: _row(kept[k]) for k in uniq if k in kept}
+                uniq = [k for k in uniq if k not in got]
         with self._backend("fetch"):
             for i in range(0, len(uniq), _READ_BATCH):
                 for r in self.client.query(self.collection, filter=_keys_in("key", uniq[i : i + _READ_BATCH]),

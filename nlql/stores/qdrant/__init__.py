@@ -39,6 +39,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import threading
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -159,12 +160,18 @@ class QdrantStore:
             KEYWORD_STATS=True,
             ANALYZER=True,
             ENTITY_LINKS=True,  # each point's entity names in its payload (_ent): the graph rebuilds from them
+            # knn's scores rounded as similarities() rounds them (Qdrant's float32 cosine, as numpy's
+            # within the noise the rounding absorbs): the engine keeps them instead of asking again
+            KNN_SCORES=True,
         )
         self.last_stats: dict[str, Any] = {}
         self._owns_client = client is None
         self._dim: int | None = None
         self._max_seq = 0
         self._indexed: set[str] | None = None  # payload keys with an index (read at the first write)
+        # the rows of this thread's last knn (its query read them with the scores), for the fetch that
+        # follows in the same search (used once); on Qdrant Edge a write in between drops them
+        self._kept = threading.local()
         with self._backend("connect"):
             if client is not None:
                 self.client = client
@@ -602,18 +609,25 @@ class QdrantStore:
                 params = qm.SearchParams(exact=True)
             else:
                 params = qm.SearchParams(hnsw_ef=max(self.hnsw_ef, k))
-            threshold = None if min_score is None else math.nextafter(float(min_score), -math.inf)
+            # a raw score just under min_score may round up to it (scores are rounded below)
+            threshold = None if min_score is None else float(min_score) - 1e-6
+            # inside a search the query reads the rows with the scores, kept for the fetch that follows
+            scope = deadline.current()
+            fields = _ROW_FIELDS if scope is not None else ["seq", "position"]
+            writes = getattr(self.client, "writes", None)
+            self._kept.rows = None
             # one batched round trip; only a query whose k-th score ties the next one is widened alone
             limit = k + 1
             responses = self.client.query_batch_points(
                 self.collection, **self._timeout(),
                 requests=[
                     qm.QueryRequest(query=q.tolist(), filter=native, params=params, limit=limit,
-                                    with_payload=["seq", "position"], score_threshold=threshold)
+                                    with_payload=fields, score_threshold=threshold)
                     for q in queries
                 ],
             )
             out: list[list[tuple[Any, float]]] = []
+            kept: dict[str, Any] = {}
             rounds = 1
             points = [resp.points for resp in responses]
             if native is not None and not (self.exact or self._local) and any(len(res) < k for res in points):
@@ -625,23 +639,32 @@ class QdrantStore:
                     path, params, rounds = "native+exact", qm.SearchParams(exact=True), 2
                     for i in short:
                         points[i] = self.client.query_points(
-                            self.collection, **self._timeout(), query=queries[i].tolist(), query_filter=native, search_params=params,
-                            limit=limit, with_payload=["seq", "position"], score_threshold=threshold,
+                            self.collection, **self._timeout(), query=queries[i].tolist(), query_filter=native,
+                            search_params=params, limit=limit, with_payload=fields, score_threshold=threshold,
                         ).points
             for q, res in zip(queries, points, strict=True):
                 lim = limit
-                while len(res) == lim and res[-1].score == res[k - 1].score:
+                scores = _rounded(res)
+                while len(res) == lim and scores[-1] == scores[k - 1]:  # a tie across the cut: widen
                     lim *= 2
                     rounds += 1
                     res = self.client.query_points(
-                        self.collection, **self._timeout(), query=q.tolist(), query_filter=native, search_params=params, limit=lim,
-                        with_payload=["seq", "position"], score_threshold=threshold,
+                        self.collection, **self._timeout(), query=q.tolist(), query_filter=native,
+                        search_params=params, limit=lim, with_payload=fields, score_threshold=threshold,
                     ).points
-                res = sorted(res, key=lambda p: (-p.score, int(p.payload["seq"]), int(p.payload["position"])))
-                hits = [(str(p.id), float(p.score)) for p in res[:k]]
+                    scores = _rounded(res)
+                order = sorted(range(len(res)), key=lambda i: (-scores[i], int(res[i].payload["seq"]),
+                                                               int(res[i].payload["position"])))[:k]
+                hits = [(str(res[i].id), scores[i]) for i in order]
                 if min_score is not None:
-                    hits = [h for h in hits if h[1] >= min_score]
+                    keep = [j for j, h in enumerate(hits) if h[1] >= min_score]
+                    hits, order = [hits[j] for j in keep], [order[j] for j in keep]
+                if scope is not None:
+                    for i in order:
+                        kept[str(res[i].id)] = res[i]
                 out.append(hits)
+        if scope is not None:
+            self._kept.rows, self._kept.scope, self._kept.writes = kept, scope, writes
         self.last_stats = {"path": path, "rounds": rounds}
         return out
 
@@ -649,10 +672,18 @@ class QdrantStore:
         """Rows for keys, in the order given; unknown keys are skipped."""
         if not keys:
             return []
-        with self._backend("fetch"):
-            points = self.client.retrieve(self.collection, ids=[str(k) for k in keys], with_payload=_ROW_FIELDS,
-                                          **self._timeout())
-        by_id = {str(p.id): _row(p) for p in points}
+        by_id: dict[str, Row] = {}
+        ids = [str(k) for k in keys]
+        kept = getattr(self._kept, "rows", None)
+        if kept is not None:  # the rows this search's last knn read, if this process wrote nothing since
+            self._kept.rows = None
+            if self._kept.scope is deadline.current() and self._kept.writes == getattr(self.client, "writes", None):
+                by_id = {i: _row(kept[i]) for i in ids if i in kept}
+                ids = [i for i in ids if i not in by_id]
+        if ids:
+            with self._backend("fetch"):
+                points = self.client.retrieve(self.collection, ids=ids, with_payload=_ROW_FIELDS, **self._timeout())
+            by_id.update((str(p.id), _row(p)) for p in points)
         return [by_id[str(k)] for k in keys if str(k) in by_id]
 
     def document_rows(self, doc_ids: Sequence[str]) -> dict[str, list[Row]]:
@@ -744,6 +775,11 @@ def from_url(url: str) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------- payload helpers
+
+
+def _rounded(points: list[Any]) -> list[float]:
+    """The points' scores rounded as ``similarities()`` rounds cosines (float32, ``SCORE_DECIMALS``)."""
+    return list(V.round_scores(np.array([p.score for p in points], dtype=np.float32)).tolist())
 
 
 def _filter_json(native: Any) -> str:

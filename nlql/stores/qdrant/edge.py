@@ -49,6 +49,9 @@ class EdgeClient:
         self._shards: dict[str, Any] = {}
         self._marks: dict[str, bool] = {}
         self._lock = threading.Lock()
+        #: Bumped before and after every write: rows a store kept from a search are good while it has
+        #: not moved (the shard is this process's alone, so no other writer exists).
+        self.writes = 0
 
     # ------------------------------------------------------------------ collections
 
@@ -125,7 +128,9 @@ class EdgeClient:
             self.update_collection(name, {_CODED: True})
         pts = [qe.Point(id=str(p.id), vector=list(p.vector), payload=_payload(code(p.payload)))
                for p in points]
+        self.writes += 1
         self._shard(name).update(qe.UpdateOperation.upsert_points(pts))
+        self.writes += 1  # (before and after: a search that overlapped the write keeps no rows)
 
     def _coded(self, name: str) -> bool:
         """Whether a coded string was ever written to this collection (then reads decode)."""
@@ -139,7 +144,9 @@ class EdgeClient:
 
     def delete(self, name: str, points_selector: Any, wait: bool = True, **_: Any) -> None:
         deadline.check("qdrant", "delete")
+        self.writes += 1
         self._shard(name).update(qe.UpdateOperation.delete_points_by_filter(_filter(points_selector.filter)))
+        self.writes += 1
 
     def retrieve(self, name: str, ids: list[Any], with_payload: Any = True, with_vectors: bool = False,
                  **_: Any) -> list[Any]:
