@@ -478,11 +478,11 @@ class Engine:
             committed.extend(ids_b)
             if report is not None:
                 report.advance(0, documents=len(ids_b))
-        keep = getattr(self._bm25, "keep", None)
-        if keep is not None and committed:  # a directory store keeps the BM25 index for the next process
+        if isinstance(self._bm25, BM25Sidecar) and committed and self.store.capabilities.KEEPS_KEYWORDS:
+            # a directory store keeps the engine's BM25 index for the next process
             with self._write_mutex, self._lock.write():
                 self._catch_up()
-                keep()
+                self._bm25.keep()
         if report is not None:
             report.close()
         return out_ids

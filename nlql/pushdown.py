@@ -117,6 +117,7 @@ class Capabilities:
     WARM_UP: bool = False                     # WarmsUp: build_int8(wait=False) when the engine opens it
     DOC_BATCHES: bool = False                 # upsert() takes the engine's DocBatch whole (nlql.stores.batch)
     ANALYZER: bool = False                    # KeepsAnalyzer: writes BM25 terms with its own .analyzer
+    KEEPS_KEYWORDS: bool = False              # KeepsKeywords: keeps the engine's BM25 index beside its data
 
 
 @dataclass(slots=True)

@@ -21,7 +21,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from nlql.stores.base import DocRecord, Row, Store, TablePaths, unit_id
+from nlql.stores.base import DocRecord, KeepsKeywords, Row, Store, TablePaths, unit_id
 from nlql.stores.batch import latest_per_id
 
 
@@ -108,9 +108,9 @@ class BM25Sidecar:
         """Hand the index to a store that keeps it beside its data (a directory store), so that a fresh
         process loads it instead of building it (issue 34). The caller holds the lock; the index is in
         step with the store's rows."""
-        keep = getattr(self.store, "keep_keyword_state", None)
-        if keep is None or self._index is None:
+        if not self.store.capabilities.KEEPS_KEYWORDS or self._index is None:
             return
+        keep = cast(KeepsKeywords, self.store).keep_keyword_state
         try:
             self._keep_in(keep)
         except Exception:  # noqa: BLE001 - a cache: the next process builds the index instead
@@ -142,8 +142,8 @@ class BM25Sidecar:
         """The index the store kept, with what was committed since applied; False when there is none."""
         from nlql.text.bm25 import BM25Index
 
-        load = getattr(self.store, "kept_keyword_state", None)
-        got = load(self._kept_key()) if load is not None else None
+        got = (cast(KeepsKeywords, self.store).kept_keyword_state(self._kept_key())
+               if self.store.capabilities.KEEPS_KEYWORDS else None)
         if got is None:
             return False
         arrays, since = got

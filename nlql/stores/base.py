@@ -286,6 +286,18 @@ class KeepsAnalyzer(Protocol):
     analyzer: Any
 
 
+class KeepsKeywords(Protocol):
+    """``Capabilities.KEEPS_KEYWORDS``: a store that keeps the engine's BM25 index (its arrays) beside
+    its data (a directory store), so that a fresh process loads it instead of building it.
+
+    ``kept_keyword_state(key)`` gives the arrays kept for the configuration ``key`` and the changes the
+    store committed since (to apply), or None; ``keep_keyword_state(key, arrays)`` keeps arrays in step
+    with the store's rows now, False when it could not."""
+
+    def kept_keyword_state(self, key: str) -> tuple[dict[str, Any], Any] | None: ...
+    def keep_keyword_state(self, key: str, arrays: dict[str, Any]) -> bool: ...
+
+
 class DescribesData(Protocol):
     """``Capabilities.DESCRIBES_DATA``: the store's sizes and metadata keys without a full scan per call
     (kept at write time, or read from a bounded sample it names), for ``engine.schema()``."""

@@ -60,6 +60,7 @@ MEMORY_CAPABILITIES = Capabilities(
     WARM_UP=True,
     DOC_BATCHES=True,
     SYNCS=True,  # (a directory store: other processes may write it; in RAM stale() is always False)
+    KEEPS_KEYWORDS=True,  # (a directory store writes the BM25 index's arrays; in RAM it keeps none)
 )
 
 

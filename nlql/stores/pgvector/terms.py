@@ -100,8 +100,9 @@ class TermsMixin(SqlStore):
         if any(t for _, _, t in term_rows):
             from nlql.sql.binder import sql
 
-            cur.execute("CREATE TEMP TABLE nlql_stage_terms (doc_id text, position int, terms text[]) "
-                        "ON COMMIT DROP")
+            # one table per transaction (dropped at commit), emptied after each batch of the transaction
+            cur.execute("CREATE TEMP TABLE IF NOT EXISTS nlql_stage_terms (doc_id text, position int, "
+                        "terms text[]) ON COMMIT DROP")
             with cur.copy("COPY nlql_stage_terms (doc_id, position, terms) FROM STDIN (FORMAT BINARY)") as copy:
                 copy.set_types(["text", "int4", "text[]"])
                 for row in term_rows:
@@ -110,5 +111,5 @@ class TermsMixin(SqlStore):
                                        "FROM nlql_stage_terms s JOIN ", d.units, " u ON u.doc_id = s.doc_id AND "
                                        "u.position = s.position CROSS JOIN LATERAL unnest(s.terms) AS t(term) "
                                        "GROUP BY t.term, u.key")))
-            cur.execute("DROP TABLE nlql_stage_terms")
+            cur.execute("TRUNCATE nlql_stage_terms")
         conn.execute(*render(d, d.add_term_stats(added_n, added_len)))
