@@ -45,6 +45,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from nlql.errors import BackendError, MissingDependencyError
+from nlql.paths import cache_dir  # (re-exported: the ONNX embedder's cache)
 from nlql.values import normalize_rows
 
 __all__ = [
@@ -488,16 +489,6 @@ ONNX_EXPORT_FORMAT = 2
 _MODEL_FILES = ("config.json", "model.safetensors", "pytorch_model.bin", "tokenizer.json",
                 "sentence_bert_config.json", "modules.json", "1_Pooling/config.json")
 _log = logging.getLogger(__name__)
-
-
-def cache_dir() -> Path:
-    """Where NLQL caches derived files (ONNX exports): ``$NLQL_CACHE_DIR``, else ``$XDG_CACHE_HOME/nlql``,
-    else ``~/.cache/nlql``."""
-    env = os.environ.get("NLQL_CACHE_DIR", "").strip()
-    if env:
-        return Path(env).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME", "").strip()
-    return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "nlql"
 
 
 def _replace_atomically(path: Path, write: Any) -> None:

@@ -101,7 +101,8 @@ def _filter_key(flt: NativeFilter | None) -> Any:
 class MatrixStore:
     """Rows + a growable float32 matrix. Shared by the built-in store and the ANN stores' exact path."""
 
-    capabilities = MEMORY_CAPABILITIES
+    # (the matrix alone keeps no files: KeepsKeywords is MemoryStore's, which a directory backs)
+    capabilities = replace(MEMORY_CAPABILITIES, KEEPS_KEYWORDS=False)
 
     def __init__(self) -> None:
         self.table = RowTable()
@@ -661,6 +662,7 @@ class MemoryStore(MatrixStore):
     """
 
     QUANTISE = True
+    capabilities = MEMORY_CAPABILITIES
 
     def __init__(self, path: str | Path | None = None) -> None:
         super().__init__()
