@@ -829,7 +829,7 @@ def ask(
     text = read_query(question)
     params = parse_params(param)
     with guard():
-        engine, _ = open_engine(store, embedder)
+        engine, _ = open_engine(store, embedder, warm_up=False)  # one question: warming up costs more than it saves
         try:
             route = engine.route(text)  # once: a rewriter (an LLM) is not called twice for --explain
             plan = engine.explain(route, params=params) if explain else None
@@ -963,7 +963,7 @@ def schema(
     types, how many documents have it and common values (read it before writing filters)."""
     with guard():
         require_store(store)
-        engine, _ = open_engine(store, embedder)
+        engine, _ = open_engine(store, embedder, warm_up=False)  # one look: warming up costs more than it saves
         try:
             result = engine.schema(sample=sample)
         finally:

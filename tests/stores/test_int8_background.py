@@ -3,11 +3,13 @@
 No search waits for the copy: until it is ready the store scans float32 and says so (``int8`` in its
 stats), with the same answers; a build whose rows change under it (compaction, reload) or whose store
 closes is dropped; a build that fails leaves float32 scans and the reason; a process that exits while
-a build runs exits cleanly; an engine warming up over a reopened store starts the build.
+a build runs exits cleanly; an engine warming up over a reopened store starts the build; the first
+search alone does not (a one-query process never pays for a copy it would not use).
 """
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -83,7 +85,10 @@ def test_first_searches_scan_float32_while_the_copy_builds_with_the_same_answers
     x = focused(rng, 3000, DIM)
     s = store(x)
     qs = unit(rng.standard_normal((3, DIM)))
+    alone = s.knn(qs[:1], 10)
+    assert s.last_stats["scan"] == "fp32" and "next search starts" in s.last_stats["int8"] and not builds
     before = s.knn(qs, 10)
+    assert before[0] == alone[0]
     assert s.last_stats["scan"] == "fp32" and "building" in s.last_stats["int8"]
     assert len(builds) == 1 and builds[0].thread.is_alive() and not has_copy(s)
     held.set()
@@ -98,6 +103,7 @@ def test_a_build_whose_rows_are_compacted_is_dropped(held: threading.Event, buil
     x = focused(rng, 6000, DIM)
     s = store(x)
     q = unit(rng.standard_normal((1, DIM)))
+    s.knn(q, 10)
     s.knn(q, 10)
     assert len(builds) == 1
     first = builds[0]
@@ -119,7 +125,7 @@ def test_a_build_whose_rows_are_compacted_is_dropped(held: threading.Event, buil
 
 def test_closing_a_store_stops_its_build(held: threading.Event, builds: list[quant.Build]) -> None:
     s = store(focused(np.random.default_rng(3), 3000, DIM))
-    s.knn(unit(np.ones((1, DIM))), 5)
+    s.knn(unit(np.ones((2, DIM))), 5)
     assert len(builds) == 1
     build = builds[0]
     s.close()
@@ -140,6 +146,7 @@ def test_a_build_that_fails_leaves_float32_scans_and_says_why(monkeypatch: pytes
     s, exact = store(x), store(x)
     exact.QUANTISE = False  # type: ignore[misc]
     q = unit(rng.standard_normal((1, DIM)))
+    s.knn(q, 10)
     s.knn(q, 10)
     assert len(builds) == 1
     builds[0].join(20)
@@ -189,7 +196,7 @@ def test_a_process_exiting_during_a_build_exits_cleanly(tmp_path: Path) -> None:
         x = unit(np.random.default_rng(0).standard_normal((120_000, 96)))
         for lo in range(0, len(x), 20_000):
             s.upsert(docs(x[lo:lo + 20_000], start=lo))
-        s.knn(x[:1], 10)
+        s.knn(x[:2], 10)
         print("scan", s.last_stats["scan"], flush=True)
         # runs before quant's own handler (registered first): a build is still running at exit
         atexit.register(lambda: print("running at exit", sum(b.thread.is_alive() for b in made), flush=True))
@@ -225,3 +232,44 @@ def test_a_filters_own_copy_is_built_in_the_background(held: threading.Event, bu
     assert s.last_stats["copy"] == "the filter's own" and "int8" in s.last_stats["scan"]
     assert s.memory_stats()["filter_copies_bytes_per_vector"] > 0
     assert all(int(r.doc_id[1:]) % 2 == 1 for r in s.fetch([k for k, _ in first[0]]))
+
+
+ONE_SHOT = {
+    "query": ["query", 'SELECT SENTENCE LET rel = SIMILARITY(content, "topic 7") ORDER BY rel DESC LIMIT 3',
+              "--format", "jsonl"],
+    "ask": ["ask", "what is topic 7", "--json"],
+    "schema": ["schema"],
+}
+
+
+@pytest.mark.parametrize("command", sorted(ONE_SHOT))
+def test_a_one_shot_command_never_builds_the_copy(tmp_path: Path, command: str) -> None:
+    """``nlql query``, ``ask`` and ``schema`` in a fresh process over a reopened store: float32, no
+    build started (the copy's Numba kernel and encoding cost more CPU than the whole command)."""
+    script = textwrap.dedent("""
+        import json, sys
+        from nlql.stores.memory import quant
+        from nlql.stores.memory import MemoryStore
+        made, real = [], quant.Build.__init__
+        def init(self, *args, **kwargs):
+            real(self, *args, **kwargs)
+            made.append(self)
+        quant.Build.__init__ = init
+        MemoryStore.QUANT_MIN_ROWS = 64
+        from nlql.cli import main
+        sys.argv = ["nlql", *json.loads(sys.argv[2]), "--store", sys.argv[1]]
+        try:
+            main()
+        except SystemExit as exc:
+            assert not exc.code, exc.code
+        print("builds", len(made), flush=True)
+    """)
+    root = Path(__file__).resolve().parents[2]
+    store_dir = tmp_path / "s"
+    with Engine(embedder=HashEmbedder(dim=384), store=MemoryStore(store_dir), warm_up=False) as e:
+        e.add_texts([f"note {i} about topic {i % 13}" for i in range(400)])
+    done = subprocess.run([sys.executable, "-c", script, str(store_dir), json.dumps(ONE_SHOT[command])], cwd=root,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert ("topic 7" if command != "schema" else "400 sentences") in done.stdout
+    assert "builds 0" in done.stdout, done.stdout

@@ -111,6 +111,7 @@ class MatrixStore:
         self._sub_cache: OrderedDict[tuple[int, Any], _Rows] = OrderedDict()
         self._quant: quant.Int8Copy | None = None
         self._build: quant.Build | None = None  # the int8 copy's first build, running in the background
+        self._scanned = False  # whether a search of this store has asked for the int8 copy yet
         self._int8_why: str | None = None  # why there is no int8 copy (it could not be built)
         self._prefault: _pages.Prefault | None = None  # the pages of rows announced, faulted in ahead
         self._lock = threading.RLock()
@@ -361,20 +362,25 @@ class MatrixStore:
     QUANT_MIN_ROWS = 16_384
     #: Build the int8 copy on a thread of its own (:class:`quant.Build`) while searches scan float32
     #: (the same answers): the first search of a process over 100k rows took 2.3 s waiting for the
-    #: kernel and the copy, against 20 ms for the float32 scan. False: the first search builds it.
+    #: kernel and the copy, against 20 ms for the float32 scan. The build starts at the second search
+    #: of the store (or when an engine warms up, :meth:`build_int8` ``wait=False``): a process that runs
+    #: one query (``nlql query``) never pays for a copy it would not use (0.6 of its 1.55 CPU-s on a
+    #: 20k-row store, ``bench/fresh_process.py``). False: the first search builds it, inline.
     INT8_BACKGROUND = True
 
     def _use_quant(self, n: int, k: int) -> bool:
         return (self.QUANTISE and n >= self.QUANT_MIN_ROWS and 32 * k <= n and self._int8_why is None
                 and quant.installed())
 
-    def _int8(self, inline: bool = False) -> quant.Int8Copy | None:
+    def _int8(self, inline: bool = False, start: bool = True) -> quant.Int8Copy | None:
         """The int8 copy, synced with the matrix; None while its first build runs in the background, or
-        when it cannot be built (``_int8_why`` says why). ``inline``: a first build runs here."""
+        when it cannot be built (``_int8_why`` says why). ``inline``: a first build runs here; ``start``
+        False: a search's call, which starts the background build only if one came before it."""
         if self._quant is None:
             assert self.dim is not None
             if self.INT8_BACKGROUND and not inline:
-                if self._build is None:
+                scanned, self._scanned = self._scanned, True
+                if self._build is None and (start or scanned):
                     matrix, dim = self.matrix, self.dim
                     self._build = quant.Build(lambda stop: quant.new_copy(matrix, dim, stop), self._built)
                 return None
@@ -433,9 +439,10 @@ class MatrixStore:
 
     def _quantised_top_one_blas_thread(self, v: np.ndarray, k: int, rows: _Rows, min_score: float | None,
                                        stats: dict[str, Any]) -> list[tuple[int, float]] | None:
-        copy = self._int8()
+        copy = self._int8(start=False)
         if copy is None:
-            stats["int8"] = self._int8_why or "building (float32 until it is ready)"
+            stats["int8"] = self._int8_why or ("building (float32 until it is ready)" if self._build is not None
+                                               else "not built: the store's next search starts its build")
             return None
         local = None  # a filter's own int8 copy: ids are positions in rows.keys
         if rows.keys is not None:
