@@ -118,6 +118,7 @@ class Capabilities:
     DOC_BATCHES: bool = False                 # upsert() takes the engine's DocBatch whole (nlql.stores.batch)
     ANALYZER: bool = False                    # KeepsAnalyzer: writes BM25 terms with its own .analyzer
     KEEPS_KEYWORDS: bool = False              # KeepsKeywords: keeps the engine's BM25 index beside its data
+    COUNTS: bool = False                      # CountsGroups: count_groups(), COUNT … BY metadata as GROUP BY
 
 
 @dataclass(slots=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from typing import Any
+from typing import Any, cast
 
 from nlql import ir
 from nlql import values as V
@@ -19,8 +19,9 @@ from nlql.evaluate import RowContext, compile_expr
 from nlql.execute.candidates import Candidate, Search
 from nlql.execute.results import Hit
 from nlql.plan.nodes import CountSpec
+from nlql.stores.base import CountsGroups
 
-__all__ = ["count_documents", "count_groups"]
+__all__ = ["count_documents", "count_groups", "count_in_store"]
 
 
 def _key(v: Any) -> Any:
@@ -81,6 +82,39 @@ def count_documents(run: Search) -> list[Hit] | None:
     return _groups(run, list(contexts.values()))
 
 
+def count_in_store(run: Search) -> list[Hit] | None:
+    """The COUNT hits from the store's own grouping (``CountSpec.paths``: the planner chose it), or None
+    when the engine must count: two stored forms of one value came back (``1`` and ``1.0`` are one group
+    for NLQL, and a row holding both would be counted twice by the store), the store could not read a
+    value, or two groups sort as equal (their order is the rows' order)."""
+    plan = run.plan
+    spec = plan.count
+    if spec is None or spec.paths is None:
+        return None
+    counts: dict[tuple[Any, ...], int] = {}
+    shown: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+    native = plan.native
+    if native is None or not native.extra.get("empty"):
+        got = cast(CountsGroups, run.store).count_groups(native, plan.unit.kind, spec.paths)
+        if got is None:
+            run.stats.counts["count_path"] = "the engine: the store cannot read a stored value as JSON"
+            return None
+        for values, n in got:
+            key = tuple(_key(v) for v in values)
+            if key in counts:
+                run.stats.counts["count_path"] = "the engine: the store holds one value in two forms"
+                return None
+            counts[key] = n
+            shown[key] = tuple(None if V.is_null(v) else v for v in values)
+        # distinct groups that sort as equal (2025 and "2025") come in the order the rows first showed them,
+        # which only the engine's pass over the rows knows
+        if len({tuple(_value_key(v, False, False) for v in s) for s in shown.values()}) < len(shown):
+            run.stats.counts["count_path"] = "the engine: groups that sort as equal come in the rows' order"
+            return None
+    run.stats.counts["count_path"] = "the store's GROUP BY"
+    return _page(spec, plan.unit.kind, counts, shown)
+
+
 def _groups(run: Search, contexts: list[RowContext]) -> list[Hit]:
     spec = run.plan.count
     assert spec is not None
@@ -96,6 +130,16 @@ def _groups(run: Search, contexts: list[RowContext]) -> list[Hit]:
             else:
                 counts[key] = 1
                 shown[key] = tuple(None if V.is_null(v) else v for _, v in combo)
+    return _page(spec, run.plan.unit.kind, counts, shown)
+
+
+def _page(spec: CountSpec, unit: str, counts: dict[tuple[Any, ...], int],
+          shown: dict[tuple[Any, ...], tuple[Any, ...]]) -> list[Hit]:
+    """The groups ordered (count DESC, then each key ascending, unless ORDER BY says otherwise) and paged.
+    Values that sort as equal but are distinct groups (``2025`` and ``"2025"``) keep the order in which
+    they were first seen. With no BY key there is always one row, the total (0 when no row passed)."""
+    if not spec.keys and not counts:
+        counts, shown = {(): 0}, {(): ()}
     groups = sorted(counts, key=lambda k: tuple(_value_key(v, False, False) for v in shown[k]))
     order = spec.order or ((-1, True, False),)
     for index, descending, nulls_first in reversed(order):  # stable sorts, last key first
@@ -107,7 +151,6 @@ def _groups(run: Search, contexts: list[RowContext]) -> list[Hit]:
     page = groups[spec.offset:]
     if spec.limit is not None:
         page = page[: spec.limit]
-    unit = run.plan.unit.kind
     return [_hit(spec, unit, shown[k], counts[k]) for k in page]
 
 

@@ -21,7 +21,7 @@ from nlql.errors import EvaluationError, NLQLTimeoutError
 from nlql.evaluate import Env, compile_expr
 from nlql.execute.autocut import autocut
 from nlql.execute.candidates import Candidate, Search, keep_passing
-from nlql.execute.count import count_documents, count_groups
+from nlql.execute.count import count_documents, count_groups, count_in_store
 from nlql.execute.cursor import PageEnd, Paging, cursor_page, first_cursor
 from nlql.execute.degrade import cause_of, drop_arms, embed_within
 from nlql.execute.distinct import distinct
@@ -152,7 +152,10 @@ class Executor:
 
         if plan.count is not None:
             t = time.perf_counter()
-            groups = count_documents(run)  # COUNT(DOCUMENT) by metadata: no document is built
+            # the store's GROUP BY, else COUNT(DOCUMENT) by metadata from the rows: no document is built
+            groups = count_in_store(run)
+            if groups is None:
+                groups = count_documents(run)
             if groups is not None:
                 stats.add("count", (time.perf_counter() - t) * 1000)
                 stats.counts["returned"] = len(groups)

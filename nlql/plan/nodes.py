@@ -107,6 +107,9 @@ class CountSpec:
     order: tuple[tuple[int, bool, bool], ...] = ()
     limit: int | None = None
     offset: int = 0
+    #: The BY keys as stored paths (``("doc_id",)``, ``("meta", key, …)``) when the store groups them
+    #: itself (``Capabilities.COUNTS``, :class:`~nlql.stores.base.CountsGroups`); None: the engine counts.
+    paths: tuple[tuple[str, ...], ...] | None = None
 
 
 @dataclass

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from datetime import datetime
@@ -189,4 +190,30 @@ def build_plan(
         if graphs and plan.lowering is None and dialect_of(store) is not None:  # no BM25 or fusion to lower
             plan = replace(plan, lowering={"strategy": "engine",
                                            "reason": "GRAPH runs as its own statement (nothing to fuse in SQL)"})
+    if count is not None and caps.COUNTS:
+        plan = _count_in_store(plan)
     return choose_fastpath(plan, caps)
+
+
+#: A metadata key the stores' JSON paths can name as they are (letters, digits, ``_``, ``-``).
+_PLAIN_KEY = re.compile(r"[A-Za-z0-9_-]+\Z")
+
+
+def _count_in_store(plan: Plan) -> Plan:
+    """COUNT … BY grouped by the store (``CountSpec.paths``) when nothing but the pushed filter decides which
+    rows count: SENTENCE or DOCUMENT, no score, no residual condition, and BY keys that are metadata paths
+    of plain keys or ``doc_id``."""
+    spec = plan.count
+    assert spec is not None
+    if (plan.unit.kind not in ("SENTENCE", "DOCUMENT") or plan.scores or plan.residual or plan.fusion_residual
+            or plan.graphs or plan.temporals or plan.lowered is not None):
+        return plan
+    paths: list[tuple[str, ...]] = []
+    for key in spec.keys:
+        if isinstance(key, ir.Field) and key.name == "doc_id":
+            paths.append(("doc_id",))
+        elif isinstance(key, ir.Meta) and key.keys and all(_PLAIN_KEY.match(k) for k in key.keys):
+            paths.append(("meta", *key.keys))
+        else:
+            return plan
+    return replace(plan, count=replace(spec, paths=tuple(paths)))

@@ -237,6 +237,10 @@ class Dialect:
             return sql(f"{cte}.score AS {alias}")
         return sql(f"coalesce({cte}.score, {self.cast('0', 'float8')}) AS {alias}")
 
+    def json_path(self, keys: Sequence[str]) -> Param:
+        """A metadata path as ``TRANSFORMS["json_members"]`` takes it (here: the keys as a text array)."""
+        return Param(list(keys), "text[]", "metadata path")
+
     def fn(self, name: str, **holes: Any) -> Fragment:
         """The spelling of a named operation (``TRANSFORMS[name]``) with its holes filled.
 

@@ -98,7 +98,7 @@ class Store(Protocol):
 
     Optional protocols, each declared by a ``Capabilities`` flag and called only when declared:
     :class:`ScoresAll` (``FULL_SCORES``), :class:`RunsLowered` (``SQL_ARMS``), :class:`TablePaths`
-    (``FAST_PATH``), :class:`DescribesData` (``DESCRIBES_DATA``).
+    (``FAST_PATH``), :class:`DescribesData` (``DESCRIBES_DATA``), :class:`CountsGroups` (``COUNTS``).
     """
 
     capabilities: Capabilities
@@ -296,6 +296,22 @@ class KeepsKeywords(Protocol):
 
     def kept_keyword_state(self, key: str) -> tuple[dict[str, Any], Any] | None: ...
     def keep_keyword_state(self, key: str, arrays: dict[str, Any]) -> bool: ...
+
+
+class CountsGroups(Protocol):
+    """``Capabilities.COUNTS``: ``SELECT COUNT(unit) BY …`` (SPEC §11) as the store's own grouping (SQL
+    ``GROUP BY``), for SENTENCE and DOCUMENT units and BY keys that are metadata paths or ``doc_id``.
+
+    ``count_groups(flt, unit, paths)`` counts the sentences passing ``flt`` (``unit`` ``"SENTENCE"``), or the
+    documents with at least one (``"DOCUMENT"``), per distinct tuple of the values at ``paths`` (each
+    ``("doc_id",)`` or ``("meta", key, …)``): a list value counts once under each member, an empty list
+    in no group, a missing key as null. It returns ``(values, count)`` pairs, each value decoded from
+    the stored JSON, grouped by the stored form: the engine merges values that NLQL holds equal, and
+    counts itself when one row could have held two forms of one value (``[1, 1.0]``), or when the store
+    returns None (it cannot read some stored value, e.g. PostgreSQL's JSON functions and ``\\u0000``)."""
+
+    def count_groups(self, flt: NativeFilter | None, unit: str,
+                     paths: Sequence[tuple[str, ...]]) -> list[tuple[tuple[Any, ...], int]] | None: ...
 
 
 class DescribesData(Protocol):

@@ -24,6 +24,7 @@ from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 
+from nlql.errors import BackendError
 from nlql.pushdown import Filter, NativeFilter
 from nlql.sql.binder import Fragment, Param, sql
 from nlql.sql.dialect import Compiled
@@ -136,6 +137,54 @@ class SqlStore:
             if row is not None:
                 rows.append(row)
         return {x: out[x] for x in dict.fromkeys(doc_ids) if x in out}
+
+    # ------------------------------------------------------------------------------------- counts
+
+    def _ungroupable(self, exc: BackendError) -> bool:
+        """Whether a failed count statement failed on the data itself (the engine then counts)."""
+        return False
+
+    def count_groups(self, flt: NativeFilter | None, unit: str,
+                     paths: Sequence[tuple[str, ...]]) -> list[tuple[tuple[Any, ...], int]] | None:
+        """``COUNT(unit) BY paths`` as one GROUP BY (:class:`~nlql.stores.base.CountsGroups`): the sentences
+        passing ``flt``, or the documents with one, per stored form of the values (JSON text; a list's
+        members through ``TRANSFORMS["json_members"]``, a missing key as null). None when the database
+        cannot read some stored value as JSON (:meth:`_ungroupable`)."""
+        self._need_open()
+        d = self.dialect
+        documents = unit == "DOCUMENT"
+        doc_id = "d.doc_id" if documents else "u.doc_id"
+        joins: list[Fragment] = []
+        columns: list[str] = []
+        for i, path in enumerate(paths):
+            if tuple(path) == ("doc_id",):
+                columns.append(doc_id)
+            else:
+                members = d.fn("json_members", doc=sql("d.metadata"), path=d.json_path(path[1:]))
+                joins.append(sql(" CROSS JOIN ", members, f" AS m{i}(val)"))
+                columns.append(f"coalesce({d.cast(f'm{i}.val', 'text')}, 'null')")
+        group = f" GROUP BY {', '.join(columns)}" if columns else ""
+        if documents:  # the documents with a sentence passing the filter, each read once
+            query = sql("SELECT ", ", ".join([*columns, "count(DISTINCT d.doc_id)"]), " FROM ", d.docs, " d",
+                        *joins, " WHERE d.doc_id IN (SELECT u.doc_id ", self._from(flt), ")", group)
+        else:
+            where = flt.extra["fragment"] if flt is not None else sql("TRUE")
+            query = sql("SELECT ", ", ".join([*columns, "count(DISTINCT u.key)"]), " FROM ", d.units,
+                        " u JOIN ", d.docs, " d ON d.doc_id = u.doc_id", *joins, " WHERE ", where, group)
+        try:
+            rows = self._read(lambda conn: self._run(conn, query).fetchall())
+        except BackendError as exc:
+            if self._ungroupable(exc):
+                return None
+            raise
+        un = d.codec.unescape
+        out: list[tuple[tuple[Any, ...], int]] = []
+        for r in rows:
+            if not r[-1]:
+                continue  # (no row passed: a total of nothing is no group, as the engine counts)
+            out.append((tuple(un(v) if tuple(p) == ("doc_id",) else json.loads(v) for v, p in zip(r, paths)),
+                        int(r[-1])))
+        return out
 
     # --------------------------------------------------------------------------------- BM25 terms
 

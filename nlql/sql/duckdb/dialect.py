@@ -18,6 +18,7 @@ DuckDB runs the whole hybrid skeleton (MATERIALIZED CTEs, window functions, orde
 from __future__ import annotations
 
 import string
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from nlql.pushdown import Cond
@@ -68,6 +69,9 @@ class DuckDBDialect(Dialect):
         "any": "({x} = ANY({items}))",
         "contains": "(strpos({s}, {needle}) > 0)",
         "regex": "regexp_matches({s}, {pattern}, 's')",
+        # the members of the JSON value at a path, as rows (a list's items, else the value; NULL if missing)
+        "json_members": "unnest(CASE WHEN json_type(json_extract({doc}, {path})) = 'ARRAY' "
+                        "THEN CAST(json_extract({doc}, {path}) AS JSON[]) ELSE [json_extract({doc}, {path})] END)",
     }
 
     def __init__(self, table_prefix: str = "nlql", *, dim: int | None = None, normalized: bool = True,
@@ -82,6 +86,10 @@ class DuckDBDialect(Dialect):
     def FILTER_OPS(self) -> frozenset[str]:  # type: ignore[override]  # noqa: N802 - the Dialect flag
         """The SQL operators, and HAS where the store keeps list members (``<p>_members``)."""
         return SQL_LIST_OPS if self.members_index else SQL_FILTER_OPS
+
+    def json_path(self, keys: Sequence[str]) -> Param:
+        """A JSON path (``$."a"."b"``; the planner passes plain keys only, letters, digits, ``_``, ``-``)."""
+        return Param("$" + "".join(f'."{k}"' for k in keys), "text", "metadata path")
 
     def type_name(self, type_name: str) -> str:
         if type_name == "vector":

@@ -72,6 +72,10 @@ class PostgresDialect(Dialect):
         "like": "({s} LIKE {pattern})",               # backslash is LIKE's default escape
         "regex": "({s} ~ {pattern})",                 # an ARE (Dialect.regex_escape)
         "text_order": ' COLLATE "C"',
+        # the members of the JSON value at a path, as rows (a list's items, else the value; [null] if missing)
+        "json_members": "LATERAL json_array_elements(CASE WHEN json_typeof(json_extract_path({doc}, VARIADIC {path})) "
+                        "= 'array' THEN json_extract_path({doc}, VARIADIC {path}) "
+                        "ELSE json_build_array(json_extract_path({doc}, VARIADIC {path})) END)",
     }
 
     MODES = ("exact", "index", "rescored")

@@ -106,7 +106,8 @@ class DuckDBStore(SqlStore):
         """What the planner may push (HAS once ``open`` found or built ``<prefix>_members``)."""
         return self.dialect.capabilities(
             NAME="duckdb", EXACT=True, SCORE_THRESHOLD=True, BM25=True, SQL_ARMS=True, KEYWORD_STATS=True, ANALYZER=True,
-            ENTITY_LINKS=self._external is None)  # its own tables keep each sentence's entity names (<prefix>_entities)
+            # its own tables keep each sentence's entity names (<prefix>_entities) and the metadata as JSON
+            ENTITY_LINKS=self._external is None, COUNTS=self._external is None)
 
     @classmethod
     def from_table(cls, conn: Any, table: str, *, text: str, vector: str, id: str | None = None,  # noqa: A002
@@ -209,6 +210,12 @@ class DuckDBStore(SqlStore):
 
     def _read(self, fn: Callable[[Any], T]) -> T:
         return self._guard(lambda: fn(self._conn))
+
+    def _ungroupable(self, exc: BackendError) -> bool:
+        """DuckDB's JSON reader refuses a lone surrogate (the metadata keeps it exactly, as ``\\ud800``):
+        such a count is the engine's."""
+        cause = exc.__cause__
+        return isinstance(cause, self._duck.InvalidInputException) and "Malformed JSON" in str(cause)
 
     def _need_open(self) -> None:
         if self.dim is None:

@@ -121,7 +121,7 @@ class PgVectorStore(SchemaMixin, TermsMixin, KnnMixin, EntityMixin, SqlStore):
         self.capabilities = self.dialect.capabilities(
             NAME="pgvector", EXACT=exact_only, SCORE_THRESHOLD=True, BM25=self.bm25, SQL_ARMS=self.bm25,
             KEYWORD_STATS=self.bm25, ANALYZER=True, ENTITY_LINKS=True, GRAPH_ARM=True,
-            DEADLINE=True, DESCRIBES_DATA=True)
+            DEADLINE=True, DESCRIBES_DATA=True, COUNTS=True)
         if connection is not None and not connection.autocommit:
             raise ValueError("PgVectorStore needs a connection in autocommit mode "
                              "(it opens its own transactions)")
@@ -214,6 +214,11 @@ class PgVectorStore(SchemaMixin, TermsMixin, KnnMixin, EntityMixin, SqlStore):
                 return fn(conn)
 
         return self._guard(run)
+
+    def _ungroupable(self, exc: BackendError) -> bool:
+        """PostgreSQL's JSON functions cannot read a stored ``\\u0000`` (the metadata keeps it exactly):
+        such a count is the engine's."""
+        return isinstance(exc.__cause__, self._pg.errors.UntranslatableCharacter)
 
     # ---------------------------------------------------------------------------------- writing
 
