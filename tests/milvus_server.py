@@ -8,6 +8,7 @@ without them: BM25 is read from the stored term statistics.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -44,6 +45,7 @@ class MilvusServer:
         args = [exe, "--data", str(data)]
         for name, port in ports.items():
             args += [f"--{name}-port", str(port)]
+        self.data = data
         self.port = ports["proxy"]
         self.url = f"milvus+http://127.0.0.1:{self.port}"
         self.log = open(data.parent / "milvus-server.log", "wb")  # noqa: SIM115 - closed in stop()
@@ -75,4 +77,22 @@ class MilvusServer:
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(10)
+        # the launcher's `milvus run standalone` can outlive its process group; left running, it holds
+        # the internal components' fixed ports and the next session's server cannot start
+        for pid in self._engine_pids():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
         self.log.close()
+
+    def _engine_pids(self) -> list[int]:
+        """The processes running this server's own copy of the Milvus binary (found by /proc cmdline)."""
+        marker = str(self.data).encode()
+        pids = []
+        for entry in Path("/proc").glob("[0-9]*"):
+            try:
+                cmdline = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if marker in cmdline and b"milvus" in cmdline and int(entry.name) != os.getpid():
+                pids.append(int(entry.name))
+        return pids
