@@ -155,15 +155,26 @@ def _table_cache() -> str | bool:
     0.2 CPU-s, loading them 0.03): a file in the user's own :func:`~nlql.paths.cache_dir`, not a shared
     temporary directory, since Lark's cache is a pickle. Lark keys the file by the grammar's text, the
     options and its own version, and rebuilds when they differ. False (no cache) when the directory
-    cannot be made or written, or ``NLQL_PARSER_CACHE=0``."""
+    cannot be made or written, when it or the file belongs to another user or others may write it (a
+    shared ``$NLQL_CACHE_DIR``: a planted pickle would run as code), or ``NLQL_PARSER_CACHE=0``."""
     if os.environ.get("NLQL_PARSER_CACHE", "").strip() == "0":
         return False
     folder = cache_dir() / "parser"
+    path = folder / "lalr.pickle"
     try:
-        folder.mkdir(parents=True, exist_ok=True)
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if not os.access(folder, os.W_OK) or not all(_private(p) for p in (folder, path) if p.exists()):
+            return False
     except OSError:
         return False
-    return str(folder / "lalr.pickle") if os.access(folder, os.W_OK) else False
+    return str(path)
+
+
+def _private(path: Path) -> bool:
+    """Whether only the current user can have written ``path`` (always True where there are no uids)."""
+    st = path.stat()
+    getuid = getattr(os, "getuid", None)
+    return getuid is None or (st.st_uid == getuid() and not st.st_mode & 0o022)
 
 
 @functools.lru_cache(maxsize=1)

@@ -51,3 +51,15 @@ def test_the_cache_can_be_turned_off(tmp_path: Path) -> None:
     run = _run(tmp_path / "cache", {"NLQL_PARSER_CACHE": "0"})
     assert run.returncode == 0 and run.stdout.strip() == "3", run.stderr[-2000:]
     assert not (tmp_path / "cache" / "parser").exists()
+
+
+def test_a_cache_others_may_write_is_not_read(tmp_path: Path) -> None:
+    """A shared cache directory (group or world writable) could hold a planted pickle: it is never loaded."""
+    cache = tmp_path / "cache"
+    table = cache / "parser" / "lalr.pickle"
+    table.parent.mkdir(parents=True)
+    table.parent.chmod(0o777)
+    table.write_bytes(b"planted")
+    run = _run(cache)
+    assert run.returncode == 0 and run.stdout.strip() == "3", run.stderr[-2000:]
+    assert table.read_bytes() == b"planted"  # neither read nor rewritten
