@@ -154,10 +154,11 @@ class SqlStore:
         d = self.dialect
         documents = unit == "DOCUMENT"
         doc_id = "d.doc_id" if documents else "u.doc_id"
+        is_id = [tuple(p) == ("doc_id",) for p in paths]
         joins: list[Fragment] = []
         columns: list[str] = []
         for i, path in enumerate(paths):
-            if tuple(path) == ("doc_id",):
+            if is_id[i]:
                 columns.append(doc_id)
             else:
                 members = d.fn("json_members", doc=sql("d.metadata"), path=d.json_path(path[1:]))
@@ -182,8 +183,7 @@ class SqlStore:
         for r in rows:
             if not r[-1]:
                 continue  # (no row passed: a total of nothing is no group, as the engine counts)
-            out.append((tuple(un(v) if tuple(p) == ("doc_id",) else json.loads(v) for v, p in zip(r, paths)),
-                        int(r[-1])))
+            out.append((tuple(un(v) if i else json.loads(v) for v, i in zip(r, is_id)), int(r[-1])))
         return out
 
     # --------------------------------------------------------------------------------- BM25 terms

@@ -178,18 +178,23 @@ def test_an_engine_warming_up_over_a_reopened_store_starts_the_build(
     warm.close()
 
 
+#: The start of a child process's script: every quant.Build it starts is appended to ``made``.
+RECORD_BUILDS = textwrap.dedent("""
+    from nlql.stores.memory import quant
+    made, real = [], quant.Build.__init__
+    def init(self, *args, **kwargs):
+        real(self, *args, **kwargs)
+        made.append(self)
+    quant.Build.__init__ = init
+""")
+
+
 def test_a_process_exiting_during_a_build_exits_cleanly(tmp_path: Path) -> None:
     """The build stops between two chunks at exit (no thread left inside Faiss while Python finalises)."""
-    script = textwrap.dedent("""
+    script = RECORD_BUILDS + textwrap.dedent("""
         import atexit, numpy as np
-        from nlql.stores.memory import quant
         from nlql.stores.memory import MemoryStore
         from tests.stores.test_memory_speed_paths import docs, unit
-        made, real = [], quant.Build.__init__
-        def init(self, *args, **kwargs):
-            real(self, *args, **kwargs)
-            made.append(self)
-        quant.Build.__init__ = init
         s = MemoryStore()
         s.QUANTISE = True
         s.open(96)
@@ -246,15 +251,9 @@ ONE_SHOT = {
 def test_a_one_shot_command_never_builds_the_copy(tmp_path: Path, command: str) -> None:
     """``nlql query``, ``ask`` and ``schema`` in a fresh process over a reopened store: float32, no
     build started (the copy's Numba kernel and encoding cost more CPU than the whole command)."""
-    script = textwrap.dedent("""
+    script = RECORD_BUILDS + textwrap.dedent("""
         import json, sys
-        from nlql.stores.memory import quant
         from nlql.stores.memory import MemoryStore
-        made, real = [], quant.Build.__init__
-        def init(self, *args, **kwargs):
-            real(self, *args, **kwargs)
-            made.append(self)
-        quant.Build.__init__ = init
         MemoryStore.QUANT_MIN_ROWS = 64
         from nlql.cli import main
         sys.argv = ["nlql", *json.loads(sys.argv[2]), "--store", sys.argv[1]]
