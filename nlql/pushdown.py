@@ -305,5 +305,5 @@ class FastPath:
             return f"bm25 over {unit}s: the {unit}s at or above the LIMIT+OFFSET-th {self.slot}, {each}"
         if self.kind == "formula":
             return f"formula over {unit}s: the {unit}s at or above the LIMIT+OFFSET-th value of the score arithmetic, {each}"
-        arms = ", ".join(a.slot for a in self.arms)
+        arms = ", ".join(a.slot.lstrip("~") for a in self.arms)
         return f"fusion over {unit}s: each arm's top {self.depth} {unit}s ({arms}), fused with numpy, {each}"

@@ -185,3 +185,15 @@ def test_side_by_side_tiny_run_without_optional_peers(tmp_path: Path) -> None:
     section = report.generic_section("side_by_side", data)
     assert "**median_ms**" in section and "**recall_at_10**" in section
     assert "| NLQL built-in |" in section
+
+
+def test_ask_speed_bench_at_tiny_size(tmp_path: Path) -> None:
+    from bench import ask_speed
+
+    out = ask_speed.main(["--copies", "1", "--repeat", "1", "--out", str(tmp_path / "ask.json")])
+    rows = {r["question"]: r for r in out["rows"]}
+    assert set(rows) == {q for q, _ in ask_speed.QUESTIONS}
+    for question, intent in ask_speed.QUESTIONS:
+        assert rows[question]["intent"] == intent
+        assert rows[question]["same_page"] and rows[question]["fast_path"] == "fusion"
+    assert json.loads((tmp_path / "ask.json").read_text())["sentences"] == out["sentences"]

@@ -240,3 +240,52 @@ def test_a_reranker_reads_the_pruned_rows_with_the_same_answer(engines: tuple[En
         assert got.stats.get("fast_path") == "fusion" and "fused_page" not in got.stats
         want = slow.search(q, {"q": question}, reranker=FakeReranker(), rerank_query=question)
         assert _page(got) == _page(want), question
+
+
+# ------------------------------------------------------------------ DOCUMENT rows
+
+# RRF / INTERLEAVE over documents with GRAPH and TEMPORAL arms: a document's GRAPH is its best sentence's
+# activation and its TEMPORAL its own date's value; every document here has two sentences, so the
+# activation often sits in the second one
+DOCUMENT_QUERIES = [
+    ("f = RRF(s, k, g, t) ORDER BY f DESC LIMIT 10", "fusion"),
+    ("f = RRF(s, k, g, t) ORDER BY f DESC LIMIT 7 OFFSET 5", "fusion"),
+    ("f = RRF(s, k, g, t, window => 4) ORDER BY f DESC LIMIT 10", "fusion"),
+    ("f = RRF(g, t, window => 9) ORDER BY f DESC LIMIT 20", "fusion"),
+    ("f = RRF(g, s, k, k => 10, weights => [1.0, 2.5, 1.0]) ORDER BY f DESC LIMIT 10", "fusion"),
+    ("f = RRF(t, s, k, k => 10, weights => [1.0, 2.5, 1.0]) WHERE meta.section == \"notes\" "
+     "ORDER BY f DESC LIMIT 10", "fusion"),
+    ("f = INTERLEAVE(g, k, t) ORDER BY f DESC LIMIT 10", "fusion"),
+    ("f = RRF(s, k, g, t) ORDER BY f DESC, t DESC LIMIT 10", "fusion"),
+    # these stay row by row: RECENCY's vector is exact down to a depth in rows; GRAPH read outside the
+    # fusion; FUSE normalises values (its arms stay SIMILARITY / BM25)
+    ("f = RRF(s, g, r) ORDER BY f DESC LIMIT 10", None),
+    ("f = RRF(s, k, g) WHERE g IS NOT NULL ORDER BY f DESC LIMIT 10", None),
+    ("f = FUSE(s, g) ORDER BY f DESC LIMIT 10", None),
+]
+
+
+@pytest.mark.parametrize("tail,path", DOCUMENT_QUERIES)
+def test_document_value_arms_give_the_row_by_row_pages(engines: tuple[Engine, Engine], tail: str,
+                                                       path: str | None) -> None:
+    fast, slow = engines
+    q = f"SELECT DOCUMENT {LETS}{tail}"
+    for question in QUESTIONS:
+        got = fast.search(q, {"q": question})
+        assert got.stats.get("fast_path") == path, (q, got.stats)
+        want = slow.search(q, {"q": question})
+        assert _page(got) == _page(want), (q, question)
+        assert [h.best and h.best.position for h in got] == [h.best and h.best.position for h in want]
+
+
+def test_the_routed_entity_and_temporal_questions_take_the_document_page(engines: tuple[Engine, Engine]) -> None:
+    fast, slow = engines
+    for question, intent in [("who mentioned Frege?", "entity"), ("what did Russell say about the paradox?", "entity"),
+                             ("when did we discuss the budget?", "temporal"), ("notes from yesterday", "temporal")]:
+        route = fast.route(question)
+        assert route.intent == intent
+        explained = str(fast.explain(route))
+        assert "fusion over documents" in explained, explained
+        got = fast.ask(question)
+        assert got.stats.get("fast_path") == "fusion"
+        assert _page(got) == _page(slow.search(route.query, params=route.params))

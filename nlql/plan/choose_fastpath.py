@@ -146,13 +146,15 @@ def choose_fastpath(plan: Plan, caps: Capabilities) -> Plan:
 def _documents(plan: Plan) -> Plan:
     """The *prune* paths over DOCUMENT rows (``FastPath.unit``): the first sort key is, descending, one
     BM25 score, arithmetic over SIMILARITY/BM25 scores, or an RRF / INTERLEAVE / FUSE of bare
-    SIMILARITY/BM25 arms. A document's score is its best sentence's, so the store takes a maximum per document and
+    SIMILARITY/BM25 arms (RRF / INTERLEAVE: GRAPH and TEMPORAL arms too, as ``VALUE`` vectors). A
+    document's score is its best sentence's, so the store takes a maximum per document and
     ranks documents; nothing else may read a document's rows: no condition left to the engine (the
     pushed filter is on document metadata and ids, so it keeps or drops whole documents), no ``min =>``
-    (NULL below it), no DISTINCT BY, no reranker clause, no GRAPH / TEMPORAL, no other fusion."""
+    (NULL below it), no DISTINCT BY, no reranker clause, no GRAPH / TEMPORAL outside the fusion's arms,
+    no other fusion."""
     if plan.residual or plan.fusion_residual:
         return _none(plan, "WHERE has conditions the engine evaluates on each document")
-    if plan.graphs or plan.temporals:
+    if (plan.graphs or plan.temporals) and not _value_fusion(plan):
         return _none(plan, "GRAPH / TEMPORAL values come from the engine, row by row")
     if plan.distinct is not None:
         return _none(plan, "DISTINCT BY over documents runs row by row")
@@ -184,9 +186,16 @@ def _documents(plan: Plan) -> Plan:
     arms = []
     for name, expr in zip(spec.arms, spec.arm_exprs):
         arm = plan.spec(plan.slot_of(expr))
-        if arm is None or arm.kind not in TEXT_SCORES:
-            return _none(plan, f"arm {name} is not one SIMILARITY or BM25 call")
-        arms.append(FastArm(arm.slot, arm.kind, None))
+        if arm is not None and arm.kind in TEXT_SCORES:
+            arms.append(FastArm(arm.slot, arm.kind, None))
+            continue
+        # GRAPH and TEMPORAL as vectors over the rows, each document taking its best row's value (GRAPH:
+        # its best sentence's activation; TEMPORAL: the document's date, the same on every row). RECENCY's
+        # vector is exact only down to a depth counted in rows, not documents: row by row.
+        value = value_arm(plan, expr, name) if VALUE_ARMS else None
+        if value is None or value.value is None or value.value[0] not in ("GRAPH", "TEMPORAL"):
+            return _none(plan, f"arm {name} is not one SIMILARITY, BM25, GRAPH or TEMPORAL call")
+        arms.append(value)
     return _set(plan, FastPath("fusion", arms=tuple(arms), depth=spec.window, unit=unit,
                                bm25_texts=_used(bm25_texts, [a.slot for a in arms])))
 

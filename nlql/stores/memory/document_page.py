@@ -12,7 +12,8 @@ A DOCUMENT row's SIMILARITY/BM25 is its best sentence's score (SPEC §6), so:
 2. the documents are ranked by those values: the ``need`` best by one BM25 (ties kept; documents
    matching no term fill a short page in insertion order) or by the arithmetic, or, for RRF /
    INTERLEAVE / FUSE, each arm ranks the documents (score descending, then insertion order; a BM25 arm only
-   the documents holding a term) down to its window and the arms are fused with the SENTENCE fusion
+   the documents holding a term; a GRAPH / TEMPORAL arm, whose row vectors come from
+   :mod:`nlql.stores.memory.arm_values`, only the documents with a value) down to its window and the arms are fused with the SENTENCE fusion
    page's numpy code (:mod:`nlql.stores.memory.fused_page`), which gives every document the value
    :func:`nlql.execute.fuse.fuse` gives it;
 3. only the documents that can be on the page are built, by :func:`nlql.execute.materialise.candidates`
@@ -28,6 +29,7 @@ import numpy as np
 
 from nlql import values as V
 from nlql.stores.base import ScoresAll
+from nlql.stores.memory.arm_values import value_arms
 from nlql.stores.memory.fastpath import (
     document_best,
     document_formula,
@@ -105,8 +107,8 @@ def _from_windows(run: Search, qv: dict[str, np.ndarray], spec: ScoreSpec | None
     plan, store, fast = run.plan, run.store, run.plan.fast_path
     assert fast is not None and run.need is not None
     table = store.table
-    if fast.kind == "formula" or plan.recall.min_score:
-        return None
+    if fast.kind == "formula" or plan.recall.min_score or any(a.kind == "VALUE" for a in fast.arms):
+        return None  # (GRAPH / TEMPORAL arms: a value for every row passing the filter)
     live_rows: np.ndarray | None = None
 
     def matched(slot: str) -> tuple[np.ndarray, np.ndarray]:
@@ -192,7 +194,12 @@ def _from_every_row(run: Search, qv: dict[str, np.ndarray], spec: ScoreSpec | No
             return None  # NaN has no order: the row-by-row path decides
     else:
         keys = np.flatnonzero(store.mask(plan.native))  # type: ignore[attr-defined]
-    got = document_best(table, keys, scores, fast, sparse)
+    values: dict[str, np.ndarray] | None = None
+    if fast.kind == "fusion" and any(a.kind == "VALUE" for a in fast.arms):
+        values = value_arms(run, fast, keys)  # GRAPH / TEMPORAL per row (NaN: NULL), as the evaluator gives them
+        if values is None:
+            return None
+    got = document_best(table, keys, scores, fast, sparse, values)
     if got is None:
         return None
     firsts, best = got
@@ -219,7 +226,8 @@ def _from_every_row(run: Search, qv: dict[str, np.ndarray], spec: ScoreSpec | No
         ranked, valued = [], []
         for arm in fast.arms:
             vals = best[arm.slot]
-            eligible = vals > 0 if arm.kind == "BM25" else None  # a document matching no term has no rank
+            # a document matching no term, or with no GRAPH / TEMPORAL value, has no rank in that arm
+            eligible = vals > 0 if arm.kind == "BM25" else ~np.isnan(vals) if arm.kind == "VALUE" else None
             order = top_rows(vals, firsts, table, fast.depth, ties=False, eligible=eligible)
             ranked.append(order)
             valued.append(np.asarray(vals[order], dtype=np.float64))

@@ -238,13 +238,16 @@ def _evaluate(f: Formula, table: RowTable, path: FastPath, keys: np.ndarray, sco
 
 
 def document_best(table: RowTable, keys: np.ndarray, scores: Mapping[str, np.ndarray], path: FastPath,
-                  sparse: Any) -> tuple[np.ndarray, dict[str, np.ndarray]] | None:
+                  sparse: Any, values: Mapping[str, np.ndarray] | None = None,
+                  ) -> tuple[np.ndarray, dict[str, np.ndarray]] | None:
     """Each document's best sentence score per slot, for a path over DOCUMENT rows (``path.unit``).
 
     ``keys``: the live rows passing the pushed filter, ascending; ``scores``: SIMILARITY scores per slot
     aligned with them; the BM25 slots of ``path`` come from the engine's sparse matches
-    (``sparse(text, table)``; 0.0 for a document whose sentences match no term). A document's rows are
-    one run of consecutive row numbers, so each maximum is one ``np.maximum.reduceat`` over those runs.
+    (``sparse(text, table)``; 0.0 for a document whose sentences match no term); ``values``: a ``VALUE``
+    arm's vector per slot aligned with ``keys`` (NaN: the row has no value), whose maximum per document
+    ignores NaN (NaN when no row has one). A document's rows are one run of consecutive row numbers, so
+    each maximum is one ``reduceat`` over those runs.
 
     Returns ``(first row of each document, in row order; {slot: best value per document})``, or None
     when a document has rows outside ``keys`` (its best sentence could be one of them).
@@ -253,7 +256,7 @@ def document_best(table: RowTable, keys: np.ndarray, scores: Mapping[str, np.nda
     n = int(keys.size)
     if n == 0:
         return keys, {**{s: np.zeros(0, dtype=np.float32) for s in scores},
-                      **{s: np.zeros(0) for s, _ in path.bm25_texts}}
+                      **{s: np.zeros(0) for s, _ in path.bm25_texts}, **{s: np.zeros(0) for s in values or {}}}
     slot_of = table.row_doc
     slots = slot_of[keys]
     starts = np.concatenate(([0], np.flatnonzero((slots[1:] != slots[:-1]) | (keys[1:] != keys[:-1] + 1)) + 1))
@@ -265,6 +268,8 @@ def document_best(table: RowTable, keys: np.ndarray, scores: Mapping[str, np.nda
     if not (bool(before.all()) and bool(after.all())):
         return None
     best: dict[str, np.ndarray] = {s: np.maximum.reduceat(np.asarray(v), starts) for s, v in scores.items()}
+    for slot, v in (values or {}).items():
+        best[slot] = np.fmax.reduceat(np.asarray(v, dtype=np.float64), starts)
     for slot, text in path.bm25_texts:
         rows, vals = sparse(text, table)
         at = np.minimum(np.searchsorted(keys, rows), n - 1)
