@@ -124,6 +124,33 @@ def test_compound_periods_resolve_to_the_month(text: str, start: str, end: str) 
     assert p is not None and p.start.date().isoformat() == start and p.end.date().isoformat() == end, text
 
 
+@pytest.mark.parametrize(("text", "start", "end", "whole"), [
+    # languages without rules of their own: a month's name beside a relative year, from dateparser's tables
+    ("março do ano passado", "2025-03-01", "2025-04-01", True),
+    ("o que aconteceu em março do ano passado?", "2025-03-01", "2025-04-01", False),
+    ("maart vorig jaar", "2025-03-01", "2025-04-01", True),
+    ("작년 3월에 무슨 일이 있었나요?", "2025-03-01", "2025-04-01", False),
+    ("작년 3월", "2025-03-01", "2025-04-01", True),
+    ("geçen yıl mart ayında", "2025-03-01", "2025-04-01", False),
+    ("październik w zeszłym roku", "2025-10-01", "2025-11-01", True),
+])
+def test_compound_periods_in_any_language_dateparser_knows(text: str, start: str, end: str, whole: bool) -> None:
+    p = extract_period(text, NOW)
+    assert p is not None and (p.start.date().isoformat(), p.end.date().isoformat()) == (start, end), text
+    if whole:
+        r = resolve_period(text, NOW)  # WITHIN reads them too
+        assert (r.start, r.end) == (p.start, p.end)
+
+
+def test_a_month_far_from_a_relative_year_is_no_compound() -> None:
+    # more than two short words between them: the month and the year are two things, and the longest
+    # period wins ("el año pasado" alone), as in English
+    p = extract_period("marzo fue bueno, pero en general el año pasado fue malo", NOW)
+    assert p is not None and p.text.endswith("año pasado") and p.start.date().isoformat() == "2025-01-01"
+    q = extract_period("we met in march and last year we met again", NOW)
+    assert q is not None and q.text == "last year"
+
+
 @pytest.mark.parametrize("text", ["на прошлой неделе", "지난주", "geçen hafta", "vorige week", "w zeszłym tygodniu"])
 def test_periods_in_languages_without_rules_of_their_own(text: str) -> None:
     p = extract_period(f"… {text} …", NOW)

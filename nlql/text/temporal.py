@@ -1206,6 +1206,96 @@ def _any_language_candidates(text: str, clock: _Clock) -> list[tuple[int, int, _
         r = _resolve_rules(english, clock)
         if r is not None:
             out.append((m.start(), m.end(), r))
+    return out + _compound_candidates(text, clock)
+
+
+# Compound periods in every language dateparser knows: a month's name next to a relative year ("março do
+# ano passado", "maart vorig jaar", "작년 3월"), in either order, with at most two short joining words
+# between ("do", "of", "de"), is that month of that year, as "March of last year" is in English. The
+# months' names and the year phrases ("0 year ago", "1 year ago", "in 1 year") come from dateparser's
+# locale tables; a Latin-script name shorter than four letters ("mar", "ene") is left out.
+
+_EN_MONTH_NAMES = ("january february march april may june july august september october november "
+                   "december").split()
+_compound_table: list[tuple[re.Pattern[str], dict[str, int], dict[str, str]] | None] = []
+_compound_lock = threading.Lock()
+_YEAR_KEYS = {"0 year ago": "this year", "1 year ago": "last year", "in 1 year": "next year"}
+
+
+def _words(words: Iterable[str], min_len: int) -> list[str]:
+    out = []
+    for w in words:
+        low = " ".join(str(w).casefold().split())
+        unspaced = bool(_SCRIPT_WITHOUT_SPACES.search(low))
+        if low and (unspaced or len(low) >= min_len) and low not in _ENGLISH_WORDS:
+            out.append(low)
+    return out
+
+
+def _alternation(words: Iterable[str]) -> str:
+    alts = sorted(set(words), key=len, reverse=True)
+    spaced = [re.escape(a) for a in alts if not _SCRIPT_WITHOUT_SPACES.search(a)]
+    unspaced = [re.escape(a) for a in alts if _SCRIPT_WITHOUT_SPACES.search(a)]
+    parts = ([r"(?<!\w)(?:" + "|".join(spaced) + r")(?!\w)"] if spaced else []) + (
+        ["(?:" + "|".join(unspaced) + ")"] if unspaced else [])
+    return "|".join(parts) if parts else r"(?!)"
+
+
+def _compound_phrases() -> tuple[re.Pattern[str], dict[str, int], dict[str, str]] | None:
+    """(one regex of month-name + relative-year pairs, name → month, year phrase → English), built once
+    beside :func:`_any_language_phrases`; None without dateparser."""
+    if _compound_table:
+        return _compound_table[0]
+    with _compound_lock:
+        if not _compound_table:
+            months: dict[str, int] = {}
+            years: dict[str, str] = {}
+            try:
+                import importlib
+
+                from dateparser.data import date_translation_data as data
+                from dateparser.data.languages_info import language_order
+
+                for code in language_order:
+                    if code.split("-")[0] in SUPPORTED_LANGUAGES:
+                        continue  # (their own rules)
+                    try:
+                        info = importlib.import_module(f"{data.__name__}.{code.replace('-', '_')}").info
+                    except ImportError:
+                        continue
+                    for n, name in enumerate(_EN_MONTH_NAMES, start=1):
+                        for w in _words(info.get(name) or (), 4):
+                            months.setdefault(w, n)
+                    for key, english in _YEAR_KEYS.items():
+                        for w in _words((info.get("relative-type") or {}).get(key) or (), 3):
+                            years.setdefault(w, english)
+            except Exception:  # noqa: BLE001 - without dateparser's data there is no such table
+                months, years = {}, {}
+            if not (months and years):
+                _compound_table.append(None)
+            else:
+                m_alt, y_alt = _alternation(months), _alternation(years)
+                join = r"[\s,]*(?:[^\W\d_]{1,4}['’]?[\s,]+){0,2}"
+                pattern = re.compile(rf"(?P<m>{m_alt}){join}(?P<y>{y_alt})|(?P<y2>{y_alt})[\s,]*(?:[^\W\d_]{{1,4}}"
+                                     rf"['’]?[\s,]*){{0,2}}(?P<m2>{m_alt})", re.IGNORECASE)
+                _compound_table.append((pattern, months, years))
+    return _compound_table[0]
+
+
+def _compound_candidates(text: str, clock: _Clock) -> list[tuple[int, int, _Resolved]]:
+    table = _compound_phrases()
+    if table is None:
+        return []
+    pattern, months, years = table
+    out: list[tuple[int, int, _Resolved]] = []
+    for m in pattern.finditer(text):
+        month = months.get(" ".join((m.group("m") or m.group("m2")).casefold().split()))
+        year = years.get(" ".join((m.group("y") or m.group("y2")).casefold().split()))
+        if month is None or year is None:
+            continue
+        r = _resolve_rules(f"{_EN_MONTH_NAMES[month - 1]} of {year}", clock)
+        if r is not None:
+            out.append((m.start(), m.end(), r))
     return out
 
 
@@ -1222,6 +1312,7 @@ def warm_up_languages() -> float:
         if lang != "en":
             _foreign_rules(lang)
     _any_language_phrases()
+    _compound_phrases()
     return time.perf_counter() - started
 
 
