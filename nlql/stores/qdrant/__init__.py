@@ -344,10 +344,10 @@ class QdrantStore:
             totals = self._totals()
             df = {t: int(self.client.count(self.collection, exact=True, count_filter=qm.Filter(
                 must=[qm.FieldCondition(key="terms", match=qm.MatchValue(value=t))])).count) for t in qkeys}
-            ids = list(dict.fromkeys(point_id(r.doc_id, r.position) for r in rows))
+            # a row of this store is keyed by its point id (_row): no id to compute again
+            keys = [str(r.key) for r in rows]
             got = {str(p.id): p.payload for p in self.client.retrieve(
-                self.collection, ids=ids, with_payload=["terms", "tfs", "nterms"])}
-        keys = [point_id(r.doc_id, r.position) for r in rows]
+                self.collection, ids=list(dict.fromkeys(keys)), with_payload=["terms", "tfs", "nterms"])}
         hit = [i for i, k in enumerate(keys) if "terms" in got.get(k, {})]
         if hit:
             out[hit] = _terms.bm25_scores(
