@@ -311,7 +311,9 @@ class QdrantStore:
                         n: int | None = None) -> tuple[list[str], np.ndarray]:
         """Point ids and BM25 scores (> 0) of the points passing ``flt`` that hold a term of ``text``.
 
-        Every such point is read (``n``, the number the caller needs, is not used to read fewer).
+        Every such point is read; with ``n``, only the ``n`` best are returned, ties at the cut broken
+        by insertion order (seq, position) as the engine ranks an arm, so a corpus of short texts whose
+        scores tie by the hundred does not hand the engine hundreds of rows to fetch and score.
         """
         qkeys = _terms.query_keys(self.analyzer.terms(text))
         if not qkeys or n == 0 or (flt is not None and flt.extra.get("empty")):  # n == 0: LIMIT 0 needs none
@@ -319,7 +321,7 @@ class QdrantStore:
         check = flt.extra.get("check") if flt is not None else None
         native = flt.native if flt is not None else None
         terms = qm.FieldCondition(key="terms", match=qm.MatchAny(any=qkeys))
-        fields = ["terms", "tfs", "nterms"] + (_ROW_FIELDS if check is not None else [])
+        fields = ["terms", "tfs", "nterms"] + (_ROW_FIELDS if check is not None else ["seq", "position"])
         with self._backend("bm25"):
             totals = self._totals()
             cond = qm.Filter(must=[terms] + ([native] if native is not None else []))
@@ -332,7 +334,13 @@ class QdrantStore:
             else:
                 df = _terms.document_frequencies(qkeys, (p.payload["terms"] for p in points))
         rows = [(p.payload["terms"], p.payload["tfs"], int(p.payload["nterms"])) for p in points]
-        return [str(p.id) for p in points], _terms.bm25_scores(qkeys, rows, df, totals)
+        scores = _terms.bm25_scores(qkeys, rows, df, totals)
+        if n is not None and len(points) > n:
+            seq = np.fromiter((int(p.payload["seq"]) for p in points), dtype=np.int64, count=len(points))
+            pos = np.fromiter((int(p.payload["position"]) for p in points), dtype=np.int64, count=len(points))
+            keep = np.lexsort((pos, seq, -scores))[:n]
+            return [str(points[i].id) for i in keep.tolist()], scores[keep]
+        return [str(p.id) for p in points], scores
 
     def bm25_scores(self, text: str, rows: Sequence[Row]) -> np.ndarray:
         """BM25 of ``text`` for each row (0.0 where no query term occurs); statistics over all points."""
