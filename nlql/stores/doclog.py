@@ -486,6 +486,22 @@ class DocLog:
                 self._data_version = version
         return out
 
+    def catch_up(self, clock: int) -> tuple[Changes, int]:
+        """:meth:`changes_since` ``clock`` (without entity links) and the number of documents the file
+        holds, read in one snapshot: a copy of the rows at ``clock`` (the built-in store's snapshot
+        file) brought up to date, and checked to hold as many documents as the file."""
+        with self._lock:
+            self._db.execute("BEGIN")
+            try:
+                out = self._changes_since(clock, entities=False)
+                out.clock = self._clock()
+                count = int(self._one("SELECT count(*) FROM docs") or 0)
+                version = self._version()
+            finally:
+                self._db.execute("COMMIT")
+            self._data_version = version
+        return out, count
+
     def _changes_since(self, clock: int, *, entities: bool = True) -> Changes:
         out = Changes()
         docs, damaged = _decode_rows(self._db.execute(_SELECT + " WHERE seq > ? ORDER BY seq", (clock,)))
