@@ -764,6 +764,9 @@ class MemoryStore(MatrixStore):
     #: rows' vectors from the log, and many small writes do not rewrite the whole matrix each time (the
     #: bytes written over a growing store stay within 1 / share times its final size).
     SNAPSHOT_STALE_SHARE = 0.25
+    #: Documents of a snapshot compared with the log's at open (their ``seq`` and vector bytes): this
+    #: many of the last written, and as many drawn at random.
+    SNAPSHOT_PROBES = 256
 
     def __init__(self, path: str | Path | None = None) -> None:
         super().__init__()
@@ -829,13 +832,30 @@ class MemoryStore(MatrixStore):
         except (ValueError, TypeError, KeyError):
             self.opened_from = "log: the snapshot's rows cannot be read"
             return False
-        changes, count = self._log.catch_up(snap.clock)
+        # documents compared with the log's, vector bytes and all: the last ones written (where a log
+        # put back from a copy and written again differs first) and some drawn at random
+        n_docs = len(batch.doc_ids)
+        picks = np.union1d(np.arange(max(0, n_docs - self.SNAPSHOT_PROBES), n_docs),
+                           np.random.default_rng().choice(n_docs, min(n_docs, self.SNAPSHOT_PROBES), replace=False))
+        changes, count, probed = self._log.catch_up(snap.clock, [batch.doc_ids[i] for i in picks.tolist()])
         if snap.clock > changes.clock:
             self.opened_from = "log: the snapshot is newer than the log"
             return False
-        # the documents of the snapshot the log no longer holds at the same seq: rewritten or deleted since
+        # the snapshot's documents the log no longer holds at the same seq (rewritten or deleted since);
+        # the others must be the log's documents up to the snapshot's clock
         gone = {d.doc_id for d in changes.docs}.union(changes.deleted)
-        if len(batch.doc_ids) - sum(d in gone for d in batch.doc_ids) + len(changes.docs) != count:
+        held = sum(d not in gone for d in batch.doc_ids)
+        firsts = np.cumsum(batch.counts) - np.asarray(batch.counts, dtype=np.int64)
+        matrix = snap.arrays["matrix"]
+        for i in picks.tolist():
+            doc_id = batch.doc_ids[i]
+            if doc_id in gone:
+                continue
+            lo, hi = int(firsts[i]), int(firsts[i]) + batch.counts[i]
+            if probed.get(doc_id) != (int(batch.seq[i]), matrix[lo:hi].tobytes()):
+                held = -1
+                break
+        if held != count:
             self.opened_from = "log: the snapshot's documents do not match the log's"
             return False
         self._matrix = snap.arrays["matrix"]  # mapped: its pages are read as they are first touched
