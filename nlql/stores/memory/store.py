@@ -40,7 +40,16 @@ from nlql.schema import DataSummary
 from nlql.stores.base import Bm25Matches, DocRecord, Row
 from nlql.stores.batch import DocBatch, is_columnar, latest_per_id
 from nlql.stores.doclog import FILE_NAME, Changes, DocLog
-from nlql.stores.memory import _pages, document_page, fastpath, fused_page, kept, quant, snapshot, table_recall
+from nlql.stores.memory import (
+    _pages,
+    document_page,
+    fastpath,
+    fused_page,
+    kept,
+    quant,
+    snapshot,
+    table_recall,
+)
 from nlql.stores.memory.table import RowTable
 
 MEMORY_CAPABILITIES = Capabilities(
