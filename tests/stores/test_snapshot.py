@@ -169,6 +169,35 @@ def test_the_int8_copy_is_ready_when_the_write_returns(tmp_path: Path) -> None:
     assert "int8" in s.last_stats["scan"] and "int8" not in s.last_stats  # (no "building" note)
 
 
+@needs_faiss
+def test_a_snapshot_of_a_store_with_dead_rows_keeps_the_live_ones_in_the_logs_order(tmp_path: Path) -> None:
+    """Documents rewritten and deleted (dead rows, not compacted): the snapshot's rows, codes and
+    outliers are the live rows', renumbered in the order a fresh load gives them."""
+    path, _, qs = written(tmp_path, n=3000)
+    s = opened(path)
+    assert s.build_int8()
+    rng = np.random.default_rng(12)
+    # rewritten with rows far from the others (outliers of the kept quantiser) and deleted
+    s.upsert(records(unit(rng.standard_normal((300, DIM)) * np.linspace(0.1, 3, DIM)), start=100))
+    s.delete([f"d{i}" for i in range(700, 760)])
+    assert s.table.size > len(s.table) and s._quant is not None  # noqa: SLF001
+    assert len(s._quant.outliers()) > 0  # noqa: SLF001
+    assert s.keep_snapshot(force=True)
+    again = opened(path)
+    assert again.opened_from == "snapshot" and again.table.size == len(again.table)
+    fresh = log_only(path)
+    same(again, fresh, qs)
+    assert again.build_int8() and fresh.build_int8()
+    probes = np.concatenate([qs, again.vectors([0, 50, 400])])
+    assert answers(again, probes) == answers(fresh, probes) == answers(s, probes)
+    assert "int8" in again.last_stats["scan"]
+    # the same rows are outliers, under their new numbers
+    ours = s._quant._all_outliers()  # noqa: SLF001
+    ours = ours[s.table.alive[ours]]
+    kept = again._quant._all_outliers()  # noqa: SLF001
+    assert {(r.doc_id, r.position) for r in s.fetch(ours)} == {(r.doc_id, r.position) for r in again.fetch(kept)}
+
+
 def restamp(path: Path, **changes: Any) -> None:
     """Rewrite the snapshot at ``path`` with its own arrays and another stamp."""
     head = snapshot.stamp(path)

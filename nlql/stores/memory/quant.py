@@ -45,6 +45,9 @@ cached machine code: 1–3 s; compiling it on a fresh install ~15 s, once).
 its own and scans float32 meanwhile (the same answers): the build imports Faiss and Numba, loads the
 kernel (1–3 s) and encodes every row (100k × 384: about 1 s), none of which a query waits for. A build
 stops between chunks when its store changes under it (compaction, reload) or closes, and at exit.
+A directory store keeps its copy in its snapshot (:meth:`Int8Copy.state`; :mod:`nlql.stores.memory.snapshot`):
+a later process's build then restores it (:func:`restore`: the codes read through the map, the quantisers'
+ranges given back to Faiss) and encodes only the rows written since, so it costs the kernel's load alone.
 
 The codes are one array in row order, encoded ``SHARD_ROWS`` rows at a time and scanned on two threads
 from twice that many rows (the kernel releases the GIL), which take chunks of rows in turn, each with

@@ -16,6 +16,15 @@ Memory per vector: 4·dim bytes of float32 (1,536 at dim 384), plus dim bytes of
 int8 copy is built, plus about dim/2 bytes (192) for the split scan code of a copy of 65,536 rows or
 more, plus the copies of cached filters (at most 8). ``MemoryStore(path)`` persists every write to a SQLite file (see
 :mod:`nlql.stores.doclog`) and reloads vectors on reopen without re-embedding.
+
+A directory store also keeps a snapshot of its rows, matrix and int8 copy beside the log
+(:mod:`nlql.stores.memory.snapshot`, ``vectors.snap``): written at the end of an ``add_texts`` call (or a
+delete) once ``SNAPSHOT_STALE_SHARE`` of the rows is not in it, the int8 copy made first (so it is
+ready when the write returns); mapped at open, then brought up to date with what the log committed
+since, exactly as :meth:`MemoryStore.sync` applies another process's writes. Its int8 copy is then
+restored rather than encoded (the kernel's load remains: from the second search or an engine's
+warm-up, on the build's thread). A snapshot that is damaged, another store's or does not fit the log is
+ignored and the log read (``opened_from`` says which).
 """
 
 from __future__ import annotations
