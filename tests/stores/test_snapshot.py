@@ -398,3 +398,46 @@ def test_an_ann_store_and_a_store_in_ram_keep_no_snapshot(tmp_path: Path) -> Non
     h.upsert(records(unit(np.random.default_rng(0).standard_normal((300, DIM)))))
     h.close()
     assert not (tmp_path / "h" / snapshot.FILE_NAME).exists()
+
+
+def test_an_engine_writes_one_snapshot_per_add_texts_and_answers_the_same_over_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from nlql import Engine
+    from nlql.embedders import HashEmbedder
+
+    writes: list[int] = []
+    real = snapshot.write
+
+    def counted(*args: Any, **kwargs: Any) -> bool:
+        writes.append(kwargs["rows"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(snapshot, "write", counted)
+    path = tmp_path / "s"
+    texts = [f"Note {i} about topic {i % 13}. It mentions item {i % 7} twice." for i in range(600)]
+    metas = [{"topic": i % 13, "odd": bool(i % 2)} for i in range(600)]
+    with Engine(embedder=HashEmbedder(dim=64), store=MemoryStore(path), warm_up=False) as e:
+        e.add_texts(texts, ids=[str(i) for i in range(600)], metadatas=metas, batch_size=100)
+        assert len(writes) == 1  # at the end of the call, not after each of its six batches
+        if quant.available():  # the copy made before the snapshot: ready when add_texts returns
+            assert "int8_bytes_per_vector" in e.store.memory_stats()
+        e.delete("5")
+    queries = ['SELECT SENTENCE LET rel = SIMILARITY(content, "topic 7 item") ORDER BY rel DESC LIMIT 8',
+               'SELECT SENTENCE LET kw = BM25(content, "item twice") ORDER BY kw DESC LIMIT 8',
+               'SELECT SENTENCE LET rel = SIMILARITY(content, "topic 3") WHERE meta.odd == true '
+               'ORDER BY rel DESC LIMIT 5',
+               'SELECT DOCUMENT LET rel = SIMILARITY(content, "item 4") ORDER BY rel DESC LIMIT 4']
+
+    def run(store: MemoryStore) -> list[list[tuple[Any, ...]]]:
+        with Engine(embedder=HashEmbedder(dim=64), store=store, warm_up=False) as e:
+            assert isinstance(e.store, MemoryStore)
+            out = [e.store.opened_from]
+            for q in queries:
+                out.append([(h.id, h.doc_id, h.content, json.dumps(h.scores), json.dumps(h.metadata))
+                            for h in e.search(q)])
+            return out
+
+    over_snapshot = run(MemoryStore(path))
+    over_log = run(log_only(path))
+    assert over_snapshot[0] == "snapshot + log" and over_log[0] == "log"  # (the delete: not due, read from the log)
+    assert over_snapshot[1:] == over_log[1:]
