@@ -23,7 +23,7 @@ Writes bench/results/first_search.json.
 
 ``--phases``: a directory store instead: a process ingests, a new process opens it (the open's CPU-s),
 each then runs the first and tenth BM25 and SIMILARITY searches and the SIMILARITY query until the int8
-copy answers it; both with the store's snapshot (issue 35: ``vectors.snap``, written at the ingest's
+copy answers it, and a third runs one ``nlql query`` (the CLI, in process: its CPU-s and peak memory); both with the store's snapshot (issue 35: ``vectors.snap``, written at the ingest's
 end with the int8 copy, mapped at open) and without (``MemoryStore.SNAPSHOT = False``: the SQLite log
 read at open, the copy built in the background), interleaved. Writes bench/results/first_search_phases.json.
 """
@@ -49,7 +49,7 @@ QUERY = 'SELECT SENTENCE LET rel = SIMILARITY(content, "renewable energy policy"
 FILTERED = QUERY.replace(" ORDER BY", ' WHERE meta.status == "published" ORDER BY')
 MODES = ("background", "inline", "no_int8")
 BM25 = 'SELECT SENTENCE LET kw = BM25(content, "renewable energy policy") ORDER BY kw DESC LIMIT 10'
-PHASES = ("after_ingest", "fresh_open")
+PHASES = ("after_ingest", "fresh_open", "cli_query")
 #: ``log``: the store keeps no snapshot (as before issue 35); ``snapshot``: it keeps vectors.snap
 SNAP_MODES = ("log", "snapshot")
 
@@ -163,6 +163,22 @@ def phase_child(n: int, phase: str, path: Path, snap: bool = True) -> dict[str, 
 
     MemoryStore.SNAPSHOT = snap
     out: dict[str, Any] = {}
+    if phase == "cli_query":  # a one-shot `nlql query` over the store: this whole process's CPU and memory
+        import contextlib
+        import io
+        import resource
+
+        from nlql.cli import main
+
+        sys.argv = ["nlql", "query", QUERY, "--store", str(path), "--format", "jsonl"]
+        text = io.StringIO()
+        with contextlib.redirect_stdout(text), contextlib.suppress(SystemExit):
+            main()
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        out["process_cpu_s"] = round(usage.ru_utime + usage.ru_stime, 2)
+        out["max_rss_mb"] = usage.ru_maxrss // 1024
+        out["rows"] = len(text.getvalue().splitlines())
+        return out
     if phase == "after_ingest":
         from bench.corpus import synthetic_corpus
 
@@ -213,7 +229,7 @@ def phases(args: Any) -> dict[str, Any]:
                            if f in runs[k][0]})
     ratios = {f"{p}.{f}": round(summary[f"{p}/log"][f] / summary[f"{p}/snapshot"][f], 2)
               for p in PHASES for f in ("ingest_cpu_s", "open_cpu_s", "similarity_first_ms", "until_int8_s",
-                                        "process_cpu_s")
+                                        "process_cpu_s", "max_rss_mb")
               if summary[f"{p}/log"].get(f) and summary[f"{p}/snapshot"].get(f)}
     return {"summary": summary, "log_over_snapshot": ratios, "runs": runs}
 
