@@ -20,6 +20,12 @@ own copy answered. Every answer is checked equal to the first one of its query (
     python bench/first_search.py [--size 100000] [--trials 3]
 
 Writes bench/results/first_search.json.
+
+``--phases``: a directory store instead: a process ingests, a new process opens it (the open's CPU-s),
+each then runs the first and tenth BM25 and SIMILARITY searches and the SIMILARITY query until the int8
+copy answers it, and a third runs one ``nlql query`` (the CLI, in process: its CPU-s and peak memory); both with the store's snapshot (issue 35: ``vectors.snap``, written at the ingest's
+end with the int8 copy, mapped at open) and without (``MemoryStore.SNAPSHOT = False``: the SQLite log
+read at open, the copy built in the background), interleaved. Writes bench/results/first_search_phases.json.
 """
 
 from __future__ import annotations
@@ -43,7 +49,9 @@ QUERY = 'SELECT SENTENCE LET rel = SIMILARITY(content, "renewable energy policy"
 FILTERED = QUERY.replace(" ORDER BY", ' WHERE meta.status == "published" ORDER BY')
 MODES = ("background", "inline", "no_int8")
 BM25 = 'SELECT SENTENCE LET kw = BM25(content, "renewable energy policy") ORDER BY kw DESC LIMIT 10'
-PHASES = ("after_ingest", "fresh_open")
+PHASES = ("after_ingest", "fresh_open", "cli_query")
+#: ``log``: the store keeps no snapshot (as before issue 35); ``snapshot``: it keeps vectors.snap
+SNAP_MODES = ("log", "snapshot")
 
 
 def _until(engine: Any, query: str, ready: Any, after: int) -> tuple[list[float], int]:
@@ -112,6 +120,7 @@ def _queries(engine: Any, out: dict[str, Any], repeat: int = 10) -> None:
     for name, query in (("bm25", BM25), ("similarity", QUERY)):
         first, cpu, ms = _cpu_wall(lambda q=query: engine.search(q))
         out[f"{name}_first_cpu_s"], out[f"{name}_first_ms"] = cpu, ms
+        out[f"{name}_first_scan"] = first.stats.get("store", {}).get("scan")
         times = []
         for _ in range(repeat - 1):
             again, _, ms = _cpu_wall(lambda q=query: engine.search(q))
@@ -121,17 +130,55 @@ def _queries(engine: Any, out: dict[str, Any], repeat: int = 10) -> None:
         out[f"{name}_tenth_ms"] = times[-1]
         out[f"{name}_median_later_ms"] = round(statistics.median(times), 1)
         out[f"{name}_scan"] = again.stats.get("store", {}).get("scan")
+    out["_similarity_searches"] = repeat
 
 
-def phase_child(n: int, phase: str, path: Path) -> dict[str, Any]:
+def _until_int8(engine: Any, since: float, out: dict[str, Any]) -> None:
+    """The SIMILARITY query again and again (at most 30 s) until the store answers it through its int8
+    copy: how many searches that took in all (``_queries``'s included) and the wall seconds since
+    ``since`` (the end of the ingest or of the open)."""
+    at = out.pop("_similarity_searches")
+    start = time.perf_counter()
+    while "int8" not in str(out.get("similarity_scan")):
+        if time.perf_counter() - start > 30:
+            out["similarity_int8_at"] = None
+            return
+        hits = engine.search(QUERY)
+        at += 1
+        out["similarity_scan"] = hits.stats.get("store", {}).get("scan")
+    out["similarity_int8_at"] = at
+    out["until_int8_s"] = round(time.perf_counter() - since, 2)
+
+
+def phase_child(n: int, phase: str, path: Path, snap: bool = True) -> dict[str, Any]:
     """``after_ingest``: ingest ``n`` rows into a new directory store at ``path``, then the first and
     tenth BM25 and SIMILARITY searches; ``fresh_open``: open that store in this new process (CPU-s of
-    the Engine and the store), then the same searches."""
+    the Engine and the store), then the same searches. Then the SIMILARITY query until the int8 copy
+    answers it. ``snap`` False: the store keeps no snapshot (``MemoryStore.SNAPSHOT``): it writes none
+    at ingest and reads the SQLite log at open, as before issue 35's snapshot."""
     from bench.common import QueryMemo
     from nlql import Engine
     from nlql.embedders import HashEmbedder
+    from nlql.stores.memory import MemoryStore
 
+    MemoryStore.SNAPSHOT = snap
     out: dict[str, Any] = {}
+    if phase == "cli_query":  # a one-shot `nlql query` over the store: this whole process's CPU and memory
+        import contextlib
+        import io
+        import resource
+
+        from nlql.cli import main
+
+        sys.argv = ["nlql", "query", QUERY, "--store", str(path), "--format", "jsonl"]
+        text = io.StringIO()
+        with contextlib.redirect_stdout(text), contextlib.suppress(SystemExit):
+            main()
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        out["process_cpu_s"] = round(usage.ru_utime + usage.ru_stime, 2)
+        out["max_rss_mb"] = usage.ru_maxrss // 1024
+        out["rows"] = len(text.getvalue().splitlines())
+        return out
     if phase == "after_ingest":
         from bench.corpus import synthetic_corpus
 
@@ -143,7 +190,11 @@ def phase_child(n: int, phase: str, path: Path) -> dict[str, Any]:
     else:
         (engine, out["open_cpu_s"], out["open_ms"]) = _cpu_wall(
             lambda: Engine(embedder=QueryMemo(HashEmbedder(dim=384)), store=str(path), warm_up=False))
+        out["opened_from"] = engine.store.opened_from
+    since = time.perf_counter()
     _queries(engine, out)
+    out["process_cpu_s_after_queries"] = round(time.process_time(), 2)
+    _until_int8(engine, since, out)
     out["process_cpu_s"] = round(time.process_time(), 2)
     return out
 
@@ -153,21 +204,34 @@ def phases(args: Any) -> dict[str, Any]:
     import shutil
     import tempfile
 
-    runs: dict[str, list[dict[str, Any]]] = {p: [] for p in PHASES}
+    keys = [f"{p}/{m}" for m in SNAP_MODES for p in PHASES]
+    runs: dict[str, list[dict[str, Any]]] = {k: [] for k in keys}
     for _ in range(args.trials):
-        tmp = Path(tempfile.mkdtemp(prefix="nlql-first-"))
-        try:
-            for phase in PHASES:
-                done = subprocess.run([sys.executable, __file__, "--size", str(args.size), "--phase", phase,
-                                       "--dir", str(tmp / "store")], capture_output=True, text=True, check=True,
-                                      cwd=ROOT)
-                runs[phase].append(json.loads(done.stdout.strip().splitlines()[-1]))
-                log(f"{phase}: {runs[phase][-1]}")
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-    summary = {p: {k: round(statistics.median(r[k] for r in runs[p]), 3) for k in runs[p][0]
-                   if isinstance(runs[p][0][k], (int, float))} for p in PHASES}
-    return {"summary": summary, "runs": runs}
+        for mode in SNAP_MODES:  # interleaved: a trial of each before the next
+            tmp = Path(tempfile.mkdtemp(prefix="nlql-first-"))
+            try:
+                for phase in PHASES:
+                    done = subprocess.run([sys.executable, __file__, "--size", str(args.size), "--phase", phase,
+                                           "--dir", str(tmp / "store"), "--snap", mode], capture_output=True,
+                                          text=True, check=True, cwd=ROOT)
+                    runs[f"{phase}/{mode}"].append(json.loads(done.stdout.strip().splitlines()[-1]))
+                    log(f"{phase}/{mode}: {runs[f'{phase}/{mode}'][-1]}")
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
+
+    def median(key: str, field: str) -> float | None:
+        vals = [r[field] for r in runs[key] if isinstance(r.get(field), (int, float))]
+        return round(statistics.median(vals), 3) if vals else None
+
+    summary = {k: {f: median(k, f) for f in runs[k][0] if isinstance(runs[k][0][f], (int, float))} for k in keys}
+    for k in keys:
+        summary[k].update({f: runs[k][0][f] for f in ("opened_from", "similarity_first_scan", "similarity_scan")
+                           if f in runs[k][0]})
+    ratios = {f"{p}.{f}": round(summary[f"{p}/log"][f] / summary[f"{p}/snapshot"][f], 2)
+              for p in PHASES for f in ("ingest_cpu_s", "open_cpu_s", "similarity_first_ms", "until_int8_s",
+                                        "process_cpu_s", "max_rss_mb")
+              if summary[f"{p}/log"].get(f) and summary[f"{p}/snapshot"].get(f)}
+    return {"summary": summary, "log_over_snapshot": ratios, "runs": runs}
 
 
 def main() -> None:
@@ -181,12 +245,13 @@ def main() -> None:
                          "fresh open (CPU-s and ms), instead of the int8 modes")
     ap.add_argument("--phase", choices=PHASES, help=argparse.SUPPRESS)
     ap.add_argument("--dir", type=Path, help=argparse.SUPPRESS)
+    ap.add_argument("--snap", choices=SNAP_MODES, default="snapshot", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         print(json.dumps(child(args.size, args.child)))
         return
     if args.phase:
-        print(json.dumps(phase_child(args.size, args.phase, args.dir)))
+        print(json.dumps(phase_child(args.size, args.phase, args.dir, args.snap == "snapshot")))
         return
     if args.phases:
         started = time.perf_counter()
@@ -194,7 +259,13 @@ def main() -> None:
         results = {"title": "The first searches after an ingest and after a fresh open (directory store)",
                    "description": ("A new process for each: add_texts into a new directory store, then a new "
                                    "process opening it; the first and the tenth BM25 and SIMILARITY top-10 search "
-                                   "(CPU-s of the process, every thread; wall ms); medians over the trials."),
+                                   "(CPU-s of the process, every thread; wall ms), then the SIMILARITY query "
+                                   "until the int8 copy answers it (searches and wall s since the ingest or the "
+                                   "open ended); medians over the trials. Two ways, interleaved: 'log' (the store "
+                                   "keeps no snapshot: it reads the SQLite log at open, and builds its int8 copy "
+                                   "in the background from the second search) and 'snapshot' (vectors.snap "
+                                   "written at the end of the ingest with the int8 copy, mapped at open). "
+                                   "log_over_snapshot: the ratios of the medians."),
                    "machine": machine_info(), "size": args.size, "trials": args.trials, **phases(args)}
         stamp_end(results, started)
         write_json(out, results)

@@ -68,6 +68,7 @@ class AnnStore(MemoryStore):
     """
 
     INDEX_FILE: ClassVar[str] = "index.bin"
+    SNAPSHOT = False  # (the built-in store's vector snapshot: an ANN store reads the log and keeps its index)
     KIND: ClassVar[str] = "ann"
     EXACT_PER_K: ClassVar[int] = 20        # exact path when matches ≤ EXACT_PER_K·k …
     EXACT_ROWS: ClassVar[int] = 20_000     # … or matches² ≤ EXACT_ROWS·live (cost model above)

@@ -486,6 +486,32 @@ class DocLog:
                 self._data_version = version
         return out
 
+    def catch_up(self, clock: int, probe: Sequence[str] = ()) -> tuple[Changes, int, dict[str, tuple[int, bytes]]]:
+        """:meth:`changes_since` ``clock`` (without entity links), the number of documents written at or
+        before ``clock`` that the file still holds (read from the ``seq`` index alone), and the ``seq``
+        and vector bytes of the documents ``probe`` (those the file holds), in one snapshot: a copy of
+        the rows at ``clock`` (the built-in store's snapshot file) is brought up to date with the first
+        and checked against the others."""
+        with self._lock:
+            self._db.execute("BEGIN")
+            try:
+                out = self._changes_since(clock, entities=False)
+                out.clock = self._clock()
+                count = int(self._one("SELECT count(*) FROM docs WHERE seq <= ?", (int(clock),)) or 0)
+                probed: dict[str, tuple[int, bytes]] = {}
+                ids = list(dict.fromkeys(probe))
+                for lo in range(0, len(ids), 500):
+                    part = ids[lo:lo + 500]
+                    for d, seq, blob in self._db.execute(
+                            f"SELECT doc_id, seq, vectors FROM docs WHERE doc_id IN ({','.join('?' * len(part))})",
+                            [_text(x) for x in part]):
+                        probed[_untext(d)] = (int(seq), bytes(blob) if isinstance(blob, (bytes, memoryview)) else b"")
+                version = self._version()
+            finally:
+                self._db.execute("COMMIT")
+            self._data_version = version
+        return out, count, probed
+
     def _changes_since(self, clock: int, *, entities: bool = True) -> Changes:
         out = Changes()
         docs, damaged = _decode_rows(self._db.execute(_SELECT + " WHERE seq > ? ORDER BY seq", (clock,)))

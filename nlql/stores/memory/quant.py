@@ -45,6 +45,9 @@ cached machine code: 1–3 s; compiling it on a fresh install ~15 s, once).
 its own and scans float32 meanwhile (the same answers): the build imports Faiss and Numba, loads the
 kernel (1–3 s) and encodes every row (100k × 384: about 1 s), none of which a query waits for. A build
 stops between chunks when its store changes under it (compaction, reload) or closes, and at exit.
+A directory store keeps its copy in its snapshot (:meth:`Int8Copy.state`; :mod:`nlql.stores.memory.snapshot`):
+a later process's build then restores it (:func:`restore`: the codes read through the map, the quantisers'
+ranges given back to Faiss) and encodes only the rows written since, so it costs the kernel's load alone.
 
 The codes are one array in row order, encoded ``SHARD_ROWS`` rows at a time and scanned on two threads
 from twice that many rows (the kernel releases the GIL), which take chunks of rows in turn, each with
@@ -446,6 +449,42 @@ class Int8Copy(_Codes):
     def _quantiser(self) -> Any:
         return self._trained
 
+    # ------------------------------------------------------------------ kept on disk (snapshot.py)
+
+    def state(self, order: np.ndarray | None) -> tuple[dict[str, tuple[np.ndarray, np.ndarray | None]],
+                                                          dict[str, Any]]:
+        """What :func:`restore` needs, for the rows ``order`` (the copy's row ids, in the order they
+        are kept; None: every row as it is): ``(arrays as (array, rows to take), scalars)``. The
+        codes are taken row by row (the same bytes); the outliers are renumbered and those of rows
+        left out dropped; the ranges, errors and thresholds stay (bounds of any subset of the rows)."""
+        n = self.size if order is None else len(order)
+
+        def renumber(ids: np.ndarray) -> np.ndarray:
+            if order is None:
+                return np.sort(ids).astype(np.int64)
+            new = np.full(self.size, -1, dtype=np.int64)
+            new[order] = np.arange(len(order), dtype=np.int64)
+            got = new[ids]
+            return np.sort(got[got >= 0])
+
+        arrays: dict[str, tuple[np.ndarray, np.ndarray | None]] = {
+            "int8.codes": (self._codes[: self.size], order),
+            "int8.trained": (_faiss.vector_to_array(self._trained.sq.trained).astype(np.float32), None),
+            "int8.outliers": (renumber(np.concatenate([np.zeros(0, dtype=np.int64), *self._outliers])), None),
+        }
+        meta: dict[str, Any] = {"rows": n, "err_max": self.err_max, "tau": self.tau, "split": self.split is not None}
+        if self.split is not None:
+            codec = self.split.codec
+            arrays.update({
+                "int8.split.codes": (self.split._codes[: self.size], order),
+                "int8.split.basis": (codec.basis, None),
+                "int8.split.trained": (_faiss.vector_to_array(codec.scan.sq.trained).astype(np.float32), None),
+                "int8.split.outliers": (renumber(np.concatenate([np.zeros(0, dtype=np.int64),
+                                                                 *self.split._outliers])), None),
+            })
+            meta.update({"split_err_max": self.split.err_max, "split_tau": codec.tau})
+        return arrays, meta
+
     def estimate(self, ids: np.ndarray, q: np.ndarray) -> np.ndarray:
         """The int8 estimates ``q·x̃`` of rows ``ids``, from their codes read in place (summed in
         float64: they differ from Faiss's float32 decoding by its rounding, ~1e-5 at most over 384
@@ -625,6 +664,67 @@ class _SplitScan(_Codes):
         return self._scan_codes(self.codec.query(q), depth, selectors)
 
 
+def _restored_quantiser(dim: int, trained: np.ndarray) -> Any:
+    """A ``QT_8bit`` quantiser with the given trained ranges (``vmin`` then ``vdiff``, as Faiss keeps them)."""
+    index = _faiss.IndexScalarQuantizer(dim, _faiss.ScalarQuantizer.QT_8bit, _faiss.METRIC_INNER_PRODUCT)
+    if trained.shape != (2 * dim,):
+        raise ValueError(f"trained ranges of shape {trained.shape}, not ({2 * dim},)")
+    _faiss.copy_array_to_vector(np.ascontiguousarray(trained, dtype=np.float32), index.sq.trained)
+    index.is_trained = True
+    return index
+
+
+def restore(dim: int, arrays: dict[str, np.ndarray], meta: dict[str, Any], keep: np.ndarray | None = None,
+            stop: threading.Event | None = None) -> Int8Copy:
+    """The copy :meth:`Int8Copy.state` kept (its codes used in place: a map's pages are read when the
+    scan first touches them), over its rows ``keep`` only when given (taken, renumbered). Needs Faiss
+    (:func:`available`): rows added later are encoded with the kept quantisers. Raises ``ValueError``
+    or ``KeyError`` when the arrays do not fit together."""
+    assert available()
+    rows = int(meta["rows"])
+    codes = arrays["int8.codes"]
+    if codes.shape != (rows, dim):
+        raise ValueError(f"int8 codes of shape {codes.shape}, not ({rows}, {dim})")
+    split_codes = arrays.get("int8.split.codes") if meta.get("split") else None
+    if meta.get("split") and (split_codes is None or len(split_codes) != rows):
+        raise ValueError("the split scan's codes do not fit")
+
+    def take(ids: np.ndarray, keep: np.ndarray | None) -> list[np.ndarray]:
+        ids = np.asarray(ids, dtype=np.int64)
+        if len(ids) and (ids.min() < 0 or ids.max() >= rows):
+            raise ValueError("an outlier id out of range")
+        if keep is None:
+            return [ids]
+        new = np.full(rows, -1, dtype=np.int64)
+        new[keep] = np.arange(len(keep), dtype=np.int64)
+        got = new[ids]
+        return [np.sort(got[got >= 0])]
+
+    copy = Int8Copy(dim, stop=stop)
+    copy._trained = _restored_quantiser(dim, arrays["int8.trained"])
+    copy.err_max = float(meta["err_max"])
+    copy.tau = None if meta["tau"] is None else float(meta["tau"])
+    copy._codes = codes if keep is None else codes[keep]
+    copy._filled = copy.size = len(copy._codes)
+    copy._outliers = take(arrays["int8.outliers"], keep)
+    if split_codes is not None:
+        basis = np.ascontiguousarray(arrays["int8.split.basis"], dtype=np.float32)
+        codec = _SplitCodec.__new__(_SplitCodec)
+        codec.basis = basis
+        codec.scan = _restored_quantiser(len(basis) + 1, arrays["int8.split.trained"])
+        codec.tau = None if meta["split_tau"] is None else float(meta["split_tau"])
+        if split_codes.shape != (rows, codec.scan.sa_code_size()) or basis.shape[1] != dim:
+            raise ValueError("the split scan's codes or basis do not fit")
+        split = _SplitScan(codec)
+        split.stop = stop
+        split._codes = split_codes if keep is None else split_codes[keep]
+        split._filled = split.size = copy.size
+        split.err_max = float(meta["split_err_max"])
+        split._outliers = take(arrays["int8.split.outliers"], keep)
+        copy.split = split
+    return copy
+
+
 def depth_for(k: int, rows: int) -> int:
     """The first candidate depth for a top-k over ``rows`` rows: a second round costs a second scan, so
     the first one keeps enough (Faiss's heap of a few thousand costs little beside the scan); one in
@@ -635,4 +735,4 @@ def depth_for(k: int, rows: int) -> int:
 
 
 __all__ = ["MARGIN", "SHARD_ROWS", "SPLIT_MIN_ROWS", "BestFirst", "Build", "Cancelled", "Candidates", "Int8Copy",
-           "available", "depth_for", "installed", "new_copy"]
+           "available", "depth_for", "installed", "new_copy", "restore"]

@@ -16,16 +16,26 @@ Memory per vector: 4·dim bytes of float32 (1,536 at dim 384), plus dim bytes of
 int8 copy is built, plus about dim/2 bytes (192) for the split scan code of a copy of 65,536 rows or
 more, plus the copies of cached filters (at most 8). ``MemoryStore(path)`` persists every write to a SQLite file (see
 :mod:`nlql.stores.doclog`) and reloads vectors on reopen without re-embedding.
+
+A directory store also keeps a snapshot of its rows, matrix and int8 copy beside the log
+(:mod:`nlql.stores.memory.snapshot`, ``vectors.snap``): written at the end of an ``add_texts`` call (or a
+delete) once ``SNAPSHOT_STALE_SHARE`` of the rows is not in it, the int8 copy made first (so it is
+ready when the write returns); mapped at open, then brought up to date with what the log committed
+since, exactly as :meth:`MemoryStore.sync` applies another process's writes. Its int8 copy is then
+restored rather than encoded (the kernel's load remains: from the second search or an engine's
+warm-up, on the build's thread). A snapshot that is damaged, another store's or does not fit the log is
+ignored and the log read (``opened_from`` says which).
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import math
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -37,9 +47,18 @@ from nlql.kernels import blas_one_thread, block_rows, full_scan, matmul_t
 from nlql.pushdown import OPS, Capabilities, FastPath, Filter, NativeFilter
 from nlql.schema import DataSummary
 from nlql.stores.base import Bm25Matches, DocRecord, Row
-from nlql.stores.batch import is_columnar, latest_per_id
+from nlql.stores.batch import DocBatch, is_columnar, latest_per_id
 from nlql.stores.doclog import FILE_NAME, Changes, DocLog
-from nlql.stores.memory import _pages, document_page, fastpath, fused_page, kept, quant, table_recall
+from nlql.stores.memory import (
+    _pages,
+    document_page,
+    fastpath,
+    fused_page,
+    kept,
+    quant,
+    snapshot,
+    table_recall,
+)
 from nlql.stores.memory.table import RowTable
 
 MEMORY_CAPABILITIES = Capabilities(
@@ -114,6 +133,8 @@ class MatrixStore:
         self._scanned = False  # whether a search of this store has asked for the int8 copy yet
         self._int8_why: str | None = None  # why there is no int8 copy (it could not be built)
         self._prefault: _pages.Prefault | None = None  # the pages of rows announced, faulted in ahead
+        # an int8 copy kept on disk (a directory store's snapshot): restored, not encoded, when first wanted
+        self._kept_int8: Callable[[np.ndarray, int, threading.Event | None], quant.Int8Copy] | None = None
         self._lock = threading.RLock()
         self._info: dict[str, str] = {}
         self.last_stats: dict[str, Any] = {}
@@ -190,6 +211,7 @@ class MatrixStore:
             self._drop_quant()
 
     def _drop_quant(self) -> None:
+        self._kept_int8 = None  # (its row numbers are those of the rows before the change)
         if self._build is not None:  # it reads rows about to change: what it hands back is ignored
             self._build.cancel()
             self._build = None
@@ -381,15 +403,36 @@ class MatrixStore:
             if self.INT8_BACKGROUND and not inline:
                 scanned, self._scanned = self._scanned, True
                 if self._build is None and (start or scanned):
-                    matrix, dim = self.matrix, self.dim
-                    self._build = quant.Build(lambda stop: quant.new_copy(matrix, dim, stop), self._built)
+                    matrix, dim, make = self.matrix, self.dim, self._new_copy()
+                    self._build = quant.Build(lambda stop: make(matrix, dim, stop), self._built)
                 return None
             if not quant.available():
                 self._int8_why = "Faiss or Numba could not be imported"
                 return None
-            self._quant = quant.new_copy(self.matrix, self.dim)
+            self._quant = self._new_copy()(self.matrix, self.dim, None)
         self._quant.sync(self.matrix)  # rows written since: encoded here, a few at a time
         return self._quant
+
+    def _new_copy(self) -> Callable[[np.ndarray, int, threading.Event | None], quant.Int8Copy]:
+        """How the first int8 copy is made: restored from the one kept on disk (the rows written since
+        encoded), else encoded from every row (:func:`quant.new_copy`). A kept copy that cannot be
+        restored (damaged) is encoded instead."""
+        kept, self._kept_int8 = self._kept_int8, None
+        if kept is None:
+            return quant.new_copy
+
+        def make(matrix: np.ndarray, dim: int, stop: threading.Event | None) -> quant.Int8Copy:
+            try:
+                copy = kept(matrix, dim, stop)
+            except (ValueError, KeyError, IndexError, RuntimeError, TypeError):
+                return quant.new_copy(matrix, dim, stop)
+            if copy.size > len(matrix):
+                copy.close()
+                return quant.new_copy(matrix, dim, stop)
+            copy.sync(matrix)  # the rows written since it was kept
+            return copy
+
+        return make
 
     def _built(self, build: quant.Build, copy: quant.Int8Copy | None, why: str | None) -> None:
         """The background build's end (on its thread): keep the copy unless the store dropped the build."""
@@ -655,6 +698,65 @@ class MatrixStore:
 _NO_VECTORS = np.zeros((0, 0), dtype=np.float32)
 
 
+def _json_bytes(values: list[Any]) -> np.ndarray:
+    """A list as ASCII JSON (lone surrogates escaped, as the log's JSON keeps them), in a byte array."""
+    return np.frombuffer(json.dumps(values, ensure_ascii=True, allow_nan=False).encode("ascii"), dtype=np.uint8)
+
+
+def _snapshot_columns(t: RowTable) -> tuple[dict[str, tuple[np.ndarray, np.ndarray | None]], np.ndarray | None]:
+    """The live documents of ``t`` as a snapshot keeps them, in the log's order (by seq; each one's rows
+    in position order): the arrays (as ``(array, rows to take)``) and the rows' order (None: the rows
+    as they are, every one live and in that order already)."""
+    ids = list(t.doc_rows)
+    slots = np.fromiter(map(t.slot_of, ids), dtype=np.int64, count=len(ids))
+    by_seq = np.argsort(t.doc_seq[slots], kind="stable")
+    ids = [ids[i] for i in by_seq.tolist()]
+    slots = slots[by_seq]
+    ranges = [t.doc_rows[d] for d in ids]
+    counts = np.fromiter(map(len, ranges), dtype=np.int64, count=len(ranges))
+    firsts = np.fromiter((r.start for r in ranges), dtype=np.int64, count=len(ranges))
+    total = int(counts.sum())
+    order: np.ndarray | None = (np.repeat(firsts - (np.cumsum(counts) - counts), counts)
+                                + np.arange(total, dtype=np.int64))
+    assert order is not None
+    rows = order.tolist()
+    arrays: dict[str, tuple[np.ndarray, np.ndarray | None]] = {
+        "doc.ids": (_json_bytes(ids), None),
+        "doc.seq": (t.doc_seq[slots], None),
+        "doc.counts": (counts, None),
+        "doc.meta": (_json_bytes([t.doc_meta[s] for s in slots.tolist()]), None),
+        "row.contents": (_json_bytes([t.contents[k] for k in rows]), None),
+        "row.tails": (_json_bytes([t.tails[k] for k in rows]), None),
+        "row.spans": (np.asarray([[t.positions[k], t.starts[k], t.ends[k]] for k in rows], dtype=np.int64)
+                      .reshape(-1, 3), None),
+    }
+    if total == t.size and bool((order == np.arange(total)).all()):
+        order = None
+    return arrays, order
+
+
+def _snapshot_batch(snap: snapshot.Snapshot) -> DocBatch:
+    """The documents a snapshot kept, as a batch a table appends (its vectors: the snapshot's matrix)."""
+    a = snap.arrays
+    ids = json.loads(a["doc.ids"].tobytes())
+    metas = json.loads(a["doc.meta"].tobytes())
+    counts = a["doc.counts"].tolist()
+    contents = json.loads(a["row.contents"].tobytes())
+    tails = json.loads(a["row.tails"].tobytes())
+    spans = a["row.spans"]
+    seq = np.array(a["doc.seq"], dtype=np.int64)
+    if not (len(ids) == len(metas) == len(counts) == len(seq) and len(contents) == len(tails) == len(spans) == snap.rows
+            and sum(counts) == snap.rows and spans.shape[1:] == (3,) and len(set(ids)) == len(ids)
+            and all(type(d) is str for d in ids) and all(type(m) is dict for m in metas)
+            and all(type(c) is str for c in contents) and all(type(c) is str for c in tails)):
+        raise ValueError("the snapshot's columns do not fit together")
+    positions, starts, ends = (spans[:, i].tolist() for i in range(3))
+    batch = DocBatch(ids, [""] * len(ids), metas, counts, positions, starts, ends, contents, tails,
+                     snap.arrays["matrix"], unique=True)
+    batch.seq = seq
+    return batch
+
+
 class MemoryStore(MatrixStore):
     """The built-in store: ``MemoryStore()`` in RAM, ``MemoryStore(path)`` persisted to a directory.
 
@@ -670,12 +772,29 @@ class MemoryStore(MatrixStore):
 
     QUANTISE = True
     capabilities = MEMORY_CAPABILITIES
+    #: Whether a directory store keeps its vectors (and int8 copy) in a snapshot file beside the log
+    #: (:mod:`nlql.stores.memory.snapshot`), mapped at open instead of read from SQLite.
+    SNAPSHOT = True
+    #: Fewest rows for which a snapshot is written (below, reading the log costs a few ms).
+    SNAPSHOT_MIN_ROWS = 4096
+    #: A new snapshot is written at the end of a write (an add_texts call, a delete) once more than this
+    #: share of the live rows is not in the one on disk (written or deleted since): an open reads those
+    #: rows' vectors from the log, and many small writes do not rewrite the whole matrix each time (the
+    #: bytes written over a growing store stay within 1 / share times its final size).
+    SNAPSHOT_STALE_SHARE = 0.25
+    #: Documents of a snapshot compared with the log's at open (their ``seq`` and vector bytes): this
+    #: many of the last written, and as many drawn at random.
+    SNAPSHOT_PROBES = 256
 
     def __init__(self, path: str | Path | None = None) -> None:
         super().__init__()
         self.path = Path(path) if path is not None else None
         self._log: DocLog | None = None
         self._clock = 0
+        self._snap_clock: int | None = None  # the clock of the snapshot on disk this process knows of
+        #: how the last open read the vectors: "snapshot", "snapshot + log" (rows written since read from
+        #: the log), "log" (no snapshot) or "log: <why the snapshot was not used>"
+        self.opened_from = ""
         self._pending = Changes()
         self.damaged: dict[str, str] = {}
         if self.path is not None:
@@ -694,6 +813,10 @@ class MemoryStore(MatrixStore):
 
     def _load(self) -> None:
         assert self._log is not None
+        if self._load_snapshot():
+            return
+        if self.table.size:  # (a snapshot that did not fit the log once it was loaded)
+            self._reset()
         everything = self._log.load()
         docs = [d for d in everything.docs if self._fits(d, everything.damaged)]
         rows = sum(len(d.units) for d in docs)  # room for them all at once (no doubling, one copy)
@@ -701,6 +824,129 @@ class MemoryStore(MatrixStore):
             self._append(docs[lo : lo + 4096], rows_ahead=rows if lo == 0 else 0)
         self._clock = everything.clock
         self._note_damaged(everything.damaged)
+
+    # ------------------------------------------------------------------------------ the snapshot
+
+    def _snapshot_path(self) -> Path | None:
+        if not self.SNAPSHOT or self.path is None or self._log is None:
+            return None
+        return self.path / snapshot.FILE_NAME
+
+    def _load_snapshot(self) -> bool:
+        """Load the rows as the snapshot kept them, then what the log committed since (as :meth:`sync`
+        applies another process's writes); False when there is none that fits (then nothing was
+        loaded, and ``opened_from`` says why)."""
+        assert self._log is not None and self.dim is not None
+        where = self._snapshot_path()
+        if where is None or not where.exists():
+            self.opened_from = "log"
+            return False
+        snap = snapshot.read(where, ident=kept.identity(self, False), dim=self.dim)
+        if snap is None:
+            self.opened_from = "log: the snapshot is damaged or not this store's"
+            return False
+        try:
+            batch = _snapshot_batch(snap)
+        except (ValueError, TypeError, KeyError):
+            self.opened_from = "log: the snapshot's rows cannot be read"
+            return False
+        # documents compared with the log's, vector bytes and all: the last ones written (where a log
+        # put back from a copy and written again differs first) and some drawn at random
+        n_docs = len(batch.doc_ids)
+        picks = np.union1d(np.arange(max(0, n_docs - self.SNAPSHOT_PROBES), n_docs),
+                           np.random.default_rng().choice(n_docs, min(n_docs, self.SNAPSHOT_PROBES), replace=False))
+        changes, count, probed = self._log.catch_up(snap.clock, [batch.doc_ids[i] for i in picks.tolist()])
+        if snap.clock > changes.clock:
+            self.opened_from = "log: the snapshot is newer than the log"
+            return False
+        # the snapshot's documents the log no longer holds at the same seq (rewritten or deleted since);
+        # the others must be the log's documents up to the snapshot's clock
+        gone = {d.doc_id for d in changes.docs}.union(changes.deleted)
+        held = sum(d not in gone for d in batch.doc_ids)
+        firsts = np.cumsum(batch.counts) - np.asarray(batch.counts, dtype=np.int64)
+        matrix = snap.arrays["matrix"]
+        for i in picks.tolist():
+            doc_id = batch.doc_ids[i]
+            if doc_id in gone:
+                continue
+            lo, hi = int(firsts[i]), int(firsts[i]) + batch.counts[i]
+            if probed.get(doc_id) != (int(batch.seq[i]), matrix[lo:hi].tobytes()):
+                held = -1
+                break
+        if held != count:
+            self.opened_from = "log: the snapshot's documents do not match the log's"
+            return False
+        self._matrix = snap.arrays["matrix"]  # mapped: its pages are read as they are first touched
+        self.table.add(batch, unique=True)
+        self._clock = snap.clock
+        if self.QUANTISE and "int8.codes" in snap.arrays:
+            arrays, meta = snap.arrays, snap.meta.get("int8") or {}
+            self._kept_int8 = lambda _m, dim, stop: quant.restore(dim, arrays, meta, None, stop)
+        self._snap_clock = snap.clock
+        try:
+            self._apply(changes)  # (a compaction here drops the kept int8 copy: its rows moved)
+        except BaseException:
+            self._reset()
+            raise
+        self._pending = Changes()  # (a fresh load: nothing to report to the engine's sync)
+        self.opened_from = "snapshot" if not (changes or changes.damaged) else "snapshot + log"
+        return True
+
+    def _reset(self) -> None:
+        """Empty RAM (before loading again)."""
+        dim = self.dim
+        self.table = RowTable()
+        self.dim = None
+        self._matrix = np.zeros((0, 0), dtype=np.float32)
+        self._sub_cache.clear()
+        self._drop_quant()
+        self._stop_prefault()
+        self._snap_clock = None
+        if dim is not None:
+            MatrixStore.open(self, dim)
+
+    def _snapshot_due(self) -> bool:
+        """Whether the snapshot on disk (if any) leaves out more than ``SNAPSHOT_STALE_SHARE`` of the rows."""
+        live = len(self.table)
+        if live < self.SNAPSHOT_MIN_ROWS:
+            return False
+        if self._snap_clock is None:
+            return True
+        t = self.table
+        served = int(np.count_nonzero(t.alive & (t.seq <= self._snap_clock)))
+        return served < live * (1 - self.SNAPSHOT_STALE_SHARE)
+
+    def keep_snapshot(self, force: bool = False) -> bool:
+        """Write the snapshot now when it is due (``force``: whenever the store has rows), after making
+        the int8 copy (when the store keeps one) so that it is kept too; True when one was written.
+        A write of the engine calls this at the end of each ``add_texts`` call and after a delete."""
+        where = self._snapshot_path()
+        if where is None or self._log is None or self._log.read_only:
+            return False
+        with self._lock:
+            if not (force and len(self.table)) and not self._snapshot_due():
+                return False
+        if self.QUANTISE and len(self.table) >= self.QUANT_MIN_ROWS:
+            self.build_int8()  # ready when the write returns (encoded here, or the kept one restored)
+        with self._lock:
+            ident = kept.identity(self, True)
+            if ident is None or self.dim is None or self._log is None:
+                return False
+            on_disk = snapshot.stamp(where)
+            if on_disk is not None and on_disk.get("identity") == ident and int(on_disk.get("clock", -1)) > self._clock:
+                return False  # another process kept a newer one
+            t = self.table
+            arrays, order = _snapshot_columns(t)
+            arrays["matrix"] = (self.matrix, order)
+            meta: dict[str, Any] = {}
+            copy = self._quant
+            if copy is not None and copy.size == t.size:
+                got, meta["int8"] = copy.state(order)
+                arrays.update(got)
+            ok = snapshot.write(where, arrays, ident=ident, clock=self._clock, rows=len(t), dim=self.dim, meta=meta)
+            if ok:
+                self._snap_clock = self._clock
+            return ok
 
     def _fits(self, doc: DocRecord, damaged: dict[str, str]) -> bool:
         """A row whose vectors have the store's width (else it is reported as damaged)."""
@@ -794,6 +1040,8 @@ class MemoryStore(MatrixStore):
             super().set_info(key, value)
 
     def upsert(self, docs: Sequence[DocRecord]) -> None:
+        # the end of a write: an engine's batch says whether more of its add_texts call follows
+        last = not isinstance(docs, DocBatch) or docs.rows_ahead <= len(docs.contents)
         with self._lock:
             if self._log is None:
                 super().upsert(docs)
@@ -802,6 +1050,8 @@ class MemoryStore(MatrixStore):
             # durable first (seq numbers allocated in the transaction): RAM follows what is on disk
             _, others = self._log.write(docs, dim=self.dim, since=self._clock)
             self._after_write(others, lambda: MatrixStore.upsert(self, docs))
+        if last:
+            self._after_commit()
 
     def delete(self, doc_ids: Sequence[str]) -> int:
         with self._lock:
@@ -809,7 +1059,17 @@ class MemoryStore(MatrixStore):
                 return super().delete(doc_ids)
             removed, others = self._log.write(delete=list(doc_ids), dim=self.dim, since=self._clock)
             self._after_write(others, lambda: MatrixStore.delete(self, doc_ids))
-            return removed
+        if removed:
+            self._after_commit()
+        return removed
+
+    def _after_commit(self) -> None:
+        """After a committed write: the snapshot when due (a cache: a failure to write it is ignored,
+        the documents are committed already)."""
+        try:
+            self.keep_snapshot()
+        except Exception:  # noqa: BLE001 - the next open reads the log instead
+            pass
 
     def _after_write(self, others: Changes, ours: Any) -> None:
         clock = others.clock
@@ -824,15 +1084,7 @@ class MemoryStore(MatrixStore):
 
     def _reload(self) -> None:
         """Rebuild RAM from the file (after a failure that may have left RAM half-changed)."""
-        dim = self.dim
-        self.table = RowTable()
-        self.dim = None
-        self._matrix = np.zeros((0, 0), dtype=np.float32)
-        self._sub_cache.clear()
-        self._drop_quant()
-        self._stop_prefault()
-        if dim is not None:
-            MatrixStore.open(self, dim)
+        self._reset()
         self._load()
         rebuild = getattr(self, "_rebuild_index", None)  # an ANN store's index follows the rows
         if rebuild is not None:

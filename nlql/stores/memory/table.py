@@ -354,6 +354,7 @@ class RowTable:
         self.pos = np.zeros(0, dtype=np.int64)
         # documents (slots; a replaced/deleted document's slot is dead)
         self.doc_meta: list[dict[str, Any]] = []
+        self.doc_seq = np.zeros(0, dtype=np.int64)  # per slot: the document's seq (its rows' too)
         # live doc_id -> its row keys by position: always contiguous, so a ``range`` (not a list: a
         # million lists are a million objects the garbage collector walks on every full collection,
         # which made ingest superlinear)
@@ -437,6 +438,7 @@ class RowTable:
         n_docs = len(doc_ids)
         first_slot = len(self.doc_meta)
         self.doc_meta.extend(metas)
+        self.doc_seq = _grown(self.doc_seq, first_slot, np.asarray(seqs, dtype=np.int64))
         self.summary.add_many(metas)
         self.doc_ids.extend(row_ids)
         self.positions.extend(positions)
@@ -526,6 +528,7 @@ class RowTable:
         slot_map = np.full(len(self.doc_meta), -1, dtype=np.int64)
         slot_map[np.asarray(slots_kept, dtype=np.int64)] = np.arange(len(slots_kept))
         self.doc_meta = [self.doc_meta[s] for s in slots_kept]
+        self.doc_seq = self.doc_seq[np.asarray(slots_kept, dtype=np.int64)]
         for name in ("doc_ids", "positions", "contents", "starts", "ends", "tails"):
             old = getattr(self, name)
             setattr(self, name, [old[k] for k in keep])
