@@ -410,6 +410,9 @@ class Router:
             override or add one intent and keep the others).
         rewriter: Any callable ``question -> list[str]``; its output is bound as ``$rewrites``.
         functions: User functions the templates call, as registered on the engine (name → arity).
+        periods: When no rule matches, a question naming a period in any language dateparser knows
+            (the rules of :func:`nlql.text.temporal.extract_period`, not its date search) is
+            ``temporal``. ``None`` (default): on with the default rules, off with rules of one's own.
 
     Raises:
         TemplateError: A template is not valid NLQL (names the template; the caret is in its text).
@@ -419,7 +422,7 @@ class Router:
 
     def __init__(self, rules: Iterable[tuple[str | re.Pattern[str], str]] | None = None,
                  templates: Mapping[str, str] | None = None, rewriter: Rewriter | None = None, *,
-                 functions: Mapping[str, int | None] | None = None) -> None:
+                 functions: Mapping[str, int | None] | None = None, periods: bool | None = None) -> None:
         if rewriter is not None and not callable(rewriter):
             raise TypeError(f"rewriter must be a callable question -> list[str], not {type(rewriter).__name__}")
         if templates is not None and not isinstance(templates, Mapping):
@@ -438,6 +441,7 @@ class Router:
         self.rules: tuple[Rule, ...] = tuple(_rule(i, r, self.templates)
                                              for i, r in enumerate(DEFAULT_RULES if rules is None else rules, 1))
         self.rewriter = rewriter
+        self.periods = (rules is None if periods is None else bool(periods)) and TEMPORAL in self.templates
 
     def __repr__(self) -> str:
         return f"Router({len(self.rules)} rules, intents {sorted(self.templates)})"
@@ -449,6 +453,12 @@ class Router:
             m = rule.regex.search(text)
             if m is not None:
                 return rule.intent, rule, m
+        if self.periods:
+            period = _period_in(text)
+            if period is not None:  # "o que decidimos na semana passada?", "maart vorig jaar"
+                regex = re.compile(re.escape(period))
+                rule = Rule(f"{PERIOD_RULE}: {period!r}", TEMPORAL, regex)
+                return TEMPORAL, rule, regex.search(text)
         return GENERAL, None, None
 
     def route(self, question: str) -> Route:
@@ -515,6 +525,8 @@ class Router:
         lines = ["```text", f"{'#':<3} {'intent':<{width}}  regex (case-insensitive, searched anywhere in the question)"]
         for i, r in enumerate(self.rules, 1):
             lines.append(f"{i:<3} {r.intent:<{width}}  {r.pattern}")
+        if self.periods:
+            lines.append(f"{'-':<3} {TEMPORAL:<{width}}  ({PERIOD_RULE})")
         lines += [f"{'-':<3} {GENERAL:<{width}}  (no rule matched)", "```"]
         for intent in sorted(self.templates, key=lambda i: (INTENTS.index(i) if i in INTENTS else len(INTENTS), i)):
             lines += ["", f"Template `{intent}`:", "", "```sql", self.templates[intent], "```"]
@@ -584,6 +596,34 @@ def _check_template(intent: str, text: str, functions: Mapping[str, int | None] 
 def _missing_caller_param(d: Diagnostic, uses: frozenset[str]) -> bool:
     return d.message.startswith("missing parameter $") and d.message[len("missing parameter $"):] in uses \
         and d.message[len("missing parameter $"):] not in RESERVED_PARAMS
+
+
+TEMPORAL = "temporal"
+#: What a route says of the period fallback (no rule matched, a period was found: ``temporal``).
+PERIOD_RULE = "no rule matched; a period in any language dateparser knows"
+
+
+#: English function words; a question in ASCII with two of them is English, whose periods the rules
+#: above already read (so the every-language table, 0.3 CPU-s to build, is not built for it)
+_ENGLISH_FUNCTION_WORDS = frozenset("the a an how what which who whom is are was were do does did my i me to of "
+                                    "for with and on from that this it can should when where why".split())
+
+
+def _period_in(text: str) -> str | None:
+    """The words of ``text`` that name a period (any language, rules only), or None."""
+    if text.isascii() and sum(w in _ENGLISH_FUNCTION_WORDS for w in re.findall(r"[a-z]+", text.lower())) >= 2:
+        return None
+    from datetime import datetime, timezone
+
+    from nlql.text.temporal import extract_period
+
+    try:  # (which period does not matter here, only that one is named: any clock will do)
+        # French and Italian have phrase rules there and none here; the languages of the rules above, and
+        # every other one through dateparser's tables, are read anyway
+        p = extract_period(text, datetime.now(timezone.utc), languages=("fr", "it"), fallback=False)
+    except Exception:  # noqa: BLE001 - routing never fails on odd text
+        return None
+    return p.text if p is not None and p.text.strip() else None
 
 
 @lru_cache(maxsize=1)

@@ -385,3 +385,29 @@ def test_ask_of_a_route_runs_it_without_rewriting_again(engine: Engine) -> None:
     assert str(engine.explain(route)).startswith("intent: conceptual\n") and calls == ["what is meaning?"]
     with pytest.raises(TypeError):
         engine.route("cats", router="mine")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("question", "period"), [
+    ("o que decidimos na semana passada?", "semana passada"),
+    ("wat gebeurde er in maart vorig jaar?", "maart vorig jaar"),
+    ("qu'avons-nous décidé la semaine dernière ?", "la semaine dernière"),
+    ("geçen hafta ne konuştuk", "geçen hafta"),
+])
+def test_a_period_in_any_language_routes_to_temporal_when_no_rule_matches(question: str, period: str) -> None:
+    route = default_router().route(question)
+    assert route.intent == "temporal" and route.rule is not None and period in route.rule
+    assert period.split()[-1] not in route.params["keywords"].split()  # the period's words are not keywords
+    assert "TEMPORAL(meta.date, $q)" in route.query
+
+
+@pytest.mark.parametrize("question", ["how much disk space a directory uses", "compute a SHA-512 hash",
+                                      "python 3.11 release notes", "tax rules"])
+def test_questions_naming_no_period_stay_general(question: str) -> None:
+    assert default_router().route(question).intent == "general"
+
+
+def test_the_period_fallback_is_off_for_a_router_with_rules_of_its_own() -> None:
+    question = "o que decidimos na semana passada?"
+    assert Router(rules=[(r"\bcats?\b", "conceptual")]).route(question).intent == "general"
+    assert Router(rules=[(r"\bcats?\b", "conceptual")], periods=True).route(question).intent == "temporal"
+    assert Router(periods=False).route(question).intent == "general"

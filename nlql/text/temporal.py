@@ -1193,12 +1193,38 @@ today now this that week month year day last next past then soon later ago since
 """.split())
 
 
+_WORD = re.compile(r"\w+")
+_any_first_words: list[frozenset[str] | None] = []
+
+
+def _may_hold_a_phrase(text: str, phrases: dict[str, str]) -> bool:
+    """Whether ``text`` can hold one of the every-language phrases: one of its words is the longest word
+    of one (a phrase found in a text has each of its words there; a set lookup, where the phrases'
+    regex is slow to try at every position of a text that holds none), or it is written in a script
+    without spaces. True when a phrase has no word."""
+    if not _any_first_words:
+        keys: set[str] | None = set()
+        for phrase in phrases:
+            words = _WORD.findall(phrase)
+            if not words:
+                keys = None
+                break
+            keys.add(max(words, key=len))  # type: ignore[union-attr]
+        _any_first_words.append(frozenset(keys) if keys is not None else None)
+    first = _any_first_words[0]
+    if first is None or _SCRIPT_WITHOUT_SPACES.search(text):
+        return True
+    return any(w in first for w in _WORD.findall(text.casefold()))
+
+
 def _any_language_candidates(text: str, clock: _Clock) -> list[tuple[int, int, _Resolved]]:
     table = _any_language_phrases()
     if table is None:
         return []
     pattern, phrases = table
     out: list[tuple[int, int, _Resolved]] = []
+    if not _may_hold_a_phrase(text, phrases):
+        return out + _compound_candidates(text, clock)
     for m in pattern.finditer(text):
         english = phrases.get(" ".join(m.group().casefold().split()))
         if english is None:
@@ -1217,7 +1243,7 @@ def _any_language_candidates(text: str, clock: _Clock) -> list[tuple[int, int, _
 
 _EN_MONTH_NAMES = ("january february march april may june july august september october november "
                    "december").split()
-_compound_table: list[tuple[re.Pattern[str], dict[str, int], dict[str, str]] | None] = []
+_compound_table: list[tuple[re.Pattern[str], dict[str, int], dict[str, str], re.Pattern[str]] | None] = []
 _compound_lock = threading.Lock()
 _YEAR_KEYS = {"0 year ago": "this year", "1 year ago": "last year", "in 1 year": "next year"}
 
@@ -1241,9 +1267,10 @@ def _alternation(words: Iterable[str]) -> str:
     return "|".join(parts) if parts else r"(?!)"
 
 
-def _compound_phrases() -> tuple[re.Pattern[str], dict[str, int], dict[str, str]] | None:
-    """(one regex of month-name + relative-year pairs, name → month, year phrase → English), built once
-    beside :func:`_any_language_phrases`; None without dateparser."""
+def _compound_phrases() -> tuple[re.Pattern[str], dict[str, int], dict[str, str], re.Pattern[str]] | None:
+    """(one regex of month-name + relative-year pairs, name → month, year phrase → English, the year
+    phrases alone: a text without one is not searched further), built once beside
+    :func:`_any_language_phrases`; None without dateparser."""
     if _compound_table:
         return _compound_table[0]
     with _compound_lock:
@@ -1278,7 +1305,7 @@ def _compound_phrases() -> tuple[re.Pattern[str], dict[str, int], dict[str, str]
                 join = r"[\s,]*(?:[^\W\d_]{1,4}['’]?[\s,]+){0,2}"
                 pattern = re.compile(rf"(?P<m>{m_alt}){join}(?P<y>{y_alt})|(?P<y2>{y_alt})[\s,]*(?:[^\W\d_]{{1,4}}"
                                      rf"['’]?[\s,]*){{0,2}}(?P<m2>{m_alt})", re.IGNORECASE)
-                _compound_table.append((pattern, months, years))
+                _compound_table.append((pattern, months, years, re.compile(y_alt, re.IGNORECASE)))
     return _compound_table[0]
 
 
@@ -1286,8 +1313,10 @@ def _compound_candidates(text: str, clock: _Clock) -> list[tuple[int, int, _Reso
     table = _compound_phrases()
     if table is None:
         return []
-    pattern, months, years = table
+    pattern, months, years, year_words = table
     out: list[tuple[int, int, _Resolved]] = []
+    if year_words.search(text) is None:  # (the pairs' regex is slow to try at every position)
+        return out
     for m in pattern.finditer(text):
         month = months.get(" ".join((m.group("m") or m.group("m2")).casefold().split()))
         year = years.get(" ".join((m.group("y") or m.group("y2")).casefold().split()))
