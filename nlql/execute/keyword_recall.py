@@ -21,6 +21,11 @@ Anything else returns None and the executor takes its full path.
 
 from __future__ import annotations
 
+import contextvars
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -48,9 +53,41 @@ def _top(keys: list[Any], scores: np.ndarray, n: int) -> list[Any]:
     return [k for k, s in zip(keys, scores) if s >= cut]
 
 
-def narrow(plan: Any, store: Any, index: Any, qv: dict[str, np.ndarray], need: int | None) -> list[Any] | None:
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def _in_parallel(calls: dict[str, Callable[[], Any]]) -> tuple[dict[str, Any], dict[str, float]]:
+    """Run the arms' store calls at once (a server store answers them concurrently; drivers and the Rust
+    and C++ engines release the interpreter lock): the first in this thread (a store may keep what its
+    knn read for this search's fetch, per thread), the others on a small pool, each in a copy of the
+    caller's context (the search's deadline). Their results and each one's milliseconds; the first
+    failure is raised."""
+    global _pool
+
+    def timed(fn: Callable[[], Any]) -> tuple[Any, float]:
+        t = time.perf_counter()
+        out = fn()
+        return out, (time.perf_counter() - t) * 1000
+
+    names = list(calls)
+    if len(names) < 2:
+        got = {name: timed(calls[name]) for name in names}
+    else:
+        with _pool_lock:
+            if _pool is None:
+                _pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="nlql-arm")
+        futures = {name: _pool.submit(contextvars.copy_context().run, timed, calls[name]) for name in names[1:]}
+        got = {names[0]: timed(calls[names[0]])}
+        got.update((name, f.result()) for name, f in futures.items())
+    return {n: got[n][0] for n in names}, {n: round(got[n][1], 3) for n in names}
+
+
+def narrow(plan: Any, store: Any, index: Any, qv: dict[str, np.ndarray], need: int | None,
+           arm_ms: dict[str, float] | None = None) -> list[Any] | None:
     """Candidate keys for ``plan`` on a ``KEYWORD_STATS`` store (``index``: its keyword index), or None
-    when only the full path is exact."""
+    when only the full path is exact. A fusion's arms are asked at once (:func:`_in_parallel`); each
+    arm's milliseconds go into ``arm_ms``."""
     if (need is None or plan.fusion_residual or plan.recall.min_score or not plan.order
             or not plan.order[0].descending or not plan.unit.rows_are_sentences):
         return None
@@ -69,19 +106,32 @@ def narrow(plan: Any, store: Any, index: Any, qv: dict[str, np.ndarray], need: i
             return None
         return _top(keys, np.asarray(scores, dtype=np.float64), need)
     if spec.kind in RANK_FUSIONS and plan.arm_depth is not None and not plan.residual:
-        out: dict[Any, None] = {}
+        depth = plan.arm_depth
+        calls: dict[str, Callable[[], Any]] = {}
         for arm in spec.arms:
             arm_spec = by_slot.get(plan.binding_slots.get(arm, ""))
             if arm_spec is None or arm_spec.kind not in ("SIMILARITY", "BM25"):
                 return None
+            if arm in calls:
+                continue
             if arm_spec.kind == "SIMILARITY":
                 if arm_spec.slot not in qv:  # dropped (on_arm_error="degrade"): the arm ranks nothing
                     continue
-                for lst in store.knn(qv[arm_spec.slot], plan.arm_depth, plan.native):
-                    out.update((key, None) for key, _ in lst)
+                vec = qv[arm_spec.slot]
+                calls[arm] = lambda vec=vec: [key for lst in store.knn(vec, depth, plan.native) for key, _ in lst]
             else:
-                keys, scores = index.candidates(" ".join(arm_spec.texts), plan.native, plan.arm_depth)
-                out.update((k, None) for k in _top(keys, np.asarray(scores, dtype=np.float64), plan.arm_depth))
+                text = " ".join(arm_spec.texts)
+
+                def keyword_arm(text: str = text) -> list[Any]:
+                    keys, scores = index.candidates(text, plan.native, depth)
+                    return _top(keys, np.asarray(scores, dtype=np.float64), depth)
+                calls[arm] = keyword_arm
+        got, ms = _in_parallel(calls)
+        if arm_ms is not None:
+            arm_ms.update(ms)
+        out: dict[Any, None] = {}
+        for arm in calls:  # (in the arms' order, as before)
+            out.update((k, None) for k in got[arm])
         return list(out)
     return None
 

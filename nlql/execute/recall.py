@@ -308,9 +308,12 @@ def _full(run: Search, qv: dict[str, np.ndarray], fast_ok: bool) -> list[Candida
             narrowed = None
             # BM25 kept in the store (narrowing keeps the top LIMIT rows: not with DISTINCT BY)
             if caps.KEYWORD_STATS and run.bm25.in_store and plan.distinct is None:
-                narrowed = keyword_recall.narrow(plan, store, run.bm25, qv, run.need)
+                arm_ms: dict[str, float] = {}
+                narrowed = keyword_recall.narrow(plan, store, run.bm25, qv, run.need, arm_ms)
                 if narrowed is not None:
                     run.stats.counts["keyword_recall"] = len(narrowed)
+                    if arm_ms:  # each arm's store call, run at once (the arms' names)
+                        run.stats.counts["arm_ms"] = arm_ms
             keys_arr = np.asarray(narrowed if narrowed is not None else store.scan(plan.native), dtype=object)
             for s in sim_slots:
                 sentence_scores[s] = similarities(store, qv[s], list(keys_arr))

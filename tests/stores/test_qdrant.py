@@ -324,3 +324,43 @@ def test_bm25_candidates_cut_tied_scores_in_insertion_order() -> None:
         assert got.stats.get("keyword_recall", 0) <= 60, got.stats
     for e in engines:
         e.close()
+
+
+def test_a_fusions_arms_are_asked_at_once_and_timed() -> None:
+    # the SIMILARITY arm's knn and the BM25 arm's candidates are two store calls: they run at the same
+    # time (the second on the engine's arm pool, with the search's deadline), and stats give each one's ms
+    import threading
+    import time as _time
+
+    from nlql import Engine, deadline
+    from nlql.embedders import HashEmbedder
+
+    spans: dict[str, tuple[float, float, bool]] = {}
+
+    class Recording(QdrantStore):
+        def knn(self, *a, **k):  # type: ignore[no-untyped-def]
+            t = _time.perf_counter()
+            _time.sleep(0.3)
+            out = super().knn(*a, **k)
+            spans["knn"] = (t, _time.perf_counter(), deadline.current() is not None)
+            return out
+
+        def bm25_candidates(self, *a, **k):  # type: ignore[no-untyped-def]
+            t = _time.perf_counter()
+            _time.sleep(0.3)
+            out = super().bm25_candidates(*a, **k)
+            spans["bm25"] = (t, _time.perf_counter(), deadline.current() is not None)
+            spans["bm25_thread"] = (0.0, 0.0, threading.current_thread() is threading.main_thread())
+            return out
+
+    e = Engine(embedder=HashEmbedder(dim=64), store=Recording(collection="arms"), warm_up=False)
+    e.add_texts([f"zebra stripes number {i}. Cats sleep." for i in range(40)])
+    hits = e.search('SELECT SENTENCE LET s = SIMILARITY(content, "zebra"), k = BM25(content, "zebra stripes"), '
+                    "f = RRF(s, k) ORDER BY f DESC LIMIT 5", timeout=30)
+    assert len(hits) == 5 and set(hits.stats["arm_ms"]) == {"s", "k"}
+    assert all(ms >= 290 for ms in hits.stats["arm_ms"].values())
+    (a0, a1, knn_deadline), (b0, b1, bm25_deadline) = spans["knn"], spans["bm25"]
+    assert max(a0, b0) < min(a1, b1)  # the two calls overlapped
+    assert knn_deadline and bm25_deadline  # the search's deadline reached both
+    assert not spans["bm25_thread"][2]  # the second arm ran on the pool
+    e.close()
