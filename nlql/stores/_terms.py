@@ -159,6 +159,18 @@ class StoreKeywordIndex:
         return out
 
 
+def first_n(keys: Sequence[Any], scores: np.ndarray, seq: Sequence[int], position: Sequence[int],
+            n: int | None) -> tuple[list[Any], np.ndarray]:
+    """The ``n`` best of a BM25 arm's rows as the engine ranks an arm: score descending, ties in insertion
+    order (``seq``, ``position``); every row, in that order, when ``n`` is None or not smaller. A store's
+    ``bm25_candidates`` hands over exactly its depth this way, however many rows tie at the cut."""
+    scores = np.asarray(scores, dtype=np.float64)
+    order = np.lexsort((np.asarray(position, dtype=np.int64), np.asarray(seq, dtype=np.int64), -scores))
+    if n is not None:
+        order = order[:n]
+    return [keys[i] for i in order.tolist()], scores[order]
+
+
 def keyword_index(store: Any, analyzer: Any) -> StoreKeywordIndex | None:
     """The store's own BM25 source if its terms were written by ``analyzer`` (None: the default)."""
     from nlql.text.analyzer import Analyzer
@@ -168,5 +180,5 @@ def keyword_index(store: Any, analyzer: Any) -> StoreKeywordIndex | None:
     return StoreKeywordIndex(store, analyzer)
 
 
-__all__ = ["B", "K1", "StoreKeywordIndex", "keyword_index", "Totals", "bm25_scores", "document_frequencies", "query_keys", "sentence_terms",
+__all__ = ["B", "K1", "StoreKeywordIndex", "first_n", "keyword_index", "Totals", "bm25_scores", "document_frequencies", "query_keys", "sentence_terms",
            "term_key"]

@@ -992,7 +992,7 @@ class MilvusStore:
         ratio = max(1.0, (totals.total_len / totals.n) / _REF_AVGLEN) * (1 + 1e-5)  # float32 slack
         check = flt.extra.get("check") if flt is not None else None
         expr = (flt.native or "") if flt is not None else ""
-        fields = ["terms", "tfs", "nterms"] + (["rec", "position", "seq"] if check is not None else [])
+        fields = ["terms", "tfs", "nterms", "position", "seq"] + (["rec"] if check is not None else [])
         limit = min(max(4 * n, 64), _MAX_TOPK)
         rounds = 0
         while True:
@@ -1006,7 +1006,8 @@ class MilvusStore:
             scores = _terms.bm25_scores(live, [(e["terms"], e["tfs"], int(e["nterms"])) for _, e, _ in rows],
                                         df, totals)
             keep = scores > 0
-            keys = [r[0] for r, k in zip(rows, keep) if k]
+            kept = [r for r, k in zip(rows, keep) if k]
+            keys = [r[0] for r in kept]
             scores = scores[keep]
             if exhausted:
                 break
@@ -1017,8 +1018,10 @@ class MilvusStore:
                 return self._bm25_all(qkeys, flt)  # the bound did not close within the top-k window
             limit = min(limit * 4, _MAX_TOPK)
         self.last_stats = {"path": "bm25-sparse", "rounds": rounds, "read": limit}
-        order = np.argsort(-scores, kind="stable")
-        return [keys[i] for i in order], scores[order]
+        # every row tied with the n-th score was read (it scores above the bound): the first n of them
+        # in insertion order are the arm's window, as the engine ranks it
+        return _terms.first_n(keys, scores, [int(e["seq"]) for _, e, _ in kept],
+                              [int(e["position"]) for _, e, _ in kept], n)
 
     def bm25_scores(self, text: str, rows: Sequence[Row]) -> np.ndarray:
         """BM25 of ``text`` for each row (0.0 where no query term occurs); statistics over all rows."""

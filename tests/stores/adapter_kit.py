@@ -123,3 +123,35 @@ def filter_fixture(store: Any) -> Iterator[FilterFixture]:
     rows = store.fetch(store.scan())
     yield FilterFixture((store, rows, {r.key: v for r, v in zip(rows, _row_vectors(docs, rows), strict=True)}))
     store.close()
+
+
+def check_tied_bm25_window(store_spec: str) -> None:
+    """A BM25 arm's window on a KEYWORD_STATS store is exactly its depth, ties at the cut in insertion
+    order; pages equal the built-in store's."""
+    # 300 sentences tie on BM25 (the same words, the same length): the keyword arm's window is its first
+    # rows in insertion order, so the store hands over exactly n, and pages on the store equal the built-in
+    # store's for BM25, RRF and a filter
+    from nlql import Engine
+    from nlql.embedders import HashEmbedder
+
+    texts = [f"zebra stripes in row {i % 7}. Plain words here {i}." for i in range(300)]
+    texts += [f"zebra zebra stripes, twice {i}." for i in range(5)]  # five score higher
+    metas = [{"g": i % 3} for i in range(len(texts))]
+    engines = [Engine(embedder=HashEmbedder(dim=64), store=s, warm_up=False) for s in (store_spec, "memory")]
+    for e in engines:
+        e.add_texts(texts, ids=[f"d{i}" for i in range(len(texts))], metadatas=metas)
+    store = engines[0].store
+    keys, scores = store.bm25_candidates("zebra stripes", None, 40)
+    assert len(keys) == 40 and list(scores[:5]) == sorted(scores[:5], reverse=True) and scores[0] > scores[-1]
+    everything, _ = store.bm25_candidates("zebra stripes", None, None)
+    assert len(everything) == 305
+    for q in ['SELECT SENTENCE LET k = BM25(content, "zebra stripes") ORDER BY k DESC LIMIT 12',
+              'SELECT SENTENCE LET s = SIMILARITY(content, "zebra row 3"), k = BM25(content, "zebra stripes"), '
+              'f = RRF(s, k, window => 30) ORDER BY f DESC LIMIT 15',
+              'SELECT SENTENCE LET s = SIMILARITY(content, "zebra"), k = BM25(content, "zebra stripes"), '
+              'f = RRF(s, k, window => 20) WHERE meta.g == 1 ORDER BY f DESC LIMIT 10 OFFSET 3']:
+        got, want = (e.search(q) for e in engines)
+        assert [(h.id, h.scores) for h in got] == [(h.id, h.scores) for h in want], q
+        assert got.stats.get("keyword_recall", 0) <= 60, got.stats
+    for e in engines:
+        e.close()

@@ -317,3 +317,9 @@ def test_bm25_reads_what_the_page_needs(tmp_path: Path) -> None:
         reads.append((e.store.last_stats["read"], hits.stats["keyword_recall"]))
     assert reads[0][0] == reads[1][0] == 64 and all(c <= 20 for _, c in reads), reads
     e.close()
+
+
+def test_bm25_candidates_cut_tied_scores_in_insertion_order(tmp_path: Path) -> None:
+    from adapter_kit import check_tied_bm25_window
+
+    check_tied_bm25_window(f"milvus://{tmp_path}/ties.db")

@@ -336,10 +336,8 @@ class QdrantStore:
         rows = [(p.payload["terms"], p.payload["tfs"], int(p.payload["nterms"])) for p in points]
         scores = _terms.bm25_scores(qkeys, rows, df, totals)
         if n is not None and len(points) > n:
-            seq = np.fromiter((int(p.payload["seq"]) for p in points), dtype=np.int64, count=len(points))
-            pos = np.fromiter((int(p.payload["position"]) for p in points), dtype=np.int64, count=len(points))
-            keep = np.lexsort((pos, seq, -scores))[:n]
-            return [str(points[i].id) for i in keep.tolist()], scores[keep]
+            return _terms.first_n([str(p.id) for p in points], scores, [int(p.payload["seq"]) for p in points],
+                                  [int(p.payload["position"]) for p in points], n)
         return [str(p.id) for p in points], scores
 
     def bm25_scores(self, text: str, rows: Sequence[Row]) -> np.ndarray:
