@@ -24,7 +24,6 @@ from typing import Any
 
 from nlql import ir
 from nlql.plan.nodes import Plan
-from nlql.plan.rewrite import rewrite
 from nlql.render import quote_string
 
 __all__ = ["PLACEHOLDER", "NotRebindable", "Rebinder", "placeholder", "text_params"]
@@ -41,9 +40,14 @@ class NotRebindable(Exception):
 
 
 def placeholder(name: str) -> str:
-    """The placeholder text of parameter ``name`` (lower-case letters only)."""
-    return PLACEHOLDER + "".join(chr(ord("a") + b % 26) for b in name.encode("utf-8")) + "z" + str(len(name)).translate(
-        str.maketrans("0123456789", "abcdefghij"))
+    """The placeholder text of parameter ``name``: :data:`PLACEHOLDER`, the name's UTF-8 bytes in hex
+    written with the letters a–p, then ``z`` (lower-case letters only, one per name).
+
+    >>> placeholder("q")
+    'nlqlrebindplaceholderhbz'
+    """
+    return PLACEHOLDER + "".join("abcdefghijklmnop"[b >> 4] + "abcdefghijklmnop"[b & 15]
+                                 for b in name.encode("utf-8")) + "z"
 
 
 def text_params(query: ir.Query) -> frozenset[str]:
@@ -64,30 +68,23 @@ def text_params(query: ir.Query) -> frozenset[str]:
     return frozenset(texts - other)
 
 
-def _holds(obj: Any, needle: str) -> bool:
-    """Whether ``obj`` holds ``needle`` in any string; raises :class:`NotRebindable` for an object it
-    cannot look into whose ``repr`` shows it."""
-    if isinstance(obj, str):
-        return needle in obj
-    if isinstance(obj, _ATOMS):
-        return False
-    if isinstance(obj, ir.Node):
-        return any(isinstance(n, (ir.Literal, ir.TypedLiteral)) and isinstance(n.value, str) and needle in n.value
-                   for n in obj.walk())
-    if isinstance(obj, Mapping):
-        return any(_holds(k, needle) or _holds(v, needle) for k, v in obj.items())
-    if isinstance(obj, (list, tuple, set, frozenset)):
-        return any(_holds(x, needle) for x in obj)
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return any(_holds(getattr(obj, f.name), needle) for f in dataclasses.fields(obj))
-    if needle in repr(obj):
-        raise NotRebindable(f"a {type(obj).__name__} holds the text")
-    return False
+_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def _names(cls: type) -> tuple[str, ...]:
+    """The dataclass fields of ``cls`` a rebinding reads (an IR node's span is not one)."""
+    got = _NAMES.get(cls)
+    if got is None:
+        got = _NAMES[cls] = tuple(f.name for f in dataclasses.fields(cls) if f.name != "span")
+    return got
 
 
 class Rebinder:
     """The template plan of one query (each text parameter bound to its :func:`placeholder`) and how to
     bind it to other strings.
+
+    The objects of the template holding a placeholder are found once (by identity: the template keeps
+    them alive); :meth:`bind` rebuilds only those, and shares every other object with the template.
 
     Raises:
         NotRebindable: A placeholder is somewhere :meth:`bind` could not replace it (in a string other
@@ -98,86 +95,76 @@ class Rebinder:
         self.template = template
         self.names = tuple(sorted(names))
         self.marks = {name: placeholder(name) for name in self.names}
-        fields = []
-        for f in dataclasses.fields(template):
-            if f.name in ("identity", "now"):
-                continue
-            value = getattr(template, f.name)
-            if any(_holds(value, mark) for mark in self.marks.values()):
-                self._check(value)
-                fields.append(f.name)
-        self.fields = tuple(fields)
+        self._quoted = [quote_string(mark) for mark in self.marks.values()]
+        self._dirty: set[int] = set()
+        self._seen: dict[int, bool] = {}
+        self.fields = tuple(f.name for f in dataclasses.fields(template)
+                            if f.name not in ("identity", "now") and self._mark(getattr(template, f.name)))
+        del self._seen
         #: whether the engine found the template bound to a real set equal to that set's own plan
         self.verified: bool | None = None
 
-    def _check(self, obj: Any) -> None:
-        """Every string holding a placeholder holds it only as itself or quoted."""
+    def _mark(self, obj: Any) -> bool:
+        """Whether ``obj`` holds a placeholder (and so is rebuilt by :meth:`bind`); records it."""
+        if isinstance(obj, _ATOMS):
+            return False
+        key = id(obj)
+        done = self._seen.get(key)
+        if done is not None:
+            return done
         if isinstance(obj, str):
-            rest = obj
-            for mark in self.marks.values():
-                rest = rest.replace(quote_string(mark), "") if rest != mark else ""
-            if PLACEHOLDER in rest:
-                raise NotRebindable(f"the text appears transformed in {obj[:80]!r}")
-        elif isinstance(obj, ir.Node):
-            for n in obj.walk():
-                if isinstance(n, ir.Literal) and isinstance(n.value, str):
-                    self._check(n.value)
+            held = PLACEHOLDER in obj
+            if held and obj not in self.marks.values():
+                rest = obj
+                for quoted in self._quoted:
+                    rest = rest.replace(quoted, "")
+                if PLACEHOLDER in rest:
+                    raise NotRebindable(f"the text appears transformed in {obj[:80]!r}")
         elif isinstance(obj, Mapping):
-            for k, v in obj.items():
-                self._check(k)
-                self._check(v)
+            held = any([self._mark(k) | self._mark(v) for k, v in obj.items()])
         elif isinstance(obj, (list, tuple, set, frozenset)):
-            for x in obj:
-                self._check(x)
+            held = any([self._mark(x) for x in obj])
         elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-            for f in dataclasses.fields(obj):
-                self._check(getattr(obj, f.name))
+            held = any([self._mark(getattr(obj, name)) for name in _names(type(obj))])
+        else:
+            if PLACEHOLDER in repr(obj):
+                raise NotRebindable(f"a {type(obj).__name__} holds the text")
+            held = False
+        self._seen[key] = held
+        if held:
+            self._dirty.add(key)
+        return held
 
     def bind(self, texts: Mapping[str, str], now: datetime | None = None) -> Plan:
         """The template with each parameter's placeholder replaced by ``texts[name]`` (a string); the
         copy shares the template's identity, so the executor prepares it once for all of them."""
         subs = {self.marks[name]: texts[name] for name in self.names}
-        quoted = {quote_string(mark): quote_string(value) for mark, value in subs.items()}
-        lits: dict[str, ir.Node] = {}
-
-        def lit(node: ir.Node) -> ir.Node | None:
-            if isinstance(node, ir.Literal) and isinstance(node.value, str) and node.value in subs:
-                return dataclasses.replace(node, value=subs[node.value])
-            return None
+        quoted = [(quote_string(mark), quote_string(value)) for mark, value in subs.items()]
+        dirty = self._dirty
+        done: dict[int, Any] = {}  # (one object met twice, e.g. a call in the query and as a slot key)
 
         def swap(obj: Any) -> Any:
+            key = id(obj)
+            if key not in dirty:
+                return obj
+            got = done.get(key)
+            if got is not None:
+                return got
             if isinstance(obj, str):
                 got = subs.get(obj)
-                if got is not None:
-                    return got
-                if PLACEHOLDER not in obj:
-                    return obj
-                for old, new in quoted.items():
-                    obj = obj.replace(old, new)
-                return obj
-            if isinstance(obj, ir.Node):
-                key = id(obj)
-                done = lits.get(key)
-                if done is None:  # (the same node object, e.g. a call in the query and as a slot key)
-                    done = lits[key] = rewrite(obj, lit)
-                return done
-            if isinstance(obj, _ATOMS):
-                return obj
-            if isinstance(obj, dict):
-                return {swap(k): swap(v) for k, v in obj.items()}
-            if isinstance(obj, (list, tuple)):
-                return type(obj)(swap(x) for x in obj)
-            if isinstance(obj, (set, frozenset)):
-                return type(obj)(swap(x) for x in obj)
-            if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-                changes = {}
-                for f in dataclasses.fields(obj):
-                    old = getattr(obj, f.name)
-                    new = swap(old)
-                    if new is not old:
-                        changes[f.name] = new
-                return dataclasses.replace(obj, **changes) if changes else obj
-            return obj
+                if got is None:
+                    got = obj
+                    for old, new in quoted:
+                        got = got.replace(old, new)
+            elif isinstance(obj, dict):
+                got = {swap(k): swap(v) for k, v in obj.items()}
+            elif isinstance(obj, (list, tuple, set, frozenset)):
+                got = type(obj)(swap(x) for x in obj)
+            else:  # a dataclass (an IR node, a score spec, recall, …)
+                got = dataclasses.replace(obj, **{name: swap(getattr(obj, name)) for name in _names(type(obj))
+                                                  if id(getattr(obj, name)) in dirty})
+            done[key] = got
+            return got
 
         plan = object.__new__(Plan)  # a copy of the template (its identity shared), as the plan cache copies
         plan.__dict__.update(self.template.__dict__)
