@@ -1022,7 +1022,7 @@ class Engine:
 
         plans: list[tuple[Any, str] | None] = [None] * len(params_list)
         warned: list[list[Diagnostic] | None] = [None] * len(params_list)
-        names = self._text_params(query) if len(params_list) > 1 else frozenset()
+        names, literals = self._text_params(query) if len(params_list) > 1 else (frozenset(), frozenset())
         groups: dict[Any, list[tuple[int, dict[str, Any], dict[str, str]]]] = {}
         for i, params in enumerate(params_list):
             try:
@@ -1034,7 +1034,7 @@ class Engine:
             for name in names:
                 key = name if name in p else f"${name}"
                 value = p.get(key)
-                if not isinstance(value, str) or PLACEHOLDER in value.lower():
+                if not isinstance(value, str) or value in literals or PLACEHOLDER in value.lower():
                     break
                 texts[name] = value
                 del rest[key]
@@ -1077,15 +1077,16 @@ class Engine:
             out.append(got)
         return out, warned
 
-    def _text_params(self, query: str | ir.Query) -> frozenset[str]:
-        """The parameters ``query`` takes only as SIMILARITY's text (none when it does not parse)."""
+    def _text_params(self, query: str | ir.Query) -> tuple[frozenset[str], frozenset[str]]:
+        """The parameters ``query`` takes only as SIMILARITY's text and its string literals
+        (:func:`nlql.plan.rebind.text_params`; none when it does not parse)."""
         from nlql.plan.rebind import text_params
 
         try:
             q = query if isinstance(query, ir.Query) else parse_query(query)
             return text_params(q)
         except (NLQLError, RecursionError):
-            return frozenset()
+            return frozenset(), frozenset()
 
     def _rebinder(self, query: str | ir.Query, rest: Mapping[str, Any], names: frozenset[str], rr: Any) -> Any:
         """The :class:`~nlql.plan.rebind.Rebinder` of ``query`` with these other parameters, kept with its

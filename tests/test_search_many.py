@@ -115,3 +115,70 @@ def test_cursors_and_errors() -> None:
     assert "params_list[1]" in (info.value.hint or "")
     with pytest.raises(TypeError):
         e.search_many(q, {"q": "a"})  # type: ignore[arg-type]
+
+
+REBOUND = [
+    'SELECT SENTENCE LET s = SIMILARITY(content, $q) LIMIT 5',
+    'SELECT SENTENCE WHERE SIMILARITY(content, $q) >= 0.1 LIMIT 4',
+    'SELECT SENTENCE ORDER BY SIMILARITY(content, $q) DESC LIMIT 4',
+    'SELECT SENTENCE LET s = SIMILARITY(content, $q) WHERE meta.tag == $t ORDER BY s DESC, meta.n LIMIT 3',
+    'SELECT DOCUMENT LET a = SIMILARITY(content, $q), b = SIMILARITY(content, $r) ORDER BY a + b DESC LIMIT 3',
+    'SELECT SENTENCE LET s = SIMILARITY(content, $q, min => 0.05) LIMIT 4',
+]
+
+
+@pytest.mark.parametrize("query", REBOUND)
+def test_rebound_plans_are_the_plans_search_makes(query: str) -> None:
+    """Sets differing only in SIMILARITY's text share one template: each set's plan equals the one
+    search plans (explain, cursor identity and hits), and the engine says ``rebound``."""
+    import dataclasses
+
+    e = _engine()
+    params = [{"q": w, "r": WORDS[-1 - i], "t": "ab"[i % 2]} for i, w in enumerate(WORDS)]
+    params.append({"q": 'quote " and \\ backslash', "r": "x", "t": "a"})
+    params = [{k: v for k, v in p.items() if f"${k}" in query} for p in params]
+    plans, _ = e._planned_many(query, params, None)
+    assert [c for _, c in plans].count("rebound") >= len(params) - 2
+    for (plan, _), p in zip(plans, params, strict=True):
+        real = e._plan(query, p)
+        assert dataclasses.replace(plan, now=real.now) == real
+        assert str(e.explain(query, p)) == str(type(e.explain(query, p))(plan))
+    for got, p in zip(e.search_many(query, params), params, strict=True):
+        _same(got, e.search(query, p))
+
+
+def test_what_is_not_rebound_is_planned_alone() -> None:
+    from nlql.plan.rebind import PLACEHOLDER
+
+    e = _engine()
+    # $q also outside SIMILARITY's text; a text equal to a literal of the query (one slot there, not two);
+    # a text holding the placeholder; a value that is no string
+    cases = [
+        ('SELECT SENTENCE LET s = SIMILARITY(content, $q) WHERE content CONTAINS $q LIMIT 3',
+         [{"q": w} for w in WORDS[:4]], set()),
+        ('SELECT SENTENCE LET a = SIMILARITY(content, $q), b = SIMILARITY(content, "tools") ORDER BY a + b DESC LIMIT 3',
+         [{"q": "agents"}, {"q": "tools"}, {"q": "memory"}], {2}),
+        ('SELECT SENTENCE LET s = SIMILARITY(content, $q) LIMIT 3',
+         [{"q": "agents"}, {"q": PLACEHOLDER + "hbz"}, {"q": "memory"}, {"q": [0.1] * 64}], {2}),
+    ]
+    for query, params, rebound in cases:
+        plans, _ = e._planned_many(query, params, None)
+        assert {i for i, (_, c) in enumerate(plans) if c == "rebound"} == rebound, query
+        for got, p in zip(e.search_many(query, params), params, strict=True):
+            _same(got, e.search(query, p))
+
+
+def test_a_placeholder_the_rebinder_cannot_replace_is_refused() -> None:
+    import dataclasses
+
+    from nlql.plan.rebind import NotRebindable, Rebinder, placeholder
+
+    e = _engine()
+    q = 'SELECT SENTENCE LET s = SIMILARITY(content, $q) LIMIT 3'
+    template = e._plan(q, {"q": placeholder("q")})
+    binder = Rebinder(template, frozenset({"q"}))
+    assert "query" in binder.fields and "scores" in binder.fields
+    assert binder.bind({"q": "tools"}).scores[0].texts == ("tools",)
+    assert template.scores[0].texts == (placeholder("q"),)  # the template is untouched
+    with pytest.raises(NotRebindable):
+        Rebinder(dataclasses.replace(template, notes=[placeholder("q").upper()]), frozenset({"q"}))

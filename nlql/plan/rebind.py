@@ -50,9 +50,13 @@ def placeholder(name: str) -> str:
                                  for b in name.encode("utf-8")) + "z"
 
 
-def text_params(query: ir.Query) -> frozenset[str]:
-    """The parameters written only as SIMILARITY's text (its second argument, a bare ``$name``); empty
-    when the query itself holds :data:`PLACEHOLDER` anywhere (then nothing is rebound)."""
+def text_params(query: ir.Query) -> tuple[frozenset[str], frozenset[str]]:
+    """(the parameters written only as SIMILARITY's text, its second argument as a bare ``$name``; the
+    string literals the query writes). No parameters when the query holds :data:`PLACEHOLDER` anywhere.
+
+    A set whose text equals one of those literals is planned alone: there its SIMILARITY call equals a
+    call written with the literal, and the two share one score slot (the template has two).
+    """
     at_text: set[int] = set()
     for node in query.walk():
         if isinstance(node, ir.Call) and node.name == "SIMILARITY" and len(node.args) > 1 \
@@ -60,12 +64,15 @@ def text_params(query: ir.Query) -> frozenset[str]:
             at_text.add(id(node.args[1]))
     texts: set[str] = set()
     other: set[str] = set()
+    literals: set[str] = set()
     for node in query.walk():
         if isinstance(node, ir.Param):
             (texts if id(node) in at_text else other).add(node.name)
-        elif isinstance(node, (ir.Literal, ir.TypedLiteral)) and PLACEHOLDER in str(node.value).lower():
-            return frozenset()
-    return frozenset(texts - other)
+        elif isinstance(node, (ir.Literal, ir.TypedLiteral)) and isinstance(node.value, str):
+            if PLACEHOLDER in node.value.lower():
+                return frozenset(), frozenset()
+            literals.add(node.value)
+    return frozenset(texts - other), frozenset(literals)
 
 
 _NAMES: dict[type, tuple[str, ...]] = {}
@@ -114,11 +121,11 @@ class Rebinder:
             return done
         if isinstance(obj, str):
             held = PLACEHOLDER in obj
-            if held and obj not in self.marks.values():
+            if (held or PLACEHOLDER in obj.lower()) and obj not in self.marks.values():
                 rest = obj
                 for quoted in self._quoted:
                     rest = rest.replace(quoted, "")
-                if PLACEHOLDER in rest:
+                if PLACEHOLDER in rest.lower():
                     raise NotRebindable(f"the text appears transformed in {obj[:80]!r}")
         elif isinstance(obj, Mapping):
             held = any([self._mark(k) | self._mark(v) for k, v in obj.items()])
@@ -127,7 +134,7 @@ class Rebinder:
         elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
             held = any([self._mark(getattr(obj, name)) for name in _names(type(obj))])
         else:
-            if PLACEHOLDER in repr(obj):
+            if PLACEHOLDER in repr(obj).lower():
                 raise NotRebindable(f"a {type(obj).__name__} holds the text")
             held = False
         self._seen[key] = held
