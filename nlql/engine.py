@@ -973,10 +973,13 @@ class Engine:
         """One query text with many parameter sets: a list of :class:`~nlql.execute.results.Hits` in the
         order of ``params_list``, each what :meth:`search` gives for that set (SPEC §11).
 
-        Every SIMILARITY text of every set is embedded in one embedder call, and recall's first knn
-        round of the sets that share a store call (the same filter and k) is one ``knn`` call with all
-        their query vectors (the built-in store scores them with one matrix product). ``timeout`` is one
-        deadline for the whole call.
+        Sets that differ only in strings given as SIMILARITY's text (``SIMILARITY(content, $q)``) are
+        planned once: the plan of the first is checked against a template planned with placeholders,
+        and the others get the template with their text bound (``hits.stats["plan_cache"]`` says
+        ``rebound``). Every SIMILARITY text of every set is embedded in one embedder call, and recall's
+        first knn round of the sets that share a store call (the same filter and k) is one ``knn`` call
+        with all their query vectors (the built-in store scores them with one matrix product).
+        ``timeout`` is one deadline for the whole call.
 
         Raises:
             NLQLError: As :meth:`search`, for the first parameter set that fails (its index in the hint).
