@@ -182,3 +182,20 @@ def test_a_placeholder_the_rebinder_cannot_replace_is_refused() -> None:
     assert template.scores[0].texts == (placeholder("q"),)  # the template is untouched
     with pytest.raises(NotRebindable):
         Rebinder(dataclasses.replace(template, notes=[placeholder("q").upper()]), frozenset({"q"}))
+
+
+def test_a_threshold_applied_inside_an_exact_knn_is_not_over_fetched() -> None:
+    """``WHERE s >= t`` on the knn's own score: the built-in store (exact) applies it inside the knn, so
+    the first round asks for LIMIT rows, not 4×, and the page is the brute-force one (for every t)."""
+    e = _engine(n=80)
+    q = 'SELECT SENTENCE LET s = SIMILARITY(content, $q) WHERE s >= $t LIMIT 6'
+    assert "k=6 overfetch=1" in str(e.explain(q, {"q": "agents", "t": 0.2}))
+    # on another score, or with another residual conjunct, the residual can drop rows: over-fetched
+    other = 'SELECT SENTENCE LET s = SIMILARITY(content, $q), r = SIMILARITY(content, "data") WHERE r >= 0.1 LIMIT 6'
+    assert "k=24 overfetch=4" in str(e.explain(other, {"q": "agents"}))
+    everything = e.search('SELECT SENTENCE LET s = SIMILARITY(content, $q) LIMIT 1000', {"q": "agents tools"})
+    for t in (-1.0, 0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.9):
+        hits = e.search(q, {"q": "agents tools", "t": t})
+        want = [h for h in everything if h.scores["s"] >= t][:6]
+        assert [(h.id, h.position, h.scores["s"]) for h in hits] == [(h.id, h.position, h.scores["s"]) for h in want]
+        assert hits.stats["rounds"] == 1
