@@ -307,7 +307,7 @@ def render_md(r: dict[str, Any]) -> str:
 
     rows = ["| variant | what | vs torch, wall (short / long) | vs torch, per CPU s | cosine min | cosine median |",
             "|---|---|---|---|---|---|"]
-    shipped = {"onnx": "fp32, fused (**the default**, `minilm`)",
+    shipped = {"onnx": "fp32, standard operators fused by ONNX Runtime (**the default**, `minilm`)",
                "onnx-int8": "int8 dynamic, per-channel weights (`minilm-int8`, a store of its own)"}
     for k in names:
         rows.append(f"| `{k}` | {shipped.get(k) or VARIANTS.get(k, '')} | {ratio(k, 'speedup_vs_torch')} | "

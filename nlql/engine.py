@@ -8,6 +8,7 @@ import math
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timezone
@@ -305,6 +306,7 @@ class Engine:
         self._functions_version = 0
         self._plans = PlanCache(plan_cache_size)  # nlql/plan/cache.py: what the key holds
         self._key_analyzer: tuple[Any, Any] | None = None  # (the BM25 analyzer, what the plan key holds for it)
+        self._rebinders: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()  # plan identity -> Rebinder
         self._warn_memo: dict[int, list[Any]] = {}  # id(query) -> [query, reads meta, (schema, warnings)]
         if router is not None and not callable(getattr(router, "route", None)):
             raise TypeError(f"router must be an nlql.Router, not {type(router).__name__}")
@@ -971,10 +973,13 @@ class Engine:
         """One query text with many parameter sets: a list of :class:`~nlql.execute.results.Hits` in the
         order of ``params_list``, each what :meth:`search` gives for that set (SPEC §11).
 
-        Every SIMILARITY text of every set is embedded in one embedder call, and recall's first knn
-        round of the sets that share a store call (the same filter and k) is one ``knn`` call with all
-        their query vectors (the built-in store scores them with one matrix product). ``timeout`` is one
-        deadline for the whole call.
+        Sets that differ only in strings given as SIMILARITY's text (``SIMILARITY(content, $q)``) are
+        planned once: the plan of the first is checked against a template planned with placeholders,
+        and the others get the template with their text bound (``hits.stats["plan_cache"]`` says
+        ``rebound``). Every SIMILARITY text of every set is embedded in one embedder call, and recall's
+        first knn round of the sets that share a store call (the same filter and k) is one ``knn`` call
+        with all their query vectors (the built-in store scores them with one matrix product).
+        ``timeout`` is one deadline for the whole call.
 
         Raises:
             NLQLError: As :meth:`search`, for the first parameter set that fails (its index in the hint).
@@ -991,17 +996,12 @@ class Engine:
         rr = reranker if reranker is not None else self.reranker
         self._sync()
         with self._lock.read(), deadline_scope(timeout):
-            plans = []
-            for i, params in enumerate(params_list):
-                try:
-                    plans.append(self._planned(query, params, rr))
-                except NLQLError as exc:
-                    exc.hint = f"params_list[{i}]" + (f"; {exc.hint}" if exc.hint else "")
-                    raise
+            plans, warned = self._planned_many(query, params_list, rr)
             with self._search_errors(source):
                 out = run_many(self, plans, rr, rerank_query, timeout, max_tokens)
-            for (plan, _), hits in zip(plans, out, strict=True):
-                found = self._data_warnings(plan.query)
+            for (plan, _), hits, found in zip(plans, out, warned, strict=True):
+                if found is None:
+                    found = self._data_warnings(plan.query)
                 if found:
                     from nlql.schema import warning_text
 
@@ -1010,6 +1010,109 @@ class Engine:
                     self._offer_cursor(hits, plan)
                 hits.frame = self._frame(plan, rr)
             return out
+
+    def _planned_many(self, query: str | ir.Query, params_list: Sequence[Mapping[str, Any] | None],
+                      rr: Any) -> tuple[list[tuple[Any, str]], list[list[Diagnostic] | None]]:
+        """The plan of each parameter set (and whether the plan cache had it), and the data warnings of
+        the sets planned from a template (None: the caller asks for them).
+
+        The sets that differ only in strings given as SIMILARITY's text (``SIMILARITY(content, $q)``)
+        share one plan, planned once with placeholders and bound per set (:mod:`nlql.plan.rebind`,
+        ``plan_cache: "rebound"``); the first set of each such group is planned as :meth:`search` plans
+        it and must equal the template bound to it, or every set is planned alone.
+        """
+        from nlql.plan.rebind import PLACEHOLDER
+
+        plans: list[tuple[Any, str] | None] = [None] * len(params_list)
+        warned: list[list[Diagnostic] | None] = [None] * len(params_list)
+        names, literals = self._text_params(query) if len(params_list) > 1 else (frozenset(), frozenset())
+        groups: dict[Any, list[tuple[int, dict[str, Any], dict[str, str]]]] = {}
+        for i, params in enumerate(params_list):
+            try:
+                p = _params(params) or {}
+            except TypeError:
+                continue  # (planned alone: search's own error)
+            texts: dict[str, str] = {}
+            rest = dict(p)
+            for name in names:
+                key = name if name in p else f"${name}"
+                value = p.get(key)
+                if not isinstance(value, str) or value in literals or PLACEHOLDER in value.lower():
+                    break
+                texts[name] = value
+                del rest[key]
+            else:
+                if texts:
+                    try:
+                        groups.setdefault(params_key(rest), []).append((i, rest, texts))
+                    except Unkeyable:
+                        pass
+        now = self._now()
+        for members in groups.values():
+            if len(members) < 2:
+                continue
+            binder = self._rebinder(query, members[0][1], frozenset(members[0][2]), rr)
+            if binder is None:
+                continue
+            first, _, texts = members[0]
+            try:
+                real = self._planned(query, params_list[first], rr)
+            except NLQLError:
+                continue  # raised below, in order
+            if binder.verified is None:
+                binder.verified = binder.bind(texts, now=real[0].now) == real[0]
+            if not binder.verified:
+                continue
+            plans[first] = real
+            found = warned[first] = self._data_warnings(real[0].query)
+            for i, _, texts in members[1:]:
+                plans[i] = (binder.bind(texts, now=now), "rebound")
+                warned[i] = found
+        out = []
+        for i, params in enumerate(params_list):
+            got = plans[i]
+            if got is None:
+                try:
+                    got = self._planned(query, params, rr)
+                except NLQLError as exc:
+                    exc.hint = f"params_list[{i}]" + (f"; {exc.hint}" if exc.hint else "")
+                    raise
+            out.append(got)
+        return out, warned
+
+    def _text_params(self, query: str | ir.Query) -> tuple[frozenset[str], frozenset[str]]:
+        """The parameters ``query`` takes only as SIMILARITY's text and its string literals
+        (:func:`nlql.plan.rebind.text_params`; none when it does not parse)."""
+        from nlql.plan.rebind import text_params
+
+        try:
+            q = query if isinstance(query, ir.Query) else parse_query(query)
+            return text_params(q)
+        except (NLQLError, RecursionError):
+            return frozenset(), frozenset()
+
+    def _rebinder(self, query: str | ir.Query, rest: Mapping[str, Any], names: frozenset[str], rr: Any) -> Any:
+        """The :class:`~nlql.plan.rebind.Rebinder` of ``query`` with these other parameters, kept with its
+        template plan (the plan cache holds the template); None when it cannot be made."""
+        from nlql.plan.cache import reads_clock
+        from nlql.plan.rebind import NotRebindable, Rebinder, placeholder
+
+        params = {**rest, **{name: placeholder(name) for name in names}}
+        try:
+            template = self._planned(query, params, rr)[0]
+        except NLQLError:
+            return None
+        got = self._rebinders.get(template.identity)
+        if got is not None and got.names == tuple(sorted(names)):
+            return got
+        if template.lowered is not None or reads_clock(template.query):
+            return None
+        try:
+            got = Rebinder(template, names)
+        except NotRebindable:
+            return None
+        self._rebinders[template.identity] = got
+        return got
 
     async def asearch(self, query: str | ir.Query, params: Mapping[str, Any] | None = None,
                       **kwargs: Any) -> Hits:

@@ -186,3 +186,28 @@ def test_first_use_without_torch_is_quick_says_so_and_writes_no_telemetry(tmp_pa
     # the bound below leaves room for 8 sessions sharing 2 cores
     assert cpu < 15 and wall < 60, (wall, cpu)
     assert not (home / ".cache" / "Microsoft").exists(), "ONNX Runtime telemetry wrote under ~/.cache/Microsoft"
+
+
+@pytest.mark.model
+def test_parallel_batches_give_each_text_its_own_vector(onnx: OnnxEmbedder, onnx_cache: Path) -> None:
+    """More than a query's texts run as parallel one-thread batches: the rows stay in the texts' order
+    and equal one batch on ONNX Runtime's own pool (spinning=True) and each text embedded alone."""
+    texts = [f"{t} {i}" for i, t in enumerate(TEXTS * 3)]
+    par = OnnxEmbedder(cache=onnx_cache, batch_size=4, threads=3)
+    pool = OnnxEmbedder(cache=onnx_cache, batch_size=4, threads=3, spinning=True)
+    got = par.embed(texts)
+    np.testing.assert_allclose(got, pool.embed(texts), atol=1e-5)
+    np.testing.assert_allclose(got, np.concatenate([onnx.embed([t]) for t in texts]), atol=1e-5)
+    assert set(par._sessions) == {1} and set(pool._sessions) == {3}
+
+
+def test_in_parallel_runs_each_index_once_and_raises_the_first_error() -> None:
+    seen: list[int] = []
+    embedders._in_parallel(seen.append, 50, 3)
+    assert sorted(seen) == list(range(50))
+
+    def fail(k: int) -> None:
+        if k == 7:
+            raise ValueError("seven")
+    with pytest.raises(ValueError, match="seven"):
+        embedders._in_parallel(fail, 20, 2)

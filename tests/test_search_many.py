@@ -115,3 +115,87 @@ def test_cursors_and_errors() -> None:
     assert "params_list[1]" in (info.value.hint or "")
     with pytest.raises(TypeError):
         e.search_many(q, {"q": "a"})  # type: ignore[arg-type]
+
+
+REBOUND = [
+    'SELECT SENTENCE LET s = SIMILARITY(content, $q) LIMIT 5',
+    'SELECT SENTENCE WHERE SIMILARITY(content, $q) >= 0.1 LIMIT 4',
+    'SELECT SENTENCE ORDER BY SIMILARITY(content, $q) DESC LIMIT 4',
+    'SELECT SENTENCE LET s = SIMILARITY(content, $q) WHERE meta.tag == $t ORDER BY s DESC, meta.n LIMIT 3',
+    'SELECT DOCUMENT LET a = SIMILARITY(content, $q), b = SIMILARITY(content, $r) ORDER BY a + b DESC LIMIT 3',
+    'SELECT SENTENCE LET s = SIMILARITY(content, $q, min => 0.05) LIMIT 4',
+]
+
+
+@pytest.mark.parametrize("query", REBOUND)
+def test_rebound_plans_are_the_plans_search_makes(query: str) -> None:
+    """Sets differing only in SIMILARITY's text share one template: each set's plan equals the one
+    search plans (explain, cursor identity and hits), and the engine says ``rebound``."""
+    import dataclasses
+
+    e = _engine()
+    params = [{"q": w, "r": WORDS[-1 - i], "t": "ab"[i % 2]} for i, w in enumerate(WORDS)]
+    params.append({"q": 'quote " and \\ backslash', "r": "x", "t": "a"})
+    params = [{k: v for k, v in p.items() if f"${k}" in query} for p in params]
+    plans, _ = e._planned_many(query, params, None)
+    assert [c for _, c in plans].count("rebound") >= len(params) - 2
+    for (plan, _), p in zip(plans, params, strict=True):
+        real = e._plan(query, p)
+        assert dataclasses.replace(plan, now=real.now) == real
+        assert str(e.explain(query, p)) == str(type(e.explain(query, p))(plan))
+    for got, p in zip(e.search_many(query, params), params, strict=True):
+        _same(got, e.search(query, p))
+
+
+def test_what_is_not_rebound_is_planned_alone() -> None:
+    from nlql.plan.rebind import PLACEHOLDER
+
+    e = _engine()
+    # $q also outside SIMILARITY's text; a text equal to a literal of the query (one slot there, not two);
+    # a text holding the placeholder; a value that is no string
+    cases = [
+        ('SELECT SENTENCE LET s = SIMILARITY(content, $q) WHERE content CONTAINS $q LIMIT 3',
+         [{"q": w} for w in WORDS[:4]], set()),
+        ('SELECT SENTENCE LET a = SIMILARITY(content, $q), b = SIMILARITY(content, "tools") ORDER BY a + b DESC LIMIT 3',
+         [{"q": "agents"}, {"q": "tools"}, {"q": "memory"}], {2}),
+        ('SELECT SENTENCE LET s = SIMILARITY(content, $q) LIMIT 3',
+         [{"q": "agents"}, {"q": PLACEHOLDER + "hbz"}, {"q": "memory"}, {"q": [0.1] * 64}], {2}),
+    ]
+    for query, params, rebound in cases:
+        plans, _ = e._planned_many(query, params, None)
+        assert {i for i, (_, c) in enumerate(plans) if c == "rebound"} == rebound, query
+        for got, p in zip(e.search_many(query, params), params, strict=True):
+            _same(got, e.search(query, p))
+
+
+def test_a_placeholder_the_rebinder_cannot_replace_is_refused() -> None:
+    import dataclasses
+
+    from nlql.plan.rebind import NotRebindable, Rebinder, placeholder
+
+    e = _engine()
+    q = 'SELECT SENTENCE LET s = SIMILARITY(content, $q) LIMIT 3'
+    template = e._plan(q, {"q": placeholder("q")})
+    binder = Rebinder(template, frozenset({"q"}))
+    assert "query" in binder.fields and "scores" in binder.fields
+    assert binder.bind({"q": "tools"}).scores[0].texts == ("tools",)
+    assert template.scores[0].texts == (placeholder("q"),)  # the template is untouched
+    with pytest.raises(NotRebindable):
+        Rebinder(dataclasses.replace(template, notes=[placeholder("q").upper()]), frozenset({"q"}))
+
+
+def test_a_threshold_applied_inside_an_exact_knn_is_not_over_fetched() -> None:
+    """``WHERE s >= t`` on the knn's own score: the built-in store (exact) applies it inside the knn, so
+    the first round asks for LIMIT rows, not 4×, and the page is the brute-force one (for every t)."""
+    e = _engine(n=80)
+    q = 'SELECT SENTENCE LET s = SIMILARITY(content, $q) WHERE s >= $t LIMIT 6'
+    assert "k=6 overfetch=1" in str(e.explain(q, {"q": "agents", "t": 0.2}))
+    # on another score, or with another residual conjunct, the residual can drop rows: over-fetched
+    other = 'SELECT SENTENCE LET s = SIMILARITY(content, $q), r = SIMILARITY(content, "data") WHERE r >= 0.1 LIMIT 6'
+    assert "k=24 overfetch=4" in str(e.explain(other, {"q": "agents"}))
+    everything = e.search('SELECT SENTENCE LET s = SIMILARITY(content, $q) LIMIT 1000', {"q": "agents tools"})
+    for t in (-1.0, 0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.9):
+        hits = e.search(q, {"q": "agents tools", "t": t})
+        want = [h for h in everything if h.scores["s"] >= t][:6]
+        assert [(h.id, h.position, h.scores["s"]) for h in hits] == [(h.id, h.position, h.scores["s"]) for h in want]
+        assert hits.stats["rounds"] == 1

@@ -143,8 +143,12 @@ def build_plan(
                         bound.limit.span if bound.limit else None,
                         hint="lower LIMIT, or raise Engine(limit_ceiling=…)")
     recall = choose_recall(order, specs, slots, binding_slots, limit, caps, thresholds)
-    recall = decide_overfetch(recall, limit, offset, bound.unit, bool(residual), rerank_factor if rerank else None,
-                              distinct=bound.distinct is not None)
+    # a residual that is only thresholds on the knn's own score, which an exact store applies inside the
+    # knn (its min score), removes no row recall returns: nothing to over-fetch for
+    in_knn = (recall.kind == "knn" and caps.SCORE_THRESHOLD and caps.EXACT and recall.slot in recall.min_score
+              and all((threshold_of(c, binding_slots, sim_slots) or ("",))[0] == recall.slot for c in residual))
+    recall = decide_overfetch(recall, limit, offset, bound.unit, bool(residual) and not in_knn,
+                              rerank_factor if rerank else None, distinct=bound.distinct is not None)
     if limit is not None and bound.distinct is None and any(s.kind == "MMR" for s in specs):
         need = (limit + offset) * (max(1, rerank_factor or 1) if rerank else 1)
         recall = mmr_window_recall(recall, order, specs, slots, binding_slots, need,
