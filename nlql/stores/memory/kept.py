@@ -15,8 +15,9 @@ import contextlib
 import hashlib
 import os
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -41,14 +42,19 @@ def identity(store: Any, create: bool) -> str | None:
     return got
 
 
-def write(path: Path, arrays: dict[str, np.ndarray], *, ident: str, key: str, clock: int) -> bool:
-    """Write ``arrays`` with their stamp atomically to ``path``; False when it could not be written."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
-    stamp = {"kept_format": np.array(_FORMAT, dtype=np.int64), "kept_identity": np.array(ident),
-             "kept_key": np.array(key), "kept_clock": np.array(clock, dtype=np.int64)}
+def temp_name(path: Path) -> Path:
+    """A temporary file beside ``path`` for :func:`write_atomically` (its process id in the name)."""
+    return path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+
+
+def write_atomically(path: Path, fill: Callable[[BinaryIO], None], tmp: Path | None = None) -> bool:
+    """``fill`` a temporary file, flush it to disk and rename it over ``path`` (and flush the rename):
+    a reader finds the old file or the new one, never part of one. False when it could not be written
+    (a full disk, a read-only directory); the temporary file is removed then."""
+    tmp = temp_name(path) if tmp is None else tmp
     try:
         with open(tmp, "wb") as fh:
-            np.savez(fh, **arrays, **stamp)
+            fill(fh)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
@@ -63,6 +69,13 @@ def write(path: Path, arrays: dict[str, np.ndarray], *, ident: str, key: str, cl
         with contextlib.suppress(OSError):
             tmp.unlink()
         return False
+
+
+def write(path: Path, arrays: dict[str, np.ndarray], *, ident: str, key: str, clock: int) -> bool:
+    """Write ``arrays`` with their stamp atomically to ``path``; False when it could not be written."""
+    stamp = {"kept_format": np.array(_FORMAT, dtype=np.int64), "kept_identity": np.array(ident),
+             "kept_key": np.array(key), "kept_clock": np.array(clock, dtype=np.int64)}
+    return write_atomically(path, lambda fh: np.savez(fh, **arrays, **stamp))
 
 
 def read(path: Path, *, ident: str | None, key: str) -> tuple[dict[str, np.ndarray], int] | None:

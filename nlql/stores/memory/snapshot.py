@@ -30,13 +30,14 @@ import contextlib
 import json
 import mmap
 import os
-import uuid
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from nlql.stores.memory import kept
 
 FILE_NAME = "vectors.snap"
 MAGIC = b"NLQLSNAP"
@@ -71,7 +72,6 @@ def write(path: Path, arrays: dict[str, tuple[np.ndarray, np.ndarray | None]], *
     None: the array as it is), ``CHUNK_ROWS`` at a time, so a gather never copies the whole matrix.
     """
     _remove_orphans(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
     specs: dict[str, dict[str, Any]] = {}
     offset = 0
     for name, (arr, order) in arrays.items():
@@ -93,27 +93,15 @@ def write(path: Path, arrays: dict[str, tuple[np.ndarray, np.ndarray | None]], *
     header["file_size"] = start + offset
     text = json.dumps(header, sort_keys=True).encode()
     assert len(MAGIC) + 8 + len(text) <= start
-    try:
-        with open(tmp, "wb") as fh:
-            fh.write(MAGIC + len(text).to_bytes(8, "little") + text)
-            fh.write(b"\0" * (start - fh.tell()))
-            for name, (arr, order) in arrays.items():
-                _write_rows(fh, arr, order)
-                fh.write(b"\0" * _pad(specs[name]["nbytes"]))
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-        with contextlib.suppress(OSError):  # the rename itself on disk (not every system opens a directory)
-            fd = os.open(path.parent, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        return True
-    except OSError:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        return False
+
+    def fill(fh: Any) -> None:
+        fh.write(MAGIC + len(text).to_bytes(8, "little") + text)
+        fh.write(b"\0" * (start - fh.tell()))
+        for name, (arr, order) in arrays.items():
+            _write_rows(fh, arr, order)
+            fh.write(b"\0" * _pad(specs[name]["nbytes"]))
+
+    return kept.write_atomically(path, fill)
 
 
 def _write_rows(fh: Any, arr: np.ndarray, order: np.ndarray | None) -> None:
