@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import math
 import threading
 import time
@@ -243,6 +244,14 @@ _CLOCKED: Any = object()
 _DEFAULT: Any = object()
 
 
+
+
+@functools.lru_cache(maxsize=256)
+def _first_paging(limit: int | None, offset: int) -> Any:
+    """:meth:`Engine._paging` of a plan with this LIMIT and OFFSET (a frozen Paging)."""
+    from nlql.execute.cursor import Paging, default_depth
+
+    return Paging("", "", -1, default_depth(limit, offset), limit)
 
 
 def _system_clock() -> datetime:
@@ -888,16 +897,15 @@ class Engine:
     # ------------------------------------------------------------------------------------- cursors
 
     def _paging(self, plan: Any) -> Any:
-        """A first page's paging (the identities are filled when the cursor is read)."""
-        from nlql.execute.cursor import Paging, default_depth
-
-        return Paging("", "", -1, default_depth(plan.limit, plan.offset), plan.limit)
+        """A first page's paging (the identities are filled when the cursor is read); one frozen object
+        per (LIMIT, OFFSET), made once."""
+        return _first_paging(plan.limit, plan.offset)
 
     def _offer_cursor(self, hits: Hits, plan: Any) -> None:
         """Make ``hits.cursor`` readable: encoded when first read (no cost for a search that never reads it);
         where the page ended exactly at the rows recall read, one more row is looked for then."""
         end = hits.page_end
-        if end is None or end.position is None or end.more is False:
+        if end is None or not end.placed or end.more is False:
             return
 
         def made() -> str | None:

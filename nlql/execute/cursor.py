@@ -273,6 +273,11 @@ class PageEnd:
             self._make = None
         return self._position
 
+    @property
+    def placed(self) -> bool:
+        """Whether there is a position (``position is not None``), without making it."""
+        return self._make is not None or self._position is not None
+
     def __repr__(self) -> str:
         return f"PageEnd(position={self.position!r}, more={self.more!r})"
 
