@@ -907,6 +907,8 @@ class Engine:
         end = hits.page_end
         if end is None or not end.placed or end.more is False:
             return
+        vectors = hits.query_vectors  # (not ``hits`` itself: the probe held by hits would make a cycle,
+        # and every search's hits, rows and plan would wait for the garbage collector instead of going)
 
         def made() -> str | None:
             from nlql.execute import cursor as C
@@ -918,7 +920,7 @@ class Engine:
                     if int(self.store.count()) <= len(pos.passed):
                         return None
                 elif end.more is None:  # is there a row after it? (a one-row cursor page, same vectors)
-                    probe = self._cursor_rows(plan, pos, 1, None, None, None, hits.query_vectors)
+                    probe = self._cursor_rows(plan, pos, 1, None, None, None, vectors)
                     if not probe:
                         return None
             return C.encode(pos)
