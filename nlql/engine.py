@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import math
 import threading
 import time
@@ -244,6 +245,14 @@ _CLOCKED: Any = object()
 _DEFAULT: Any = object()
 
 
+
+
+@functools.lru_cache(maxsize=256)
+def _first_paging(limit: int | None, offset: int) -> Any:
+    """:meth:`Engine._paging` of a plan with this LIMIT and OFFSET (a frozen Paging)."""
+    from nlql.execute.cursor import Paging, default_depth
+
+    return Paging("", "", -1, default_depth(limit, offset), limit)
 
 
 def _system_clock() -> datetime:
@@ -890,17 +899,18 @@ class Engine:
     # ------------------------------------------------------------------------------------- cursors
 
     def _paging(self, plan: Any) -> Any:
-        """A first page's paging (the identities are filled when the cursor is read)."""
-        from nlql.execute.cursor import Paging, default_depth
-
-        return Paging("", "", -1, default_depth(plan.limit, plan.offset), plan.limit)
+        """A first page's paging (the identities are filled when the cursor is read); one frozen object
+        per (LIMIT, OFFSET), made once."""
+        return _first_paging(plan.limit, plan.offset)
 
     def _offer_cursor(self, hits: Hits, plan: Any) -> None:
         """Make ``hits.cursor`` readable: encoded when first read (no cost for a search that never reads it);
         where the page ended exactly at the rows recall read, one more row is looked for then."""
         end = hits.page_end
-        if end is None or end.position is None or end.more is False:
+        if end is None or not end.placed or end.more is False:
             return
+        vectors = hits.query_vectors  # (not ``hits`` itself: the probe held by hits would make a cycle,
+        # and every search's hits, rows and plan would wait for the garbage collector instead of going)
 
         def made() -> str | None:
             from nlql.execute import cursor as C
@@ -912,7 +922,7 @@ class Engine:
                     if int(self.store.count()) <= len(pos.passed):
                         return None
                 elif end.more is None:  # is there a row after it? (a one-row cursor page, same vectors)
-                    probe = self._cursor_rows(plan, pos, 1, None, None, None, hits.query_vectors)
+                    probe = self._cursor_rows(plan, pos, 1, None, None, None, vectors)
                     if not probe:
                         return None
             return C.encode(pos)

@@ -35,7 +35,7 @@ import hashlib
 import json
 import uuid
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -249,14 +249,44 @@ class Paging:
     cursor: Position | None = None
 
 
-@dataclass(frozen=True)
 class PageEnd:
     """Where a page ended: the position after its last row (None: no row), and whether rows follow
     (None: not known without reading further: a first page cut exactly at the rows recall read, or a
-    cursor page whose rows after the cursor were cut short, which the engine widens)."""
+    cursor page whose rows after the cursor were cut short, which the engine widens).
 
-    position: Position | None
-    more: bool | None
+    ``position`` may be given as a function making it, called when it is first read: a first page's
+    position (a digest per row passed, the last row's ORDER BY keys) is needed only when its
+    ``hits.cursor`` is read, and most searches never read it."""
+
+    __slots__ = ("_make", "_position", "more")
+
+    def __init__(self, position: Position | None | Callable[[], Position], more: bool | None) -> None:
+        self._make = position if callable(position) else None
+        self._position = None if callable(position) else position
+        self.more = more
+
+    @property
+    def position(self) -> Position | None:
+        make = self._make
+        if make is not None:  # (two threads reading at once both make it: the same value)
+            self._position = make()
+            self._make = None
+        return self._position
+
+    @property
+    def placed(self) -> bool:
+        """Whether there is a position (``position is not None``), without making it."""
+        return self._make is not None or self._position is not None
+
+    def __repr__(self) -> str:
+        return f"PageEnd(position={self.position!r}, more={self.more!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, PageEnd):
+            return NotImplemented
+        return (self.position, self.more) == (other.position, other.more)
+
+    __hash__ = None  # type: ignore[assignment]  # (mutable: the position is made when first read)
 
 
 def first_cursor(run: Search, units: list[Candidate], page: list[Candidate], paging: Paging) -> PageEnd:
@@ -271,7 +301,8 @@ def first_cursor(run: Search, units: list[Candidate], page: list[Candidate], pag
         more = True
     else:
         more = None  # exactly the rows recall was asked for: the engine looks further only if asked
-    return PageEnd(position(run, units[:upto], paging), more)
+    passed = units[:upto]
+    return PageEnd(lambda: position(run, passed, paging), more)
 
 
 def cursor_page(run: Search, units: list[Candidate], paging: Paging) -> tuple[list[Candidate], PageEnd]:

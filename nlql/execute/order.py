@@ -16,13 +16,26 @@ __all__ = ["order", "rerank"]
 
 def order(run: Search, units: list[Candidate]) -> list[Candidate]:
     """Candidates sorted by the plan's ORDER BY keys (insertion order first, so ties keep it)."""
-    units = sorted(units, key=_insertion)
     specs = run.plan.order
     fns = run.order_fns
+    first: list[tuple[Any, Candidate]] | None = None
+    if len(specs) == 1 and fns is not None:
+        first = [(fns[0](u.ctx), u) for u in units]
+        if all(type(v) is float and v == v for v, _ in first):
+            # every value a score (no null, no NaN): one sort by (value, insertion order), the order
+            # the two stable sorts below give (a stable reverse sort keeps equal values in order)
+            first.sort(key=_score_desc if specs[0].descending else _score_asc)
+            return [u for _, u in first]
+        first.sort(key=_insertion_of)  # (the values already read: each is computed once)
+    else:
+        units = sorted(units, key=_insertion)
     for i in range(len(specs) - 1, -1, -1):
         spec = specs[i]
-        fn = fns[i] if fns is not None else compile_expr(spec.expr, run.env)
-        keyed = [(fn(u.ctx), u) for u in units]
+        if first is not None:
+            keyed = first
+        else:
+            fn = fns[i] if fns is not None else compile_expr(spec.expr, run.env)
+            keyed = [(fn(u.ctx), u) for u in units]
         if spec.descending:
             null_rank = 2 if spec.nulls_first else 0
         else:
@@ -46,8 +59,23 @@ def _insertion(u: Candidate) -> tuple[int, int]:
     return (ctx.seq, ctx.position)
 
 
+def _insertion_of(item: tuple[Any, Candidate]) -> tuple[int, int]:
+    ctx = item[1].ctx
+    return (ctx.seq, ctx.position)
+
+
 def _first(item: tuple[Any, Candidate]) -> Any:
     return item[0]
+
+
+def _score_desc(item: tuple[float, Candidate]) -> tuple[float, int, int]:
+    ctx = item[1].ctx
+    return (-item[0], ctx.seq, ctx.position)
+
+
+def _score_asc(item: tuple[float, Candidate]) -> tuple[float, int, int]:
+    ctx = item[1].ctx
+    return (item[0], ctx.seq, ctx.position)
 
 
 def rerank(run: Search, units: list[Candidate], reranker: Any, rerank_query: str | None) -> list[Candidate]:
