@@ -103,7 +103,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         session.config.stash[_LAST_MILVUS_USER] = users[-1]
 
 
-@pytest.hookimpl(trylast=True)  # after the fixtures of the item (which may still use the server) are torn down
+@pytest.hookimpl(trylast=True)  # after the item's fixtures (which may still use the server) are torn down
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
     # the server idles at ~15% of a core (tests/milvus_server.py): stop it once no later test needs it
     if _MILVUS and item.nodeid == item.config.stash.get(_LAST_MILVUS_USER, None):
