@@ -93,10 +93,27 @@ def milvus_module_url(tmp_path_factory) -> str:  # type: ignore[no-untyped-def]
     return "milvus://" + str(tmp_path_factory.mktemp("milvus") / "contract.db")
 
 
+_LAST_MILVUS_USER = pytest.StashKey[str]()
+_MILVUS: list = []  # the running server, so the last test that uses it can stop it
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    users = [item.nodeid for item in session.items if "milvus_server" in getattr(item, "fixturenames", ())]
+    if users:
+        session.config.stash[_LAST_MILVUS_USER] = users[-1]
+
+
+@pytest.hookimpl(trylast=True)  # after the item's fixtures (which may still use the server) are torn down
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    # the server idles at ~15% of a core (tests/milvus_server.py): stop it once no later test needs it
+    if _MILVUS and item.nodeid == item.config.stash.get(_LAST_MILVUS_USER, None):
+        _MILVUS.pop().stop()
+
+
 @pytest.fixture(scope="session")
 def milvus_server(tmp_path_factory):  # type: ignore[no-untyped-def]
-    """A real ``milvus-server`` process (Milvus 2.3.5 standalone) for the session; skipped only when it
-    cannot be started here."""
+    """A real ``milvus-server`` process (Milvus 2.3.5 standalone) for the tests that use it (stopped after
+    the last of them); skipped only when it cannot be started here."""
     pytest.importorskip("pymilvus")
     import sys
     from pathlib import Path
@@ -108,5 +125,7 @@ def milvus_server(tmp_path_factory):  # type: ignore[no-untyped-def]
         server = MilvusServer(tmp_path_factory.mktemp("milvus-server") / "data")
     except RuntimeError as exc:
         pytest.skip(f"milvus-server cannot start here: {exc}")
+    _MILVUS.append(server)
     yield server
-    server.stop()
+    if _MILVUS:
+        _MILVUS.pop().stop()

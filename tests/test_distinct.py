@@ -7,9 +7,7 @@ in ORDER BY order), deduplicated here in Python and then paged: the engine must 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -380,17 +378,16 @@ def test_mcp_search_result_has_best(engine: Engine) -> None:
 
 
 def test_cli_json_and_table_show_best(tmp_path: Path) -> None:
+    # in process (tests/cli_inprocess.py): what is tested is what the command prints, not the process
+    from cli_inprocess import nlql
+
     docs = tmp_path / "docs"
     docs.mkdir()
     (docs / "a.txt").write_text("Rivers flow to the sea. Cats sleep all day.\n", encoding="utf-8")
     (docs / "b.txt").write_text("Cats sleep on warm roofs. Dogs bark.\n", encoding="utf-8")
-    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
-           "HF_HUB_OFFLINE": "1", "COLUMNS": "200"}
-    env.pop("NLQL_EMBEDDER", None)
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "nlql", *args], cwd=tmp_path, env=env, text=True,
-                              capture_output=True, timeout=300)
+        return nlql(*args, cwd=tmp_path)
 
     r = run("ingest", "docs", "--store", "./store", "--embedder", "hash")
     assert r.returncode == 0, r.stderr

@@ -145,6 +145,14 @@ def test_language_resource_is_the_reference(server: Any) -> None:
     assert "SELECT" in text and "NULL" in text
 
 
+def _ingest(docs: Path, store: Path) -> None:
+    """``nlql ingest DOCS --store STORE --embedder hash -q``, in process: the store is the tests' set-up."""
+    from cli_inprocess import nlql
+
+    r = nlql("ingest", str(docs), "--store", str(store), "--embedder", "hash", "-q", cwd=docs.parent)
+    assert r.returncode == 0, r.stderr
+
+
 def test_nlql_mcp_serves_a_store_over_stdio(tmp_path: Path) -> None:
     """`nlql mcp --store DIR` as a subprocess: the SDK's stdio client lists tools and searches."""
     docs = tmp_path / "docs"
@@ -153,8 +161,7 @@ def test_nlql_mcp_serves_a_store_over_stdio(tmp_path: Path) -> None:
     store = tmp_path / "store"
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
            "HF_HUB_OFFLINE": "1"}
-    subprocess.run([sys.executable, "-m", "nlql", "ingest", str(docs), "--store", str(store),
-                    "--embedder", "hash", "-q"], check=True, env=env, capture_output=True, timeout=120)
+    _ingest(docs, store)
     params = StdioServerParameters(command=sys.executable, args=["-m", "nlql", "mcp", "--store", str(store)],
                                    env=env, cwd=str(tmp_path))
 
@@ -184,8 +191,7 @@ def test_nlql_mcp_answers_initialize_before_it_opens_the_store(tmp_path: Path) -
     store = tmp_path / "store"
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
            "HF_HUB_OFFLINE": "1"}
-    subprocess.run([sys.executable, "-m", "nlql", "ingest", str(docs), "--store", str(store),
-                    "--embedder", "hash", "-q"], check=True, env=env, capture_output=True, timeout=120)
+    _ingest(docs, store)
     proc = subprocess.Popen([sys.executable, "-m", "nlql", "mcp", "--store", str(store)], env=env,
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path)
     assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None

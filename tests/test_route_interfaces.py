@@ -32,8 +32,11 @@ def _env() -> dict[str, str]:
 
 
 def nlql(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "nlql", *args], cwd=cwd, env=_env(), text=True, input="",
-                          capture_output=True, timeout=300)
+    """`nlql args…` in process (tests/cli_inprocess.py): these tests check what it prints; the process
+    boundary is tested by test_nlql_ask_over_stdio and tests/test_cli.py."""
+    from cli_inprocess import nlql as run
+
+    return run(*args, cwd=cwd)
 
 
 @pytest.fixture(scope="module")

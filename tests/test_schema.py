@@ -45,10 +45,27 @@ def _store(name: str, request: pytest.FixtureRequest, tmp_path: Any) -> Any:
     return e.create(**options)
 
 
-@pytest.fixture(params=[*(e.name for e in REGISTRY), "directory"])
-def engine(request: pytest.FixtureRequest, tmp_path: Any) -> Any:
-    e = Engine(embedder=HashEmbedder(dim=32), store=_store(request.param, request, tmp_path), warm_up=False)
+STORES = [*(e.name for e in REGISTRY), "directory"]
+
+
+def _loaded(store: Any) -> Engine:
+    e = Engine(embedder=HashEmbedder(dim=32), store=store, warm_up=False)
     e.add_texts([t for _, t, _ in DOCS], ids=[i for i, _, _ in DOCS], metadatas=[m for _, _, m in DOCS])
+    return e
+
+
+@pytest.fixture(params=STORES)
+def engine(request: pytest.FixtureRequest, tmp_path: Any) -> Any:
+    """A fresh loaded engine, for a test that writes."""
+    e = _loaded(_store(request.param, request, tmp_path))
+    yield e
+    e.close()
+
+
+@pytest.fixture(scope="module", params=STORES)
+def read_engine(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The same, loaded once per store for the tests that only read (check, search, to_pandas)."""
+    e = _loaded(_store(request.param, request, tmp_path_factory.mktemp("schema")))
     yield e
     e.close()
 
@@ -88,7 +105,8 @@ def _rows(hits: Any) -> list[tuple[str, str]]:
     return [(h.id, h.content) for h in hits]
 
 
-def test_unknown_key_warns_with_did_you_mean_and_never_changes_rows(engine: Engine, monkeypatch: Any) -> None:
+def test_unknown_key_warns_with_did_you_mean_and_never_changes_rows(read_engine: Engine, monkeypatch: Any) -> None:
+    engine = read_engine
     q = "SELECT SENTENCE WHERE meta.sectoin == 8 OR meta.section == 3 LIMIT 10"
     diags = engine.check(q)
     assert [(d.severity, d.code) for d in diags] == [("warning", "data")]
@@ -104,7 +122,8 @@ def test_unknown_key_warns_with_did_you_mean_and_never_changes_rows(engine: Engi
     assert quiet.warnings == [] and _rows(quiet) == _rows(hits)
 
 
-def test_type_never_seen_warns(engine: Engine) -> None:
+def test_type_never_seen_warns(read_engine: Engine) -> None:
+    engine = read_engine
     diags = engine.check('SELECT SENTENCE WHERE meta.year == "twenty"')
     assert [d.severity for d in diags] == ["warning"]
     assert "meta.year is never a string" in diags[0].message and "number" in (diags[0].hint or "")
@@ -117,7 +136,8 @@ def test_type_never_seen_warns(engine: Engine) -> None:
     assert engine.check("SELECT SENTENCE WHERE meta.author.name == 'Ann' AND meta.draft == true") == []
 
 
-def test_errors_come_without_data_warnings(engine: Engine) -> None:
+def test_errors_come_without_data_warnings(read_engine: Engine) -> None:
+    engine = read_engine
     diags = engine.check("SELECT SENTENCE WHERE meta.sectoin == 8 AND rr > 1")
     assert [d.severity for d in diags] == ["error"]
 
@@ -234,8 +254,9 @@ def test_meta_summary_add_many_counts_as_add_one_by_one() -> None:
         assert chunked.keys() == one.keys() and chunked.documents == one.documents
 
 
-def test_tables_take_their_columns_and_types_from_the_schema(engine: Engine) -> None:
+def test_tables_take_their_columns_and_types_from_the_schema(read_engine: Engine) -> None:
     """Hits.to_pandas(): the same query gives the same columns and dtypes on every store, rows or none."""
+    engine = read_engine
     pytest.importorskip("pandas")
     q = "SELECT SENTENCE LET n = LENGTH(content) WHERE meta.lang == $lang"
     en, none = engine.search(q, {"lang": "en"}), engine.search(q, {"lang": "zz"})

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -38,8 +37,10 @@ def stdio(tmp_path_factory: pytest.TempPathFactory) -> StdioServerParameters:
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
            "HF_HUB_OFFLINE": "1"}
     store = tmp / "store"
-    subprocess.run([sys.executable, "-m", "nlql", "ingest", str(data), "--store", str(store), "--embedder", "hash",
-                    "-q"], check=True, env=env, capture_output=True, timeout=120)
+    from cli_inprocess import nlql  # the store is set-up, not what is tested: ingest in process
+
+    r = nlql("ingest", str(data), "--store", str(store), "--embedder", "hash", "-q", cwd=tmp)
+    assert r.returncode == 0, r.stderr
     return StdioServerParameters(command=sys.executable, args=["-m", "nlql", "mcp", "--store", str(store)],
                                  env=env, cwd=str(tmp))
 

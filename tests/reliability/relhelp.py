@@ -111,9 +111,10 @@ def all_stores() -> list[str]:
     return [e.name for e in REGISTRY] + ["directory"]
 
 
-def fresh_store(name: str, request: pytest.FixtureRequest, tmp_path: Any) -> Any:
+def fresh_store(name: str, request: pytest.FixtureRequest, tmp_path: Any, *, dsn_fixture: str = "pg_dsn") -> Any:
     """A new, empty store of one kind in exact mode (what ``Engine(store=…)`` takes), built from its
-    registry row; ``"directory"`` is a persistent built-in store in ``tmp_path``."""
+    registry row; ``"directory"`` is a persistent built-in store in ``tmp_path``. A module-scoped fixture
+    passes ``dsn_fixture="pg_module_dsn"`` (each store still gets its own table prefix)."""
     import inspect
 
     from nlql.stores import entry
@@ -134,7 +135,7 @@ def fresh_store(name: str, request: pytest.FixtureRequest, tmp_path: Any) -> Any
     if "collection" in params:
         options["collection"] = "c" + uuid.uuid4().hex[:8]
     if e.schemes:
-        url = request.getfixturevalue("pg_dsn" if name == "pgvector" else f"{name}_module_url")
+        url = request.getfixturevalue(dsn_fixture if name == "pgvector" else f"{name}_module_url")
         if "table_prefix" in params:
             options["table_prefix"] = "r" + uuid.uuid4().hex[:8]
         return e.create(url, **options)

@@ -88,9 +88,9 @@ def test_the_cli_prints_the_open_failure(tmp_path: Path) -> None:
     garbage = tmp_path / "garbage"
     garbage.mkdir()
     (garbage / "nlql.sqlite").write_bytes(b"\x00garbage" * 64)
-    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    proc = subprocess.run([sys.executable, "-m", "nlql", "query", "SELECT SENTENCE", "--store", str(garbage),
-                           "--embedder", "hash"], capture_output=True, text=True, env=env, timeout=120)
+    from cli_inprocess import nlql  # in process: an uncaught exception would still print its traceback
+
+    proc = nlql("query", "SELECT SENTENCE", "--store", str(garbage), "--embedder", "hash", cwd=tmp_path)
     assert proc.returncode == 1
     assert "not a database" in proc.stderr and str(garbage) in proc.stderr.replace("\n", "")
     assert "Traceback" not in proc.stderr

@@ -28,6 +28,12 @@ def engine(request: pytest.FixtureRequest, tmp_path: Any) -> Any:
     e.close()
 
 
+def _module_engine(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Engine:
+    """A fresh engine on ``request.param`` for one module's read-only tests (loaded once, never written)."""
+    return make_engine(fresh_store(request.param, request, tmp_path_factory.mktemp("store"),
+                                   dsn_fixture="pg_module_dsn"))
+
+
 def _ids(hits: Any) -> list[str]:
     return [h.doc_id for h in hits]
 
@@ -102,17 +108,26 @@ def test_agent_tools_return_bad_arguments_as_data() -> None:
 # ------------------------------------------------------------------------------------- AND / OR chains
 
 
+def _wide(width: int) -> tuple[str, str]:
+    return ("SELECT DOCUMENT WHERE " + " OR ".join(f"meta.n == {i}" for i in range(width)),
+            "SELECT DOCUMENT WHERE " + " AND ".join(f"meta.n != {i + 1}" for i in range(width)))
+
+
 @pytest.mark.parametrize("width", [300, 2000])
 def test_a_wide_or_is_width_not_depth(engine: Engine, width: int) -> None:
     engine.add_texts([f"Doc {i}." for i in range(6)], ids=[f"d{i}" for i in range(6)],
                      metadatas=[{"n": i * 7} for i in range(6)])
-    flat_or = "SELECT DOCUMENT WHERE " + " OR ".join(f"meta.n == {i}" for i in range(width))
-    flat_and = "SELECT DOCUMENT WHERE " + " AND ".join(f"meta.n != {i + 1}" for i in range(width))
+    flat_or, flat_and = _wide(width)
     assert engine.check(flat_or) == [] and engine.check(flat_and) == []
     assert _ids(engine.search(flat_or)) == ["d0", "d1", "d2", "d3", "d4", "d5"][: (width - 1) // 7 + 1]
     assert _ids(engine.search(flat_and)) == ["d0"]
     engine.explain(flat_or)
-    for q in (flat_or, flat_and):
+
+
+@pytest.mark.parametrize("width", [300, 2000])
+def test_a_wide_chain_renders_as_the_flat_chain_it_is(width: int) -> None:
+    # parse and render know no store: once here, not once per store above
+    for q in _wide(width):
         tree = parse(q)
         assert parse(render(tree)) == tree
         assert "(" not in render(tree)  # printed as the flat chain it is
@@ -156,11 +171,15 @@ def test_deep_metadata_becomes_text_below_depth_32(engine: Engine) -> None:
 BIG = 2**53  # 9007199254740992: the first integer a float64 view shares with its successor
 
 
-def _load_big(engine: Engine) -> None:
+@pytest.fixture(scope="module", params=STORES)
+def big_engine(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    engine = _module_engine(request, tmp_path_factory)
     engine.add_texts(["Exactly two to the 53.", "One more.", "As text.", "Far beyond.", "Farther."],
                      ids=["a", "b", "c", "d", "e"],
                      metadatas=[{"big": BIG}, {"big": BIG + 1}, {"big": str(BIG + 1)},
                                 {"big": 10**20}, {"big": 10**20 + 1}])
+    yield engine
+    engine.close()
 
 
 @pytest.mark.parametrize(("where", "want"), [
@@ -176,22 +195,29 @@ def _load_big(engine: Engine) -> None:
     (f"meta.big > {10**20}", ["e"]),
     (f"meta.big == {10**20}", ["d"]),
 ])
-def test_integers_beyond_2_53_compare_exactly(engine: Engine, where: str, want: list[str]) -> None:
-    _load_big(engine)
-    assert _ids(engine.search(f"SELECT DOCUMENT WHERE {where}")) == want
-    assert _ids(engine.search(f"SELECT DOCUMENT WHERE NOT ({where})")) == sorted(set("abcde") - set(want))
+def test_integers_beyond_2_53_compare_exactly(big_engine: Engine, where: str, want: list[str]) -> None:
+    assert _ids(big_engine.search(f"SELECT DOCUMENT WHERE {where}")) == want
+    assert _ids(big_engine.search(f"SELECT DOCUMENT WHERE NOT ({where})")) == sorted(set("abcde") - set(want))
 
 
-def test_integers_beyond_2_53_sort_exactly(engine: Engine) -> None:
-    _load_big(engine)
+def test_integers_beyond_2_53_sort_exactly(big_engine: Engine) -> None:
     q = "SELECT DOCUMENT WHERE doc_id IN ('a', 'b', 'd', 'e') ORDER BY meta.big DESC"
-    assert _ids(engine.search(q)) == ["e", "d", "b", "a"]
+    assert _ids(big_engine.search(q)) == ["e", "d", "b", "a"]
 
 
 # ------------------------------------------------------------------------------------ LIKE escapes
 
 LIKE_DOCS = {"pct": "50% off", "lit": "50\\% off", "abc": "abc", "a_c": "a_c", "back": "C:\\dir",
              "tail": "ends with \\", "two": "a%b_c"}
+
+
+@pytest.fixture(scope="module", params=STORES)
+def like_engine(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    engine = _module_engine(request, tmp_path_factory)
+    engine.add_texts([f"Doc {k}." for k in LIKE_DOCS], ids=list(LIKE_DOCS),
+                     metadatas=[{"s": v} for v in LIKE_DOCS.values()])
+    yield engine
+    engine.close()
 
 
 @pytest.mark.parametrize(("pattern", "want"), [
@@ -204,9 +230,8 @@ LIKE_DOCS = {"pct": "50% off", "lit": "50\\% off", "abc": "abc", "a_c": "a_c", "
     ("a\\%b\\_c", ["two"]),
     ("\\a\\b\\c", ["abc"]),         # \ before an ordinary character is that character
 ])
-def test_like_escapes_mean_the_same_on_every_store(engine: Engine, pattern: str, want: list[str]) -> None:
-    engine.add_texts([f"Doc {k}." for k in LIKE_DOCS], ids=list(LIKE_DOCS),
-                     metadatas=[{"s": v} for v in LIKE_DOCS.values()])
+def test_like_escapes_mean_the_same_on_every_store(like_engine: Engine, pattern: str, want: list[str]) -> None:
+    engine = like_engine
     got = _ids(engine.search("SELECT DOCUMENT WHERE meta.s LIKE $p", params={"p": pattern}))
     assert got == [k for k in LIKE_DOCS if k in want]
     content = engine.search("SELECT DOCUMENT WHERE content LIKE $p", params={"p": "Doc " + pattern + "."})

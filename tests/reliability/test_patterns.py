@@ -228,10 +228,10 @@ def test_the_mcp_server_answers_while_a_slow_search_runs(tmp_path: Path) -> None
     store = tmp_path / "store"
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
            "HF_HUB_OFFLINE": "1"}
-    import subprocess
+    from cli_inprocess import nlql  # the store is set-up, not what is tested: ingest in process
 
-    subprocess.run([sys.executable, "-m", "nlql", "ingest", str(docs), "--store", str(store), "--embedder", "hash",
-                    "-q"], check=True, env=env, capture_output=True, timeout=300)
+    r = nlql("ingest", str(docs), "--store", str(store), "--embedder", "hash", "-q", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
     params = StdioServerParameters(command=sys.executable, args=["-m", "nlql", "mcp", "--store", str(store)],
                                    env=env, cwd=str(tmp_path))
     order: list[str] = []
