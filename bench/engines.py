@@ -157,7 +157,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=15)
     ap.add_argument("--only", choices=["qdrant", "milvus", "duckdb"], default=None)
     args = ap.parse_args()
-    started = time.time()
+    started = time.perf_counter()  # (stamp_end takes a perf_counter start)
     results: dict[str, Any] = {"size": args.size, "dim": DIM, "machine": machine_info(),
                                "loadavg_start": os.getloadavg()}
     if args.only in (None, "duckdb"):
