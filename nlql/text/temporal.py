@@ -54,7 +54,7 @@ import re
 import threading
 import time
 from calendar import monthrange
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta, timezone, tzinfo
 from typing import Any, Literal
@@ -1131,33 +1131,62 @@ _RELATIVE_ENGLISH = {
     "0 month ago": "this month", "1 month ago": "last month", "in 1 month": "next month",
     "0 year ago": "this year", "1 year ago": "last year", "in 1 year": "next year",
 }
-_any_language_table: list[tuple[re.Pattern[str], dict[str, str]]] = []
+_any_language_table: list[tuple[re.Pattern[str], dict[str, str], frozenset[str] | None]] = []
 _any_language_lock = threading.Lock()
 _SCRIPT_WITHOUT_SPACES = re.compile("[\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff\u3040-\u30ff\u3400-\u4dbf"
                                     "\u4e00-\u9fff\uac00-\ud7af]")
+_WORD = re.compile(r"\w+")
 
 
-def _any_language_phrases() -> tuple[re.Pattern[str], dict[str, str]] | None:
-    """(one regex of every locale's relative-period phrases, phrase → English), built once; None
-    without dateparser."""
+def _locale_tables() -> Iterator[dict[str, Any]]:
+    """dateparser's table of each locale without rules of its own here (raises without dateparser)."""
+    import importlib
+
+    from dateparser.data import date_translation_data as data
+    from dateparser.data.languages_info import language_order
+
+    for code in language_order:
+        if code.split("-")[0] in SUPPORTED_LANGUAGES:
+            continue  # these have rules of their own ("hier" is yesterday only in French)
+        try:
+            yield importlib.import_module(f"{data.__name__}.{code.replace('-', '_')}").info
+        except ImportError:
+            continue
+
+
+def _alternation(words: Iterable[str]) -> str:
+    """One regex alternative of ``words``, longest first: whole words in scripts written with spaces,
+    anywhere in those written without."""
+    alts = sorted(set(words), key=len, reverse=True)
+    spaced = [re.escape(a) for a in alts if not _SCRIPT_WITHOUT_SPACES.search(a)]
+    unspaced = [re.escape(a) for a in alts if _SCRIPT_WITHOUT_SPACES.search(a)]
+    parts = ([r"(?<!\w)(?:" + "|".join(spaced) + r")(?!\w)"] if spaced else []) + (
+        ["(?:" + "|".join(unspaced) + ")"] if unspaced else [])
+    return "|".join(parts) if parts else r"(?!)"
+
+
+def _key_words(phrases: Iterable[str]) -> frozenset[str] | None:
+    """The longest word of each phrase (a phrase found in a text has each of its words there), or None
+    when a phrase has no word."""
+    keys = set()
+    for phrase in phrases:
+        words = _WORD.findall(phrase)
+        if not words:
+            return None
+        keys.add(max(words, key=len))
+    return frozenset(keys)
+
+
+def _any_language_phrases() -> tuple[re.Pattern[str], dict[str, str], frozenset[str] | None] | None:
+    """(one regex of every locale's relative-period phrases, phrase → English, the phrases' key words),
+    built once; None without dateparser."""
     if _any_language_table:
         return _any_language_table[0] if _any_language_table[0][1] else None
     with _any_language_lock:
         if not _any_language_table:
             phrases: dict[str, str] = {}
             try:
-                import importlib
-
-                from dateparser.data import date_translation_data as data
-                from dateparser.data.languages_info import language_order
-
-                for code in language_order:
-                    if code.split("-")[0] in SUPPORTED_LANGUAGES:
-                        continue  # these have rules of their own ("hier" is yesterday only in French)
-                    try:
-                        info = importlib.import_module(f"{data.__name__}.{code.replace('-', '_')}").info
-                    except ImportError:
-                        continue
+                for info in _locale_tables():
                     for key, words in (info.get("relative-type") or {}).items():
                         english = _RELATIVE_ENGLISH.get(key)
                         if english is None:
@@ -1173,16 +1202,8 @@ def _any_language_phrases() -> tuple[re.Pattern[str], dict[str, str]] | None:
                             phrases.setdefault(low, english)
             except Exception:  # noqa: BLE001 - without dateparser's data there is no such table
                 phrases = {}
-            alts = sorted(phrases, key=len, reverse=True)
-            spaced = [re.escape(a) for a in alts if not _SCRIPT_WITHOUT_SPACES.search(a)]
-            unspaced = [re.escape(a) for a in alts if _SCRIPT_WITHOUT_SPACES.search(a)]
-            parts = []
-            if spaced:
-                parts.append(r"(?<!\w)(?:" + "|".join(spaced) + r")(?!\w)")
-            if unspaced:
-                parts.append("(?:" + "|".join(unspaced) + ")")
-            pattern = re.compile("|".join(parts) if parts else r"(?!)", re.IGNORECASE)
-            _any_language_table.append((pattern, phrases))
+            pattern = re.compile(_alternation(phrases), re.IGNORECASE)
+            _any_language_table.append((pattern, phrases, _key_words(phrases)))
     return _any_language_table[0] if _any_language_table[0][1] else None
 
 
@@ -1193,38 +1214,17 @@ today now this that week month year day last next past then soon later ago since
 """.split())
 
 
-_WORD = re.compile(r"\w+")
-_any_first_words: list[frozenset[str] | None] = []
-
-
-def _may_hold_a_phrase(text: str, phrases: dict[str, str]) -> bool:
-    """Whether ``text`` can hold one of the every-language phrases: one of its words is the longest word
-    of one (a phrase found in a text has each of its words there; a set lookup, where the phrases'
-    regex is slow to try at every position of a text that holds none), or it is written in a script
-    without spaces. True when a phrase has no word."""
-    if not _any_first_words:
-        keys: set[str] | None = set()
-        for phrase in phrases:
-            words = _WORD.findall(phrase)
-            if not words:
-                keys = None
-                break
-            keys.add(max(words, key=len))  # type: ignore[union-attr]
-        _any_first_words.append(frozenset(keys) if keys is not None else None)
-    first = _any_first_words[0]
-    if first is None or _SCRIPT_WITHOUT_SPACES.search(text):
-        return True
-    return any(w in first for w in _WORD.findall(text.casefold()))
-
-
 def _any_language_candidates(text: str, clock: _Clock) -> list[tuple[int, int, _Resolved]]:
     table = _any_language_phrases()
     if table is None:
         return []
-    pattern, phrases = table
+    pattern, phrases, keys = table
     out: list[tuple[int, int, _Resolved]] = []
-    if not _may_hold_a_phrase(text, phrases):
-        return out + _compound_candidates(text, clock)
+    # the phrases' regex is slow to try at every position: only a text holding a phrase's key word, or
+    # written in a script without spaces, is searched
+    if keys is not None and not _SCRIPT_WITHOUT_SPACES.search(text) and not any(
+            w in keys for w in _WORD.findall(text.casefold())):
+        return _compound_candidates(text, clock)
     for m in pattern.finditer(text):
         english = phrases.get(" ".join(m.group().casefold().split()))
         if english is None:
@@ -1258,15 +1258,6 @@ def _words(words: Iterable[str], min_len: int) -> list[str]:
     return out
 
 
-def _alternation(words: Iterable[str]) -> str:
-    alts = sorted(set(words), key=len, reverse=True)
-    spaced = [re.escape(a) for a in alts if not _SCRIPT_WITHOUT_SPACES.search(a)]
-    unspaced = [re.escape(a) for a in alts if _SCRIPT_WITHOUT_SPACES.search(a)]
-    parts = ([r"(?<!\w)(?:" + "|".join(spaced) + r")(?!\w)"] if spaced else []) + (
-        ["(?:" + "|".join(unspaced) + ")"] if unspaced else [])
-    return "|".join(parts) if parts else r"(?!)"
-
-
 def _compound_phrases() -> tuple[re.Pattern[str], dict[str, int], dict[str, str], re.Pattern[str]] | None:
     """(one regex of month-name + relative-year pairs, name → month, year phrase → English, the year
     phrases alone: a text without one is not searched further), built once beside
@@ -1278,18 +1269,7 @@ def _compound_phrases() -> tuple[re.Pattern[str], dict[str, int], dict[str, str]
             months: dict[str, int] = {}
             years: dict[str, str] = {}
             try:
-                import importlib
-
-                from dateparser.data import date_translation_data as data
-                from dateparser.data.languages_info import language_order
-
-                for code in language_order:
-                    if code.split("-")[0] in SUPPORTED_LANGUAGES:
-                        continue  # (their own rules)
-                    try:
-                        info = importlib.import_module(f"{data.__name__}.{code.replace('-', '_')}").info
-                    except ImportError:
-                        continue
+                for info in _locale_tables():
                     for n, name in enumerate(_EN_MONTH_NAMES, start=1):
                         for w in _words(info.get(name) or (), 4):
                             months.setdefault(w, n)
@@ -1302,9 +1282,9 @@ def _compound_phrases() -> tuple[re.Pattern[str], dict[str, int], dict[str, str]
                 _compound_table.append(None)
             else:
                 m_alt, y_alt = _alternation(months), _alternation(years)
-                join = r"[\s,]*(?:[^\W\d_]{1,4}['’]?[\s,]+){0,2}"
-                pattern = re.compile(rf"(?P<m>{m_alt}){join}(?P<y>{y_alt})|(?P<y2>{y_alt})[\s,]*(?:[^\W\d_]{{1,4}}"
-                                     rf"['’]?[\s,]*){{0,2}}(?P<m2>{m_alt})", re.IGNORECASE)
+                join = r"[\s,]*(?:[^\W\d_]{1,4}['’]?[\s,]+){0,2}"  # at most two short joining words
+                pattern = re.compile(rf"(?P<m>{m_alt}){join}(?P<y>{y_alt})|(?P<y2>{y_alt}){join}(?P<m2>{m_alt})",
+                                     re.IGNORECASE)
                 _compound_table.append((pattern, months, years, re.compile(y_alt, re.IGNORECASE)))
     return _compound_table[0]
 

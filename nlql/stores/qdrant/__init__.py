@@ -321,7 +321,8 @@ class QdrantStore:
         check = flt.extra.get("check") if flt is not None else None
         native = flt.native if flt is not None else None
         terms = qm.FieldCondition(key="terms", match=qm.MatchAny(any=qkeys))
-        fields = ["terms", "tfs", "nterms"] + (_ROW_FIELDS if check is not None else ["seq", "position"])
+        order = ["seq", "position"] if n is not None else []  # (to cut ties at n in insertion order)
+        fields = ["terms", "tfs", "nterms"] + (_ROW_FIELDS if check is not None else order)
         with self._backend("bm25"):
             totals = self._totals()
             cond = qm.Filter(must=[terms] + ([native] if native is not None else []))
