@@ -251,3 +251,31 @@ class SparseBM25:
         out = np.full(self.n, -np.inf)
         out[rows] = scores
         return out
+
+
+@contextlib.contextmanager
+def earlier_tree(rev: str) -> Iterator[tuple[str, Path, Path]]:
+    """``(short revision, its checkout, a scratch directory)``: ``rev`` checked out with ``git worktree``
+    into a temporary directory for the block (a before/after bench runs the two trees side by side);
+    removed after."""
+    import subprocess
+    import tempfile
+
+    short = subprocess.run(["git", "rev-parse", "--short", rev], cwd=ROOT, capture_output=True, text=True,
+                           check=True).stdout.strip()
+    with tempfile.TemporaryDirectory(prefix="nlql-before-") as tmp:
+        tree = Path(tmp) / "tree"
+        subprocess.run(["git", "worktree", "add", "--detach", "-q", str(tree), short], cwd=ROOT, check=True)
+        try:
+            yield short, tree, Path(tmp)
+        finally:
+            subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, check=False)
+
+
+def tree_env(tree: Path) -> dict[str, str]:
+    """The environment of a child process that imports ``nlql`` from ``tree``, offline, with bytecode
+    written as an installed package has it."""
+    env = dict(os.environ, PYTHONPATH=str(tree), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
+               TOKENIZERS_PARALLELISM="false")
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    return env

@@ -26,7 +26,6 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -35,7 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.common import RESULTS, log, machine_info, stamp_end, write_json  # noqa: E402
+from bench.common import RESULTS, earlier_tree, log, machine_info, stamp_end, tree_env, write_json  # noqa: E402
 
 SAMPLE = 200  # sentences whose vectors both sides write, compared by cosine
 
@@ -68,11 +67,9 @@ def _texts(pages: int) -> list[str]:
 
 
 def _run(tree: Path, texts_file: Path, vectors: Path) -> dict[str, Any]:
-    env = dict(os.environ, PYTHONPATH=str(tree), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
-    env.pop("PYTHONDONTWRITEBYTECODE", None)
     load = os.getloadavg()[0]
     out = subprocess.run([sys.executable, "-c", CHILD, str(texts_file), str(vectors), str(SAMPLE)],
-                         env=env, cwd=tree, capture_output=True, text=True, check=False)
+                         env=tree_env(tree), cwd=tree, capture_output=True, text=True, check=False)
     if out.returncode != 0:
         raise RuntimeError(f"{tree}: {out.stderr[-2000:]}")
     got = json.loads(out.stdout)
@@ -93,28 +90,21 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     started = time.perf_counter()
     machine = machine_info()
     texts = _texts(args.pages)
-    rev = subprocess.run(["git", "rev-parse", "--short", args.before], cwd=ROOT, capture_output=True, text=True,
-                         check=True).stdout.strip()
-    with tempfile.TemporaryDirectory(prefix="nlql-before-") as tmp:
-        old = Path(tmp) / "tree"
-        subprocess.run(["git", "worktree", "add", "--detach", "-q", str(old), rev], cwd=ROOT, check=True)
-        try:
-            texts_file = Path(tmp) / "texts.json"
-            texts_file.write_text(json.dumps(texts), encoding="utf-8")
-            runs: dict[str, list[dict[str, Any]]] = {"before": [], "after": []}
-            for r in range(args.rounds):
-                for side, tree in (("before", old), ("after", ROOT)):
-                    got = _run(tree, texts_file, Path(tmp) / f"{side}.npy")
-                    got["rate_cpu"] = got["sentences"] / got["cpu_s"]
-                    got["rate_wall"] = got["sentences"] / got["wall_s"]
-                    log(f"[ingest] round {r + 1} {side:6s}: {got['sentences']} sentences, {got['cpu_s']:.1f} CPU-s "
-                        f"({got['rate_cpu']:.1f}/CPU-s), {got['wall_s']:.1f} s wall; load {got['load_before']}")
-                    runs[side].append(got)
-            a, b = np.load(Path(tmp) / "before.npy"), np.load(Path(tmp) / "after.npy")
-            same_sample = runs["before"][-1]["sample"] == runs["after"][-1]["sample"]
-            cos = (a * b).sum(axis=1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
-        finally:
-            subprocess.run(["git", "worktree", "remove", "--force", str(old)], cwd=ROOT, check=False)
+    with earlier_tree(args.before) as (rev, old, tmp):
+        texts_file = Path(tmp) / "texts.json"
+        texts_file.write_text(json.dumps(texts), encoding="utf-8")
+        runs: dict[str, list[dict[str, Any]]] = {"before": [], "after": []}
+        for r in range(args.rounds):
+            for side, tree in (("before", old), ("after", ROOT)):
+                got = _run(tree, texts_file, Path(tmp) / f"{side}.npy")
+                got["rate_cpu"] = got["sentences"] / got["cpu_s"]
+                got["rate_wall"] = got["sentences"] / got["wall_s"]
+                log(f"[ingest] round {r + 1} {side:6s}: {got['sentences']} sentences, {got['cpu_s']:.1f} CPU-s "
+                    f"({got['rate_cpu']:.1f}/CPU-s), {got['wall_s']:.1f} s wall; load {got['load_before']}")
+                runs[side].append(got)
+        a, b = np.load(Path(tmp) / "before.npy"), np.load(Path(tmp) / "after.npy")
+        same_sample = runs["before"][-1]["sample"] == runs["after"][-1]["sample"]
+        cos = (a * b).sum(axis=1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
     summary = {side: {"sentences": v[0]["sentences"], "embedder": v[0]["embedder"],
                       "cpu_s": round(statistics.median(x["cpu_s"] for x in v), 2),
                       "wall_s": round(statistics.median(x["wall_s"] for x in v), 2),

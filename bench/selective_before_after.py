@@ -27,7 +27,6 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -36,7 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.common import RESULTS, log, machine_info, stamp_end, write_json  # noqa: E402
+from bench.common import RESULTS, earlier_tree, log, machine_info, stamp_end, tree_env, write_json  # noqa: E402
 
 CHILD = r"""
 import json, sys, time
@@ -103,9 +102,7 @@ for line in sys.stdin:
 
 
 def _start(tree: Path, size: int) -> subprocess.Popen[str]:
-    env = dict(os.environ, PYTHONPATH=str(tree), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
-               TOKENIZERS_PARALLELISM="false")
-    return subprocess.Popen([sys.executable, "-c", CHILD, str(size)], env=env, cwd=tree, text=True,
+    return subprocess.Popen([sys.executable, "-c", CHILD, str(size)], env=tree_env(tree), cwd=tree, text=True,
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE)
 
 
@@ -126,11 +123,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = ap.parse_args(argv)
     started = time.perf_counter()
     machine = machine_info()
-    rev = subprocess.run(["git", "rev-parse", "--short", args.before], cwd=ROOT, capture_output=True, text=True,
-                         check=True).stdout.strip()
-    with tempfile.TemporaryDirectory(prefix="nlql-before-") as tmp:
-        old = Path(tmp) / "tree"
-        subprocess.run(["git", "worktree", "add", "--detach", "-q", str(old), rev], cwd=ROOT, check=True)
+    with earlier_tree(args.before) as (rev, old, _tmp):
         procs: dict[str, subprocess.Popen[str]] = {}
         try:
             ready = {}
@@ -156,7 +149,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 if proc.stdin is not None:
                     proc.stdin.close()
                 proc.wait(timeout=60)
-            subprocess.run(["git", "worktree", "remove", "--force", str(old)], cwd=ROOT, check=False)
     ms = {mode: {side: {name: {kind: round(statistics.median(xs), 4) for kind, xs in v.items()}
                         for name, v in per.items()} for side, per in sides.items()}
           for mode, sides in samples.items()}
