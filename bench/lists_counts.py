@@ -2,14 +2,16 @@
 """Benchmark SPEC §11 lists and counts on the built-in store: HAS pushed into the store's filter against
 the same predicate kept residual (``IF(meta.tags HAS "t3", TRUE, FALSE)``, which the planner cannot
 push), both as a top-10 by similarity and as a full scan, and ``SELECT COUNT(DOCUMENT) BY meta.tags``
-(grouped by the store where it can: SQL ``GROUP BY`` on DuckDB and PostgreSQL) against the same groups
-counted by the engine (``BY IF(TRUE, meta.tags, NULL)``, which no store groups).
+and ``BY meta.source`` (grouped by the store where it can: SQL ``GROUP BY`` on DuckDB and PostgreSQL,
+Qdrant's count and facet calls for the string key) against the same groups counted by the engine
+(``BY IF(TRUE, meta.tags, NULL)``, which no store groups).
 
 Corpus: ``--docs`` documents (default 20k) of 2 sentences, each with 0–4 tags out of 50, a hash
 embedder (no model). ``--repeat`` interleaved rounds; medians in ms.
 
     python bench/lists_counts.py [--docs 20000] [--repeat 15] [--out bench/results/lists_counts.json]
     python bench/lists_counts.py --store duckdb     # HAS in SQL (<p>_members) against it kept residual
+    python bench/lists_counts.py --store qdrant     # Qdrant Edge (its facet for BY meta.source)
 """
 
 from __future__ import annotations
@@ -41,6 +43,10 @@ QUERIES = {
     # the same groups, counted by the engine on every store (an IF is no path a store can group by)
     "count_by_tags_engine": "SELECT COUNT(DOCUMENT) BY IF(TRUE, meta.tags, NULL) LIMIT 10",
     "count_by_tags_where": 'SELECT COUNT(SENTENCE) BY meta.tags WHERE meta.tags HAS "t3" LIMIT 10',
+    # a key of strings (Qdrant's facet holds these; its lists go to the engine)
+    "count_by_source": "SELECT COUNT(DOCUMENT) BY meta.source LIMIT 10",
+    "count_by_source_engine": "SELECT COUNT(DOCUMENT) BY IF(TRUE, meta.source, NULL) LIMIT 10",
+    "count_sentences_by_source_where": 'SELECT COUNT(SENTENCE) BY meta.source WHERE meta.source != "s3" LIMIT 10',
 }
 
 
@@ -58,7 +64,8 @@ def main() -> None:
     rng = random.Random(1)
     e = Engine(embedder=HashEmbedder(dim=64), store=args.store, warm_up=False)
     texts = [f"Report {i} about tag {i % 50}. It has a second line {i % 7}." for i in range(args.docs)]
-    metas = [{"tags": rng.sample([f"t{j}" for j in range(50)], rng.randrange(0, 5))} for _ in range(args.docs)]
+    metas = [{"tags": rng.sample([f"t{j}" for j in range(50)], rng.randrange(0, 5)), "source": f"s{i % 20}"}
+             for i in range(args.docs)]
     t = time.perf_counter()
     e.add_texts(texts, ids=[f"d{i}" for i in range(args.docs)], metadatas=metas)
     log(f"ingest {args.docs} docs: {time.perf_counter() - t:.1f} s")
@@ -75,8 +82,10 @@ def main() -> None:
         plan = e.explain(q).to_dict()
         how = f"; count: {plan['count']['how'].split(':')[0]}" if plan.get("count") else ""
         log(f"  {q[:60]}… pushed: {bool(plan.get('pushed_filter'))}{how}")
-    log(f"COUNT BY grouped by the {'store' if 'store' in str(e.explain(QUERIES['count_by_tags'])) else 'engine'}: "
-        f"{medians['count_by_tags_engine'] / medians['count_by_tags']:.1f}x the engine's count")
+    for key in ("tags", "source"):
+        who = "store" if "(store:" in str(e.explain(QUERIES[f"count_by_{key}"])) else "engine"
+        log(f"COUNT BY meta.{key} grouped by the {who}: "
+            f"{medians[f'count_by_{key}_engine'] / medians[f'count_by_{key}']:.1f}x the engine's count")
     results = {"machine": machine_info(), "store": args.store.split(":")[0], "docs": args.docs, "repeat": args.repeat, "queries": QUERIES,
                "median_ms": medians}
     stamp_end(results, started)

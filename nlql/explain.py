@@ -131,9 +131,9 @@ class Explain:
                 or [{"key": "count", "direction": "DESC", "nulls": "LAST"},
                     *({"key": label, "direction": "ASC", "nulls": "LAST"} for label in p.count.labels)],
                 "limit": p.count.limit, "offset": p.count.offset,
-                "how": ("store: one GROUP BY over the rows passing the pushed filter (NULL one value, a list "
+                "how": (f"store: {p.count.calls} over the rows passing the pushed filter (NULL one value, a list "
                         "once per member; the engine counts instead if the store holds one value in two forms, "
-                        "such as 1 and 1.0)") if p.count.paths is not None else
+                        "such as 1 and 1.0, or cannot group a value)") if p.count.paths is not None else
                        ("engine: every row passing WHERE, counted per distinct BY value (NULL one value, a list "
                         "once per member)")},
             "rerank": p.rerank,

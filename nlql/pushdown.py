@@ -118,7 +118,9 @@ class Capabilities:
     DOC_BATCHES: bool = False                 # upsert() takes the engine's DocBatch whole (nlql.stores.batch)
     ANALYZER: bool = False                    # KeepsAnalyzer: writes BM25 terms with its own .analyzer
     KEEPS_KEYWORDS: bool = False              # KeepsKeywords: keeps the engine's BM25 index beside its data
-    COUNTS: bool = False                      # CountsGroups: count_groups(), COUNT … BY metadata as GROUP BY
+    COUNTS: bool = False                      # CountsGroups: count_groups(), COUNT … BY metadata in the store
+    COUNT_KEYS: int = 0                       # the most BY keys count_groups() takes (0: any number)
+    COUNT_CALLS: str = "one GROUP BY"         # what count_groups() asks the store (explain shows it)
 
 
 @dataclass(slots=True)

@@ -85,8 +85,8 @@ def count_documents(run: Search) -> list[Hit] | None:
 def count_in_store(run: Search) -> list[Hit] | None:
     """The COUNT hits from the store's own grouping (``CountSpec.paths``: the planner chose it), or None
     when the engine must count: two stored forms of one value came back (``1`` and ``1.0`` are one group
-    for NLQL, and a row holding both would be counted twice by the store), the store could not read a
-    value, or two groups sort as equal (their order is the rows' order)."""
+    for NLQL, and a row holding both would be counted twice by the store), the store could not group
+    some value, or two groups sort as equal (their order is the rows' order)."""
     plan = run.plan
     spec = plan.count
     if spec is None or spec.paths is None:
@@ -97,7 +97,8 @@ def count_in_store(run: Search) -> list[Hit] | None:
     if native is None or not native.extra.get("empty"):
         got = cast(CountsGroups, run.store).count_groups(native, plan.unit.kind, spec.paths)
         if got is None:
-            run.stats.counts["count_path"] = "the engine: the store cannot read a stored value as JSON"
+            run.stats.counts["count_path"] = ("the engine: the store cannot group these values itself (a value it "
+                                              "cannot read, or one its grouping cannot hold)")
             return None
         for values, n in got:
             key = tuple(_key(v) for v in values)
@@ -111,7 +112,7 @@ def count_in_store(run: Search) -> list[Hit] | None:
         if len({tuple(_value_key(v, False, False) for v in s) for s in shown.values()}) < len(shown):
             run.stats.counts["count_path"] = "the engine: groups that sort as equal come in the rows' order"
             return None
-    run.stats.counts["count_path"] = "the store's GROUP BY"
+    run.stats.counts["count_path"] = "the store's own grouping"
     return _page(spec, plan.unit.kind, counts, shown)
 
 

@@ -110,6 +110,8 @@ class CountSpec:
     #: The BY keys as stored paths (``("doc_id",)``, ``("meta", key, …)``) when the store groups them
     #: itself (``Capabilities.COUNTS``, :class:`~nlql.stores.base.CountsGroups`); None: the engine counts.
     paths: tuple[tuple[str, ...], ...] | None = None
+    #: How the store groups them (``Capabilities.COUNT_CALLS``), for explain.
+    calls: str = ""
 
 
 @dataclass

@@ -194,8 +194,8 @@ def build_plan(
         if graphs and plan.lowering is None and dialect_of(store) is not None:  # no BM25 or fusion to lower
             plan = replace(plan, lowering={"strategy": "engine",
                                            "reason": "GRAPH runs as its own statement (nothing to fuse in SQL)"})
-    if count is not None and caps.COUNTS:
-        plan = _count_in_store(plan)
+    if count is not None and caps.COUNTS and (not caps.COUNT_KEYS or len(count.keys) <= caps.COUNT_KEYS):
+        plan = _count_in_store(plan, caps.COUNT_CALLS)
     return choose_fastpath(plan, caps)
 
 
@@ -203,10 +203,10 @@ def build_plan(
 _PLAIN_KEY = re.compile(r"[A-Za-z0-9_-]+\Z")
 
 
-def _count_in_store(plan: Plan) -> Plan:
+def _count_in_store(plan: Plan, calls: str) -> Plan:
     """COUNT … BY grouped by the store (``CountSpec.paths``) when nothing but the pushed filter decides which
-    rows count: SENTENCE or DOCUMENT, no score, no residual condition, and BY keys that are metadata paths
-    of plain keys or ``doc_id``."""
+    rows count: SENTENCE or DOCUMENT, no score, no residual condition, and BY keys (no more than the
+    store's ``COUNT_KEYS``) that are metadata paths of plain keys or ``doc_id``."""
     spec = plan.count
     assert spec is not None
     if (plan.unit.kind not in ("SENTENCE", "DOCUMENT") or plan.scores or plan.residual or plan.fusion_residual
@@ -220,4 +220,4 @@ def _count_in_store(plan: Plan) -> Plan:
             paths.append(("meta", *key.keys))
         else:
             return plan
-    return replace(plan, count=replace(spec, paths=tuple(paths)))
+    return replace(plan, count=replace(spec, paths=tuple(paths), calls=calls))

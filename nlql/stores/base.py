@@ -308,7 +308,9 @@ class CountsGroups(Protocol):
     in no group, a missing key as null. It returns ``(values, count)`` pairs, each value decoded from
     the stored JSON, grouped by the stored form: the engine merges values that NLQL holds equal, and
     counts itself when one row could have held two forms of one value (``[1, 1.0]``), or when the store
-    returns None (it cannot read some stored value, e.g. PostgreSQL's JSON functions and ``\\u0000``)."""
+    returns None (it cannot read some stored value, e.g. PostgreSQL's JSON functions and ``\\u0000``, or
+    its grouping cannot hold one, e.g. Qdrant's facet and a number). ``Capabilities.COUNT_KEYS`` bounds
+    how many paths a call takes (0: any) and ``COUNT_CALLS`` names the calls for explain."""
 
     def count_groups(self, flt: NativeFilter | None, unit: str,
                      paths: Sequence[tuple[str, ...]]) -> list[tuple[tuple[Any, ...], int]] | None: ...

@@ -51,7 +51,7 @@ import numpy as np
 from nlql import deadline
 from nlql import values as V
 from nlql.errors import BackendError, MissingDependencyError, NLQLTimeoutError
-from nlql.pushdown import Capabilities, Filter, NativeFilter
+from nlql.pushdown import Capabilities, Filter, NativeFilter, filter_leaves
 from nlql.stores import _terms, pyfilter
 from nlql.stores import _typed as T
 from nlql.stores.base import DocRecord, Row, backend_errors, unit_id
@@ -163,6 +163,9 @@ class QdrantStore:
             # knn's scores rounded as similarities() rounds them (Qdrant's float32 cosine, as numpy's
             # within the noise the rounding absorbs): the engine keeps them instead of asking again
             KNN_SCORES=True,
+            COUNTS=True,
+            COUNT_KEYS=1,
+            COUNT_CALLS="exact count and facet calls (a key whose values are strings, or doc_id)",
         )
         self.last_stats: dict[str, Any] = {}
         self._owns_client = client is None
@@ -259,6 +262,7 @@ class QdrantStore:
             warnings.simplefilter("ignore")
             self.client.create_payload_index(self.collection, "doc_id", field_schema=qm.PayloadSchemaType.KEYWORD)
             self.client.create_payload_index(self.collection, "seq", field_schema=qm.PayloadSchemaType.INTEGER)
+            self.client.create_payload_index(self.collection, "position", field_schema=qm.PayloadSchemaType.INTEGER)
             self.client.create_payload_index(self.collection, "terms", field_schema=qm.PayloadSchemaType.KEYWORD)
 
     def _open_stats(self) -> None:
@@ -493,6 +497,49 @@ class QdrantStore:
                 self._bump(-len(old), -sum(int(p.payload.get("nterms", 0)) for p in old), 0)
         return len(found)
 
+    # ------------------------------------------------------------------ counts
+
+    def count_groups(self, flt: NativeFilter | None, unit: str,
+                     paths: Sequence[tuple[str, ...]]) -> list[tuple[tuple[Any, ...], int]] | None:
+        """``COUNT(unit) BY`` at most one key (``Capabilities.COUNT_KEYS``) from Qdrant's own exact ``count``
+        and ``facet`` calls (:class:`~nlql.stores.base.CountsGroups`): ``doc_id`` from its keyword index, a
+        metadata key from the keyword index of its string view, with the null group (a missing or null
+        value) counted apart. DOCUMENT counts each passing document's first sentence (position 0) under a
+        filter of document-level values. None (the engine counts) when the filter needs the adapter's
+        re-check or reads sentence values under DOCUMENT, or when a passing row holds a value at the key
+        that is not a string (a number, a boolean, a list, an object: no one view holds them all)."""
+        if flt is not None and flt.extra.get("check") is not None:
+            return None
+        native = flt.native if flt is not None else None
+        with self._backend("count"):
+            if unit == "DOCUMENT":
+                if flt is not None and not flt.extra.get("document_level"):
+                    return None  # (the planner keeps sentence-level conditions of a DOCUMENT query residual)
+                # every sentence of a document passes or none does: count each one's first
+                native = _all_of(native, qm.FieldCondition(key="position", match=qm.MatchValue(value=0)))
+            total = self._count(native)
+            if not paths or not total:
+                return [((), total)] if total and not paths else []
+            path = tuple(paths[0])
+            if path == ("doc_id",):
+                return self._facet("doc_id", native, total)
+            present = _present("p", path)
+            if self._count(_all_of(native, present, _is_empty(_key("s", path)))):
+                return None
+            nulls = self._count(_all_of(native, qm.Filter(must_not=[present])))
+            groups = self._facet(_key("s", path), native, total) if nulls < total else []
+        return groups + ([((None,), nulls)] if nulls else [])
+
+    def _count(self, native: Any) -> int:
+        return int(self.client.count(self.collection, count_filter=native, exact=True, **self._timeout()).count)
+
+    def _facet(self, key: str, native: Any, most: int) -> list[tuple[tuple[Any, ...], int]]:
+        """``((value,), points)`` per value of the indexed keyword ``key`` among the points passing ``native``
+        (``most``: how many pass, so no value is left out)."""
+        got = self.client.facet(self.collection, key, facet_filter=native, limit=max(1, most), exact=True,
+                                **self._timeout())
+        return [((h.value,), int(h.count)) for h in got.hits if h.count]
+
     # ------------------------------------------------------------------ entity links
 
     def entity_rows(self) -> list[tuple[str, int, int, str]] | None:
@@ -549,9 +596,12 @@ class QdrantStore:
         """
         node = T.lower_filter(flt)
         check = flt if T.needs_check(node) else None
+        # every sentence of a document passes or none does (COUNT(DOCUMENT) reads first sentences only)
+        level = all(c.path[0] in ("meta", "doc_id") for c in filter_leaves(flt))
         native_node = T.native_part(node)
         if native_node == T.FALSE:
-            return NativeFilter(None, "FALSE (no row can pass)", {"check": None, "empty": True})
+            return NativeFilter(None, "FALSE (no row can pass)", {"check": None, "empty": True,
+                                                                   "document_level": level})
         native = None
         if native_node != T.TRUE:
             cond = _render(native_node)
@@ -559,7 +609,7 @@ class QdrantStore:
         text = _filter_json(native) if native is not None else "{}"
         if check is not None:
             text += " then adapter check: " + "; ".join(sorted({_leaf_text(c) for c in T.opaque_leaves(node)}))
-        return NativeFilter(native, text, {"check": check, "empty": False})
+        return NativeFilter(native, text, {"check": check, "empty": False, "document_level": level})
 
     def _candidates(self, flt: NativeFilter) -> list[tuple[int, int, str]]:
         """``(seq, position, key)`` of every row passing ``flt`` (with the adapter re-check if needed)."""
@@ -891,6 +941,12 @@ def _key(kind: str, path: tuple[str, ...]) -> str:
 
 def _is_empty(key: str) -> Any:
     return qm.IsEmptyCondition(is_empty=qm.PayloadField(key=key))
+
+
+def _all_of(*conds: Any) -> Any:
+    """A filter that every condition given (None: none) holds; None when none is given."""
+    items = [c for c in conds if c is not None]
+    return qm.Filter(must=items) if items else None
 
 
 def _present(kind: str, path: tuple[str, ...]) -> Any | None:

@@ -1,7 +1,7 @@
 """Qdrant Edge (Qdrant's Rust shard, in process) behind the few client calls :class:`QdrantStore` makes.
 
 :class:`EdgeClient` answers ``collection_exists``, ``create_collection``, ``upsert``, ``scroll``,
-``count``, ``query_batch_points``, ``retrieve``, ``delete``, … with the arguments and the return shapes
+``count``, ``facet``, ``query_batch_points``, ``retrieve``, ``delete``, … with the arguments and the return shapes
 of ``qdrant_client.QdrantClient``, so the store has one code path for Qdrant Edge and a Qdrant server:
 the same filters (qdrant-client's models, translated here one to one into Qdrant Edge's), the same
 payloads, the same searches. Only what the store uses is translated; anything else is a ``TypeError``.
@@ -160,6 +160,14 @@ class EdgeClient:
         deadline.check("qdrant", "count")
         n = self._shard(name).count(qe.CountRequest(filter=_filter(count_filter), exact=True))
         return SimpleNamespace(count=int(n))
+
+    def facet(self, name: str, key: str, facet_filter: Any = None, limit: int = 10, exact: bool = False,
+              **_: Any) -> Any:
+        """Points per distinct value of an indexed keyword ``key`` (values decoded, as payloads are)."""
+        deadline.check("qdrant", "facet")
+        got = self._shard(name).facet(qe.FacetRequest(code(key), limit=limit, exact=exact,
+                                                      filter=_filter(facet_filter)))
+        return SimpleNamespace(hits=[SimpleNamespace(value=decode(h.value), count=int(h.count)) for h in got.hits])
 
     def scroll(self, name: str, scroll_filter: Any = None, limit: int = 10, offset: Any = None,
                with_payload: Any = True, with_vectors: bool = False, order_by: Any = None,
