@@ -9,9 +9,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from count_kit import engine_over
+from count_kit import groups as _groups
 
 from nlql import Engine
-from nlql.embedders import HashEmbedder
 
 pytest.importorskip("qdrant_edge")
 
@@ -62,20 +63,13 @@ ENGINE_QUERIES = [
 ]
 
 
-def _engine(store: Any, corpus: list[tuple[str, str, dict[str, Any]]] = CORPUS) -> Engine:
-    e = Engine(embedder=HashEmbedder(dim=16), store=store, warm_up=False)
-    e.add_texts([t for _, t, _ in corpus], ids=[d for d, _, _ in corpus], metadatas=[m for _, _, m in corpus])
-    return e
 
 
-def _groups(engine: Engine, query: str) -> tuple[list[tuple[Any, int]], dict[str, Any]]:
-    hits = engine.search(query)
-    return [(h.group, h.count) for h in hits], hits.stats
 
 
 @pytest.fixture(scope="module")
 def engines() -> tuple[Engine, Engine]:
-    return _engine(QdrantStore()), _engine("memory")
+    return engine_over(QdrantStore(), CORPUS), engine_over("memory", CORPUS)
 
 
 @pytest.mark.parametrize("query", STORE_QUERIES)
@@ -99,7 +93,7 @@ def test_counts_follow_writes_and_deletes() -> None:
     """A replaced document moves between groups and a deleted one leaves them (the store counts what it
     holds now)."""
     corpus = [("a", "One. Two.", {"s": "x"}), ("b", "Three.", {"s": "y"}), ("c", "Four.", {"s": "x"})]
-    engine = _engine(QdrantStore(), corpus)
+    engine = engine_over(QdrantStore(), corpus)
     query = "SELECT COUNT(DOCUMENT) BY meta.s"
     assert _groups(engine, query)[0] == [({"meta.s": "x"}, 2), ({"meta.s": "y"}, 1)]
     engine.add_texts(["Five. Six. Seven."], ids=["a"], metadatas=[{"s": "y"}])

@@ -11,9 +11,10 @@ import random
 from typing import Any
 
 import pytest
+from count_kit import engine_over
+from count_kit import groups as _groups
 
 from nlql import Engine
-from nlql.embedders import HashEmbedder
 
 # (no number beside a numeric string of the same value: such groups sort as equal, and their order is
 # the rows', which the engine keeps: see the last tests)
@@ -62,10 +63,6 @@ QUERIES = [
 ]
 
 
-def _engine(store: Any, corpus: list[tuple[str, str, dict[str, Any]]] = CORPUS) -> Engine:
-    e = Engine(embedder=HashEmbedder(dim=16), store=store, warm_up=False)
-    e.add_texts([t for _, t, _ in corpus], ids=[d for d, _, _ in corpus], metadatas=[m for _, _, m in corpus])
-    return e
 
 
 def _sql_store(kind: str, request: pytest.FixtureRequest) -> Any:
@@ -82,7 +79,7 @@ def _sql_store(kind: str, request: pytest.FixtureRequest) -> Any:
 
 @pytest.fixture(scope="module")
 def reference() -> Engine:
-    return _engine("memory")
+    return engine_over("memory", CORPUS)
 
 
 @pytest.fixture(params=["duckdb", "pgvector"])
@@ -90,14 +87,11 @@ def kind(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
-def _groups(engine: Engine, query: str) -> tuple[list[tuple[Any, int]], dict[str, Any]]:
-    hits = engine.search(query)
-    return [(h.group, h.count) for h in hits], hits.stats
 
 
 def test_the_store_groups_with_the_builtin_answers(reference: Engine, kind: str,
                                                   request: pytest.FixtureRequest) -> None:
-    engine = _engine(_sql_store(kind, request))
+    engine = engine_over(_sql_store(kind, request), CORPUS)
     for query in QUERIES:
         got, stats = _groups(engine, query)
         want, _ = _groups(reference, query)
@@ -108,7 +102,7 @@ def test_the_store_groups_with_the_builtin_answers(reference: Engine, kind: str,
 
 def test_what_the_store_cannot_group_is_counted_by_the_engine(reference: Engine, kind: str,
                                                               request: pytest.FixtureRequest) -> None:
-    engine = _engine(_sql_store(kind, request))
+    engine = engine_over(_sql_store(kind, request), CORPUS)
     for query in ('SELECT COUNT(DOCUMENT) BY meta.tags LET s = SIMILARITY(content, "cats") WHERE s >= 0.1',
                   "SELECT COUNT(CHUNK) BY meta.tags", "SELECT COUNT(DOCUMENT) BY LOWER(doc_id)"):
         assert "engine: every row passing WHERE" in str(engine.explain(query)), query
@@ -119,7 +113,7 @@ def test_one_value_in_two_forms_is_counted_by_the_engine(kind: str, request: pyt
     """``1`` and ``1.0`` are one group; a document holding both in one list counts once."""
     corpus = [("a", "One.", {"v": [1, 1.0, "x"]}), ("b", "Two.", {"v": 1}), ("c", "Three.", {"v": 1.0}),
               ("d", "Four.", {"v": [2, 2]})]
-    engine, reference = _engine(_sql_store(kind, request), corpus), _engine("memory", corpus)
+    engine, reference = engine_over(_sql_store(kind, request), corpus), engine_over("memory", corpus)
     for query in ("SELECT COUNT(DOCUMENT) BY meta.v", "SELECT COUNT(SENTENCE) BY meta.v"):
         got, stats = _groups(engine, query)
         assert got == _groups(reference, query)[0]
@@ -131,7 +125,7 @@ def test_groups_that_sort_as_equal_keep_the_rows_order(kind: str, request: pytes
     """``"2"`` and ``2`` are two groups that sort as equal: first seen, first shown, as on the built-in store."""
     for corpus, first in (([("a", "One.", {"v": "2"}), ("b", "Two.", {"v": 2})], "2"),
                           ([("a", "One.", {"v": [2, "2"]}), ("b", "Two.", {"v": "2"}), ("c", "Three.", {"v": 2})], 2)):
-        engine, reference = _engine(_sql_store(kind, request), corpus), _engine("memory", corpus)
+        engine, reference = engine_over(_sql_store(kind, request), corpus), engine_over("memory", corpus)
         for query in ("SELECT COUNT(SENTENCE) BY meta.v", "SELECT COUNT(DOCUMENT) BY meta.v ORDER BY meta.v DESC"):
             got, stats = _groups(engine, query)
             assert got == _groups(reference, query)[0], query
@@ -144,7 +138,7 @@ def test_odd_bytes_in_metadata_count_as_the_builtin_store_counts(kind: str, requ
     ``\\u0000``, DuckDB a lone surrogate); the engine then counts, with the same groups."""
     corpus = [("a", "One.", {"v": ["a\x00b", "x"]}), ("b", "Two.", {"v": "a\x00b"}), ("c", "Three.", {"v": "lone \ud800"}),
               ("d", "Four.", {"v": ["x", "\x08"]})]
-    engine, reference = _engine(_sql_store(kind, request), corpus), _engine("memory", corpus)
+    engine, reference = engine_over(_sql_store(kind, request), corpus), engine_over("memory", corpus)
     for query in ("SELECT COUNT(DOCUMENT) BY meta.v", "SELECT COUNT(SENTENCE) BY meta.v, doc_id"):
         got = _groups(engine, query)[0]
         assert got == _groups(reference, query)[0], query

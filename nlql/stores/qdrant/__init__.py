@@ -527,8 +527,16 @@ class QdrantStore:
             if self._count(_all_of(native, present, _is_empty(_key("s", path)))):
                 return None
             nulls = self._count(_all_of(native, qm.Filter(must_not=[present])))
+            if nulls < total and not self._has_index(_key("s", path)):
+                return None  # (strings written by a writer that made no index: the facet cannot read them)
             groups = self._facet(_key("s", path), native, total) if nulls < total else []
         return groups + ([((None,), nulls)] if nulls else [])
+
+    def _has_index(self, key: str) -> bool:
+        """Whether ``key`` has a payload index (read again from the collection when not known here)."""
+        if self._indexed is None or key not in self._indexed:
+            self._indexed = self._payload_schema()
+        return key in self._indexed
 
     def _count(self, native: Any) -> int:
         return int(self.client.count(self.collection, count_filter=native, exact=True, **self._timeout()).count)
