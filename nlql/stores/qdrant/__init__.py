@@ -524,6 +524,7 @@ class QdrantStore:
             if path == ("doc_id",):
                 return self._facet("doc_id", native, total)
             present = _present("p", path)
+            assert present is not None  # (a metadata path is never always present)
             if self._count(_all_of(native, present, _is_empty(_key("s", path)))):
                 return None
             nulls = self._count(_all_of(native, qm.Filter(must_not=[present])))
