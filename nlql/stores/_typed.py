@@ -47,6 +47,11 @@ _PLAIN_KEY = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
+def member_key(key: str) -> bool:
+    """Whether HAS names ``key`` in a raw payload path as it is (letters, digits, ``_``)."""
+    return _MEMBER_KEY.match(key) is not None
+
+
 def encode_key(key: str) -> str:
     """One metadata key as a path component every JSON-path dialect accepts, injectively.
 
@@ -54,8 +59,8 @@ def encode_key(key: str) -> str:
     its ASCII letters and digits, every other character written ``_<hex>_``. Plain keys start with a
     letter and escaped ones with ``-``, so no two keys collide and ``_`` is never produced.
 
-    >>> encode_key("year"), encode_key("a.b"), encode_key(""), encode_key("2024")
-    ('year', '-a_2e_b', '-', '-2024')
+    >>> encode_key("year"), encode_key("a.b"), encode_key(""), encode_key("2024"), encode_key("_")
+    ('year', '-a_2e_b', '-', '-2024', '-_5f_')
     """
     if _PLAIN_KEY.fullmatch(key):
         return key
@@ -399,7 +404,9 @@ def lower_cond(cond: Cond) -> VNode:
     return Opaque(cond, present("s", path) if op in ("like", "not_like", "match", "not_match") else TRUE)
 
 
-_PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+#: A metadata key HAS can name in a raw payload path as it is (``meta.tags``); not :data:`_PLAIN_KEY`, which
+#: decides what :func:`encode_key` keeps (a key starting with ``_`` is escaped there: ``_`` is the mark).
+_MEMBER_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
 def _has(cond: Cond) -> VNode:
@@ -407,7 +414,7 @@ def _has(cond: Cond) -> VNode:
     non-numeric string needles); anything else is checked in the adapter over the rows with a value."""
     path, op = cond.path, cond.op
     needles = (cond.value,) if op in ("has", "not_has") else tuple(cond.value)
-    plain = (path[0] == "meta" and all(_PLAIN_KEY.match(k) for k in path[1:])
+    plain = (path[0] == "meta" and all(_MEMBER_KEY.match(k) for k in path[1:])
              and all(isinstance(v, str) and V.numeric_string(v) is None for v in needles))
     if plain and op in ("has", "has_any"):
         return Member(path, needles) if needles else FALSE

@@ -35,10 +35,10 @@ VALUES: list[Any] = [
     0, 1, -3, 2020, 2021, 2**53 + 1, 10**30, 0.5, 2020.0, -0.0, 1e300, 2020.5,
     "2020", "2020.0", "0.5", "-3", "1e3", " 5", "abc", "ABC", "abd", "", "a.b", "Straße", "x\x00y",
     "2024-06-01", "2024-06-01T10:00:00+02:00", "2024-06", "2024-06-01T08:00:00Z",
-    True, False, None, MISSING, {"x": 1}, [1, "2020"], [], {"x": "2020"}, ["abc"],
+    True, False, None, MISSING, {"x": 1}, [1, "2020"], [], {"x": "2020"}, ["abc"], {"_": "abc"},
 ]
-KEYS = ["a", "b", "c.d", "k y"]
-PATHS = [("meta", "a"), ("meta", "b"), ("meta", "c.d"), ("meta", "k y"), ("meta", "n", "x"), ("meta", "n"),
+KEYS = ["a", "b", "c.d", "k y", "_"]  # ("_" is the typed views' presence mark: a key must never pass for it)
+PATHS = [("meta", "a"), ("meta", "b"), ("meta", "c.d"), ("meta", "k y"), ("meta", "_"), ("meta", "n", "x"), ("meta", "n"),
          ("meta", "zz"), ("doc_id",), ("id",), ("position",), ("content",)]
 LITERALS: list[Any] = [v for v in VALUES if v is not MISSING and not isinstance(v, (dict, list))] + [
     datetime(2024, 6, 1, 8, 0, tzinfo=timezone.utc), date(2024, 6, 1), datetime(2020, 1, 1),

@@ -428,14 +428,22 @@ class QdrantStore:
     def _index_views(self, points: list[Any]) -> None:
         """A payload index on every typed view the points hold that has none yet (keyword for strings,
         float for numbers, datetime, bool), so a pushed filter reads an index instead of every payload
-        (on Qdrant Edge at 20k points a 10 % equality filter: 160 ms unindexed, 0.5-5 ms indexed)."""
+        (on Qdrant Edge at 20k points a 10 % equality filter: 160 ms unindexed, 0.5-5 ms indexed), and a
+        keyword index on each raw metadata list of strings that HAS matches (:func:`_list_keys`)."""
         if self._indexed is None:
             self._indexed = self._payload_schema()
         wanted: dict[str, Any] = {}
+        metas: set[int] = set()
         for p in points:
             for key, kind in _view_keys(p.payload):
                 if key not in self._indexed and key not in wanted:
                     wanted[key] = _VIEW_SCHEMA[kind](self.edge)
+            meta = p.payload.get("meta")
+            if id(meta) not in metas:  # (a document's points share its metadata)
+                metas.add(id(meta))
+                for key in _list_keys(meta):
+                    if key not in self._indexed and key not in wanted:
+                        wanted[key] = qm.PayloadSchemaType.KEYWORD
         for key, schema in wanted.items():
             self.client.create_payload_index(self.collection, key, field_schema=schema)
             self._indexed.add(key)
@@ -920,6 +928,21 @@ def _view_keys(payload: dict[str, Any]) -> Iterator[tuple[str, str]]:
         for kind in ("n", "d", "c"):
             if f"_{kind}_{field}" in payload:
                 yield f"_{kind}_{field}", kind
+
+
+def _list_keys(meta: Any, prefix: str = "meta") -> Iterator[str]:
+    """The payload key of every metadata path (plain keys, as HAS pushes them) holding a list with a string:
+    ``HAS`` matches the raw list (a ``MatchAny`` on ``meta.tags``), which reads every payload without an
+    index (Qdrant Edge, 40k points: a HAS top-10 628 ms unindexed)."""
+    if not isinstance(meta, dict):
+        return
+    for key, value in meta.items():
+        if not T.member_key(key):
+            continue
+        if isinstance(value, list) and any(isinstance(v, str) for v in value):
+            yield f"{prefix}.{key}"
+        elif isinstance(value, dict):
+            yield from _list_keys(value, f"{prefix}.{key}")
 
 
 def _row(point: Any) -> Row:
