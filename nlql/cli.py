@@ -90,9 +90,11 @@ STATE = _State(debug=os.environ.get("NLQL_DEBUG", "") not in ("", "0"))
 
 def _console(stderr: bool = False) -> Console:
     # Piped output is not a terminal: rich would fall back to 80 columns and wrap every table cell.
+    # Messages on stderr are never wrapped: a long path would split the line (and an error's caret
+    # would no longer stand under its column).
     isatty = (sys.stderr if stderr else sys.stdout).isatty()
     width = None if isatty or os.environ.get("COLUMNS") else 120
-    return Console(stderr=stderr, width=width, highlight=False, soft_wrap=False)
+    return Console(stderr=stderr, width=width, highlight=False, soft_wrap=stderr)
 
 
 def out() -> Console:
