@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 
 from nlql.embedders import HashEmbedder  # noqa: E402
 from nlql.engine import Engine  # noqa: E402
+from nlql.errors import NLQLError  # noqa: E402
 from nlql.serve import BackgroundServer, ServeConfig  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -31,6 +32,11 @@ def served(request: pytest.FixtureRequest) -> Iterator[tuple[str, dict[str, str]
     e = Engine(embedder=HashEmbedder(dim=32), warm_up=False)
     e.add_texts(["Solar panels make power. Rivers flow to the sea.", "Cats sleep all day. Agents call tools."],
                 ids=["a", "b"], metadatas=[{"year": 2024}, {"year": 2021}])
+    for warm in ("SELECT SENTENCE LIMIT 1", "0"):  # the parser is built once per process, not inside a request's
+        try:                                         # 5 s (a loaded machine took longer than that: a 504)
+            e.search(warm)
+        except NLQLError:  # ("0" is a syntax error: only its parse is wanted)
+            pass
     token = TOKEN if request.param == "token" else None
     with BackgroundServer(e, ServeConfig(port=0, token=token, timeout=5.0)) as s:
         yield s.url, ({"Authorization": f"Bearer {TOKEN}"} if token else {})
