@@ -55,6 +55,8 @@ def test_same_rows_order_and_scores(duck: Engine, reference: Engine, query: str,
                 assert g.scores[k] == v, (g.id, k)
     if how == "sql":
         assert got.stats["store"]["path"] == "sql"
+    for t in plan.to_dict().get("temporal", ()):  # where TEMPORAL's value came from
+        assert t["computed"] == how
 
 
 @pytest.mark.parametrize("text", ["solar energy grid", "Cats cats dogs", "the", "storage report of", "zzz"])
