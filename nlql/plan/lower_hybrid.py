@@ -39,10 +39,19 @@ from nlql.plan.decide_overfetch import DISTINCT_FACTOR
 from nlql.plan.nodes import Plan, ScoreSpec
 from nlql.render import render_expr
 from nlql.sql import dialect_of
-from nlql.sql.dialect import Dialect
 from nlql.sql.codec import micros
-from nlql.sql.nodes import (Arm, Fusion, GraphScore, KeywordScore, Lowered, Score, SimilarityScore, TemporalScore,
-                            Threshold)
+from nlql.sql.dialect import Dialect
+from nlql.sql.nodes import (
+    Arm,
+    Fusion,
+    GraphScore,
+    KeywordScore,
+    Lowered,
+    Score,
+    SimilarityScore,
+    TemporalScore,
+    Threshold,
+)
 
 __all__ = ["lower_hybrid"]
 

@@ -43,7 +43,16 @@ from nlql.sql import graph as graph_sql
 from nlql.sql.binder import Binder, Fragment, Param, Slot, join, sql, template
 from nlql.sql.codec import TextCodec, to_decimal
 from nlql.sql.filters import SQL_FILTER_OPS, filter_sql
-from nlql.sql.nodes import Arm, Fusion, GraphScore, KeywordScore, Lowered, SimilarityScore, TemporalScore, Threshold
+from nlql.sql.nodes import (
+    Arm,
+    Fusion,
+    GraphScore,
+    KeywordScore,
+    Lowered,
+    SimilarityScore,
+    TemporalScore,
+    Threshold,
+)
 
 __all__ = ["SQL_FILTER_OPS", "Compiled", "Dialect", "quote_ident"]
 
