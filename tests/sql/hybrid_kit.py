@@ -223,6 +223,9 @@ LITERAL_QUERIES = [
     ('SELECT SENTENCE LET sem = SIMILARITY(content, ["ocelot", "tapir"]), kw = BM25(content, "ocelot"), '
      "f = INTERLEAVE(sem, kw) WHERE meta.`we\"ird` == 31337 ORDER BY f DESC LIMIT 119",
      ["ocelot", "tapir", "31337", "119", 'we"ird']),
+    ('SELECT SENTENCE LET kw = BM25(content, "quagga"), t = TEMPORAL(meta.okapi_day, "what happened in March 2019?"), '
+     'sem = SIMILARITY(content, "quagga", min => 0.4321), f = RRF(kw, t, sem) ORDER BY f DESC LIMIT 131',
+     ["quagga", "okapi_day", "march", "2019", "0.4321", "131", "1551398400", "1554076800"]),
 ]
 
 

@@ -89,7 +89,7 @@ def test_bm25_statistics_are_maintained(duck: Engine) -> None:
     assert orphans == 0
 
 
-@pytest.mark.parametrize(("query", "literals"), LITERAL_QUERIES, ids=["rrf", "bm25_params", "interleave"])
+@pytest.mark.parametrize(("query", "literals"), LITERAL_QUERIES, ids=["rrf", "bm25_params", "interleave", "temporal_min"])
 def test_no_user_literal_in_generated_sql(duck: Engine, query: str, literals: list[str]) -> None:
     params = {"q": "Sasquatch yeti", "who": "o'brien"}
     used = {k: v for k, v in params.items() if f"${k}" in query}
