@@ -13,8 +13,8 @@ Per query (``search`` wall time, the engine's CPU, the PostgreSQL processes' CPU
 
 - ``graph``: a GRAPH page (the activation statement, then the page's rows);
 - ``graph_rrf``: ``RRF(SIMILARITY, BM25, GRAPH)``, one hybrid statement (the activation CTEs inside it);
-- ``four_arms``: ``RRF(SIMILARITY, BM25, GRAPH, TEMPORAL)``: TEMPORAL is not in the statement, so this
-  plan runs arm by arm in the engine (explain says so).
+- ``four_arms``: ``RRF(SIMILARITY, BM25, GRAPH, TEMPORAL)``, one hybrid statement too (the TEMPORAL arm
+  reads the metadata's date view; ``bench/four_arms_sql.py`` times it against the arm-by-arm path).
 
     python bench/graph_pg.py [--n 100000] [--repeat 15]   # writes bench/results/graph_pg.json
 """

@@ -130,6 +130,13 @@ def graph_slot(key: tuple[str, int, float]) -> str:
     return "graph:" + repr(key)
 
 
+def temporal_slot(call: ir.Call) -> str:
+    """The score slot under which a one-statement SQL plan returns a TEMPORAL value per row."""
+    from nlql.render import render_expr
+
+    return "temporal:" + render_expr(call)
+
+
 def _graph(expr: ir.Call, env: Env) -> RowFn:
     """GRAPH's value: the activation of the row's sentence (a CHUNK / DOCUMENT row: its best sentence).
 
@@ -380,7 +387,13 @@ def _compile_call(expr: ir.Call, env: Env) -> RowFn:  # noqa: C901
             return lambda ctx: None
         from nlql.text.temporal import temporal_value
 
-        return lambda ctx: temporal_value(V.as_datetime(x(ctx)), period)
+        slot = temporal_slot(expr)
+
+        def f_temporal(ctx: RowContext) -> Any:
+            if slot in ctx.scores:  # a row a one-statement SQL plan returned: the statement's value
+                return ctx.scores[slot]
+            return temporal_value(V.as_datetime(x(ctx)), period)
+        return f_temporal
     fn = env.functions.get(name)
     if fn is not None:
         kw = {k: compile_expr(v, env) for k, v in expr.kwargs}

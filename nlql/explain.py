@@ -142,10 +142,14 @@ class Explain:
         if p.graphs:
             out["graph"] = [self._graph(call, key) for call, key in p.graphs.items()]
         if p.temporals:
+            from nlql.evaluate import temporal_slot
             from nlql.text.temporal import describe_extraction
 
+            # where the value is computed: an arm of the plan's SQL statement, or the engine
+            in_sql = {s.slot for s in getattr(p.lowered, "scores", ()) if type(s).__name__ == "TemporalScore"}
             out["temporal"] = [
                 {"call": render_expr(call), "text": call.args[1].value if isinstance(call.args[1], Literal) else None,
+                 "computed": "sql" if temporal_slot(call) in in_sql else "engine",
                  "period": None if period is None else {
                      "text": period.text, "method": period.method, "start": period.start.isoformat(),
                      "end": period.end.isoformat(), "open_start": period.open_start, "open_end": period.open_end},

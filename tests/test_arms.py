@@ -296,9 +296,13 @@ def test_postgres_degrades_a_lowered_plan_to_the_keyword_arm(pg_dsn: str) -> Non
     got = pg.search(FUSED)
     assert [h.id for h in got] == [h.id for h in want]
     assert any("arm sem of f dropped" in w for w in got.warnings)
-    # min => x is not in the SQL lowering yet: such a plan runs arm by arm, and says so
-    low = pg.explain(FUSED.replace('"solar energy")', '"solar energy", min => 0.2)', 1)).plan.lowering
-    assert low["strategy"] == "engine" and "min =>" in low["reason"]
+    # an arm-local min => x is part of the statement too, and the statement degrades the same way
+    with_min = FUSED.replace('"solar energy")', '"solar energy", min => 0.2)', 1)
+    assert "min => 0.2" in with_min
+    assert pg.explain(with_min).plan.lowering["strategy"] == "sql"
+    got = pg.search(with_min)
+    assert [h.id for h in got] == [h.id for h in want]
+    assert any("arm sem of f dropped" in w for w in got.warnings)
     pg.close()
 
 

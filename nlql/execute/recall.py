@@ -157,8 +157,8 @@ def _lowered(run: Search, qv: dict[str, np.ndarray]) -> list[Candidate]:
         t = time.perf_counter()
         got = cast(RunsLowered, run.store).run_lowered(lowered, qv)
         run.stats.add("recall", (time.perf_counter() - t) * 1000)
-        units = [Candidate(RowContext(r.content, r.id, r.doc_id, r.position, r.metadata, dict(scores), {}, r.seq),
-                           [r]) for r, scores in got]
+        units = [Candidate(RowContext(r.content, r.id, r.doc_id, r.position, r.metadata, _below_min(scores, run.mins),
+                                      {}, r.seq), [r]) for r, scores in got]
         # DISTINCT BY: the statement returns the top `fetch` rows; widen until enough rows are kept
         if (run.plan.distinct is None or run.need is None or len(got) < lowered.fetch
                 or _enough(run, units, run.need)):
@@ -171,6 +171,17 @@ def _lowered(run: Search, qv: dict[str, np.ndarray]) -> list[Candidate]:
     _distinct_rounds(run, rounds)
     _store_stats(run)
     return units
+
+
+def _below_min(scores: dict[str, Any], mins: dict[str, float]) -> dict[str, Any]:
+    """A copy of a row's scores where a score below its arm-local ``min => x`` is NULL (SPEC §9; the
+    statement left the row out of that arm only), as :func:`nlql.execute.materialise.candidates` does."""
+    out = dict(scores)
+    for slot, m in mins.items():
+        v = out.get(slot)
+        if v is not None and not v >= m:
+            out[slot] = None
+    return out
 
 
 def _knn(run: Search, qv: dict[str, np.ndarray]) -> list[Candidate]:

@@ -7,19 +7,21 @@ A plan with a BM25, RRF or INTERLEAVE score is *lowered* (``plan.lowered`` set t
 1. there is a dialect (a store passes its ``dialect`` when it declares ``Capabilities.SQL_ARMS``);
 2. the unit is SENTENCE or SPAN(SENTENCE) (the statement ranks sentences);
 3. there is a LIMIT (arms are cut at ``plan.arm_depth``);
-4. at most one fusion score; every arm is a binding that is exactly one SIMILARITY or BM25 call, or
-   (SENTENCE rows, a dialect with the store's entity tables) one GRAPH call;
+4. at most one fusion score; every arm is a binding that is exactly one SIMILARITY or BM25 call (an
+   arm-local ``min => x`` included: the arm keeps its rows scoring at least x), or (SENTENCE rows, a
+   dialect with the store's entity tables) one GRAPH call, or one TEMPORAL call (the period extracted
+   at plan time, the dates read from the metadata's typed date view);
 5. ORDER BY is one key, DESC: the fusion binding, or (no fusion) a BM25 binding, written or implicit;
 6. the whole WHERE is pushed, except score conditions ``score op number`` (op one of > >= < <=) on a
    SIMILARITY, BM25 or the fusion binding, which the statement applies to every arm before its LIMIT
-   (and on the fusion score after fusion);
+   (and on the fusion score after fusion), and none on a score with an arm-local ``min =>``;
 7. BM25 terms come from the same analyzer on both sides (the dialect's ``analyzer``, which built the
    store's term table, equals the engine's);
 8. the dialect's capability flags cover the plan (:meth:`~nlql.sql.dialect.Dialect.missing_feature`);
 9. there is no MMR (its greedy selection reads the window's own vectors, in the engine).
 
-Everything else — the bindings' values, ORDER BY, OFFSET/LIMIT, hits — stays the engine's shared code,
-so both paths give the same rows in the same order with the same scores.
+Everything else — the bindings' values (a score below its ``min =>`` NULL), ORDER BY, OFFSET/LIMIT, hits — stays the engine's shared code, so both paths give the
+same rows in the same order with the same scores.
 
 The pass needs only the dialect, never a database: SQL goldens compile plans for every dialect without
 a driver installed.
@@ -31,14 +33,25 @@ from dataclasses import replace
 from typing import Any
 
 from nlql import ir
-from nlql.evaluate import graph_slot
+from nlql.evaluate import graph_slot, temporal_slot
 from nlql.functions import FUSION_FUNCTIONS, RANK_FUSIONS
 from nlql.plan.decide_overfetch import DISTINCT_FACTOR
 from nlql.plan.nodes import Plan, ScoreSpec
 from nlql.render import render_expr
 from nlql.sql import dialect_of
+from nlql.sql.codec import micros
 from nlql.sql.dialect import Dialect
-from nlql.sql.nodes import Arm, Fusion, GraphScore, KeywordScore, Lowered, Score, SimilarityScore, Threshold
+from nlql.sql.nodes import (
+    Arm,
+    Fusion,
+    GraphScore,
+    KeywordScore,
+    Lowered,
+    Score,
+    SimilarityScore,
+    TemporalScore,
+    Threshold,
+)
 
 __all__ = ["lower_hybrid"]
 
@@ -59,6 +72,24 @@ def _graph_arm(plan: Plan, name: str) -> GraphScore | None:
         return None
     key = plan.graphs[binding.expr]
     return GraphScore(graph_slot(key), key[0], key[1], key[2], render_expr(binding.expr))
+
+
+def _temporal_arm(plan: Plan, name: str) -> TemporalScore | None:
+    """The TEMPORAL call a fusion arm's binding is exactly, as a SQL score (its period resolved at plan
+    time, in µs since the epoch), or None."""
+    binding = plan.query.binding(name)
+    if binding is None or not isinstance(binding.expr, ir.Call) or binding.expr not in plan.temporals:
+        return None
+    call = binding.expr
+    path = call.args[0] if call.args else None
+    if not isinstance(path, ir.Meta) or not path.keys:
+        return None
+    period = plan.temporals[call]
+    slot, label = temporal_slot(call), render_expr(call)
+    if period is None:  # no period in the text: the arm is empty
+        return TemporalScore(slot, tuple(path.keys), None, None, False, label)
+    return TemporalScore(slot, tuple(path.keys), micros(period.start), micros(period.end),
+                         bool(period.open_start or period.open_end), label)
 
 
 def _engine(plan: Plan, why: str) -> Plan:
@@ -94,6 +125,7 @@ def lower_hybrid(plan: Plan, dialect: Dialect | Any, analyzer: Any = None) -> Pl
     by_slot: dict[str, ScoreSpec] = {s.slot: s for s in plan.scores}
     fusions = [s for s in plan.scores if s.kind in RANK_FUSIONS]
     graphs: list[GraphScore] = []
+    temporals: list[TemporalScore] = []
     if len(fusions) > 1:
         return _engine(plan, "the query has more than one fusion score")
     if len(plan.order) != 1:
@@ -110,6 +142,12 @@ def lower_hybrid(plan: Plan, dialect: Dialect | Any, analyzer: Any = None) -> Pl
         for name in spec.arms:
             slot = plan.binding_slots.get(name)
             graph = _graph_arm(plan, name) if slot is None else None
+            temporal = _temporal_arm(plan, name) if slot is None and graph is None else None
+            if temporal is not None:
+                if temporal not in temporals:
+                    temporals.append(temporal)
+                arms.append(Arm(name, temporal.slot, "temporal"))
+                continue
             if graph is not None:
                 if unit.kind != "SENTENCE":
                     return _engine(plan, f"GRAPH arm {name} over {unit.kind} rows runs in the engine")
@@ -120,7 +158,7 @@ def lower_hybrid(plan: Plan, dialect: Dialect | Any, analyzer: Any = None) -> Pl
             kind = by_slot[slot].kind if slot in by_slot else None
             if slot is None or kind not in ("SIMILARITY", "BM25"):
                 return _engine(plan, f"arm {name} is not exactly one SIMILARITY or BM25 call")
-            arms.append(Arm(name, slot, "semantic" if kind == "SIMILARITY" else "bm25"))
+            arms.append(Arm(name, slot, "semantic" if kind == "SIMILARITY" else "bm25", min=by_slot[slot].min))
         if len(spec.weights) != len(arms):
             return _engine(plan, "RRF weights do not match its arms")
         fusion = Fusion(spec.kind, spec.slot, tuple(arms), k=spec.k, weights=spec.weights)
@@ -128,7 +166,7 @@ def lower_hybrid(plan: Plan, dialect: Dialect | Any, analyzer: Any = None) -> Pl
         if order_slot is None or by_slot[order_slot].kind != "BM25" or not key.descending:
             return _engine(plan, f"ORDER BY {key.label} is not a fusion or BM25 score DESC")
         binding = key.label if isinstance(key.expr, ir.Ref) else order_slot
-        fusion = Fusion("SINGLE", order_slot, (Arm(binding, order_slot, "bm25"),))
+        fusion = Fusion("SINGLE", order_slot, (Arm(binding, order_slot, "bm25", min=by_slot[order_slot].min),))
 
     kinds = {s.slot: s.kind for s in plan.scores}
     thresholds: list[Threshold] = []
@@ -136,6 +174,9 @@ def lower_hybrid(plan: Plan, dialect: Dialect | Any, analyzer: Any = None) -> Pl
         t = _threshold(c, plan, kinds)
         if t is None or t.kind == "FUSED":
             return _engine(plan, f"WHERE {render_expr(c)} is evaluated by the engine (not pushed)")
+        if by_slot[t.slot].min is not None:  # NULL below min: the condition is UNKNOWN there
+            return _engine(plan, f"WHERE {render_expr(c)} reads {by_slot[t.slot].label}, which has an arm-local "
+                                 "min => (evaluated by the engine)")
         thresholds.append(t)
     fused: list[Threshold] = []
     for c in plan.fusion_residual:
@@ -163,6 +204,7 @@ def lower_hybrid(plan: Plan, dialect: Dialect | Any, analyzer: Any = None) -> Pl
             terms = tuple(dict.fromkeys(engine_an.terms(" ".join(s.texts))))
             scores.append(KeywordScore(s.slot, terms, s.label))
     scores.extend(graphs)
+    scores.extend(temporals)
 
     fetch = plan.limit + plan.offset
     if plan.rerank:

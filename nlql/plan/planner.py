@@ -178,17 +178,11 @@ def build_plan(
             raise PlanError("KEEP must be at least 1", bound.distinct.keep.span if bound.distinct.keep else None)
         plan = replace(plan, distinct=DistinctSpec(tuple(bound.distinct.keys),
                                                    tuple(render_expr(k) for k in bound.distinct.keys), keep or 1))
-    with_min = [s.label for s in specs if s.min is not None]
     sql_graph = bool(getattr(dialect_of(store), "GRAPH_CTE", False))
-    if (temporals or (graphs and not sql_graph)) and dialect_of(store) is not None:
-        # the extracted periods (and, without the store's entity tables, the entity graph) live in the
-        # engine: on a SQL store such plans run arm by arm in the engine
-        what = " and ".join(n for n, used in (("GRAPH", graphs), ("TEMPORAL", temporals)) if used)
-        plan = replace(plan, lowering={"strategy": "engine", "reason": f"{what} run in the engine (not lowered to SQL)"})
-    elif with_min and any(s.kind == "BM25" or s.kind in FUSION_FUNCTIONS for s in specs):
-        # the SQL lowering has no arm-local thresholds yet: the engine runs such plans arm by arm
-        plan = replace(plan, lowering={"strategy": "engine", "reason": f"{with_min[0]} has an arm-local min => "
-                                                                       "(evaluated by the engine)"})
+    if graphs and not sql_graph and dialect_of(store) is not None:
+        # without the store's entity tables the entity graph lives in the engine: on a SQL store such
+        # plans run arm by arm in the engine (TEMPORAL and min => are the lowering's: lower_hybrid)
+        plan = replace(plan, lowering={"strategy": "engine", "reason": "GRAPH run in the engine (not lowered to SQL)"})
     else:
         plan = lower_hybrid(plan, store, analyzer)
         if graphs and plan.lowering is None and dialect_of(store) is not None:  # no BM25 or fusion to lower

@@ -43,7 +43,16 @@ from nlql.sql import graph as graph_sql
 from nlql.sql.binder import Binder, Fragment, Param, Slot, join, sql, template
 from nlql.sql.codec import TextCodec, to_decimal
 from nlql.sql.filters import SQL_FILTER_OPS, filter_sql
-from nlql.sql.nodes import Arm, Fusion, GraphScore, KeywordScore, Lowered, SimilarityScore, Threshold
+from nlql.sql.nodes import (
+    Arm,
+    Fusion,
+    GraphScore,
+    KeywordScore,
+    Lowered,
+    SimilarityScore,
+    TemporalScore,
+    Threshold,
+)
 
 __all__ = ["SQL_FILTER_OPS", "Compiled", "Dialect", "quote_ident"]
 
@@ -111,6 +120,9 @@ class _Build:
         self.graphs = [s for s in lowered.scores if isinstance(s, GraphScore)]
         for i, g in enumerate(self.graphs, start=1):
             self.name[g.slot] = f"gr{i}"
+        self.temporals = [s for s in lowered.scores if isinstance(s, TemporalScore)]
+        for i, t in enumerate(self.temporals, start=1):
+            self.name[t.slot] = f"tm{i}"
 
 
 class Dialect:
@@ -140,6 +152,7 @@ class Dialect:
     MULTI_VECTOR_SIMILARITY: ClassVar[bool] = False  # SIMILARITY over several texts (max)
     ADVISORY_LOCKS: ClassVar[bool] = False           # writers of several processes serialise on a lock
     GRAPH_CTE: ClassVar[bool] = False                # GRAPH from the store's entity tables, as CTEs
+    TEMPORAL_CTE: ClassVar[bool] = False             # TEMPORAL from the metadata's date view, as a CTE
     FUSIONS: ClassVar[frozenset[str]] = frozenset()  # RRF, INTERLEAVE, SINGLE
     UNITS: ClassVar[frozenset[str]] = frozenset()    # result units a statement can return
     FILTER_OPS: ClassVar[frozenset[str]] = frozenset()  # pushed-filter leaf operators it compiles
@@ -291,6 +304,8 @@ class Dialect:
                 return f"the {self.NAME} dialect has no SIMILARITY over several texts"
             if isinstance(s, GraphScore) and not self.GRAPH_CTE:
                 return f"the {self.NAME} dialect has no entity tables for GRAPH"
+            if isinstance(s, TemporalScore) and not self.TEMPORAL_CTE:
+                return f"the {self.NAME} dialect has no TEMPORAL in SQL"
         if sum(isinstance(s, GraphScore) for s in lowered.scores) > 1:
             return "more than one GRAPH arm (the statement holds one activation)"
         bm_th = {t.slot for t in lowered.thresholds if t.kind == "BM25"}
@@ -377,6 +392,14 @@ class Dialect:
         "  WHERE {where}\n"
         ")"
     )
+    # TEMPORAL (SPEC §9): the rows dated inside the period, valued as nlql.text.temporal.temporal_value
+    TEMPORAL_SCORES = (
+        "{name} AS{mat} (\n"
+        "  SELECT u.key, u.seq, u.position, {value} AS score\n"
+        "  FROM {units} u JOIN {docs} d ON d.doc_id = u.doc_id\n"
+        "  WHERE {inside} AND {where}\n"
+        ")"
+    )
     KEYWORD_RANKS = (
         "{name}_ranked AS (\n"
         "  SELECT key, seq, position, rank FROM (\n"
@@ -424,7 +447,7 @@ class Dialect:
         "\n  UNION ALL\n"
         "  (SELECT u.key, u.seq, u.position, {0:float8} AS score\n"
         "   FROM {units} u{docs_join}\n"
-        "   WHERE {where} AND NOT EXISTS (SELECT 1 FROM {name} x WHERE x.key = u.key)\n"
+        "   WHERE {where} AND NOT EXISTS (SELECT 1 FROM {name} x WHERE x.key = u.key{kept})\n"
         "     AND (SELECT count(*) FROM {name} WHERE {own}) < {fetch}\n"
         "   ORDER BY u.seq, u.position LIMIT {fetch})"
     )
@@ -467,6 +490,8 @@ class Dialect:
             ctes.append((f"score {st.name[k.slot]}", self.visit(k, st)))
         for g in st.graphs:
             ctes.append((f"score {st.name[g.slot]}", self.visit(g, st)))
+        for tm in st.temporals:
+            ctes.append((f"score {st.name[tm.slot]}", self.visit(tm, st)))
         arm_ctes: dict[str, Fragment] = {}
         seen: set[str] = set()
         for arm in lowered.fusion.arms:
@@ -487,7 +512,7 @@ class Dialect:
         for arm in lowered.fusion.arms:
             frags = []
             score = lowered.score(arm.slot)
-            if isinstance(score, (KeywordScore, GraphScore)):
+            if isinstance(score, (KeywordScore, GraphScore, TemporalScore)):
                 frags.append(self.visit(score, st))
             if arm.slot in arm_ctes:
                 frags.append(arm_ctes[arm.slot])
@@ -532,6 +557,35 @@ class Dialect:
                    self.template(self.GRAPH_SCORES, name=st.name[g.slot], mat=self._mat(), units=self.units,
                                  docs_join=self._docs_join(st), where=self._shared(st, g.slot)))
 
+    def visit_TemporalScore(self, t: TemporalScore, st: _Build) -> Fragment:  # noqa: N802
+        """The rows whose date (:meth:`temporal_micros`) lies in the period and pass the shared WHERE,
+        with TEMPORAL's value: ``1 − (0.5 × |2X − A − B|) / (B − A + 2)`` in integers then the same
+        float operations as :func:`nlql.text.temporal.temporal_value` (1.0 when a side is open). No
+        period: no row."""
+        if t.start is None or t.end is None:
+            value: Fragment = sql(self.cast("NULL", "float8"))
+            inside: Fragment = sql("FALSE")
+        else:
+            x = self.temporal_micros(t.keys)
+            inside = sql("(", x, " >= ", Param(int(t.start), "bigint", f"period start of {t.label} (µs)"),
+                         " AND ", x, " < ", Param(int(t.end), "bigint", f"period end of {t.label} (µs)"), ")")
+            if t.open:
+                value = sql(self.cast("1", "float8"))
+            else:
+                off = sql("CAST(abs(2 * ", x, " - ", Param(int(t.start) + int(t.end), "bigint", f"A + B of {t.label}"),
+                          ") AS ", self.type_name("float8"), ")")
+                span = Param(float(int(t.end) - int(t.start) + 2), "float8", f"B - A + 2 of {t.label}")
+                value = sql(self.cast("1", "float8"), " - (", self.cast("0.5", "float8"), " * ", off, ") / ", span)
+        return self.template(self.TEMPORAL_SCORES, name=st.name[t.slot], mat=self._mat(), value=value,
+                             units=self.units, docs=self.docs, inside=inside, where=self._shared(st, t.slot))
+
+    def temporal_micros(self, keys: Sequence[str]) -> Fragment:
+        """The date at the metadata path ``keys`` as µs since the epoch (a bigint): the typed ``t`` view
+        the pushed filters compare dates with (ISO strings read by :func:`nlql.values.iso_datetime` at
+        ingest), NULL for a missing key or a value that is no date."""
+        t = self.subject(("meta", *keys)).view("t")
+        return sql("CAST(", t, " AS ", self.type_name("bigint"), ")")
+
     def visit_Threshold(self, t: Threshold, st: _Build, subject: str = "row") -> Fragment:  # noqa: N802
         """``subject op value``: on a row (``u``) for shared filters, or on a CTE's ``score``/``dist``."""
         op = _CMP[t.op]
@@ -549,12 +603,20 @@ class Dialect:
             return sql(f"(coalesce((SELECT x.score FROM {name} x WHERE x.key = u.key), 0) ", op, " ", value, ")")
         raise UnsupportedError(self.NAME, f"the score condition {t.label} in SQL")
 
+    def arm_thresholds(self, arm: Arm, st: _Build) -> list[Threshold]:
+        """The conditions on an arm's own score: WHERE's on its slot, and its arm-local ``min =>``."""
+        own = [t for t in st.lowered.thresholds if t.slot == arm.slot]
+        if arm.min is not None:
+            kind = "SIMILARITY" if arm.kind == "semantic" else "BM25"
+            own.append(Threshold(arm.slot, kind, ">=", float(arm.min), f"{arm.binding} min => {arm.min:g}"))
+        return own
+
     def visit_Arm(self, arm: Arm, st: _Build) -> Fragment:  # noqa: N802
         lw = st.lowered
         name = st.name[arm.slot]
         depth = self._int(lw.depth, "arm depth")
-        own = [t for t in lw.thresholds if t.slot == arm.slot]
-        if arm.kind in ("bm25", "graph"):
+        own = self.arm_thresholds(arm, st)
+        if arm.kind in ("bm25", "graph", "temporal"):
             return self.template(self.KEYWORD_RANKS, name=name, depth=depth,
                             own=self._conds([self.visit(t, st, "score") for t in own]))
         s = lw.score(arm.slot)
@@ -575,12 +637,14 @@ class Dialect:
         if f.method == "SINGLE":
             (arm,) = f.arms
             name = st.name[arm.slot]
-            own = self._conds([self.visit(t, st, "score") for t in st.lowered.thresholds
-                               if t.slot == arm.slot])
+            own = self._conds([self.visit(t, st, "score") for t in self.arm_thresholds(arm, st)])
             fill = sql()
             if f.fill:
+                # below min => the row is not ranked but stays in the result (its score NULL): it fills
+                kept = sql() if arm.min is None else sql(
+                    " AND x.score >= ", Param(float(arm.min), "float8", f"threshold {arm.binding} min => {arm.min:g}"))
                 fill = self.template(self.SINGLE_FILL, units=self.units, docs_join=self._docs_join(st),
-                                where=self._shared(st, arm.slot), name=sql(name), own=own,
+                                where=self._shared(st, arm.slot), name=sql(name), own=own, kept=kept,
                                 fetch=self._int(st.lowered.fetch, "rows returned"))
             return self.template(self.SINGLE, name=name, own=own, fill=fill)
         union = join("\n  UNION ALL\n  ", [
@@ -608,9 +672,10 @@ class Dialect:
             names[s.slot] = alias
             if isinstance(s, SimilarityScore):
                 cols.append(sql(self.visit(s, st), f" AS {alias}"))
-            else:  # BM25: 0 for a row without the terms; GRAPH: NULL for a row with no activated entity
+            else:  # BM25: 0 for a row without the terms; GRAPH: NULL for a row with no activated entity;
+                # TEMPORAL: NULL for a row with no date in the period
                 name = st.name[s.slot]
-                cols.append(self.score_column(name, alias, zero=not isinstance(s, GraphScore)))
+                cols.append(self.score_column(name, alias, zero=isinstance(s, KeywordScore)))
                 joins.append(sql(f"\nLEFT JOIN {name} ON {name}.key = top.key"))
         counts = []  # rows per arm (a semantic arm before its threshold: under-fill detection)
         single = st.lowered.fusion.method == "SINGLE"

@@ -46,7 +46,23 @@ class GraphScore:
     label: str
 
 
-Score = SimilarityScore | KeywordScore | GraphScore
+@dataclass(frozen=True)
+class TemporalScore:
+    """A TEMPORAL slot: SPEC §9's value of the date at the metadata path ``keys`` (its ``t`` view, µs
+    since the epoch) in the period ``[start, end)`` (µs), the same float operations as
+    :func:`nlql.text.temporal.temporal_value`; NULL (no row) for a row with no date or a date outside
+    the period. ``start`` None: the text named no period, the arm is empty. ``open``: a side is
+    unbounded, every date inside is 1.0."""
+
+    slot: str
+    keys: tuple[str, ...]
+    start: int | None
+    end: int | None
+    open: bool
+    label: str
+
+
+Score = SimilarityScore | KeywordScore | GraphScore | TemporalScore
 
 
 @dataclass(frozen=True)
@@ -74,12 +90,15 @@ class Arm:
     """One ranked input of the fusion: the binding ``binding`` over score ``slot``.
 
     ``kind`` is ``semantic`` (top ``depth`` by similarity), ``bm25`` (top ``depth`` rows that match a
-    query term, by BM25) or ``graph`` (top ``depth`` activated rows, by activation).
+    query term, by BM25), ``graph`` (top ``depth`` activated rows, by activation) or ``temporal`` (top
+    ``depth`` dated rows in the period, by TEMPORAL's value). ``min``: the arm-local threshold
+    (``min => x``, SPEC §9): rows whose score is below it are out of this arm only.
     """
 
     binding: str
     slot: str
     kind: str
+    min: float | None = None
 
 
 @dataclass(frozen=True)
@@ -101,7 +120,7 @@ class Lowered:
 
     Attributes:
         scores: Every SIMILARITY/BM25 slot the query reads (each computed for the returned rows), and
-            the GRAPH arm's slot.
+            the GRAPH and TEMPORAL arms' slots.
         fusion: The ranking and its arms.
         filter: The pushed WHERE (shared by every arm, applied before each arm's LIMIT).
         thresholds: Score conjuncts of WHERE on SIMILARITY/BM25 slots (also shared by every arm).
@@ -132,4 +151,5 @@ class Lowered:
         return tuple(a for a in self.fusion.arms if a.kind == "semantic")
 
 
-__all__ = ["Arm", "Fusion", "GraphScore", "KeywordScore", "Lowered", "Score", "SimilarityScore", "Threshold"]
+__all__ = ["Arm", "Fusion", "GraphScore", "KeywordScore", "Lowered", "Score", "SimilarityScore", "TemporalScore",
+           "Threshold"]

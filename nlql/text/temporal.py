@@ -1501,7 +1501,8 @@ def temporal_value(moment: datetime | None, period: Period | None) -> float | No
     microsecond (the ``+ 2`` keeps the start, which the half-open period includes, above 0.5). A
     period open on one side (``after 2020``) has no midpoint: every moment inside gets 1.0. The
     float operations are fixed (two exact integer→float conversions, one multiply, one divide, one
-    subtract) so SQL computes the same value (:func:`postgres_temporal_value`).
+    subtract) so SQL computes the same value (the hybrid statement's TEMPORAL arm,
+    :meth:`nlql.sql.dialect.Dialect.visit_TemporalScore`; :func:`postgres_temporal_value` over a timestamptz).
 
     Args:
         moment: The row's date as an aware datetime (None → None).

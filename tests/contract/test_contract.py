@@ -168,6 +168,15 @@ QUERIES: list[str] = [
     'ORDER BY f DESC LIMIT 10',
     'SELECT SENTENCE LET f = INTERLEAVE(GRAPH("Alan Turing"), TEMPORAL(meta.date, "June 2024"), window => 4) '
     'ORDER BY f DESC LIMIT 8',
+    # four arms with TEMPORAL and arm-local min => (on PostgreSQL and DuckDB one statement: FOUR_ARMS)
+    'SELECT SENTENCE LET s = SIMILARITY(content, "agents memory", min => 0.2), '
+    'k = BM25(content, "agents memory", min => 0.8), t = TEMPORAL(meta.date, "in the first half of 2024"), '
+    's2 = SIMILARITY(content, "solar energy"), f = RRF(s, k, t, s2) WHERE meta.status != "archived" '
+    'ORDER BY f DESC LIMIT 10',
+    'SELECT SENTENCE LET s = SIMILARITY(content, "who mentioned Grace Hopper?", min => 0.1), '
+    'k = BM25(content, "Grace Hopper tools", min => 0.5), g = GRAPH("Grace Hopper"), '
+    't = TEMPORAL(meta.date, "what happened in March 2024?"), f = RRF(s, k, g, t, window => 15) '
+    'ORDER BY f DESC LIMIT 10',
     # GRAPH fused with SIMILARITY / BM25 only: on PostgreSQL one hybrid statement (the graph arm's CTEs)
     'SELECT SENTENCE LET s = SIMILARITY(content, "who mentioned Grace Hopper?"), '
     'k = BM25(content, "who mentioned Grace Hopper?"), g = GRAPH("who mentioned Grace Hopper?", hops => 2), '
@@ -288,6 +297,26 @@ def test_same_rows_as_builtin(engine: Engine, reference: Engine, query: str) -> 
         assert (g.best is None) == (w.best is None)
         if w.best is not None:
             assert (g.best.position, g.best.content) == (w.best.position, w.best.content)
+
+
+FOUR_ARMS = [q for q in QUERIES if "TEMPORAL" in q and "RRF(s, k, " in q]
+
+
+@pytest.mark.parametrize("query", FOUR_ARMS)
+def test_sql_stores_fuse_four_arms_in_one_statement(engine: Engine, query: str) -> None:
+    """TEMPORAL and min => are part of the one hybrid statement (GRAPH too where the store keeps entity
+    tables): explain says so and the statement ran."""
+    from nlql.sql import dialect_of
+
+    d = dialect_of(engine.store)
+    if d is None:
+        pytest.skip("the store runs no SQL")
+    low = engine.explain(query).to_dict()["lowering"]
+    if "GRAPH(" in query and not d.GRAPH_CTE:
+        assert low["strategy"] == "engine" and "GRAPH" in low["reason"]
+        return
+    assert low == {"strategy": "sql", "reason": f"one statement on {d.NAME}", "dialect": d.NAME}
+    assert engine.search(query).stats["store"]["path"] == "sql"
 
 
 def test_contract_has_enough_queries() -> None:

@@ -43,9 +43,35 @@ def corpus() -> tuple[list[str], list[str], list[dict[str, Any]]]:
                                 "date": (CLOCK - timedelta(days=(i * 7) % 70, hours=i % 5)).isoformat()}
         if i % 4:
             meta["author"] = f"author{i % 6}"
+        when = _when(i)
+        if when is not _MISSING:
+            meta["when"] = when
         texts_meta = meta
         metas.append(texts_meta)
     return texts, ids, metas
+
+
+_MISSING = object()
+_IST = timezone(timedelta(hours=5, minutes=30))
+
+
+def _when(i: int) -> Any:
+    """TEMPORAL's dates in every form metadata holds them: date-only strings (many documents on one
+    day: ties), ISO with offsets or Z, naive datetimes (read as UTC), year-month, the far ends of the
+    calendar; and values that are no date (a number, words, null, a list) or no key at all."""
+    moment = CLOCK - timedelta(days=(i * 3) % 40, hours=i % 7, minutes=(i * 17) % 60)
+    return [
+        moment.date().isoformat(),
+        moment.astimezone(_IST).isoformat(),
+        moment.replace(tzinfo=None).isoformat(),
+        20261120,
+        "last tuesday",
+        _MISSING,
+        moment.strftime("%Y-%m"),
+        moment.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        None if i % 20 == 8 else [moment.date().isoformat()],
+        ["0001-01-01", "9999-12-31T23:59:59", "2026-11-24T00:00:00-08:00"][i // 10 % 3],
+    ][i % 10]
 
 
 def load(store: Any) -> Engine:
@@ -115,6 +141,43 @@ QUERIES: list[tuple[str, str]] = [
      "ORDER BY s DESC LIMIT 5 OFFSET 1", "engine"),
     ('SELECT DOCUMENT LET sem = SIMILARITY(content, "language games"), kw = BM25(content, "language games"), '
      "f = RRF(sem, kw) ORDER BY f DESC LIMIT 5", "engine"),
+    # SPEC §9 TEMPORAL arms in the statement: the period from the text, the dates from the metadata
+    ('SELECT SENTENCE LET sem = SIMILARITY(content, "solar energy"), kw = BM25(content, "solar energy"), '
+     't = TEMPORAL(meta.when, "what happened last week?"), f = RRF(sem, kw, t) ORDER BY f DESC LIMIT 10', "sql"),
+    ('SELECT SENTENCE LET kw = BM25(content, "grid battery"), t = TEMPORAL(meta.when, "in November 2026"), '
+     "f = INTERLEAVE(t, kw) ORDER BY f DESC LIMIT 12", "sql"),
+    ('SELECT SENTENCE LET sem = SIMILARITY(content, "music"), t = TEMPORAL(meta.when, "the past 30 days"), '
+     'f = RRF(t, sem, k => 5, window => 7) WHERE meta.status != "draft" ORDER BY f DESC LIMIT 15', "sql"),
+    ('SELECT SENTENCE LET sem = SIMILARITY(content, "river"), t = TEMPORAL(meta.when, "after October 2026"), '
+     "kw = BM25(content, \"river\"), f = RRF(sem, t, kw) WHERE t IS NOT NULL OR meta.n > 80 ORDER BY f DESC LIMIT 9",
+     "engine"),
+    ('SELECT SENTENCE LET kw = BM25(content, "the report"), t = TEMPORAL(meta.when, "before November 2026"), '
+     "f = RRF(kw, t, weights => [1, 3]) ORDER BY f DESC LIMIT 10", "sql"),  # an open period: 1.0 inside
+    ('SELECT SENTENCE LET kw = BM25(content, "agents"), t = TEMPORAL(meta.date, "the past 10 days"), '
+     "u = TEMPORAL(meta.when, \"the past 3 days\"), f = RRF(kw, t, u) WHERE kw < 4 ORDER BY f DESC LIMIT 10", "sql"),
+    ('SELECT SENTENCE LET sem = SIMILARITY(content, "wind"), kw = BM25(content, "wind"), '
+     't = TEMPORAL(meta.when, "no period in here"), f = RRF(sem, kw, t) ORDER BY f DESC LIMIT 8', "sql"),
+    ('SELECT SENTENCE LET sem = SIMILARITY(content, "wind"), t = TEMPORAL(meta.nested.when, "last week"), '
+     "f = RRF(sem, t) ORDER BY f DESC LIMIT 6", "sql"),  # no such key: an empty arm
+    # SPEC §9 arm-local min => in the statement: out of that arm only, the score NULL
+    ('SELECT SENTENCE LET sem = SIMILARITY(content, "grid storage", min => 0.2), '
+     'kw = BM25(content, "grid battery", min => 1.5), f = RRF(sem, kw) ORDER BY f DESC LIMIT 15', "sql"),
+    ('SELECT SENTENCE LET sem = SIMILARITY(content, "cats", min => 0.3), kw = BM25(content, "cats dogs"), '
+     'f = INTERLEAVE(kw, sem) WHERE kw >= 0.5 AND meta.lang != "de" ORDER BY f DESC LIMIT 10', "sql"),
+    ('SELECT SENTENCE LET kw = BM25(content, "storage grid", min => 2) ORDER BY kw DESC LIMIT 40', "sql"),
+    ('SELECT SENTENCE LET kw = BM25(content, "storage grid", min => 2.5) ORDER BY kw DESC LIMIT 5', "sql"),
+    ('SELECT SENTENCE LET kw = BM25(content, "storage grid", min => 0) ORDER BY kw DESC LIMIT 30', "sql"),
+    ('SELECT SENTENCE LET sem = SIMILARITY(content, "energy", min => 0.9), kw = BM25(content, "energy"), '
+     "f = RRF(sem, kw) ORDER BY f DESC LIMIT 5", "sql"),  # nothing reaches min: one arm left
+    # four arms, TEMPORAL and min => together: one statement
+    ('SELECT SENTENCE LET sem = SIMILARITY(content, "solar policy", min => 0.15), '
+     'kw = BM25(content, "solar policy", min => 1), t = TEMPORAL(meta.when, "the past 3 weeks"), '
+     'sem2 = SIMILARITY(content, ["wind", "battery"]), f = RRF(sem, kw, t, sem2, weights => [1, 1, 0.5, 2]) '
+     'WHERE meta.author IS NOT NULL ORDER BY f DESC LIMIT 10', "sql"),
+    ('SELECT SENTENCE LET sem = SIMILARITY(content, "solar", min => 0.2), kw = BM25(content, "solar"), '
+     "f = RRF(sem, kw) WHERE sem > 0.1 ORDER BY f DESC LIMIT 5", "engine"),  # WHERE on a min => score
+    ('SELECT DOCUMENT LET kw = BM25(content, "grid"), t = TEMPORAL(meta.when, "last week"), f = RRF(kw, t) '
+     "ORDER BY f DESC LIMIT 5", "engine"),
     (_q("solar energy", "solar energy", where='content MATCH "^So"'), "engine"),
     (_q("solar energy", "solar energy", tail="LIMIT 10").replace("ORDER BY f DESC", "ORDER BY f DESC, meta.n ASC"),
      "engine"),
@@ -160,6 +223,9 @@ LITERAL_QUERIES = [
     ('SELECT SENTENCE LET sem = SIMILARITY(content, ["ocelot", "tapir"]), kw = BM25(content, "ocelot"), '
      "f = INTERLEAVE(sem, kw) WHERE meta.`we\"ird` == 31337 ORDER BY f DESC LIMIT 119",
      ["ocelot", "tapir", "31337", "119", 'we"ird']),
+    ('SELECT SENTENCE LET kw = BM25(content, "quagga"), t = TEMPORAL(meta.okapi_day, "what happened in March 2019?"), '
+     'sem = SIMILARITY(content, "quagga", min => 0.4321), f = RRF(kw, t, sem) ORDER BY f DESC LIMIT 131',
+     ["quagga", "okapi_day", "march", "2019", "0.4321", "131", "1551398400", "1554076800"]),
 ]
 
 

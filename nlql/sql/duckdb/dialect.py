@@ -55,6 +55,7 @@ class DuckDBDialect(Dialect):
     BM25_NATIVE = True
     MULTI_VECTOR_SIMILARITY = True
     ADVISORY_LOCKS = False
+    TEMPORAL_CTE = True
     FUSIONS = frozenset({"RRF", "INTERLEAVE", "SINGLE"})
     UNITS = frozenset({"SENTENCE", "SPAN"})
     TYPES: ClassVar[dict[str, str]] = {

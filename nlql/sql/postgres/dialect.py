@@ -60,6 +60,7 @@ class PostgresDialect(Dialect):
     MULTI_VECTOR_SIMILARITY = True
     ADVISORY_LOCKS = True
     GRAPH_CTE = True
+    TEMPORAL_CTE = True
     FUSIONS = frozenset({"RRF", "INTERLEAVE", "SINGLE"})
     UNITS = frozenset({"SENTENCE", "SPAN"})
     FILTER_OPS = PGVECTOR_OPS
@@ -96,7 +97,7 @@ class PostgresDialect(Dialect):
         (:meth:`~nlql.stores.pgvector.PgVectorStore.run_lowered`); otherwise the shared arm."""
         if st.mode != "rescored" or arm.kind != "semantic":
             return super().visit_Arm(arm, st)
-        own = [t for t in st.lowered.thresholds if t.slot == arm.slot]
+        own = self.arm_thresholds(arm, st)
         return self.template(self.RESCORED_ARM, name=st.name[arm.slot], mat=self._mat(), units=self.units,
                         keys=sql(Slot(f"{arm.slot}:keys", "bigint[]", f"ranked keys of {arm.slot}")),
                         dists=sql(Slot(f"{arm.slot}:dists", "float8[]", f"distances of {arm.slot}")),

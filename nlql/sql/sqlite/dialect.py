@@ -48,6 +48,7 @@ class SQLiteDialect(Dialect):
     BM25_NATIVE = True
     MULTI_VECTOR_SIMILARITY = True
     GRAPH_CTE = True
+    TEMPORAL_CTE = True
     FUSIONS = frozenset({"RRF", "INTERLEAVE", "SINGLE"})
     UNITS = frozenset({"SENTENCE", "SPAN"})
     FILTER_OPS = SQL_FILTER_OPS
@@ -76,7 +77,7 @@ class SQLiteDialect(Dialect):
         "\n  UNION ALL\n"
         "  SELECT * FROM (SELECT u.key, u.seq, u.position, {0:float8} AS score\n"
         "   FROM {units} u{docs_join}\n"
-        "   WHERE {where} AND NOT EXISTS (SELECT 1 FROM {name} x WHERE x.key = u.key)\n"
+        "   WHERE {where} AND NOT EXISTS (SELECT 1 FROM {name} x WHERE x.key = u.key{kept})\n"
         "     AND (SELECT count(*) FROM {name} WHERE {own}) < {fetch}\n"
         "   ORDER BY u.seq, u.position LIMIT {fetch})"
     )
