@@ -808,13 +808,13 @@ class MilvusStore:
                 keep: bool = False) -> list[list[tuple[str, float, int, int]]]:
         """Hits ``(key, score, seq, position)`` per query, scores rounded as ``similarities()``' (so
         ties are ties); with ``keep``, the hits' rows and vectors are read too and kept for the search
-        (:meth:`_keep`)."""
+        (:meth:`_keep`: a fusion's similarities of these rows need no other read)."""
         params: dict[str, Any] = {"metric_type": "COSINE"}
         if self.index == "hnsw":
             params["params"] = ({"nprobe": 16} if _is_local(self.uri)  # IVF_FLAT on Milvus Lite
                                 else {"ef": max(self.hnsw_ef, limit)})
         res = self.client.search(self.collection, data=[q.tolist() for q in queries], limit=limit,
-                                 filter=expr, output_fields=_KEPT_FIELDS if keep else ["seq", "position"],
+                                 filter=expr, output_fields=[*_KEPT_FIELDS, "vec"] if keep else ["seq", "position"],
                                  search_params=params, anns_field="vec")
         out = []
         for hits in res:
@@ -864,7 +864,12 @@ class MilvusStore:
             mine = self._reads.get(scope)
             if mine is None:
                 self._reads[scope] = mine = {}
-            mine.update(rows)
+            for key, row in rows.items():  # (what two reads of a row returned: a knn's vector, a BM25 read's terms)
+                got = mine.get(key)
+                if got is None:
+                    mine[key] = row
+                else:
+                    got.update(row)
 
     def _kept(self) -> dict[str, dict[str, Any]] | None:
         """The rows this search read so far (None outside a search or before any read)."""
@@ -935,15 +940,22 @@ class MilvusStore:
     def _fill_vectors(self, out: np.ndarray, keys: Sequence[Any]) -> None:
         """Each key's stored vector into its rows of ``out`` (keys not stored are left as they are).
 
-        On the exact (FLAT) index by a vector search filtered to the keys, with ``limit`` their number,
-        so every stored one is a hit: Milvus Lite answers it several times faster than the same filter
-        as a query (~9 ms against 20-60 ms for 100 keys at 100k rows). A key the search did not return
-        is asked for by a query."""
+        The vectors this search's knn read are kept (:meth:`_keep`); the others are read on the exact
+        (FLAT) index by a vector search filtered to the keys, with ``limit`` their number, so every
+        stored one is a hit: Milvus Lite answers it several times faster than the same filter as a
+        query (~9 ms against 20-60 ms for 100 keys at 100k rows). A key the search did not return is
+        asked for by a query."""
         index: dict[str, list[int]] = {}
         for i, key in enumerate(keys):
             index.setdefault(str(key), []).append(i)
+        kept = self._kept()
+        if kept:
+            for key in list(index):
+                r = kept.get(key)
+                if r is not None and "vec" in r:
+                    out[index.pop(key)] = np.asarray(r["vec"], dtype=np.float32)
         missing = list(index)
-        if self.index == "flat" and out.shape[1]:
+        if self.index == "flat" and out.shape[1] and missing:
             probe = [[1.0] + [0.0] * (out.shape[1] - 1)]
             for i in range(0, len(missing), _READ_BATCH):
                 part = missing[i : i + _READ_BATCH]
@@ -1048,12 +1060,13 @@ class MilvusStore:
                                       output_fields=_KEPT_FIELDS, search_params={"metric_type": "IP"})[0]
             rows = [{**h["entity"], "key": h["key"] if "key" in h else h["id"]} for h in hits]
             exhausted = len(rows) < limit
-            self._keep({r["key"]: r for r in rows})
             if check is not None:
                 rows = [r for r in rows if pyfilter.row_passes(check, _row(r))]
             for r in rows:
                 if r["key"] not in analysed:
                     analysed[r["key"]] = self._row_terms(json.loads(r["rec"])["c"])
+                r["_terms"] = analysed[r["key"]]  # (kept with the row: the search's rescoring analyses none again)
+            self._keep({r["key"]: r for r in rows})
             scores = _terms.bm25_scores(live, [analysed[r["key"]] for r in rows], df, totals)
             keep = scores > 0
             kept = [r for r, k in zip(rows, keep) if k]
@@ -1082,7 +1095,12 @@ class MilvusStore:
         with self._backend("bm25"):
             totals = self._totals()
             df = self._df(qkeys, totals)
-        return _terms.bm25_scores(qkeys, [self._row_terms(r.content) for r in rows], df, totals)
+        kept = self._kept() or {}  # (the rows this search's BM25 read were analysed there: fetch returned them)
+        terms = []
+        for r in rows:
+            got = kept.get(r.key)
+            terms.append(got["_terms"] if got is not None and "_terms" in got else self._row_terms(r.content))
+        return _terms.bm25_scores(qkeys, terms, df, totals)
 
 
 # ---------------------------------------------------------------------- helpers
