@@ -43,9 +43,15 @@ score ties the next). ``index="hnsw"`` searches the graph with ``ef ≥ k``; a f
 returns fewer than ``k`` rows counts the filter's matches and, when short, searches exactly over the
 matching rows (streamed, bounded memory), so it returns ``min(k, matches)`` (SPEC §6).
 
-**BM25** is scored from the terms kept in the rows (:mod:`nlql.stores._terms`): ``bm25_matches`` reads
-the rows that contain a query term, exactly the built-in store's formula and results; the engine keeps
-no index for this store (``Capabilities.KEYWORD_STATS``).
+**BM25** is scored with the built-in store's formula and results (:mod:`nlql.stores._terms`): the
+stored ``terms`` select the rows holding a query term and count document frequencies (``count(*)`` per
+term, sent at once, memoised per state of the writer records); a row's term frequencies and length are
+its content analysed by the recorded analyzer (Milvus Lite returns an ARRAY field at ~0.1 ms a row, the
+``rec`` string at a few µs). The engine keeps no index for this store (``Capabilities.KEYWORD_STATS``).
+
+**Within a search** the rows its knn and BM25 reads returned are kept (by the search's deadline object,
+gone with it; a write drops them), so the search's fetch, similarities and BM25 rescoring of those rows
+make no further round trip.
 """
 
 from __future__ import annotations
