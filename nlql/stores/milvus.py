@@ -159,6 +159,8 @@ def literal(value: Any) -> str:
             raise ValueError(f"no Milvus literal for {value!r}")
         return repr(value)
     if isinstance(value, str):
+        if value.isascii() and value.isalnum():  # (keys and most terms: nothing to escape)
+            return '"' + value + '"'
         out = ['"']
         for c in value:
             o = ord(c)
