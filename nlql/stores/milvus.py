@@ -548,9 +548,8 @@ class MilvusStore:
         return totals
 
     def _df(self, qkeys: Sequence[str], totals: _terms.Totals) -> dict[str, int]:
-        """Rows holding each term: one ``count(*)`` per term not yet memoised, all sent at once (the
-        engine counts them concurrently: one round trip's wait however many terms), memoised per state
-        of the writer records.
+        """Rows holding each term: one ``count(*)`` per term not yet memoised, all sent at once (from a
+        small pool: a server answers them side by side), memoised per state of the writer records.
 
         Every write changes some writer's record (its ``seq`` at least), so a count taken under the
         same records is still exact; the memo is bounded (no growth with the corpus). Counting reads
