@@ -32,6 +32,8 @@ MAX_TERM_BYTES = 200  # longer terms are stored as a hash (exact match, collisio
 
 def term_key(term: str) -> str:
     """The stored form of one analysed term: valid UTF-8, at most ``MAX_TERM_BYTES`` bytes."""
+    if len(term) <= MAX_TERM_BYTES and term.isascii():  # (the common case: itself, no encoding needed)
+        return term
     raw = term.encode("utf-8", "surrogatepass")
     if len(raw) <= MAX_TERM_BYTES and not any(0xD800 <= ord(c) <= 0xDFFF for c in term):
         return term

@@ -43,23 +43,33 @@ score ties the next). ``index="hnsw"`` searches the graph with ``ef ≥ k``; a f
 returns fewer than ``k`` rows counts the filter's matches and, when short, searches exactly over the
 matching rows (streamed, bounded memory), so it returns ``min(k, matches)`` (SPEC §6).
 
-**BM25** is scored from the terms kept in the rows (:mod:`nlql.stores._terms`): ``bm25_matches`` reads
-the rows that contain a query term, exactly the built-in store's formula and results; the engine keeps
-no index for this store (``Capabilities.KEYWORD_STATS``).
+**BM25** is scored with the built-in store's formula and results (:mod:`nlql.stores._terms`): the
+stored ``terms`` select the rows holding a query term and count document frequencies (``count(*)`` per
+term, sent at once, memoised per state of the writer records); a row's term frequencies and length are
+its content analysed by the recorded analyzer (Milvus Lite returns an ARRAY field at ~0.1 ms a row, the
+``rec`` string at a few µs). The engine keeps no index for this store (``Capabilities.KEYWORD_STATS``).
+
+**Within a search** the rows its knn and BM25 reads returned are kept (by the search's deadline object,
+gone with it; a write drops them), so the search's fetch, similarities and BM25 rescoring of those rows
+make no further round trip.
 """
 
 from __future__ import annotations
 
+import contextvars
 import hashlib
 import json
 import logging
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+import weakref
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from contextvars import ContextVar
 from datetime import date, datetime
+from functools import partial
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -92,6 +102,9 @@ _READ_BATCH = 1000         # keys per `key in [...]` expression
 _ITER_BATCH = 4096
 _EXACT_INT = 2**53         # |x| below this: double comparisons are exact
 _ROW_FIELDS = ["key", "rec", "position", "seq"]
+# what a search reads of each hit to keep for the rest of the search: the row (scalars and strings cost
+# Milvus Lite a few µs a row to return, a vector ~30 µs, an ARRAY field ~0.1 ms)
+_KEPT_FIELDS = ["rec", "position", "seq"]
 _RANGE = {"eq": "==", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 _INFO_DIM = 2
 
@@ -146,6 +159,8 @@ def literal(value: Any) -> str:
             raise ValueError(f"no Milvus literal for {value!r}")
         return repr(value)
     if isinstance(value, str):
+        if value.isascii() and value.isalnum():  # (keys and most terms: nothing to escape)
+            return '"' + value + '"'
         out = ['"']
         for c in value:
             o = ord(c)
@@ -297,9 +312,11 @@ class MilvusStore:
         self._df_memo: dict[tuple[str, Any], int] = {}
         self._totals_memo: tuple[Any, _terms.Totals] | None = None
         self.last_stats: dict[str, Any] = {}
-        # the rows this thread's last knn read with its scores, for the fetch that follows in the same
-        # search (scoped by the search's deadline object, used once)
-        self._kept = threading.local()
+        # the rows this search's knn and BM25 reads returned (by key, with their vectors), so that its
+        # fetch and its similarity and BM25 scoring read nothing again: one dict per search (the search's
+        # deadline object is its identity, shared by the arms' threads), gone with the search
+        self._reads: weakref.WeakKeyDictionary[Any, dict[str, dict[str, Any]]] = weakref.WeakKeyDictionary()
+        self._reads_lock = threading.Lock()
         self.capabilities = self._caps(keyword_stats=True)
         self._owns_client = client is None
         logging.getLogger("pymilvus").setLevel(logging.CRITICAL)  # driver errors become BackendError
@@ -531,23 +548,21 @@ class MilvusStore:
         return totals
 
     def _df(self, qkeys: Sequence[str], totals: _terms.Totals) -> dict[str, int]:
-        """Rows holding each term: one query for all the terms not yet memoised (the ``terms`` of the
-        rows holding any of them, paged when there are more than a page), memoised per state of the
-        writer records.
+        """Rows holding each term: one ``count(*)`` per term not yet memoised, all sent at once (from a
+        small pool: a server answers them side by side), memoised per state of the writer records.
 
         Every write changes some writer's record (its ``seq`` at least), so a count taken under the
-        same records is still exact; the memo is bounded (no growth with the corpus).
+        same records is still exact; the memo is bounded (no growth with the corpus). Counting reads
+        no row: reading the rows' ``terms`` instead costs Milvus Lite ~0.1 ms a row (seconds for a
+        common term at 100k rows).
         """
         missing = [t for t in qkeys if (t, totals.signature) not in self._df_memo]
         if missing:
-            # one query for every term not memoised (not one count(*) per term): the terms of the rows
-            # holding any of them, counted here
-            expr = f"array_contains_any(terms, [{', '.join(literal(t) for t in missing)}])"
-            counts = _terms.document_frequencies(missing, (r["terms"] for r in self._query_all(expr, ["terms"])))
+            counts = _at_once([partial(self._count, f"array_contains(terms, {literal(t)})") for t in missing])
             if len(self._df_memo) + len(missing) > 1024:
                 self._df_memo.clear()
-            for t in missing:
-                self._df_memo[(t, totals.signature)] = int(counts.get(t, 0))
+            for t, c in zip(missing, counts):
+                self._df_memo[(t, totals.signature)] = int(c)
         return {t: self._df_memo[(t, totals.signature)] for t in qkeys}
 
     def _bump(self, dn: int, dlen: int, seq: int) -> None:
@@ -556,6 +571,8 @@ class MilvusStore:
         self._mine["seq"] = max(self._mine["seq"], seq)
         self._put_info(f"stats:{self._writer}", "stats", json.dumps(self._mine))
         self._totals_memo = None
+        with self._reads_lock:  # (a search running meanwhile reads its rows again)
+            self._reads.clear()
 
     # ------------------------------------------------------------------ writes
 
@@ -755,9 +772,7 @@ class MilvusStore:
             return [[] for _ in range(len(queries))]
         expr = (flt.native or "") if flt is not None else ""
         path = "flat" if self.index == "flat" else "hnsw"
-        scope = deadline.current()
-        keep: dict[str, dict[str, Any]] | None = {} if scope is not None else None
-        self._kept.rows = None
+        keep = deadline.current() is not None  # (in a search: its rows are kept for its fetch and scoring)
         with self._backend("knn"):
             if flt is not None and flt.extra.get("check") is not None:
                 keys = [key for _, _, key in self._candidates(flt)]
@@ -793,21 +808,20 @@ class MilvusStore:
                     res = self._search(queries[qi : qi + 1], lim, expr, keep)[0]
                 res = sorted(res, key=lambda h: (-h[1], h[2], h[3]))
                 out.append([(key, s) for key, s, _, _ in res[:k]])
-        if keep:
-            self._kept.rows, self._kept.scope = keep, scope
         self.last_stats = {"path": path, "rounds": rounds}
         return _threshold(out, min_score)
 
     def _search(self, queries: np.ndarray, limit: int, expr: str,
-                keep: dict[str, dict[str, Any]] | None = None) -> list[list[tuple[str, float, int, int]]]:
+                keep: bool = False) -> list[list[tuple[str, float, int, int]]]:
         """Hits ``(key, score, seq, position)`` per query, scores rounded as ``similarities()``' (so
-        ties are ties); with ``keep``, the hits' rows are read too and kept there by key."""
+        ties are ties); with ``keep``, the hits' rows and vectors are read too and kept for the search
+        (:meth:`_keep`: a fusion's similarities of these rows need no other read)."""
         params: dict[str, Any] = {"metric_type": "COSINE"}
         if self.index == "hnsw":
             params["params"] = ({"nprobe": 16} if _is_local(self.uri)  # IVF_FLAT on Milvus Lite
                                 else {"ef": max(self.hnsw_ef, limit)})
         res = self.client.search(self.collection, data=[q.tolist() for q in queries], limit=limit,
-                                 filter=expr, output_fields=_ROW_FIELDS if keep is not None else ["seq", "position"],
+                                 filter=expr, output_fields=[*_KEPT_FIELDS, "vec"] if keep else ["seq", "position"],
                                  search_params=params, anns_field="vec")
         out = []
         for hits in res:
@@ -815,9 +829,8 @@ class MilvusStore:
             scores = V.round_scores(np.array([h["distance"] for h in hits], dtype=np.float32)).tolist()
             out.append([(key, s, int(h["entity"]["seq"]), int(h["entity"]["position"]))
                         for key, s, h in zip(keys, scores, hits)])
-            if keep is not None:
-                for key, h in zip(keys, hits):
-                    keep[key] = {**h["entity"], "key": key}
+            if keep:
+                self._keep({key: {**h["entity"], "key": key} for key, h in zip(keys, hits)})
         return out
 
     def _count(self, expr: str) -> int:
@@ -848,18 +861,41 @@ class MilvusStore:
                 best[qi] = cand[:k]
         return [[(key, -neg, seq, pos) for neg, seq, pos, key in b] for b in best]
 
+    def _keep(self, rows: dict[str, dict[str, Any]]) -> None:
+        """Keep rows a search read (by key: ``rec``, ``position``, ``seq``, maybe ``vec``) for its later
+        calls; outside a search nothing is kept. A write drops what every search kept."""
+        scope = deadline.current()
+        if scope is None or not rows:
+            return
+        with self._reads_lock:
+            mine = self._reads.get(scope)
+            if mine is None:
+                self._reads[scope] = mine = {}
+            for key, row in rows.items():  # (what two reads of a row returned: a knn's vector, a BM25 read's terms)
+                got = mine.get(key)
+                if got is None:
+                    mine[key] = row
+                else:
+                    got.update(row)
+
+    def _kept(self) -> dict[str, dict[str, Any]] | None:
+        """The rows this search read so far (None outside a search or before any read)."""
+        scope = deadline.current()
+        if scope is None:
+            return None
+        with self._reads_lock:
+            return self._reads.get(scope)
+
     def fetch(self, keys: Sequence[Any]) -> list[Row]:
         """Rows for keys, in the order given; unknown keys are skipped."""
         if not keys:
             return []
         got: dict[str, Row] = {}
         uniq = list(dict.fromkeys(str(k) for k in keys))
-        kept = getattr(self._kept, "rows", None)
-        if kept is not None:  # the rows the last knn of this search read with its scores (used once)
-            self._kept.rows = None
-            if self._kept.scope is deadline.current():
-                got = {k: _row(kept[k]) for k in uniq if k in kept}
-                uniq = [k for k in uniq if k not in got]
+        kept = self._kept()
+        if kept:  # the rows this search's knn and BM25 reads returned
+            got = {k: _row(kept[k]) for k in uniq if k in kept}
+            uniq = [k for k in uniq if k not in got]
         with self._backend("fetch"):
             for i in range(0, len(uniq), _READ_BATCH):
                 for r in self.client.query(self.collection, filter=_keys_in("key", uniq[i : i + _READ_BATCH]),
@@ -893,40 +929,67 @@ class MilvusStore:
         queries = np.atleast_2d(np.asarray(vectors, dtype=np.float32))
         mat = np.full((len(keys), queries.shape[1]), np.nan, dtype=np.float32)
         if len(keys):
-            index: dict[str, list[int]] = {}
-            for i, key in enumerate(keys):
-                index.setdefault(str(key), []).append(i)
-            uniq = list(index)
             with self._backend("similarities"):
-                for i in range(0, len(uniq), _READ_BATCH):
-                    for r in self.client.query(self.collection, filter=_keys_in("key", uniq[i : i + _READ_BATCH]),
-                                               output_fields=["key", "vec"]):
-                        mat[index[r["key"]]] = np.asarray(r["vec"], dtype=np.float32)
+                self._fill_vectors(mat, keys)
         return _normalise(queries) @ _normalise(mat).T
+
     def vectors(self, keys: Sequence[Any]) -> np.ndarray:
         """The rows' own unit vectors, ``(len(keys), dim)`` float32; NaN for keys not stored.
 
-        One ``query`` per batch of keys: a round trip to a Milvus server (in process for Milvus Lite)."""
+        A round trip per batch of keys to a Milvus server (in process for Milvus Lite)."""
         out = np.full((len(keys), self._dim or 0), np.nan, dtype=np.float32)
         if len(keys):
-            index: dict[str, list[int]] = {}
-            for i, key in enumerate(keys):
-                index.setdefault(str(key), []).append(i)
-            uniq = list(index)
             with self._backend("vectors"):
-                for i in range(0, len(uniq), _READ_BATCH):
-                    for r in self.client.query(self.collection, filter=_keys_in("key", uniq[i : i + _READ_BATCH]),
-                                               output_fields=["key", "vec"]):
-                        out[index[r["key"]]] = np.asarray(r["vec"], dtype=np.float32)
+                self._fill_vectors(out, keys)
             out = _normalise(out).astype(np.float32, copy=False)
         return out
 
+    def _fill_vectors(self, out: np.ndarray, keys: Sequence[Any]) -> None:
+        """Each key's stored vector into its rows of ``out`` (keys not stored are left as they are).
+
+        The vectors this search's knn read are kept (:meth:`_keep`); the others are read on the exact
+        (FLAT) index by a vector search filtered to the keys, with ``limit`` their number, so every
+        stored one is a hit: Milvus Lite answers it several times faster than the same filter as a
+        query (~9 ms against 20-60 ms for 100 keys at 100k rows). A key the search did not return is
+        asked for by a query."""
+        index: dict[str, list[int]] = {}
+        for i, key in enumerate(keys):
+            index.setdefault(str(key), []).append(i)
+        kept = self._kept()
+        if kept:
+            for key in list(index):
+                r = kept.get(key)
+                if r is not None and "vec" in r:
+                    out[index.pop(key)] = np.asarray(r["vec"], dtype=np.float32)
+        missing = list(index)
+        if self.index == "flat" and out.shape[1] and missing:
+            probe = [[1.0] + [0.0] * (out.shape[1] - 1)]
+            for i in range(0, len(missing), _READ_BATCH):
+                part = missing[i : i + _READ_BATCH]
+                hits = self.client.search(self.collection, data=probe, limit=len(part), filter=_keys_in("key", part),
+                                          anns_field="vec", output_fields=["vec"],
+                                          search_params={"metric_type": "COSINE"})[0]
+                for h in hits:
+                    key = h["key"] if "key" in h else h["id"]
+                    if key in index:
+                        out[index.pop(key)] = np.asarray(h["entity"]["vec"], dtype=np.float32)
+            missing = list(index)
+        for i in range(0, len(missing), _READ_BATCH):
+            for r in self.client.query(self.collection, filter=_keys_in("key", missing[i : i + _READ_BATCH]),
+                                       output_fields=["key", "vec"]):
+                out[index[r["key"]]] = np.asarray(r["vec"], dtype=np.float32)
 
     # ------------------------------------------------------------------ BM25 from stored terms
 
     def keyword_index(self, analyzer: Any = None) -> _terms.StoreKeywordIndex | None:
         """The engine's BM25 source when this store keeps terms for the engine's analyzer, else None."""
         return _terms.keyword_index(self, analyzer)
+
+    def _row_terms(self, content: str) -> tuple[list[str], list[int], int]:
+        """A row's ``(term keys, frequencies, length)`` from its content: what was written with the row
+        (the store's analyzer is the recorded one, see :meth:`open`). Computed here rather than read: Milvus
+        Lite returns an ARRAY field at ~0.1 ms a row, the ``rec`` string it is analysed from at a few µs."""
+        return _terms.sentence_terms(self.analyzer.terms(content))
 
     def bm25_matches(self, text: str) -> tuple[list[tuple[str, int]], np.ndarray]:
         """Every row containing a term of ``text``: its (doc_id, position) and BM25 score (> 0)."""
@@ -936,10 +999,12 @@ class MilvusStore:
         with self._backend("bm25"):
             totals = self._totals()
             rows = self._query_all(f"array_contains_any(terms, [{', '.join(literal(t) for t in qkeys)}])",
-                                   ["key", "rec", "position", "terms", "tfs", "nterms"])
-        df = _terms.document_frequencies(qkeys, (r["terms"] for r in rows))
-        scores = _terms.bm25_scores(qkeys, [(r["terms"], r["tfs"], int(r["nterms"])) for r in rows], df, totals)
-        ids = [(json.loads(r["rec"])["d"], int(r["position"])) for r in rows]
+                                   ["key", "rec", "position"])
+        recs = [json.loads(r["rec"]) for r in rows]
+        terms = [self._row_terms(rec["c"]) for rec in recs]
+        df = _terms.document_frequencies(qkeys, (t[0] for t in terms))
+        scores = _terms.bm25_scores(qkeys, terms, df, totals)
+        ids = [(rec["d"], int(r["position"])) for rec, r in zip(recs, rows)]
         return ids, scores
 
     def bm25_candidates(self, text: str, flt: NativeFilter | None = None,
@@ -948,7 +1013,8 @@ class MilvusStore:
 
         With ``n``: a set of such rows that provably contains the ``n`` best (ties kept), read by the
         sparse-vector search and widened until the bound closes (see :func:`_sparse`); else every row.
-        Document frequencies are over all rows (counted per term when fewer rows are read).
+        Document frequencies are over all rows (counted per term when fewer rows are read). The rows
+        read are kept for the rest of the search (its fetch and scoring read none of them again).
         """
         qkeys = _terms.query_keys(self.analyzer.terms(text))
         if not qkeys or n == 0 or (flt is not None and flt.extra.get("empty")):  # n == 0: LIMIT 0 needs none
@@ -965,18 +1031,18 @@ class MilvusStore:
         expr = f"array_contains_any(terms, [{', '.join(literal(t) for t in qkeys)}])"
         if native:
             expr += f" and ({native})"
-        fields = ["key", "terms", "tfs", "nterms"] + (["rec", "position", "seq"] if check is not None else [])
         with self._backend("bm25"):
             totals = self._totals()
-            rows = self._query_all(expr, fields)
+            rows = self._query_all(expr, _ROW_FIELDS)
             if check is not None:
                 rows = [r for r in rows if pyfilter.row_passes(check, _row(r))]
+            terms = [self._row_terms(json.loads(r["rec"])["c"]) for r in rows]
             if native or check is not None:
                 df = self._df(qkeys, totals)
             else:
-                df = _terms.document_frequencies(qkeys, (r["terms"] for r in rows))
-        scores = _terms.bm25_scores(qkeys, [(r["terms"], r["tfs"], int(r["nterms"])) for r in rows], df, totals)
-        return [r["key"] for r in rows], scores
+                df = _terms.document_frequencies(qkeys, (t[0] for t in terms))
+        self._keep({r["key"]: r for r in rows})
+        return [r["key"] for r in rows], _terms.bm25_scores(qkeys, terms, df, totals)
 
     def _bm25_top(self, qkeys: list[str], flt: NativeFilter | None, n: int) -> tuple[list[str], np.ndarray]:
         """The proven top ``n`` by BM25 (ties kept) among rows passing ``flt`` (see :func:`_sparse`)."""
@@ -992,22 +1058,26 @@ class MilvusStore:
         ratio = max(1.0, (totals.total_len / totals.n) / _REF_AVGLEN) * (1 + 1e-5)  # float32 slack
         check = flt.extra.get("check") if flt is not None else None
         expr = (flt.native or "") if flt is not None else ""
-        fields = ["terms", "tfs", "nterms", "position", "seq"] + (["rec"] if check is not None else [])
         limit = min(max(4 * n, 64), _MAX_TOPK)
         rounds = 0
+        analysed: dict[str, tuple[list[str], list[int], int]] = {}  # (a wider round reads the first again)
         while True:
             rounds += 1
             hits = self.client.search(self.collection, data=[query], anns_field="sp", limit=limit, filter=expr,
-                                      output_fields=fields, search_params={"metric_type": "IP"})[0]
-            rows = [(h["key"] if "key" in h else h["id"], h["entity"], float(h["distance"])) for h in hits]
+                                      output_fields=_KEPT_FIELDS, search_params={"metric_type": "IP"})[0]
+            rows = [{**h["entity"], "key": h["key"] if "key" in h else h["id"]} for h in hits]
             exhausted = len(rows) < limit
             if check is not None:
-                rows = [r for r in rows if pyfilter.row_passes(check, _row({"key": r[0], **r[1]}))]
-            scores = _terms.bm25_scores(live, [(e["terms"], e["tfs"], int(e["nterms"])) for _, e, _ in rows],
-                                        df, totals)
+                rows = [r for r in rows if pyfilter.row_passes(check, _row(r))]
+            for r in rows:
+                if r["key"] not in analysed:
+                    analysed[r["key"]] = self._row_terms(json.loads(r["rec"])["c"])
+                r["_terms"] = analysed[r["key"]]  # (kept with the row: the search's rescoring analyses none again)
+            self._keep({r["key"]: r for r in rows})
+            scores = _terms.bm25_scores(live, [analysed[r["key"]] for r in rows], df, totals)
             keep = scores > 0
             kept = [r for r, k in zip(rows, keep) if k]
-            keys = [r[0] for r in kept]
+            keys = [r["key"] for r in kept]
             scores = scores[keep]
             if exhausted:
                 break
@@ -1020,30 +1090,24 @@ class MilvusStore:
         self.last_stats = {"path": "bm25-sparse", "rounds": rounds, "read": limit}
         # every row tied with the n-th score was read (it scores above the bound): the first n of them
         # in insertion order are the arm's window, as the engine ranks it
-        return _terms.first_n(keys, scores, [int(e["seq"]) for _, e, _ in kept],
-                              [int(e["position"]) for _, e, _ in kept], n)
+        return _terms.first_n(keys, scores, [int(r["seq"]) for r in kept], [int(r["position"]) for r in kept], n)
 
     def bm25_scores(self, text: str, rows: Sequence[Row]) -> np.ndarray:
-        """BM25 of ``text`` for each row (0.0 where no query term occurs); statistics over all rows."""
+        """BM25 of ``text`` for each row (0.0 where no query term occurs); statistics over all rows.
+
+        The rows' terms come from their content (:meth:`_row_terms`); only the statistics are read."""
         qkeys = _terms.query_keys(self.analyzer.terms(text))
-        out = np.zeros(len(rows), dtype=np.float64)
         if not qkeys or not rows:
-            return out
-        contains = f"array_contains_any(terms, [{', '.join(literal(t) for t in qkeys)}])"
+            return np.zeros(len(rows), dtype=np.float64)
         with self._backend("bm25"):
             totals = self._totals()
             df = self._df(qkeys, totals)
-            wanted = list(dict.fromkeys(row_key(r.doc_id, r.position) for r in rows))
-            got: dict[str, tuple[list[str], list[int], int]] = {}
-            for i in range(0, len(wanted), _READ_BATCH):
-                expr = f"{_keys_in('key', wanted[i : i + _READ_BATCH])} and {contains}"
-                for r in self.client.query(self.collection, filter=expr, output_fields=["key", "terms", "tfs", "nterms"]):
-                    got[r["key"]] = (r["terms"], r["tfs"], int(r["nterms"]))
-        keys = [row_key(r.doc_id, r.position) for r in rows]
-        hit = [i for i, key in enumerate(keys) if key in got]
-        if hit:
-            out[hit] = _terms.bm25_scores(qkeys, [got[keys[i]] for i in hit], df, totals)
-        return out
+        kept = self._kept() or {}  # (the rows this search's BM25 read were analysed there: fetch returned them)
+        terms = []
+        for r in rows:
+            got = kept.get(r.key)
+            terms.append(got["_terms"] if got is not None and "_terms" in got else self._row_terms(r.content))
+        return _terms.bm25_scores(qkeys, terms, df, totals)
 
 
 # ---------------------------------------------------------------------- helpers
@@ -1107,6 +1171,24 @@ class _Timed:
             return attr(*args, **kwargs)
 
         return call
+
+
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def _at_once(calls: Sequence[Callable[[], Any]]) -> list[Any]:
+    """The results of ``calls``, made concurrently (the first in this thread, the others on a small
+    pool, each in a copy of the caller's context: the search's deadline); the first failure is raised."""
+    global _pool
+    if len(calls) < 2:
+        return [c() for c in calls]
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="nlql-milvus")
+    futures = [_pool.submit(contextvars.copy_context().run, c) for c in calls[1:]]
+    first = calls[0]()
+    return [first] + [f.result() for f in futures]
 
 
 def _is_local(uri: str) -> bool:
