@@ -86,6 +86,8 @@ class DuckDBStore(SqlStore):
         self.dim: int | None = None
         self.last_stats: dict[str, Any] = {}
         self._lock = threading.RLock()
+        self._generation = 0
+        self._seen = threading.local()  # per thread: the rows and vectors the last knn read (_remember)
         self._own_conn = connection is None
         self._conn: Any = connection if connection is not None else self._connect()
         self._external: Any = None
@@ -197,6 +199,7 @@ class DuckDBStore(SqlStore):
     @contextmanager
     def _tx(self) -> Iterator[Any]:
         conn = self._conn
+        self._generation += 1  # every write forgets the rows knn read along (_seen)
         conn.execute("BEGIN TRANSACTION")
         try:
             yield conn
@@ -624,24 +627,81 @@ class DuckDBStore(SqlStore):
         if q.shape[1] != self.dim:
             raise ValueError(f"query vectors have dimension {q.shape[1]}, the store {self.dim}")
         score = SimilarityScore("q", 1, "query")
-        dist = self.dialect.distance_expr(score)
+        d = self.dialect
+        dist = d.distance_expr(score)
         cond = sql("TRUE") if min_score is None else sql("1 - c.dist >= ", Param(float(min_score), "float8"))
-        query = sql("SELECT c.key, 1 - c.dist FROM (SELECT u.key, u.seq, u.position, ", dist, " AS dist ",
-                    self._from(flt), " ORDER BY dist, u.seq, u.position, u.key LIMIT ", Param(int(k), "bigint"),
-                    ") c WHERE ", cond, " ORDER BY c.dist, c.seq, c.position, c.key")
-        text, values = render(self.dialect, query)
+        # NLQL's own tables: the statement also reads each hit's row and vector, which the engine asks
+        # for next (fetch, similarities): one statement instead of three (a table read in place: keys only)
+        payload = self._external is None
+        unit_cols = ", u.doc_id, u.content, u.start, u.\"end\", u.tail, u.embedding" if payload else ""
+        out_cols = (", c.doc_id, c.position, c.content, c.seq, c.start, c.\"end\", c.tail, "
+                    f"{d.cast('m.metadata', 'text')} AS metadata, c.embedding") if payload else ""
+        docs = sql(" LEFT JOIN ", d.docs, " m ON m.doc_id = c.doc_id") if payload else sql("")
+        query = sql(f"SELECT c.key, 1 - c.dist AS score{out_cols} FROM (SELECT u.key, u.seq, u.position{unit_cols}, ",
+                    dist, " AS dist ", self._from(flt), " ORDER BY dist, u.seq, u.position, u.key LIMIT ",
+                    Param(int(k), "bigint"), ") c", docs, " WHERE ", cond, " ORDER BY c.dist, c.seq, c.position, c.key")
+        text, values = render(d, query)
         slot = score.vector_key(0)
 
         def run() -> list[list[tuple[Any, float]]]:
             out = []
+            seen: dict[int, tuple[Any, ...]] = {}
             for vec in q:
                 params = [vec if isinstance(v, Slot) and v.key == slot else v for v in values]
-                out.append([(int(r[0]), float(r[1])) for r in self._conn.execute(text, params).fetchall()])
+                if not payload:
+                    out.append([(int(r[0]), float(r[1])) for r in self._conn.execute(text, params).fetchall()])
+                    continue
+                cols = self._conn.execute(text, params).fetchnumpy()  # (the vectors as float32 arrays)
+                keys = [int(x) for x in cols["key"]]
+                out.append(list(zip(keys, [float(x) for x in cols["score"]], strict=True)))
+                self._remember(seen, keys, cols)
+            if payload:
+                self._seen.rows = (self._generation, seen)
             return out
 
         results = self._guard(run)
         self.last_stats = {"path": "exact", "rounds": 1, "queries": len(q), "k": k}
         return results
+
+    def _remember(self, seen: dict[int, tuple[Any, ...]], keys: list[int], cols: dict[str, Any]) -> None:
+        """Keep each knn hit's row fields and unit vector (``fetchnumpy`` columns) for :meth:`fetch` and
+        :meth:`similarities`."""
+        names = ("doc_id", "position", "content", "seq", "start", "end", "tail", "metadata", "embedding")
+        fields = [cols[c] for c in names]
+        gone = np.ma.getmaskarray(cols["metadata"])  # (a unit whose document row is gone: read again later)
+        for i, key in enumerate(keys):
+            if not gone[i]:
+                seen[key] = tuple(f[i] for f in fields)
+
+    def _recalled(self, keys: Sequence[int]) -> list[tuple[Any, ...]] | None:
+        """The fields knn read for every one of ``keys`` (in order) in this thread since the last write,
+        else None (the caller reads the tables)."""
+        got = getattr(self._seen, "rows", None)
+        if got is None or got[0] != self._generation or not keys:
+            return None
+        seen = got[1]
+        out = [seen.get(k) for k in keys]
+        return None if any(r is None for r in out) else out  # type: ignore[return-value]
+
+    def fetch(self, keys: Sequence[Any]) -> list[Row]:
+        """Rows for keys, in the order of ``keys`` (a key deleted meanwhile is skipped); the rows of the
+        last knn's hits come from that statement (no write came between)."""
+        self._need_open()
+        wanted = [int(k) for k in keys]
+        known = self._recalled(wanted)
+        if known is None:
+            return super().fetch(keys)
+        un = self.dialect.codec.unescape
+        metas: dict[str, dict[str, Any]] = {}
+        out = []
+        for key, r in zip(wanted, known, strict=True):
+            doc_id = un(r[0])
+            meta = metas.get(doc_id)
+            if meta is None:
+                meta = metas[doc_id] = json.loads(r[7])
+            out.append(Row(key=key, doc_id=doc_id, position=int(r[1]), content=un(r[2]), metadata=meta, seq=int(r[3]),
+                           start=int(r[4]), end=int(r[5]), tail=un(r[6])))
+        return out
 
     def run_lowered(self, lowered: Any, vectors: Mapping[str, np.ndarray]) -> list[tuple[Row, dict[str, float]]]:
         """Run a lowered hybrid plan (:class:`~nlql.sql.nodes.Lowered`) as one DuckDB statement."""
@@ -665,6 +725,11 @@ class DuckDBStore(SqlStore):
         assert self.dim is not None
         mat = np.full((len(wanted), self.dim), np.nan, dtype=np.float32)
         if not wanted:
+            return mat
+        known = self._recalled(wanted)
+        if known is not None:  # the last knn's hits (NLQL's own vectors: unit already)
+            for i, r in enumerate(known):
+                mat[i] = np.asarray(r[8], dtype=np.float32)
             return mat
         query = sql("SELECT key, embedding FROM ", self.dialect.units, " WHERE ",
                     self.dialect.in_array("key", Param(list(dict.fromkeys(wanted)), "bigint[]")))
