@@ -80,7 +80,17 @@ class DuckDBDialect(Dialect):
         self.dim = dim
         self.normalized = normalized
         self.flat_index = False  # the store keeps <p>_flat (one row per document and metadata path)
+        self.unit_metadata = False  # <p>_units keeps its document's metadata text (no join for it)
         self.members_index = False  # the store keeps <p>_members (the members of every list value)
+
+    @property
+    def SELECT(self) -> str:  # type: ignore[override]  # noqa: N802 - the Dialect template
+        """The hybrid statement's rows; their metadata from ``<p>_units`` where it is kept there: the
+        documents table is not read at all (a lookup of ten ids in it costs a scan of every id)."""
+        if not self.unit_metadata:
+            return Dialect.SELECT
+        out = Dialect.SELECT.replace("{metadata} AS metadata", "u.metadata AS metadata")
+        return out.replace(" JOIN {docs} d ON d.doc_id = u.doc_id", "")
 
     @property
     def FILTER_OPS(self) -> frozenset[str]:  # type: ignore[override]  # noqa: N802 - the Dialect flag
@@ -180,10 +190,16 @@ class DuckDBDialect(Dialect):
             " key BIGINT NOT NULL, doc_id VARCHAR NOT NULL, position INTEGER NOT NULL, content VARCHAR NOT NULL,"
             " start INTEGER NOT NULL, \"end\" INTEGER NOT NULL, tail VARCHAR NOT NULL, seq BIGINT NOT NULL,"
             f" fold VARCHAR, num DOUBLE, ts BIGINT, embedding FLOAT[{int(dim)}] NOT NULL,"
-            " nterms INTEGER NOT NULL)",
+            " nterms INTEGER NOT NULL, metadata VARCHAR)",
             f"CREATE TABLE IF NOT EXISTS {t('terms')} (term VARCHAR NOT NULL, key BIGINT NOT NULL, tf INTEGER NOT NULL)",
             f"CREATE TABLE IF NOT EXISTS {t('bm25')} (n BIGINT NOT NULL, total_len BIGINT NOT NULL)",
         ]
+
+    def unit_metadata_column(self) -> list[str]:
+        """Add ``<p>_units.metadata`` (its document's metadata text) to a store written before it."""
+        units, docs = self.table("units"), self.table("docs")
+        return [f"ALTER TABLE {units} ADD COLUMN metadata VARCHAR",
+                f"UPDATE {units} SET metadata = d.metadata FROM {docs} d WHERE d.doc_id = {units}.doc_id"]
 
     def flat_table(self) -> list[str]:
         """``<p>_flat``: the typed metadata of every document, one row per path (for :meth:`indexed_leaf`)."""
@@ -200,6 +216,18 @@ class DuckDBDialect(Dialect):
         """Rebuild ``<p>_flat`` from the documents' MAPs (a store written before it existed)."""
         return (f"INSERT INTO {self.table('flat')} SELECT doc_id, e.key, e.value.s, e.value.f, e.value.n, e.value.t,"
                 f" e.value.b FROM (SELECT doc_id, unnest(map_entries(mflat)) AS e FROM {self.table('docs')})")
+
+    # the tables a statement reads by a leading value (a term; a metadata path and typed value), and the
+    # order that keeps equal values together, so that DuckDB's zone maps skip the rest of the table
+    CLUSTERED: ClassVar[dict[str, str]] = {"terms": "term, key", "flat": "path, s, n, t, b, f, doc_id",
+                                           "members": "path, s, n, t, b, f, doc_id"}
+
+    def cluster(self, suffix: str) -> list[str]:
+        """Rewrite ``<p>_<suffix>`` in :attr:`CLUSTERED` order (same rows, same table and constraints),
+        through a temporary copy."""
+        table, tmp = self.table(suffix), self.table("sorting")
+        return [f"CREATE TEMP TABLE {tmp} AS SELECT * FROM {table} ORDER BY {self.CLUSTERED[suffix]}",
+                f"DELETE FROM {table}", f"INSERT INTO {table} SELECT * FROM {tmp}", f"DROP TABLE {tmp}"]
 
     def key_value_table(self, suffix: str) -> str:
         return f"CREATE TABLE IF NOT EXISTS {self.table(suffix)} (key VARCHAR PRIMARY KEY, value VARCHAR NOT NULL)"
