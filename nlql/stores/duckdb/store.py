@@ -659,18 +659,20 @@ class DuckDBStore(SqlStore):
         dist = d.distance_expr(score)
         cond = sql("TRUE") if min_score is None else sql("1 - c.dist >= ", Param(float(min_score), "float8"))
         # NLQL's own tables: the statement also reads each hit's row and vector, which the engine asks
-        # for next (fetch, similarities): one statement instead of three (a table read in place: keys only)
+        # for next (fetch, similarities): one statement instead of three (a table read in place: keys
+        # only). The top k are ranked on the key columns first and joined to the rest after, so that a
+        # filter passing many rows does not carry their text through the ranking.
         payload = self._external is None
-        unit_cols = ", u.doc_id, u.content, u.start, u.\"end\", u.tail, u.embedding" if payload else ""
         own = payload and d.unit_metadata  # the metadata text kept beside each unit: no documents join
-        unit_cols += ", u.metadata" if own else ""
-        meta = "c.metadata" if own else d.cast("m.metadata", "text")
-        out_cols = (", c.doc_id, c.position, c.content, c.seq, c.start, c.\"end\", c.tail, "
-                    f"{meta} AS metadata, c.embedding") if payload else ""
-        docs = sql(" LEFT JOIN ", d.docs, " m ON m.doc_id = c.doc_id") if payload and not own else sql("")
-        query = sql(f"SELECT c.key, 1 - c.dist AS score{out_cols} FROM (SELECT u.key, u.seq, u.position{unit_cols}, ",
+        meta = "r.metadata" if own else d.cast("m.metadata", "text")
+        out_cols = (", r.doc_id, r.position, r.content, r.seq, r.start, r.\"end\", r.tail, "
+                    f"{meta} AS metadata, r.embedding") if payload else ""
+        joins = sql(" JOIN ", d.units, " r ON r.key = c.key") if payload else sql("")
+        if payload and not own:
+            joins = sql(joins, " LEFT JOIN ", d.docs, " m ON m.doc_id = r.doc_id")
+        query = sql(f"SELECT c.key, 1 - c.dist AS score{out_cols} FROM (SELECT u.key, u.seq, u.position, ",
                     dist, " AS dist ", self._from(flt), " ORDER BY dist, u.seq, u.position, u.key LIMIT ",
-                    Param(int(k), "bigint"), ") c", docs, " WHERE ", cond, " ORDER BY c.dist, c.seq, c.position, c.key")
+                    Param(int(k), "bigint"), ") c", joins, " WHERE ", cond, " ORDER BY c.dist, c.seq, c.position, c.key")
         text, values = render(d, query)
         slot = score.vector_key(0)
 
