@@ -16,7 +16,8 @@ one tag is 0.1%, clustered unit vectors of dim 384 precomputed and looked up: no
 
 Every (system, kind) pair is timed round-robin in one ``interleaved_runs`` call (cycling through the
 ten query texts; medians after two warm-up rounds). ``same_top10``: NLQL's ids equal the raw
-statement's ids in order on every query text. With ``--ingest``: ``Engine.add_texts`` against one Arrow
+statement's ids in order on every query text. Wall and process CPU time are both recorded (on a
+shared machine the wall time also holds the waits for a core). With ``--ingest``: ``Engine.add_texts`` against one Arrow
 insert of the same rows (``bench/duckdb_ingest.py``'s functions), alternating, ``--ingest-rounds`` each.
 
     python bench/duckdb_floor.py --n 100000 --repeat 10 --ingest
@@ -45,7 +46,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.common import RESULTS, interleaved_runs, log, machine_info, stamp_end, write_json  # noqa: E402
+from bench.common import RESULTS, interleaved_cpu_runs, log, machine_info, stamp_end, write_json  # noqa: E402
 from bench.pg_speed import DIM, QUERY_TEXTS, Lookup, corpus  # noqa: E402
 from nlql import Engine  # noqa: E402
 
@@ -201,13 +202,16 @@ def main() -> None:
                 state["i"] += 1
 
             fns[f"{sys_name}|{kind}"] = one
-    runs = interleaved_runs(fns, args.repeat * len(QUERY_TEXTS) // 2, warmup=2)
+    runs, cpu = interleaved_cpu_runs(fns, args.repeat * len(QUERY_TEXTS) // 2, warmup=2)
     kinds: dict[str, Any] = {}
     for kind in KINDS:
         a, b = statistics.median(runs[f"nlql|{kind}"]), statistics.median(runs[f"raw|{kind}"])
+        ca, cb = statistics.median(cpu[f"nlql|{kind}"]), statistics.median(cpu[f"raw|{kind}"])
         kinds[kind] = {"nlql_ms": round(a, 2), "raw_ms": round(b, 2), "ratio": round(a / b, 2),
+                       "nlql_cpu_ms": round(ca, 2), "raw_cpu_ms": round(cb, 2), "cpu_ratio": round(ca / cb, 2),
                        "same_top10": f"{same[kind]}/{len(QUERY_TEXTS)}"}
-        print(f"{kind:10s} NLQL {a:9.2f} ms  raw {b:9.2f} ms  {a / b:5.2f}x  same top-10 {same[kind]}/{len(QUERY_TEXTS)}")
+        print(f"{kind:10s} NLQL {a:9.2f} ms  raw {b:9.2f} ms  {a / b:5.2f}x   CPU {ca:9.2f} / {cb:9.2f} ms "
+              f"{ca / cb:5.2f}x  same top-10 {same[kind]}/{len(QUERY_TEXTS)}")
     out["kinds"] = kinds
     out["load_queries"] = [round(x, 2) for x in (*load_before, *os.getloadavg())]
     if args.ingest:

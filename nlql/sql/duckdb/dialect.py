@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 from nlql.pushdown import Cond
 from nlql.sql.binder import Fragment, Param, join, sql
 from nlql.sql.codec import TextCodec, compact_json, path_key
-from nlql.sql.dialect import Dialect
+from nlql.sql.dialect import Dialect, quote_ident
 from nlql.sql.duckdb.filters import subject
 from nlql.sql.filters import SQL_FILTER_OPS, SQL_LIST_OPS, ListMembers, Subject, equality_record
 
@@ -191,7 +191,7 @@ class DuckDBDialect(Dialect):
             " start INTEGER NOT NULL, \"end\" INTEGER NOT NULL, tail VARCHAR NOT NULL, seq BIGINT NOT NULL,"
             f" fold VARCHAR, num DOUBLE, ts BIGINT, embedding FLOAT[{int(dim)}] NOT NULL,"
             " nterms INTEGER NOT NULL, metadata VARCHAR)",
-            f"CREATE TABLE IF NOT EXISTS {t('terms')} (term VARCHAR NOT NULL, key BIGINT NOT NULL, tf INTEGER NOT NULL)",
+            self.COLUMNS["terms"].replace("TABLE", "TABLE IF NOT EXISTS", 1).format(name=t("terms")),
             f"CREATE TABLE IF NOT EXISTS {t('bm25')} (n BIGINT NOT NULL, total_len BIGINT NOT NULL)",
         ]
 
@@ -203,14 +203,12 @@ class DuckDBDialect(Dialect):
 
     def flat_table(self) -> list[str]:
         """``<p>_flat``: the typed metadata of every document, one row per path (for :meth:`indexed_leaf`)."""
-        return [f"CREATE TABLE IF NOT EXISTS {self.table('flat')} (doc_id VARCHAR NOT NULL, path VARCHAR NOT NULL,"
-                " s VARCHAR, f VARCHAR, n DOUBLE, t BIGINT, b BOOLEAN)"]
+        return [self.COLUMNS["flat"].replace("TABLE", "TABLE IF NOT EXISTS", 1).format(name=self.table("flat"))]
 
     def members_table(self) -> list[str]:
         """``<p>_members``: per list value, a marker row (no typed value) and one row per distinct member
         record (:func:`~nlql.sql.codec.list_members`), for pushed HAS (:meth:`list_members`)."""
-        return [f"CREATE TABLE IF NOT EXISTS {self.table('members')} (doc_id VARCHAR NOT NULL, path VARCHAR NOT NULL,"
-                " s VARCHAR, f VARCHAR, n DOUBLE, t BIGINT, b BOOLEAN)"]
+        return [self.COLUMNS["members"].replace("TABLE", "TABLE IF NOT EXISTS", 1).format(name=self.table("members"))]
 
     def fill_flat(self) -> str:
         """Rebuild ``<p>_flat`` from the documents' MAPs (a store written before it existed)."""
@@ -219,15 +217,20 @@ class DuckDBDialect(Dialect):
 
     # the tables a statement reads by a leading value (a term; a metadata path and typed value), and the
     # order that keeps equal values together, so that DuckDB's zone maps skip the rest of the table
+    _RECORD_COLUMNS = "(doc_id VARCHAR NOT NULL, path VARCHAR NOT NULL, s VARCHAR, f VARCHAR, n DOUBLE, t BIGINT, b BOOLEAN)"
+    COLUMNS: ClassVar[dict[str, str]] = {  # the definitions of the tables kept sorted
+        "terms": "CREATE TABLE {name} (term VARCHAR NOT NULL, key BIGINT NOT NULL, tf INTEGER NOT NULL)",
+        "flat": "CREATE TABLE {name} " + _RECORD_COLUMNS, "members": "CREATE TABLE {name} " + _RECORD_COLUMNS}
     CLUSTERED: ClassVar[dict[str, str]] = {"terms": "term, key", "flat": "path, s, n, t, b, f, doc_id",
                                            "members": "path, s, n, t, b, f, doc_id"}
 
     def cluster(self, suffix: str) -> list[str]:
-        """Rewrite ``<p>_<suffix>`` in :attr:`CLUSTERED` order (same rows, same table and constraints),
-        through a temporary copy."""
-        table, tmp = self.table(suffix), self.table("sorting")
-        return [f"CREATE TEMP TABLE {tmp} AS SELECT * FROM {table} ORDER BY {self.CLUSTERED[suffix]}",
-                f"DELETE FROM {table}", f"INSERT INTO {table} SELECT * FROM {tmp}", f"DROP TABLE {tmp}"]
+        """Rewrite ``<p>_<suffix>`` in :attr:`CLUSTERED` order: the same rows into a new table of the same
+        definition, which then takes the old one's name (a new table: no deleted rows left behind)."""
+        table, new = self.table(suffix), self.table("sorting")
+        return [self.COLUMNS[suffix].format(name=new), f"INSERT INTO {new} SELECT * FROM {table} ORDER BY "
+                f"{self.CLUSTERED[suffix]}", f"DROP TABLE {table}",
+                f"ALTER TABLE {new} RENAME TO {quote_ident(f'{self.table_prefix}_{suffix}')}"]
 
     def key_value_table(self, suffix: str) -> str:
         return f"CREATE TABLE IF NOT EXISTS {self.table(suffix)} (key VARCHAR PRIMARY KEY, value VARCHAR NOT NULL)"

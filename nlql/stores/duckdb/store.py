@@ -553,6 +553,7 @@ class DuckDBStore(SqlStore):
                                             "count(*)::INTEGER FROM (SELECT key, unnest(terms) AS term FROM "
                                             f"\"{name}\") GROUP BY term, key"))
             self._run(conn, d.add_term_stats(added_n, added_len))
+        with self._tx() as conn:  # (its own transaction: in the write's, DuckDB splits the units' row groups)
             self._cluster(conn)
 
     def _cluster(self, conn: Any) -> None:
@@ -660,17 +661,22 @@ class DuckDBStore(SqlStore):
         cond = sql("TRUE") if min_score is None else sql("1 - c.dist >= ", Param(float(min_score), "float8"))
         # NLQL's own tables: the statement also reads each hit's row and vector, which the engine asks
         # for next (fetch, similarities): one statement instead of three (a table read in place: keys
-        # only). The top k are ranked on the key columns first and joined to the rest after, so that a
-        # filter passing many rows does not carry their text through the ranking.
+        # only). Unfiltered, the ranking carries them (DuckDB's top-n reads them for the k winners
+        # only); under a filter the top k are ranked on the key columns and joined to the rest after, so
+        # that a filter passing many rows does not carry their text through the join and the ranking.
         payload = self._external is None
         own = payload and d.unit_metadata  # the metadata text kept beside each unit: no documents join
-        meta = "r.metadata" if own else d.cast("m.metadata", "text")
-        out_cols = (", r.doc_id, r.position, r.content, r.seq, r.start, r.\"end\", r.tail, "
-                    f"{meta} AS metadata, r.embedding") if payload else ""
-        joins = sql(" JOIN ", d.units, " r ON r.key = c.key") if payload else sql("")
+        carried = payload and flt is None
+        r = "c" if carried else "r"
+        meta = f"{r}.metadata" if own else d.cast("m.metadata", "text")
+        inner = (", u.doc_id, u.content, u.start, u.\"end\", u.tail, u.embedding" + (", u.metadata" if own else "")
+                 if carried else "")
+        out_cols = (f", {r}.doc_id, {r}.position, {r}.content, {r}.seq, {r}.start, {r}.\"end\", {r}.tail, "
+                    f"{meta} AS metadata, {r}.embedding") if payload else ""
+        joins = sql(" JOIN ", d.units, " r ON r.key = c.key") if payload and not carried else sql("")
         if payload and not own:
-            joins = sql(joins, " LEFT JOIN ", d.docs, " m ON m.doc_id = r.doc_id")
-        query = sql(f"SELECT c.key, 1 - c.dist AS score{out_cols} FROM (SELECT u.key, u.seq, u.position, ",
+            joins = sql(joins, " LEFT JOIN ", d.docs, f" m ON m.doc_id = {r}.doc_id")
+        query = sql(f"SELECT c.key, 1 - c.dist AS score{out_cols} FROM (SELECT u.key, u.seq, u.position{inner}, ",
                     dist, " AS dist ", self._from(flt), " ORDER BY dist, u.seq, u.position, u.key LIMIT ",
                     Param(int(k), "bigint"), ") c", joins, " WHERE ", cond, " ORDER BY c.dist, c.seq, c.position, c.key")
         text, values = render(d, query)
