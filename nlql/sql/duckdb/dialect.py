@@ -221,8 +221,8 @@ class DuckDBDialect(Dialect):
     COLUMNS: ClassVar[dict[str, str]] = {  # the definitions of the tables kept sorted
         "terms": "CREATE TABLE {name} (term VARCHAR NOT NULL, key BIGINT NOT NULL, tf INTEGER NOT NULL)",
         "flat": "CREATE TABLE {name} " + _RECORD_COLUMNS, "members": "CREATE TABLE {name} " + _RECORD_COLUMNS}
-    CLUSTERED: ClassVar[dict[str, str]] = {"terms": "term, key", "flat": "path, s, n, t, b, f, doc_id",
-                                           "members": "path, s, n, t, b, f, doc_id"}
+    CLUSTERED: ClassVar[dict[str, str]] = {"terms": "term", "flat": "path, s, n, t",
+                                           "members": "path, s, n, t"}
 
     def cluster(self, suffix: str) -> list[str]:
         """Rewrite ``<p>_<suffix>`` in :attr:`CLUSTERED` order: the same rows into a new table of the same
