@@ -555,3 +555,73 @@ def test_metadata_equality_reads_the_flat_table_and_a_store_written_before_it_re
     left = store._conn.execute('SELECT count(*) FROM "nlql_flat" WHERE doc_id = $1', [docs[1].doc_id]).fetchone()[0]
     assert left == 0
     store.close()
+
+
+def test_term_and_metadata_tables_are_kept_sorted_and_answer_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``<p>_terms``, ``<p>_flat`` and ``<p>_members`` are rewritten sorted by what statements look up
+    once they grow by half (``DuckDBStore._cluster``): the same rows, so filters and BM25 answer as in
+    a store that never sorts, through replacements and deletes."""
+    from sql_kit import META_VALUES
+
+    docs = build_filter_corpus(np.random.default_rng(11))
+    sorting, plain = opened(), opened()
+    monkeypatch.setattr(sorting, "CLUSTER_MIN_ROWS", 0)
+    monkeypatch.setattr(plain, "CLUSTER_MIN_ROWS", 10**12)
+    for store in (sorting, plain):
+        for lo in range(0, len(docs), 7):
+            store.upsert(docs[lo:lo + 7])
+        store.upsert(docs[:3])  # replaced: their old rows leave every table
+        assert store.delete([docs[5].doc_id, docs[9].doc_id]) == 2
+    conn = sorting._conn
+    for suffix, first in (("terms", "term"), ("flat", "path"), ("members", "path")):
+        done = conn.execute("SELECT value::BIGINT FROM nlql_meta WHERE key = $1", [f"sorted_rows:{suffix}"]).fetchone()
+        assert done is not None and done[0] > 0, suffix
+        table = f'"nlql_{suffix}"'
+        rows = conn.execute(f"SELECT * FROM {table} ORDER BY rowid").fetchall()
+        assert sorted(rows, key=repr) == sorted(plain._conn.execute(f"SELECT * FROM {table}").fetchall(), key=repr)
+        col = [r[0] for r in conn.execute(f"SELECT {first} FROM {table} ORDER BY rowid LIMIT $1", [done[0] // 2])
+               .fetchall()]
+        assert col == sorted(col), suffix  # (the rows written after the last sort follow them)
+    assert sorting.scan() == plain.scan()
+    conds = [Cond("eq", _path(k), v) for k in META_KEYS for v in META_VALUES[:12]]
+    conds += [Cond("has", _path(k), v) for k in META_KEYS for v in (1, "abc", None)]
+    for flt in conds:
+        if filter_pushable(sorting.capabilities, flt):
+            assert sorting.scan(sorting.compile_filter(flt)) == plain.scan(plain.compile_filter(flt)), flt
+    for text in ("alpha beta", "solar", "the grid storage"):
+        keys, scores = sorting.bm25_candidates(text)
+        want_keys, want_scores = plain.bm25_candidates(text)
+        assert keys == want_keys and scores.tolist() == want_scores.tolist()
+    sorting.close()
+    plain.close()
+
+
+def test_knn_rows_are_the_stored_rows_and_a_write_forgets_them(tmp_path: Path) -> None:
+    """knn reads its hits' rows and vectors in the same statement (``fetch`` and ``similarities`` of those
+    keys answer from it): the same rows and vectors the tables give, and after any write the tables'
+    own again; a file written before ``<p>_units.metadata`` gets the column on open."""
+    rng = np.random.default_rng(3)
+    path = tmp_path / "s.duckdb"
+    store = opened(path)
+    store.upsert(small_corpus(rng))
+    q = unit_vectors(rng, 1)
+    keys = [k for k, _ in store.knn(q, 4)[0]]
+    via_knn = [row_tuple(r) for r in store.fetch(keys)]
+    vecs = store.vectors(keys)
+    store._seen.rows = None  # what the tables give
+    assert via_knn == [row_tuple(r) for r in store.fetch(keys)]
+    assert np.array_equal(vecs, store.vectors(keys))
+    assert np.array_equal(store.similarities(q, keys), q @ vecs.T)
+    store.knn(q, 4)
+    first = store.fetch(keys)[0]
+    store.upsert([make_doc(first.doc_id, ["Replaced."], {"new": True}, 9, unit_vectors(rng, 1))])
+    assert [r.doc_id for r in store.fetch(keys)] == [r[0] for r in via_knn if r[0] != first.doc_id]
+    store._conn.execute('ALTER TABLE "nlql_units" DROP COLUMN metadata')  # as a version before the column
+    store.close()
+    store = opened(path)
+    hits = store.knn(q, 4)[0]
+    rows = store.fetch([k for k, _ in hits])
+    store._seen.rows = None
+    assert [row_tuple(r) for r in rows] == [row_tuple(r) for r in store.fetch([k for k, _ in hits])]
+    assert any(r.metadata == {"new": True} for r in store.fetch(store.scan()))
+    store.close()

@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 from nlql.pushdown import Cond
 from nlql.sql.binder import Fragment, Param, join, sql
 from nlql.sql.codec import TextCodec, compact_json, path_key
-from nlql.sql.dialect import Dialect
+from nlql.sql.dialect import Dialect, quote_ident
 from nlql.sql.duckdb.filters import subject
 from nlql.sql.filters import SQL_FILTER_OPS, SQL_LIST_OPS, ListMembers, Subject, equality_record
 
@@ -81,7 +81,17 @@ class DuckDBDialect(Dialect):
         self.dim = dim
         self.normalized = normalized
         self.flat_index = False  # the store keeps <p>_flat (one row per document and metadata path)
+        self.unit_metadata = False  # <p>_units keeps its document's metadata text (no join for it)
         self.members_index = False  # the store keeps <p>_members (the members of every list value)
+
+    @property
+    def SELECT(self) -> str:  # type: ignore[override]  # noqa: N802 - the Dialect template
+        """The hybrid statement's rows; their metadata from ``<p>_units`` where it is kept there: the
+        documents table is not read at all (a lookup of ten ids in it costs a scan of every id)."""
+        if not self.unit_metadata:
+            return Dialect.SELECT
+        out = Dialect.SELECT.replace("{metadata} AS metadata", "u.metadata AS metadata")
+        return out.replace(" JOIN {docs} d ON d.doc_id = u.doc_id", "")
 
     @property
     def FILTER_OPS(self) -> frozenset[str]:  # type: ignore[override]  # noqa: N802 - the Dialect flag
@@ -181,26 +191,47 @@ class DuckDBDialect(Dialect):
             " key BIGINT NOT NULL, doc_id VARCHAR NOT NULL, position INTEGER NOT NULL, content VARCHAR NOT NULL,"
             " start INTEGER NOT NULL, \"end\" INTEGER NOT NULL, tail VARCHAR NOT NULL, seq BIGINT NOT NULL,"
             f" fold VARCHAR, num DOUBLE, ts BIGINT, embedding FLOAT[{int(dim)}] NOT NULL,"
-            " nterms INTEGER NOT NULL)",
-            f"CREATE TABLE IF NOT EXISTS {t('terms')} (term VARCHAR NOT NULL, key BIGINT NOT NULL, tf INTEGER NOT NULL)",
+            " nterms INTEGER NOT NULL, metadata VARCHAR)",
+            self.COLUMNS["terms"].replace("TABLE", "TABLE IF NOT EXISTS", 1).format(name=t("terms")),
             f"CREATE TABLE IF NOT EXISTS {t('bm25')} (n BIGINT NOT NULL, total_len BIGINT NOT NULL)",
         ]
 
+    def unit_metadata_column(self) -> list[str]:
+        """Add ``<p>_units.metadata`` (its document's metadata text) to a store written before it."""
+        units, docs = self.table("units"), self.table("docs")
+        return [f"ALTER TABLE {units} ADD COLUMN metadata VARCHAR",
+                f"UPDATE {units} SET metadata = d.metadata FROM {docs} d WHERE d.doc_id = {units}.doc_id"]
+
     def flat_table(self) -> list[str]:
         """``<p>_flat``: the typed metadata of every document, one row per path (for :meth:`indexed_leaf`)."""
-        return [f"CREATE TABLE IF NOT EXISTS {self.table('flat')} (doc_id VARCHAR NOT NULL, path VARCHAR NOT NULL,"
-                " s VARCHAR, f VARCHAR, n DOUBLE, t BIGINT, b BOOLEAN)"]
+        return [self.COLUMNS["flat"].replace("TABLE", "TABLE IF NOT EXISTS", 1).format(name=self.table("flat"))]
 
     def members_table(self) -> list[str]:
         """``<p>_members``: per list value, a marker row (no typed value) and one row per distinct member
         record (:func:`~nlql.sql.codec.list_members`), for pushed HAS (:meth:`list_members`)."""
-        return [f"CREATE TABLE IF NOT EXISTS {self.table('members')} (doc_id VARCHAR NOT NULL, path VARCHAR NOT NULL,"
-                " s VARCHAR, f VARCHAR, n DOUBLE, t BIGINT, b BOOLEAN)"]
+        return [self.COLUMNS["members"].replace("TABLE", "TABLE IF NOT EXISTS", 1).format(name=self.table("members"))]
 
     def fill_flat(self) -> str:
         """Rebuild ``<p>_flat`` from the documents' MAPs (a store written before it existed)."""
         return (f"INSERT INTO {self.table('flat')} SELECT doc_id, e.key, e.value.s, e.value.f, e.value.n, e.value.t,"
                 f" e.value.b FROM (SELECT doc_id, unnest(map_entries(mflat)) AS e FROM {self.table('docs')})")
+
+    # the tables a statement reads by a leading value (a term; a metadata path and typed value), and the
+    # order that keeps equal values together, so that DuckDB's zone maps skip the rest of the table
+    _RECORD_COLUMNS = "(doc_id VARCHAR NOT NULL, path VARCHAR NOT NULL, s VARCHAR, f VARCHAR, n DOUBLE, t BIGINT, b BOOLEAN)"
+    COLUMNS: ClassVar[dict[str, str]] = {  # the definitions of the tables kept sorted
+        "terms": "CREATE TABLE {name} (term VARCHAR NOT NULL, key BIGINT NOT NULL, tf INTEGER NOT NULL)",
+        "flat": "CREATE TABLE {name} " + _RECORD_COLUMNS, "members": "CREATE TABLE {name} " + _RECORD_COLUMNS}
+    CLUSTERED: ClassVar[dict[str, str]] = {"terms": "term", "flat": "path, s, n, t",
+                                           "members": "path, s, n, t"}
+
+    def cluster(self, suffix: str) -> list[str]:
+        """Rewrite ``<p>_<suffix>`` in :attr:`CLUSTERED` order: the same rows into a new table of the same
+        definition, which then takes the old one's name (a new table: no deleted rows left behind)."""
+        table, new = self.table(suffix), self.table("sorting")
+        return [self.COLUMNS[suffix].format(name=new), f"INSERT INTO {new} SELECT * FROM {table} ORDER BY "
+                f"{self.CLUSTERED[suffix]}", f"DROP TABLE {table}",
+                f"ALTER TABLE {new} RENAME TO {quote_ident(f'{self.table_prefix}_{suffix}')}"]
 
     def key_value_table(self, suffix: str) -> str:
         return f"CREATE TABLE IF NOT EXISTS {self.table(suffix)} (key VARCHAR PRIMARY KEY, value VARCHAR NOT NULL)"
