@@ -16,7 +16,8 @@ Timed in one process, round-robin (``--rounds`` rounds, each system once per rou
   an index, one transaction (``bench/duckdb_ingest.py``'s floor).
 
 PostgreSQL 16 + pgvector 0.6.2 from ``pgserver`` with ``bench/pg_speed.py``'s settings (no fsync).
-Ratios are NLQL / floor per round (median). ``--profile`` adds one NLQL run under cProfile (the
+Ratios are NLQL / floor per round (median), of wall time and of CPU time (this process's plus the
+server backend's, read with psutil: less sensitive to other work on the machine). ``--profile`` adds one NLQL run under cProfile (the
 client side's functions by cumulative time).
 
     python bench/pg_ingest.py --n 100000
@@ -49,14 +50,30 @@ from nlql import Engine  # noqa: E402
 BATCH = 8192
 
 
-def nlql(data: dict[str, Any], uri: str, prefix: str) -> float:
+class Clock:
+    """Wall time, this process's CPU time and the server backend's CPU time (``pid``) between start and stop."""
+
+    def __init__(self, pid: int) -> None:
+        import psutil
+
+        self._proc = psutil.Process(pid)
+        c = self._proc.cpu_times()
+        self._start = (time.perf_counter(), time.process_time(), c.user + c.system)
+
+    def stop(self) -> tuple[float, float, float]:
+        c = self._proc.cpu_times()
+        now = (time.perf_counter(), time.process_time(), c.user + c.system)
+        return (now[0] - self._start[0], now[1] - self._start[1], now[2] - self._start[2])
+
+
+def nlql(data: dict[str, Any], uri: str, prefix: str) -> tuple[float, float, float]:
     from nlql.stores.pgvector import PgVectorStore
 
     eng = Engine(embedder=data["emb"], store=PgVectorStore(uri, table_prefix=prefix, exact=True), warm_up=False)
     eng.store.open(DIM)  # (the schema exists before the clock starts, as the floor's does)
-    t = time.perf_counter()
+    clock = Clock(eng.store._connection().info.backend_pid)  # noqa: SLF001
     eng.add_texts(data["texts"], ids=data["ids"], metadatas=data["metas"], batch_size=BATCH)
-    dt = time.perf_counter() - t
+    dt = clock.stop()
     assert eng.store.count() == len(data["texts"])
     eng.close()
     return dt
@@ -107,7 +124,7 @@ def stored_rows(uri: str, prefix: str) -> dict[str, Any]:
             "counts": {t: len(out[t]) for t in TABLES}}
 
 
-def copy_nlql_tables(rows: dict[str, Any], uri: str, prefix: str) -> float:
+def copy_nlql_tables(rows: dict[str, Any], uri: str, prefix: str) -> tuple[float, float, float]:
     """The rows NLQL stored, by binary COPY into a fresh set of NLQL's tables, one transaction per batch."""
     import psycopg
 
@@ -121,7 +138,7 @@ def copy_nlql_tables(rows: dict[str, Any], uri: str, prefix: str) -> float:
     with psycopg.connect(uri) as conn:
         register_vector(conn, conn.execute("SELECT 'vector'::regtype::oid").fetchone()[0])
         conn.commit()
-        t = time.perf_counter()
+        clock = Clock(conn.info.backend_pid)
         for batch in rows["batches"]:
             with conn.cursor() as cur:
                 for table, (cols, _, _) in TABLES.items():
@@ -134,14 +151,14 @@ def copy_nlql_tables(rows: dict[str, Any], uri: str, prefix: str) -> float:
                 cur.execute(f"UPDATE {d.table('bm25')} SET n = n + %s, total_len = total_len + %s",
                             [len(batch["units"]), sum(r[-1] for r in batch["units"])])
             conn.commit()
-        dt = time.perf_counter() - t
+        dt = clock.stop()
         for table, n in rows["counts"].items():
             assert conn.execute(f"SELECT count(*) FROM {d.table(table)}").fetchone()[0] == n, table
         assert conn.execute(f"SELECT n, total_len FROM {d.table('bm25')}").fetchone() == rows["bm25"]
     return dt
 
 
-def copy_one_table(data: dict[str, Any], uri: str, name: str) -> float:
+def copy_one_table(data: dict[str, Any], uri: str, name: str) -> tuple[float, float, float]:
     import psycopg
 
     from nlql.stores.pgvector.driver import Vector, register_vector, vector_bytes
@@ -151,14 +168,14 @@ def copy_one_table(data: dict[str, Any], uri: str, name: str) -> float:
         register_vector(conn, oid)
         conn.execute(f"CREATE TABLE {name} (doc_id text, text text, metadata jsonb, embedding vector({DIM}))")
         conn.commit()
-        t = time.perf_counter()
+        clock = Clock(conn.info.backend_pid)
         with conn.cursor() as cur, cur.copy(f"COPY {name} (doc_id, text, metadata, embedding) FROM STDIN "
                                            "WITH (FORMAT BINARY)") as cp:
             cp.set_types(["text", "text", "jsonb", oid])
             for i, text, meta, vec in zip(data["ids"], data["texts"], data["metas"], data["vecs"], strict=True):
                 cp.write_row((i, text, json.dumps(meta), Vector(vector_bytes(vec))))
         conn.commit()
-        dt = time.perf_counter() - t
+        dt = clock.stop()
         assert conn.execute(f"SELECT count(*) FROM {name}").fetchone()[0] == len(data["texts"])
     return dt
 
@@ -194,6 +211,7 @@ def main() -> None:
                            "sentences": args.n, "batch_size": BATCH, "machine": machine_info()}
     server = Postgres()
     times: dict[str, list[float]] = {}
+    cpu: dict[str, list[float]] = {}  # this process's CPU + the server backend's
     loads = []
     try:
         rows: dict[str, Any] = {}
@@ -207,22 +225,27 @@ def main() -> None:
                 if name == "COPY, NLQL's tables" and not rows:
                     rows.update(stored_rows(server.uri, "ing0"))  # (untimed)
                     out["stored_rows"] = rows["counts"]
-                dt = fn()
-                times.setdefault(name, []).append(dt)
-                log(f"[pg_ingest] round {r} {name}: {dt:.2f} s (load {loads[-1]:.1f})")
+                wall, client, server_cpu = fn()
+                times.setdefault(name, []).append(wall)
+                cpu.setdefault(name, []).append(client + server_cpu)
+                log(f"[pg_ingest] round {r} {name}: {wall:.2f} s wall, CPU {client:.2f} s here + {server_cpu:.2f} s "
+                    f"in the server backend (load {loads[-1]:.1f})")
         if args.profile:
             out["profile"] = profile_nlql(data, server.uri)
             print("\n".join(out["profile"][:60]))
         out["versions"] = server.versions
     finally:
         server.stop()
-    table = {name: {"s": round(statistics.median(v), 2), "runs_s": [round(x, 2) for x in v]}
+    table = {name: {"s": round(statistics.median(v), 2), "runs_s": [round(x, 2) for x in v],
+                    "cpu_s": round(statistics.median(cpu[name]), 2), "cpu_runs_s": [round(x, 2) for x in cpu[name]]}
              for name, v in times.items()}
     for floor in ("COPY, NLQL's tables", "COPY, one table"):
         ratios = [a / b for a, b in zip(times["NLQL"], times[floor], strict=True)]
+        cratios = [a / b for a, b in zip(cpu["NLQL"], cpu[floor], strict=True)]
         table["NLQL"][f"ratio_to {floor}"] = round(statistics.median(ratios), 2)
+        table["NLQL"][f"cpu_ratio_to {floor}"] = round(statistics.median(cratios), 2)
         log(f"[pg_ingest] NLQL {table['NLQL']['s']} s = {statistics.median(ratios):.2f}x {floor} "
-            f"({table[floor]['s']} s)")
+            f"({table[floor]['s']} s); CPU (client + backend) {statistics.median(cratios):.2f}x")
     out["rows"] = table
     out["load_1min_during"] = [round(x, 2) for x in loads]
     stamp_end(out, started)

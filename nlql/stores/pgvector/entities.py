@@ -80,10 +80,9 @@ class EntityMixin:
 
     # ------------------------------------------------------------------------------ writing
 
-    def _write_entities(self, conn: Any, ids: list[str], docs: Sequence[DocRecord]) -> None:
-        """Inside a write's transaction (after the writers' lock): the written documents' links replace
-        their old ones, and the edge weights follow."""
-        self._forget_entities(conn, ids)
+    def _write_entities(self, conn: Any, docs: Sequence[DocRecord]) -> None:
+        """Inside a write's transaction (after the writers' lock and :meth:`_forget_entities` for the
+        written documents that were stored): the written documents' links, and the edge weights follow."""
         items = [(escape_text(x.doc_id), [(u.position, [escape_text(n) for n in names])
                                            for u, names in zip(x.units, x.entities, strict=True) if names])
                  for x in docs if x.entities is not None]

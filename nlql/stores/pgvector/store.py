@@ -280,15 +280,24 @@ class PgVectorStore(SchemaMixin, TermsMixin, KnnMixin, EntityMixin, SqlStore):
 
     def _write(self, ids: list[str], doc_rows: list[tuple[Any, ...]], unit_rows: list[tuple[Any, ...]],
                terms: Terms, docs: Sequence[DocRecord] = ()) -> None:
+        """One transaction: the stored documents among ``ids`` are removed (with their sentences, term
+        rows and entity links), then every row is written by binary COPY, the sentences with keys
+        taken from their identity sequence beforehand so that the term rows are counted against them
+        without a join."""
         d = self.dialect
         with self._tx() as conn:
             self._run(conn, d.lock_writers())
-            if self.bm25:
-                self._forget_terms(conn, ids)
-            else:
+            # (the writers' lock is held: no other writer adds or removes one of these ids meanwhile)
+            stored = [r[0] for r in self._run(conn, sql("SELECT doc_id FROM ", d.docs, " WHERE ",
+                                                        d.in_array("doc_id", Param(ids, "text[]")))).fetchall()]
+            if not self.bm25:
                 self._stale_terms(conn)
-            for statement in d.delete_documents(ids):
-                self._run(conn, statement)
+            if stored:
+                if self.bm25:
+                    self._forget_terms(conn, stored)
+                for statement in d.delete_documents(stored):
+                    self._run(conn, statement)
+                self._forget_entities(conn, stored)
             self._run(conn, d.put_meta("meta", "max_seq", str(max(r[1] for r in doc_rows)), keep_max=True))
             cur = conn.cursor()
             with cur.copy(d.bulk_load("docs", ["doc_id", "seq", "text", "metadata", "mflat", "fold", "num",
@@ -304,8 +313,8 @@ class PgVectorStore(SchemaMixin, TermsMixin, KnnMixin, EntityMixin, SqlStore):
                     for r in unit_rows:
                         copy.write_row(r)
             if self.bm25:
-                self._write_terms(conn, ids, terms, len(unit_rows), sum(r[-1] for r in unit_rows))
-            self._write_entities(conn, ids, docs)  # the entity graph's links and edges, same transaction
+                self._write_terms(conn, terms, len(unit_rows), sum(r[-1] for r in unit_rows))
+            self._write_entities(conn, docs)  # the entity graph's links and edges, same transaction
 
     def delete(self, doc_ids: Sequence[str]) -> int:
         """Delete documents (and their sentences); returns how many documents existed."""

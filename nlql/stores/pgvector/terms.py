@@ -21,6 +21,12 @@ from nlql.stores.sqlstore import SqlStore
 
 Terms = list[tuple[str, int, list[str]]]  # (escaped doc id, position, its escaped terms, repeats kept)
 
+# Between a sentence's terms when they are sent as one text: a code word of the text escape that it
+# never writes (:mod:`nlql.sql.codec` uses ranks 0–2056 of the 2401 four-digit words, this is 2400), so
+# no escaped term holds it and splitting on it gives the terms back exactly
+TERM_SEP = "\x01\x08\x08\x08\x08"
+WRITE_WORK_MEM = "64MB"  # for the count of one batch's term rows (the default 4 MB spills it to disk)
+
 
 class TermsMixin(SqlStore):
     """Keeping the BM25 term tables in step with the rows (part of :class:`PgVectorStore`)."""
@@ -91,25 +97,30 @@ class TermsMixin(SqlStore):
         for statement in self.dialect.forget_terms(ids):
             conn.execute(*render(self.dialect, statement))
 
-    def _write_terms(self, conn: Any, ids: list[str], term_rows: Terms, added_n: int, added_len: int) -> None:
+    def _write_terms(self, conn: Any, term_rows: Terms, added_n: int, added_len: int) -> None:
         """Insert the term rows of freshly copied sentences, set-wise: each sentence's terms are copied
-        as one array into a transaction's temporary table, and counted (tf) against the sentences' keys
-        (from the identity column) in one statement."""
+        as one text (joined by ``TERM_SEP``, split back in SQL) into a transaction's temporary table,
+        and counted (tf) against the sentences' keys (from the identity column) in one statement, which
+        inserts them in the primary key's order (the index pages fill in turn instead of at random)."""
         d = self.dialect
         cur = conn.cursor()
         if any(t for _, _, t in term_rows):
-            from nlql.sql.binder import sql
+            from nlql.sql.binder import Param, sql
 
             # one table per transaction (dropped at commit), emptied after each batch of the transaction
             cur.execute("CREATE TEMP TABLE IF NOT EXISTS nlql_stage_terms (doc_id text, position int, "
-                        "terms text[]) ON COMMIT DROP")
+                        "terms text) ON COMMIT DROP")
+            sep = TERM_SEP
             with cur.copy("COPY nlql_stage_terms (doc_id, position, terms) FROM STDIN (FORMAT BINARY)") as copy:
-                copy.set_types(["text", "int4", "text[]"])
-                for row in term_rows:
-                    copy.write_row(row)
-            cur.execute(*render(d, sql("INSERT INTO ", d.terms, " (term, key, tf) SELECT t.term, u.key, count(*) "
-                                       "FROM nlql_stage_terms s JOIN ", d.units, " u ON u.doc_id = s.doc_id AND "
-                                       "u.position = s.position CROSS JOIN LATERAL unnest(s.terms) AS t(term) "
-                                       "GROUP BY t.term, u.key")))
+                copy.set_types(["text", "int4", "text"])
+                for doc_id, position, terms in term_rows:
+                    if terms:  # (led by the separator: [""] is sent as sep, not as the empty text)
+                        copy.write_row((doc_id, position, sep + sep.join(terms)))
+            cur.execute("SELECT set_config('work_mem', %s, true)", [WRITE_WORK_MEM])
+            cur.execute(*render(d, sql(
+                "INSERT INTO ", d.terms, " (term, key, tf) SELECT t.term, u.key, count(*) "
+                "FROM nlql_stage_terms s JOIN ", d.units, " u ON u.doc_id = s.doc_id AND u.position = s.position "
+                "CROSS JOIN LATERAL unnest((string_to_array(s.terms, ", Param(sep, "text"), "))[2:]) AS t(term) "
+                "GROUP BY t.term, u.key ORDER BY t.term, u.key")))
             cur.execute("TRUNCATE nlql_stage_terms")
         conn.execute(*render(d, d.add_term_stats(added_n, added_len)))
