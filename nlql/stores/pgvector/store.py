@@ -305,6 +305,9 @@ class PgVectorStore(SchemaMixin, TermsMixin, KnnMixin, EntityMixin, SqlStore):
                 copy.set_types(["text", "int8", "text", "text", "jsonb", "text", "numeric", "int8", "jsonb"])
                 for r in doc_rows:
                     copy.write_row(r)
+            before = 0  # the largest sentence key before this write's (keys only grow)
+            if unit_rows and self.bm25:
+                before = int(self._run(conn, sql("SELECT coalesce(max(key), 0) FROM ", d.units)).fetchone()[0])
             if unit_rows:
                 with cur.copy(d.bulk_load("units", ["doc_id", "position", "content", "start", "end", "tail", "seq",
                                                     "fold", "num", "ts", "embedding", "nterms"])) as copy:
@@ -313,7 +316,7 @@ class PgVectorStore(SchemaMixin, TermsMixin, KnnMixin, EntityMixin, SqlStore):
                     for r in unit_rows:
                         copy.write_row(r)
             if self.bm25:
-                self._write_terms(conn, terms, len(unit_rows), sum(r[-1] for r in unit_rows))
+                self._write_terms(conn, before, terms, len(unit_rows), sum(r[-1] for r in unit_rows))
             self._write_entities(conn, docs)  # the entity graph's links and edges, same transaction
 
     def delete(self, doc_ids: Sequence[str]) -> int:
