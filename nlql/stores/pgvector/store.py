@@ -50,10 +50,10 @@ class PgVectorStore(SchemaMixin, TermsMixin, KnnMixin, EntityMixin, SqlStore):
             ``bm25`` ``_terms`` and ``_bm25``). Any text of 1 to 40 bytes without NUL: identifiers are
             quoted (a ``%`` is doubled for the driver's query string).
         hnsw: Use an HNSW index (``vector_cosine_ops``); without it every knn is exact.
-        ef_search: ``hnsw.ef_search`` for HNSW queries (raised to ``k`` when ``k`` is larger). 200: on the
-            clustered bench corpus at 100k (200 clusters, m 16, ef_construction 64) two HNSW builds of
-            four left one query of 200–300 with recall@10 0.0 at 100 (and up to 10 at pgvector's 40),
-            none below 0.8 at 200 (``bench/pg_hnsw_recall.py``).
+        ef_search: ``hnsw.ef_search`` for HNSW queries (raised to ``k`` when ``k`` is larger). 400: on the
+            clustered bench corpus at 100k (200 clusters, m 16, ef_construction 64) some HNSW builds left
+            queries with recall@10 0.0 at 100 and at 200 (a cluster the search did not reach); none of
+            four builds (50–300 queries each) left one below 0.8 at 400 (``bench/pg_hnsw_recall.py``).
         exact: Always answer knn with an exact scan (declares ``Capabilities.EXACT``).
         m: HNSW ``m`` (index build parameter).
         ef_construction: HNSW ``ef_construction`` (index build parameter).
@@ -87,7 +87,7 @@ class PgVectorStore(SchemaMixin, TermsMixin, KnnMixin, EntityMixin, SqlStore):
     FILTER_STYLE = "pyformat"  # compiled filters carry psycopg's %s placeholders
 
     def __init__(self, dsn: str | None = None, *, connection: Any = None, table_prefix: str = "nlql",
-                 hnsw: bool = True, ef_search: int = 200, exact: bool = False, m: int = 16,
+                 hnsw: bool = True, ef_search: int = 400, exact: bool = False, m: int = 16,
                  ef_construction: int = 64, statement_timeout_ms: int | None = None,
                  exact_threshold: int = 1_000, index_threshold: int = 20_000, bm25: bool = True,
                  analyzer: Any = None, plan: str = "auto") -> None:
