@@ -284,9 +284,8 @@ class PgVectorStore(SchemaMixin, TermsMixin, KnnMixin, EntityMixin, SqlStore):
     def _write(self, ids: list[str], doc_rows: list[tuple[Any, ...]], unit_rows: list[tuple[Any, ...]],
                terms: Terms, docs: Sequence[DocRecord] = ()) -> None:
         """One transaction: the stored documents among ``ids`` are removed (with their sentences, term
-        rows and entity links), then every row is written by binary COPY, the sentences with keys
-        taken from their identity sequence beforehand so that the term rows are counted against them
-        without a join."""
+        rows and entity links), then every row is written by binary COPY (the term rows against the keys
+        the sentences' identity column gave them: :meth:`_write_terms`)."""
         d = self.dialect
         with self._tx() as conn:
             self._run(conn, d.lock_writers())
