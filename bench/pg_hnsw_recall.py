@@ -66,7 +66,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=100_000)
     ap.add_argument("--queries", type=int, default=50)
-    ap.add_argument("--ef", type=int, nargs="*", default=[40, 100, 200])
+    ap.add_argument("--ef", type=int, nargs="*", default=[40, 100, 200, 400])
     ap.add_argument("--m", type=int, default=16)
     ap.add_argument("--ef-construction", type=int, default=64)
     ap.add_argument("--out", type=Path, default=RESULTS / "pg_hnsw_recall.json")

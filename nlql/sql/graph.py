@@ -26,7 +26,7 @@ from nlql.sql.binder import Fragment, Param, sql
 from nlql.text.entities import MAX_NAME_TOKENS, token_spans
 from nlql.text.graph import check_spread, sentence_entities
 
-__all__ = ["activation", "add", "candidates", "ctes", "hop_detail", "remove", "schema"]
+__all__ = ["activation", "add", "add_edges", "candidates", "ctes", "hop_detail", "link_rows", "remove", "schema"]
 
 
 def _tables(d: Any) -> tuple[str, str]:
@@ -54,29 +54,33 @@ def _pairs(d: Any, links: str, doc_ids: Param) -> Fragment:
                "WHERE ", d.in_array("l1.doc_id", doc_ids), " GROUP BY l1.entity, l2.entity")
 
 
+def link_rows(docs: Sequence[tuple[str, Iterable[tuple[int, Iterable[str]]]]]) -> list[tuple[str, int, str, str]]:
+    """The ``(doc_id, position, entity, name)`` rows of documents' entities (``docs`` as :func:`add` takes
+    them), in order: what :func:`add` inserts into the links table."""
+    return [(doc_id, int(position), key, name) for doc_id, sentences in docs for position, names in sentences
+            for key, name in sentence_entities(names)]
+
+
+def add_edges(d: Any, doc_ids: Sequence[str]) -> Fragment:
+    """The statement that adds the edge weights of these documents' links (already inserted)."""
+    links, edges = _tables(d)
+    return sql(f"INSERT INTO {edges} (a, b, weight) ", _pairs(d, links, Param(sorted(set(doc_ids)), "text[]", "documents")),
+               f" ON CONFLICT (a, b) DO UPDATE SET weight = {edges}.weight + EXCLUDED.weight")
+
+
 def add(d: Any, docs: Sequence[tuple[str, Iterable[tuple[int, Iterable[str]]]]]) -> list[Fragment]:
     """Statements that add documents' entities: ``docs`` are ``(doc_id, [(position, names), …])``.
 
-    Run :func:`remove` for the same ids first (in the same transaction) when they may exist.
+    Run :func:`remove` for the same ids first (in the same transaction) when they may exist. (A store
+    that bulk-loads :func:`link_rows` itself runs :func:`add_edges` after.)
     """
-    links, edges = _tables(d)
-    ds, ps, ks, ns = [], [], [], []
-    for doc_id, sentences in docs:
-        for position, names in sentences:
-            for key, name in sentence_entities(names):
-                ds.append(doc_id)
-                ps.append(int(position))
-                ks.append(key)
-                ns.append(name)
-    if not ds:
+    links, _ = _tables(d)
+    rows = link_rows(docs)
+    if not rows:
         return []
-    ids = Param(sorted(set(ds)), "text[]", "documents")
-    rows = d.array_rows([Param(ds, "text[]"), Param(ps, "integer[]"), Param(ks, "text[]"), Param(ns, "text[]")])
-    return [
-        sql(f"INSERT INTO {links} (doc_id, position, entity, name) ", rows),
-        sql(f"INSERT INTO {edges} (a, b, weight) ", _pairs(d, links, ids),
-            f" ON CONFLICT (a, b) DO UPDATE SET weight = {edges}.weight + EXCLUDED.weight"),
-    ]
+    ds, ps, ks, ns = (list(c) for c in zip(*rows, strict=True))
+    arrays = d.array_rows([Param(ds, "text[]"), Param(ps, "integer[]"), Param(ks, "text[]"), Param(ns, "text[]")])
+    return [sql(f"INSERT INTO {links} (doc_id, position, entity, name) ", arrays), add_edges(d, ds)]
 
 
 def remove(d: Any, doc_ids: Sequence[str]) -> list[Fragment]:

@@ -700,3 +700,47 @@ def test_bm25_candidates_read_only_the_filtered_rows_of_the_terms(pg_dsn: str) -
         'SELECT SENTENCE LET kw = BM25(content, "solar power") WHERE kw > 0 AND meta.k == 1')}
     assert got == want and set(got) == {"t0#0", "t2#0"}
     pg.close()
+
+
+@pytest.mark.parametrize("in_sql", [False, True])
+def test_term_rows_are_each_sentences_terms_counted(pg_dsn: str, in_sql: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The BM25 term rows written at ingest (counted in Python and copied with the keys read back, or,
+    when those keys cannot be vouched for, sent as one text per sentence and split and counted in SQL)
+    are exactly each sentence's escaped analyzer terms with their counts, for hostile text and for an
+    analyzer that gives empty and repeated terms; a replaced document's rows go."""
+    from collections import Counter
+
+    from nlql.text.analyzer import Analyzer
+
+    class Odd(Analyzer):
+        def terms(self, text: str) -> list[str]:
+            return [*super().terms(text), "", "", text[:3], text[:3]]
+
+    rng = np.random.default_rng(11)
+    store = open_store(pg_dsn, exact=True, analyzer=Odd())
+    if in_sql:
+        monkeypatch.setattr(store, "_written_keys", lambda *a: None)
+    docs = [make_doc(f"d{i}", [h, f"{h} {h} tail"], {}, i + 1, unit_vectors(rng, 2)) for i, h in enumerate(HOSTILE)]
+    docs.append(make_doc("empty", [""], {}, len(docs) + 1, unit_vectors(rng, 1)))
+    store.upsert(docs)
+    store.upsert([make_doc("d0", ["replaced words"], {}, len(docs) + 1, unit_vectors(rng, 1))])
+    docs[0] = make_doc("d0", ["replaced words"], {}, len(docs) + 1, unit_vectors(rng, 1))
+    want = Counter()
+    lengths = {}
+    for d in docs:
+        for u in d.units:
+            terms = store.analyzer.terms(u.content)
+            lengths[(d.doc_id, u.position)] = len(terms)
+            for t, n in Counter(terms).items():
+                want[(d.doc_id, u.position, t)] = n
+    with psycopg.connect(pg_dsn) as conn:
+        got = {(unescape_text(doc), pos, unescape_text(term)): tf for doc, pos, term, tf in conn.execute(
+            "SELECT u.doc_id, u.position, t.term, t.tf FROM nlql_terms t JOIN nlql_units u ON u.key = t.key")}
+        nterms = {(unescape_text(doc), pos): n for doc, pos, n in conn.execute(
+            "SELECT doc_id, position, nterms FROM nlql_units")}
+        stats = conn.execute("SELECT n, total_len FROM nlql_bm25").fetchone()
+    assert got == dict(want)
+    assert ("d0", 0, "") in got and got[("d0", 0, "")] == 2
+    assert nterms == lengths
+    assert stats == (len(lengths), sum(lengths.values()))
+    store.close()

@@ -230,3 +230,63 @@ def test_exact_pages_equal_the_builtin_store_on_ties_and_near_ties(pg_dsn: str) 
     store = pg.store
     assert store.last_stats.get("mode") == "rescored"
     pg.close()
+
+
+SELECTIVE = [
+    'SELECT SENTENCE LET rel = SIMILARITY(content, "{q}") WHERE meta.tag == "rare" ORDER BY rel DESC LIMIT 10',
+    'SELECT SENTENCE LET rel = SIMILARITY(content, "{q}") WHERE meta.grp == "g7" ORDER BY rel DESC LIMIT 10',
+    'SELECT SENTENCE LET rel = SIMILARITY(content, "{q}") WHERE meta.grp == "g7" ORDER BY rel DESC LIMIT 10 OFFSET 10',
+    'SELECT SENTENCE LET rel = SIMILARITY(content, "{q}") WHERE rel >= 0.2 AND meta.grp IN ("g7", "g8") '
+    "ORDER BY rel DESC LIMIT 10",
+    'SELECT SENTENCE LET rel = SIMILARITY(content, "{q}"), kw = BM25(content, "alpha delta"), f = RRF(rel, kw) '
+    'WHERE meta.grp == "g7" ORDER BY f DESC LIMIT 10',
+]
+
+
+def test_selective_filter_in_hnsw_mode_returns_the_exact_rows(pg_dsn: str) -> None:
+    """Issue 35 / SPEC §6: on a store in HNSW mode, with its index built, a selective filter (0.1%, 1%)
+    gives exactly the rows of exact mode and of the built-in store: the same ids in the same order with
+    the same scores, for top-k, a second page, a threshold and a hybrid RRF. Forced through the index
+    (``plan="index"``), a filter matching fewer rows than LIMIT still returns every one of them, exactly."""
+    rng = np.random.default_rng(35)
+    n = 6000
+    centres = unit_vectors(rng, 30)
+    vecs = centres[rng.integers(0, 30, n)] + 0.5 * rng.normal(size=(n, DIM)).astype(np.float32) / DIM**0.5
+    vecs = (vecs / np.linalg.norm(vecs, axis=1, keepdims=True)).astype(np.float32)
+    words = ["alpha", "beta", "gamma", "delta", "epsilon"]
+    texts = [f"{words[i % 5]} {words[(i // 5) % 5]} row {i}" for i in range(n)]
+    metas = [{"grp": f"g{i % 100}", "tag": "rare" if i % 1000 == 3 else "other"} for i in range(n)]
+    queries = {f"query {j}": vecs[rng.integers(0, n)] for j in range(6)}
+    emb = Lookup({**dict(zip(texts, vecs, strict=True)), **queries})
+    ids = [f"s{i}" for i in range(n)]
+    mem = Engine(embedder=emb, warm_up=False)
+    mem.add_texts(texts, ids=ids, metadatas=metas)
+    store = PgVectorStore(pg_dsn, table_prefix="sel", index_threshold=0)
+    hnsw = Engine(embedder=emb, store=store, warm_up=False)
+    hnsw.add_texts(texts, ids=ids, metadatas=metas, batch_size=2000)
+    assert store.build_index() is True
+    exact = Engine(embedder=emb, store=PgVectorStore(pg_dsn, table_prefix="sel", exact=True), warm_up=False)
+    forced = Engine(embedder=emb, store=PgVectorStore(pg_dsn, table_prefix="sel", plan="index", ef_search=10,
+                                                                 index_threshold=0),
+                    warm_up=False)
+
+    top = hnsw.search('SELECT SENTENCE LET rel = SIMILARITY(content, "query 0") ORDER BY rel DESC LIMIT 10')
+    assert store.last_stats["path"] == "hnsw" and len(top) == 10  # the index serves an unfiltered top-k
+    for template in SELECTIVE:
+        for q in queries:
+            query = template.format(q=q)
+            want = mem.search(query)
+            assert len(want) >= (6 if "rare" in query else 10)
+            for engine in (hnsw, exact):
+                got = engine.search(query)
+                assert [h.id for h in got] == [h.id for h in want], (query, engine.store.last_stats)
+                for g, w in zip(got, want, strict=True):
+                    assert g.scores == w.scores, (query, g.id)
+            st = store.last_stats
+            assert st.get("path") == "exact" or st.get("mode") == "rescored", (query, st)
+            if "rare" in query:  # 6 matching rows < LIMIT: the index path proves it has them all
+                got = forced.search(query)
+                assert forced.store.last_stats["path"] in ("hnsw", "hnsw+exact"), forced.store.last_stats
+                assert [(h.id, h.scores) for h in got] == [(h.id, h.scores) for h in want], query
+    for e in (hnsw, exact, forced, mem):
+        e.close()

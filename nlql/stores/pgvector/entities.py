@@ -80,15 +80,23 @@ class EntityMixin:
 
     # ------------------------------------------------------------------------------ writing
 
-    def _write_entities(self, conn: Any, ids: list[str], docs: Sequence[DocRecord]) -> None:
-        """Inside a write's transaction (after the writers' lock): the written documents' links replace
-        their old ones, and the edge weights follow."""
-        self._forget_entities(conn, ids)
+    def _write_entities(self, conn: Any, docs: Sequence[DocRecord]) -> None:
+        """Inside a write's transaction (after the writers' lock and :meth:`_forget_entities` for the
+        written documents that were stored): the written documents' links, by binary COPY, and the edge
+        weights follow."""
+        from nlql.sql import graph as graph_sql
+
         items = [(escape_text(x.doc_id), [(u.position, [escape_text(n) for n in names])
                                            for u, names in zip(x.units, x.entities, strict=True) if names])
                  for x in docs if x.entities is not None]
-        for statement in self.dialect.graph_add(items):
-            self._run(conn, statement)
+        rows = graph_sql.link_rows(items)
+        if not rows:
+            return
+        with conn.cursor().copy(self.dialect.bulk_load("entity_links", ["doc_id", "position", "entity", "name"])) as cp:
+            cp.set_types(["text", "int4", "text", "text"])
+            for r in rows:
+                cp.write_row(r)
+        self._run(conn, graph_sql.add_edges(self.dialect, [r[0] for r in rows]))
 
     def _forget_entities(self, conn: Any, ids: list[str]) -> None:
         for statement in self.dialect.graph_remove(ids):

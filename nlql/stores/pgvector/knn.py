@@ -7,11 +7,14 @@ pgvector 0.6.2 has no iterative scan, so HNSW + WHERE under-fills:
   exact scan ordered by ``(distance, seq, position)``; the distance is written as an expression the
   index cannot serve, so the planner scans (using other indexes for the filter), and ties break on
   insertion order.
-- otherwise HNSW with ``hnsw.ef_search = max(ef_search, k)`` (``SET LOCAL``) inside a MATERIALIZED CTE;
-  when fewer than ``k`` rows come back and more rows match, ``ef_search`` doubles (up to 1000) and the
-  query repeats, then falls back to the exact scan. ``last_stats`` records the path and rounds.
+- otherwise HNSW with ``hnsw.ef_search = max(ef_search, k)`` (``SET LOCAL``; under a filter the index's
+  ``ef`` candidates are read in a MATERIALIZED CTE and filtered after); the nearest ``k + RESCORE_EXTRA``
+  rows are rescored as the exact path scores them and the best ``k`` kept, so HNSW mode reports exact
+  mode's scores and order for the rows it found; when fewer than ``k`` rows come back and more rows
+  match, ``ef_search`` doubles (up to 1000) and the query repeats, then falls back to the exact scan.
+  ``last_stats`` records the path and rounds.
 
-Score thresholds (``1 − distance >= min_score``) are applied outside the CTE, after the top-k cut.
+Score thresholds (``score >= min_score``) are applied to the rescored scores, after the top-k cut.
 """
 
 from __future__ import annotations
@@ -254,31 +257,31 @@ class KnnMixin(SqlStore):
         v = Param(vec, None)
         if ef is None:
             return self._exact_query(conn, vec, k, flt, min_score)
+        # the index's nearest ``w`` rows, rescored as the exact path scores (numpy's float32 product,
+        # rounded) and ranked on (score, seq, position): the same scores as exact mode, and the same
+        # rows in the same order whenever the index found them (pgvector's float4 distances order near
+        # ties differently)
+        w = max(k, min(k + RESCORE_EXTRA, EF_MAX))
+        conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", [str(max(ef, w))])
         if flt is None:
-            conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", [str(ef)])
-            inner = sql("SELECT u.key, u.seq, u.position, u.embedding <=> ", v, " AS dist ", self._from(flt),
-                        " ORDER BY dist LIMIT ", Param(k, None))
-            query = sql("WITH c AS MATERIALIZED (", inner, ") ")
+            query = sql("SELECT u.key, u.seq, u.position, u.embedding <=> ", v, " AS dist, u.embedding ",
+                        self._from(flt), " ORDER BY dist LIMIT ", Param(w, None))
         else:
             # the index's ef candidates first (what pgvector's filtered index scan would read anyway),
             # then the filter on those rows only: the planner cannot trade the index scan for a plan
             # built on a misestimated filter
-            conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", [str(ef)])
             d = self.dialect
             cand = sql("SELECT key, embedding <=> ", v, " AS dist FROM ", d.units, " ORDER BY dist LIMIT ",
-                       Param(ef, None))
+                       Param(max(ef, w), None))
             join_docs = sql(" JOIN ", d.docs, " d ON d.doc_id = u.doc_id") if flt.extra.get("docs", True) else sql()
-            inner = sql("SELECT u.key, u.seq, u.position, h.dist FROM h JOIN ", d.units, " u ON u.key = h.key",
-                        join_docs, " WHERE ", flt.extra["fragment"], " ORDER BY h.dist, u.seq, u.position LIMIT ",
-                        Param(k, None))
-            query = sql("WITH h AS MATERIALIZED (", cand, "), c AS MATERIALIZED (", inner, ") ")
-        cond = sql("1 - c.dist >= ", Param(float(min_score), None)) if min_score is not None else sql("TRUE")
-        query = sql(query,
-                    "SELECT n.total, c.key, 1 - c.dist FROM (SELECT count(*) AS total FROM c) n "
-                    "LEFT JOIN c ON ", cond, " ORDER BY c.dist, c.seq, c.position, c.key")
-        rows = conn.execute(*render(self.dialect, query), prepare=False).fetchall()
-        fetched = int(rows[0][0]) if rows else 0
-        return [(r[1], float(r[2])) for r in rows if r[1] is not None], fetched
+            query = sql("WITH h AS MATERIALIZED (", cand, ") SELECT u.key, u.seq, u.position, h.dist, u.embedding "
+                        "FROM h JOIN ", d.units, " u ON u.key = h.key", join_docs, " WHERE ", flt.extra["fragment"],
+                        " ORDER BY h.dist, u.seq, u.position LIMIT ", Param(w, None))
+        rows = conn.cursor(binary=True).execute(*render(self.dialect, query), prepare=False).fetchall()
+        out = rescore(query_vector(vec), rows)[:k]
+        if min_score is not None:
+            out = [r for r in out if r[1] >= min_score]
+        return out, min(k, len(rows))
 
     def _exact_query(self, conn: Any, vec: Vector, k: int, flt: NativeFilter | None,
                      min_score: float | None, restore: bool = False) -> tuple[list[tuple[Any, float]], int]:

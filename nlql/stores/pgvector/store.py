@@ -50,7 +50,10 @@ class PgVectorStore(SchemaMixin, TermsMixin, KnnMixin, EntityMixin, SqlStore):
             ``bm25`` ``_terms`` and ``_bm25``). Any text of 1 to 40 bytes without NUL: identifiers are
             quoted (a ``%`` is doubled for the driver's query string).
         hnsw: Use an HNSW index (``vector_cosine_ops``); without it every knn is exact.
-        ef_search: ``hnsw.ef_search`` for HNSW queries (raised to ``k`` when ``k`` is larger).
+        ef_search: ``hnsw.ef_search`` for HNSW queries (raised to ``k`` when ``k`` is larger). 400: on the
+            clustered bench corpus at 100k (200 clusters, m 16, ef_construction 64) some HNSW builds left
+            queries with recall@10 0.0 at 100 and at 200 (a cluster the search did not reach); none of
+            four builds (50–300 queries each) left one below 0.8 at 400 (``bench/pg_hnsw_recall.py``).
         exact: Always answer knn with an exact scan (declares ``Capabilities.EXACT``).
         m: HNSW ``m`` (index build parameter).
         ef_construction: HNSW ``ef_construction`` (index build parameter).
@@ -84,7 +87,7 @@ class PgVectorStore(SchemaMixin, TermsMixin, KnnMixin, EntityMixin, SqlStore):
     FILTER_STYLE = "pyformat"  # compiled filters carry psycopg's %s placeholders
 
     def __init__(self, dsn: str | None = None, *, connection: Any = None, table_prefix: str = "nlql",
-                 hnsw: bool = True, ef_search: int = 100, exact: bool = False, m: int = 16,
+                 hnsw: bool = True, ef_search: int = 400, exact: bool = False, m: int = 16,
                  ef_construction: int = 64, statement_timeout_ms: int | None = None,
                  exact_threshold: int = 1_000, index_threshold: int = 20_000, bm25: bool = True,
                  analyzer: Any = None, plan: str = "auto") -> None:
@@ -280,15 +283,23 @@ class PgVectorStore(SchemaMixin, TermsMixin, KnnMixin, EntityMixin, SqlStore):
 
     def _write(self, ids: list[str], doc_rows: list[tuple[Any, ...]], unit_rows: list[tuple[Any, ...]],
                terms: Terms, docs: Sequence[DocRecord] = ()) -> None:
+        """One transaction: the stored documents among ``ids`` are removed (with their sentences, term
+        rows and entity links), then every row is written by binary COPY (the term rows against the keys
+        the sentences' identity column gave them: :meth:`_write_terms`)."""
         d = self.dialect
         with self._tx() as conn:
             self._run(conn, d.lock_writers())
-            if self.bm25:
-                self._forget_terms(conn, ids)
-            else:
+            # (the writers' lock is held: no other writer adds or removes one of these ids meanwhile)
+            stored = [r[0] for r in self._run(conn, sql("SELECT doc_id FROM ", d.docs, " WHERE ",
+                                                        d.in_array("doc_id", Param(ids, "text[]")))).fetchall()]
+            if not self.bm25:
                 self._stale_terms(conn)
-            for statement in d.delete_documents(ids):
-                self._run(conn, statement)
+            if stored:
+                if self.bm25:
+                    self._forget_terms(conn, stored)
+                for statement in d.delete_documents(stored):
+                    self._run(conn, statement)
+                self._forget_entities(conn, stored)
             self._run(conn, d.put_meta("meta", "max_seq", str(max(r[1] for r in doc_rows)), keep_max=True))
             cur = conn.cursor()
             with cur.copy(d.bulk_load("docs", ["doc_id", "seq", "text", "metadata", "mflat", "fold", "num",
@@ -296,6 +307,9 @@ class PgVectorStore(SchemaMixin, TermsMixin, KnnMixin, EntityMixin, SqlStore):
                 copy.set_types(["text", "int8", "text", "text", "jsonb", "text", "numeric", "int8", "jsonb"])
                 for r in doc_rows:
                     copy.write_row(r)
+            before = 0  # the largest sentence key before this write's (keys only grow)
+            if unit_rows and self.bm25:
+                before = int(self._run(conn, sql("SELECT coalesce(max(key), 0) FROM ", d.units)).fetchone()[0])
             if unit_rows:
                 with cur.copy(d.bulk_load("units", ["doc_id", "position", "content", "start", "end", "tail", "seq",
                                                     "fold", "num", "ts", "embedding", "nterms"])) as copy:
@@ -304,8 +318,8 @@ class PgVectorStore(SchemaMixin, TermsMixin, KnnMixin, EntityMixin, SqlStore):
                     for r in unit_rows:
                         copy.write_row(r)
             if self.bm25:
-                self._write_terms(conn, ids, terms, len(unit_rows), sum(r[-1] for r in unit_rows))
-            self._write_entities(conn, ids, docs)  # the entity graph's links and edges, same transaction
+                self._write_terms(conn, before, terms, len(unit_rows), sum(r[-1] for r in unit_rows))
+            self._write_entities(conn, docs)  # the entity graph's links and edges, same transaction
 
     def delete(self, doc_ids: Sequence[str]) -> int:
         """Delete documents (and their sentences); returns how many documents existed."""

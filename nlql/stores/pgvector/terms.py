@@ -13,6 +13,7 @@ and the total length) are written in the same transaction as the rows (terms fro
 
 from __future__ import annotations
 
+from operator import itemgetter
 from typing import Any
 
 from nlql.sql.codec import unescape_text
@@ -20,6 +21,12 @@ from nlql.stores.pgvector.driver import render
 from nlql.stores.sqlstore import SqlStore
 
 Terms = list[tuple[str, int, list[str]]]  # (escaped doc id, position, its escaped terms, repeats kept)
+
+# Between a sentence's terms when they are sent as one text: a code word of the text escape that it
+# never writes (:mod:`nlql.sql.codec` uses ranks 0–2056 of the 2401 four-digit words, this is 2400), so
+# no escaped term holds it and splitting on it gives the terms back exactly
+TERM_SEP = "\x01\x08\x08\x08\x08"
+WRITE_WORK_MEM = "64MB"  # for the count of one batch's term rows (the default 4 MB spills it to disk)
 
 
 class TermsMixin(SqlStore):
@@ -91,25 +98,70 @@ class TermsMixin(SqlStore):
         for statement in self.dialect.forget_terms(ids):
             conn.execute(*render(self.dialect, statement))
 
-    def _write_terms(self, conn: Any, ids: list[str], term_rows: Terms, added_n: int, added_len: int) -> None:
-        """Insert the term rows of freshly copied sentences, set-wise: each sentence's terms are copied
-        as one array into a transaction's temporary table, and counted (tf) against the sentences' keys
-        (from the identity column) in one statement."""
+    def _write_terms(self, conn: Any, before: int, term_rows: Terms, added_n: int, added_len: int) -> None:
+        """Insert the term rows of freshly copied sentences (their keys are above ``before``) by binary
+        COPY: the keys the identity column gave them are read back (the writers' lock is held, so the
+        keys above ``before`` are this write's), and each sentence's terms are counted here.
+
+        Should those keys not be exactly this write's sentences (a row written without the lock), the
+        terms are counted in SQL instead: copied as one text per sentence (joined by ``TERM_SEP``,
+        split back in SQL) into a transaction's temporary table and counted against the sentences'
+        keys in one statement."""
         d = self.dialect
         cur = conn.cursor()
         if any(t for _, _, t in term_rows):
-            from nlql.sql.binder import sql
-
-            # one table per transaction (dropped at commit), emptied after each batch of the transaction
-            cur.execute("CREATE TEMP TABLE IF NOT EXISTS nlql_stage_terms (doc_id text, position int, "
-                        "terms text[]) ON COMMIT DROP")
-            with cur.copy("COPY nlql_stage_terms (doc_id, position, terms) FROM STDIN (FORMAT BINARY)") as copy:
-                copy.set_types(["text", "int4", "text[]"])
-                for row in term_rows:
-                    copy.write_row(row)
-            cur.execute(*render(d, sql("INSERT INTO ", d.terms, " (term, key, tf) SELECT t.term, u.key, count(*) "
-                                       "FROM nlql_stage_terms s JOIN ", d.units, " u ON u.doc_id = s.doc_id AND "
-                                       "u.position = s.position CROSS JOIN LATERAL unnest(s.terms) AS t(term) "
-                                       "GROUP BY t.term, u.key")))
-            cur.execute("TRUNCATE nlql_stage_terms")
+            written = self._written_keys(conn, before, term_rows)
+            if written is not None:
+                rows: list[tuple[str, int, int]] = []
+                for doc, pos, terms in term_rows:
+                    if terms:
+                        key = written[(doc, pos)]
+                        counts: dict[str, int] = {}
+                        for t in terms:
+                            counts[t] = counts.get(t, 0) + 1
+                        rows.extend([(t, key, n) for t, n in counts.items()])
+                # by term (code points: the primary key's order under a C collation), so a term's postings
+                # of the batch lie together in the table and a BM25 query reads fewer pages (at 100k, one
+                # interleaved run: 407 ms a query against 512 ms copied in key order and 441 ms as the
+                # earlier hash aggregate left them), and the index fills leaf by leaf
+                rows.sort(key=itemgetter(0))  # (stable: the keys, increasing in this order, stay sorted)
+                with cur.copy(d.bulk_load("terms", ["term", "key", "tf"])) as copy:
+                    copy.set_types(["text", "int8", "int4"])
+                    write = copy.write_row
+                    for r in rows:
+                        write(r)
+            else:
+                self._count_terms_in_sql(cur, term_rows)
         conn.execute(*render(d, d.add_term_stats(added_n, added_len)))
+
+    def _written_keys(self, conn: Any, before: int, term_rows: Terms) -> dict[tuple[str, int], int] | None:
+        """(escaped doc id, position) → key of the sentences with keys above ``before``, if they are
+        exactly the sentences of ``term_rows``; else None."""
+        from nlql.sql.binder import Param, sql
+
+        written = {(doc, pos): key for key, doc, pos in self._run(conn, sql(
+            "SELECT key, doc_id, position FROM ", self.dialect.units, " WHERE key > ", Param(int(before), "bigint")))}
+        if len(written) == len(term_rows) and all((doc, pos) in written for doc, pos, _ in term_rows):
+            return written
+        return None
+
+    def _count_terms_in_sql(self, cur: Any, term_rows: Terms) -> None:
+        from nlql.sql.binder import Param, sql
+
+        d = self.dialect
+        # one table per transaction (dropped at commit), emptied after each batch of the transaction
+        cur.execute("CREATE TEMP TABLE IF NOT EXISTS nlql_stage_terms (doc_id text, position int, "
+                    "terms text) ON COMMIT DROP")
+        sep = TERM_SEP
+        with cur.copy("COPY nlql_stage_terms (doc_id, position, terms) FROM STDIN (FORMAT BINARY)") as copy:
+            copy.set_types(["text", "int4", "text"])
+            for doc_id, position, terms in term_rows:
+                if terms:  # (led by the separator: [""] is sent as sep, not as the empty text)
+                    copy.write_row((doc_id, position, sep + sep.join(terms)))
+        cur.execute("SELECT set_config('work_mem', %s, true)", [WRITE_WORK_MEM])
+        cur.execute(*render(d, sql(
+            "INSERT INTO ", d.terms, " (term, key, tf) SELECT t.term, u.key, count(*) "
+            "FROM nlql_stage_terms s JOIN ", d.units, " u ON u.doc_id = s.doc_id AND u.position = s.position "
+            "CROSS JOIN LATERAL unnest((string_to_array(s.terms, ", Param(sep, "text"), "))[2:]) AS t(term) "
+            "GROUP BY t.term, u.key ORDER BY t.term, u.key")))
+        cur.execute("TRUNCATE nlql_stage_terms")
