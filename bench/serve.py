@@ -69,8 +69,8 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_server(port: int, workers: int) -> subprocess.Popen[str]:
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+def start_server(port: int, workers: int, tree: Path = ROOT) -> subprocess.Popen[str]:
+    env = dict(os.environ, PYTHONPATH=str(tree) + os.pathsep + os.environ.get("PYTHONPATH", ""),
                HF_HUB_OFFLINE="1")
     env.pop("NLQL_TOKEN", None)
     cmd = [sys.executable, "-m", "nlql", "serve", "--demo", "--embedder", "hash", "--port", str(port),
@@ -342,14 +342,27 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--attack-lead", type=float, default=2.0,
                     help="seconds the attacker holds its connections before a round's warm-up starts")
     ap.add_argument("--workers", type=int, default=16, help="the server's engine threads (nlql serve --workers)")
+    ap.add_argument("--server-rev", default=None,
+                    help="serve this git revision's nlql instead of this tree's (a before/after comparison)")
     ap.add_argument("--out", type=Path, default=RESULTS / "serve.json")
     args = ap.parse_args(argv)
+    if args.server_rev:
+        from bench.common import earlier_tree
+
+        with earlier_tree(args.server_rev) as (short, tree, _):
+            return run(args, tree, short)
+    return run(args, ROOT, None)
+
+
+def run(args: argparse.Namespace, tree: Path, rev: str | None) -> dict[str, Any]:
+    """The whole benchmark against ``nlql serve`` from ``tree`` (``rev``: the revision it holds, when not
+    this tree)."""
 
     started = time.perf_counter()
     machine = machine_info()
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
-    proc = start_server(port, args.workers)
+    proc = start_server(port, args.workers, tree)
     runs, attacked = [], []
     try:
         health = wait_ready(url, proc)
@@ -428,7 +441,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "machine": machine,
         "embedder": "hash (HashEmbedder, dim 384)",
         "store": "memory (the demo corpus)",
-        "server": f"uvicorn {uvicorn.__version__}, starlette {starlette.__version__}, {args.workers} workers",
+        "server": f"uvicorn {uvicorn.__version__}, starlette {starlette.__version__}, {args.workers} workers"
+                  + (f"; nlql of revision {rev}" if rev else ""),
         "client": f"httpx {httpx.__version__} Client per thread, closed loop",
         "engine_search_in_process": reference,
         "runs": runs,
