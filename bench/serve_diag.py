@@ -152,15 +152,21 @@ def attacker_main(url: str, n: int, out: str) -> None:
 
 
 def sink_main(n: int) -> None:
-    """A listener that never accepts: the kernel completes up to ``n`` handshakes and buffers what they
-    send, so an attacker aimed at it spends its own CPU as against the server, and the server none."""
+    """A listener that accepts and never reads (the kernel buffers what is sent), holding the newest ``n``
+    connections: an attacker aimed at it spends its own CPU as against the server, and the server none."""
+    import collections
     import socket
 
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
     s.listen(n + 64)
     print(s.getsockname()[1], flush=True)
-    signal.sigwait({signal.SIGTERM})
+    held: collections.deque[socket.socket] = collections.deque()
+    while True:
+        conn, _ = s.accept()
+        held.append(conn)
+        if len(held) > n:
+            held.popleft().close()
 
 
 def clients(url: str, n: int, seconds: float) -> int:
@@ -317,7 +323,7 @@ def experiments(kind: str, seconds: float, rounds: int) -> None:
                 clients(url, 64, seconds)
                 res.setdefault("after64", []).extend(x[1] for x in client(url, seconds))
         else:
-            sink = subprocess.Popen([sys.executable, __file__, "--sink", "1100"], stdout=subprocess.PIPE, text=True)
+            sink = subprocess.Popen([sys.executable, __file__, "--sink", "2100"], stdout=subprocess.PIPE, text=True)
             sink_url = f"http://127.0.0.1:{sink.stdout.readline().strip()}"  # type: ignore[union-attr]
             for r in range(rounds):
                 for name, target in (("normal", None), ("sink", sink_url), ("attack", url)):

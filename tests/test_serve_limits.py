@@ -215,6 +215,26 @@ def test_headers_finished_while_the_server_was_not_reading_are_served(engine: En
         assert len(json.loads(rest)["hits"]) == 2
 
 
+def test_a_request_in_several_packets_after_an_idle_keep_alive_is_answered_at_once(engine: Engine) -> None:
+    # a kept-alive connection idles between requests; the next one's headers may span packets
+    with BackgroundServer(engine, ServeConfig(port=0, header_timeout=4.0)) as s:
+        host, port = s.url.rsplit("//", 1)[1].rsplit(":", 1)
+        body = json.dumps({"query": "SELECT SENTENCE LIMIT 1"}).encode()
+        head = (f"POST /search HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(body)}\r\n").encode()
+        with socket.create_connection((host, int(port)), timeout=10) as sock:
+            sock.sendall(head + b"\r\n" + body)
+            assert sock.recv(65536).startswith(b"HTTP/1.1 200")
+            time.sleep(1.3)  # idle past the second of patience (the keep-alive lasts 5 s)
+            start = time.perf_counter()
+            sock.sendall(head)
+            time.sleep(0.05)
+            sock.sendall(b"Connection: close\r\n\r\n" + body)
+            got = _read_all(sock, 5.0)
+        assert got.startswith(b"HTTP/1.1 200"), got[:200]
+        assert time.perf_counter() - start < 1.0  # not held until the header time is up
+
+
 def test_a_body_that_never_arrives_is_a_json_408(engine: Engine) -> None:
     with BackgroundServer(engine, ServeConfig(port=0, body_timeout=0.5)) as s:
         host, port = s.url.rsplit("//", 1)[1].rsplit(":", 1)

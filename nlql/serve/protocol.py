@@ -10,8 +10,8 @@ real request a plain-text 503. This protocol instead
   random 0–25 % longer (:data:`JITTER`): connections an attacker opens together would otherwise all
   time out together, and all be reopened in one burst that stalls the event loop (and, with them, the
   requests it is serving) for tens of milliseconds, and triggers a full garbage collection;
-- stops reading a connection whose headers are still unfinished after :func:`patience` (a second at
-  most): a slow client then costs the event loop nothing per byte it drips (1,000 such connections
+- stops reading a connection whose headers are still unfinished :func:`patience` (a second at most)
+  after their first piece came: a slow client then costs the event loop nothing per byte it drips (1,000 such connections
   sending a header line a second each cost it a thousand wake-ups a second, in bursts that delayed the
   requests served meanwhile). When its time is up the connection is read once more, so headers that
   did arrive in time are served, and answered 408 otherwise;
@@ -42,8 +42,8 @@ LAST_READ = 0.25
 
 
 def patience(header_timeout: float) -> float:
-    """Seconds after which a connection still sending its headers is no longer read until its time is
-    up: a second, or half the header timeout when that is shorter."""
+    """Seconds, from the first piece of a request's headers, after which a connection still sending them
+    is no longer read until its time is up: a second, or half the header timeout when that is shorter."""
     return min(1.0, header_timeout / 2)
 
 
@@ -68,6 +68,7 @@ def guarded_protocol(header_timeout: float, max_connections: int) -> type[H11Pro
             super().__init__(*args, **kwargs)
             self._header_timer: Any = None
             self._waiting_since = time.monotonic()
+            self._first_piece: float | None = None  # when the first bytes of the awaited headers came
             self._held = False  # reading stopped until the header time is up
             self._last_read = False  # the time is up: what arrives now is read, then 408
 
@@ -80,6 +81,7 @@ def guarded_protocol(header_timeout: float, max_connections: int) -> type[H11Pro
         def _arm(self) -> None:
             self._disarm()
             self._waiting_since = time.monotonic()
+            self._first_piece = None
             self._header_timer = self.loop.call_later(header_timeout * (1 + JITTER * random.random()),
                                                       self._header_expired)
 
@@ -147,9 +149,13 @@ def guarded_protocol(header_timeout: float, max_connections: int) -> type[H11Pro
                 return
             if not self._waiting():
                 self._disarm()  # the headers are in: the app bounds the body and the work
+            elif self._first_piece is None:
+                self._first_piece = time.monotonic()
             elif (not self._held and not self._last_read and not self.transport.is_closing()
-                  and time.monotonic() - self._waiting_since >= hold_after):
-                # a piece of headers, and still not all of them after `patience`: a slow client
+                  and time.monotonic() - self._first_piece >= hold_after):
+                # still not all of the headers `patience` after their first piece: a slow client (the
+                # clock starts at the first piece: a kept-alive connection may idle long before a
+                # request whose headers come in several packets)
                 self._held = True
                 self.flow.pause_reading()
 
