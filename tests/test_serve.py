@@ -407,7 +407,7 @@ def test_the_benchmark_runs_and_writes_its_shape(tmp_path: Path) -> None:
     """bench/serve.py end to end on a tiny budget: shapes only, never timings."""
     out = tmp_path / "serve.json"
     r = subprocess.run([sys.executable, str(ROOT / "bench" / "serve.py"), "--clients", "1", "3", "--seconds", "0.5",
-                        "--warmup", "0.2", "--attack", "40", "--out", str(out)], env=_cli_env(), capture_output=True,
+                        "--warmup", "0.2", "--attack", "40", "--rounds", "2", "--attack-lead", "0", "--out", str(out)], env=_cli_env(), capture_output=True,
                        text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     data = json.loads(out.read_text())
@@ -416,4 +416,8 @@ def test_the_benchmark_runs_and_writes_its_shape(tmp_path: Path) -> None:
     for run in data["runs"] + data["under_attack"]:
         assert run["errors"] == 0 and run["requests"] > 0 and run["p50_ms"] <= run["p95_ms"] <= run["p99_ms"]
     assert all(run["slow_connections"] == 40 for run in data["under_attack"])
+    for run in data["under_attack"]:  # the rounds' samples pooled, each round's ratio beside them
+        assert run["rounds"] == 2 and len(run["p99_vs_normal_each_round"]) == 2
+        low, high = run["p99_vs_normal_ci95"]
+        assert low <= high and run["slow_lines_per_s"] >= 0
     assert "hash" in data["embedder"] and "loadavg_at_start" in data["machine"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import selectors
 import socket
 import threading
 import time
@@ -137,6 +138,101 @@ def test_past_the_connection_bound_the_slowest_client_makes_room(engine: Engine)
         finally:
             for x in sockets:
                 x.close()
+
+
+def test_slow_clients_opened_together_do_not_all_time_out_together(engine: Engine) -> None:
+    # a burst of simultaneous 408s is followed by a burst of reconnections that stalls the event loop
+    with BackgroundServer(engine, ServeConfig(port=0, header_timeout=1.0)) as s:
+        sockets = _slow_sockets(s.url, 40)
+        start = time.perf_counter()
+        answered_at = {}
+        try:
+            with selectors.DefaultSelector() as sel:
+                for x in sockets:
+                    sel.register(x, selectors.EVENT_READ)
+                while len(answered_at) < len(sockets) and time.perf_counter() - start < 5:
+                    for key, _ in sel.select(timeout=0.5):
+                        answered_at[key.fileobj] = time.perf_counter() - start
+                        sel.unregister(key.fileobj)
+            for x in sockets:
+                assert _read_all(x, 1.0).startswith(b"HTTP/1.1 408")
+        finally:
+            for x in sockets:
+                x.close()
+    closed_at = sorted(answered_at.values())
+    # each is given its full second, and up to 25 % more
+    assert len(closed_at) == 40 and closed_at[0] >= 0.95 and closed_at[-1] <= 1.25 + 0.5, closed_at
+    assert max(closed_at) - min(closed_at) >= 0.05, closed_at
+
+
+def _drip(url: str, n: int, lines: int, every: float) -> list[socket.socket]:
+    sockets = _slow_sockets(url, n)
+    for _ in range(lines):
+        time.sleep(every)
+        for x in sockets:
+            x.sendall(b"X-Slow: 1\r\n")
+    return sockets
+
+
+def test_a_dripping_client_is_not_read_byte_by_byte(engine: Engine) -> None:
+    # 1,000 connections dripping a header line a second cost the event loop a thousand reads a second,
+    # in bursts that delayed the requests served meanwhile; past a second (here half the header
+    # timeout) the server stops reading an unfinished header until the time is up
+    with BackgroundServer(engine, ServeConfig(port=0, header_timeout=3.0)) as s:
+        protocol = s._server.config.http  # noqa: SLF001 - counting what the server reads
+        reads = [0]
+        received = protocol.data_received
+
+        def counted(self: Any, data: bytes) -> None:
+            reads[0] += 1
+            received(self, data)
+
+        protocol.data_received = counted
+        try:
+            sockets = _drip(s.url, 10, 20, 0.1)  # 2 s of a line every 0.1 s, past the 1.5 s of patience
+            try:
+                # ~16 reads each (the first piece, and the lines of the first 1.5 s), not 21
+                assert reads[0] <= 10 * 18, reads[0]
+                r = httpx.post(s.url + "/search", json={"query": "SELECT SENTENCE LIMIT 1"}, timeout=10)
+                assert r.status_code == 200, r.text
+            finally:
+                for x in sockets:
+                    x.close()
+        finally:
+            protocol.data_received = received
+
+
+def test_headers_finished_while_the_server_was_not_reading_are_served(engine: Engine) -> None:
+    with BackgroundServer(engine, ServeConfig(port=0, header_timeout=1.0)) as s:
+        (sock,) = _drip(s.url, 1, 7, 0.1)  # past the half second of patience: no longer read
+        body = json.dumps({"query": 'SELECT SENTENCE WHERE content CONTAINS "cats" LIMIT 2'}).encode()
+        sock.sendall(f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+                     .encode() + body)
+        got = _read_all(sock, 4.0)  # read when its second is up, and answered
+        sock.close()
+        head, _, rest = got.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200"), got[:300]
+        assert len(json.loads(rest)["hits"]) == 2
+
+
+def test_a_request_in_several_packets_after_an_idle_keep_alive_is_answered_at_once(engine: Engine) -> None:
+    # a kept-alive connection idles between requests; the next one's headers may span packets
+    with BackgroundServer(engine, ServeConfig(port=0, header_timeout=4.0)) as s:
+        host, port = s.url.rsplit("//", 1)[1].rsplit(":", 1)
+        body = json.dumps({"query": "SELECT SENTENCE LIMIT 1"}).encode()
+        head = (f"POST /search HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(body)}\r\n").encode()
+        with socket.create_connection((host, int(port)), timeout=10) as sock:
+            sock.sendall(head + b"\r\n" + body)
+            assert sock.recv(65536).startswith(b"HTTP/1.1 200")
+            time.sleep(1.3)  # idle past the second of patience (the keep-alive lasts 5 s)
+            start = time.perf_counter()
+            sock.sendall(head)
+            time.sleep(0.05)
+            sock.sendall(b"Connection: close\r\n\r\n" + body)
+            got = _read_all(sock, 5.0)
+        assert got.startswith(b"HTTP/1.1 200"), got[:200]
+        assert time.perf_counter() - start < 1.0  # not held until the header time is up
 
 
 def test_a_body_that_never_arrives_is_a_json_408(engine: Engine) -> None:

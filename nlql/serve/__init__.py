@@ -16,6 +16,7 @@ See docs/serving.md for the endpoints, limits and the token.
 
 from __future__ import annotations
 
+import gc
 import socket
 import threading
 import time
@@ -66,6 +67,15 @@ def _server(engine: Engine, config: ServeConfig, log_level: str) -> Any:
     return server
 
 
+def freeze_heap() -> None:
+    """In a process that only serves: move every object alive now (the engine, its store, the modules) out
+    of the garbage collector's reach. Serving allocates short-lived objects (a burst of reconnecting slow
+    clients, thousands); the full collections they trigger otherwise walk the whole heap each time, a
+    pause of ~200 ms with the demo corpus loaded, during which no request is answered."""
+    gc.collect()
+    gc.freeze()
+
+
 def serve(engine: Engine, config: ServeConfig | None = None, log_level: str = "info") -> None:
     """Serve ``engine`` until interrupted (what ``nlql serve`` runs).
 
@@ -75,6 +85,7 @@ def serve(engine: Engine, config: ServeConfig | None = None, log_level: str = "i
     config = (config or ServeConfig()).validate()
     server = _server(engine, config, log_level)
     sock = _bind(config)
+    freeze_heap()
     try:
         server.run(sockets=[sock])
     finally:

@@ -75,6 +75,9 @@ class _WorkerConfig(uvicorn.Config):
         self.app = app
         self.http = guarded_protocol(self.nlql_config.header_timeout, self.nlql_config.max_connections)
         super().load()
+        from nlql.serve import freeze_heap
+
+        freeze_heap()
 
 
 def _exit_with_parent(poll: float = 1.0) -> None:
