@@ -272,6 +272,15 @@ def earlier_tree(rev: str) -> Iterator[tuple[str, Path, Path]]:
             subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, check=False)
 
 
+def close_children(procs: Any) -> None:
+    """End the line-protocol children of a before/after bench: close each one's stdin (its signal to
+    exit), then wait for it."""
+    for proc in procs:
+        if proc.stdin is not None:
+            proc.stdin.close()
+        proc.wait(timeout=60)
+
+
 def tree_env(tree: Path) -> dict[str, str]:
     """The environment of a child process that imports ``nlql`` from ``tree``, offline, with bytecode
     written as an installed package has it."""

@@ -40,7 +40,16 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.common import RESULTS, earlier_tree, log, machine_info, stamp_end, tree_env, write_json  # noqa: E402
+from bench.common import (  # noqa: E402
+    RESULTS,
+    close_children,
+    earlier_tree,
+    log,
+    machine_info,
+    stamp_end,
+    tree_env,
+    write_json,
+)
 
 QUERIES = {
     "four_arms": "SELECT SENTENCE LET s = SIMILARITY(content, $q), k = BM25(content, $q), g = GRAPH($q), "
@@ -217,10 +226,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     done += args.batch
                 load_end = os.getloadavg()
             finally:
-                for proc in procs.values():
-                    if proc.stdin is not None:
-                        proc.stdin.close()
-                    proc.wait(timeout=60)
+                close_children(procs.values())
     finally:
         pg.stop()
     builtin = ready["after"]["builtin"]

@@ -35,7 +35,16 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.common import RESULTS, earlier_tree, log, machine_info, stamp_end, tree_env, write_json  # noqa: E402
+from bench.common import (  # noqa: E402
+    RESULTS,
+    close_children,
+    earlier_tree,
+    log,
+    machine_info,
+    stamp_end,
+    tree_env,
+    write_json,
+)
 
 CHILD = r"""
 import json, sys, time
@@ -145,10 +154,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     done += args.batch
             load_end = os.getloadavg()
         finally:
-            for proc in procs.values():
-                if proc.stdin is not None:
-                    proc.stdin.close()
-                proc.wait(timeout=60)
+            close_children(procs.values())
     ms = {mode: {side: {name: {kind: round(statistics.median(xs), 4) for kind, xs in v.items()}
                         for name, v in per.items()} for side, per in sides.items()}
           for mode, sides in samples.items()}
