@@ -274,7 +274,7 @@ class QdrantStore:
         got = self.client.retrieve(self.stats_collection, ids=[_ANALYZER_ID], with_payload=True)
         stored = got[0].payload.get("config") if got else None
         if stored is None:
-            if self.client.count(self.collection, exact=True).count == 0:
+            if self._count(None) == 0:
                 self.client.upsert(self.stats_collection, points=[qm.PointStruct(
                     id=_ANALYZER_ID, vector=[1.0], payload={"kind": "analyzer", "config": config})], wait=True)
                 stored = config
@@ -334,8 +334,7 @@ class QdrantStore:
             if check is not None:
                 points = [p for p in points if pyfilter.row_passes(check, _row(p))]
             if native is not None or check is not None:
-                df = {t: int(self.client.count(self.collection, exact=True, count_filter=qm.Filter(
-                    must=[qm.FieldCondition(key="terms", match=qm.MatchValue(value=t))])).count) for t in qkeys}
+                df = {t: self._count(_term_filter(t)) for t in qkeys}
             else:
                 df = _terms.document_frequencies(qkeys, (p.payload["terms"] for p in points))
         rows = [(p.payload["terms"], p.payload["tfs"], int(p.payload["nterms"])) for p in points]
@@ -353,8 +352,7 @@ class QdrantStore:
             return out
         with self._backend("bm25"):
             totals = self._totals()
-            df = {t: int(self.client.count(self.collection, exact=True, count_filter=qm.Filter(
-                must=[qm.FieldCondition(key="terms", match=qm.MatchValue(value=t))])).count) for t in qkeys}
+            df = {t: self._count(_term_filter(t)) for t in qkeys}
             # a row of this store is keyed by its point id (_row): no id to compute again
             keys = [str(r.key) for r in rows]
             got = {str(p.id): p.payload for p in self.client.retrieve(
@@ -548,6 +546,7 @@ class QdrantStore:
         return key in self._indexed
 
     def _count(self, native: Any) -> int:
+        """The exact number of points passing ``native`` (None: every point)."""
         return int(self.client.count(self.collection, count_filter=native, exact=True, **self._timeout()).count)
 
     def _facet(self, key: str, native: Any, most: int) -> list[tuple[tuple[Any, ...], int]]:
@@ -581,7 +580,7 @@ class QdrantStore:
     def count(self) -> int:
         """The number of stored sentences."""
         with self._backend("count"):
-            return int(self.client.count(self.collection, exact=True).count)
+            return self._count(None)
 
     def max_seq(self) -> int:
         """The largest ``seq`` any writer stored (or this store wrote); 0 when empty, as the built-in store."""
@@ -706,8 +705,7 @@ class QdrantStore:
             points = [resp.points for resp in responses]
             if native is not None and not (self.exact or self._local) and any(len(res) < k for res in points):
                 # HNSW with a filter on unindexed views may under-fill: count, and search short ones exactly
-                matches = int(self.client.count(self.collection, count_filter=native, exact=True,
-                                                **self._timeout()).count)
+                matches = self._count(native)
                 short = [i for i, res in enumerate(points) if len(res) < min(k, matches)]
                 if short:
                     path, params, rounds = "native+exact", qm.SearchParams(exact=True), 2
@@ -973,6 +971,11 @@ def _key(kind: str, path: tuple[str, ...]) -> str:
 
 def _is_empty(key: str) -> Any:
     return qm.IsEmptyCondition(is_empty=qm.PayloadField(key=key))
+
+
+def _term_filter(term: str) -> Any:
+    """The points holding the analysed term ``term`` (its document frequency counts them)."""
+    return qm.Filter(must=[qm.FieldCondition(key="terms", match=qm.MatchValue(value=term))])
 
 
 def _all_of(*conds: Any) -> Any:
