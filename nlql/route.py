@@ -50,6 +50,7 @@ __all__ = [
     "answers",
     "route_notes",
     "fusion_weights",
+    "language_class",
     "Route",
     "RouteExplain",
     "Router",
@@ -220,13 +221,27 @@ those through to too under until up us ve very was we were what whats when where
 whom whose why will with would you your yours yourself yourselves
 """.split())
 
-#: Question and function words of a few other languages, left out of ``$keywords`` as the English ones.
+#: Question and function words of other Latin-script languages (Spanish, German, French, Italian,
+#: Portuguese, Dutch, Swedish/Danish/Norwegian, Polish), left out of ``$keywords`` when the question is not
+#: in English (:func:`language_class`) and counted by it as the question's non-English words. Words that
+#: are English too ("die", "was", "man", "son", "den") are here only where English questions never reach.
 OTHER_STOPWORDS: frozenset[str] = frozenset("""
 qué que quién quiénes cómo cuándo dónde cuál cuáles cuánto cuántos cuánta cuántas por para el la los las lo de
 del en un una unos unas es son se y o a al con su sus hay
 was wer wie wann wo welche welcher welches warum wieso der die das den dem des ist sind ein eine einen im am
-zum zur und oder man
+zum zur und oder man auf aus mit von zu bei nach für über nicht ich du er sie wir ihr kann gibt
+quoi qui quand où pourquoi comment quel quelle quels quelles combien le les du des une est sont et ou au aux
+dans sur pour avec ce cette ces qu
+che chi cosa dove quando quale quali perché quanto quanta quanti quante il lo gli della dello dei delle
+nel nella sono è di da per con una uno
+quem onde qual quais porquê quanto quantos quantas os um uma umas uns é são do da dos das no na nos nas em
+hoe wat wie waar wanneer welk welke waarom het een van zijn naar voor met niet ook
+vad vem hur när var varför vilken vilket vilka och att det som är en ett hvad hvem hvor hvornår hvorfor og er
+hva hvordan når
+co kto jak gdzie kiedy dlaczego który która które jest są się nie na w z i czy
 """.split())
+#: Words of English and of other languages ("in", "was", "die"): a sign of neither.
+_SHARED_WORDS: frozenset[str] = frozenset("a am an as at be de die do i in is man no o on or so son the to was we".split())
 #: Chinese question and function words dropped from ``$keywords`` (so BM25's bigrams are the content's).
 _CJK_QUESTION_WORDS = re.compile("为什么|怎么样|怎么|怎样|什么|哪里|哪儿|哪些|哪个|哪|谁|多少|几|吗|呢|吧|是否|如何|请问|"
                                  # Japanese: who, what, when, where, how, and the question endings
@@ -254,12 +269,52 @@ def keywords(question: str, match: re.Match[str] | None = None) -> str:
         keep = match.group("subject") if "subject" in match.re.groupindex else None
         text = question[:match.start()] + " " + (keep or "") + " " + question[match.end():]
     text = _CJK_QUESTION_WORDS.sub(" ", text) if _CJK_CHAR.search(text) else text
+    other = OTHER_STOPWORDS if language_class(question) != "english" else frozenset()
     return " ".join(w for w in _WORD_RE.findall(text) if w.casefold() not in STOPWORDS
-                    and w.casefold() not in OTHER_STOPWORDS)
+                    and w.casefold() not in other)
 
 
 #: The weight of a template's own arm (GRAPH, TEMPORAL) beside the semantic and keyword arms.
 ARM_WEIGHT = 1.0
+
+
+def language_class(question: str) -> str:
+    """``"cjk"``, ``"other"`` or ``"english"``: what the default embedder can read of a question.
+
+    ``"cjk"`` when at least half its letters are Chinese, Japanese or Korean; ``"other"`` when at least
+    half are of another non-Latin script (Cyrillic, Greek, Arabic, Hebrew, Devanagari, …) or when, in
+    Latin script, its words of other languages (:data:`OTHER_STOPWORDS`, and words with letters such as
+    ``ñ``, ``ß``, ``ø``, ``ł``) outnumber its English function words; else ``"english"``.
+
+    >>> [language_class(q) for q in ("how much disk space a directory uses", "Wie schnell darf man fahren?",
+    ...                              "Hoe laat vertrekt de trein?", "Сколько стоит билет?", "熊猫吃什么？")]
+    ['english', 'other', 'other', 'other', 'cjk']
+    """
+    letters = [c for c in question if c.isalpha()]
+    if not letters:
+        return "english"
+    cjk = sum(1 for c in letters if _CJK_CHAR.match(c))
+    if cjk * 2 >= len(letters):
+        return "cjk"
+    non_latin = sum(1 for c in letters if c > "\u024f" and not _CJK_CHAR.match(c) and not _is_latin(c))
+    if non_latin * 2 >= len(letters):
+        return "other"
+    english, foreign = 0, question.count("¿") + question.count("¡")
+    for word in _WORD_RE.findall(question.casefold()):
+        if word in _SHARED_WORDS:
+            continue
+        if word in STOPWORDS:
+            english += 1
+        elif word in OTHER_STOPWORDS or not word.isascii():
+            foreign += 1
+    return "other" if foreign > english else "english"
+
+
+@lru_cache(maxsize=4096)
+def _is_latin(c: str) -> bool:
+    import unicodedata
+
+    return unicodedata.name(c, "").startswith("LATIN")
 
 
 def fusion_weights(question: str) -> tuple[float, float]:
@@ -267,29 +322,17 @@ def fusion_weights(question: str) -> tuple[float, float]:
 
     The default embedder (all-MiniLM-L6-v2) was trained on English text. On English questions its
     arm is the stronger one (man pages: SIMILARITY nDCG@10 0.78 vs BM25 0.59), so it weighs 2.5; on
-    questions in another Latin-script language (Spanish, German, …: accents, ``¿``, their question and
-    function words) BM25 weighs 2 (Spanish: BM25 0.89, SIMILARITY 0.82); on mostly-CJK questions, where
-    the embedder's cosines carry little and BM25's bigrams carry the answer, BM25 weighs 3. Chosen on
-    the tune halves of bench/quality.py's three sets (see docs/routing.md for the figures).
+    questions in another language (:func:`language_class`: Spanish, German, Dutch, Russian, …) BM25
+    weighs 2 (Spanish: BM25 0.89, SIMILARITY 0.82); on mostly-CJK questions, where the embedder's
+    cosines carry little and BM25's bigrams carry the answer, BM25 weighs 3. Chosen on the tune halves
+    of bench/quality.py's three sets (see docs/routing.md for the figures).
 
     >>> fusion_weights("how much disk space a directory uses")
     (2.5, 1.0)
     >>> fusion_weights("¿Qué sopa se come fría en verano?"), fusion_weights("熊猫吃什么？")
     ((1.0, 2.0), (1.0, 3.0))
     """
-    letters = [c for c in question if c.isalpha()]
-    cjk = sum(1 for c in letters if _CJK_CHAR.match(c))
-    if letters and cjk * 2 >= len(letters):
-        return CJK_WEIGHTS
-    if _OTHER_LANGUAGE.search(question):
-        return OTHER_WEIGHTS
-    return DEFAULT_WEIGHTS
-
-
-_OTHER_LANGUAGE = re.compile(
-    r"[¿¡ñãõçàèìòùâêîôûäöüßáíóúéœ]|\b(?:qué|cómo|cuál|cuáles|dónde|cuándo|quién|quiénes|el|los|las|del|"
-    r"wie|wann|wer|welche|welcher|der|das|ist|und|sind|quoi|où|quand|pourquoi|les|une|"
-    r"perché|dove|quando|gli|della)\b", re.IGNORECASE)  # not "was", "die", "man": English words too
+    return {"cjk": CJK_WEIGHTS, "other": OTHER_WEIGHTS}.get(language_class(question), DEFAULT_WEIGHTS)
 
 
 def route_notes(route: Route, hits: Any) -> list[str]:
@@ -320,9 +363,24 @@ def answers(route: Route, hit: Any) -> bool:
     s = hit.scores
     if (s.get("kw") or 0) > 0 or (s.get("sem") is not None and s["sem"] >= SIMILARITY_FLOOR):
         return True
+    if _shares_a_compound_part(route, getattr(hit, "content", "")):
+        return True
     if "graph" in s:  # an entity question: a row of the period alone is not about the entity
         return s["graph"] is not None
     return any(s.get(a) is not None for a in _ANSWER_ARMS)
+
+
+def _shares_a_compound_part(route: Route, content: str) -> bool:
+    """Whether, for a question not in English, a keyword of it is a compound whose head or modifier is
+    a word of ``content`` ("Altpapier" and "Papier", "Bahnhofsuhr" and "Bahnhof"): BM25 matches whole
+    words only, and the English embedder's cosine is no sign of meaning there, so without this a page
+    that holds the answer would be taken for an honest empty."""
+    question = route.question or route.params.get("q") or ""
+    keys = [k.casefold() for k in str(route.params.get("keywords") or "").split() if len(k) >= 6]
+    if not keys or not content or language_class(question) == "english":
+        return False
+    words = {w for w in _WORD_RE.findall(content.casefold()) if len(w) >= 4}
+    return any(k != w and (k.startswith(w) or k.endswith(w)) and len(k) - len(w) >= 2 for k in keys for w in words)
 
 
 # ---------------------------------------------------------------------------------------------- model

@@ -10,7 +10,7 @@ import pytest
 
 from nlql import Engine
 from nlql.embedders import HashEmbedder
-from nlql.route import DEFAULT_TEMPLATES, answers, default_router, fusion_weights, keywords
+from nlql.route import DEFAULT_TEMPLATES, answers, default_router, fusion_weights, keywords, language_class
 from nlql.text.temporal import extract_period, resolve_period
 
 NOW = datetime(2026, 11, 30, 15, 0, tzinfo=timezone.utc)  # a Monday
@@ -78,6 +78,47 @@ def test_fusion_weights_follow_the_questions_script() -> None:
     assert route.params["weights"] == [1.0, 3.0]
     assert "多少" not in route.params["keywords"]  # question words left out of BM25's text
     assert keywords("¿Qué sopa se come fría en verano?") == "sopa come fría verano"
+
+
+@pytest.mark.parametrize(("question", "expected"), [
+    ("how much disk space a directory uses", "english"),
+    ("where is the binary and man page of a program", "english"),  # "man" is an English word too
+    ("A file object providing transparent bzip2 (de)compression.", "english"),
+    ("what does café mean", "english"),
+    ("Was trinkt man im Advent auf dem Markt?", "other"),  # no accent, German words outnumber English ones
+    ("In welcher Stadt war Bach Thomaskantor?", "other"),
+    ("¿Qué animales inspiraron a Darwin?", "other"),
+    ("Hoe laat vertrekt de trein naar Utrecht?", "other"),
+    ("Quanto costa il biglietto del treno?", "other"),
+    ("Onde fica a estação de comboios?", "other"),
+    ("Vad kostar en biljett till Stockholm?", "other"),
+    ("Когда был основан Санкт-Петербург?", "other"),
+    ("Πότε χτίστηκε ο Παρθενώνας;", "other"),
+    ("熊猫一天吃多少竹子？", "cjk"),
+    ("誰が東京で講演しましたか", "cjk"),
+    ("러셀은 누구인가요", "cjk"),
+])
+def test_the_language_class_of_a_question(question: str, expected: str) -> None:
+    assert language_class(question) == expected
+    assert fusion_weights(question) == {"english": (2.5, 1.0), "other": (1.0, 2.0), "cjk": (1.0, 3.0)}[expected]
+
+
+def test_other_languages_function_words_leave_english_keywords_alone() -> None:
+    assert keywords("where is the binary and man page of a program") == "binary man page program"
+    assert keywords("Hoe laat vertrekt de trein naar Utrecht?") == "laat vertrekt trein Utrecht"
+    assert keywords("Was trinkt man im Advent auf dem Markt?") == "trinkt Advent Markt"
+
+
+def test_a_compound_of_a_stored_word_is_not_an_honest_empty() -> None:
+    """German writes "Altpapier" where the page says "Papier": BM25 matches whole words and the English
+    embedder's cosine says nothing, so the compound's part decides that the page answers."""
+    e = Engine(embedder=HashEmbedder(dim=64), warm_up=False)
+    e.add_texts(["Papier kommt in die blaue Tonne, Verpackungen in den gelben Sack.",
+                 "Am Sonntag sind die meisten Geschäfte geschlossen."], ids=["muell", "sonntag"])
+    hits = e.ask("Wohin gehört Altpapier?")
+    assert [h.doc_id for h in hits][:1] == ["muell"] and not hits.warnings
+    assert len(e.ask("Wohin gehört Sperrmüll?")) == 0  # no part of it is stored: still an honest empty
+    assert len(e.ask("where does waste paper go?")) == 0  # English questions: the cosine floor, as before
 
 
 def test_an_honest_empty_needs_no_where(engine: Engine) -> None:
