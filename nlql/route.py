@@ -271,7 +271,7 @@ def keywords(question: str, match: re.Match[str] | None = None) -> str:
     text = _CJK_QUESTION_WORDS.sub(" ", text) if _CJK_CHAR.search(text) else text
     other = OTHER_STOPWORDS if language_class(question) != "english" else frozenset()
     return " ".join(w for w in _WORD_RE.findall(text) if w.casefold() not in STOPWORDS
-                    and w.casefold() not in other)
+                    and w.casefold() not in other and not (len(w) == 1 and w.isascii() and w.isalpha()))  # "I/O": no "o"
 
 
 #: The weight of a template's own arm (GRAPH, TEMPORAL) beside the semantic and keyword arms.

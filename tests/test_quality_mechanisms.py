@@ -107,6 +107,7 @@ def test_other_languages_function_words_leave_english_keywords_alone() -> None:
     assert keywords("where is the binary and man page of a program") == "binary man page program"
     assert keywords("Hoe laat vertrekt de trein naar Utrecht?") == "laat vertrekt trein Utrecht"
     assert keywords("Was trinkt man im Advent auf dem Markt?") == "trinkt Advent Markt"
+    assert keywords("The abstract base class for all I/O classes, in [0, 1]") == "abstract base class classes 0 1"
 
 
 def test_a_compound_of_a_stored_word_is_not_an_honest_empty() -> None:
