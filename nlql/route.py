@@ -235,6 +235,7 @@ dans sur pour avec ce cette ces qu
 che chi cosa dove quando quale quali perché quanto quanta quanti quante il lo gli della dello dei delle
 nel nella sono è di da per con una uno
 quem onde qual quais porquê quanto quantos quantas os um uma umas uns é são do da dos das no na nos nas em
+foi foram ser está estão tem têm há
 hoe wat wie waar wanneer welk welke waarom het een van zijn naar voor met niet ook
 vad vem hur när var varför vilken vilket vilka och att det som är en ett hvad hvem hvor hvornår hvorfor og er
 hva hvordan når
