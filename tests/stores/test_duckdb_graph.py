@@ -222,3 +222,22 @@ def test_a_file_written_before_names_were_kept_is_adopted(tmp_path: Path) -> Non
     _same(_rows(again), _rows(mem))
     assert len(calls) == sentences and not again._graph.built
     again.close()
+
+
+def test_read_only_before_the_links_were_adopted_answers_from_the_engine(tmp_path: Path) -> None:
+    path = tmp_path / "half.duckdb"
+    mem = _load(_engine())
+    writer = _load(_engine(f"duckdb:///{path}"))
+    writer.close()
+    _old_layout(path, flag=False)
+    duckdb.connect(str(path)).execute('DROP TABLE "nlql_entities"').close()
+    opened = DuckDBStore(path)
+    opened.open(32)  # opened writable once: the tables exist, empty, nothing adopted yet
+    opened.close()
+    calls, counting = _names()
+    reader = _engine(DuckDBStore(path, read_only=True), entity_extractor=counting)
+    assert not reader.store.dialect.GRAPH_CTE and not reader.store.capabilities.GRAPH_ARM
+    _same(_four(reader), _four(mem))  # not the empty tables: the engine's graph, from the extractor
+    assert len(calls) == reader.store.count() and reader._graph.built
+    _same(_rows(reader), _rows(mem))
+    reader.close()
