@@ -11,8 +11,8 @@ revision checked out with ``git worktree``) and its own DuckDB file and PostgreS
 semantic arms, as the contract suite compares); the parent asks the sides for a batch of rounds in turn,
 so load from other processes lands on both. Queries:
 
-- ``four_arms``: ``RRF(SIMILARITY, BM25, GRAPH, TEMPORAL)`` (the issue's); DuckDB keeps no entity tables
-  for SQL, so there it runs arm by arm on both sides;
+- ``four_arms``: ``RRF(SIMILARITY, BM25, GRAPH, TEMPORAL)`` (the issue's); on DuckDB the earlier
+  revision runs it arm by arm (its store kept no entity tables for SQL), this tree as one statement;
 - ``four_arms_min``: ``RRF(SIMILARITY min =>, BM25 min =>, TEMPORAL, SIMILARITY)``.
 
 Per side, store and query: ``search`` wall ms (median), the SQL statements one search sends (the

@@ -15,7 +15,7 @@ built from the links it reads back: a reopened store has the same graph whatever
 that reopens it has. A store written before links were kept is adopted: its graph is built once from
 the extractor and its links stored.
 
-A store that computes GRAPH itself (``Capabilities.GRAPH_ARM``: PostgreSQL, from its two tables) is
+A store that computes GRAPH itself (``Capabilities.GRAPH_ARM``: PostgreSQL and DuckDB, from their two tables) is
 asked for each activation (:class:`StoreActivation` wraps what it returns): the engine keeps no graph
 for it, so it is stateless and sees another process's writes at once.
 """

@@ -9,7 +9,8 @@ dialect's hooks (``cast``, ``in_array``, ``array_rows``, ``TRANSFORMS["text_orde
 
 Tables (:func:`schema`): ``<p>_entity_links(doc_id, position, entity, name)``, one row per (sentence,
 entity key), ``name`` the spelling; ``<p>_entity_edges(a, b, weight)``, every edge in both directions.
-Writes: :func:`remove` then :func:`add` for documents being replaced, in the write's transaction.
+Writes: :func:`remove` then :func:`add` for documents being replaced, in the write's transaction (a
+store that bulk-loads the links runs :func:`add_edges`, or :func:`edges_from` over its staged rows, after).
 Reads: :func:`activation` (rows ``doc_id, position, activation``), :func:`ctes` (the same as CTEs of a
 hybrid statement, the last one ``graph_rows``) and :func:`hop_detail` (what each hop raised, for explain).
 
@@ -26,32 +27,38 @@ from nlql.sql.binder import Fragment, Param, sql
 from nlql.text.entities import MAX_NAME_TOKENS, token_spans
 from nlql.text.graph import check_spread, sentence_entities
 
-__all__ = ["activation", "add", "add_edges", "candidates", "ctes", "hop_detail", "link_rows", "remove", "schema"]
+__all__ = ["activation", "add", "add_edges", "add_rows", "candidates", "ctes", "edges_from", "hop_detail", "link_rows",
+           "remove", "schema"]
 
 
 def _tables(d: Any) -> tuple[str, str]:
     return d.table("entity_links"), d.table("entity_edges")
 
 
-def schema(d: Any) -> list[str]:
-    """DDL for the graph's two tables and their indexes (idempotent)."""
+def schema(d: Any, indexes: bool = True) -> list[str]:
+    """DDL for the graph's two tables and their indexes (idempotent). Without ``indexes``, the edges'
+    key is the one index (``ON CONFLICT`` names it): for a database that joins by hashing and keeps
+    each block's min and max, where more indexes would only slow the writes."""
     links, edges = _tables(d)
-    return [
-        f"CREATE TABLE IF NOT EXISTS {links} (doc_id text NOT NULL, position integer NOT NULL, "
-        "entity text NOT NULL, name text NOT NULL, PRIMARY KEY (doc_id, position, entity))",
-        f"CREATE INDEX IF NOT EXISTS {d.table('entity_links_entity')} ON {links} (entity)",
-        f"CREATE TABLE IF NOT EXISTS {edges} (a text NOT NULL, b text NOT NULL, weight bigint NOT NULL, "
-        "PRIMARY KEY (a, b))",
-        # max(weight) is read by every activation: an index makes it one descent instead of a scan
-        f"CREATE INDEX IF NOT EXISTS {d.table('entity_edges_weight')} ON {edges} (weight)",
-    ]
+    key = ", PRIMARY KEY (doc_id, position, entity)" if indexes else ""
+    out = [f"CREATE TABLE IF NOT EXISTS {links} (doc_id text NOT NULL, position integer NOT NULL, "
+           f"entity text NOT NULL, name text NOT NULL{key})",
+           f"CREATE TABLE IF NOT EXISTS {edges} (a text NOT NULL, b text NOT NULL, weight bigint NOT NULL, "
+           "PRIMARY KEY (a, b))"]
+    if indexes:
+        out += [f"CREATE INDEX IF NOT EXISTS {d.table('entity_links_entity')} ON {links} (entity)",
+                # max(weight) is read by every activation: an index makes it one descent instead of a scan
+                f"CREATE INDEX IF NOT EXISTS {d.table('entity_edges_weight')} ON {edges} (weight)"]
+    return out
 
 
-def _pairs(d: Any, links: str, doc_ids: Param) -> Fragment:
-    """(a, b, n): how many sentences of these documents name both a and b."""
+def _pairs(d: Any, links: str, doc_ids: Param | None = None) -> Fragment:
+    """(a, b, n): how many sentences name both a and b, among the links in ``links`` (a table or a
+    relation), of these documents when ``doc_ids`` is given."""
+    where: Fragment = sql("") if doc_ids is None else sql(" WHERE ", d.in_array("l1.doc_id", doc_ids))
     return sql(f"SELECT l1.entity AS a, l2.entity AS b, count(*) AS n FROM {links} l1 JOIN {links} l2 "
-               "ON l2.doc_id = l1.doc_id AND l2.position = l1.position AND l2.entity <> l1.entity "
-               "WHERE ", d.in_array("l1.doc_id", doc_ids), " GROUP BY l1.entity, l2.entity")
+               "ON l2.doc_id = l1.doc_id AND l2.position = l1.position AND l2.entity <> l1.entity",
+               where, " GROUP BY l1.entity, l2.entity")
 
 
 def link_rows(docs: Sequence[tuple[str, Iterable[tuple[int, Iterable[str]]]]]) -> list[tuple[str, int, str, str]]:
@@ -61,21 +68,36 @@ def link_rows(docs: Sequence[tuple[str, Iterable[tuple[int, Iterable[str]]]]]) -
             for key, name in sentence_entities(names)]
 
 
+def _insert_edges(d: Any, pairs: Fragment) -> Fragment:
+    _, edges = _tables(d)
+    return sql(f"INSERT INTO {edges} (a, b, weight) ", pairs,
+               f" ON CONFLICT (a, b) DO UPDATE SET weight = {edges}.weight + EXCLUDED.weight")
+
+
 def add_edges(d: Any, doc_ids: Sequence[str]) -> Fragment:
     """The statement that adds the edge weights of these documents' links (already inserted)."""
-    links, edges = _tables(d)
-    return sql(f"INSERT INTO {edges} (a, b, weight) ", _pairs(d, links, Param(sorted(set(doc_ids)), "text[]", "documents")),
-               f" ON CONFLICT (a, b) DO UPDATE SET weight = {edges}.weight + EXCLUDED.weight")
+    links, _ = _tables(d)
+    return _insert_edges(d, _pairs(d, links, Param(sorted(set(doc_ids)), "text[]", "documents")))
+
+
+def edges_from(d: Any, relation: str) -> Fragment:
+    """The statement that adds the edge weights of the links in ``relation`` (a quoted name whose rows
+    are the ``(doc_id, position, entity, name)`` just inserted, and no others: a bulk load's source)."""
+    return _insert_edges(d, _pairs(d, relation))
 
 
 def add(d: Any, docs: Sequence[tuple[str, Iterable[tuple[int, Iterable[str]]]]]) -> list[Fragment]:
     """Statements that add documents' entities: ``docs`` are ``(doc_id, [(position, names), …])``.
 
     Run :func:`remove` for the same ids first (in the same transaction) when they may exist. (A store
-    that bulk-loads :func:`link_rows` itself runs :func:`add_edges` after.)
+    that bulk-loads :func:`link_rows` itself runs :func:`add_edges` or :func:`edges_from` after.)
     """
+    return add_rows(d, link_rows(docs))
+
+
+def add_rows(d: Any, rows: Sequence[tuple[str, int, str, str]]) -> list[Fragment]:
+    """Statements that insert :func:`link_rows` rows and add their edge weights."""
     links, _ = _tables(d)
-    rows = link_rows(docs)
     if not rows:
         return []
     ds, ps, ks, ns = (list(c) for c in zip(*rows, strict=True))

@@ -362,7 +362,7 @@ class KeepsEntities(Protocol):
 
 
 class GraphInStore(Protocol):
-    """``Capabilities.GRAPH_ARM``: GRAPH computed by the store from the links it keeps (PostgreSQL), so
+    """``Capabilities.GRAPH_ARM``: GRAPH computed by the store from the links it keeps (PostgreSQL, DuckDB), so
     the engine holds no graph for it. ``graph_activation(text, hops, decay)`` gives an object with the
     activated sentences as arrays ``doc_ids``, ``positions``, ``seqs``, ``values`` (insertion order) and
     ``hop_rows()`` → ``(max weight, [(hop, entity key, display name, activation), …])`` for explain; or

@@ -284,8 +284,8 @@ def test_hostile_values_round_trip_and_filter() -> None:
                 assert want
     assert store.delete([HOSTILE[0], HOSTILE[2]]) == 2
     tables = sorted(r[0] for r in store._conn.execute("SELECT table_name FROM duckdb_tables()").fetchall())
-    assert tables == ["nlql_bm25", "nlql_docs", "nlql_entities", "nlql_flat", "nlql_info", "nlql_members", "nlql_meta", "nlql_terms",
-                      "nlql_units"]
+    assert tables == ["nlql_bm25", "nlql_docs", "nlql_entity_edges", "nlql_entity_links", "nlql_flat", "nlql_info",
+                      "nlql_members", "nlql_meta", "nlql_terms", "nlql_units"]
 
 
 def test_metadata_numbers_keep_their_type() -> None:

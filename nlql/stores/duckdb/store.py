@@ -30,9 +30,9 @@ from nlql.stores.duckdb.driver import (
     registered,
     render,
 )
+from nlql.stores.duckdb.entities import DuckDBEntities
 from nlql.stores.interrupt import at_deadline, timed_out
 from nlql.stores.sqlstore import SqlStore
-from nlql.text.graph import sentence_entities
 
 __all__ = ["DuckDBStore", "from_url"]
 
@@ -47,7 +47,7 @@ def from_url(url: str) -> dict[str, Any]:
     return parse_url(url)
 
 
-class DuckDBStore(SqlStore):
+class DuckDBStore(DuckDBEntities, SqlStore):
     """The Store protocol on DuckDB (in process; ``pip install 'nlql-engine[duckdb]'``).
 
     The reads over the shared schema, the BM25 term upkeep and the rows of a lowered statement are
@@ -105,14 +105,15 @@ class DuckDBStore(SqlStore):
             codec = self._external.codec
         self.dialect = DuckDBDialect(self.table_prefix, analyzer=self.analyzer, normalized=table is None,
                                      codec=codec)
+        self.dialect.graph_tables = table is None  # (see _open_entities, _find_entities)
         self.capabilities = self._capabilities()
 
     def _capabilities(self) -> Any:
         """What the planner may push (HAS once ``open`` found or built ``<prefix>_members``)."""
         return self.dialect.capabilities(
             NAME="duckdb", EXACT=True, SCORE_THRESHOLD=True, BM25=True, SQL_ARMS=True, KEYWORD_STATS=True, ANALYZER=True,
-            # its own tables keep each sentence's entity names (<prefix>_entities) and the metadata as JSON
-            ENTITY_LINKS=self._external is None, COUNTS=self._external is None)
+            # its own tables keep the entity links (GRAPH in SQL: nlql.stores.duckdb.entities) and the metadata as JSON
+            ENTITY_LINKS=self._external is None, GRAPH_ARM=self.dialect.graph_tables, COUNTS=self._external is None)
 
     @classmethod
     def from_table(cls, conn: Any, table: str, *, text: str, vector: str, id: str | None = None,  # noqa: A002
@@ -262,6 +263,7 @@ class DuckDBStore(SqlStore):
             d.unit_metadata = self._has_unit_metadata(self._conn)
             # a file written before <prefix>_members existed: HAS stays residual until opened writable
             d.members_index = d.flat_index and self._has_table(self._conn, "members")
+            self._find_entities(self._conn)
             return
         with self._tx() as conn:
             self._run(conn, d.key_value_table("meta"))
@@ -328,69 +330,6 @@ class DuckDBStore(SqlStore):
         with registered(conn, table) as name:
             self._run(conn, self.dialect.bulk_load("members", ["doc_id", "path", "s", "f", "n", "t", "b"], name))
 
-    # ---------------------------------------------------------------------------------- entity links
-
-    def _open_entities(self, conn: Any) -> None:
-        """``<prefix>_entities(doc_id, position, name)``; created beside no documents (or found), the
-        tables keep every document's names from now on (``entity_links`` in ``<prefix>_meta``)."""
-        d = self.dialect
-        t = d.table("entities")
-        existed = conn.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = $1",
-                               [f"{self.table_prefix}_entities"]).fetchone()[0]
-        self._run(conn, f"CREATE TABLE IF NOT EXISTS {t} (doc_id VARCHAR NOT NULL, position INTEGER NOT NULL, "
-                        "name VARCHAR NOT NULL)")
-        if not existed and not self._run(conn, sql("SELECT count(*) FROM ", d.docs)).fetchone()[0]:
-            self._run(conn, d.put_meta("meta", "entity_links", "1"))
-
-    def entity_rows(self) -> list[tuple[str, int, int, str]] | None:
-        """Every sentence's entity names as ``(doc_id, seq, position, name)``; None when the tables
-        cannot vouch for every document (written before they kept names)."""
-        self._need_open()
-        d = self.dialect
-        unescape = d.codec.unescape
-
-        def run() -> list[tuple[str, int, int, str]] | None:
-            conn = self._conn
-            if self._run(conn, d.get_meta("meta", "entity_links")).fetchone() is None:
-                return None
-            got = self._run(conn, sql("SELECT e.doc_id, u.seq, e.position, e.name FROM ", d.table("entities"),
-                                      " e JOIN ", d.units, " u ON u.doc_id = e.doc_id AND u.position = e.position"))
-            return [(unescape(a), int(sq), int(p), unescape(n)) for a, sq, p, n in got.fetchall()]
-
-        with self._lock:
-            return self._guard(run)
-
-    def adopt_entities(self, rows: Sequence[tuple[str, int, int, str]]) -> None:
-        """Store names the engine built once for documents written before names were kept."""
-        if self.read_only or self._external is not None:
-            return
-        self._need_open()
-        pa = import_arrow()
-        d = self.dialect
-        esc = d.codec.escape
-
-        def run() -> None:
-            with self._tx() as conn:
-                if self._run(conn, d.get_meta("meta", "entity_links")).fetchone() is not None:
-                    return
-                have = {r[0] for r in self._run(conn, sql("SELECT DISTINCT doc_id FROM ", d.table("entities"))).fetchall()}
-                live = dict(self._run(conn, sql("SELECT doc_id, seq FROM ", d.docs)).fetchall())
-                ec: dict[str, list[Any]] = {"doc_id": [], "position": [], "name": []}
-                for doc, seq, pos, name in rows:
-                    key = esc(doc)
-                    if key not in have and live.get(key) == int(seq):
-                        ec["doc_id"].append(key)
-                        ec["position"].append(int(pos))
-                        ec["name"].append(esc(name))
-                table = arrow_table(ec, {"doc_id": pa.string(), "position": pa.int32(), "name": pa.string()})
-                if table.num_rows:
-                    with registered(conn, table) as name:
-                        self._run(conn, sql("INSERT INTO ", d.table("entities"), " (doc_id, position, name) "
-                                            f"SELECT doc_id, position, name FROM \"{name}\""))
-                self._run(conn, d.put_meta("meta", "entity_links", "1"))
-
-        self._guard(run)
-
     def _check_dim(self, dim: int) -> None:
         d = self.dialect
         stored = int(self._run(self._conn, d.get_meta("meta", "dim")).fetchone()[0])
@@ -453,7 +392,7 @@ class DuckDBStore(SqlStore):
 
     def _prepare(self, docs: list[DocRecord]) -> tuple[list[str], Any, Any, Any, int, int, Any, Any, Any]:
         """(escaped ids, Arrow docs and units tables (the units with their terms as a list, counted in
-        SQL by ``_write``), None, sentences added, terms added, entity names, the typed metadata by
+        SQL by ``_write``), None, sentences added, terms added, entity link rows, the typed metadata by
         path, the list members' columns), from one pass over the batch (:func:`nlql.sql.ingest.prepare`)."""
         pa = import_arrow()
         codec = self.dialect.codec
@@ -494,16 +433,7 @@ class DuckDBStore(SqlStore):
         for doc_id, members in zip(p.doc_ids, p.members, strict=True):
             if members:
                 _member_rows(mc, doc_id, members)
-        ec: dict[str, list[Any]] = {"doc_id": [], "position": [], "name": []}
-        for doc in docs:
-            if doc.entities is None:
-                continue
-            for u, names in zip(doc.units, doc.entities, strict=True):
-                for _, name in sentence_entities(names):
-                    ec["doc_id"].append(esc(doc.doc_id))
-                    ec["position"].append(int(u.position))
-                    ec["name"].append(esc(name))
-        ents_t = arrow_table(ec, {"doc_id": s, "position": i32, "name": s})
+        ents_t = self._link_rows(docs)  # the entity links, as (doc_id, position, entity, name) rows
         return p.doc_ids, docs_t, units_t, None, units_t.num_rows, p.total_terms, ents_t, flat_t, mc
 
     def _write(self, ids: list[str], docs_t: Any, units_t: Any, terms_t: Any, added_n: int, added_len: int,
@@ -519,8 +449,7 @@ class DuckDBStore(SqlStore):
                                     d.in_array("doc_id", Param(ids, "text[]"))))
                 self._run(conn, sql("DELETE FROM ", d.table("members"), " WHERE ",
                                     d.in_array("doc_id", Param(ids, "text[]"))))
-                self._run(conn, sql("DELETE FROM ", d.table("entities"), " WHERE doc_id = ANY(",
-                                    Param(ids, "text[]"), ")"))
+                self._forget_entities(conn, ids)
                 for statement in d.forget_terms(ids):
                     self._run(conn, statement)
                 for statement in d.delete_documents(ids):
@@ -530,10 +459,8 @@ class DuckDBStore(SqlStore):
             if flat_t is not None and flat_t.num_rows:
                 with registered(conn, flat_t) as name:
                     self._run(conn, d.bulk_load("flat", ["doc_id", "path", "s", "f", "n", "t", "b"], name))
-            if ents_t is not None and ents_t.num_rows:
-                with registered(conn, ents_t) as name:
-                    self._run(conn, sql("INSERT INTO ", d.table("entities"), " (doc_id, position, name) "
-                                        f"SELECT doc_id, position, name FROM \"{name}\""))
+            if ents_t:
+                self._add_links(conn, ents_t)
             self._run(conn, d.put_meta("meta", "max_seq", str(max(docs_t.column("seq").to_pylist())), keep_max=True))
             with registered(conn, docs_t) as name:
                 self._run(conn, d.bulk_load("docs", ["doc_id", "seq", "text", "metadata", "mflat", "fold", "num",
@@ -581,7 +508,8 @@ class DuckDBStore(SqlStore):
 
         def run() -> int:
             with self._tx() as conn:
-                for table in ("entities", "flat", "members"):
+                self._forget_entities(conn, ids)
+                for table in ("flat", "members"):
                     self._run(conn, sql("DELETE FROM ", self.dialect.table(table), " WHERE ",
                                         self.dialect.in_array("doc_id", Param(ids, "text[]"))))
                 for statement in self.dialect.forget_terms(ids):
