@@ -194,6 +194,28 @@ def test_sampled_store_says_its_sample(pg_module_dsn: str) -> None:
     e.close()
 
 
+@pytest.mark.parametrize("name", ["qdrant", "duckdb", "milvus", "pgvector"])
+def test_a_store_that_describes_its_data_never_reads_every_row(name: str, request: pytest.FixtureRequest,
+                                                               tmp_path: Any, monkeypatch: Any) -> None:
+    """A server or SQL store answers the schema (and the data warnings of every query that reads a
+    metadata key) from counts and a sample of first sentences: the Store API fallback enumerated every
+    key, every five seconds, minutes at a million rows."""
+    e = Engine(embedder=HashEmbedder(dim=16), store=_store(name, request, tmp_path), warm_up=False)
+    e.add_texts([f"Doc {i}. Its second sentence." for i in range(12)],
+                metadatas=[{"i": i, **({"odd": True} if i % 2 else {})} for i in range(12)])
+    assert e.store.capabilities.DESCRIBES_DATA
+    monkeypatch.setattr(e.store, "scan", lambda *a, **k: pytest.fail("the schema read every key"))
+    monkeypatch.setattr(e.store, "fetch", lambda *a, **k: pytest.fail("the schema fetched rows"))
+    s = e.schema(sample=5)
+    assert (s.documents, s.sentences, s.sampled) == (12, 24, 5)
+    assert _keys(s)["i"][1] == 5
+    full = e.schema(sample=100)
+    assert full.sampled is None and _keys(full)["odd"][:2] == ({"bool": 6}, 6)
+    (w,) = e.check("SELECT SENTENCE WHERE meta.j == 1")
+    assert w.severity == "warning" and w.hint == "did you mean meta.i?"
+    e.close()
+
+
 def test_store_api_fallback_samples_and_estimates() -> None:
     e = Engine(embedder=HashEmbedder(dim=16), warm_up=False)
     e.add_texts(["One. Two.", "Three. Four.", "Five. Six.", "Seven. Eight."],

@@ -79,6 +79,7 @@ from nlql import deadline
 from nlql import values as V
 from nlql.errors import BackendError, MissingDependencyError, NLQLError
 from nlql.pushdown import Capabilities, Filter, NativeFilter
+from nlql.schema import DataSummary, MetaSummary
 from nlql.stores import _terms, pyfilter
 from nlql.stores import _typed as T
 from nlql.stores.base import DocRecord, Row, backend_errors
@@ -382,6 +383,7 @@ class MilvusStore:
             # knn's scores rounded as similarities() rounds them (Milvus's float32 cosine, as numpy's
             # within the noise the rounding absorbs): the engine keeps them instead of asking again
             KNN_SCORES=True,
+            DESCRIBES_DATA=True,
         )
 
     @contextmanager
@@ -670,6 +672,21 @@ class MilvusStore:
         """The largest ``seq`` any writer has stored; 0 when empty, as the built-in store."""
         with self._backend("max_seq"):
             return max(self._totals().max_seq, self._mine["seq"])
+
+    def describe_data(self, sample: int) -> DataSummary:
+        """Sizes from two ``count(*)`` queries (every row; the rows at position 0, one per document) and
+        the metadata keys of at most ``sample`` documents from one query of first sentences, not a read
+        of the collection (the engine's fallback enumerates every key)."""
+        n = max(1, int(sample))
+        with self._backend("describe_data"):
+            sentences = self._count("")
+            documents = self._count("position == 0")
+            rows = self.client.query(self.collection, filter="position == 0", output_fields=["rec"], limit=n)
+        metas = [json.loads(r["rec"])["m"] for r in rows]
+        keys = MetaSummary.of(metas).keys()
+        if len(metas) >= documents:
+            return DataSummary(documents, sentences, keys)
+        return DataSummary(documents, sentences, keys, len(metas), f"{len(metas)} documents (one query)")
 
     def _query_all(self, expr: str, fields: list[str]) -> list[dict[str, Any]]:
         """Every row matching ``expr``: one query when they fit in one page (what a write's look-up of

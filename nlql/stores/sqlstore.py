@@ -26,6 +26,7 @@ import numpy as np
 
 from nlql.errors import BackendError
 from nlql.pushdown import Filter, NativeFilter
+from nlql.schema import DataSummary, MetaSummary
 from nlql.sql.binder import Fragment, Param, sql
 from nlql.sql.dialect import Compiled
 from nlql.sql.keyword import KeywordIndex
@@ -72,6 +73,28 @@ class SqlStore:
         if flt.extra.get("docs", True):
             return sql("FROM ", d.units, " u JOIN ", d.docs, " d ON d.doc_id = u.doc_id WHERE ", where)
         return sql("FROM ", d.units, " u WHERE ", where)
+
+    # ------------------------------------------------------------------------------------ schema
+
+    def describe_data(self, sample: int) -> DataSummary:
+        """Sizes (``count(*)`` of both tables) and the metadata keys of at most ``sample`` documents
+        (``LIMIT``: the first in storage order, no sort and no full read of the documents table)."""
+        self._need_open()
+        d = self.dialect
+        n = max(1, int(sample))
+
+        def run(conn: Any) -> tuple[int, int, list[Any]]:
+            docs = int(self._run(conn, sql("SELECT count(*) FROM ", d.docs)).fetchone()[0])
+            units = int(self._run(conn, sql("SELECT count(*) FROM ", d.units)).fetchone()[0])
+            metas = [json.loads(r[0]) for r in self._run(
+                conn, sql("SELECT CAST(metadata AS text) FROM ", d.docs, " LIMIT ", Param(n, "bigint"))).fetchall()]
+            return docs, units, metas
+
+        docs, units, metas = self._read(run)
+        keys = MetaSummary.of(metas).keys()
+        if len(metas) >= docs:
+            return DataSummary(docs, units, keys)
+        return DataSummary(docs, units, keys, len(metas), f"first {len(metas)} documents in storage order")
 
     # ------------------------------------------------------------------------------------- reads
 

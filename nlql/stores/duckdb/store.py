@@ -113,7 +113,8 @@ class DuckDBStore(DuckDBEntities, SqlStore):
         return self.dialect.capabilities(
             NAME="duckdb", EXACT=True, SCORE_THRESHOLD=True, BM25=True, SQL_ARMS=True, KEYWORD_STATS=True, ANALYZER=True,
             # its own tables keep the entity links (GRAPH in SQL: nlql.stores.duckdb.entities) and the metadata as JSON
-            ENTITY_LINKS=self._external is None, GRAPH_ARM=self.dialect.graph_tables, COUNTS=self._external is None)
+            ENTITY_LINKS=self._external is None, GRAPH_ARM=self.dialect.graph_tables, COUNTS=self._external is None,
+            DESCRIBES_DATA=self._external is None)
 
     @classmethod
     def from_table(cls, conn: Any, table: str, *, text: str, vector: str, id: str | None = None,  # noqa: A002

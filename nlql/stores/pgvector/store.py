@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import struct
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -14,7 +13,6 @@ import numpy as np
 from nlql import deadline
 from nlql import values as V
 from nlql.errors import BackendError, NLQLTimeoutError
-from nlql.schema import DataSummary, MetaSummary
 from nlql.sql.binder import Fragment, Param, sql
 from nlql.sql.codec import (
     compact_json,
@@ -409,26 +407,6 @@ class PgVectorStore(SchemaMixin, TermsMixin, KnnMixin, EntityMixin, SqlStore):
                 self._run(conn, self.dialect.put_meta("info", key, escape_text(value)))
 
         self._guard(run)
-
-    def describe_data(self, sample: int) -> DataSummary:
-        """Sizes (``count(*)`` of both tables) and the metadata keys of at most ``sample`` documents
-        (``LIMIT``: the first in storage order, no sort and no full read of the documents table)."""
-        self._need_open()
-        d = self.dialect
-        n = max(1, int(sample))
-
-        def run() -> DataSummary:
-            with self._tx() as conn:
-                docs = int(self._run(conn, sql("SELECT count(*) FROM ", d.docs)).fetchone()[0])
-                units = int(self._run(conn, sql("SELECT count(*) FROM ", d.units)).fetchone()[0])
-                metas = [json.loads(r[0]) for r in self._run(
-                    conn, sql("SELECT metadata::text FROM ", d.docs, " LIMIT ", Param(n, "bigint"))).fetchall()]
-            keys = MetaSummary.of(metas).keys()
-            if len(metas) >= docs:
-                return DataSummary(docs, units, keys)
-            return DataSummary(docs, units, keys, len(metas), f"first {len(metas)} documents in storage order")
-
-        return self._guard(run)
 
     # ---------------------------------------------------------------------------------- reading
 
