@@ -238,6 +238,22 @@ class _Reading:
         self._lock._exit_read()
 
 
+class _HashedOnce:
+    """A hashable value in a plan key, its hash computed once: equal when the values are equal."""
+
+    __slots__ = ("_hash", "value")
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+        self._hash = hash(value)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _HashedOnce) and (other.value is self.value or other.value == self.value)
+
+
 #: A plan cache entry that says: this query reads the clock, look it up with the instant (nlql/plan/cache.py).
 _CLOCKED: Any = object()
 
@@ -315,6 +331,8 @@ class Engine:
         self._functions_version = 0
         self._plans = PlanCache(plan_cache_size)  # nlql/plan/cache.py: what the key holds
         self._key_analyzer: tuple[Any, Any] | None = None  # (the BM25 analyzer, what the plan key holds for it)
+        self._key_caps: _HashedOnce | None = None  # the store's capabilities as the plan key holds them
+        self._finite_queries = b""  # the bytes of the query vectors last checked finite (_embed_queries)
         self._rebinders: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()  # plan identity -> Rebinder
         self._warn_memo: dict[int, list[Any]] = {}  # id(query) -> [query, reads meta, (schema, warnings)]
         if router is not None and not callable(getattr(router, "route", None)):
@@ -593,7 +611,15 @@ class Engine:
         return V.normalize_rows(np.concatenate(parts), zero_invalid=True)
 
     def _embed_queries(self, texts: Sequence[str]) -> np.ndarray:
-        return _embed(self.embedder, list(texts), int(self.embedder.dim))
+        texts = list(texts)
+        mat = _embed(self.embedder, texts, int(self.embedder.dim), finite_checked=False)
+        # the query vectors last found finite, by their bytes: the same bytes again need no check
+        key = mat.tobytes() if mat.nbytes <= 65_536 else None
+        if key is None or key != self._finite_queries:
+            _embed_check_finite(self.embedder, texts, mat, mat.shape[1])
+            if key is not None:
+                self._finite_queries = key
+        return mat
 
     def __len__(self) -> int:
         self._sync()
@@ -746,7 +772,11 @@ class Engine:
             except TypeError:
                 keyed = (analyzer, id(analyzer))  # (the pair holds the object: its id stays its own)
             self._key_analyzer = keyed
-        return (query, pk, self.store.capabilities, self._writes, self._functions_version,
+        caps = self.store.capabilities
+        kc = self._key_caps
+        if kc is None or kc.value is not caps:  # (a frozen dataclass hashes every field at every call)
+            kc = self._key_caps = _HashedOnce(caps)
+        return (query, pk, kc, self._writes, self._functions_version,
                 type(rr).__name__ if rr is not None else None, self.rerank_factor, self.limit_ceiling, keyed[1])
 
     def _plan_cached(self, query: str | ir.Query, params: Mapping[str, Any] | None,
@@ -1266,21 +1296,27 @@ def _embed(embedder: Any, texts: list[str], dim: int, finite_checked: bool = Tru
         raise
     except Exception as exc:  # noqa: BLE001 - any embedder failure, named
         raise EmbedderError(name, f"embed() failed: {type(exc).__name__}: {exc}") from exc
-    want = f"a {len(texts)} × {dim} array of finite numbers (one vector per text)"
     try:
         arr = np.asarray(raw)
     except Exception as exc:  # noqa: BLE001 - ragged lists and the like
         raise EmbedderError(name, f"embed() returned {type(raw).__name__} that is not an array ({exc}); "
-                            f"expected {want}") from exc
+                            f"expected {_wanted(texts, dim)}") from exc
     if arr.dtype.kind not in "fiu":
-        raise EmbedderError(name, f"embed() returned an array of {arr.dtype} for {len(texts)} texts; expected {want}")
+        raise EmbedderError(name, f"embed() returned an array of {arr.dtype} for {len(texts)} texts; "
+                            f"expected {_wanted(texts, dim)}")
     if arr.ndim != 2 or arr.shape != (len(texts), dim):
-        raise EmbedderError(name, f"embed() returned shape {arr.shape} for {len(texts)} texts; expected {want}",
+        raise EmbedderError(name, f"embed() returned shape {arr.shape} for {len(texts)} texts; "
+                            f"expected {_wanted(texts, dim)}",
                             hint=f"its dim says {dim}" if arr.ndim == 2 and arr.shape[0] == len(texts) else None)
     mat = arr.astype(np.float32, copy=False)
     if finite_checked:
         _embed_check_finite(embedder, texts, mat, dim)
     return mat
+
+
+def _wanted(texts: list[str], dim: int) -> str:
+    """What an embedder must return, as its errors say it (made only for an error)."""
+    return f"a {len(texts)} × {dim} array of finite numbers (one vector per text)"
 
 
 def _embed_check_finite(embedder: Any, texts: list[str], mat: np.ndarray, dim: int) -> None:
