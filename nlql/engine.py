@@ -10,7 +10,7 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from itertools import chain
@@ -236,6 +236,33 @@ class _Reading:
 
     def __exit__(self, *exc: Any) -> None:
         self._lock._exit_read()
+
+
+class _SearchErrors:
+    """:meth:`Engine._search_errors` as a plain context manager (every search enters one; a
+    generator-based one costs a generator and its frames more)."""
+
+    __slots__ = ("_engine", "_source")
+
+    def __init__(self, engine: Engine, source: str | None) -> None:
+        self._engine = engine
+        self._source = source
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: Any, exc: Any, tb: Any) -> bool:
+        if exc is None:
+            return False
+        if isinstance(exc, NLQLError):
+            if self._source is not None:
+                exc.with_source(self._source)
+            return False
+        if isinstance(exc, (RecursionError, MemoryError)):
+            raise _too_deep(exc) from None
+        if isinstance(exc, Exception):
+            raise BackendError(self._engine.store.capabilities.NAME, f"search failed: {exc}") from exc
+        return False  # (KeyboardInterrupt and the like go on as they are)
 
 
 class _HashedOnce:
@@ -911,20 +938,10 @@ class Engine:
             hits.stats["plan_cache"] = cached
             return hits
 
-    @contextmanager
-    def _search_errors(self, source: str | None) -> Iterator[None]:
+    def _search_errors(self, source: str | None) -> _SearchErrors:
         """What a search raises: an NLQLError with the query text as its source; a query too deep to
         run as an NLQLError; anything else from the store as a BackendError."""
-        try:
-            yield
-        except NLQLError as exc:
-            if source is not None:
-                exc.with_source(source)
-            raise
-        except (RecursionError, MemoryError) as exc:
-            raise _too_deep(exc) from None
-        except Exception as exc:
-            raise BackendError(self.store.capabilities.NAME, f"search failed: {exc}") from exc
+        return _SearchErrors(self, source)
 
     # ------------------------------------------------------------------------------------- cursors
 

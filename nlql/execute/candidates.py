@@ -12,7 +12,7 @@ from nlql.plan.nodes import Plan
 from nlql.stores.base import Row, Store
 
 
-@dataclass
+@dataclass(slots=True)
 class Candidate:
     """One candidate result row while the query runs (a sentence, chunk, span or document)."""
 

@@ -50,6 +50,7 @@ class _Prepared:
     shared: tuple[Env, list[Any], list[Any], list[tuple[str, Any]]] | None
     # the query vectors normalised last time, by the bytes the embedder returned (recall.embed_queries)
     query_vectors: list[Any] = field(default_factory=lambda: [None])
+    examples: bool = False  # whether a SIMILARITY arm reads an example vector or document (execute/examples.py)
 
 
 class Executor:
@@ -111,7 +112,8 @@ class Executor:
                           [(b, env.binding_fn(b)) for b in binding_exprs])
             except Exception:  # noqa: BLE001 - raised again where the stage compiles it, per search
                 shared = None
-        got = _Prepared(self, binding_exprs, {s.slot: s.min for s in plan.scores if s.min is not None}, shared)
+        got = _Prepared(self, binding_exprs, {s.slot: s.min for s in plan.scores if s.min is not None}, shared,
+                        examples=any(s.vector is not None or s.doc is not None for s in plan.scores))
         with self._prep_lock:
             self._prep[plan.identity] = got
         return got
@@ -257,9 +259,10 @@ class Executor:
     def _embed(self, run: Search, embed: Any = None) -> dict[str, np.ndarray]:
         """The query vectors; with ``"degrade"`` an embedder failure or timeout drops the SIMILARITY arms."""
         own = embed or self.embed
+        prep = self._prepared(run.plan)
         try:
-            qv = embed_queries(run, lambda texts: embed_within(own, texts, run.deadline),
-                               self._prepared(run.plan).query_vectors)
+            qv = embed_queries(run, own if run.deadline.end is None else
+                               (lambda texts: embed_within(own, texts, run.deadline)), prep.query_vectors)
         except Exception as exc:
             sims = [s.slot for s in run.plan.scores if s.kind == "SIMILARITY"]
             why = ("the embedder did not answer within the deadline" if isinstance(exc, NLQLTimeoutError)
@@ -272,7 +275,7 @@ class Executor:
                 # every call of this search (the store guard and the stores read this same object)
                 run.deadline.end = None
             return {}
-        if any(s.vector is not None or s.doc is not None for s in run.plan.scores):
+        if prep.examples:
             qv = {**qv, **example_vectors(run, self.dim)}
         if qv and run.deadline.expired():  # the embedding used the budget up: nothing recalled, nothing to return
             raise NLQLTimeoutError(f"the search ran out of time ({run.deadline.timeout} s) while embedding the query",

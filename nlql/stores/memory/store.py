@@ -322,8 +322,8 @@ class MatrixStore:
         with blas_one_thread():
             full = v[None, :] @ cast(np.ndarray, rows.sub).T
         row = full[0][ins[0]]
-        np.round(row, SCORE_DECIMALS, out=row)  # (as round_scores rounds every score)
-        best = np.argsort(-row, kind="stable")[:k]
+        row.round(SCORE_DECIMALS, out=row)  # (as round_scores rounds every score; the method: no wrapper)
+        best = (-row).argsort(kind="stable")[:k]
         if min_score is not None:
             best = best[row[best] >= np.float64(min_score)]  # (compared as doubles, as WHERE compares)
         return list(zip(ins[1][best].tolist(), row[best].tolist()))
