@@ -183,7 +183,8 @@ class _RWLock:
     """Many readers or one writer; writers are not starved (new readers wait for a waiting writer)."""
 
     def __init__(self) -> None:
-        self._cond = threading.Condition()
+        self._mutex = threading.Lock()  # (entered directly: Condition's own __enter__ is a Python call)
+        self._cond = threading.Condition(self._mutex)
         self._readers = 0
         self._writer = False
         self._waiting = 0
@@ -195,15 +196,15 @@ class _RWLock:
         return self._reading
 
     def _enter_read(self) -> None:
-        with self._cond:
+        with self._mutex:
             while self._writer or self._waiting:
                 self._cond.wait()
             self._readers += 1
 
     def _exit_read(self) -> None:
-        with self._cond:
+        with self._mutex:
             self._readers -= 1
-            if not self._readers:
+            if not self._readers and self._waiting:  # (only a waiting writer waits for no readers)
                 self._cond.notify_all()
 
     @contextmanager

@@ -74,6 +74,7 @@ class Executor:
         # what this executor prepared from each plan, by the plan's identity (shared by its copies)
         self._prep: weakref.WeakKeyDictionary[Any, _Prepared] = weakref.WeakKeyDictionary()
         self._prep_lock = threading.Lock()
+        self._last_prep: tuple[Any, _Prepared] | None = None  # (identity, what was prepared): the last plan's
 
     def run(self, plan: Plan, *, reranker: Any = None, rerank_query: str | None = None,
             rerank_factor: int = 5, timeout: float | None = None, max_tokens: int | None = None,
@@ -99,8 +100,12 @@ class Executor:
         compiled expressions (and the :class:`Env` they close over) are shared only when the plan reads
         no clock and no GRAPH: nothing they compute then depends on the search (``now``, the graph).
         """
+        last = self._last_prep  # (the plan of the last search, most often this one: no weak reference made)
+        if last is not None and last[0] is plan.identity:
+            return last[1]
         got = self._prep.get(plan.identity)
         if got is not None:
+            self._last_prep = (plan.identity, got)
             return got
         binding_exprs = {b.name: b.expr for b in plan.query.bindings}
         shared = None
@@ -116,6 +121,7 @@ class Executor:
                         examples=any(s.vector is not None or s.doc is not None for s in plan.scores))
         with self._prep_lock:
             self._prep[plan.identity] = got
+        self._last_prep = (plan.identity, got)
         return got
 
     def _env(self, plan: Plan, binding_exprs: dict[str, Any]) -> Env:
@@ -164,7 +170,7 @@ class Executor:
                 return Hits(groups, stats.to_dict(), run.warnings)
 
         t = time.perf_counter()
-        qv = {k: v.copy() for k, v in vectors.items()} if vectors is not None else self._embed(run, embed)
+        qv = {k: v.copy() for k, v in vectors.items()} if vectors is not None else self._embed(run, embed, prep)
         stats.add("embed", (time.perf_counter() - t) * 1000)
 
         units = recall(run, qv, fast_ok=reranker is None)
@@ -256,10 +262,11 @@ class Executor:
             return got
         return values
 
-    def _embed(self, run: Search, embed: Any = None) -> dict[str, np.ndarray]:
+    def _embed(self, run: Search, embed: Any = None, prep: _Prepared | None = None) -> dict[str, np.ndarray]:
         """The query vectors; with ``"degrade"`` an embedder failure or timeout drops the SIMILARITY arms."""
         own = embed or self.embed
-        prep = self._prepared(run.plan)
+        if prep is None:
+            prep = self._prepared(run.plan)
         try:
             qv = embed_queries(run, own if run.deadline.end is None else
                                (lambda texts: embed_within(own, texts, run.deadline)), prep.query_vectors)
