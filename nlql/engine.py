@@ -776,10 +776,14 @@ class Engine:
         return self._planned(query, params, reranker)[0]
 
     def _planned(self, query: str | ir.Query, params: Mapping[str, Any] | None,
-                 reranker: Any = None) -> tuple[Any, str]:
-        """(the plan, whether the plan cache had it: ``hit``, ``miss`` or ``off``)."""
+                 reranker: Any = None, fresh: bool = True) -> tuple[Any, str]:
+        """(the plan, whether the plan cache had it: ``hit``, ``miss`` or ``off``).
+
+        ``fresh`` False (a search that runs the plan and hands it to nobody): a cached plan that reads
+        neither the clock nor GRAPH is returned itself, its ``now`` the instant it was planned (nothing
+        that runs it reads ``now``: its compiled expressions are shared), instead of a copy stamped now."""
         try:
-            return self._plan_cached(query, _params(params), reranker)
+            return self._plan_cached(query, _params(params), reranker, fresh)
         except RecursionError as exc:  # a hand-built IR, a long LET chain or a caller deep in its stack
             raise _too_deep(exc) from None
 
@@ -808,12 +812,15 @@ class Engine:
                 type(rr).__name__ if rr is not None else None, self.rerank_factor, self.limit_ceiling, keyed[1])
 
     def _plan_cached(self, query: str | ir.Query, params: Mapping[str, Any] | None,
-                     reranker: Any) -> tuple[Any, str]:
+                     reranker: Any, fresh: bool = True) -> tuple[Any, str]:
         rr = reranker if reranker is not None else self.reranker
         key = self._plan_key(query, params, rr)
-        now = self._now()
+        now = None
         if key is not None:
             entry = self._plans.get(key)
+            if entry is not None and entry is not _CLOCKED and not fresh and not entry.graphs:
+                return entry, "hit"  # (see _planned: no clock read, no copy)
+            now = self._now()
             if entry is _CLOCKED:  # planned against the clock: reused only at the very same instant
                 entry = self._plans.get((key, repr(now)))
                 if entry is not None:
@@ -825,6 +832,8 @@ class Engine:
                 plan.__dict__.update(entry.__dict__)  # (the copy's construction: its identity is the entry's)
                 object.__setattr__(plan, "now", now)
                 return plan, "hit"
+        if now is None:
+            now = self._now()
         plan = self._plan_unguarded(query, params, rr, now)
         if key is None:
             return plan, "off"
@@ -908,7 +917,7 @@ class Engine:
         self._sync()
         with self._lock.read():
             t = time.perf_counter()
-            plan, cached = self._planned(query, params, rr)
+            plan, cached = self._planned(query, params, rr, fresh=False)
             plan_s = time.perf_counter() - t
             plan_ms = plan_s * 1000
             if deadline.end is not None:  # the engine's own parse and plan (a first query builds the
