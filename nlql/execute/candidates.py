@@ -24,7 +24,7 @@ class Candidate:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-@dataclass
+@dataclass(slots=True)
 class Search:
     """The state of one search, handed from stage to stage (nothing outlives the search)."""
 
