@@ -252,18 +252,17 @@ class _SearchErrors:
     def __enter__(self) -> None:
         return None
 
-    def __exit__(self, kind: Any, exc: Any, tb: Any) -> bool:
+    def __exit__(self, kind: Any, exc: Any, tb: Any) -> None:  # (returns None: never swallows exc)
         if exc is None:
-            return False
+            return
         if isinstance(exc, NLQLError):
             if self._source is not None:
                 exc.with_source(self._source)
-            return False
-        if isinstance(exc, (RecursionError, MemoryError)):
+        elif isinstance(exc, (RecursionError, MemoryError)):
             raise _too_deep(exc) from None
-        if isinstance(exc, Exception):
+        elif isinstance(exc, Exception):
             raise BackendError(self._engine.store.capabilities.NAME, f"search failed: {exc}") from exc
-        return False  # (KeyboardInterrupt and the like go on as they are)
+        # (KeyboardInterrupt and the like go on as they are)
 
 
 class _HashedOnce:
