@@ -9,7 +9,9 @@ on ``sys.path`` (the earlier revision checked out with ``git worktree``); the pa
 for a batch of rounds in turn, so load from other processes lands on both. A round, in each process:
 a full-matrix product (what the other queries of builtin_speed's rounds do: the caches are cold after
 it), then the floor (``M_tag @ q`` + ``argpartition`` on the prebuilt sub-matrix, one BLAS thread); the
-full product again, then ``store.knn`` with the compiled filter; again, then ``engine.search``. Each
+full product again, then the row-list floor (``M[rows] @ q`` + ``argpartition``: the matching rows'
+indices prebuilt, the rows gathered by the product's call, the goal's wording); again, then
+``store.knn`` with the compiled filter; again, then ``engine.search``. Each
 timed call records wall and CPU (``time.process_time``) ms; the figures are medians. The same calls are
 also timed back to back (warm). Both sides' top-10 keys and scores for every query text, and the stats
 keys, must be equal.
@@ -69,7 +71,8 @@ steady(engine)
 del texts, metas
 store = engine.store
 mat = store.matrix
-sub = np.ascontiguousarray(mat[np.flatnonzero(tag == 7)])
+rows = np.flatnonzero(tag == 7)
+sub = np.ascontiguousarray(mat[rows])
 q0 = vecs[n]
 qn = V.normalize_rows(q0[None, :].copy(), zero_invalid=True)
 native = store.compile_filter(Cond("eq", ("meta", "tag"), 7))
@@ -83,7 +86,12 @@ def floor():
     with blas_one_thread():
         np.argpartition(-(sub @ q0), K - 1)[:K]
 
-fns = {"floor": floor, "store_knn": lambda: store.knn(qn, K, native, None), "engine": lambda: engine.search(query)}
+def floor_rows():
+    with blas_one_thread():
+        np.argpartition(-(mat[rows] @ q0), K - 1)[:K]
+
+fns = {"floor": floor, "floor_rows": floor_rows, "store_knn": lambda: store.knn(qn, K, native, None),
+       "engine": lambda: engine.search(query)}
 for _ in range(20):
     for f in fns.values():
         f()
@@ -160,9 +168,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
           for mode, sides in samples.items()}
     ratio = {mode: {side: {kind: round(per["engine"][kind] / per["floor"][kind], 2) for kind in ("wall", "cpu")}
                     for side, per in sides.items()} for mode, sides in ms.items()}
+    ratio_rows = {mode: {side: {kind: round(per["engine"][kind] / per["floor_rows"][kind], 2) for kind in ("wall", "cpu")}
+                         for side, per in sides.items()} for mode, sides in ms.items()}
     out = {"title": f"selective query (0.1% tag filter) at {args.size:,}: engine vs numpy floor, "
                     f"{rev} against this tree, interleaved",
            "before": rev, "rounds": args.rounds, "ms": ms, "engine_over_floor": ratio,
+           "engine_over_floor_rows": ratio_rows,
            "identical_answers": ready["before"]["answers"] == ready["after"]["answers"],
            "same_stats_keys": ready["before"]["stats_keys"] == ready["after"]["stats_keys"],
            "load_start": [round(x, 2) for x in load_start], "load_end": [round(x, 2) for x in load_end],
@@ -175,7 +186,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             print(f"{mode:4s} {side:6s}: engine {per['engine']['wall']:.3f} ms wall / {per['engine']['cpu']:.3f} CPU; "
                   f"store.knn {per['store_knn']['wall']:.3f} / {per['store_knn']['cpu']:.3f}; "
                   f"floor {per['floor']['wall']:.3f} / {per['floor']['cpu']:.3f}; "
-                  f"engine/floor {ratio[mode][side]['wall']}x wall, {ratio[mode][side]['cpu']}x CPU")
+                  f"engine/floor {ratio[mode][side]['wall']}x wall, {ratio[mode][side]['cpu']}x CPU; "
+                  f"row-list floor {per['floor_rows']['wall']:.3f} / {per['floor_rows']['cpu']:.3f}, "
+                  f"engine/it {ratio_rows[mode][side]['wall']}x wall, {ratio_rows[mode][side]['cpu']}x CPU")
     print(f"identical answers {out['identical_answers']}, same stats keys {out['same_stats_keys']}; "
           f"load {out['load_start']} -> {out['load_end']}")
     return out

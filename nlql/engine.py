@@ -10,7 +10,7 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from itertools import chain
@@ -183,7 +183,8 @@ class _RWLock:
     """Many readers or one writer; writers are not starved (new readers wait for a waiting writer)."""
 
     def __init__(self) -> None:
-        self._cond = threading.Condition()
+        self._mutex = threading.Lock()  # (entered directly: Condition's own __enter__ is a Python call)
+        self._cond = threading.Condition(self._mutex)
         self._readers = 0
         self._writer = False
         self._waiting = 0
@@ -195,15 +196,15 @@ class _RWLock:
         return self._reading
 
     def _enter_read(self) -> None:
-        with self._cond:
+        with self._mutex:
             while self._writer or self._waiting:
                 self._cond.wait()
             self._readers += 1
 
     def _exit_read(self) -> None:
-        with self._cond:
+        with self._mutex:
             self._readers -= 1
-            if not self._readers:
+            if not self._readers and self._waiting:  # (only a waiting writer waits for no readers)
                 self._cond.notify_all()
 
     @contextmanager
@@ -236,6 +237,48 @@ class _Reading:
 
     def __exit__(self, *exc: Any) -> None:
         self._lock._exit_read()
+
+
+class _SearchErrors:
+    """:meth:`Engine._search_errors` as a plain context manager (every search enters one; a
+    generator-based one costs a generator and its frames more)."""
+
+    __slots__ = ("_engine", "_source")
+
+    def __init__(self, engine: Engine, source: str | None) -> None:
+        self._engine = engine
+        self._source = source
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: Any, exc: Any, tb: Any) -> None:  # (returns None: never swallows exc)
+        if exc is None:
+            return
+        if isinstance(exc, NLQLError):
+            if self._source is not None:
+                exc.with_source(self._source)
+        elif isinstance(exc, (RecursionError, MemoryError)):
+            raise _too_deep(exc) from None
+        elif isinstance(exc, Exception):
+            raise BackendError(self._engine.store.capabilities.NAME, f"search failed: {exc}") from exc
+        # (KeyboardInterrupt and the like go on as they are)
+
+
+class _HashedOnce:
+    """A hashable value in a plan key, its hash computed once: equal when the values are equal."""
+
+    __slots__ = ("_hash", "value")
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+        self._hash = hash(value)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _HashedOnce) and (other.value is self.value or other.value == self.value)
 
 
 #: A plan cache entry that says: this query reads the clock, look it up with the instant (nlql/plan/cache.py).
@@ -315,6 +358,8 @@ class Engine:
         self._functions_version = 0
         self._plans = PlanCache(plan_cache_size)  # nlql/plan/cache.py: what the key holds
         self._key_analyzer: tuple[Any, Any] | None = None  # (the BM25 analyzer, what the plan key holds for it)
+        self._key_caps: _HashedOnce | None = None  # the store's capabilities as the plan key holds them
+        self._finite_queries = b""  # the bytes of the query vectors last checked finite (_embed_queries)
         self._rebinders: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()  # plan identity -> Rebinder
         self._warn_memo: dict[int, list[Any]] = {}  # id(query) -> [query, reads meta, (schema, warnings)]
         if router is not None and not callable(getattr(router, "route", None)):
@@ -593,7 +638,15 @@ class Engine:
         return V.normalize_rows(np.concatenate(parts), zero_invalid=True)
 
     def _embed_queries(self, texts: Sequence[str]) -> np.ndarray:
-        return _embed(self.embedder, list(texts), int(self.embedder.dim))
+        texts = list(texts)
+        mat = _embed(self.embedder, texts, int(self.embedder.dim), finite_checked=False)
+        # the query vectors last found finite, by their bytes: the same bytes again need no check
+        key = mat.tobytes() if mat.nbytes <= 65_536 else None
+        if key is None or key != self._finite_queries:
+            _embed_check_finite(self.embedder, texts, mat, mat.shape[1])
+            if key is not None:
+                self._finite_queries = key
+        return mat
 
     def __len__(self) -> int:
         self._sync()
@@ -722,10 +775,14 @@ class Engine:
         return self._planned(query, params, reranker)[0]
 
     def _planned(self, query: str | ir.Query, params: Mapping[str, Any] | None,
-                 reranker: Any = None) -> tuple[Any, str]:
-        """(the plan, whether the plan cache had it: ``hit``, ``miss`` or ``off``)."""
+                 reranker: Any = None, fresh: bool = True) -> tuple[Any, str]:
+        """(the plan, whether the plan cache had it: ``hit``, ``miss`` or ``off``).
+
+        ``fresh`` False (a search that runs the plan and hands it to nobody): a cached plan that reads
+        neither the clock nor GRAPH is returned itself, its ``now`` the instant it was planned (nothing
+        that runs it reads ``now``: its compiled expressions are shared), instead of a copy stamped now."""
         try:
-            return self._plan_cached(query, _params(params), reranker)
+            return self._plan_cached(query, _params(params), reranker, fresh)
         except RecursionError as exc:  # a hand-built IR, a long LET chain or a caller deep in its stack
             raise _too_deep(exc) from None
 
@@ -746,16 +803,23 @@ class Engine:
             except TypeError:
                 keyed = (analyzer, id(analyzer))  # (the pair holds the object: its id stays its own)
             self._key_analyzer = keyed
-        return (query, pk, self.store.capabilities, self._writes, self._functions_version,
+        caps = self.store.capabilities
+        kc = self._key_caps
+        if kc is None or kc.value is not caps:  # (a frozen dataclass hashes every field at every call)
+            kc = self._key_caps = _HashedOnce(caps)
+        return (query, pk, kc, self._writes, self._functions_version,
                 type(rr).__name__ if rr is not None else None, self.rerank_factor, self.limit_ceiling, keyed[1])
 
     def _plan_cached(self, query: str | ir.Query, params: Mapping[str, Any] | None,
-                     reranker: Any) -> tuple[Any, str]:
+                     reranker: Any, fresh: bool = True) -> tuple[Any, str]:
         rr = reranker if reranker is not None else self.reranker
         key = self._plan_key(query, params, rr)
-        now = self._now()
+        now = None
         if key is not None:
             entry = self._plans.get(key)
+            if entry is not None and entry is not _CLOCKED and not fresh and not entry.graphs:
+                return entry, "hit"  # (see _planned: no clock read, no copy)
+            now = self._now()
             if entry is _CLOCKED:  # planned against the clock: reused only at the very same instant
                 entry = self._plans.get((key, repr(now)))
                 if entry is not None:
@@ -767,6 +831,8 @@ class Engine:
                 plan.__dict__.update(entry.__dict__)  # (the copy's construction: its identity is the entry's)
                 object.__setattr__(plan, "now", now)
                 return plan, "hit"
+        if now is None:
+            now = self._now()
         plan = self._plan_unguarded(query, params, rr, now)
         if key is None:
             return plan, "off"
@@ -850,7 +916,7 @@ class Engine:
         self._sync()
         with self._lock.read():
             t = time.perf_counter()
-            plan, cached = self._planned(query, params, rr)
+            plan, cached = self._planned(query, params, rr, fresh=False)
             plan_s = time.perf_counter() - t
             plan_ms = plan_s * 1000
             if deadline.end is not None:  # the engine's own parse and plan (a first query builds the
@@ -881,20 +947,10 @@ class Engine:
             hits.stats["plan_cache"] = cached
             return hits
 
-    @contextmanager
-    def _search_errors(self, source: str | None) -> Iterator[None]:
+    def _search_errors(self, source: str | None) -> _SearchErrors:
         """What a search raises: an NLQLError with the query text as its source; a query too deep to
         run as an NLQLError; anything else from the store as a BackendError."""
-        try:
-            yield
-        except NLQLError as exc:
-            if source is not None:
-                exc.with_source(source)
-            raise
-        except (RecursionError, MemoryError) as exc:
-            raise _too_deep(exc) from None
-        except Exception as exc:
-            raise BackendError(self.store.capabilities.NAME, f"search failed: {exc}") from exc
+        return _SearchErrors(self, source)
 
     # ------------------------------------------------------------------------------------- cursors
 
@@ -1266,21 +1322,27 @@ def _embed(embedder: Any, texts: list[str], dim: int, finite_checked: bool = Tru
         raise
     except Exception as exc:  # noqa: BLE001 - any embedder failure, named
         raise EmbedderError(name, f"embed() failed: {type(exc).__name__}: {exc}") from exc
-    want = f"a {len(texts)} × {dim} array of finite numbers (one vector per text)"
     try:
         arr = np.asarray(raw)
     except Exception as exc:  # noqa: BLE001 - ragged lists and the like
         raise EmbedderError(name, f"embed() returned {type(raw).__name__} that is not an array ({exc}); "
-                            f"expected {want}") from exc
+                            f"expected {_wanted(texts, dim)}") from exc
     if arr.dtype.kind not in "fiu":
-        raise EmbedderError(name, f"embed() returned an array of {arr.dtype} for {len(texts)} texts; expected {want}")
+        raise EmbedderError(name, f"embed() returned an array of {arr.dtype} for {len(texts)} texts; "
+                            f"expected {_wanted(texts, dim)}")
     if arr.ndim != 2 or arr.shape != (len(texts), dim):
-        raise EmbedderError(name, f"embed() returned shape {arr.shape} for {len(texts)} texts; expected {want}",
+        raise EmbedderError(name, f"embed() returned shape {arr.shape} for {len(texts)} texts; "
+                            f"expected {_wanted(texts, dim)}",
                             hint=f"its dim says {dim}" if arr.ndim == 2 and arr.shape[0] == len(texts) else None)
     mat = arr.astype(np.float32, copy=False)
     if finite_checked:
         _embed_check_finite(embedder, texts, mat, dim)
     return mat
+
+
+def _wanted(texts: list[str], dim: int) -> str:
+    """What an embedder must return, as its errors say it (made only for an error)."""
+    return f"a {len(texts)} × {dim} array of finite numbers (one vector per text)"
 
 
 def _embed_check_finite(embedder: Any, texts: list[str], mat: np.ndarray, dim: int) -> None:

@@ -12,7 +12,7 @@ from nlql.plan.nodes import Plan
 from nlql.stores.base import Row, Store
 
 
-@dataclass
+@dataclass(slots=True)
 class Candidate:
     """One candidate result row while the query runs (a sentence, chunk, span or document)."""
 
@@ -24,7 +24,7 @@ class Candidate:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-@dataclass
+@dataclass(slots=True)
 class Search:
     """The state of one search, handed from stage to stage (nothing outlives the search)."""
 

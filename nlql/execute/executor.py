@@ -50,6 +50,7 @@ class _Prepared:
     shared: tuple[Env, list[Any], list[Any], list[tuple[str, Any]]] | None
     # the query vectors normalised last time, by the bytes the embedder returned (recall.embed_queries)
     query_vectors: list[Any] = field(default_factory=lambda: [None])
+    examples: bool = False  # whether a SIMILARITY arm reads an example vector or document (execute/examples.py)
 
 
 class Executor:
@@ -73,6 +74,7 @@ class Executor:
         # what this executor prepared from each plan, by the plan's identity (shared by its copies)
         self._prep: weakref.WeakKeyDictionary[Any, _Prepared] = weakref.WeakKeyDictionary()
         self._prep_lock = threading.Lock()
+        self._last_prep: tuple[Any, _Prepared] | None = None  # (identity, what was prepared): the last plan's
 
     def run(self, plan: Plan, *, reranker: Any = None, rerank_query: str | None = None,
             rerank_factor: int = 5, timeout: float | None = None, max_tokens: int | None = None,
@@ -98,8 +100,12 @@ class Executor:
         compiled expressions (and the :class:`Env` they close over) are shared only when the plan reads
         no clock and no GRAPH: nothing they compute then depends on the search (``now``, the graph).
         """
+        last = self._last_prep  # (the plan of the last search, most often this one: no weak reference made)
+        if last is not None and last[0] is plan.identity:
+            return last[1]
         got = self._prep.get(plan.identity)
         if got is not None:
+            self._last_prep = (plan.identity, got)
             return got
         binding_exprs = {b.name: b.expr for b in plan.query.bindings}
         shared = None
@@ -111,9 +117,11 @@ class Executor:
                           [(b, env.binding_fn(b)) for b in binding_exprs])
             except Exception:  # noqa: BLE001 - raised again where the stage compiles it, per search
                 shared = None
-        got = _Prepared(self, binding_exprs, {s.slot: s.min for s in plan.scores if s.min is not None}, shared)
+        got = _Prepared(self, binding_exprs, {s.slot: s.min for s in plan.scores if s.min is not None}, shared,
+                        examples=any(s.vector is not None or s.doc is not None for s in plan.scores))
         with self._prep_lock:
             self._prep[plan.identity] = got
+        self._last_prep = (plan.identity, got)
         return got
 
     def _env(self, plan: Plan, binding_exprs: dict[str, Any]) -> Env:
@@ -162,7 +170,7 @@ class Executor:
                 return Hits(groups, stats.to_dict(), run.warnings)
 
         t = time.perf_counter()
-        qv = {k: v.copy() for k, v in vectors.items()} if vectors is not None else self._embed(run, embed)
+        qv = {k: v.copy() for k, v in vectors.items()} if vectors is not None else self._embed(run, embed, prep)
         stats.add("embed", (time.perf_counter() - t) * 1000)
 
         units = recall(run, qv, fast_ok=reranker is None)
@@ -254,12 +262,14 @@ class Executor:
             return got
         return values
 
-    def _embed(self, run: Search, embed: Any = None) -> dict[str, np.ndarray]:
+    def _embed(self, run: Search, embed: Any = None, prep: _Prepared | None = None) -> dict[str, np.ndarray]:
         """The query vectors; with ``"degrade"`` an embedder failure or timeout drops the SIMILARITY arms."""
         own = embed or self.embed
+        if prep is None:
+            prep = self._prepared(run.plan)
         try:
-            qv = embed_queries(run, lambda texts: embed_within(own, texts, run.deadline),
-                               self._prepared(run.plan).query_vectors)
+            qv = embed_queries(run, own if run.deadline.end is None else
+                               (lambda texts: embed_within(own, texts, run.deadline)), prep.query_vectors)
         except Exception as exc:
             sims = [s.slot for s in run.plan.scores if s.kind == "SIMILARITY"]
             why = ("the embedder did not answer within the deadline" if isinstance(exc, NLQLTimeoutError)
@@ -272,7 +282,7 @@ class Executor:
                 # every call of this search (the store guard and the stores read this same object)
                 run.deadline.end = None
             return {}
-        if any(s.vector is not None or s.doc is not None for s in run.plan.scores):
+        if prep.examples:
             qv = {**qv, **example_vectors(run, self.dim)}
         if qv and run.deadline.expired():  # the embedding used the budget up: nothing recalled, nothing to return
             raise NLQLTimeoutError(f"the search ran out of time ({run.deadline.timeout} s) while embedding the query",

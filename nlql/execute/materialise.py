@@ -213,13 +213,13 @@ def hits(run: Search, page: list[Candidate]) -> list[Hit]:
             scores[n] = v if type(v) is float else jsonable(v)
         if "rerank" in u.extra:
             scores["rerank"] = u.extra["rerank"]
+        # (positional: Hit's fields in order id, doc_id, unit, position, content, metadata, scores,
+        # truncated, best, group, count, highlights; keywords cost more per hit)
         out.append(Hit(
-            id=ctx.id if kind != "DOCUMENT" else ctx.doc_id,
-            doc_id=ctx.doc_id, unit=kind, position=ctx.position,
-            content=ctx.content if kind != "SPAN" else unit_text(run, u),
-            metadata=_copy_metadata(ctx.metadata), scores=scores,
-            best=_best(run, u, best_slot, best_names) if best_slot is not None else None,
-            highlights={n: scores[n] for n in marked if isinstance(scores.get(n), list)} if marked else None,
+            ctx.id if kind != "DOCUMENT" else ctx.doc_id, ctx.doc_id, kind, ctx.position,
+            ctx.content if kind != "SPAN" else unit_text(run, u), _copy_metadata(ctx.metadata), scores,
+            False, _best(run, u, best_slot, best_names) if best_slot is not None else None, None, None,
+            {n: scores[n] for n in marked if isinstance(scores.get(n), list)} if marked else None,
         ))
     return out
 

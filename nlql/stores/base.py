@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -60,10 +60,16 @@ class Row:
     start: int = 0
     end: int = 0
     tail: str = ""
+    # the id, made on first read (a store's cached row is read by many searches); not an argument, so
+    # ``dataclasses.replace`` of a row makes its own
+    _id: str | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def id(self) -> str:
-        return unit_id(self.doc_id, self.position)
+        got = self._id
+        if got is None:
+            got = self._id = unit_id(self.doc_id, self.position)
+        return got
 
 
 def unit_id(doc_id: str, position: int) -> str:
