@@ -381,7 +381,7 @@ class DuckDBStore(SqlStore):
                                    "b": pa.bool_(), "dkey": pa.int64()})
         with registered(conn, table) as name:
             self._run(conn, self.dialect.bulk_load("members", ["doc_id", "path", "s", "f", "n", "t", "b", "dkey"],
-                                                   name))
+                                                   name) + f" ORDER BY {self.dialect.CLUSTERED['members']}")
 
     # ---------------------------------------------------------------------------------- entity links
 
@@ -591,7 +591,8 @@ class DuckDBStore(SqlStore):
             if flat_t is not None and flat_t.num_rows:
                 flat_t = flat_t.append_column("dkey", dkeys.take(flat_t.column("doc_row")))
                 with registered(conn, flat_t) as name:
-                    self._run(conn, d.bulk_load("flat", ["doc_id", "path", "s", "f", "n", "t", "b", "dkey"], name))
+                    self._run(conn, d.bulk_load("flat", ["doc_id", "path", "s", "f", "n", "t", "b", "dkey"], name)
+                              + f" ORDER BY {d.CLUSTERED['flat']}")
             if ents_t is not None and ents_t.num_rows:
                 with registered(conn, ents_t) as name:
                     self._run(conn, sql("INSERT INTO ", d.table("entities"), " (doc_id, position, name) "
@@ -610,7 +611,7 @@ class DuckDBStore(SqlStore):
                     if "terms" in units_t.column_names:
                         self._run(conn, sql("INSERT INTO ", d.terms, " (term, key, tf) SELECT term, key, "
                                             "count(*)::INTEGER FROM (SELECT key, unnest(terms) AS term FROM "
-                                            f"\"{name}\") GROUP BY term, key"))
+                                            f"\"{name}\") GROUP BY term, key ORDER BY term"))
             self._run(conn, d.add_term_stats(added_n, added_len))
         with self._tx() as conn:  # (its own transaction: in the write's, DuckDB splits the units' row groups)
             self._cluster(conn)
