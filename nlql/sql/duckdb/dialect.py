@@ -101,6 +101,20 @@ class DuckDBDialect(Dialect):
         """The SQL operators, and HAS where the store keeps list members (``<p>_members``)."""
         return SQL_LIST_OPS if self.members_index else SQL_FILTER_OPS
 
+    PIVOT_TERMS = 16  # up to this many query terms, BM25's ordered sum is spelled as a pivot
+
+    def keyword_sum(self, term: Fragment, n_terms: int) -> Fragment:
+        """The query terms' scores added in query order without an ordered aggregate: a sentence has one
+        row per query term it holds, so each term's score is ``max(…) FILTER (WHERE p.qi = i)``, and
+        the sum is written out in query order (a missing term adds 0, which changes no float: the
+        same additions as the built-in index). DuckDB sorts each group for ``sum(… ORDER BY qi)``:
+        at 100k sentences that sort was about half of a 3-term BM25 statement."""
+        if not 0 < n_terms <= self.PIVOT_TERMS:
+            return super().keyword_sum(term, n_terms)
+        zero = self.cast("0", "float8")
+        parts = [sql("coalesce(max(", term, f") FILTER (WHERE p.qi = {i}), {zero})") for i in range(1, n_terms + 1)]
+        return sql("(", join("\n             + ", parts), ")")
+
     def json_path(self, keys: Sequence[str]) -> Param:
         """A JSON path (``$."a"."b"``; the planner passes plain keys only, letters, digits, ``_``, ``-``)."""
         return Param("$" + "".join(f'."{k}"' for k in keys), "text", "metadata path")
