@@ -40,12 +40,14 @@ T = TypeVar("T")
 SCHEMA_VERSION = "1"
 # NLQL uses only what is built into DuckDB: never install or load an extension behind the user's back
 NO_DOWNLOADS = {"autoinstall_known_extensions": False, "autoload_known_extensions": False}
-# An in-memory database of the store's own keeps its strings uncompressed: DuckDB compresses in-memory
-# tables when it checkpoints them (as a write that drops a table does), and a hit's text, id and
-# metadata read back from an FSST segment cost a scan that decompresses the column (the 0.1% filter at
-# 100k: 4.3x DuckDB's own statement in CPU time with FSST, 3.2x without; the other query kinds equal).
-# Numbers keep their codecs. (A setting of the database, which the store created: not a connection's.)
-IN_MEMORY = "SET disabled_compression_methods = 'fsst,dict_fsst'"
+# An in-memory database of the store's own keeps its strings and floats uncompressed (the documented
+# default of an in-memory DuckDB database): DuckDB 2.0 compresses in-memory tables when it checkpoints
+# them (after a write of more than its checkpoint threshold, or one that drops a table), and a hit's
+# text, id and metadata read back from an FSST segment cost a scan that decompresses the column (the
+# 0.1% filter at 100k: 4.3x DuckDB's own statement in CPU time with FSST, 3.2x without), while
+# compressing the vectors (ALP-RD) at every checkpoint costs ingest time and scans decode them.
+# Integers keep their codecs. (A setting of the database, which the store created: not a connection's.)
+IN_MEMORY = "SET disabled_compression_methods = 'fsst,dict_fsst,alp,alprd'"
 
 
 def from_url(url: str) -> dict[str, Any]:
