@@ -18,7 +18,10 @@ Every (system, kind) pair is timed round-robin in one ``interleaved_runs`` call 
 ten query texts; medians after two warm-up rounds). ``same_top10``: NLQL's ids equal the raw
 statement's ids in order on every query text. Wall and process CPU time are both recorded (on a
 shared machine the wall time also holds the waits for a core). With ``--ingest``: ``Engine.add_texts`` against one Arrow
-insert of the same rows (``bench/duckdb_ingest.py``'s functions), alternating, ``--ingest-rounds`` each.
+insert of the same rows (``bench/duckdb_ingest.py``'s functions), alternating, ``--ingest-rounds`` each; NLQL's time
+is also split into the engine's text work, the store's Python preparation of the rows and the store's DuckDB
+statements (``write_ratio``: those statements against the one raw insert; ``write_over_prepared``: against
+DuckDB's own insert of the very rows the store writes, as the store prepared them, one Arrow insert per table).
 
     python bench/duckdb_floor.py --n 100000 --repeat 10 --ingest
     python bench/duckdb_floor.py --n 20000 --repeat 5 --out /tmp/f.json
@@ -149,20 +152,105 @@ def nlql_rows(engine: Any) -> dict[str, Search]:
     return out
 
 
-def ingest(data: dict[str, Any], rounds: int) -> dict[str, Any]:
-    from bench.duckdb_ingest import nlql_duckdb, raw_duckdb
+def nlql_phases(data: dict[str, Any], prepared: list[tuple[Any, ...]]) -> tuple[float, dict[str, float]]:
+    """``bench/duckdb_ingest.py``'s NLQL ingest, with the seconds spent in the store's Python preparation
+    of the rows (``DuckDBStore._prepare``: typed metadata, BM25 terms, Arrow columns) and in its DuckDB
+    statements (``_write``: the bulk inserts of every table, the keys, the term counts, the sorting);
+    the Arrow tables each write was given are appended to ``prepared`` (for :func:`prepared_floor`)."""
+    from bench.duckdb_ingest import nlql_duckdb
+    from nlql.stores.duckdb import DuckDBStore
 
-    times: dict[str, list[float]] = {"raw": [], "nlql": []}
+    spent = {"prepare": 0.0, "write": 0.0}
+    saved = {name: DuckDBStore.__dict__[f"_{name}"] for name in spent}
+
+    def timed(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def run(self: Any, *args: Any, **kwargs: Any) -> Any:
+            if name == "write":  # (ids, docs, units, terms, n, length, entities, flat, members)
+                prepared.append((args[1], args[2], args[6], args[7]))
+            t = time.perf_counter()
+            try:
+                return fn(self, *args, **kwargs)
+            finally:
+                spent[name] += time.perf_counter() - t
+        return run
+
+    for name, fn in saved.items():
+        setattr(DuckDBStore, f"_{name}", timed(name, fn))
+    try:
+        dt = nlql_duckdb(data)
+    finally:
+        for name, fn in saved.items():
+            setattr(DuckDBStore, f"_{name}", fn)
+    return dt, spent
+
+
+def prepared_floor(prepared: list[tuple[Any, ...]]) -> float:
+    """DuckDB's own insert of the rows NLQL's store writes, as NLQL prepared them: one Arrow insert per
+    table of all the batches (documents, sentences with their vectors and keys, the BM25 postings
+    counted by DuckDB from the sentences' term lists, typed metadata rows, entity names) into plain
+    tables, in one transaction; no keys from a sequence, no sorting, no statistics. Seconds."""
+    import duckdb
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    docs = pa.concat_tables([p[0] for p in prepared])
+    units = pa.concat_tables([p[1] for p in prepared])
+    keys = pa.array(np.arange(units.num_rows, dtype=np.int64))
+    terms = units.column("terms").combine_chunks()
+    postings = pa.table({"term": pc.list_flatten(terms), "key": keys.take(pc.list_parent_indices(terms))})
+    units = units.drop_columns(["terms", "doc_row"]).append_column("key", keys)
+    flat = pa.concat_tables([p[3] for p in prepared]).drop_columns(["doc_row"])
+    ents = pa.concat_tables([p[2] for p in prepared])
+    conn = duckdb.connect()
+    sources = {"docs": docs, "units": units, "postings": postings, "flat": flat, "ents": ents}
+    for name, table in sources.items():
+        conn.register(f"src_{name}", table)
+        if name != "postings":
+            conn.execute(f"CREATE TABLE {name} AS SELECT * FROM src_{name} LIMIT 0")
+    conn.execute("CREATE TABLE terms (term VARCHAR, key BIGINT, tf INTEGER)")
+    t = time.perf_counter()
+    conn.execute("BEGIN")
+    for name in ("docs", "units", "flat", "ents"):
+        conn.execute(f"INSERT INTO {name} SELECT * FROM src_{name}")
+    conn.execute("INSERT INTO terms SELECT term, key, count(*)::INTEGER FROM src_postings GROUP BY term, key")
+    conn.execute("COMMIT")
+    dt = time.perf_counter() - t
+    conn.close()
+    return dt
+
+
+def ingest(data: dict[str, Any], rounds: int) -> dict[str, Any]:
+    from bench.duckdb_ingest import raw_duckdb
+
+    times: dict[str, list[float]] = {"raw": [], "nlql": [], "store_prepare": [], "store_write": [], "prepared": []}
     for r in range(rounds):
-        for name, fn in (("raw", raw_duckdb), ("nlql", nlql_duckdb)):
+        for name in ("raw", "nlql", "prepared"):
             gc.collect()
-            dt = fn(data)
+            if name == "raw":
+                dt = raw_duckdb(data)
+            elif name == "nlql":
+                batches: list[tuple[Any, ...]] = []
+                dt, spent = nlql_phases(data, batches)
+                times["store_prepare"].append(spent["prepare"])
+                times["store_write"].append(spent["write"])
+            else:
+                dt = prepared_floor(batches)
+                del batches
             times[name].append(dt)
             log(f"[duckdb_floor] ingest round {r} {name}: {dt:.2f} s (load {os.getloadavg()[0]:.1f})")
     ratios = [a / b for a, b in zip(times["nlql"], times["raw"], strict=True)]
-    return {"nlql_s": round(statistics.median(times["nlql"]), 2), "raw_s": round(statistics.median(times["raw"]), 2),
-            "ratio": round(statistics.median(ratios), 2), "runs_s": {k: [round(x, 2) for x in v]
-                                                                    for k, v in times.items()}}
+    write_ratios = [a / b for a, b in zip(times["store_write"], times["raw"], strict=True)]
+    prepared_ratios = [a / b for a, b in zip(times["store_write"], times["prepared"], strict=True)]
+    med = {k: round(statistics.median(v), 2) for k, v in times.items()}
+    return {"nlql_s": med["nlql"], "raw_s": med["raw"], "ratio": round(statistics.median(ratios), 2),
+            # where NLQL's time goes: the engine's text work (splitting, entity names, the vector lookup),
+            # the store's Python preparation of the rows, and its DuckDB statements
+            "store_prepare_s": med["store_prepare"], "store_write_s": med["store_write"],
+            "engine_s": round(med["nlql"] - med["store_prepare"] - med["store_write"], 2),
+            "write_ratio": round(statistics.median(write_ratios), 2),
+            # DuckDB's own insert of the very rows the store writes (prepared_floor): the store's statements over it
+            "prepared_floor_s": med["prepared"], "write_over_prepared": round(statistics.median(prepared_ratios), 2),
+            "runs_s": {k: [round(x, 2) for x in v] for k, v in times.items()}}
 
 
 def main() -> None:
@@ -218,8 +306,11 @@ def main() -> None:
         del eng, conn
         gc.collect()
         out["ingest"] = ingest(data, args.ingest_rounds)
-        print(f"ingest     NLQL {out['ingest']['nlql_s']} s  raw Arrow insert {out['ingest']['raw_s']} s  "
-              f"{out['ingest']['ratio']}x")
+        g = out["ingest"]
+        print(f"ingest     NLQL {g['nlql_s']} s  raw Arrow insert {g['raw_s']} s  {g['ratio']}x   (engine text work "
+              f"{g['engine_s']} s, store's Python preparation {g['store_prepare_s']} s, its DuckDB statements "
+              f"{g['store_write_s']} s: {g['write_ratio']}x the raw insert, {g['write_over_prepared']}x DuckDB's own insert "
+              f"of the same prepared rows, {g['prepared_floor_s']} s)")
     out["load_before"] = [round(x, 2) for x in load_before]
     out["load_after"] = [round(x, 2) for x in os.getloadavg()]
     out["machine"] = machine_info()

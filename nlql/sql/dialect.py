@@ -546,9 +546,14 @@ class Dialect:
             terms_with_order=self.fn("terms_with_order",
                                      terms=sql(Param(list(k.terms), "text[]", f"terms of {k.slot}"))),
             terms_table=self.terms, units=self.units, stats=self.stats,
-            score=self.fn("ordered_sum", x=term, order=sql("p.qi")),
+            score=self.keyword_sum(term, len(k.terms)),
             docs_join=self._docs_join(st), where=self._shared(st, k.slot),
         )
+
+    def keyword_sum(self, term: Fragment, n_terms: int) -> Fragment:
+        """A sentence's BM25: its query terms' scores (``term``, one row per term it holds, ``p.qi`` the
+        term's 1-based place in the query) added in query-term order, as the built-in index adds them."""
+        return self.fn("ordered_sum", x=term, order=sql("p.qi"))
 
     def visit_GraphScore(self, g: GraphScore, st: _Build) -> Fragment:  # noqa: N802
         """The activation CTEs over the entity tables (:func:`nlql.sql.graph.ctes`, the same values as

@@ -557,6 +557,48 @@ def test_metadata_equality_reads_the_flat_table_and_a_store_written_before_it_re
     store.close()
 
 
+def test_a_store_written_before_document_keys_filters_the_same_read_only_and_gets_them_when_writable(
+        tmp_path: Path) -> None:
+    """Metadata semi-joins match the documents' integer key (``dkey`` in ``<p>_units``, ``_flat`` and
+    ``_members``); a file written before the column still answers every filter when opened read-only
+    (on ``doc_id``), and opened writable it gets one key per document, the same in every table."""
+    from sql_kit import META_VALUES
+
+    docs = build_filter_corpus(np.random.default_rng(5))
+    docs.append(make_doc("no-sentences", [], {"i": 1, "m": [1, "abc"]}, 900, unit_vectors(np.random.default_rng(1), 0)))
+    path = tmp_path / "old.duckdb"
+    store = opened(path)
+    store.upsert(docs)
+    conds = [Cond("eq", _path(k), v) for k in META_KEYS for v in META_VALUES[:10]]
+    conds += [Cond("has", _path(k), v) for k in META_KEYS for v in (1, "abc", None)]
+    conds += [Cond("not", (Cond("has", _path(k), 1),)) for k in META_KEYS]
+    want = {}
+    for flt in conds:
+        if filter_pushable(store.capabilities, flt):
+            compiled = store.compile_filter(flt)
+            want[flt] = store.scan(compiled)
+    assert any("u.dkey IN" in store.compile_filter(flt).native for flt in want)
+    for table in ("units", "flat", "members"):
+        store._conn.execute(f'ALTER TABLE "nlql_{table}" DROP COLUMN dkey')  # as a version before the key
+    store.close()
+    old = opened(path, read_only=True)
+    assert all("dkey" not in old.compile_filter(flt).native for flt in want)
+    assert {flt: old.scan(old.compile_filter(flt)) for flt in want} == want
+    old.close()
+    store = opened(path)
+    assert {flt: store.scan(store.compile_filter(flt)) for flt in want} == want
+    conn = store._conn
+    keys = dict(conn.execute('SELECT doc_id, min(dkey) FROM "nlql_units" GROUP BY doc_id '
+                             'HAVING min(dkey) = max(dkey)').fetchall())
+    assert len(keys) == len(docs) - 1 and len(set(keys.values())) == len(keys)
+    for table in ("flat", "members"):
+        rows = conn.execute(f'SELECT doc_id, dkey FROM "nlql_{table}"').fetchall()
+        assert all(k is not None and keys.get(d, k) == k for d, k in rows), table
+    store.upsert(docs[:2])  # written now: keys from the same sequence, none reused
+    assert conn.execute('SELECT count(DISTINCT dkey) FROM "nlql_units"').fetchone()[0] == len(docs) - 1
+    store.close()
+
+
 def test_term_and_metadata_tables_are_kept_sorted_and_answer_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
     """``<p>_terms``, ``<p>_flat`` and ``<p>_members`` are rewritten sorted by what statements look up
     once they grow by half (``DuckDBStore._cluster``): the same rows, so filters and BM25 answer as in

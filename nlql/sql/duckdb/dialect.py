@@ -87,6 +87,9 @@ class DuckDBDialect(Dialect):
         self.unit_metadata = False  # <p>_units keeps its document's metadata text (no join for it)
         self.members_index = False  # the store keeps <p>_members (the members of every list value)
         self.graph_tables = True  # the store's entity tables hold every document's links (GRAPH_CTE)
+        # <p>_units, <p>_flat and <p>_members carry each document's integer key (dkey): a metadata
+        # semi-join matches integers, not document id strings (a file written before: doc_id)
+        self.doc_keys = False
 
     @property
     def SELECT(self) -> str:  # type: ignore[override]  # noqa: N802 - the Dialect template
@@ -107,6 +110,20 @@ class DuckDBDialect(Dialect):
     def FILTER_OPS(self) -> frozenset[str]:  # type: ignore[override]  # noqa: N802 - the Dialect flag
         """The SQL operators, and HAS where the store keeps list members (``<p>_members``)."""
         return SQL_LIST_OPS if self.members_index else SQL_FILTER_OPS
+
+    PIVOT_TERMS = 16  # up to this many query terms, BM25's ordered sum is spelled as a pivot
+
+    def keyword_sum(self, term: Fragment, n_terms: int) -> Fragment:
+        """The query terms' scores added in query order without an ordered aggregate: a sentence has one
+        row per query term it holds, so each term's score is ``max(…) FILTER (WHERE p.qi = i)``, and
+        the sum is written out in query order (a missing term adds 0, which changes no float: the
+        same additions as the built-in index). DuckDB sorts each group for ``sum(… ORDER BY qi)``:
+        at 100k sentences that sort was about half of a 3-term BM25 statement."""
+        if not 0 < n_terms <= self.PIVOT_TERMS:
+            return super().keyword_sum(term, n_terms)
+        zero = self.cast("0", "float8")
+        parts = [sql("coalesce(max(", term, f") FILTER (WHERE p.qi = {i}), {zero})") for i in range(1, n_terms + 1)]
+        return sql("(", join("\n             + ", parts), ")")
 
     def json_path(self, keys: Sequence[str]) -> Param:
         """A JSON path (``$."a"."b"``; the planner passes plain keys only, letters, digits, ``_``, ``-``)."""
@@ -149,6 +166,7 @@ class DuckDBDialect(Dialect):
         if not self.members_index or path[0] != "meta" or len(path) < 2:
             return None
         table = self.table("members")
+        doc = self.doc_column
 
         def key() -> Param:
             return Param(path_key(path[1:]), "text", "metadata path")
@@ -160,12 +178,19 @@ class DuckDBDialect(Dialect):
             flat = self.table("flat")
             scalar = (Subject(sql("f"), s="f.s", fold="coalesce(f.f, f.s)", n="f.n", t="f.t", b="f.b",
                               exists="TRUE", is_str="(f.s IS NOT NULL)"),
-                      lambda test: sql("(u.doc_id IN (SELECT f.doc_id FROM ", flat, " f WHERE f.path = ", key(),
+                      lambda test: sql(f"(u.{doc} IN (SELECT f.{doc} FROM ", flat, " f WHERE f.path = ", key(),
                                        " AND ", test, "))"))
         return ListMembers(
-            sql("(u.doc_id IN (SELECT doc_id FROM ", table, " WHERE path = ", key(), "))"), member,
-            lambda test: sql("(u.doc_id IN (SELECT m.doc_id FROM ", table, " m WHERE m.path = ", key(),
+            sql(f"(u.{doc} IN (SELECT {doc} FROM ", table, " WHERE path = ", key(), "))"), member,
+            lambda test: sql(f"(u.{doc} IN (SELECT m.{doc} FROM ", table, " m WHERE m.path = ", key(),
                              " AND ", test, "))"), scalar=scalar)
+
+    @property
+    def doc_column(self) -> str:
+        """The column a metadata semi-join matches documents on: the integer ``dkey`` where the tables
+        keep it (a semi-join of 100k units on integers instead of id strings: the 0.1% filter at 100k
+        7 ms against 18 ms), else ``doc_id``."""
+        return "dkey" if self.doc_keys else "doc_id"
 
     def indexed_leaf(self, cond: Cond) -> tuple[Fragment, bool] | None:
         """``meta.x == v`` / ``meta.x IN (…)`` as a semi-join on ``<p>_flat`` (one row per document and
@@ -186,7 +211,8 @@ class DuckDBDialect(Dialect):
             kind = {"s": "text", "n": "float8", "t": "bigint", "b": "boolean"}[field]
             tests.setdefault(compact_json(r), sql(f"({field} = ", Param(value, kind, "metadata value"), ")"))
         cond_sql = join(" OR ", tests.values())
-        return sql("u.doc_id IN (SELECT doc_id FROM ", self.table("flat"), " WHERE path = ",
+        doc = self.doc_column
+        return sql(f"u.{doc} IN (SELECT {doc} FROM ", self.table("flat"), " WHERE path = ",
                    Param(path_key(cond.path[1:]), "text", "metadata path"), " AND (", cond_sql, "))"), False
 
     # -------------------------------------------------------------------------------------- writes
@@ -206,7 +232,7 @@ class DuckDBDialect(Dialect):
             " key BIGINT NOT NULL, doc_id VARCHAR NOT NULL, position INTEGER NOT NULL, content VARCHAR NOT NULL,"
             " start INTEGER NOT NULL, \"end\" INTEGER NOT NULL, tail VARCHAR NOT NULL, seq BIGINT NOT NULL,"
             f" fold VARCHAR, num DOUBLE, ts BIGINT, embedding FLOAT[{int(dim)}] NOT NULL,"
-            " nterms INTEGER NOT NULL, metadata VARCHAR)",
+            " nterms INTEGER NOT NULL, metadata VARCHAR, dkey BIGINT)",
             self.COLUMNS["terms"].replace("TABLE", "TABLE IF NOT EXISTS", 1).format(name=t("terms")),
             f"CREATE TABLE IF NOT EXISTS {t('bm25')} (n BIGINT NOT NULL, total_len BIGINT NOT NULL)",
         ]
@@ -234,12 +260,20 @@ class DuckDBDialect(Dialect):
 
     def fill_flat(self) -> str:
         """Rebuild ``<p>_flat`` from the documents' MAPs (a store written before it existed)."""
-        return (f"INSERT INTO {self.table('flat')} SELECT doc_id, e.key, e.value.s, e.value.f, e.value.n, e.value.t,"
-                f" e.value.b FROM (SELECT doc_id, unnest(map_entries(mflat)) AS e FROM {self.table('docs')})")
+        return (f"INSERT INTO {self.table('flat')} (doc_id, path, s, f, n, t, b) SELECT doc_id, e.key, e.value.s, "
+                f"e.value.f, e.value.n, e.value.t, e.value.b FROM (SELECT doc_id, unnest(map_entries(mflat)) AS e "
+                f"FROM {self.table('docs')})")
+
+    DOC_KEY_TABLES = ("units", "flat", "members")  # the tables that carry the documents' dkey
+
+    def doc_key_columns(self, missing: Sequence[str]) -> list[str]:
+        """Add ``dkey`` to the tables of a store written before it (filled by the store)."""
+        return [f"ALTER TABLE {self.table(t)} ADD COLUMN dkey BIGINT" for t in missing]
 
     # the tables a statement reads by a leading value (a term; a metadata path and typed value), and the
     # order that keeps equal values together, so that DuckDB's zone maps skip the rest of the table
-    _RECORD_COLUMNS = "(doc_id VARCHAR NOT NULL, path VARCHAR NOT NULL, s VARCHAR, f VARCHAR, n DOUBLE, t BIGINT, b BOOLEAN)"
+    _RECORD_COLUMNS = ("(doc_id VARCHAR NOT NULL, path VARCHAR NOT NULL, s VARCHAR, f VARCHAR, n DOUBLE, t BIGINT, b BOOLEAN, "
+                       "dkey BIGINT)")
     COLUMNS: ClassVar[dict[str, str]] = {  # the definitions of the tables kept sorted
         "terms": "CREATE TABLE {name} (term VARCHAR NOT NULL, key BIGINT NOT NULL, tf INTEGER NOT NULL)",
         "flat": "CREATE TABLE {name} " + _RECORD_COLUMNS, "members": "CREATE TABLE {name} " + _RECORD_COLUMNS}

@@ -40,6 +40,14 @@ T = TypeVar("T")
 SCHEMA_VERSION = "1"
 # NLQL uses only what is built into DuckDB: never install or load an extension behind the user's back
 NO_DOWNLOADS = {"autoinstall_known_extensions": False, "autoload_known_extensions": False}
+# An in-memory database of the store's own keeps its strings and floats uncompressed (the documented
+# default of an in-memory DuckDB database): DuckDB 2.0 compresses in-memory tables when it checkpoints
+# them (after a write of more than its checkpoint threshold, or one that drops a table), and a hit's
+# text, id and metadata read back from an FSST segment cost a scan that decompresses the column (the
+# 0.1% filter at 100k: 4.3x DuckDB's own statement in CPU time with FSST, 3.2x without), while
+# compressing the vectors (ALP-RD) at every checkpoint costs ingest time and scans decode them.
+# Integers keep their codecs. (A setting of the database, which the store created: not a connection's.)
+IN_MEMORY = "SET disabled_compression_methods = 'fsst,dict_fsst,alp,alprd'"
 
 
 def from_url(url: str) -> dict[str, Any]:
@@ -159,7 +167,10 @@ class DuckDBStore(DuckDBEntities, SqlStore):
     def _connect(self) -> Any:
         target = self.path if self.path is not None else ":memory:"
         try:
-            return self._duck.connect(target, read_only=self.read_only and self.path is not None, config=NO_DOWNLOADS)
+            conn = self._duck.connect(target, read_only=self.read_only and self.path is not None, config=NO_DOWNLOADS)
+            if self.path is None:
+                conn.execute(IN_MEMORY)
+            return conn
         except self._duck.Error as exc:
             if self.path is not None and not self.read_only and _permission_denied(exc):
                 # a file we may read but not write: searches work, writes say why they cannot
@@ -265,6 +276,8 @@ class DuckDBStore(DuckDBEntities, SqlStore):
             # a file written before <prefix>_members existed: HAS stays residual until opened writable
             d.members_index = d.flat_index and self._has_table(self._conn, "members")
             self._find_entities(self._conn)
+            # (and one written before the documents' integer keys: the semi-joins match doc_id)
+            d.doc_keys = not self._doc_keys_missing(self._conn)
             return
         with self._tx() as conn:
             self._run(conn, d.key_value_table("meta"))
@@ -285,14 +298,55 @@ class DuckDBStore(DuckDBEntities, SqlStore):
                     self._run(conn, statement)
             d.unit_metadata = True
             self._open_members(conn)
+            self._open_doc_keys(conn)
 
     def _has_table(self, conn: Any, suffix: str) -> bool:
         return bool(conn.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = $1",
                                  [f"{self.table_prefix}_{suffix}"]).fetchone()[0])
 
+    def _has_column(self, conn: Any, suffix: str, column: str) -> bool:
+        return bool(conn.execute("SELECT count(*) FROM duckdb_columns() WHERE table_name = $1 AND column_name = $2",
+                                 [f"{self.table_prefix}_{suffix}", column]).fetchone()[0])
+
     def _has_unit_metadata(self, conn: Any) -> bool:
-        return bool(conn.execute("SELECT count(*) FROM duckdb_columns() WHERE table_name = $1 AND column_name = "
-                                 "'metadata'", [f"{self.table_prefix}_units"]).fetchone()[0])
+        return self._has_column(conn, "units", "metadata")
+
+    def _doc_keys_missing(self, conn: Any) -> list[str]:
+        """The tables (of those that exist) without the documents' integer key ``dkey``."""
+        return [t for t in self.dialect.DOC_KEY_TABLES
+                if self._has_table(conn, t) and not self._has_column(conn, t, "dkey")]
+
+    def _open_doc_keys(self, conn: Any) -> None:
+        """Give every document an integer key (``dkey``, from the key sequence) in ``<prefix>_units``,
+        ``_flat`` and ``_members``, which the metadata semi-joins match on
+        (:attr:`DuckDBDialect.doc_column`): for a store written before the column, and for the rows of a
+        table ``open`` has just rebuilt (a document keeps the key its sentences have)."""
+        d = self.dialect
+        for statement in d.doc_key_columns(self._doc_keys_missing(conn)):
+            self._run(conn, statement)
+        unkeyed = sum(int(self._run(conn, sql("SELECT count(*) FROM ", d.table(t), " WHERE dkey IS NULL")).fetchone()[0])
+                      for t in d.DOC_KEY_TABLES)
+        if unkeyed:
+            pa = import_arrow()
+            pairs = self._run(conn, sql("SELECT d.doc_id, u.dkey FROM ", d.docs, " d LEFT JOIN (SELECT doc_id, "
+                                        "max(dkey) AS dkey FROM ", d.units, " GROUP BY doc_id) u ON u.doc_id = d.doc_id"
+                                        )).fetchall()
+            fresh = iter(self._next_keys(conn, sum(k is None for _, k in pairs)))
+            table = pa.table({"doc_id": pa.array([i for i, _ in pairs], type=pa.string()),
+                              "dkey": pa.array([next(fresh) if k is None else k for _, k in pairs], type=pa.int64())})
+            with registered(conn, table) as name:
+                for t in d.DOC_KEY_TABLES:
+                    self._run(conn, sql("UPDATE ", d.table(t), f" SET dkey = x.dkey FROM \"{name}\" x WHERE ",
+                                        d.table(t), ".doc_id = x.doc_id AND ", d.table(t), ".dkey IS NULL"))
+        d.doc_keys = True
+
+    def _next_keys(self, conn: Any, n: int) -> list[int]:
+        """``n`` new keys from the key sequence, ascending."""
+        if n <= 0:
+            return []
+        seq = Param(f"{self.table_prefix}_keys", "text")
+        return sorted(r[0] for r in self._run(conn, sql("SELECT nextval(", seq, ") FROM range(",
+                                                        Param(int(n), "bigint"), ")")).fetchall())
 
     def _open_flat(self, conn: Any) -> None:
         """``<prefix>_flat`` (each document's typed metadata, one row per path), which pushed metadata
@@ -321,15 +375,18 @@ class DuckDBStore(DuckDBEntities, SqlStore):
             self._load_members(conn, mc)
         d.members_index = True
 
-    def _load_members(self, conn: Any, mc: dict[str, list[Any]]) -> None:
+    def _load_members(self, conn: Any, mc: dict[str, list[Any]], dkeys: dict[str, int] | None = None) -> None:
+        """Insert ``<prefix>_members`` rows, with their documents' ``dkeys`` (None: filled by ``open``)."""
         if not mc["doc_id"]:
             return
         pa = import_arrow()
         s = pa.string()
-        table = arrow_table(mc, {"doc_id": s, "path": s, "s": s, "f": s, "n": pa.float64(), "t": pa.int64(),
-                                 "b": pa.bool_()})
+        cols = {**mc, "dkey": [None] * len(mc["doc_id"]) if dkeys is None else [dkeys[i] for i in mc["doc_id"]]}
+        table = arrow_table(cols, {"doc_id": s, "path": s, "s": s, "f": s, "n": pa.float64(), "t": pa.int64(),
+                                   "b": pa.bool_(), "dkey": pa.int64()})
         with registered(conn, table) as name:
-            self._run(conn, self.dialect.bulk_load("members", ["doc_id", "path", "s", "f", "n", "t", "b"], name))
+            self._run(conn, self.dialect.bulk_load("members", ["doc_id", "path", "s", "f", "n", "t", "b", "dkey"],
+                                                   name) + f" ORDER BY {self.dialect.CLUSTERED['members']}")
 
     def _check_dim(self, dim: int) -> None:
         d = self.dialect
@@ -415,7 +472,7 @@ class DuckDBStore(DuckDBEntities, SqlStore):
                            "ts": pa.array(p.stamps, type=i64)})
         owner = pa.array(np.repeat(np.arange(len(p.doc_ids), dtype=np.int64), counts))
         flat_t = pa.table({"doc_id": ids_arr.take(owner), "path": key_arr,
-                           **{k: f for k, f in zip("sfntb", fields, strict=True)}})
+                           **{k: f for k, f in zip("sfntb", fields, strict=True)}, "doc_row": owner})
         unit_owner = pa.array(np.asarray(p.unit_doc, dtype=np.int64))
         ucols: dict[str, Any] = {
             "doc_id": ids_arr.take(unit_owner), "position": pa.array(p.positions, type=i32),
@@ -424,7 +481,8 @@ class DuckDBStore(DuckDBEntities, SqlStore):
             "seq": pa.array(p.seqs, type=i64).take(unit_owner), "fold": pa.array(p.unit_folds, type=s),
             "num": pa.array(p.unit_nums, type=f64), "ts": pa.array(p.unit_stamps, type=i64),
             "nterms": pa.array(p.nterms, type=i32), "metadata": docs_t.column("metadata").take(unit_owner),
-            "embedding": pa.FixedSizeListArray.from_arrays(pa.array(p.vectors.ravel()), self.dim)}
+            "embedding": pa.FixedSizeListArray.from_arrays(pa.array(p.vectors.ravel()), self.dim),
+            "doc_row": unit_owner}  # (each unit's document in the batch: _write gives it the document's dkey)
         if p.terms is not None:
             lens = np.fromiter((len(t) for t in p.terms), dtype=np.int64, count=len(p.terms))
             toff = pa.array(np.concatenate([[0], np.cumsum(lens)]), type=i64)
@@ -455,11 +513,18 @@ class DuckDBStore(DuckDBEntities, SqlStore):
                     self._run(conn, statement)
                 for statement in d.delete_documents(ids):
                     self._run(conn, statement)
+            # the keys first (in order): the documents' (dkey), then the units' (so that the term rows
+            # take theirs without a join on the table)
+            n_docs = docs_t.num_rows
+            keys = self._next_keys(conn, n_docs + units_t.num_rows)
+            dkeys = pa.array(keys[:n_docs], type=pa.int64())
             if members:
-                self._load_members(conn, members)
+                self._load_members(conn, members, dict(zip(ids, keys[:n_docs], strict=True)))
             if flat_t is not None and flat_t.num_rows:
+                flat_t = flat_t.append_column("dkey", dkeys.take(flat_t.column("doc_row")))
                 with registered(conn, flat_t) as name:
-                    self._run(conn, d.bulk_load("flat", ["doc_id", "path", "s", "f", "n", "t", "b"], name))
+                    self._run(conn, d.bulk_load("flat", ["doc_id", "path", "s", "f", "n", "t", "b", "dkey"], name)
+                              + f" ORDER BY {d.CLUSTERED['flat']}")
             if ents_t:
                 self._add_links(conn, ents_t)
             self._run(conn, d.put_meta("meta", "max_seq", str(max(docs_t.column("seq").to_pylist())), keep_max=True))
@@ -467,19 +532,16 @@ class DuckDBStore(DuckDBEntities, SqlStore):
                 self._run(conn, d.bulk_load("docs", ["doc_id", "seq", "text", "metadata", "mflat", "fold", "num",
                                                      "ts"], name))
             if units_t.num_rows:
-                # the keys first (in order), so that the term rows take theirs without a join on the table
-                seq = Param(f"{self.table_prefix}_keys", "text")
-                keys = sorted(r[0] for r in self._run(conn, sql("SELECT nextval(", seq, ") FROM range(",
-                                                                Param(units_t.num_rows, "bigint"), ")")).fetchall())
-                units_t = units_t.append_column("key", pa.array(keys, type=pa.int64()))
+                units_t = units_t.append_column("key", pa.array(keys[n_docs:], type=pa.int64()))
+                units_t = units_t.append_column("dkey", dkeys.take(units_t.column("doc_row")))
                 cols = ["key", "doc_id", "position", "content", "start", "end", "tail", "seq", "fold", "num", "ts",
-                        "embedding", "nterms", "metadata"]
+                        "embedding", "nterms", "metadata", "dkey"]
                 with registered(conn, units_t) as name:
                     self._run(conn, d.bulk_load("units", cols, name))
                     if "terms" in units_t.column_names:
                         self._run(conn, sql("INSERT INTO ", d.terms, " (term, key, tf) SELECT term, key, "
                                             "count(*)::INTEGER FROM (SELECT key, unnest(terms) AS term FROM "
-                                            f"\"{name}\") GROUP BY term, key"))
+                                            f"\"{name}\") GROUP BY term, key ORDER BY term"))
             self._run(conn, d.add_term_stats(added_n, added_len))
         with self._tx() as conn:  # (its own transaction: in the write's, DuckDB splits the units' row groups)
             self._cluster(conn)
