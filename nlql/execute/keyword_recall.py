@@ -84,10 +84,11 @@ def _in_parallel(calls: dict[str, Callable[[], Any]]) -> tuple[dict[str, Any], d
 
 
 def narrow(plan: Any, store: Any, index: Any, qv: dict[str, np.ndarray], need: int | None,
-           arm_ms: dict[str, float] | None = None) -> list[Any] | None:
+           arm_ms: dict[str, float] | None = None, windows: dict[str, list[Any]] | None = None) -> list[Any] | None:
     """Candidate keys for ``plan`` on a ``KEYWORD_STATS`` store (``index``: its keyword index), or None
     when only the full path is exact. A fusion's arms are asked at once (:func:`_in_parallel`); each
-    arm's milliseconds go into ``arm_ms``."""
+    arm's milliseconds go into ``arm_ms``, and each SIMILARITY arm's window (the keys its knn returned)
+    into ``windows``, by score slot."""
     if (need is None or plan.fusion_residual or plan.recall.min_score or not plan.order
             or not plan.order[0].descending or not plan.unit.rows_are_sentences):
         return None
@@ -129,6 +130,11 @@ def narrow(plan: Any, store: Any, index: Any, qv: dict[str, np.ndarray], need: i
         got, ms = _in_parallel(calls)
         if arm_ms is not None:
             arm_ms.update(ms)
+        if windows is not None:
+            for arm in calls:
+                arm_spec = by_slot[plan.binding_slots[arm]]
+                if arm_spec.kind == "SIMILARITY":
+                    windows[arm_spec.slot] = got[arm]
         out: dict[Any, None] = {}
         for arm in calls:  # (in the arms' order, as before)
             out.update((k, None) for k in got[arm])
@@ -136,4 +142,30 @@ def narrow(plan: Any, store: Any, index: Any, qv: dict[str, np.ndarray], need: i
     return None
 
 
-__all__ = ["narrow"]
+def window_only(plan: Any, caps: Any, windows: dict[str, list[Any]], *, plain: bool) -> set[str]:
+    """The SIMILARITY slots whose values only the rows of their arm's window need during the search.
+
+    The fusion ranks an arm's rows by value (ties on insertion order) and cuts the ranking at its
+    window, which is the arm's knn window (``arm_depth`` rows) when the store's knn is exact
+    (``Capabilities.EXACT``): every other candidate ranks below it, so its value changes no fused
+    score. When nothing else reads the value before the page is cut (one fusion, ordering by it alone;
+    no DISTINCT BY, COUNT, arm-local ``min =>``, residual WHERE, reranker or degraded arms: ``plain``),
+    the other rows' values can be read for the page's rows only
+    (:func:`nlql.execute.materialise.read_unread`)."""
+    if not (plain and caps.EXACT and windows) or len(plan.order) != 1 or plan.distinct is not None \
+            or plan.count is not None or plan.residual or plan.fusion_residual or plan.recall.min_score:
+        return set()
+    fusions = plan.fusions
+    if len(fusions) != 1 or fusions[0].kind not in RANK_FUSIONS or fusions[0].window is None \
+            or fusions[0].window != plan.arm_depth:
+        return set()
+    spec = fusions[0]
+    first = plan.order[0].expr
+    if not isinstance(first, ir.Ref) or plan.binding_slots.get(first.name) != spec.slot:
+        return set()
+    arms = {plan.binding_slots.get(a) for a in spec.arms}
+    return {s.slot for s in plan.scores
+            if s.kind == "SIMILARITY" and s.slot in windows and s.slot in arms and s.min is None}
+
+
+__all__ = ["narrow", "window_only"]
