@@ -401,3 +401,26 @@ def test_fusion_reads_similarities_outside_the_arm_window_only_for_the_page(wind
     assert ("unread_similarities" in got.stats) == unread, got.stats
     if unread:  # the page holds rows of the BM25 arm that the knn window did not return
         assert got.stats["unread_similarities"]["s"] > 0
+
+
+def test_a_fusion_asks_milvus_lite_its_keyword_reads_before_its_knn(window_pair, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Milvus Lite answers one call at a time: a knn's long search first would make the short sparse
+    # read wait behind it. The keyword arm's reads go first and its scoring overlaps the knn.
+    got_engine, want_engine = window_pair
+    assert got_engine.store.one_call_at_a_time
+    inner = got_engine.store.client._client
+    order: list[str] = []
+    real = inner.search
+
+    def spy(*args, **kwargs):  # type: ignore[no-untyped-def]
+        order.append(kwargs.get("anns_field", ""))
+        return real(*args, **kwargs)
+    monkeypatch.setattr(inner, "search", spy)
+    query = ('SELECT SENTENCE LET s = SIMILARITY(content, "w2 w9"), kw = BM25(content, "w2 w9"), '
+             "f = RRF(s, kw, window => 5) ORDER BY f DESC LIMIT 6")
+    for _ in range(3):
+        order.clear()
+        got, want = got_engine.search(query), want_engine.search(query)
+        assert order[:2] == ["sp", "vec"], order
+        assert [h.id for h in got] == [h.id for h in want]
+        assert [h.scores for h in got] == [pytest.approx(h.scores, rel=1e-9, abs=1e-12) for h in want]
