@@ -9,6 +9,7 @@ top-64 search of the query's terms. It also times its first BM25 query, of a fre
 (document frequencies not memoised: what a query of new terms pays).
 
     python -m bench.milvus_before_after --size 100000 --before 6c13fa7
+    python -m bench.milvus_before_after --size 100000 --db /tmp/b100k.db   (written once, reused after)
 
 Prints the medians and writes ``bench/results/milvus_before_after.json`` (load average included).
 """
@@ -86,6 +87,7 @@ def main() -> None:
     ap.add_argument("--before", default="HEAD~1", help="the earlier revision")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--repeat", type=int, default=10)
+    ap.add_argument("--db", default=None, help="a Milvus Lite file of --size rows to reuse (written if missing)")
     args = ap.parse_args()
     started = time.perf_counter()
     from bench import engines as B
@@ -93,11 +95,14 @@ def main() -> None:
     results: dict[str, Any] = {"size": args.size, "machine": machine_info(), "loadavg_start": os.getloadavg(),
                                "queries": {"bm25": B.BM25, "rrf": B.RRF}}
     with tempfile.TemporaryDirectory(prefix="nlql-milvus-ba-") as tmp, earlier_tree(args.before) as (short, tree, _):
-        path = Path(tmp) / "bench.db"
-        e, ingest = B.load(f"milvus://{path}", args.size)
-        e.close()
-        log(f"ingest {ingest:.1f} s")
-        results["ingest_s"] = round(ingest, 1)
+        path = Path(args.db) if args.db else Path(tmp) / "bench.db"
+        if path.exists():  # (written by an earlier run with the same --size)
+            log(f"reusing {path}")
+        else:
+            e, ingest = B.load(f"milvus://{path}", args.size)
+            e.close()
+            log(f"ingest {ingest:.1f} s")
+            results["ingest_s"] = round(ingest, 1)
         trees = {f"before ({short})": tree, "after": ROOT}
         got: dict[str, list[dict[str, Any]]] = {name: [] for name in trees}
         for r in range(args.rounds):

@@ -28,7 +28,7 @@ from nlql.execute.distinct import distinct
 from nlql.execute.examples import example_vectors
 from nlql.execute.fuse import fuse
 from nlql.execute.guard import guarded
-from nlql.execute.materialise import estimate_tokens, hits, pack_tokens
+from nlql.execute.materialise import estimate_tokens, hits, pack_tokens, read_unread
 from nlql.execute.order import order, rerank
 from nlql.execute.recall import embed_queries, recall
 from nlql.execute.results import Hits, Stats
@@ -229,6 +229,7 @@ class Executor:
             stats.counts["autocut"] = {"k": plan.autocut, "of": before, "kept": len(page)}
             cursor = PageEnd(None, False)  # the cut is where the relevant rows end: no next page
         t = time.perf_counter()
+        read_unread(run, page)
         out = hits(run, page)
         stats.add("materialize", (time.perf_counter() - t) * 1000)
         if max_tokens is not None:

@@ -32,6 +32,7 @@ import numpy as np
 
 from nlql import ir
 from nlql.functions import RANK_FUSIONS
+from nlql.stores import _terms
 
 
 def _is_threshold_on(expr: ir.Expr, name: str) -> bool:
@@ -57,37 +58,72 @@ _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
 
 
+def _arm_pool() -> ThreadPoolExecutor:
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="nlql-arm")
+        return _pool
+
+
+def _timed(fn: Callable[[], Any]) -> tuple[Any, float]:
+    t = time.perf_counter()
+    out = fn()
+    return out, (time.perf_counter() - t) * 1000
+
+
 def _in_parallel(calls: dict[str, Callable[[], Any]]) -> tuple[dict[str, Any], dict[str, float]]:
     """Run the arms' store calls at once (a server store answers them concurrently; drivers and the Rust
     and C++ engines release the interpreter lock): the first in this thread (a store may keep what its
     knn read for this search's fetch, per thread), the others on a small pool, each in a copy of the
     caller's context (the search's deadline). Their results and each one's milliseconds; the first
     failure is raised."""
-    global _pool
-
-    def timed(fn: Callable[[], Any]) -> tuple[Any, float]:
-        t = time.perf_counter()
-        out = fn()
-        return out, (time.perf_counter() - t) * 1000
-
     names = list(calls)
     if len(names) < 2:
-        got = {name: timed(calls[name]) for name in names}
+        got = {name: _timed(calls[name]) for name in names}
     else:
-        with _pool_lock:
-            if _pool is None:
-                _pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="nlql-arm")
-        futures = {name: _pool.submit(contextvars.copy_context().run, timed, calls[name]) for name in names[1:]}
-        got = {names[0]: timed(calls[names[0]])}
+        pool = _arm_pool()
+        futures = {name: pool.submit(contextvars.copy_context().run, _timed, calls[name]) for name in names[1:]}
+        got = {names[0]: _timed(calls[names[0]])}
         got.update((name, f.result()) for name, f in futures.items())
     return {n: got[n][0] for n in names}, {n: round(got[n][1], 3) for n in names}
 
 
+def _keyword_reads_first(first: dict[str, Callable[[], Any]],
+                         later: dict[str, Callable[[], Any]]) -> tuple[dict[str, Any], dict[str, float]]:
+    """For a store whose engine answers one call at a time (Milvus Lite): the keyword arms in this thread,
+    and the other arms on the pool from the moment the first keyword arm's reads are answered
+    (:func:`nlql.stores._terms.reads_sent`; at the latest when the keyword arms are done). Their short
+    reads then do not wait behind a knn's long search, and their scoring overlaps it. As
+    :func:`_in_parallel` returns."""
+    base = contextvars.copy_context()  # (before the hook is set: the later arms run without it)
+    futures: dict[str, Any] = {}
+
+    def launch() -> None:
+        if not futures:
+            pool = _arm_pool()
+            for name, fn in later.items():
+                futures[name] = pool.submit(base.copy().run, _timed, fn)
+
+    got: dict[str, tuple[Any, float]] = {}
+    token = _terms._READS_SENT.set(launch)
+    try:
+        for name, fn in first.items():
+            got[name] = _timed(fn)
+    finally:
+        _terms._READS_SENT.reset(token)
+    launch()
+    got.update((name, f.result()) for name, f in futures.items())
+    names = [*first, *later]
+    return {n: got[n][0] for n in names}, {n: round(got[n][1], 3) for n in names}
+
+
 def narrow(plan: Any, store: Any, index: Any, qv: dict[str, np.ndarray], need: int | None,
-           arm_ms: dict[str, float] | None = None) -> list[Any] | None:
+           arm_ms: dict[str, float] | None = None, windows: dict[str, list[Any]] | None = None) -> list[Any] | None:
     """Candidate keys for ``plan`` on a ``KEYWORD_STATS`` store (``index``: its keyword index), or None
     when only the full path is exact. A fusion's arms are asked at once (:func:`_in_parallel`); each
-    arm's milliseconds go into ``arm_ms``."""
+    arm's milliseconds go into ``arm_ms``, and each SIMILARITY arm's window (the keys its knn returned)
+    into ``windows``, by score slot."""
     if (need is None or plan.fusion_residual or plan.recall.min_score or not plan.order
             or not plan.order[0].descending or not plan.unit.rows_are_sentences):
         return None
@@ -126,9 +162,18 @@ def narrow(plan: Any, store: Any, index: Any, qv: dict[str, np.ndarray], need: i
                     keys, scores = index.candidates(text, plan.native, depth)
                     return _top(keys, np.asarray(scores, dtype=np.float64), depth)
                 calls[arm] = keyword_arm
-        got, ms = _in_parallel(calls)
+        keyword = {a: fn for a, fn in calls.items() if by_slot[plan.binding_slots[a]].kind == "BM25"}
+        if getattr(store, "one_call_at_a_time", False) and keyword and len(keyword) < len(calls):
+            got, ms = _keyword_reads_first(keyword, {a: fn for a, fn in calls.items() if a not in keyword})
+        else:
+            got, ms = _in_parallel(calls)
         if arm_ms is not None:
             arm_ms.update(ms)
+        if windows is not None:
+            for arm in calls:
+                arm_spec = by_slot[plan.binding_slots[arm]]
+                if arm_spec.kind == "SIMILARITY":
+                    windows[arm_spec.slot] = got[arm]
         out: dict[Any, None] = {}
         for arm in calls:  # (in the arms' order, as before)
             out.update((k, None) for k in got[arm])
@@ -136,4 +181,30 @@ def narrow(plan: Any, store: Any, index: Any, qv: dict[str, np.ndarray], need: i
     return None
 
 
-__all__ = ["narrow"]
+def window_only(plan: Any, caps: Any, windows: dict[str, list[Any]], *, plain: bool) -> set[str]:
+    """The SIMILARITY slots whose values only the rows of their arm's window need during the search.
+
+    The fusion ranks an arm's rows by value (ties on insertion order) and cuts the ranking at its
+    window, which is the arm's knn window (``arm_depth`` rows) when the store's knn is exact
+    (``Capabilities.EXACT``): every other candidate ranks below it, so its value changes no fused
+    score. When nothing else reads the value before the page is cut (one fusion, ordering by it alone;
+    no DISTINCT BY, COUNT, arm-local ``min =>``, residual WHERE, reranker or degraded arms: ``plain``),
+    the other rows' values can be read for the page's rows only
+    (:func:`nlql.execute.materialise.read_unread`)."""
+    if not (plain and caps.EXACT and windows) or len(plan.order) != 1 or plan.distinct is not None \
+            or plan.count is not None or plan.residual or plan.fusion_residual or plan.recall.min_score:
+        return set()
+    fusions = plan.fusions
+    if len(fusions) != 1 or fusions[0].kind not in RANK_FUSIONS or fusions[0].window is None \
+            or fusions[0].window != plan.arm_depth:
+        return set()
+    spec = fusions[0]
+    first = plan.order[0].expr
+    if not isinstance(first, ir.Ref) or plan.binding_slots.get(first.name) != spec.slot:
+        return set()
+    arms = {plan.binding_slots.get(a) for a in spec.arms}
+    return {s.slot for s in plan.scores
+            if s.kind == "SIMILARITY" and s.slot in windows and s.slot in arms and s.min is None}
+
+
+__all__ = ["narrow", "window_only"]

@@ -26,7 +26,7 @@ from nlql.stores.base import Row, Store, TablePaths
 
 SIM_BATCH = 8192
 
-__all__ = ["candidates", "estimate_tokens", "hits", "pack_tokens", "similarities", "unit_text"]
+__all__ = ["candidates", "estimate_tokens", "hits", "pack_tokens", "read_unread", "similarities", "unit_text"]
 
 
 def similarities(store: Store, vectors: np.ndarray, keys: list[Any]) -> np.ndarray:
@@ -36,6 +36,27 @@ def similarities(store: Store, vectors: np.ndarray, keys: list[Any]) -> np.ndarr
         part = keys[i:i + SIM_BATCH]
         out[i:i + len(part)] = np.asarray(store.similarities(vectors, part)).max(axis=0)
     return V.round_scores(out)
+
+
+def read_unread(run: Search, page: list[Candidate]) -> None:
+    """The SIMILARITY values recall left unread (rows outside the arm's window, which rank nowhere in it:
+    :func:`nlql.execute.recall._window_similarities`), read for the page's rows, which show them."""
+    unread = run.extra.pop("unread", None)
+    if not unread:
+        return
+    for slot, (vectors, keys) in unread.items():
+        todo = [u for u in page if u.rows and u.rows[0].key in keys]
+        if not todo:
+            continue
+        try:
+            values: list[Any] = similarities(run.store, vectors, [u.rows[0].key for u in todo]).tolist()
+        except NLQLTimeoutError:  # (the search's time is up: the hits keep what recall read)
+            values = [None] * len(todo)
+            run.warnings.append(f"timeout: {len(todo)} hit(s) outside the {slot!r} arm's window show no "
+                                "SIMILARITY value (NULL)")
+        for u, v in zip(todo, values):
+            u.ctx.scores[slot] = v
+            u.ctx.bindings.clear()  # (a binding over the score is evaluated again)
 
 
 def candidates(run: Search, keys: list[Any], qv: dict[str, np.ndarray],

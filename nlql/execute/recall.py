@@ -173,6 +173,22 @@ def _lowered(run: Search, qv: dict[str, np.ndarray]) -> list[Candidate]:
     return units
 
 
+def _window_similarities(run: Search, vectors: np.ndarray, slot: str, keys: list[Any], window: list[Any]) -> np.ndarray:
+    """The SIMILARITY values of the rows of the arm's window among ``keys``, NaN for the others (they
+    rank nowhere in it, see :func:`nlql.execute.keyword_recall.window_only`); those are noted in
+    ``run.extra["unread"]`` for :func:`nlql.execute.materialise.read_unread`."""
+    inside = set(window)
+    at = [i for i, key in enumerate(keys) if key in inside]
+    out = np.full(len(keys), np.nan, dtype=np.float32)
+    if at:
+        out[at] = similarities(run.store, vectors, [keys[i] for i in at])
+    unread = {key for key in keys if key not in inside}
+    if unread:
+        run.extra.setdefault("unread", {})[slot] = (vectors, unread)
+        run.stats.counts.setdefault("unread_similarities", {})[slot] = len(unread)
+    return out
+
+
 def _below_min(scores: dict[str, Any], mins: dict[str, float]) -> dict[str, Any]:
     """A copy of a row's scores where a score below its arm-local ``min => x`` is NULL (SPEC §9; the
     statement left the row out of that arm only), as :func:`nlql.execute.materialise.candidates` does."""
@@ -317,17 +333,23 @@ def _full(run: Search, qv: dict[str, np.ndarray], fast_ok: bool) -> list[Candida
                 keys_arr = np.asarray(store.scan(plan.native))
         else:
             narrowed = None
+            arm_windows: dict[str, list[Any]] = {}
             # BM25 kept in the store (narrowing keeps the top LIMIT rows: not with DISTINCT BY)
             if caps.KEYWORD_STATS and run.bm25.in_store and plan.distinct is None:
                 arm_ms: dict[str, float] = {}
-                narrowed = keyword_recall.narrow(plan, store, run.bm25, qv, run.need, arm_ms)
+                narrowed = keyword_recall.narrow(plan, store, run.bm25, qv, run.need, arm_ms, arm_windows)
                 if narrowed is not None:
                     run.stats.counts["keyword_recall"] = len(narrowed)
                     if arm_ms:  # each arm's store call, run at once (the arms' names)
                         run.stats.counts["arm_ms"] = arm_ms
             keys_arr = np.asarray(narrowed if narrowed is not None else store.scan(plan.native), dtype=object)
+            lazy = (keyword_recall.window_only(plan, caps, arm_windows, plain=fast_ok and not run.degrade and not run.mins)
+                    if narrowed is not None else set())
             for s in sim_slots:
-                sentence_scores[s] = similarities(store, qv[s], list(keys_arr))
+                if s in lazy:  # the arm's window now; the page's other rows before the hits are made
+                    sentence_scores[s] = _window_similarities(run, qv[s], s, list(keys_arr), arm_windows[s])
+                else:
+                    sentence_scores[s] = similarities(store, qv[s], list(keys_arr))
     except (NLQLTimeoutError, BackendError) as exc:
         if not (run.degrade and sim_slots and drop_arms(run, sim_slots, f"the store's similarity call failed "
                                                                         f"({cause_of(exc)})")):

@@ -458,6 +458,12 @@ class MilvusStore:
         return tuple(digits) or (0,)
 
     @property
+    def one_call_at_a_time(self) -> bool:
+        """Whether the engine answers one call at a time (Milvus Lite: a call waits for the one before it
+        to finish), so a fusion asks its short keyword reads before its knn (see ``_terms.reads_sent``)."""
+        return _is_local(self.uri)
+
+    @property
     def sparse_vectors(self) -> bool:
         """Whether the engine has sparse float vectors (Milvus 2.4 on): new collections get a BM25 one."""
         return getattr(self, "server_version", (0,)) >= (2, 4)
@@ -1082,6 +1088,8 @@ class MilvusStore:
             rounds += 1
             hits = self.client.search(self.collection, data=[query], anns_field="sp", limit=limit, filter=expr,
                                       output_fields=_KEPT_FIELDS, search_params={"metric_type": "IP"})[0]
+            if rounds == 1:
+                _terms.reads_sent()  # (Milvus Lite: a fusion's knn starts now, not before these reads)
             rows = [{**h["entity"], "key": h["key"] if "key" in h else h["id"]} for h in hits]
             exhausted = len(rows) < limit
             if check is not None:

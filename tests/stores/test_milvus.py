@@ -352,3 +352,75 @@ def test_bm25_and_rrf_pages_read_each_row_once_and_no_term_arrays(narrow_pair, m
         assert not [c for c in calls if c[0] == "query" and "key in" in c[1]], calls  # no row read again
         by_key = [c for c in calls if c[0] == "search" and "key in" in c[1]]
         assert len(by_key) <= extra_searches and all(c[2] == ["vec"] for c in by_key), calls  # (vectors the knn did not read)
+
+
+WINDOW_QUERIES = [
+    # (query, whether rows outside the SIMILARITY arm's window are left unread until the page is cut)
+    ('SELECT SENTENCE LET s = SIMILARITY(content, "w3 w7"), kw = BM25(content, "w3 w7"), '
+     "f = RRF(s, kw, window => 5) ORDER BY f DESC LIMIT 10", True),
+    ('SELECT SENTENCE LET s = SIMILARITY(content, "w1 w12"), kw = BM25(content, "w12 w5"), '
+     "f = INTERLEAVE(kw, s, window => 4) WHERE meta.g != 0 ORDER BY f DESC LIMIT 8", True),
+    ('SELECT SENTENCE LET s = SIMILARITY(content, "w3 w7"), kw = BM25(content, "w3 w7"), '
+     "f = RRF(s, kw, window => 5), x = s * 2 ORDER BY f DESC LIMIT 10 OFFSET 2", True),
+    # a later sort key reads every candidate's similarity
+    ('SELECT SENTENCE LET s = SIMILARITY(content, "w3 w7"), kw = BM25(content, "w3 w7"), '
+     "f = RRF(s, kw, window => 5) ORDER BY f DESC, s DESC LIMIT 10", False),
+    # so does an arm-local floor
+    ('SELECT SENTENCE LET s = SIMILARITY(content, "w3 w7", min => 0.1), kw = BM25(content, "w3 w7"), '
+     "f = RRF(s, kw, window => 5) ORDER BY f DESC LIMIT 10", False),
+]
+
+
+@pytest.fixture(scope="module")
+def window_pair(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    import random
+
+    rng = random.Random(3)
+    words = [f"w{i}" for i in range(20)]
+    texts = [" ".join(rng.choice(words) for _ in range(rng.randrange(3, 9))) + "." for _ in range(200)]
+    metas = [{"g": i % 3} for i in range(len(texts))]
+    ids = [f"r{i:03d}" for i in range(len(texts))]
+    got = _engine(MilvusStore(str(tmp_path_factory.mktemp("window") / "w.db")))
+    want = _engine("memory")
+    for e in (got, want):
+        e.add_texts(texts, ids=ids, metadatas=metas)
+    yield got, want
+    got.close()
+
+
+@pytest.mark.parametrize(("query", "unread"), WINDOW_QUERIES)
+def test_fusion_reads_similarities_outside_the_arm_window_only_for_the_page(window_pair, query: str,
+                                                                          unread: bool) -> None:
+    # a row outside the SIMILARITY arm's knn window ranks nowhere in that arm: its similarity is read only
+    # when it is on the page (which shows it), and every hit's values are the built-in store's
+    got_engine, want_engine = window_pair
+    got, want = got_engine.search(query), want_engine.search(query)
+    assert [h.id for h in got] == [h.id for h in want]
+    assert [h.scores for h in got] == [pytest.approx(h.scores, rel=1e-9, abs=1e-12) for h in want]
+    assert all(h.scores["s"] is not None for h in got)
+    assert ("unread_similarities" in got.stats) == unread, got.stats
+    if unread:  # the page holds rows of the BM25 arm that the knn window did not return
+        assert got.stats["unread_similarities"]["s"] > 0
+
+
+def test_a_fusion_asks_milvus_lite_its_keyword_reads_before_its_knn(window_pair, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Milvus Lite answers one call at a time: a knn's long search first would make the short sparse
+    # read wait behind it. The keyword arm's reads go first and its scoring overlaps the knn.
+    got_engine, want_engine = window_pair
+    assert got_engine.store.one_call_at_a_time
+    inner = got_engine.store.client._client
+    order: list[str] = []
+    real = inner.search
+
+    def spy(*args, **kwargs):  # type: ignore[no-untyped-def]
+        order.append(kwargs.get("anns_field", ""))
+        return real(*args, **kwargs)
+    monkeypatch.setattr(inner, "search", spy)
+    query = ('SELECT SENTENCE LET s = SIMILARITY(content, "w2 w9"), kw = BM25(content, "w2 w9"), '
+             "f = RRF(s, kw, window => 5) ORDER BY f DESC LIMIT 6")
+    for _ in range(3):
+        order.clear()
+        got, want = got_engine.search(query), want_engine.search(query)
+        assert order[:2] == ["sp", "vec"], order
+        assert [h.id for h in got] == [h.id for h in want]
+        assert [h.scores for h in got] == [pytest.approx(h.scores, rel=1e-9, abs=1e-12) for h in want]
