@@ -32,7 +32,7 @@ import numpy as np
 
 from nlql import ir
 from nlql.functions import RANK_FUSIONS
-from nlql.stores import _terms
+from nlql.stores.base import KEYWORD_READS_SENT
 
 
 def _is_threshold_on(expr: ir.Expr, name: str) -> bool:
@@ -93,7 +93,7 @@ def _keyword_reads_first(first: dict[str, Callable[[], Any]],
                          later: dict[str, Callable[[], Any]]) -> tuple[dict[str, Any], dict[str, float]]:
     """For a store whose engine answers one call at a time (Milvus Lite): the keyword arms in this thread,
     and the other arms on the pool from the moment the first keyword arm's reads are answered
-    (:func:`nlql.stores._terms.reads_sent`; at the latest when the keyword arms are done). Their short
+    (:func:`nlql.stores.base.keyword_reads_sent`; at the latest when the keyword arms are done). Their short
     reads then do not wait behind a knn's long search, and their scoring overlaps it. As
     :func:`_in_parallel` returns."""
     base = contextvars.copy_context()  # (before the hook is set: the later arms run without it)
@@ -106,12 +106,12 @@ def _keyword_reads_first(first: dict[str, Callable[[], Any]],
                 futures[name] = pool.submit(base.copy().run, _timed, fn)
 
     got: dict[str, tuple[Any, float]] = {}
-    token = _terms._READS_SENT.set(launch)
+    token = KEYWORD_READS_SENT.set(launch)
     try:
         for name, fn in first.items():
             got[name] = _timed(fn)
     finally:
-        _terms._READS_SENT.reset(token)
+        KEYWORD_READS_SENT.reset(token)
     launch()
     got.update((name, f.result()) for name, f in futures.items())
     names = [*first, *later]
@@ -163,7 +163,7 @@ def narrow(plan: Any, store: Any, index: Any, qv: dict[str, np.ndarray], need: i
                     return _top(keys, np.asarray(scores, dtype=np.float64), depth)
                 calls[arm] = keyword_arm
         keyword = {a: fn for a, fn in calls.items() if by_slot[plan.binding_slots[a]].kind == "BM25"}
-        if getattr(store, "one_call_at_a_time", False) and keyword and len(keyword) < len(calls):
+        if store.capabilities.SERIAL_CALLS and keyword and len(keyword) < len(calls):
             got, ms = _keyword_reads_first(keyword, {a: fn for a, fn in calls.items() if a not in keyword})
         else:
             got, ms = _in_parallel(calls)

@@ -19,8 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from contextvars import ContextVar
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -160,21 +159,6 @@ class StoreKeywordIndex:
         """Store keys and scores of rows passing ``flt`` holding a term: at least the ``n`` best."""
         out: tuple[list[Any], np.ndarray] = self.store.bm25_candidates(text, flt, n)
         return out
-
-
-# Set by the engine while a keyword arm runs on a store whose engine answers one call at a time
-# (``store.one_call_at_a_time``, Milvus Lite): the arms after it start when this is called.
-_READS_SENT: ContextVar[Callable[[], None] | None] = ContextVar("nlql_keyword_reads_sent", default=None)
-
-
-def reads_sent() -> None:
-    """Called by a store's ``bm25_candidates`` once its backend reads are answered (the scoring left is
-    the interpreter's): on an engine that answers one call at a time, the fusion's other arms (a knn's
-    long search) start now, so the keyword reads do not queue behind them and the scoring overlaps them
-    (:func:`nlql.execute.keyword_recall.narrow`). Nothing happens outside such an arm."""
-    hook = _READS_SENT.get()
-    if hook is not None:
-        hook()
 
 
 def first_n(keys: Sequence[Any], scores: np.ndarray, seq: Sequence[int], position: Sequence[int],

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -329,6 +330,21 @@ class DescribesData(Protocol):
     def describe_data(self, sample: int) -> Any:
         """A :class:`nlql.schema.DataSummary`; a sampled one reads at most ``sample`` documents."""
         ...
+
+#: Set by the executor while a fusion's keyword arm runs on a store that declares
+#: ``Capabilities.SERIAL_CALLS`` (Milvus Lite): the arms after it start when :func:`keyword_reads_sent` is called.
+KEYWORD_READS_SENT: ContextVar[Callable[[], None] | None] = ContextVar("nlql_keyword_reads_sent", default=None)
+
+
+def keyword_reads_sent() -> None:
+    """Called by a store's ``bm25_candidates`` once its backend reads are answered (the scoring left is
+    the interpreter's): on an engine that answers one call at a time, the fusion's other arms (a knn's
+    long search) start now, so the keyword reads do not queue behind them and the scoring overlaps them
+    (:func:`nlql.execute.keyword_recall.narrow`). Nothing happens outside such an arm."""
+    hook = KEYWORD_READS_SENT.get()
+    if hook is not None:
+        hook()
+
 
 class KeywordStats(Protocol):
     """``Capabilities.KEYWORD_STATS``: BM25 kept in the store itself (SPEC §10), so the engine holds none.

@@ -82,7 +82,7 @@ from nlql.pushdown import Capabilities, Filter, NativeFilter
 from nlql.schema import DataSummary, MetaSummary
 from nlql.stores import _terms, pyfilter
 from nlql.stores import _typed as T
-from nlql.stores.base import DocRecord, Row, backend_errors
+from nlql.stores.base import DocRecord, Row, backend_errors, keyword_reads_sent
 from nlql.stores.interrupt import timed_out
 
 try:
@@ -384,6 +384,9 @@ class MilvusStore:
             # within the noise the rounding absorbs): the engine keeps them instead of asking again
             KNN_SCORES=True,
             DESCRIBES_DATA=True,
+            # Milvus Lite answers one call at a time (a call waits for the one before it): a fusion asks
+            # its short keyword reads before its knn (nlql.stores.base.keyword_reads_sent)
+            SERIAL_CALLS=_is_local(self.uri),
         )
 
     @contextmanager
@@ -456,12 +459,6 @@ class MilvusStore:
                 break
             digits.append(int(part))
         return tuple(digits) or (0,)
-
-    @property
-    def one_call_at_a_time(self) -> bool:
-        """Whether the engine answers one call at a time (Milvus Lite: a call waits for the one before it
-        to finish), so a fusion asks its short keyword reads before its knn (see ``_terms.reads_sent``)."""
-        return _is_local(self.uri)
 
     @property
     def sparse_vectors(self) -> bool:
@@ -1089,7 +1086,7 @@ class MilvusStore:
             hits = self.client.search(self.collection, data=[query], anns_field="sp", limit=limit, filter=expr,
                                       output_fields=_KEPT_FIELDS, search_params={"metric_type": "IP"})[0]
             if rounds == 1:
-                _terms.reads_sent()  # (Milvus Lite: a fusion's knn starts now, not before these reads)
+                keyword_reads_sent()  # (Milvus Lite: a fusion's knn starts now, not before these reads)
             rows = [{**h["entity"], "key": h["key"] if "key" in h else h["id"]} for h in hits]
             exhausted = len(rows) < limit
             if check is not None:

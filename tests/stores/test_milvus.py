@@ -407,7 +407,7 @@ def test_a_fusion_asks_milvus_lite_its_keyword_reads_before_its_knn(window_pair,
     # Milvus Lite answers one call at a time: a knn's long search first would make the short sparse
     # read wait behind it. The keyword arm's reads go first and its scoring overlaps the knn.
     got_engine, want_engine = window_pair
-    assert got_engine.store.one_call_at_a_time
+    assert got_engine.store.capabilities.SERIAL_CALLS
     inner = got_engine.store.client._client
     order: list[str] = []
     real = inner.search
