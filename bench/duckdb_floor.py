@@ -187,7 +187,7 @@ def nlql_phases(data: dict[str, Any], prepared: list[tuple[Any, ...]]) -> tuple[
 def prepared_floor(prepared: list[tuple[Any, ...]]) -> float:
     """DuckDB's own insert of the rows NLQL's store writes, as NLQL prepared them: one Arrow insert per
     table of all the batches (documents, sentences with their vectors and keys, the BM25 postings
-    counted by DuckDB from the sentences' term lists, typed metadata rows, entity names) into plain
+    counted by DuckDB from the sentences' term lists, typed metadata rows, entity link rows) into plain
     tables, in one transaction; no keys from a sequence, no sorting, no statistics. Seconds."""
     import duckdb
     import pyarrow as pa
@@ -200,7 +200,10 @@ def prepared_floor(prepared: list[tuple[Any, ...]]) -> float:
     postings = pa.table({"term": pc.list_flatten(terms), "key": keys.take(pc.list_parent_indices(terms))})
     units = units.drop_columns(["terms", "doc_row"]).append_column("key", keys)
     flat = pa.concat_tables([p[3] for p in prepared]).drop_columns(["doc_row"])
-    ents = pa.concat_tables([p[2] for p in prepared])
+    links = [row for p in prepared for row in (p[2] or [])]  # (doc_id, position, entity, name) link rows
+    ents = pa.table({c: [r[i] for r in links] for i, c in enumerate(("doc_id", "position", "entity", "name"))},
+                    schema=pa.schema([("doc_id", pa.string()), ("position", pa.int32()), ("entity", pa.string()),
+                                      ("name", pa.string())]))
     conn = duckdb.connect()
     sources = {"docs": docs, "units": units, "postings": postings, "flat": flat, "ents": ents}
     for name, table in sources.items():
