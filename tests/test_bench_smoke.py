@@ -198,3 +198,17 @@ def test_ask_speed_bench_at_tiny_size(tmp_path: Path) -> None:
         assert rows[question]["intent"] == intent
         assert rows[question]["same_page"] and rows[question]["fast_path"] == "fusion"
     assert json.loads((tmp_path / "ask.json").read_text())["sentences"] == out["sentences"]
+
+
+def test_duckdb_floor_bench_at_tiny_size(tmp_path: Path) -> None:
+    """The DuckDB floor bench end to end, ingest phases included (its prepared-rows floor reads what the
+    store prepares: a change to the store's prepared rows must keep the bench running)."""
+    import subprocess
+
+    out = tmp_path / "floor.json"
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / "duckdb_floor.py"), "--n", "2000", "--repeat", "1",
+                           "--ingest", "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    data = json.loads(out.read_text(encoding="utf-8"))
+    assert data["ingest"]["prepared_floor_s"] > 0 and data["ingest"]["nlql_s"] > 0
+    assert {"top10", "tag", "bm25", "rrf"} <= set(data["kinds"])
