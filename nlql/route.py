@@ -279,6 +279,7 @@ def keywords(question: str, match: re.Match[str] | None = None) -> str:
 ARM_WEIGHT = 1.0
 
 
+@lru_cache(maxsize=1024)  # (a routed question asks it for its keywords, its weights and its answers)
 def language_class(question: str) -> str:
     """``"cjk"``, ``"other"`` or ``"english"``: what the default embedder can read of a question.
 

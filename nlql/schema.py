@@ -343,6 +343,16 @@ class DataSummary:
     sampled: int | None = None       # documents read, when the keys come from a sample
     method: str = "maintained"       # "maintained" (kept at write time) or how the sample was taken
 
+    @classmethod
+    def from_sample(cls, documents: int, sentences: int, metas: Sequence[Mapping[str, Any]],
+                    how: str) -> DataSummary:
+        """Counted sizes and the keys of the ``metas`` a store read (a document's metadata each): exact
+        when they are every document, else sampled, ``how`` saying how they were read."""
+        keys = MetaSummary.of(metas).keys()
+        if len(metas) >= documents:
+            return cls(documents, sentences, keys)
+        return cls(documents, sentences, keys, len(metas), how)
+
 
 @dataclass(frozen=True)
 class Schema:

@@ -331,6 +331,7 @@ class DescribesData(Protocol):
         """A :class:`nlql.schema.DataSummary`; a sampled one reads at most ``sample`` documents."""
         ...
 
+
 #: Set by the executor while a fusion's keyword arm runs on a store that declares
 #: ``Capabilities.SERIAL_CALLS`` (Milvus Lite): the arms after it start when :func:`keyword_reads_sent` is called.
 KEYWORD_READS_SENT: ContextVar[Callable[[], None] | None] = ContextVar("nlql_keyword_reads_sent", default=None)

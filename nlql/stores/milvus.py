@@ -79,7 +79,7 @@ from nlql import deadline
 from nlql import values as V
 from nlql.errors import BackendError, MissingDependencyError, NLQLError
 from nlql.pushdown import Capabilities, Filter, NativeFilter
-from nlql.schema import DataSummary, MetaSummary
+from nlql.schema import DataSummary
 from nlql.stores import _terms, pyfilter
 from nlql.stores import _typed as T
 from nlql.stores.base import DocRecord, Row, backend_errors, keyword_reads_sent
@@ -686,10 +686,7 @@ class MilvusStore:
             documents = self._count("position == 0")
             rows = self.client.query(self.collection, filter="position == 0", output_fields=["rec"], limit=n)
         metas = [json.loads(r["rec"])["m"] for r in rows]
-        keys = MetaSummary.of(metas).keys()
-        if len(metas) >= documents:
-            return DataSummary(documents, sentences, keys)
-        return DataSummary(documents, sentences, keys, len(metas), f"{len(metas)} documents (one query)")
+        return DataSummary.from_sample(documents, sentences, metas, f"{len(metas)} documents (one query)")
 
     def _query_all(self, expr: str, fields: list[str]) -> list[dict[str, Any]]:
         """Every row matching ``expr``: one query when they fit in one page (what a write's look-up of

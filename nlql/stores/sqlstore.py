@@ -26,7 +26,7 @@ import numpy as np
 
 from nlql.errors import BackendError
 from nlql.pushdown import Filter, NativeFilter
-from nlql.schema import DataSummary, MetaSummary
+from nlql.schema import DataSummary
 from nlql.sql.binder import Fragment, Param, sql
 from nlql.sql.dialect import Compiled
 from nlql.sql.keyword import KeywordIndex
@@ -91,10 +91,7 @@ class SqlStore:
             return docs, units, metas
 
         docs, units, metas = self._read(run)
-        keys = MetaSummary.of(metas).keys()
-        if len(metas) >= docs:
-            return DataSummary(docs, units, keys)
-        return DataSummary(docs, units, keys, len(metas), f"first {len(metas)} documents in storage order")
+        return DataSummary.from_sample(docs, units, metas, f"first {len(metas)} documents in storage order")
 
     # ------------------------------------------------------------------------------------- reads
 

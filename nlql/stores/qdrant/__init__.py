@@ -52,7 +52,7 @@ from nlql import deadline
 from nlql import values as V
 from nlql.errors import BackendError, MissingDependencyError, NLQLTimeoutError
 from nlql.pushdown import Capabilities, Filter, NativeFilter, filter_leaves
-from nlql.schema import DataSummary, MetaSummary
+from nlql.schema import DataSummary
 from nlql.stores import _terms, pyfilter
 from nlql.stores import _typed as T
 from nlql.stores.base import DocRecord, Row, backend_errors, unit_id
@@ -563,10 +563,7 @@ class QdrantStore:
             points, _ = self.client.scroll(self.collection, **self._timeout(), scroll_filter=first, limit=n,
                                            with_payload=["meta", "_mj"], with_vectors=False)
         metas = [json.loads(p.payload["_mj"]) if "_mj" in p.payload else p.payload.get("meta") or {} for p in points]
-        keys = MetaSummary.of(metas).keys()
-        if len(metas) >= documents:
-            return DataSummary(documents, sentences, keys)
-        return DataSummary(documents, sentences, keys, len(metas), f"{len(metas)} documents (one scroll page)")
+        return DataSummary.from_sample(documents, sentences, metas, f"{len(metas)} documents (one scroll page)")
 
     def _facet(self, key: str, native: Any, most: int) -> list[tuple[tuple[Any, ...], int]]:
         """``((value,), points)`` per value of the indexed keyword ``key`` among the points passing ``native``
