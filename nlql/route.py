@@ -156,6 +156,10 @@ RRF_K = 10
 DEFAULT_WEIGHTS: tuple[float, float] = (2.5, 1.0)
 OTHER_WEIGHTS: tuple[float, float] = (1.0, 2.0)
 CJK_WEIGHTS: tuple[float, float] = (1.0, 3.0)
+#: ``fusion_weights`` for Japanese questions (CJK with kana): the default embedder ranks Japanese pages
+#: about as well as English ones (multilingual tune half: SIMILARITY nDCG@10 0.79, BM25's bigrams 0.71),
+#: so they take the English weights (docs/routing.md).
+JAPANESE_WEIGHTS: tuple[float, float] = DEFAULT_WEIGHTS
 
 # ---------------------------------------------------------------------------------- default templates
 
@@ -247,6 +251,8 @@ _SHARED_WORDS: frozenset[str] = frozenset("a am an as at be de die do i in is ma
 _CJK_QUESTION_WORDS = re.compile("为什么|怎么样|怎么|怎样|什么|哪里|哪儿|哪些|哪个|哪|谁|多少|几|吗|呢|吧|是否|如何|请问|"
                                  # Japanese: who, what, when, where, how, and the question endings
                                  "誰が|誰|だれ|何が|何を|何|いつ|どこ|どう|どれ|どの|ましたか|ですか|ますか|でしょうか")
+#: Hiragana and katakana: a CJK question holding them is Japanese.
+_KANA = re.compile("[\u3040-\u30ff]")
 _CJK_CHAR = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
 _WORD_RE = re.compile(r"\w+")
 _QUOTES = str.maketrans({"\u2018": "'", "\u2019": "'", "\u201b": "'", "\u2032": "'",
@@ -326,15 +332,21 @@ def fusion_weights(question: str) -> tuple[float, float]:
     arm is the stronger one (man pages: SIMILARITY nDCG@10 0.78 vs BM25 0.59), so it weighs 2.5; on
     questions in another language (:func:`language_class`: Spanish, German, Dutch, Russian, …) BM25
     weighs 2 (Spanish: BM25 0.89, SIMILARITY 0.82); on mostly-CJK questions, where the embedder's
-    cosines carry little and BM25's bigrams carry the answer, BM25 weighs 3. Chosen on the tune halves
-    of bench/quality.py's three sets (see docs/routing.md for the figures).
+    cosines carry little and BM25's bigrams carry the answer, BM25 weighs 3, except on Japanese ones (CJK
+    with hiragana or katakana), where the embedder's arm is the stronger one again and the English weights
+    apply. Chosen on the tune halves of bench/quality.py's three sets (see docs/routing.md for the figures).
 
     >>> fusion_weights("how much disk space a directory uses")
     (2.5, 1.0)
     >>> fusion_weights("¿Qué sopa se come fría en verano?"), fusion_weights("熊猫吃什么？")
     ((1.0, 2.0), (1.0, 3.0))
+    >>> fusion_weights("日本で一番高い山の高さは？")
+    (2.5, 1.0)
     """
-    return {"cjk": CJK_WEIGHTS, "other": OTHER_WEIGHTS}.get(language_class(question), DEFAULT_WEIGHTS)
+    cls = language_class(question)
+    if cls == "cjk":
+        return JAPANESE_WEIGHTS if _KANA.search(question) else CJK_WEIGHTS
+    return OTHER_WEIGHTS if cls == "other" else DEFAULT_WEIGHTS
 
 
 def route_notes(route: Route, hits: Any) -> list[str]:

@@ -100,7 +100,21 @@ def test_fusion_weights_follow_the_questions_script() -> None:
 ])
 def test_the_language_class_of_a_question(question: str, expected: str) -> None:
     assert language_class(question) == expected
-    assert fusion_weights(question) == {"english": (2.5, 1.0), "other": (1.0, 2.0), "cjk": (1.0, 3.0)}[expected]
+    japanese = any("\u3040" <= c <= "\u30ff" for c in question)
+    assert fusion_weights(question) == {"english": (2.5, 1.0), "other": (1.0, 2.0),
+                                        "cjk": (2.5, 1.0) if japanese else (1.0, 3.0)}[expected]
+
+
+def test_japanese_questions_weigh_the_semantic_arm_as_english_ones_do() -> None:
+    # CJK by script, but with kana: the default embedder reads Japanese, so its arm leads (as in English);
+    # Chinese and Korean questions keep BM25's bigrams in front
+    assert language_class("日本で一番高い山の高さは？") == "cjk"
+    assert fusion_weights("日本で一番高い山の高さは？") == (2.5, 1.0)
+    assert fusion_weights("ペットボトルはどうやって捨てればいいですか") == (2.5, 1.0)
+    assert fusion_weights("中国最长的河在哪里入海？") == (1.0, 3.0)
+    assert fusion_weights("러셀은 누구인가요") == (1.0, 3.0)
+    route = default_router().route("誰が東京で平和について講演しましたか")
+    assert route.intent == "entity" and route.params["arm_weights"] == [1.0, 2.5, 1.0]
 
 
 def test_other_languages_function_words_leave_english_keywords_alone() -> None:
