@@ -173,6 +173,86 @@ def first_n(keys: Sequence[Any], scores: np.ndarray, seq: Sequence[int], positio
     return [keys[i] for i in order.tolist()], scores[order]
 
 
+# ---------------------------------------------------------------- BM25 as a sparse-vector search
+
+#: The average length the stored sparse BM25 weights are computed at (see :func:`sparse_weights`).
+SPARSE_REF_AVGLEN = 32.0
+#: Sparse dimensions are below this (a store that needs a non-empty vector may use it for "no term").
+SPARSE_DIMS = 2**32 - 2
+#: The widest sparse search before a store reads every row holding a term instead.
+SPARSE_MAX_LIMIT = 16_384
+
+
+def sparse_dim(key: str) -> int:
+    """The sparse-vector dimension of a term key (a hash; a collision only costs widening)."""
+    return int(hashlib.sha1(key.encode("utf-8")).hexdigest()[:8], 16) % SPARSE_DIMS
+
+
+def sparse_weights(terms: Sequence[str], tfs: Sequence[int], length: int) -> dict[int, float]:
+    """A sentence's BM25 term weights at the fixed reference average length, as a sparse vector.
+
+    ``w(t) = tf·(k1+1) / (tf + k1·(1 − b + b·len/A₀))`` with ``A₀ =`` :data:`SPARSE_REF_AVGLEN`. For query
+    weights ``idf(t)`` the sparse inner product ``S₀`` and the true score ``S`` (at the current average
+    length ``A``) satisfy ``S ≤ max(1, A/A₀)·S₀`` term by term: the ratio of the two saturations is at most
+    ``A/A₀``, approached as ``len → ∞``, and at most 1 when ``A ≤ A₀``. So once the ``n``-th best true
+    score among the rows read exceeds that factor times the smallest ``S₀`` read, no unread row can reach
+    the top ``n`` (:func:`sparse_top`). Hash collisions only raise ``S₀``. Empty for a sentence without
+    terms.
+    """
+    norm = K1 * (1.0 - B + B * length / SPARSE_REF_AVGLEN)
+    out: dict[int, float] = {}
+    for t, tf in zip(terms, tfs):
+        d = sparse_dim(t)
+        out[d] = out.get(d, 0.0) + tf * (K1 + 1.0) / (tf + norm)
+    return out
+
+
+def sparse_query(qkeys: Sequence[str], df: Mapping[str, int], totals: Totals) -> tuple[dict[int, float], float]:
+    """The sparse query vector (each live term's idf at its dimension) and the bound's factor
+    ``max(1, A/A₀)`` (with float32 slack) of :func:`sparse_weights`; empty when no term is live."""
+    query: dict[int, float] = {}
+    if totals.n <= 0:
+        return query, 1.0
+    for t in qkeys:
+        if df.get(t, 0) > 0:
+            d = sparse_dim(t)
+            query[d] = query.get(d, 0.0) + math.log1p((totals.n - df[t] + 0.5) / (df[t] + 0.5))
+    ratio = max(1.0, (totals.total_len / totals.n) / SPARSE_REF_AVGLEN) * (1 + 1e-5)
+    return query, ratio
+
+
+def sparse_top(n: int, read: Any, score: Any, ratio: float,
+               max_limit: int = SPARSE_MAX_LIMIT) -> tuple[list[Any], np.ndarray, int, int] | None:
+    """Rows that provably hold the ``n`` best BM25 scores (every row tied with the ``n``-th kept), read
+    best-first by a store's sparse-vector search and widened until the bound of :func:`sparse_weights`
+    closes.
+
+    Args:
+        read: ``read(limit) -> (rows, smallest inner product read, exhausted)``: the store's sparse search
+            for the ``limit`` best rows (those failing a re-checked filter left out).
+        score: ``score(rows) -> np.ndarray``: their true BM25 scores.
+        ratio: The bound's factor from :func:`sparse_query`.
+
+    Returns:
+        ``(rows with a score > 0, their scores, rounds, last limit)``, or None when the bound did not close
+        within ``max_limit`` rows (the store then reads every row holding a term).
+    """
+    limit = min(max(4 * n, 64), max_limit)
+    rounds = 0
+    while True:
+        rounds += 1
+        rows, smallest, exhausted = read(limit)
+        scores = np.asarray(score(rows), dtype=np.float64)
+        keep = scores > 0
+        kept = [r for r, k in zip(rows, keep) if k]
+        scores = scores[keep]
+        if exhausted or (len(scores) >= n and float(np.sort(scores)[-n]) > ratio * smallest):
+            return kept, scores, rounds, limit
+        if limit >= max_limit:
+            return None
+        limit = min(limit * 4, max_limit)
+
+
 def keyword_index(store: Any, analyzer: Any) -> StoreKeywordIndex | None:
     """The store's own BM25 source if its terms were written by ``analyzer`` (None: the default)."""
     from nlql.text.analyzer import Analyzer
@@ -182,5 +262,6 @@ def keyword_index(store: Any, analyzer: Any) -> StoreKeywordIndex | None:
     return StoreKeywordIndex(store, analyzer)
 
 
-__all__ = ["B", "K1", "StoreKeywordIndex", "first_n", "keyword_index", "Totals", "bm25_scores", "document_frequencies", "query_keys", "sentence_terms",
-           "term_key"]
+__all__ = ["B", "K1", "SPARSE_DIMS", "SPARSE_MAX_LIMIT", "SPARSE_REF_AVGLEN", "StoreKeywordIndex", "first_n",
+           "keyword_index", "Totals", "bm25_scores", "document_frequencies", "query_keys", "sentence_terms",
+           "sparse_dim", "sparse_query", "sparse_top", "sparse_weights", "term_key"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from datetime import date, datetime, timezone
+from typing import Any
 
 import numpy as np
 import pytest
@@ -340,3 +341,95 @@ def test_a_fusions_arms_are_asked_at_once_and_timed() -> None:
     assert knn_deadline and bm25_deadline  # the search's deadline reached both
     assert not spans["bm25_thread"][2]  # the second arm ran on the pool
     e.close()
+
+
+def _docstrings(n: int) -> tuple[list[str], list[str], list[dict]]:
+    """Real text: the standard library's docstrings (long ones, short ones, repeated words)."""
+    import inspect
+    import json as _json
+    import re as _re
+
+    texts, ids, metas = [], [], []
+    for mod in (_json, _re, math, inspect):
+        for name, obj in inspect.getmembers(mod):
+            doc = inspect.getdoc(obj)
+            if doc and len(doc) > 30 and len(texts) < n:
+                texts.append(doc[:3000])
+                ids.append(f"{mod.__name__}.{name}")
+                metas.append({"mod": mod.__name__, "n": len(doc) % 5})
+    return texts, ids, metas
+
+
+_BM25_QUERIES = [
+    ("SELECT SENTENCE LET k = BM25(content, $q) ORDER BY k DESC LIMIT 10", "return the object string"),
+    ("SELECT SENTENCE LET k = BM25(content, $q) WHERE meta.n == 2 ORDER BY k DESC LIMIT 5", "match pattern"),
+    ("SELECT SENTENCE LET k = BM25(content, $q) WHERE meta.mod == \"re\" ORDER BY k DESC LIMIT 3", "compile the pattern"),
+    ("SELECT SENTENCE LET k = BM25(content, $q) WHERE content CONTAINS \"a\" ORDER BY k DESC LIMIT 7",
+     "function argument"),
+    ("SELECT SENTENCE LET s = SIMILARITY(content, $q), k = BM25(content, $q), r = RRF(s, k) ORDER BY r DESC "
+     "LIMIT 10", "decode a JSON document"),
+]
+
+
+def _same_answers(ref: Any, e: Any) -> None:
+    for query, q in _BM25_QUERIES:
+        want = [(h.id, h.scores) for h in ref.search(query, params={"q": q})]
+        got = e.search(query, params={"q": q})
+        assert [h.id for h in got] == [i for i, _ in want], query
+        for (_, a), h in zip(want, got):
+            assert h.scores == pytest.approx(a, rel=1e-9), query
+
+
+def test_a_bm25_arm_reads_qdrants_sparse_search_with_the_builtin_stores_answers(tmp_path) -> None:
+    # each point carries its BM25 weights as a sparse vector: an arm's window is Qdrant's sparse search,
+    # widened until no unread point can reach it; the rows, scores and order are the built-in store's
+    from nlql import Engine
+    from nlql.embedders import HashEmbedder
+
+    texts, ids, metas = _docstrings(400)
+    ref = Engine(embedder=HashEmbedder(dim=32), store="memory", warm_up=False)
+    e = Engine(embedder=HashEmbedder(dim=32), store=QdrantStore(path=str(tmp_path / "q")), warm_up=False)
+    try:
+        for eng in (ref, e):
+            eng.add_texts(texts, ids=ids, metadatas=metas)
+        assert e.store._sparse
+        _same_answers(ref, e)
+        client, used = e.store.client, []
+        query_points = client.query_points
+
+        def recording(*a, **k):  # type: ignore[no-untyped-def]
+            used.append(k.get("using"))
+            return query_points(*a, **k)
+
+        client.query_points = recording
+        for query, q in _BM25_QUERIES:
+            used.clear()
+            e.search(query, params={"q": q})
+            assert qmod._SPARSE in used, query
+    finally:
+        ref.close()
+        e.close()
+
+
+def test_a_collection_made_before_the_sparse_vector_keeps_its_answers(tmp_path, monkeypatch) -> None:
+    # an older collection has no BM25 sparse vector: its arms read every point holding a term, as before
+    from nlql import Engine
+    from nlql.embedders import HashEmbedder
+    from nlql.stores.qdrant.edge import EdgeClient
+
+    texts, ids, metas = _docstrings(150)
+    create = EdgeClient.create_collection
+    with monkeypatch.context() as m:  # the collection as the store made it before (no sparse vector)
+        m.setattr(EdgeClient, "create_collection", lambda self, name, vectors_config, **_: create(
+            self, name, vectors_config))
+        Engine(embedder=HashEmbedder(dim=32), store="qdrant://" + str(tmp_path / "q"), warm_up=False).close()
+    ref = Engine(embedder=HashEmbedder(dim=32), store="memory", warm_up=False)
+    e = Engine(embedder=HashEmbedder(dim=32), store="qdrant://" + str(tmp_path / "q"), warm_up=False)
+    try:
+        for eng in (ref, e):
+            eng.add_texts(texts, ids=ids, metadatas=metas)
+        assert not e.store._sparse
+        _same_answers(ref, e)
+    finally:
+        ref.close()
+        e.close()

@@ -71,6 +71,9 @@ _NAMESPACE = uuid.UUID("8d0c6a53-2b9e-4d8e-9a57-6f1b0f3c1a77")
 _ANALYZER_ID = "00000000-0000-0000-0000-00000000a7a1"
 _UPSERT_BATCH = 512
 _SCROLL_PAGE = 1024
+#: The named sparse vector of each point: its BM25 term weights (:func:`nlql.stores._terms.sparse_weights`),
+#: so a BM25 arm's top rows come from Qdrant's sparse search (collections created before it have none).
+_SPARSE = "bm25"
 _INT64 = (-(2**63), 2**63 - 1)
 _ROW_FIELDS = ["doc_id", "position", "content", "seq", "start", "end", "tail", "meta", "_mj"]
 
@@ -173,6 +176,7 @@ class QdrantStore:
         self._owns_client = client is None
         self._dim: int | None = None
         self._max_seq = 0
+        self._sparse = False  # the collection has the BM25 sparse vector (created since it was added)
         self._indexed: set[str] | None = None  # payload keys with an index (read at the first write)
         # the rows of this thread's last knn (its query read them with the scores), for the fetch that
         # follows in the same search (used once); on Qdrant Edge a write in between drops them
@@ -233,11 +237,14 @@ class QdrantStore:
                         f"collection {self.collection!r} has vectors of size {size} ({distance}); "
                         f"the embedder needs size {dim} (Cosine)",
                     )
+                self._sparse = _SPARSE in (getattr(info.config.params, "sparse_vectors", None) or {})
             else:
                 self.client.create_collection(
                     self.collection,
                     vectors_config=qm.VectorParams(size=dim, distance=qm.Distance.COSINE),
+                    sparse_vectors_config={_SPARSE: qm.SparseVectorParams()},
                 )
+                self._sparse = True
                 self._create_indexes()
             self._dim = dim
             self._max_seq = self._read_max_seq()
@@ -324,6 +331,11 @@ class QdrantStore:
         qkeys = _terms.query_keys(self.analyzer.terms(text))
         if not qkeys or n == 0 or (flt is not None and flt.extra.get("empty")):  # n == 0: LIMIT 0 needs none
             return [], np.zeros(0, dtype=np.float64)
+        if n is not None and self._sparse:
+            with self._backend("bm25"):
+                top = self._bm25_top(qkeys, flt, n)
+            if top is not None:
+                return top
         check = flt.extra.get("check") if flt is not None else None
         native = flt.native if flt is not None else None
         terms = qm.FieldCondition(key="terms", match=qm.MatchAny(any=qkeys))
@@ -345,6 +357,43 @@ class QdrantStore:
             return _terms.first_n([str(p.id) for p in points], scores, [int(p.payload["seq"]) for p in points],
                                   [int(p.payload["position"]) for p in points], n)
         return [str(p.id) for p in points], scores
+
+    def _bm25_top(self, qkeys: list[str], flt: NativeFilter | None,
+                  n: int) -> tuple[list[str], np.ndarray] | None:
+        """The proven top ``n`` by BM25 (ties kept, then cut in insertion order) among the points passing
+        ``flt``, read best-first by Qdrant's sparse search over the points' BM25 weights and widened until
+        the bound of :func:`nlql.stores._terms.sparse_weights` closes; None when it does not close within
+        :data:`~nlql.stores._terms.SPARSE_MAX_LIMIT` points (the caller reads every point holding a term)."""
+        check = flt.extra.get("check") if flt is not None else None
+        native = flt.native if flt is not None else None
+        totals = self._totals()
+        df = {t: self._count(_term_filter(t)) for t in qkeys}
+        query, ratio = _terms.sparse_query(qkeys, df, totals)
+        if not query:
+            return [], np.zeros(0, dtype=np.float64)
+        vector = qm.SparseVector(indices=list(query), values=list(query.values()))
+        fields = ["terms", "tfs", "nterms", "seq", "position"] + (_ROW_FIELDS if check is not None else [])
+
+        def read(limit: int) -> tuple[list[Any], float, bool]:
+            points = self.client.query_points(self.collection, query=vector, using=_SPARSE, query_filter=native,
+                                              limit=limit, with_payload=fields, **self._timeout()).points
+            smallest = float(points[-1].score) if points else 0.0
+            exhausted = len(points) < limit
+            if check is not None:
+                points = [p for p in points if pyfilter.row_passes(check, _row(p))]
+            return points, smallest, exhausted
+
+        def score(points: list[Any]) -> np.ndarray:
+            return _terms.bm25_scores(qkeys, [(p.payload["terms"], p.payload["tfs"], int(p.payload["nterms"]))
+                                              for p in points], df, totals)
+
+        got = _terms.sparse_top(n, read, score, ratio)
+        if got is None:
+            return None
+        kept, scores, rounds, limit = got
+        self.last_stats = {"path": "bm25-sparse", "rounds": rounds, "read": limit}
+        return _terms.first_n([str(p.id) for p in kept], scores, [int(p.payload["seq"]) for p in kept],
+                              [int(p.payload["position"]) for p in kept], n)
 
     def bm25_scores(self, text: str, rows: Sequence[Row]) -> np.ndarray:
         """BM25 of ``text`` for each row (0.0 where no query term occurs); statistics over all points."""
@@ -488,7 +537,11 @@ class QdrantStore:
                 for kind, view in T.scalar_views(value).items():
                     if kind in ("n", "d", "c"):
                         payload[f"_{kind}_{field}"] = _view_json(kind, view)
-            out.append(qm.PointStruct(id=point_id(doc.doc_id, unit.position), vector=vec.tolist(), payload=payload))
+            vector: Any = vec.tolist()
+            if self._sparse and terms:
+                weights = _terms.sparse_weights(terms, tfs, length)
+                vector = {"": vector, _SPARSE: qm.SparseVector(indices=list(weights), values=list(weights.values()))}
+            out.append(qm.PointStruct(id=point_id(doc.doc_id, unit.position), vector=vector, payload=payload))
         return out
 
     def delete(self, doc_ids: Sequence[str]) -> int:
@@ -801,7 +854,7 @@ class QdrantStore:
                 )
             index = {str(k): i for i, k in enumerate(keys)}
             for p in points:
-                mat[index[str(p.id)]] = np.asarray(p.vector, dtype=np.float32)
+                mat[index[str(p.id)]] = np.asarray(_dense(p.vector), dtype=np.float32)
         mat = V.normalize_rows(mat)
         return V.normalize_rows(queries) @ mat.T
 
@@ -818,7 +871,7 @@ class QdrantStore:
             for i, k in enumerate(keys):
                 index.setdefault(str(k), []).append(i)
             for p in points:
-                out[index[str(p.id)]] = np.asarray(p.vector, dtype=np.float32)
+                out[index[str(p.id)]] = np.asarray(_dense(p.vector), dtype=np.float32)
             out = V.normalize_rows(out)
         return out
 
@@ -987,6 +1040,11 @@ def _key(kind: str, path: tuple[str, ...]) -> str:
 
 def _is_empty(key: str) -> Any:
     return qm.IsEmptyCondition(is_empty=qm.PayloadField(key=key))
+
+
+def _dense(vector: Any) -> Any:
+    """A point's dense vector (the unnamed one beside the BM25 sparse vector, when it has that)."""
+    return vector[""] if isinstance(vector, dict) else vector
 
 
 def _term_filter(term: str) -> Any:

@@ -73,9 +73,11 @@ class EdgeClient:
         return name in self._shards or (self._dir(name) / _SHARD_MARK).exists() or (
             self._dir(name).is_dir() and any(self._dir(name).iterdir()))
 
-    def create_collection(self, name: str, vectors_config: Any) -> None:
+    def create_collection(self, name: str, vectors_config: Any, sparse_vectors_config: Any = None) -> None:
         distance = getattr(qe.Distance, str(vectors_config.distance.value).capitalize())
-        config = qe.EdgeConfig(vectors=qe.EdgeVectorParams(size=int(vectors_config.size), distance=distance))
+        sparse = {n: qe.EdgeSparseVectorParams() for n in sparse_vectors_config or {}} or None
+        config = qe.EdgeConfig(vectors=qe.EdgeVectorParams(size=int(vectors_config.size), distance=distance),
+                               sparse_vectors=sparse)
         with self._lock:
             self._shards[name] = qe.EdgeShard.create(str(self._dir(name)), config)
 
@@ -86,17 +88,19 @@ class EdgeClient:
         distance = qm.Distance(str(vectors["distance"]).capitalize()) if vectors else None
         vec = SimpleNamespace(size=vectors.get("size") if vectors else None, distance=distance)
         schema = dict(self._shard(name).info().payload_schema)
-        return SimpleNamespace(config=SimpleNamespace(params=SimpleNamespace(vectors=vec),
+        params = SimpleNamespace(vectors=vec, sparse_vectors=vectors["sparse"])
+        return SimpleNamespace(config=SimpleNamespace(params=params,
                                                       metadata=self._read_info(name)),
                                payload_schema=schema)
 
     def _config(self, name: str) -> dict[str, Any]:
-        """The default dense vector's size and distance, from the shard's own configuration file."""
+        """The default dense vector's size and distance and the sparse vectors' names and settings, from
+        the shard's own configuration file."""
         self._shard(name)
         raw = json.loads((self._dir(name) / _SHARD_MARK).read_text())
         vectors = raw.get("vectors") or {}
         vec = vectors.get("", vectors) if isinstance(vectors, dict) else {}
-        return {"size": vec.get("size"), "distance": vec.get("distance")}
+        return {"size": vec.get("size"), "distance": vec.get("distance"), "sparse": dict(raw.get("sparse_vectors") or {})}
 
     def _info_file(self, name: str) -> Path:
         return self.path / f"{name}.info.json"
@@ -126,7 +130,7 @@ class EdgeClient:
         deadline.check("qdrant", "upsert")
         if not self._coded(name) and any(_needs_code(p.payload) for p in points):
             self.update_collection(name, {_CODED: True})
-        pts = [qe.Point(id=str(p.id), vector=list(p.vector), payload=_payload(code(p.payload)))
+        pts = [qe.Point(id=str(p.id), vector=_vector(p.vector), payload=_payload(code(p.payload)))
                for p in points]
         self.writes += 1
         self._shard(name).update(qe.UpdateOperation.upsert_points(pts))
@@ -183,10 +187,11 @@ class EdgeClient:
         return self._out(name, points), after
 
     def _request(self, query: Any, flt: Any, params: Any, limit: int, with_payload: Any,
-                 score_threshold: float | None) -> Any:
-        return qe.QueryRequest(
-            limit=limit, query=qe.Query.Nearest([float(x) for x in query]), filter=_filter(flt),
-            params=_params(params), with_payload=with_payload, score_threshold=score_threshold)
+                 score_threshold: float | None, using: str | None = None) -> Any:
+        nearest = (qe.Query.Nearest(_sparse(query), using=using) if using is not None
+                   else qe.Query.Nearest([float(x) for x in query]))
+        return qe.QueryRequest(limit=limit, query=nearest, filter=_filter(flt), params=_params(params),
+                               with_payload=with_payload, score_threshold=score_threshold)
 
     def query_batch_points(self, name: str, requests: list[Any], **_: Any) -> list[Any]:
         deadline.check("qdrant", "query")
@@ -196,9 +201,11 @@ class EdgeClient:
 
     def query_points(self, name: str, query: Any, query_filter: Any = None, search_params: Any = None,
                      limit: int = 10, with_payload: Any = True, score_threshold: float | None = None,
-                     **_: Any) -> Any:
+                     using: str | None = None, **_: Any) -> Any:
+        """A nearest-neighbour query; with ``using``, over that named sparse vector (``query`` a
+        ``SparseVector``)."""
         deadline.check("qdrant", "query")
-        req = self._request(query, query_filter, search_params, limit, with_payload, score_threshold)
+        req = self._request(query, query_filter, search_params, limit, with_payload, score_threshold, using)
         return SimpleNamespace(points=self._out(name, self._shard(name).query(req)))
 
     def optimize(self, name: str) -> bool:
@@ -216,6 +223,18 @@ class EdgeClient:
 
 
 # ---------------------------------------------------------------------- model translation
+
+
+def _sparse(vector: Any) -> Any:
+    return qe.SparseVector(indices=[int(i) for i in vector.indices], values=[float(v) for v in vector.values])
+
+
+def _vector(vector: Any) -> Any:
+    """A point's vector for Qdrant Edge: the dense list, or named vectors (the unnamed dense one and sparse
+    ones) as a dict."""
+    if isinstance(vector, dict):
+        return {k: _sparse(v) if hasattr(v, "indices") else list(v) for k, v in vector.items()}
+    return list(vector)
 
 
 def _params(params: Any) -> Any:
