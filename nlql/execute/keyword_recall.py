@@ -10,7 +10,7 @@ page):
 - the first sort key is one BM25 score, descending, and WHERE leaves nothing in the engine but
   thresholds ``kw > c`` / ``kw >= c`` (c ≥ 0) on that score: the rows scoring at least the ``need``-th
   best score (ties kept) — when fewer than ``need`` rows match, rows without a term can be on the page,
-  so the full path runs;
+  so the full path runs, unless a threshold leaves them out (``kw > 0``: the matching rows are the page);
 - the first sort key is ``RRF``/``INTERLEAVE`` of bare SIMILARITY and BM25 arms, descending, with nothing
   left in the engine's WHERE: each SIMILARITY arm's top ``arm_depth`` rows by the store's knn and each BM25
   arm's top ``arm_depth`` rows (ties kept), so every row an arm ranks inside its window is a candidate;
@@ -44,6 +44,14 @@ def _is_threshold_on(expr: ir.Expr, name: str) -> bool:
         return False
     v = right.value
     return isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0
+
+
+def _excludes_zero(expr: ir.Expr) -> bool:
+    """A threshold (see :func:`_is_threshold_on`) that a row holding no query term fails: ``> c`` with
+    c ≥ 0 or ``>= c`` with c > 0 (such a row's BM25 is 0), so the rows holding a term are every row that
+    can pass, however few."""
+    assert isinstance(expr, ir.Compare) and isinstance(expr.right, ir.Literal)
+    return expr.op == ">" or expr.right.value > 0
 
 
 def _top(keys: list[Any], scores: np.ndarray, n: int) -> list[Any]:
@@ -138,8 +146,8 @@ def narrow(plan: Any, store: Any, index: Any, qv: dict[str, np.ndarray], need: i
         if not all(_is_threshold_on(c, first.name) for c in plan.residual):
             return None
         keys, scores = index.candidates(" ".join(spec.texts), plan.native, need)
-        if len(keys) < need:
-            return None
+        if len(keys) < need and not any(_excludes_zero(c) for c in plan.residual):
+            return None  # rows holding no term (BM25 0) can fill the page: only the full path is exact
         return _top(keys, np.asarray(scores, dtype=np.float64), need)
     if spec.kind in RANK_FUSIONS and plan.arm_depth is not None and not plan.residual:
         depth = plan.arm_depth

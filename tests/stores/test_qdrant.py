@@ -433,3 +433,25 @@ def test_a_collection_made_before_the_sparse_vector_keeps_its_answers(tmp_path, 
     finally:
         ref.close()
         e.close()
+
+
+def test_bm25_above_zero_with_fewer_matches_than_limit_reads_only_the_matches() -> None:
+    # WHERE k > 0 leaves out every row holding no term (BM25 0): the three matching rows are the page,
+    # read without fetching the store; with k >= 0 the rows scoring 0 belong on the page (full path)
+    from nlql import Engine
+    from nlql.embedders import HashEmbedder
+
+    texts = [f"plain words number {i}." for i in range(200)] + ["zebra stripes.", "a zebra.", "stripes only."]
+    engines = [Engine(embedder=HashEmbedder(dim=32), store=s, warm_up=False) for s in ("qdrant", "memory")]
+    try:
+        for e in engines:
+            e.add_texts(texts, ids=[f"d{i}" for i in range(len(texts))])
+        for where, narrowed in (("k > 0", True), ("k >= 0.1", True), ("k >= 0", False)):
+            q = f'SELECT SENTENCE LET k = BM25(content, "zebra stripes") WHERE {where} ORDER BY k DESC LIMIT 10'
+            got, want = (e.search(q) for e in engines)
+            assert [(h.id, h.scores) for h in got] == [(h.id, h.scores) for h in want], q
+            assert len(got) == (3 if narrowed else 10)
+            assert (got.stats.get("keyword_recall") == 3) is narrowed and (got.stats["candidates"] == 3) is narrowed
+    finally:
+        for e in engines:
+            e.close()
