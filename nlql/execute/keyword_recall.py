@@ -132,8 +132,9 @@ def narrow(plan: Any, store: Any, index: Any, qv: dict[str, np.ndarray], need: i
     when only the full path is exact. A fusion's arms are asked at once (:func:`_in_parallel`); each
     arm's milliseconds go into ``arm_ms``, and each SIMILARITY arm's window (the keys its knn returned)
     into ``windows``, by score slot."""
+    documents = plan.unit.kind == "DOCUMENT"
     if (need is None or plan.fusion_residual or plan.recall.min_score or not plan.order
-            or not plan.order[0].descending or not plan.unit.rows_are_sentences):
+            or not plan.order[0].descending or not (plan.unit.rows_are_sentences or documents)):
         return None
     first = plan.order[0].expr
     slot = plan.binding_slots.get(first.name) if isinstance(first, ir.Ref) else None
@@ -145,10 +146,16 @@ def narrow(plan: Any, store: Any, index: Any, qv: dict[str, np.ndarray], need: i
         assert isinstance(first, ir.Ref)
         if not all(_is_threshold_on(c, first.name) for c in plan.residual):
             return None
-        keys, scores = index.candidates(" ".join(spec.texts), plan.native, need)
-        if len(keys) < need and not any(_excludes_zero(c) for c in plan.residual):
+        text = " ".join(spec.texts)
+        if documents:
+            keys, complete = _documents_by_keyword(store, index, text, plan.native, need)
+        else:
+            keys, scores = index.candidates(text, plan.native, need)
+            complete = len(keys) >= need
+            keys = _top(keys, np.asarray(scores, dtype=np.float64), need)
+        if not complete and not any(_excludes_zero(c) for c in plan.residual):
             return None  # rows holding no term (BM25 0) can fill the page: only the full path is exact
-        return _top(keys, np.asarray(scores, dtype=np.float64), need)
+        return keys
     if spec.kind in RANK_FUSIONS and plan.arm_depth is not None and not plan.residual:
         depth = plan.arm_depth
         calls: dict[str, Callable[[], Any]] = {}
@@ -162,11 +169,16 @@ def narrow(plan: Any, store: Any, index: Any, qv: dict[str, np.ndarray], need: i
                 if arm_spec.slot not in qv:  # dropped (on_arm_error="degrade"): the arm ranks nothing
                     continue
                 vec = qv[arm_spec.slot]
-                calls[arm] = lambda vec=vec: [key for lst in store.knn(vec, depth, plan.native) for key, _ in lst]
+                if documents:
+                    calls[arm] = lambda vec=vec: _documents_by_knn(store, vec, depth, plan.native)
+                else:
+                    calls[arm] = lambda vec=vec: [key for lst in store.knn(vec, depth, plan.native) for key, _ in lst]
             else:
                 text = " ".join(arm_spec.texts)
 
                 def keyword_arm(text: str = text) -> list[Any]:
+                    if documents:
+                        return _documents_by_keyword(store, index, text, plan.native, depth)[0]
                     keys, scores = index.candidates(text, plan.native, depth)
                     return _top(keys, np.asarray(scores, dtype=np.float64), depth)
                 calls[arm] = keyword_arm
@@ -177,7 +189,7 @@ def narrow(plan: Any, store: Any, index: Any, qv: dict[str, np.ndarray], need: i
             got, ms = _in_parallel(calls)
         if arm_ms is not None:
             arm_ms.update(ms)
-        if windows is not None:
+        if windows is not None and not documents:
             for arm in calls:
                 arm_spec = by_slot[plan.binding_slots[arm]]
                 if arm_spec.kind == "SIMILARITY":
@@ -187,6 +199,49 @@ def narrow(plan: Any, store: Any, index: Any, qv: dict[str, np.ndarray], need: i
             out.update((k, None) for k in got[arm])
         return list(out)
     return None
+
+
+def _documents(store: Any, keys: list[Any]) -> int:
+    """How many documents the sentence ``keys`` belong to."""
+    if store.capabilities.FAST_PATH:  # (a table store knows each key's document without building rows)
+        return len(set(store.key_documents(keys)))
+    return len({r.doc_id for r in store.fetch(keys)})
+
+
+def _documents_by_keyword(store: Any, index: Any, text: str, native: Any, n: int) -> tuple[list[Any], bool]:
+    """Sentence keys whose documents hold the ``n`` best documents by BM25 (a document scores its best
+    sentence), and whether they span ``n`` documents (else every row holding a term was read).
+
+    The store's ``m`` best sentences (ties cut in insertion order), ``m`` widened from ``n`` until they
+    span ``n`` documents: every document whose best sentence scores above the ``m``-th is among them, and
+    a document tied with it but unread comes later in insertion order than the tied ones read, so the
+    ``n`` best documents (ties in insertion order, as the engine ranks them) are theirs. The caller reads
+    each such document whole."""
+    depth = n
+    while True:
+        keys, scores = index.candidates(text, native, depth)
+        keys = _top(keys, np.asarray(scores, dtype=np.float64), depth)
+        if len(keys) < depth:
+            return keys, _documents(store, keys) >= n if keys else False
+        if _documents(store, keys) >= n:
+            return keys, True
+        depth *= 4
+
+
+def _documents_by_knn(store: Any, vec: np.ndarray, n: int, native: Any) -> list[Any]:
+    """Sentence keys whose documents hold the ``n`` most similar documents (a document scores its best
+    sentence; with several query vectors, its best over them): for each query vector, the store's knn
+    widened until its rows span ``n`` documents (the argument of :func:`_documents_by_keyword`)."""
+    out: dict[Any, None] = {}
+    for row in np.atleast_2d(vec):
+        k = n
+        while True:
+            keys = [key for key, _ in store.knn(row[None, :], k, native)[0]]
+            if len(keys) < k or _documents(store, keys) >= n:
+                break
+            k *= 4
+        out.update(dict.fromkeys(keys))
+    return list(out)
 
 
 def window_only(plan: Any, caps: Any, windows: dict[str, list[Any]], *, plain: bool) -> set[str]:

@@ -345,7 +345,8 @@ def _full(run: Search, qv: dict[str, np.ndarray], fast_ok: bool) -> list[Candida
             keys_arr = np.asarray(narrowed if narrowed is not None else store.scan(plan.native), dtype=object)
             lazy = (keyword_recall.window_only(plan, caps, arm_windows, plain=fast_ok and not run.degrade and not run.mins)
                     if narrowed is not None else set())
-            for s in sim_slots:
+            # (a grouped unit's rows are read and scored whole by candidates(): no sentence values needed here)
+            for s in sim_slots if plan.unit.rows_are_sentences else ():
                 if s in lazy:  # the arm's window now; the page's other rows before the hits are made
                     sentence_scores[s] = _window_similarities(run, qv[s], s, list(keys_arr), arm_windows[s])
                 else:

@@ -155,3 +155,44 @@ def check_tied_bm25_window(store_spec: str) -> None:
         assert got.stats.get("keyword_recall", 0) <= 60, got.stats
     for e in engines:
         e.close()
+
+
+def check_document_arms(store_spec: str) -> None:
+    """DOCUMENT pages ordered by BM25 or by a fusion of SIMILARITY and BM25 arms on a KEYWORD_STATS store
+    read only the documents of each arm's best sentences (widened until they span the arm's depth in
+    documents), and equal the built-in store's: ids, scores, the scoring sentence, ties between whole
+    documents in insertion order."""
+    from nlql import Engine
+    from nlql.embedders import HashEmbedder
+
+    texts = []
+    for i in range(120):
+        body = [f"Plain words number {i}.", f"More filler about row {i % 9}."]
+        if i % 4 == 0:
+            body.insert(i % 3, "The zebra has stripes.")  # the same sentence in 30 documents: ties
+        if i % 10 == 3:
+            body.append("Zebra zebra stripes and a lion.")
+        texts.append(" ".join(body))
+    metas = [{"g": i % 3} for i in range(len(texts))]
+    engines = [Engine(embedder=HashEmbedder(dim=64), store=s, warm_up=False) for s in (store_spec, "memory")]
+    try:
+        for e in engines:
+            e.add_texts(texts, ids=[f"d{i}" for i in range(len(texts))], metadatas=metas)
+        for q, narrowed in [
+            ('SELECT DOCUMENT LET k = BM25(content, "zebra stripes") ORDER BY k DESC LIMIT 12', True),
+            ('SELECT DOCUMENT LET k = BM25(content, "zebra lion") WHERE k > 0 ORDER BY k DESC LIMIT 50', True),
+            ('SELECT DOCUMENT LET k = BM25(content, "zebra") WHERE meta.g == 1 ORDER BY k DESC LIMIT 5 OFFSET 2',
+             True),
+            ('SELECT DOCUMENT LET s = SIMILARITY(content, "zebra has stripes"), k = BM25(content, "zebra stripes"), '
+             'f = RRF(s, k, window => 15) ORDER BY f DESC LIMIT 10', True),
+            ('SELECT DOCUMENT LET s = SIMILARITY(content, ["filler row 3", "lion"]), k = BM25(content, "lion"), '
+             'f = RRF(k, s, window => 20) WHERE meta.g != 2 ORDER BY f DESC LIMIT 8 OFFSET 1', True),
+            ('SELECT DOCUMENT LET k = BM25(content, "zebra") ORDER BY k DESC LIMIT 60', False),  # 45 match: 0s fill
+        ]:
+            got, want = (e.search(q) for e in engines)
+            assert [(h.id, h.scores, h.best.position if h.best else None) for h in got] == [
+                (h.id, h.scores, h.best.position if h.best else None) for h in want], q
+            assert ("keyword_recall" in got.stats) is narrowed, (q, got.stats)
+    finally:
+        for e in engines:
+            e.close()

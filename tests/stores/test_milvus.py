@@ -325,6 +325,12 @@ def test_bm25_candidates_cut_tied_scores_in_insertion_order(tmp_path: Path) -> N
     check_tied_bm25_window(f"milvus://{tmp_path}/ties.db")
 
 
+def test_document_pages_by_bm25_and_fusions_read_only_their_arms_documents(tmp_path: Path) -> None:
+    from adapter_kit import check_document_arms
+
+    check_document_arms(f"milvus://{tmp_path}/docs.db")
+
+
 def test_bm25_and_rrf_pages_read_each_row_once_and_no_term_arrays(narrow_pair, monkeypatch: pytest.MonkeyPatch) -> None:
     # the rows a search's knn and sparse reads returned serve its fetch and its scoring; terms come from
     # the rows' content (Milvus Lite returns an ARRAY field at ~0.1 ms a row): the same answers

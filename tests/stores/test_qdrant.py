@@ -455,3 +455,9 @@ def test_bm25_above_zero_with_fewer_matches_than_limit_reads_only_the_matches() 
     finally:
         for e in engines:
             e.close()
+
+
+def test_document_pages_by_bm25_and_fusions_read_only_their_arms_documents() -> None:
+    from adapter_kit import check_document_arms
+
+    check_document_arms("qdrant")
