@@ -170,6 +170,8 @@ def check_document_arms(store_spec: str) -> None:
         body = [f"Plain words number {i}.", f"More filler about row {i % 9}."]
         if i % 4 == 0:
             body.insert(i % 3, "The zebra has stripes.")  # the same sentence in 30 documents: ties
+        if i % 8 == 0:
+            body.append("The zebra has stripes.")  # twice in 15 of them: the best sentences span fewer documents
         if i % 10 == 3:
             body.append("Zebra zebra stripes and a lion.")
         texts.append(" ".join(body))
@@ -180,11 +182,14 @@ def check_document_arms(store_spec: str) -> None:
             e.add_texts(texts, ids=[f"d{i}" for i in range(len(texts))], metadatas=metas)
         for q, narrowed in [
             ('SELECT DOCUMENT LET k = BM25(content, "zebra stripes") ORDER BY k DESC LIMIT 12', True),
+            ('SELECT DOCUMENT LET k = BM25(content, "zebra stripes") ORDER BY k DESC LIMIT 25', True),
             ('SELECT DOCUMENT LET k = BM25(content, "zebra lion") WHERE k > 0 ORDER BY k DESC LIMIT 50', True),
             ('SELECT DOCUMENT LET k = BM25(content, "zebra") WHERE meta.g == 1 ORDER BY k DESC LIMIT 5 OFFSET 2',
              True),
             ('SELECT DOCUMENT LET s = SIMILARITY(content, "zebra has stripes"), k = BM25(content, "zebra stripes"), '
              'f = RRF(s, k, window => 15) ORDER BY f DESC LIMIT 10', True),
+            ('SELECT DOCUMENT LET s = SIMILARITY(content, "The zebra has stripes."), k = BM25(content, "lion"), '
+             'f = RRF(s, k, window => 20) ORDER BY f DESC LIMIT 20', True),
             ('SELECT DOCUMENT LET s = SIMILARITY(content, ["filler row 3", "lion"]), k = BM25(content, "lion"), '
              'f = RRF(k, s, window => 20) WHERE meta.g != 2 ORDER BY f DESC LIMIT 8 OFFSET 1', True),
             ('SELECT DOCUMENT LET k = BM25(content, "zebra") ORDER BY k DESC LIMIT 60', False),  # 45 match: 0s fill
