@@ -212,3 +212,17 @@ def test_duckdb_floor_bench_at_tiny_size(tmp_path: Path) -> None:
     data = json.loads(out.read_text(encoding="utf-8"))
     assert data["ingest"]["prepared_floor_s"] > 0 and data["ingest"]["nlql_s"] > 0
     assert {"top10", "tag", "bm25", "rrf"} <= set(data["kinds"])
+
+
+def test_qdrant_sparse_bench_at_tiny_size(tmp_path: Path) -> None:
+    """The Qdrant BM25 bench end to end: the sparse-search collection and one made without the sparse
+    vector answer every query the same."""
+    import subprocess
+
+    pytest.importorskip("qdrant_edge")
+    out = tmp_path / "qs.json"
+    done = subprocess.run([sys.executable, "-m", "bench.qdrant_sparse", "--size", "2000", "--repeat", "1",
+                           "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    data = json.loads(out.read_text(encoding="utf-8"))
+    assert all(data["same_answers"].values()) and set(data["speedup"]) == {"bm25", "bm25_filtered", "bm25_rare", "rrf"}
