@@ -11,8 +11,8 @@ page):
   thresholds ``kw > c`` / ``kw >= c`` (c ≥ 0) on that score: the rows scoring at least the ``need``-th
   best score (ties kept) — when fewer than ``need`` rows match, rows without a term can be on the page,
   so the full path runs, unless a threshold leaves them out (``kw > 0``: the matching rows are the page);
-- the first sort key is ``RRF``/``INTERLEAVE`` of bare SIMILARITY and BM25 arms, descending, with nothing
-  left in the engine's WHERE: each SIMILARITY arm's top ``arm_depth`` rows by the store's knn and each BM25
+- the first sort key is ``RRF``/``INTERLEAVE``/``FUSE`` of bare SIMILARITY and BM25 arms, descending, with
+  nothing left in the engine's WHERE (FUSE normalises each arm over its window, the same rows): each SIMILARITY arm's top ``arm_depth`` rows by the store's knn and each BM25
   arm's top ``arm_depth`` rows (ties kept), so every row an arm ranks inside its window is a candidate;
   a SIMILARITY arm dropped by ``on_arm_error="degrade"`` (no query vector) adds none.
 
@@ -156,7 +156,7 @@ def narrow(plan: Any, store: Any, index: Any, qv: dict[str, np.ndarray], need: i
         if not complete and not any(_excludes_zero(c) for c in plan.residual):
             return None  # rows holding no term (BM25 0) can fill the page: only the full path is exact
         return keys
-    if spec.kind in RANK_FUSIONS and plan.arm_depth is not None and not plan.residual:
+    if (spec.kind in RANK_FUSIONS or spec.kind == "FUSE") and plan.arm_depth is not None and not plan.residual:
         depth = plan.arm_depth
         calls: dict[str, Callable[[], Any]] = {}
         for arm in spec.arms:

@@ -149,7 +149,12 @@ def check_tied_bm25_window(store_spec: str) -> None:
               'SELECT SENTENCE LET s = SIMILARITY(content, "zebra row 3"), k = BM25(content, "zebra stripes"), '
               'f = RRF(s, k, window => 30) ORDER BY f DESC LIMIT 15',
               'SELECT SENTENCE LET s = SIMILARITY(content, "zebra"), k = BM25(content, "zebra stripes"), '
-              'f = RRF(s, k, window => 20) WHERE meta.g == 1 ORDER BY f DESC LIMIT 10 OFFSET 3']:
+              'f = RRF(s, k, window => 20) WHERE meta.g == 1 ORDER BY f DESC LIMIT 10 OFFSET 3',
+              'SELECT SENTENCE LET s = SIMILARITY(content, "zebra row 3"), k = BM25(content, "zebra stripes"), '
+              'f = FUSE(s, k, window => 25) ORDER BY f DESC LIMIT 12',
+              'SELECT SENTENCE LET s = SIMILARITY(content, "plain words"), k = BM25(content, "zebra stripes"), '
+              'f = FUSE(k, s, method => "dbsf", weights => [2, 1], window => 30) WHERE meta.g != 0 '
+              'ORDER BY f DESC LIMIT 9 OFFSET 2']:
         got, want = (e.search(q) for e in engines)
         assert [(h.id, h.scores) for h in got] == [(h.id, h.scores) for h in want], q
         assert got.stats.get("keyword_recall", 0) <= 60, got.stats
@@ -192,6 +197,10 @@ def check_document_arms(store_spec: str) -> None:
              'f = RRF(s, k, window => 20) ORDER BY f DESC LIMIT 20', True),
             ('SELECT DOCUMENT LET s = SIMILARITY(content, ["filler row 3", "lion"]), k = BM25(content, "lion"), '
              'f = RRF(k, s, window => 20) WHERE meta.g != 2 ORDER BY f DESC LIMIT 8 OFFSET 1', True),
+            ('SELECT DOCUMENT LET s = SIMILARITY(content, "The zebra has stripes."), k = BM25(content, "lion"), '
+             'f = FUSE(s, k, window => 20) ORDER BY f DESC LIMIT 20', True),
+            ('SELECT DOCUMENT LET s = SIMILARITY(content, "filler row 3"), k = BM25(content, "zebra stripes"), '
+             'f = FUSE(k, s, method => "dbsf", window => 25) WHERE meta.g == 1 ORDER BY f DESC LIMIT 10', True),
             ('SELECT DOCUMENT LET k = BM25(content, "zebra") ORDER BY k DESC LIMIT 60', False),  # 45 match: 0s fill
         ]:
             got, want = (e.search(q) for e in engines)
