@@ -667,3 +667,9 @@ def test_knn_rows_are_the_stored_rows_and_a_write_forgets_them(tmp_path: Path) -
     assert [row_tuple(r) for r in rows] == [row_tuple(r) for r in store.fetch([k for k, _ in hits])]
     assert any(r.metadata == {"new": True} for r in store.fetch(store.scan()))
     store.close()
+
+
+def test_document_pages_by_bm25_and_fusions_read_only_their_arms_documents(tmp_path: Path) -> None:
+    from adapter_kit import check_document_arms
+
+    check_document_arms("duckdb:///" + str(tmp_path / "docs.duckdb").lstrip("/"))

@@ -744,3 +744,9 @@ def test_term_rows_are_each_sentences_terms_counted(pg_dsn: str, in_sql: bool, m
     assert nterms == lengths
     assert stats == (len(lengths), sum(lengths.values()))
     store.close()
+
+
+def test_document_pages_by_bm25_and_fusions_read_only_their_arms_documents(pg_dsn: str) -> None:
+    from adapter_kit import check_document_arms
+
+    check_document_arms(pg_dsn)
