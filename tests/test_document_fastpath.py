@@ -110,6 +110,13 @@ QUERIES = [
     ("f = sm - sem ORDER BY f DESC LIMIT 300", "formula"),
     ("f = RRF(sem, kw) WHERE meta.status == \"none such\" ORDER BY f DESC LIMIT 10", "fusion"),  # no document
     ("x = 1 WHERE doc_id == \"d001\" ORDER BY kb DESC LIMIT 10", "bm25"),  # one document
+    # lower bounds on the key's own BM25: the documents passing are a prefix of its order
+    ("x = 1 WHERE kb > 0 ORDER BY kb DESC LIMIT 400", "bm25"),  # fewer documents match than the page
+    ("x = 1 WHERE kw > 0 ORDER BY kw DESC LIMIT 10", "bm25"),
+    ("x = 1 WHERE kw >= 2.5 AND kw > 1 ORDER BY kw DESC LIMIT 30 OFFSET 4", "bm25"),
+    ("x = 1 WHERE kz > 0 ORDER BY kz DESC, sem ASC LIMIT 3", "bm25"),  # ties on kz: sem decides
+    ("x = 1 WHERE kb >= 0 ORDER BY kb DESC LIMIT 60 OFFSET 100", "bm25"),  # holds at 0: no-term documents fill
+    ("x = 1 WHERE kb > 0 AND meta.status == \"draft\" ORDER BY kb DESC LIMIT 50", "bm25"),
 ]
 
 
@@ -207,6 +214,9 @@ ROW_BY_ROW = [
     ("f = RRF(sem, kw) WHERE kw > 0 ORDER BY f DESC LIMIT 10", "WHERE has conditions"),
     ("f = RRF(sem, kw) WHERE sem >= 0.3 ORDER BY f DESC LIMIT 10", "WHERE has conditions"),
     ("x = 1 WHERE content CONTAINS \"solar\" ORDER BY kw DESC LIMIT 10", "WHERE has conditions"),
+    ("x = 1 WHERE kb > 0 ORDER BY kw DESC LIMIT 10", "WHERE has conditions"),  # a bound on another score
+    ("x = 1 WHERE kw < 3 ORDER BY kw DESC LIMIT 10", "WHERE has conditions"),  # an upper bound
+    ("f = sem + kw WHERE kw > 0 ORDER BY f DESC LIMIT 10", "WHERE has conditions"),
     ("f = RRF(SIMILARITY(content, $q, min => 0.2), kw) ORDER BY f DESC LIMIT 10", "min =>"),
     ("f = RRF(sem, kw) DISTINCT BY meta.status ORDER BY f DESC LIMIT 10", "DISTINCT BY"),
     ("f = RRF(sem, kw, weights => [0.0, 1.0]) ORDER BY f DESC LIMIT 10", "not positive"),

@@ -26,7 +26,8 @@ them, so each arm ranks the rows passing WHERE (SPEC §9). A bound that holds at
 ``kw > -1``) or an upper bound is no floor: the query runs row by row as before.
 
 DOCUMENT rows (``FastPath.unit``, :func:`_documents`) take the *prune* kinds over documents when WHERE
-leaves nothing to the engine: a document's SIMILARITY/BM25 is its best sentence's, so the store takes a
+leaves nothing to the engine (or, for the *bm25* kind, nothing but lower bounds on its own score,
+:func:`_key_bound`): a document's SIMILARITY/BM25 is its best sentence's, so the store takes a
 maximum per document and the documents are ranked and fused with numpy
 (:mod:`nlql.stores.memory.document_page`). CHUNK rows (cut from the sentences' lengths) run row by row.
 
@@ -152,7 +153,8 @@ def _documents(plan: Plan) -> Plan:
     pushed filter is on document metadata and ids, so it keeps or drops whole documents), no ``min =>``
     (NULL below it), no DISTINCT BY, no reranker clause, no GRAPH / TEMPORAL outside the fusion's arms,
     no other fusion."""
-    if plan.residual or plan.fusion_residual:
+    bound = _key_bound(plan) if plan.residual and not plan.fusion_residual else None
+    if (plan.residual and bound is None) or plan.fusion_residual:
         return _none(plan, "WHERE has conditions the engine evaluates on each document")
     if (plan.graphs or plan.temporals) and not _value_fusion(plan):
         return _none(plan, "GRAPH / TEMPORAL values come from the engine, row by row")
@@ -178,7 +180,10 @@ def _documents(plan: Plan) -> Plan:
         return _set(plan, FastPath("formula", formula=formula, unit=unit,
                                    bm25_texts=_used(bm25_texts, formula.slots())))
     if spec.kind == "BM25":
-        return _set(plan, FastPath("bm25", slot=spec.slot, unit=unit, bm25_texts=_used(bm25_texts, [spec.slot])))
+        return _set(plan, FastPath("bm25", slot=spec.slot, unit=unit, bm25_texts=_used(bm25_texts, [spec.slot]),
+                                   floors=bound or ()))
+    if bound is not None:
+        return _none(plan, "WHERE has conditions the engine evaluates on each document")
     if spec.kind not in (*RANK_FUSIONS, "FUSE") or spec.window is None:
         return _none(plan, f"{first.label} is not a BM25, RRF / INTERLEAVE / FUSE or arithmetic score")
     if _weight_not_positive(spec):  # (as for sentences)
@@ -247,6 +252,28 @@ def _value_fusion(plan: Plan) -> bool:
 
 _HOLDS_AT_ZERO = {">": lambda v: 0.0 > v, ">=": lambda v: 0.0 >= v, "<": lambda v: 0.0 < v,
                   "<=": lambda v: 0.0 <= v}
+
+
+def _key_bound(plan: Plan) -> tuple[tuple[str, str, float], ...] | None:
+    """For DOCUMENT rows ordered by one BM25 score descending: WHERE's conditions when each is a lower
+    bound on that score (``kw > 0``, ``kw >= 2.5``; a document's score is its best sentence's), as the
+    floors among them (those failing at 0: a document holding no term cannot pass), else None. The
+    documents passing such bounds come first in the score's order, so the page is among the best
+    documents the *bm25* path keeps, and the engine applies the bounds to the documents it builds."""
+    if not plan.order or not plan.order[0].descending:
+        return None
+    slot = plan.slot_of(plan.order[0].expr)
+    spec = plan.spec(slot) if slot is not None else None
+    if spec is None or spec.kind != "BM25" or spec.min is not None:
+        return None
+    floors: list[tuple[str, str, float]] = []
+    for c in _conditions(plan, plan.residual):
+        cond = c if isinstance(c, ScoreCondition) else None
+        if cond is None or cond.op not in (">", ">=") or cond.slot != spec.slot:
+            return None
+        if not _HOLDS_AT_ZERO[cond.op](cond.value) and (cond.slot, cond.op, cond.value) not in floors:
+            floors.append((cond.slot, cond.op, cond.value))
+    return tuple(floors)
 
 
 def _zero_fails_all(plan: Plan) -> bool:

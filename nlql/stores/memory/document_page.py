@@ -1,8 +1,9 @@
 """The page of a DOCUMENT query ranked by BM25, score arithmetic or a fusion, picked with numpy.
 
 The planner's path over documents (``FastPath.unit == "DOCUMENT"``, :mod:`nlql.plan.choose_fastpath`)
-leaves nothing to the engine but the ranking: no residual WHERE (the pushed filter is on document
-metadata and ids, so it keeps or drops whole documents), no ``min =>``, no DISTINCT BY, no reranker.
+leaves nothing to the engine but the ranking: no residual WHERE but lower bounds on the one BM25 score
+the page is ordered by (the pushed filter is on document metadata and ids, so it keeps or drops whole
+documents), no ``min =>``, no DISTINCT BY, no reranker.
 A DOCUMENT row's SIMILARITY/BM25 is its best sentence's score (SPEC §6), so:
 
 1. every row passing the pushed filter is scored as the row-by-row path scores it (the store's exact
@@ -123,7 +124,9 @@ def _from_windows(run: Search, qv: dict[str, np.ndarray], spec: ScoreSpec | None
 
     if fast.kind == "bm25":
         reps, best = matched(fast.slot or "")
-        if reps.size < run.need:  # documents matching no term are on the page: every row is read
+        # documents matching no term are on the page (every row is read), unless WHERE's bound on the
+        # score leaves them out (kw > 0): then the matching documents are every one that can pass
+        if reps.size < run.need and not fast.floors:
             return None
         picked = np.sort(reps[top_rows(best, reps, table, run.need, ties=True)])
         run.stats.counts.update({"rounds": 1, "documents_matched": int(reps.size)})
