@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from itertools import chain
 from typing import Any
 
 __all__ = ["CHINESE_STOPWORDS", "CJK_MODES", "ENGLISH_STOPWORDS", "PRESETS", "STEMMER_ALIASES", "Analyzer"]
@@ -260,19 +261,39 @@ class Analyzer:
             words = self._split_cjk(words)
         if self._stopwords:
             words = [w for w in words if w not in self._stopwords]
-        if self._stem is not None and words:
-            # Stemming is the costly step and text repeats its words: stem each distinct word once.
-            memo = self._memo
-            out = list(map(memo.get, words))
-            if None in out:
-                missing = list({w for w, stem in zip(words, out) if stem is None})
-                fresh = dict(zip(missing, self._stem(missing)))
-                if len(memo) + len(fresh) > self.MAX_MEMO:
-                    memo.clear()  # (the stems already read stay in ``out``: nothing is looked up again)
-                memo.update(fresh)
-                out = [fresh[w] if stem is None else stem for w, stem in zip(words, out)]
-            return out
-        return words
+        return self._stems(words)
+
+    def terms_flat(self, texts: Sequence[str]) -> tuple[list[str], list[int]]:
+        """Every text's :meth:`terms` in one list, and how many each text has: ``[terms(t) for t in texts]``
+        flattened (what a store's ingest writes for its sentences), the stems looked up once for the batch.
+
+        >>> Analyzer(stopwords=["the"]).terms_flat(["The end", "", "of THE stories"])
+        (['end', 'of', 'stori'], [1, 0, 2])
+        """
+        find = _WORD.findall
+        words = [find(t.casefold()) for t in texts]
+        if self._cjk is not None and _CJK.search("".join(texts)) is not None:
+            words = [self._split_cjk(ws) if _CJK.search(t) is not None else ws for ws, t in zip(words, texts)]
+        stop = self._stopwords
+        if stop:
+            words = [[w for w in ws if w not in stop] for ws in words]
+        return self._stems(list(chain.from_iterable(words))), list(map(len, words))
+
+    def _stems(self, words: list[str]) -> list[str]:
+        """``words`` stemmed, or as they are without a stemmer. Stemming is the costly step and text
+        repeats its words: each distinct word is stemmed once (and remembered)."""
+        if self._stem is None or not words:
+            return words
+        memo = self._memo
+        out = list(map(memo.get, words))
+        if None in out:
+            missing = list({w for w, stem in zip(words, out) if stem is None})
+            fresh = dict(zip(missing, self._stem(missing)))
+            if len(memo) + len(fresh) > self.MAX_MEMO:
+                memo.clear()  # (the stems already read stay in ``out``: nothing is looked up again)
+            memo.update(fresh)
+            out = [fresh[w] if stem is None else stem for w, stem in zip(words, out)]
+        return out
 
     def _split_cjk(self, words: list[str]) -> list[str]:
         """``words`` with every run of CJK characters replaced by its bigrams (or jieba's words)."""
