@@ -45,6 +45,7 @@ _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan
 _ASCII_ENCODER = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"), allow_nan=False)
 _FLAT_SCALARS = frozenset({str, int, bool})
 _NUMBER_STARTS = frozenset("+-.")
+_CONTROLS = tuple(map(chr, range(9)))  # the ASCII characters escape_text rewrites
 
 
 class Columns(Protocol):
@@ -147,7 +148,9 @@ def _escaper(escape: Callable[[str], str], *columns: Sequence[str]) -> Callable[
     if escape is _identity:
         return escape
     for col in columns:
-        if _NEEDS_ESCAPE.search("".join(col)) is not None:
+        text = "".join(col)
+        # (ASCII text needs escaping only for one of the nine control characters: a substring search each)
+        if (any(c in text for c in _CONTROLS) if text.isascii() else _NEEDS_ESCAPE.search(text) is not None):
             return escape
     return _identity
 
@@ -163,7 +166,11 @@ def _shadows(strings: list[str], escape: Callable[[str], str]) -> tuple[list[Any
     nums: list[Any] = [None] * len(strings)
     stamps: list[Any] = [None] * len(strings)
     for i in [i for i, s in enumerate(strings) if s[:1].isdigit() or s[:1] in _NUMBER_STARTS]:
-        folds[i], nums[i], stamps[i] = shadow(strings[i], escape)
+        s = strings[i]
+        if "-" in s:  # (an ISO date has one: anything else is no date)
+            folds[i], nums[i], stamps[i] = shadow(s, escape)
+        else:
+            nums[i] = V.numeric_string(s)
     return folds, nums, stamps
 
 

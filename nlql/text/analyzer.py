@@ -285,15 +285,17 @@ class Analyzer:
         if self._stem is None or not words:
             return words
         memo = self._memo
-        out = list(map(memo.get, words))
-        if None in out:
-            missing = list({w for w, stem in zip(words, out) if stem is None})
-            fresh = dict(zip(missing, self._stem(missing)))
+        missing = set(words).difference(memo)
+        if missing:
+            todo = list(missing)
+            fresh = dict(zip(todo, self._stem(todo)))
             if len(memo) + len(fresh) > self.MAX_MEMO:
-                memo.clear()  # (the stems already read stay in ``out``: nothing is looked up again)
+                table = {**memo, **fresh}  # (this call's lookups; the memo starts again from its new words)
+                memo.clear()
+                memo.update(fresh)
+                return list(map(table.__getitem__, words))
             memo.update(fresh)
-            out = [fresh[w] if stem is None else stem for w, stem in zip(words, out)]
-        return out
+        return list(map(memo.__getitem__, words))
 
     def _split_cjk(self, words: list[str]) -> list[str]:
         """``words`` with every run of CJK characters replaced by its bigrams (or jieba's words)."""

@@ -66,3 +66,27 @@ def test_prepare_refuses_bad_vectors_and_metadata() -> None:
         prepare([d], 4, escape_text)
     with pytest.raises(ValueError, match="must be a dict"):
         prepare([DocRecord("x", "t", [1], [], np.zeros((0, 3), dtype=np.float32), 1)], 3, escape_text)
+
+
+def test_a_batch_read_as_columns_gives_what_its_records_give() -> None:
+    # a store that takes the engine's DocBatch passes its columns; the rows must not change
+    from nlql.stores.batch import DocBatch
+
+    ds = docs()
+    units = [u for d in ds for u in d.units]
+    batch = DocBatch([d.doc_id for d in ds], [d.text for d in ds], [d.metadata for d in ds], [len(d.units) for d in ds],
+                     [u.position for u in units], [u.start for u in units], [u.end for u in units],
+                     [u.content for u in units], [u.tail for u in units], np.concatenate([d.vectors for d in ds]))
+    batch.assign_seq(1)
+    a = Analyzer()
+    by_columns = prepare([], 3, escape_text, a, columns=batch)
+    assert batch.columnar  # read as columns: no record was built
+    by_records = prepare(ds, 3, escape_text, a)
+    for name in ("doc_ids", "seqs", "texts", "metadata", "flat", "members", "folds", "nums", "stamps", "unit_ids",
+                 "positions", "contents", "starts", "ends", "tails", "unit_folds", "unit_nums", "unit_stamps", "nterms",
+                 "terms"):
+        assert getattr(by_columns, name) == getattr(by_records, name), name
+    assert np.array_equal(by_columns.vectors, by_records.vectors)
+    bad = DocBatch(["x"], ["t"], [{}], [1], [0], [0], [1], ["t"], [""], np.full((1, 3), np.inf, dtype=np.float32))
+    with pytest.raises(ValueError, match="'x': vectors contain NaN or infinity"):
+        prepare([], 3, escape_text, columns=bad)

@@ -667,3 +667,30 @@ def test_knn_rows_are_the_stored_rows_and_a_write_forgets_them(tmp_path: Path) -
     assert [row_tuple(r) for r in rows] == [row_tuple(r) for r in store.fetch([k for k, _ in hits])]
     assert any(r.metadata == {"new": True} for r in store.fetch(store.scan()))
     store.close()
+
+
+def test_a_call_in_many_batches_leaves_the_tables_sorted_after_its_last_batch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The engine's batches of one ``add_texts`` call are read as columns and the tables are sorted once,
+    after the last one (``DuckDBStore._finish``): every term and metadata row is in the sorted part, and
+    searches answer as on a store that never sorts."""
+    texts = [f"Solar grid {i} storage report number {i % 7} by Alice" for i in range(60)]
+    metas = [{"tag": f"t{i % 5}", "year": 2000 + i % 3} for i in range(60)]
+    engines = {}
+    for name, floor in (("sorting", 0), ("plain", 10**12)):
+        store = DuckDBStore()
+        monkeypatch.setattr(store, "CLUSTER_MIN_ROWS", floor)
+        engines[name] = eng = Engine(store=store, embedder=HashEmbedder(dim=16), warm_up=False)
+        eng.add_texts(texts, ids=[f"d{i}" for i in range(60)], metadatas=metas, batch_size=7)
+    conn = engines["sorting"].store._conn
+    for suffix, first in (("terms", "term"), ("flat", "path")):
+        n = conn.execute(f'SELECT count(*) FROM "nlql_{suffix}"').fetchone()[0]
+        done = conn.execute("SELECT value::BIGINT FROM nlql_meta WHERE key = $1", [f"sorted_rows:{suffix}"]).fetchone()
+        assert done == (n,), suffix
+        col = [r[0] for r in conn.execute(f'SELECT {first} FROM "nlql_{suffix}" ORDER BY rowid').fetchall()]
+        assert col == sorted(col), suffix
+    for q in ('SELECT SENTENCE LET kw = BM25(content, "solar alice") ORDER BY kw DESC LIMIT 5',
+              'SELECT SENTENCE WHERE meta.tag == "t3" AND meta.year == 2001 LIMIT 10'):
+        got = [(h.doc_id, h.content) for h in engines["sorting"].search(q)]
+        assert got and got == [(h.doc_id, h.content) for h in engines["plain"].search(q)]
+    for eng in engines.values():
+        eng.close()

@@ -125,3 +125,18 @@ def test_a_full_stem_memo_is_dropped_without_losing_the_words_being_read(monkeyp
     for i in range(50):
         t = f"harvest number{i} word{i} markets"
         assert a.terms(t) == want(t)
+
+
+@pytest.mark.parametrize("analyzer", [Analyzer(), Analyzer.named("plain"), Analyzer(stopwords=None),
+                                      Analyzer(stopwords=["the", "a"]), Analyzer(cjk=None)],
+                         ids=["english", "plain", "stemmer", "custom", "cjk-runs"])
+def test_terms_flat_is_every_texts_terms_in_one_list(analyzer: Analyzer, monkeypatch: pytest.MonkeyPatch) -> None:
+    # what a SQL store writes at ingest must be, text for text, what a query's terms are
+    texts = ["The running Foxes ran", "", "  ", "长城在北京 Great Wall", "Straße ÉCOLE 2025-01-02", "a\x00b \ud800 c",
+             "THE the The", "日本語のテキスト and words", "number 12345 numbers", "The running Foxes ran"]
+    monkeypatch.setattr(analyzer, "MAX_MEMO", 4)  # the memo overflows on the way
+    want = [Analyzer.from_config(analyzer.config()).terms(t) for t in texts]
+    flat, counts = analyzer.terms_flat(texts)
+    assert counts == [len(w) for w in want]
+    assert flat == [t for w in want for t in w]
+    assert analyzer.terms_flat([]) == ([], [])
