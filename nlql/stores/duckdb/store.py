@@ -463,10 +463,10 @@ class DuckDBStore(DuckDBEntities, SqlStore):
             self._guard(self._finish)
 
     def _prepare(self, docs: Sequence[DocRecord]) -> tuple[list[str], Any, Any, Any, int, int, Any, Any, Any]:
-        """(escaped ids, Arrow docs and units tables (the units with their terms as a list, counted in
-        SQL by ``_write``), None, sentences added, terms added, entity link rows, the typed metadata
-        rows (:meth:`_flat_rows`), the list members' columns), from one pass over the batch
-        (:func:`nlql.sql.ingest.prepare`; an engine's batch as the columns it is)."""
+        """(escaped ids, Arrow docs and units tables, the counted term rows (:meth:`_term_rows`),
+        sentences added, terms added, entity link rows, the typed metadata rows (:meth:`_flat_rows`),
+        the list members' columns), from one pass over the batch (:func:`nlql.sql.ingest.prepare`; an
+        engine's batch as the columns it is)."""
         pa = import_arrow()
         codec = self.dialect.codec
         assert self.dim is not None
@@ -495,17 +495,38 @@ class DuckDBStore(DuckDBEntities, SqlStore):
             "nterms": pa.array(p.nterms, type=i32), "metadata": docs_t.column("metadata").take(unit_owner),
             "embedding": pa.FixedSizeListArray.from_arrays(pa.array(p.vectors.ravel()), self.dim),
             "doc_row": unit_owner}  # (each unit's document in the batch: _write gives it the document's dkey)
-        if p.term_list is not None:
-            toff = pa.array(np.concatenate([[0], np.cumsum(np.asarray(p.nterms, dtype=np.int64))]), type=i64)
-            ucols["terms"] = pa.LargeListArray.from_arrays(toff, pa.array(p.term_list, type=s))
         units_t = pa.table(ucols)
+        terms_t = self._term_rows(p)
         mc: dict[str, list[Any]] = {k: [] for k in ("doc_id", "path", "s", "f", "n", "t", "b")}
         for doc_id, members in zip(p.doc_ids, p.members, strict=True):
             if members:
                 _member_rows(mc, doc_id, members)
         # the entity links, as (doc_id, position, entity, name) rows
         ents_t = self._link_rows(docs) if batch is None else self._batch_link_rows(batch, p.doc_ids, p.unit_doc)
-        return p.doc_ids, docs_t, units_t, None, units_t.num_rows, p.total_terms, ents_t, flat_t, mc
+        return p.doc_ids, docs_t, units_t, terms_t, units_t.num_rows, p.total_terms, ents_t, flat_t, mc
+
+    @staticmethod
+    def _term_rows(p: Prepared) -> Any:
+        """The batch's ``<prefix>_terms`` rows, counted: per sentence (``unit``, its row in the batch;
+        ``_write`` gives it its key) and distinct term, the term's frequency ``tf``, in the table's order
+        (term, then sentence), from one sort of integer codes (each term's rank among the batch's
+        distinct terms, in the binary order DuckDB compares text in, times the sentences plus the
+        sentence); None when the store keeps no BM25."""
+        if p.term_list is None:
+            return None
+        pa = import_arrow()
+        n_units = len(p.nterms)
+        coded = pa.array(p.term_list, type=pa.string()).dictionary_encode()
+        distinct = coded.dictionary.to_pylist()
+        order = sorted(range(len(distinct)), key=distinct.__getitem__)  # (code points: UTF-8's byte order)
+        rank = np.empty(len(order), dtype=np.int64)
+        rank[order] = np.arange(len(order), dtype=np.int64)
+        unit = np.repeat(np.arange(n_units, dtype=np.int64), np.asarray(p.nterms, dtype=np.int64))
+        codes, tf = np.unique(rank[coded.indices.to_numpy(zero_copy_only=False)] * max(n_units, 1) + unit,
+                              return_counts=True)
+        term_rank, unit = np.divmod(codes, max(n_units, 1))
+        return pa.table({"term": pa.array([distinct[i] for i in order], type=pa.string()).take(pa.array(term_rank)),
+                         "unit": pa.array(unit), "tf": pa.array(tf.astype(np.int32))})
 
     def _flat_rows(self, p: Prepared, ids: Any) -> Any:
         """The ``<prefix>_flat`` rows of a prepared batch as an Arrow table: per document (``doc_row``, its
@@ -565,10 +586,12 @@ class DuckDBStore(DuckDBEntities, SqlStore):
                         "embedding", "nterms", "metadata", "dkey"]
                 with registered(conn, units_t) as name:
                     self._run(conn, d.bulk_load("units", cols, name))
-                    if "terms" in units_t.column_names:
-                        self._run(conn, sql("INSERT INTO ", d.terms, " (term, key, tf) SELECT term, key, "
-                                            "count(*)::INTEGER FROM (SELECT key, unnest(terms) AS term FROM "
-                                            f"\"{name}\") GROUP BY term, key ORDER BY term"))
+                if terms_t is not None and terms_t.num_rows:
+                    unit_keys = pa.array(keys[n_docs:])
+                    rows = pa.table({"term": terms_t.column("term"), "key": unit_keys.take(terms_t.column("unit")),
+                                     "tf": terms_t.column("tf")})
+                    with registered(conn, rows) as name:
+                        self._run(conn, d.bulk_load("terms", ["term", "key", "tf"], name))
             self._run(conn, d.add_term_stats(added_n, added_len))
 
     def _finish(self) -> None:
