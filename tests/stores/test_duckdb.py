@@ -694,3 +694,29 @@ def test_a_call_in_many_batches_leaves_the_tables_sorted_after_its_last_batch(mo
         assert got and got == [(h.doc_id, h.content) for h in engines["plain"].search(q)]
     for eng in engines.values():
         eng.close()
+
+
+def test_a_write_that_fails_after_its_rows_went_in_leaves_every_table_as_it_was(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batch is one transaction: a statement failing after the documents, sentences, term and metadata
+    rows were inserted (the BM25 statistics' update, the write's last) takes them all back, and the
+    documents committed before stay whole; the same batch written again then succeeds."""
+    eng = Engine(store=DuckDBStore(), embedder=HashEmbedder(dim=16), warm_up=False)
+    eng.add_texts(["Alice met Bob in Paris. They talked.", "Solar storage grows."], ids=["a", "b"],
+                  metadatas=[{"tag": "x", "l": [1, 2]}, {"tag": "y"}])
+    conn = eng.store._conn
+    tables = ("docs", "units", "terms", "flat", "members", "entity_links", "entity_edges", "bm25", "meta")
+
+    def snapshot() -> dict[str, list[Any]]:
+        return {t: conn.execute(f'SELECT * FROM "nlql_{t}" ORDER BY ALL').fetchall() for t in tables}
+
+    before = snapshot()
+    monkeypatch.setattr(eng.store.dialect, "add_term_stats", lambda n, length: "SELECT no_such_column FROM nlql_bm25")
+    texts = ["Carol met Dave in Rome.", "Alice went home. Bob stayed in Paris."]
+    with pytest.raises(NLQLError):
+        eng.add_texts(texts, ids=["c", "a"], metadatas=[{"tag": "z", "l": [3]}, {"tag": "w"}])
+    assert snapshot() == before
+    monkeypatch.undo()
+    eng.add_texts(texts, ids=["c", "a"], metadatas=[{"tag": "z", "l": [3]}, {"tag": "w"}])
+    got = {h.doc_id: h.content for h in eng.search("SELECT DOCUMENT")}
+    assert got == {"a": "Alice went home. Bob stayed in Paris.", "b": "Solar storage grows.", "c": "Carol met Dave in Rome."}
+    eng.close()
