@@ -45,6 +45,7 @@ _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan
 _ASCII_ENCODER = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"), allow_nan=False)
 _FLAT_SCALARS = frozenset({str, int, bool})
 _NUMBER_STARTS = frozenset("+-.")
+_KEY_TYPES = frozenset({str, int, bool, float, type(None)})
 _CONTROLS = tuple(map(chr, range(9)))  # the ASCII characters escape_text rewrites
 
 
@@ -228,7 +229,8 @@ def prepare(docs: Sequence[Any], dim: int, escape: Callable[[str], str] | None, 
         raise ValueError(f"document {c.doc_ids[int(out.unit_doc[bad])]!r}: vectors contain NaN or infinity")
     out.vectors = mat
     raw_escape = escape if escape is not None else _identity
-    _documents(out, c, raw_escape)
+    if not _documents_by_key(out, c.metadatas, raw_escape):
+        _documents(out, c, raw_escape)
     esc_doc = _escaper(raw_escape, c.doc_ids, c.texts)
     out.doc_ids = list(c.doc_ids) if esc_doc is _identity else [esc_doc(x) for x in c.doc_ids]
     out.texts = list(c.texts) if esc_doc is _identity else [esc_doc(x) for x in c.texts]
@@ -246,6 +248,70 @@ def prepare(docs: Sequence[Any], dim: int, escape: Callable[[str], str] | None, 
     else:
         out.nterms = [0] * len(raw_contents)
     return out
+
+
+def _documents_by_key(out: Prepared, metas: Sequence[Any], raw_escape: Callable[[str], str]) -> bool:
+    """:func:`_documents` a key at a time, for a batch whose metadata are dicts with the same keys in the
+    same order and only strings, booleans, integers, finite floats and nulls as values (a batch of one
+    source usually is): each key's distinct values are typed and written as JSON once, every document
+    takes its records' pairs and its JSON text from them. False (``out`` untouched) for any other batch."""
+    if not metas or type(metas[0]) is not dict:
+        return False
+    shape = tuple(metas[0])
+    if set(map(type, metas)) != {dict} or any(type(k) is not str for k in shape) or \
+            set(map(tuple, metas)) != {shape}:
+        return False
+    n = len(metas)
+    if not shape:
+        out.metadata.extend(["{}"] * n)
+        out.members.extend({} for _ in range(n))
+        out.flat_counts.extend([0] * n)
+        return True
+    pairs: list[tuple[str, dict[str, Any]]] = []
+    index_cols: list[np.ndarray] = []
+    text_cols: list[list[str]] = []
+    memo: dict[tuple[type, Any], dict[str, Any]] = {}
+    for k in shape:
+        col = [m[k] for m in metas]
+        types = set(map(type, col))
+        if not types <= _KEY_TYPES or (float in types and not all(
+                math.isfinite(v) for v in col if type(v) is float)):
+            return False
+        head = _ENCODER.encode(k) + ":"
+        pk = path_key((k,))
+        # each distinct value once: its pair (-1 for a null) and its JSON member text; a float each time
+        # (-0.0 == 0.0 would share one record)
+        keyed: list[Any] = col if len(types) == 1 and float not in types else list(zip(map(type, col), col))
+        if float in types:
+            keyed = [(float, i) if type(v) is float else kv for i, (v, kv) in enumerate(zip(col, keyed))]
+        seen: dict[Any, int] = {}
+        codes = list(map(seen.setdefault, keyed, range(len(keyed))))  # each value's first occurrence
+        firsts = sorted(set(codes))
+        pair_of = np.full(len(col), -1, dtype=np.int64)
+        text_of: dict[int, str] = {}
+        for i in firsts:
+            v = col[i]
+            text = head + (float.__repr__(v) if type(v) is float else _ENCODER.encode(v))
+            if _SURROGATE.search(text) is not None:
+                return False
+            text_of[i] = text
+            if v is not None:
+                mk = (type(v), v)
+                rec = _typed(v, raw_escape) if type(v) is float else memo.get(mk)
+                if rec is None:
+                    rec = memo[mk] = _typed(v, raw_escape)
+                pairs.append((pk, rec))
+                pair_of[i] = len(out.pairs) + len(pairs) - 1
+        index_cols.append(pair_of[np.asarray(codes, dtype=np.int64)])
+        text_cols.append(list(map(text_of.__getitem__, codes)))
+    out.pairs.extend(pairs)
+    out.metadata.extend(["{" + ",".join(parts) + "}" for parts in zip(*text_cols)])
+    out.members.extend({} for _ in range(n))
+    mat = np.stack(index_cols, axis=1)  # (documents, keys): each record's pair, -1 for a null
+    kept = mat >= 0
+    out.flat_index.extend(mat[kept].tolist())  # (row-major: document after document, keys in order)
+    out.flat_counts.extend(kept.sum(axis=1).tolist())
+    return True
 
 
 def _documents(out: Prepared, c: Any, raw_escape: Callable[[str], str]) -> None:

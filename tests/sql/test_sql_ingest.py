@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import pytest
@@ -90,3 +91,34 @@ def test_a_batch_read_as_columns_gives_what_its_records_give() -> None:
     bad = DocBatch(["x"], ["t"], [{}], [1], [0], [0], [1], ["t"], [""], np.full((1, 3), np.inf, dtype=np.float32))
     with pytest.raises(ValueError, match="'x': vectors contain NaN or infinity"):
         prepare([], 3, escape_text, columns=bad)
+
+
+UNIFORM = [  # batches whose metadata share their keys (read a key at a time), and some that cannot be
+    [{"status": "published", "year": 2023, "ok": True, "score": 0.5, "when": "2025-01-02", "n": None},
+     {"status": "Draft", "year": 2024, "ok": False, "score": -0.0, "when": "x", "n": "12"},
+     {"status": "published", "year": 2023, "ok": True, "score": 0.0, "when": "2025-01-02", "n": 1},
+     {"status": "a\x00b", "year": True, "ok": 1, "score": 2, "when": None, "n": 1.0}],
+    [{}, {}, {}],
+    [{"k": "v"}],
+    [{"a": 1, "b": 2}, {"b": 2, "a": 1}],  # the same keys in another order
+    [{"s": "fine"}, {"s": "lone \ud800"}],  # a lone surrogate
+    [{"f": 1.0}, {"f": float("nan")}],
+    [{"l": [1]}, {"l": [2, 3]}],
+    [{"x": 1}, None, {"x": 2}],
+]
+
+
+@pytest.mark.parametrize("metas", UNIFORM, ids=[f"batch{i}" for i in range(len(UNIFORM))])
+def test_a_batch_of_one_shape_gives_what_the_codec_gives_per_document(metas: list[Any]) -> None:
+    ds = [DocRecord(f"d{i}", f"text {i}", m, [UnitRecord(0, f"text {i}", 0, 6)], np.full((1, 3), 0.5, dtype=np.float32),
+                    i + 1) for i, m in enumerate(metas)]
+    p = prepare(ds, 3, escape_text)
+    for i, d in enumerate(ds):
+        meta = V.normalize_metadata(d.metadata or {})
+        assert p.metadata[i] == exact_json(meta)
+        assert p.flat[i] == list(flatten_metadata(meta).items())
+        for (_, got), (_, want) in zip(p.flat[i], flatten_metadata(meta).items(), strict=True):
+            assert {k: (v, math.copysign(1, v) if type(v) is float else None) for k, v in got.items()} == \
+                   {k: (v, math.copysign(1, v) if type(v) is float else None) for k, v in want.items()}
+        assert p.members[i] == list_members(meta)
+    assert sum(p.flat_counts) == len(p.flat_index) and all(0 <= j < len(p.pairs) for j in p.flat_index)
