@@ -140,3 +140,18 @@ def test_terms_flat_is_every_texts_terms_in_one_list(analyzer: Analyzer, monkeyp
     assert counts == [len(w) for w in want]
     assert flat == [t for w in want for t in w]
     assert analyzer.terms_flat([]) == ([], [])
+
+
+def test_a_word_of_ascii_digits_is_its_own_stem_in_every_algorithm() -> None:
+    # Analyzer._stems does not send such words to the stemmer: this must stay true of every algorithm
+    import snowballstemmer
+
+    words = ["0", "00", "007", "42", "1999", "2025", "31415926535", "1" * 40]
+    for name in snowballstemmer.algorithms():
+        assert snowballstemmer.stemmer(name).stemWords(words) == words, name
+        assert Analyzer(stemmer=name, stopwords=None).terms(" ".join(words)) == words, name
+    stemmer = pytest.importorskip("Stemmer")
+    for name in stemmer.algorithms():
+        assert stemmer.Stemmer(name).stemWords(words) == words, name
+    # not ASCII: the stemmer decides (Arabic turns Arabic-Indic digits into ASCII ones)
+    assert Analyzer(stemmer="arabic", stopwords=None).terms("٣٤") == ["34"]
