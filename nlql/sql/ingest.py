@@ -170,6 +170,8 @@ def _shadows(strings: list[str], escape: Callable[[str], str]) -> tuple[list[Any
         s = strings[i]
         if "-" in s:  # (an ISO date has one: anything else is no date)
             folds[i], nums[i], stamps[i] = shadow(s, escape)
+        elif len(s) <= 300 and s.isdigit() and s.isascii():  # (an id such as "12345": a finite float)
+            nums[i] = float(s)
         else:
             nums[i] = V.numeric_string(s)
     return folds, nums, stamps

@@ -122,3 +122,13 @@ def test_a_batch_of_one_shape_gives_what_the_codec_gives_per_document(metas: lis
                    {k: (v, math.copysign(1, v) if type(v) is float else None) for k, v in want.items()}
         assert p.members[i] == list_members(meta)
     assert sum(p.flat_counts) == len(p.flat_index) and all(0 <= j < len(p.pairs) for j in p.flat_index)
+
+
+def test_the_shadow_columns_are_the_codecs_for_numbers_dates_and_ids() -> None:
+    strings = ["0", "007", "12345", "1" * 300, "1" * 301, "9" * 400, "9" * 401, "٣٤", "+1", "-2", ".5", "1e5",
+               "2025-01-02", "2025-01-02T10:00:00Z", "12-3", "1.5", "x", "ÉCOLE", "a\x00b", "\ud800x"]
+    ds = [DocRecord(s, s, {}, [UnitRecord(0, s, 0, len(s))] if s else [], np.full((1, 3), 0.5, dtype=np.float32), i + 1)
+          for i, s in enumerate(strings)]
+    p = prepare(ds, 3, escape_text)
+    assert list(zip(p.folds, p.nums, p.stamps, strict=True)) == [shadow(s) for s in strings]
+    assert list(zip(p.unit_folds, p.unit_nums, p.unit_stamps, strict=True)) == [shadow(s) for s in strings]
