@@ -83,13 +83,13 @@ class GraphSidecar:
             return
         if is_columnar(docs):  # the engine's batch, not read as records: a column of names per sentence
             batch = cast(DocBatch, docs)
-            doc_names = [metadata_entities(m) for m in batch.metadatas]
+            given = [metadata_entities(m) for m in batch.metadatas]
             extract = self.extractor
-            if extract is not None and not any(doc_names):  # (the common case: the extractor's names only)
+            if extract is not None and not any(given):  # (the common case: the extractor's names only)
                 batch.entities = [list(extract(content)) for content in batch.contents]
                 return
             owner = np.repeat(np.arange(len(batch), dtype=np.int64), batch.counts).tolist()
-            batch.entities = [self._names(content, doc_names[i]) for i, content in zip(owner, batch.contents)]
+            batch.entities = [self._names(content, given[i]) for i, content in zip(owner, batch.contents)]
             return
         for d in docs:
             doc_names = metadata_entities(d.metadata)

@@ -470,9 +470,9 @@ class DuckDBStore(DuckDBEntities, SqlStore):
         pa = import_arrow()
         codec = self.dialect.codec
         assert self.dim is not None
-        batch = docs if is_columnar(docs) else None
+        batch = cast(DocBatch, docs) if is_columnar(docs) else None
         p = prepare(docs, self.dim, codec.escape if codec.escaped else None, self.analyzer if self.bm25 else None,
-                    columns=cast(Any, batch))
+                    columns=batch)
         s, i64, i32, f64 = pa.string(), pa.int64(), pa.int32(), pa.float64()
         ids_arr = pa.array(p.doc_ids, type=s)
         flat_t = self._flat_rows(p, ids_arr)
