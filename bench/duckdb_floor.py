@@ -155,23 +155,26 @@ def nlql_rows(engine: Any) -> dict[str, Search]:
 def nlql_phases(data: dict[str, Any], prepared: list[tuple[Any, ...]]) -> tuple[float, dict[str, float]]:
     """``bench/duckdb_ingest.py``'s NLQL ingest, with the seconds spent in the store's Python preparation
     of the rows (``DuckDBStore._prepare``: typed metadata, BM25 terms, Arrow columns) and in its DuckDB
-    statements (``_write``: the bulk inserts of every table, the keys, the term counts, the sorting);
+    statements (``_write``: the bulk inserts of every table, the keys, the term counts; ``_finish``: the sorting);
     the Arrow tables each write was given are appended to ``prepared`` (for :func:`prepared_floor`)."""
     from bench.duckdb_ingest import nlql_duckdb
     from nlql.stores.duckdb import DuckDBStore
 
     spent = {"prepare": 0.0, "write": 0.0}
-    saved = {name: DuckDBStore.__dict__[f"_{name}"] for name in spent}
+    # (_finish: the statements after a call's last batch, the sorting of the clustered tables)
+    saved = {name: DuckDBStore.__dict__[f"_{name}"] for name in ("prepare", "write", "finish")}
 
     def timed(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        phase = "prepare" if name == "prepare" else "write"
+
         def run(self: Any, *args: Any, **kwargs: Any) -> Any:
             if name == "write":  # (ids, docs, units, terms, n, length, entities, flat, members)
-                prepared.append((args[1], args[2], args[6], args[7]))
+                prepared.append((args[1], args[2], args[6], args[7], args[3]))
             t = time.perf_counter()
             try:
                 return fn(self, *args, **kwargs)
             finally:
-                spent[name] += time.perf_counter() - t
+                spent[phase] += time.perf_counter() - t
         return run
 
     for name, fn in saved.items():
@@ -186,9 +189,9 @@ def nlql_phases(data: dict[str, Any], prepared: list[tuple[Any, ...]]) -> tuple[
 
 def prepared_floor(prepared: list[tuple[Any, ...]]) -> float:
     """DuckDB's own insert of the rows NLQL's store writes, as NLQL prepared them: one Arrow insert per
-    table of all the batches (documents, sentences with their vectors and keys, the BM25 postings
-    counted by DuckDB from the sentences' term lists, typed metadata rows, entity link rows) into plain
-    tables, in one transaction; no keys from a sequence, no sorting, no statistics. Seconds."""
+    table of all the batches (documents, sentences with their vectors and keys, the BM25 postings as the
+    store counted them, typed metadata rows, entity link rows) into plain tables, in one transaction;
+    no keys from a sequence, no sorting, no statistics. Seconds."""
     import duckdb
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -196,9 +199,11 @@ def prepared_floor(prepared: list[tuple[Any, ...]]) -> float:
     docs = pa.concat_tables([p[0] for p in prepared])
     units = pa.concat_tables([p[1] for p in prepared])
     keys = pa.array(np.arange(units.num_rows, dtype=np.int64))
-    terms = units.column("terms").combine_chunks()
-    postings = pa.table({"term": pc.list_flatten(terms), "key": keys.take(pc.list_parent_indices(terms))})
-    units = units.drop_columns(["terms", "doc_row"]).append_column("key", keys)
+    # the counted term rows of each batch, their sentences (row in the batch) made keys
+    firsts = np.cumsum([0] + [p[1].num_rows for p in prepared])
+    postings = pa.concat_tables([pa.table({"term": p[4].column("term"), "key": pc.add(p[4].column("unit"), int(first)),
+                                           "tf": p[4].column("tf")}) for p, first in zip(prepared, firsts[:-1], strict=True)])
+    units = units.drop_columns(["doc_row"]).append_column("key", keys)
     flat = pa.concat_tables([p[3] for p in prepared]).drop_columns(["doc_row"])
     links = [row for p in prepared for row in (p[2] or [])]  # (doc_id, position, entity, name) link rows
     ents = pa.table({c: [r[i] for r in links] for i, c in enumerate(("doc_id", "position", "entity", "name"))},
@@ -215,7 +220,7 @@ def prepared_floor(prepared: list[tuple[Any, ...]]) -> float:
     conn.execute("BEGIN")
     for name in ("docs", "units", "flat", "ents"):
         conn.execute(f"INSERT INTO {name} SELECT * FROM src_{name}")
-    conn.execute("INSERT INTO terms SELECT term, key, count(*)::INTEGER FROM src_postings GROUP BY term, key")
+    conn.execute("INSERT INTO terms SELECT term, key, tf FROM src_postings")
     conn.execute("COMMIT")
     dt = time.perf_counter() - t
     conn.close()

@@ -30,6 +30,7 @@ import numpy as np
 
 from nlql.gc_pause import gc_paused
 from nlql.stores.base import DocRecord, Store, TablePaths
+from nlql.stores.batch import DocBatch, is_columnar
 
 __all__ = ["GraphSidecar", "StoreActivation", "metadata_entities"]
 
@@ -79,6 +80,16 @@ class GraphSidecar:
             if self._graph is not None and self._fp is not None and self._fingerprint() != self._fp:
                 self._graph = None
         if not self.keeps_links:
+            return
+        if is_columnar(docs):  # the engine's batch, not read as records: a column of names per sentence
+            batch = cast(DocBatch, docs)
+            given = [metadata_entities(m) for m in batch.metadatas]
+            extract = self.extractor
+            if extract is not None and not any(given):  # (the common case: the extractor's names only)
+                batch.entities = [list(extract(content)) for content in batch.contents]
+                return
+            owner = np.repeat(np.arange(len(batch), dtype=np.int64), batch.counts).tolist()
+            batch.entities = [self._names(content, given[i]) for i, content in zip(owner, batch.contents)]
             return
         for d in docs:
             doc_names = metadata_entities(d.metadata)

@@ -33,7 +33,7 @@ class DocBatch(Sequence[DocRecord]):
     """
 
     __slots__ = ("doc_ids", "texts", "metadatas", "counts", "positions", "starts", "ends", "contents", "tails",
-                 "vectors", "seq", "rows_ahead", "_unique", "_records")
+                 "vectors", "seq", "rows_ahead", "entities", "_unique", "_records")
 
     def __init__(self, doc_ids: list[str], texts: list[str], metadatas: list[dict[str, Any]], counts: list[int],
                  positions: list[int], starts: list[int], ends: list[int], contents: list[str], tails: list[str],
@@ -58,6 +58,9 @@ class DocBatch(Sequence[DocRecord]):
         #: an estimate of the sentences this batch and the rest of its write (one add_texts call) bring:
         #: a store may make room for them at once (0: not known)
         self.rows_ahead = 0
+        #: per sentence, the entity names the engine found for a store that keeps entity links (as
+        #: ``DocRecord.entities``, which the records take from it); None: not given
+        self.entities: list[list[str]] | None = None
         self._unique = unique  # whether every id is in the batch once (None: not known yet)
         self._records: list[DocRecord] | None = None
 
@@ -109,10 +112,12 @@ class DocBatch(Sequence[DocRecord]):
             row = 0
             pos, starts, ends, contents, tails, vecs = (self.positions, self.starts, self.ends, self.contents,
                                                         self.tails, self.vectors)
+            names = self.entities
             for doc_id, text, meta, n, seq in zip(self.doc_ids, self.texts, self.metadatas, self.counts,
                                                   self.seq.tolist()):
                 units = [UnitRecord(pos[j], contents[j], starts[j], ends[j], tails[j]) for j in range(row, row + n)]
-                out.append(DocRecord(doc_id, text, meta, units, vecs[row : row + n], seq))
+                out.append(DocRecord(doc_id, text, meta, units, vecs[row : row + n], seq,
+                                     None if names is None else names[row : row + n]))
                 row += n
             self._records = out
         return self._records

@@ -193,12 +193,16 @@ def _run_child(store: str, kill_at: int, mode: str) -> subprocess.CompletedProce
                           text=True, env=env, timeout=300)
 
 
-@pytest.mark.parametrize("store_kind", ["directory", "pgvector"])
+@pytest.mark.parametrize("store_kind", ["directory", "pgvector", "duckdb"])
 def test_a_writer_killed_at_every_batch_boundary(store_kind: str, request: pytest.FixtureRequest,
                                                   tmp_path: Path) -> None:
+    if store_kind == "duckdb":
+        pytest.importorskip("duckdb")
     for kill_at in range(len(batches()) + 1):
         if store_kind == "directory":
             store = str(tmp_path / f"store-{kill_at}")
+        elif store_kind == "duckdb":  # (a file: the batches one call left unsorted, reopened)
+            store = f"duckdb:///{tmp_path / f'store-{kill_at}.duckdb'}"
         else:
             store = request.getfixturevalue("pg_server").new_database()
         proc = _run_child(str(store), kill_at, "kill")

@@ -673,3 +673,56 @@ def test_document_pages_by_bm25_and_fusions_read_only_their_arms_documents(tmp_p
     from adapter_kit import check_document_arms
 
     check_document_arms("duckdb:///" + str(tmp_path / "docs.duckdb").lstrip("/"))
+
+
+def test_a_call_in_many_batches_leaves_the_tables_sorted_after_its_last_batch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The engine's batches of one ``add_texts`` call are read as columns and the tables are sorted once,
+    after the last one (``DuckDBStore._finish``): every term and metadata row is in the sorted part, and
+    searches answer as on a store that never sorts."""
+    texts = [f"Solar grid {i} storage report number {i % 7} by Alice" for i in range(60)]
+    metas = [{"tag": f"t{i % 5}", "year": 2000 + i % 3} for i in range(60)]
+    engines = {}
+    for name, floor in (("sorting", 0), ("plain", 10**12)):
+        store = DuckDBStore()
+        monkeypatch.setattr(store, "CLUSTER_MIN_ROWS", floor)
+        engines[name] = eng = Engine(store=store, embedder=HashEmbedder(dim=16), warm_up=False)
+        eng.add_texts(texts, ids=[f"d{i}" for i in range(60)], metadatas=metas, batch_size=7)
+    conn = engines["sorting"].store._conn
+    for suffix, first in (("terms", "term"), ("flat", "path")):
+        n = conn.execute(f'SELECT count(*) FROM "nlql_{suffix}"').fetchone()[0]
+        done = conn.execute("SELECT value::BIGINT FROM nlql_meta WHERE key = $1", [f"sorted_rows:{suffix}"]).fetchone()
+        assert done == (n,), suffix
+        col = [r[0] for r in conn.execute(f'SELECT {first} FROM "nlql_{suffix}" ORDER BY rowid').fetchall()]
+        assert col == sorted(col), suffix
+    for q in ('SELECT SENTENCE LET kw = BM25(content, "solar alice") ORDER BY kw DESC LIMIT 5',
+              'SELECT SENTENCE WHERE meta.tag == "t3" AND meta.year == 2001 LIMIT 10'):
+        got = [(h.doc_id, h.content) for h in engines["sorting"].search(q)]
+        assert got and got == [(h.doc_id, h.content) for h in engines["plain"].search(q)]
+    for eng in engines.values():
+        eng.close()
+
+
+def test_a_write_that_fails_after_its_rows_went_in_leaves_every_table_as_it_was(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batch is one transaction: a statement failing after the documents, sentences, term and metadata
+    rows were inserted (the BM25 statistics' update, the write's last) takes them all back, and the
+    documents committed before stay whole; the same batch written again then succeeds."""
+    eng = Engine(store=DuckDBStore(), embedder=HashEmbedder(dim=16), warm_up=False)
+    eng.add_texts(["Alice met Bob in Paris. They talked.", "Solar storage grows."], ids=["a", "b"],
+                  metadatas=[{"tag": "x", "l": [1, 2]}, {"tag": "y"}])
+    conn = eng.store._conn
+    tables = ("docs", "units", "terms", "flat", "members", "entity_links", "entity_edges", "bm25", "meta")
+
+    def snapshot() -> dict[str, list[Any]]:
+        return {t: conn.execute(f'SELECT * FROM "nlql_{t}" ORDER BY ALL').fetchall() for t in tables}
+
+    before = snapshot()
+    monkeypatch.setattr(eng.store.dialect, "add_term_stats", lambda n, length: "SELECT no_such_column FROM nlql_bm25")
+    texts = ["Carol met Dave in Rome.", "Alice went home. Bob stayed in Paris."]
+    with pytest.raises(NLQLError):
+        eng.add_texts(texts, ids=["c", "a"], metadatas=[{"tag": "z", "l": [3]}, {"tag": "w"}])
+    assert snapshot() == before
+    monkeypatch.undo()
+    eng.add_texts(texts, ids=["c", "a"], metadatas=[{"tag": "z", "l": [3]}, {"tag": "w"}])
+    got = {h.doc_id: h.content for h in eng.search("SELECT DOCUMENT")}
+    assert got == {"a": "Alice went home. Bob stayed in Paris.", "b": "Solar storage grows.", "c": "Carol met Dave in Rome."}
+    eng.close()

@@ -125,3 +125,33 @@ def test_a_full_stem_memo_is_dropped_without_losing_the_words_being_read(monkeyp
     for i in range(50):
         t = f"harvest number{i} word{i} markets"
         assert a.terms(t) == want(t)
+
+
+@pytest.mark.parametrize("analyzer", [Analyzer(), Analyzer.named("plain"), Analyzer(stopwords=None),
+                                      Analyzer(stopwords=["the", "a"]), Analyzer(cjk=None)],
+                         ids=["english", "plain", "stemmer", "custom", "cjk-runs"])
+def test_terms_flat_is_every_texts_terms_in_one_list(analyzer: Analyzer, monkeypatch: pytest.MonkeyPatch) -> None:
+    # what a SQL store writes at ingest must be, text for text, what a query's terms are
+    texts = ["The running Foxes ran", "", "  ", "长城在北京 Great Wall", "Straße ÉCOLE 2025-01-02", "a\x00b \ud800 c",
+             "THE the The", "日本語のテキスト and words", "number 12345 numbers", "The running Foxes ran"]
+    monkeypatch.setattr(analyzer, "MAX_MEMO", 4)  # the memo overflows on the way
+    want = [Analyzer.from_config(analyzer.config()).terms(t) for t in texts]
+    flat, counts = analyzer.terms_flat(texts)
+    assert counts == [len(w) for w in want]
+    assert flat == [t for w in want for t in w]
+    assert analyzer.terms_flat([]) == ([], [])
+
+
+def test_a_word_of_ascii_digits_is_its_own_stem_in_every_algorithm() -> None:
+    # Analyzer._stems does not send such words to the stemmer: this must stay true of every algorithm
+    import snowballstemmer
+
+    words = ["0", "00", "007", "42", "1999", "2025", "31415926535", "1" * 40]
+    for name in snowballstemmer.algorithms():
+        assert snowballstemmer.stemmer(name).stemWords(words) == words, name
+        assert Analyzer(stemmer=name, stopwords=None).terms(" ".join(words)) == words, name
+    stemmer = pytest.importorskip("Stemmer")
+    for name in stemmer.algorithms():
+        assert stemmer.Stemmer(name).stemWords(words) == words, name
+    # not ASCII: the stemmer decides (Arabic turns Arabic-Indic digits into ASCII ones)
+    assert Analyzer(stemmer="arabic", stopwords=None).terms("٣٤") == ["34"]

@@ -18,8 +18,11 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+import numpy as np
+
 from nlql.sql import graph as graph_sql
 from nlql.sql.binder import sql
+from nlql.stores.batch import DocBatch
 from nlql.stores.duckdb.driver import arrow_table, import_arrow, registered
 from nlql.stores.entities_sql import EntityTables, LinkRows
 
@@ -50,6 +53,16 @@ class DuckDBEntities(EntityTables):
         with registered(conn, table) as name:
             self._run(conn, self.dialect.bulk_load("entity_links", ["doc_id", "position", "entity", "name"], name))
             self._run(conn, graph_sql.edges_from(self.dialect, f'"{name}"'))
+
+    def _batch_link_rows(self, batch: DocBatch, ids: list[str], owner: np.ndarray) -> LinkRows:
+        """The link rows of an engine's batch read as columns (its ``entities`` column, as
+        :meth:`EntityTables._link_rows` reads records): ``ids`` its documents' escaped ids, ``owner``
+        each sentence's document."""
+        if batch.entities is None:
+            return []
+        esc = self.dialect.codec.escape
+        return graph_sql.link_rows([(ids[i], [(position, [esc(n) for n in names])]) for i, position, names
+                                    in zip(owner.tolist(), batch.positions, batch.entities, strict=True) if names])
 
     def _open_entities(self, conn: Any) -> None:
         """The two tables (see :meth:`EntityTables._open_entities`); a file that kept names in

@@ -7,7 +7,7 @@ import os
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import numpy as np
 
@@ -18,9 +18,10 @@ from nlql.sql.binder import Fragment, Param, Slot, sql
 from nlql.sql.codec import list_members
 from nlql.sql.dialect import Compiled
 from nlql.sql.duckdb import DuckDBDialect
-from nlql.sql.ingest import prepare
+from nlql.sql.ingest import Prepared, prepare
 from nlql.sql.nodes import SimilarityScore
 from nlql.stores.base import DocRecord, Row
+from nlql.stores.batch import DocBatch, is_columnar, latest_per_id
 from nlql.stores.duckdb.driver import (
     arrow_table,
     import_arrow,
@@ -48,6 +49,12 @@ NO_DOWNLOADS = {"autoinstall_known_extensions": False, "autoload_known_extension
 # compressing the vectors (ALP-RD) at every checkpoint costs ingest time and scans decode them.
 # Integers keep their codecs. (A setting of the database, which the store created: not a connection's.)
 IN_MEMORY = "SET disabled_compression_methods = 'fsst,dict_fsst,alp,alprd'"
+# The same database checkpoints once its commits have written more than this since the last time (the
+# default is 16 MiB): a checkpoint of an in-memory database rewrites every table to compress what is
+# left (integers) and costs time in proportion to the whole database, and a 100k ingest of 384-dim
+# vectors crossed the default twice (0.9 s of a 6 s ingest) with the same query times without it.
+# Bounded, so that rows deleted by replacing writes are still reclaimed now and then.
+IN_MEMORY_CHECKPOINT = "SET checkpoint_threshold = '1GB'"
 
 
 def from_url(url: str) -> dict[str, Any]:
@@ -122,7 +129,7 @@ class DuckDBStore(DuckDBEntities, SqlStore):
             NAME="duckdb", EXACT=True, SCORE_THRESHOLD=True, BM25=True, SQL_ARMS=True, KEYWORD_STATS=True, ANALYZER=True,
             # its own tables keep the entity links (GRAPH in SQL: nlql.stores.duckdb.entities) and the metadata as JSON
             ENTITY_LINKS=self._external is None, GRAPH_ARM=self.dialect.graph_tables, COUNTS=self._external is None,
-            DESCRIBES_DATA=self._external is None)
+            DESCRIBES_DATA=self._external is None, DOC_BATCHES=True)
 
     @classmethod
     def from_table(cls, conn: Any, table: str, *, text: str, vector: str, id: str | None = None,  # noqa: A002
@@ -170,6 +177,7 @@ class DuckDBStore(DuckDBEntities, SqlStore):
             conn = self._duck.connect(target, read_only=self.read_only and self.path is not None, config=NO_DOWNLOADS)
             if self.path is None:
                 conn.execute(IN_MEMORY)
+                conn.execute(IN_MEMORY_CHECKPOINT)
             return conn
         except self._duck.Error as exc:
             if self.path is not None and not self.read_only and _permission_denied(exc):
@@ -342,11 +350,15 @@ class DuckDBStore(DuckDBEntities, SqlStore):
 
     def _next_keys(self, conn: Any, n: int) -> list[int]:
         """``n`` new keys from the key sequence, ascending."""
+        return self._key_block(conn, n).tolist()
+
+    def _key_block(self, conn: Any, n: int) -> np.ndarray:
+        """``n`` new keys from the key sequence, ascending, as int64."""
         if n <= 0:
-            return []
+            return np.zeros(0, dtype=np.int64)
         seq = Param(f"{self.table_prefix}_keys", "text")
-        return sorted(r[0] for r in self._run(conn, sql("SELECT nextval(", seq, ") FROM range(",
-                                                        Param(int(n), "bigint"), ")")).fetchall())
+        got = self._run(conn, sql("SELECT nextval(", seq, ") AS k FROM range(", Param(int(n), "bigint"), ")")).fetchnumpy()
+        return np.sort(np.asarray(got["k"], dtype=np.int64))
 
     def _open_flat(self, conn: Any) -> None:
         """``<prefix>_flat`` (each document's typed metadata, one row per path), which pushed metadata
@@ -436,64 +448,100 @@ class DuckDBStore(DuckDBEntities, SqlStore):
     # ---------------------------------------------------------------------------------- writing
 
     def upsert(self, docs: Sequence[DocRecord]) -> None:
-        """Replace (or insert) whole documents in one transaction; the last of duplicate ids wins."""
+        """Replace (or insert) whole documents in one transaction; the last of duplicate ids wins. The
+        engine's :class:`~nlql.stores.batch.DocBatch` is read as columns (``DOC_BATCHES``)."""
         self._need_open()
         self._check_writable()
-        latest: dict[str, DocRecord] = {}
-        for doc in docs:
-            latest.pop(doc.doc_id, None)
-            latest[doc.doc_id] = doc
-        if not latest:
+        docs = latest_per_id(docs)
+        if not len(docs):
             return
-        tables = self._prepare(list(latest.values()))
+        tables = self._prepare(docs)
         self._guard(lambda: self._write(*tables))
+        # the end of a write: an engine's batch says whether more of its add_texts call follows (the
+        # tables are sorted once after the last batch, not after every batch that grew them enough)
+        if not isinstance(docs, DocBatch) or docs.rows_ahead <= len(docs.contents):
+            self._guard(self._finish)
 
-    def _prepare(self, docs: list[DocRecord]) -> tuple[list[str], Any, Any, Any, int, int, Any, Any, Any]:
-        """(escaped ids, Arrow docs and units tables (the units with their terms as a list, counted in
-        SQL by ``_write``), None, sentences added, terms added, entity link rows, the typed metadata by
-        path, the list members' columns), from one pass over the batch (:func:`nlql.sql.ingest.prepare`)."""
+    def _prepare(self, docs: Sequence[DocRecord]) -> tuple[list[str], Any, Any, Any, int, int, Any, Any, Any]:
+        """(escaped ids, Arrow docs and units tables, the counted term rows (:meth:`_term_rows`),
+        sentences added, terms added, entity link rows, the typed metadata rows (:meth:`_flat_rows`),
+        the list members' columns), from one pass over the batch (:func:`nlql.sql.ingest.prepare`; an
+        engine's batch as the columns it is)."""
         pa = import_arrow()
         codec = self.dialect.codec
-        esc = codec.escape
         assert self.dim is not None
-        p = prepare(docs, self.dim, esc if codec.escaped else None, self.analyzer if self.bm25 else None)
+        batch = cast(DocBatch, docs) if is_columnar(docs) else None
+        p = prepare(docs, self.dim, codec.escape if codec.escaped else None, self.analyzer if self.bm25 else None,
+                    columns=batch)
         s, i64, i32, f64 = pa.string(), pa.int64(), pa.int32(), pa.float64()
-        counts, paths, cols = p.record_columns()
-        rtype = record_type()
-        fields = [pa.array(c, type=rtype.field(k).type) for k, c in zip("sfntb", cols, strict=True)]
-        items = pa.StructArray.from_arrays(fields, fields=list(rtype)) if paths else pa.array([], type=rtype)
-        offsets = pa.array(np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]).astype(np.int32), type=i32)
-        key_arr = pa.array(paths, type=s)
         ids_arr = pa.array(p.doc_ids, type=s)
+        flat_t = self._flat_rows(p, ids_arr)
+        counts = np.asarray(p.flat_counts, dtype=np.int64)
+        offsets = pa.array(np.concatenate([[0], np.cumsum(counts)]).astype(np.int32), type=i32)
+        items = pa.StructArray.from_arrays([flat_t.column(k).combine_chunks() for k in "sfntb"],
+                                           fields=list(record_type()))
         docs_t = pa.table({"doc_id": ids_arr, "seq": pa.array(p.seqs, type=i64), "text": pa.array(p.texts, type=s),
                            "metadata": pa.array(p.metadata, type=s),
-                           "mflat": pa.MapArray.from_arrays(offsets, key_arr, items),
+                           "mflat": pa.MapArray.from_arrays(offsets, flat_t.column("path").combine_chunks(), items),
                            "fold": pa.array(p.folds, type=s), "num": pa.array(p.nums, type=f64),
                            "ts": pa.array(p.stamps, type=i64)})
-        owner = pa.array(np.repeat(np.arange(len(p.doc_ids), dtype=np.int64), counts))
-        flat_t = pa.table({"doc_id": ids_arr.take(owner), "path": key_arr,
-                           **{k: f for k, f in zip("sfntb", fields, strict=True)}, "doc_row": owner})
-        unit_owner = pa.array(np.asarray(p.unit_doc, dtype=np.int64))
+        unit_owner = pa.array(p.unit_doc)
         ucols: dict[str, Any] = {
             "doc_id": ids_arr.take(unit_owner), "position": pa.array(p.positions, type=i32),
             "content": pa.array(p.contents, type=s), "start": pa.array(p.starts, type=i32),
             "end": pa.array(p.ends, type=i32), "tail": pa.array(p.tails, type=s),
-            "seq": pa.array(p.seqs, type=i64).take(unit_owner), "fold": pa.array(p.unit_folds, type=s),
+            "seq": docs_t.column("seq").take(unit_owner), "fold": pa.array(p.unit_folds, type=s),
             "num": pa.array(p.unit_nums, type=f64), "ts": pa.array(p.unit_stamps, type=i64),
             "nterms": pa.array(p.nterms, type=i32), "metadata": docs_t.column("metadata").take(unit_owner),
             "embedding": pa.FixedSizeListArray.from_arrays(pa.array(p.vectors.ravel()), self.dim),
             "doc_row": unit_owner}  # (each unit's document in the batch: _write gives it the document's dkey)
-        if p.terms is not None:
-            lens = np.fromiter((len(t) for t in p.terms), dtype=np.int64, count=len(p.terms))
-            toff = pa.array(np.concatenate([[0], np.cumsum(lens)]), type=i64)
-            ucols["terms"] = pa.LargeListArray.from_arrays(toff, pa.array([t for ts in p.terms for t in ts], type=s))
         units_t = pa.table(ucols)
+        terms_t = self._term_rows(p)
         mc: dict[str, list[Any]] = {k: [] for k in ("doc_id", "path", "s", "f", "n", "t", "b")}
         for doc_id, members in zip(p.doc_ids, p.members, strict=True):
             if members:
                 _member_rows(mc, doc_id, members)
-        ents_t = self._link_rows(docs)  # the entity links, as (doc_id, position, entity, name) rows
-        return p.doc_ids, docs_t, units_t, None, units_t.num_rows, p.total_terms, ents_t, flat_t, mc
+        # the entity links, as (doc_id, position, entity, name) rows
+        ents_t = self._link_rows(docs) if batch is None else self._batch_link_rows(batch, p.doc_ids, p.unit_doc)
+        return p.doc_ids, docs_t, units_t, terms_t, units_t.num_rows, p.total_terms, ents_t, flat_t, mc
+
+    @staticmethod
+    def _term_rows(p: Prepared) -> Any:
+        """The batch's ``<prefix>_terms`` rows, counted: per sentence (``unit``, its row in the batch;
+        ``_write`` gives it its key) and distinct term, the term's frequency ``tf``, in the table's order
+        (term, then sentence), from one sort of integer codes (each term's rank among the batch's
+        distinct terms, in the binary order DuckDB compares text in, times the sentences plus the
+        sentence); None when the store keeps no BM25."""
+        if p.term_list is None:
+            return None
+        pa = import_arrow()
+        n_units = len(p.nterms)
+        coded = pa.array(p.term_list, type=pa.string()).dictionary_encode()
+        distinct = coded.dictionary.to_pylist()
+        order = sorted(range(len(distinct)), key=distinct.__getitem__)  # (code points: UTF-8's byte order)
+        rank = np.empty(len(order), dtype=np.int64)
+        rank[order] = np.arange(len(order), dtype=np.int64)
+        unit = np.repeat(np.arange(n_units, dtype=np.int64), np.asarray(p.nterms, dtype=np.int64))
+        codes, tf = np.unique(rank[coded.indices.to_numpy(zero_copy_only=False)] * max(n_units, 1) + unit,
+                              return_counts=True)
+        term_rank, unit = np.divmod(codes, max(n_units, 1))
+        return pa.table({"term": pa.array([distinct[i] for i in order], type=pa.string()).take(pa.array(term_rank)),
+                         "unit": pa.array(unit), "tf": pa.array(tf.astype(np.int32))})
+
+    def _flat_rows(self, p: Prepared, ids: Any) -> Any:
+        """The ``<prefix>_flat`` rows of a prepared batch as an Arrow table: per document (``doc_row``, its
+        row in the batch; ``doc_id``) and metadata path, the typed record's fields ``s f n t b`` (the
+        batch's distinct records built once and taken by index). ``_write`` adds the documents' ``dkey``;
+        the columns after ``doc_row`` are the table's own (``DuckDBDialect.COLUMNS['flat']``)."""
+        pa = import_arrow()
+        rtype = record_type()
+        paths, cols = p.pair_columns()
+        index = pa.array(np.asarray(p.flat_index, dtype=np.int64))
+        owner = pa.array(np.repeat(np.arange(len(p.doc_ids), dtype=np.int64),
+                                   np.asarray(p.flat_counts, dtype=np.int64)))
+        fields = {k: pa.array(c, type=rtype.field(k).type).take(index) for k, c in zip("sfntb", cols, strict=True)}
+        return pa.table({"doc_id": ids.take(owner), "path": pa.array(paths, type=pa.string()).take(index), **fields,
+                         "doc_row": owner})
 
     def _write(self, ids: list[str], docs_t: Any, units_t: Any, terms_t: Any, added_n: int, added_len: int,
                ents_t: Any = None, flat_t: Any = None, members: dict[str, list[Any]] | None = None) -> None:
@@ -516,10 +564,10 @@ class DuckDBStore(DuckDBEntities, SqlStore):
             # the keys first (in order): the documents' (dkey), then the units' (so that the term rows
             # take theirs without a join on the table)
             n_docs = docs_t.num_rows
-            keys = self._next_keys(conn, n_docs + units_t.num_rows)
-            dkeys = pa.array(keys[:n_docs], type=pa.int64())
+            keys = self._key_block(conn, n_docs + units_t.num_rows)
+            dkeys = pa.array(keys[:n_docs])
             if members:
-                self._load_members(conn, members, dict(zip(ids, keys[:n_docs], strict=True)))
+                self._load_members(conn, members, dict(zip(ids, keys[:n_docs].tolist(), strict=True)))
             if flat_t is not None and flat_t.num_rows:
                 flat_t = flat_t.append_column("dkey", dkeys.take(flat_t.column("doc_row")))
                 with registered(conn, flat_t) as name:
@@ -532,18 +580,24 @@ class DuckDBStore(DuckDBEntities, SqlStore):
                 self._run(conn, d.bulk_load("docs", ["doc_id", "seq", "text", "metadata", "mflat", "fold", "num",
                                                      "ts"], name))
             if units_t.num_rows:
-                units_t = units_t.append_column("key", pa.array(keys[n_docs:], type=pa.int64()))
+                units_t = units_t.append_column("key", pa.array(keys[n_docs:]))
                 units_t = units_t.append_column("dkey", dkeys.take(units_t.column("doc_row")))
                 cols = ["key", "doc_id", "position", "content", "start", "end", "tail", "seq", "fold", "num", "ts",
                         "embedding", "nterms", "metadata", "dkey"]
                 with registered(conn, units_t) as name:
                     self._run(conn, d.bulk_load("units", cols, name))
-                    if "terms" in units_t.column_names:
-                        self._run(conn, sql("INSERT INTO ", d.terms, " (term, key, tf) SELECT term, key, "
-                                            "count(*)::INTEGER FROM (SELECT key, unnest(terms) AS term FROM "
-                                            f"\"{name}\") GROUP BY term, key ORDER BY term"))
+                if terms_t is not None and terms_t.num_rows:
+                    unit_keys = pa.array(keys[n_docs:])
+                    rows = pa.table({"term": terms_t.column("term"), "key": unit_keys.take(terms_t.column("unit")),
+                                     "tf": terms_t.column("tf")})
+                    with registered(conn, rows) as name:
+                        self._run(conn, d.bulk_load("terms", ["term", "key", "tf"], name))
             self._run(conn, d.add_term_stats(added_n, added_len))
-        with self._tx() as conn:  # (its own transaction: in the write's, DuckDB splits the units' row groups)
+
+    def _finish(self) -> None:
+        """After the last write of a call: the sorted tables kept sorted (:meth:`_cluster`), in a
+        transaction of its own (in the write's, DuckDB splits the units' row groups)."""
+        with self._tx() as conn:
             self._cluster(conn)
 
     def _cluster(self, conn: Any) -> None:

@@ -1,0 +1,139 @@
+#!/usr/bin/env python3
+"""NLQL's ingest on DuckDB, an earlier revision against this tree, in one interleaved run (issue 35).
+
+Each round runs, for each tree (``--before``: a revision, checked out into a temporary directory with
+``bench.common.earlier_tree``, or ``--old``: a directory holding an older checkout's ``nlql`` and
+``bench``; and this checkout), one child process that builds ``bench/pg_speed.py``'s corpus (``--n``
+one-sentence documents, precomputed vectors), runs both sides once on its first 200 rows (imports and
+first calls, not timed), then times ``bench/duckdb_ingest.py``'s raw Arrow insert of the same rows and
+``Engine(store=DuckDBStore()).add_texts(…, batch_size=8192)`` (in memory), NLQL's time split into the
+store's Python preparation (``DuckDBStore._prepare``), its DuckDB statements (``_write``, and ``_finish``
+where the tree has it) and the rest (the engine's text work). The trees take turns (old, new, new,
+old, …) so that neither always runs first; medians over the rounds, and each tree's NLQL time over the
+raw insert timed in the same child.
+
+    python bench/duckdb_ingest_before_after.py --before c55411c --n 100000 --rounds 3
+
+Writes bench/results/duckdb_ingest_before_after.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench.common import RESULTS, earlier_tree, log, machine_info, stamp_end, tree_env, write_json  # noqa: E402
+
+# run in a child whose sys.path starts with the tree: times one raw insert and one NLQL ingest
+CHILD = r"""
+import gc, json, os, sys, time
+tree, n = sys.argv[1], int(sys.argv[2])
+sys.path.insert(0, tree)
+import numpy as np
+from bench.pg_speed import QUERY_TEXTS, Lookup, corpus
+from bench.duckdb_ingest import nlql_duckdb, raw_duckdb
+from nlql.stores.duckdb import DuckDBStore
+
+texts, ids, metas, vecs, qvecs = corpus(n)
+data = {"texts": texts, "ids": ids, "metas": metas, "vecs": vecs,
+        "emb": Lookup(texts + QUERY_TEXTS, np.concatenate([vecs, qvecs]))}
+spent = {"prepare": 0.0, "write": 0.0}
+for name in ("_prepare", "_write", "_finish"):
+    fn = DuckDBStore.__dict__.get(name)
+    if fn is None:
+        continue
+    phase = "prepare" if name == "_prepare" else "write"
+
+    def timed(self, *a, _fn=fn, _phase=phase, **k):
+        t = time.perf_counter()
+        try:
+            return _fn(self, *a, **k)
+        finally:
+            spent[_phase] += time.perf_counter() - t
+
+    setattr(DuckDBStore, name, timed)
+# a first small run of each (not timed): imports and first-call costs are not ingest
+warm = {"texts": texts[:200], "ids": ids[:200], "metas": metas[:200], "vecs": vecs[:200], "emb": data["emb"]}
+raw_duckdb(warm)
+nlql_duckdb(warm)
+spent.update(prepare=0.0, write=0.0)
+gc.collect()
+raw = raw_duckdb(data)
+gc.collect()
+load = os.getloadavg()[0]
+nlql = nlql_duckdb(data)
+print(json.dumps({"raw_s": raw, "nlql_s": nlql, "prepare_s": spent["prepare"], "write_s": spent["write"],
+                  "engine_s": nlql - spent["prepare"] - spent["write"], "load": load}))
+"""
+
+
+def run_child(tree: Path, n: int) -> dict[str, float]:
+    out = subprocess.run([sys.executable, "-c", CHILD, str(tree), str(n)], cwd=tree, env=tree_env(tree), check=True,
+                         capture_output=True, text=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--before", default="c55411c", help="the earlier revision (checked out for the run)")
+    ap.add_argument("--old", type=Path, default=None, help="an older tree (holding nlql/ and bench/) instead")
+    ap.add_argument("--new", type=Path, default=ROOT)
+    ap.add_argument("--n", type=int, default=100_000)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--out", type=Path, default=RESULTS / "duckdb_ingest_before_after.json")
+    args = ap.parse_args()
+    if args.old is not None:
+        run(args, args.old.resolve(), str(args.old))
+    else:
+        with earlier_tree(args.before) as (short, tree, _):
+            run(args, tree, short)
+
+
+def run(args: argparse.Namespace, old: Path, old_name: str) -> None:
+    started = time.perf_counter()
+    load_before = os.getloadavg()
+    trees = {"old": old, "new": args.new.resolve()}
+    runs: dict[str, list[dict[str, float]]] = {"old": [], "new": []}
+    for r in range(args.rounds):
+        for name in (("old", "new") if r % 2 == 0 else ("new", "old")):
+            got = run_child(trees[name], args.n)
+            runs[name].append(got)
+            log(f"[duckdb_ingest_before_after] round {r} {name}: NLQL {got['nlql_s']:.2f} s (prepare {got['prepare_s']:.2f}, "
+                f"statements {got['write_s']:.2f}, engine {got['engine_s']:.2f}), raw {got['raw_s']:.2f} s, "
+                f"load {got['load']:.1f}")
+    summary: dict[str, Any] = {}
+    for name, rows in runs.items():
+        med = {k: round(statistics.median(x[k] for x in rows), 2) for k in ("nlql_s", "raw_s", "prepare_s", "write_s",
+                                                                             "engine_s")}
+        med["ratio_to_raw"] = round(statistics.median(x["nlql_s"] / x["raw_s"] for x in rows), 2)
+        summary[name] = med
+        print(f"{name}: NLQL {med['nlql_s']} s = {med['ratio_to_raw']}x the raw Arrow insert ({med['raw_s']} s); "
+              f"store preparation {med['prepare_s']} s, store statements {med['write_s']} s, engine {med['engine_s']} s")
+    summary["new_over_old"] = round(statistics.median(
+        b["nlql_s"] / a["nlql_s"] for a, b in zip(runs["old"], runs["new"], strict=True)), 2)
+    print(f"new / old NLQL ingest: {summary['new_over_old']}x")
+    load_after = os.getloadavg()
+    print(f"load {load_before[0]:.1f} -> {load_after[0]:.1f}")
+    out: dict[str, Any] = {"title": "NLQL ingest on DuckDB, before and after (issue 35)",
+                           "description": __doc__.split("\n\n")[1], "benchmark": "duckdb_ingest_before_after",
+                           "n": args.n, "rounds": args.rounds, "before": old_name,
+                           "summary": summary, "runs": runs, "load_before": [round(x, 2) for x in load_before],
+                           "load_after": [round(x, 2) for x in load_after], "machine": machine_info()}
+    stamp_end(out, started)
+    write_json(args.out, out)
+
+
+if __name__ == "__main__":
+    main()
