@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 from nlql.pushdown import Cond
 from nlql.sql import graph as graph_sql
 from nlql.sql.binder import Fragment, Param, Slot, join, sql
-from nlql.sql.codec import TextCodec, compact_json, path_key
+from nlql.sql.codec import TextCodec, compact_json, path_key, string_key
 from nlql.sql.dialect import Dialect, quote_ident
 from nlql.sql.duckdb.filters import subject
 from nlql.sql.filters import SQL_FILTER_OPS, SQL_LIST_OPS, ListMembers, Subject, equality_record
@@ -90,6 +90,9 @@ class DuckDBDialect(Dialect):
         # <p>_units, <p>_flat and <p>_members carry each document's integer key (dkey): a metadata
         # semi-join matches integers, not document id strings (a file written before: doc_id)
         self.doc_keys = False
+        # <p>_flat carries hkey, the checksum of each row's path and string (codec.string_key): string
+        # equality compares integers first (a file written before: the path and string only)
+        self.flat_keys = False
 
     @property
     def SELECT(self) -> str:  # type: ignore[override]  # noqa: N802 - the Dialect template
@@ -197,7 +200,12 @@ class DuckDBDialect(Dialect):
         metadata path, the typed record's fields as columns), where the store keeps it: DuckDB scans
         plain columns instead of looking a path up in every document's MAP (50k documents: 4 ms
         against 84 ms), and the statement needs no join with the documents table. TRUE on exactly
-        the rows where the typed views are TRUE (:func:`~nlql.sql.filters.equality_record`)."""
+        the rows where the typed views are TRUE (:func:`~nlql.sql.filters.equality_record`).
+
+        Strings are also tested on ``hkey`` (:func:`~nlql.sql.codec.string_key` of the path and the
+        string) where the table keeps it: DuckDB compares one integer column before any string (the
+        0.1% tag filter's scan of a 400k-row table at 100k documents: 1.4 ms against 0.4 ms); the
+        string test after it decides, so two values sharing a checksum never match each other."""
         if not self.flat_index or cond.path[0] != "meta" or len(cond.path) < 2 or cond.op not in ("eq", "in"):
             return None
         values = [cond.value] if cond.op == "eq" else list(cond.value)
@@ -212,8 +220,15 @@ class DuckDBDialect(Dialect):
             tests.setdefault(compact_json(r), sql(f"({field} = ", Param(value, kind, "metadata value"), ")"))
         cond_sql = join(" OR ", tests.values())
         doc = self.doc_column
+        key = path_key(cond.path[1:])
+        strings = [r["s"] for r in records if r is not None and "s" in r]
+        if self.flat_keys and len(strings) == len(records):  # every value a string: their checksums first
+            hashes = [Param(string_key(key, v), "bigint", "checksum of the metadata path and value")
+                      for v in dict.fromkeys(strings)]
+            narrow = sql("hkey = ", hashes[0]) if len(hashes) == 1 else sql("hkey IN (", join(", ", hashes), ")")
+            cond_sql = sql(narrow, " AND (", cond_sql, ")")
         return sql(f"u.{doc} IN (SELECT {doc} FROM ", self.table("flat"), " WHERE path = ",
-                   Param(path_key(cond.path[1:]), "text", "metadata path"), " AND (", cond_sql, "))"), False
+                   Param(key, "text", "metadata path"), " AND (", cond_sql, "))"), False
 
     # -------------------------------------------------------------------------------------- writes
 
@@ -264,6 +279,10 @@ class DuckDBDialect(Dialect):
                 f"e.value.f, e.value.n, e.value.t, e.value.b FROM (SELECT doc_id, unnest(map_entries(mflat)) AS e "
                 f"FROM {self.table('docs')})")
 
+    def flat_key_column(self) -> str:
+        """Add ``<p>_flat.hkey`` to a store written before it (filled by the store)."""
+        return f"ALTER TABLE {self.table('flat')} ADD COLUMN hkey BIGINT"
+
     DOC_KEY_TABLES = ("units", "flat", "members")  # the tables that carry the documents' dkey
 
     def doc_key_columns(self, missing: Sequence[str]) -> list[str]:
@@ -276,7 +295,8 @@ class DuckDBDialect(Dialect):
                        "dkey BIGINT)")
     COLUMNS: ClassVar[dict[str, str]] = {  # the definitions of the tables kept sorted
         "terms": "CREATE TABLE {name} (term VARCHAR NOT NULL, key BIGINT NOT NULL, tf INTEGER NOT NULL)",
-        "flat": "CREATE TABLE {name} " + _RECORD_COLUMNS, "members": "CREATE TABLE {name} " + _RECORD_COLUMNS}
+        "flat": "CREATE TABLE {name} " + _RECORD_COLUMNS[:-1] + ", hkey BIGINT)",
+        "members": "CREATE TABLE {name} " + _RECORD_COLUMNS}
     CLUSTERED: ClassVar[dict[str, str]] = {"terms": "term", "flat": "path, s, n, t",
                                            "members": "path, s, n, t"}
 

@@ -15,7 +15,7 @@ from nlql import values as V
 from nlql.errors import BackendError, NLQLError
 from nlql.pushdown import NativeFilter
 from nlql.sql.binder import Fragment, Param, Slot, sql
-from nlql.sql.codec import list_members
+from nlql.sql.codec import list_members, string_key
 from nlql.sql.dialect import Compiled
 from nlql.sql.duckdb import DuckDBDialect
 from nlql.sql.ingest import prepare
@@ -278,6 +278,8 @@ class DuckDBStore(DuckDBEntities, SqlStore):
             self._find_entities(self._conn)
             # (and one written before the documents' integer keys: the semi-joins match doc_id)
             d.doc_keys = not self._doc_keys_missing(self._conn)
+            # (and one written before the strings' checksums: string equality compares the strings only)
+            d.flat_keys = d.flat_index and self._has_column(self._conn, "flat", "hkey")
             return
         with self._tx() as conn:
             self._run(conn, d.key_value_table("meta"))
@@ -299,6 +301,7 @@ class DuckDBStore(DuckDBEntities, SqlStore):
             d.unit_metadata = True
             self._open_members(conn)
             self._open_doc_keys(conn)
+            self._open_flat_keys(conn)  # (after dkey: a table rewritten by _cluster keeps its columns' order)
 
     def _has_table(self, conn: Any, suffix: str) -> bool:
         return bool(conn.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = $1",
@@ -358,6 +361,27 @@ class DuckDBStore(DuckDBEntities, SqlStore):
         if not existed:
             self._run(conn, d.fill_flat())
         d.flat_index = True
+
+    def _open_flat_keys(self, conn: Any) -> None:
+        """Give every ``<prefix>_flat`` row with a string its checksum (``hkey``,
+        :func:`~nlql.sql.codec.string_key`), which string equality compares first
+        (:meth:`DuckDBDialect.indexed_leaf`): for a store written before the column, and for the rows of
+        a table ``open`` has just rebuilt (computed once per distinct path and string)."""
+        d = self.dialect
+        if not self._has_column(conn, "flat", "hkey"):
+            self._run(conn, d.flat_key_column())
+        pairs = self._run(conn, sql("SELECT DISTINCT path, s FROM ", d.table("flat"),
+                                    " WHERE hkey IS NULL AND s IS NOT NULL")).fetchall()
+        if pairs:
+            pa = import_arrow()
+            table = pa.table({"path": pa.array([p for p, _ in pairs], type=pa.string()),
+                              "s": pa.array([v for _, v in pairs], type=pa.string()),
+                              "hkey": pa.array([string_key(p, v) for p, v in pairs], type=pa.int64())})
+            flat = d.table("flat")
+            with registered(conn, table) as name:
+                self._run(conn, sql("UPDATE ", flat, f" SET hkey = x.hkey FROM \"{name}\" x WHERE ", flat,
+                                    ".path = x.path AND ", flat, ".s = x.s AND ", flat, ".hkey IS NULL"))
+        d.flat_keys = True
 
     def _open_members(self, conn: Any) -> None:
         """``<prefix>_members`` (each list value's marker and member records), which pushed HAS reads
@@ -522,8 +546,10 @@ class DuckDBStore(DuckDBEntities, SqlStore):
                 self._load_members(conn, members, dict(zip(ids, keys[:n_docs], strict=True)))
             if flat_t is not None and flat_t.num_rows:
                 flat_t = flat_t.append_column("dkey", dkeys.take(flat_t.column("doc_row")))
+                flat_t = flat_t.append_column("hkey", _string_keys(flat_t.column("path"), flat_t.column("s")))
                 with registered(conn, flat_t) as name:
-                    self._run(conn, d.bulk_load("flat", ["doc_id", "path", "s", "f", "n", "t", "b", "dkey"], name)
+                    self._run(conn, d.bulk_load("flat", ["doc_id", "path", "s", "f", "n", "t", "b", "dkey", "hkey"],
+                                                name)
                               + f" ORDER BY {d.CLUSTERED['flat']}")
             if ents_t:
                 self._add_links(conn, ents_t)
@@ -816,6 +842,20 @@ def _member_rows(mc: dict[str, list[Any]], doc_id: str, lists: dict[str, list[di
             mc["path"].append(path)
             for field in "sfntb":
                 mc[field].append(rec.get(field))
+
+
+def _string_keys(paths: Any, strings: Any) -> Any:
+    """``string_key(path, s)`` per row of two Arrow string columns (NULL where ``s`` is), computed once
+    per distinct pair (a batch repeats few paths and, for a selective value, few strings)."""
+    pa = import_arrow()
+    import pyarrow.compute as pc
+
+    joined = pc.binary_join_element_wise(paths, strings, "\x00")  # (neither holds NUL: codec.string_key)
+    if isinstance(joined, pa.ChunkedArray):
+        joined = joined.combine_chunks()
+    coded = joined.dictionary_encode()
+    keys = [string_key(*pair.split("\x00", 1)) for pair in coded.dictionary.to_pylist()]
+    return pa.array(keys, type=pa.int64()).take(coded.indices)
 
 
 def _info_key(key: str) -> str:
