@@ -184,6 +184,31 @@ def test_exact_knn_equals_numpy_brute_force() -> None:
         assert {r.metadata["g"] for r in store.fetch([k for k, _ in hits])} <= {3}
 
 
+def test_filtered_knn_ranks_as_brute_force_with_ties_in_insertion_order() -> None:
+    """Under a filter the k winners are joined to their rows again and put in order after the join:
+    best first, exact ties by (seq, position), the rows' own fields."""
+    rng = np.random.default_rng(8)
+    vecs = unit_vectors(rng, 600)
+    for i in (50, 94, 132, 595):  # exact ties among the rows of documents with g == 1 ((i // 6) % 7 == 1)
+        vecs[i] = vecs[7]
+    docs = [make_doc(f"d{i:03d}", [f"s{j}" for j in range(6)], {"g": i % 7}, 100 - i, vecs[i * 6:(i + 1) * 6])
+            for i in range(100)]
+    store = opened()
+    store.upsert(docs)
+    rows = store.fetch(store.scan())
+    vec = {r.key: vecs[int(r.doc_id[1:]) * 6 + r.position] for r in rows}
+    passing = [r for r in rows if r.metadata["g"] == 1]
+    q = np.vstack([vecs[7], unit_vectors(rng, 3)])
+    flt = store.compile_filter(Cond("eq", ("meta", "g"), 1))
+    for k in (1, 4, 10, 200):
+        for v, hits in zip(q, store.knn(q, k, flt), strict=True):
+            want = sorted(passing, key=lambda r: (-float(vec[r.key] @ v), r.seq, r.position))[:k]
+            assert [h[0] for h in hits] == [r.key for r in want]
+            assert np.allclose([s for _, s in hits], [float(vec[r.key] @ v) for r in want], atol=1e-6)
+            assert store.fetch([h[0] for h in hits]) == want
+    store.close()
+
+
 # -------------------------------------------------------------------------- filters == nlql.values
 
 

@@ -700,9 +700,14 @@ class DuckDBStore(DuckDBEntities, SqlStore):
         joins = sql(" JOIN ", d.units, " r ON r.rowid = c.rid") if payload and not carried else sql("")
         if payload and not own:
             joins = sql(joins, " LEFT JOIN ", d.docs, f" m ON m.doc_id = {r}.doc_id")
-        query = sql(f"SELECT c.key, 1 - c.dist AS score{out_cols} FROM (SELECT u.key, u.seq, u.position{inner}, ",
+        # joined again, the k rows are put in order here (from the ranking's columns), not by a sort in the
+        # statement (the 0.1% filter at 100k: 0.6 ms of 6.2)
+        joined = payload and not carried
+        ranks = ", c.dist AS rank_dist, c.seq AS rank_seq, c.position AS rank_pos" if joined else ""
+        order = "" if joined else " ORDER BY c.dist, c.seq, c.position, c.key"
+        query = sql(f"SELECT c.key, 1 - c.dist AS score{ranks}{out_cols} FROM (SELECT u.key, u.seq, u.position{inner}, ",
                     dist, " AS dist ", self._from(flt), " ORDER BY dist, u.seq, u.position, u.key LIMIT ",
-                    Param(int(k), "bigint"), ") c", joins, " WHERE ", cond, " ORDER BY c.dist, c.seq, c.position, c.key")
+                    Param(int(k), "bigint"), ") c", joins, " WHERE ", cond, order)
         text, values = render(d, query)
         slot = score.vector_key(0)
 
@@ -715,6 +720,9 @@ class DuckDBStore(DuckDBEntities, SqlStore):
                     out.append([(int(r[0]), float(r[1])) for r in self._conn.execute(text, params).fetchall()])
                     continue
                 cols = self._conn.execute(text, params).fetchnumpy()  # (the vectors as float32 arrays)
+                if joined:
+                    at = np.lexsort((cols["key"], cols["rank_pos"], cols["rank_seq"], cols["rank_dist"]))
+                    cols = {name: col[at] for name, col in cols.items()}
                 keys = [int(x) for x in cols["key"]]
                 out.append(list(zip(keys, [float(x) for x in cols["score"]], strict=True)))
                 self._remember(seen, keys, cols)
