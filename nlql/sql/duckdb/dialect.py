@@ -116,6 +116,36 @@ class DuckDBDialect(Dialect):
 
     PIVOT_TERMS = 16  # up to this many query terms, BM25's ordered sum is spelled as a pivot
 
+    # up to PIVOT_TERMS query terms, each term's postings come from a scan of its own (``term = $i``);
+    # the rest of the arm is the shared skeleton's
+    KEYWORD_SCORES_BY_TERM = (
+        "{name}_post AS{mat} (\n"
+        "  SELECT key, tf, qi, {(count(*) OVER (PARTITION BY qi)):float8} AS df FROM (\n"
+        "    {scans}\n"
+        "  ) t\n"
+        "),\n" + Dialect.KEYWORD_SCORES[Dialect.KEYWORD_SCORES.index("{name} AS{mat} (\n"):]
+    )
+
+    def visit_KeywordScore(self, k: Any, st: Any) -> Fragment:  # noqa: N802 - the visitor's name
+        """BM25's arm with each query term's postings read by an equality scan of its own, so that DuckDB's
+        zone maps skip to that term's rows of the term-sorted table, where a join with the list of query
+        terms filters by the range between the smallest and largest term (100k sentences, 3-term
+        queries: the statement 16.8 -> 15.3 ms, DuckDB's own join over sorted postings 14.4 ms). The same
+        postings, numbered by query order (``p.qi``), summed as before."""
+        n = len(k.terms)
+        if not 0 < n <= self.PIVOT_TERMS:
+            return super().visit_KeywordScore(k, st)
+        lw = st.lowered
+        term = self.template(self.BM25_TERM, k1=Param(float(lw.k1), "float8", "BM25 k1"),
+                             b=Param(float(lw.b), "float8", "BM25 b"))
+        scans = [sql(f"SELECT key, tf, {i} AS qi FROM ", self.terms, " WHERE term = ",
+                     Param(t, "text", f"term {i} of {k.slot}")) for i, t in enumerate(k.terms, 1)]
+        return self.template(
+            self.KEYWORD_SCORES_BY_TERM, name=st.name[k.slot], mat=self._mat(),
+            scans=join("\n    UNION ALL ", scans), units=self.units, stats=self.stats,
+            score=self.keyword_sum(term, n), docs_join=self._docs_join(st), where=self._shared(st, k.slot),
+        )
+
     def keyword_sum(self, term: Fragment, n_terms: int) -> Fragment:
         """The query terms' scores added in query order without an ordered aggregate: a sentence has one
         row per query term it holds, so each term's score is ``max(…) FILTER (WHERE p.qi = i)``, and
