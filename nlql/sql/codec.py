@@ -29,6 +29,7 @@ from __future__ import annotations
 import functools
 import json
 import re
+import zlib
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
@@ -47,6 +48,7 @@ __all__ = [
     "micros",
     "path_key",
     "shadow",
+    "string_key",
     "to_decimal",
     "unescape_text",
 ]
@@ -163,6 +165,18 @@ def path_key(keys: Sequence[str]) -> str:
 @functools.lru_cache(maxsize=8192)
 def _path_key(keys: tuple[str, ...]) -> str:  # the same few keys come back for every document
     return json.dumps(list(keys), ensure_ascii=True)
+
+
+def string_key(path: str, s: str) -> int:
+    """An integer checksum (CRC-32) of a path key and a stored (escaped) string value: a store may keep it
+    beside the pair so that an equality test first compares integers, then the strings of the few rows
+    left (two pairs may share a checksum: it narrows, the strings decide). Computed the same in every
+    process and version (``zlib.crc32`` of the UTF-8 bytes of ``path + "\\x00" + s``; neither holds NUL).
+
+    >>> string_key('["tag"]', "t7") == string_key('["tag"]', "t7") != string_key('["tag"]', "t8")
+    True
+    """
+    return zlib.crc32(f"{path}\x00{s}".encode("utf-8", "surrogatepass"))
 
 
 def flatten_metadata(metadata: dict[str, Any], escape: Callable[[str], str] = escape_text

@@ -184,6 +184,31 @@ def test_exact_knn_equals_numpy_brute_force() -> None:
         assert {r.metadata["g"] for r in store.fetch([k for k, _ in hits])} <= {3}
 
 
+def test_filtered_knn_ranks_as_brute_force_with_ties_in_insertion_order() -> None:
+    """Under a filter the k winners are joined to their rows again and put in order after the join:
+    best first, exact ties by (seq, position), the rows' own fields."""
+    rng = np.random.default_rng(8)
+    vecs = unit_vectors(rng, 600)
+    for i in (50, 94, 132, 595):  # exact ties among the rows of documents with g == 1 ((i // 6) % 7 == 1)
+        vecs[i] = vecs[7]
+    docs = [make_doc(f"d{i:03d}", [f"s{j}" for j in range(6)], {"g": i % 7}, 100 - i, vecs[i * 6:(i + 1) * 6])
+            for i in range(100)]
+    store = opened()
+    store.upsert(docs)
+    rows = store.fetch(store.scan())
+    vec = {r.key: vecs[int(r.doc_id[1:]) * 6 + r.position] for r in rows}
+    passing = [r for r in rows if r.metadata["g"] == 1]
+    q = np.vstack([vecs[7], unit_vectors(rng, 3)])
+    flt = store.compile_filter(Cond("eq", ("meta", "g"), 1))
+    for k in (1, 4, 10, 200):
+        for v, hits in zip(q, store.knn(q, k, flt), strict=True):
+            want = sorted(passing, key=lambda r: (-float(vec[r.key] @ v), r.seq, r.position))[:k]
+            assert [h[0] for h in hits] == [r.key for r in want]
+            assert np.allclose([s for _, s in hits], [float(vec[r.key] @ v) for r in want], atol=1e-6)
+            assert store.fetch([h[0] for h in hits]) == want
+    store.close()
+
+
 # -------------------------------------------------------------------------- filters == nlql.values
 
 
@@ -596,6 +621,62 @@ def test_a_store_written_before_document_keys_filters_the_same_read_only_and_get
         assert all(k is not None and keys.get(d, k) == k for d, k in rows), table
     store.upsert(docs[:2])  # written now: keys from the same sequence, none reused
     assert conn.execute('SELECT count(DISTINCT dkey) FROM "nlql_units"').fetchone()[0] == len(docs) - 1
+    store.close()
+
+
+def test_string_equality_compares_checksums_first_and_an_older_store_answers_the_same(tmp_path: Path) -> None:
+    """``<p>_flat.hkey`` holds each string's checksum with its path (``string_key``), which string
+    equality and IN compare before the strings; a file written before the column answers every filter
+    the same when opened read-only (no checksum in the SQL), and opened writable gets the checksums of
+    every row, also when it predates the documents' keys and its tables are rewritten sorted after."""
+    from sql_kit import META_VALUES
+
+    from nlql.sql.codec import string_key
+
+    docs = build_filter_corpus(np.random.default_rng(9))
+    path = tmp_path / "old.duckdb"
+    store = opened(path)
+    store.upsert(docs)
+    strings = [v for v in META_VALUES if isinstance(v, str)]
+    conds = [Cond("eq", _path(k), v) for k in META_KEYS for v in META_VALUES[:36] if not isinstance(v, list)]
+    conds += [Cond("in", _path(k), tuple(strings[i:i + 3])) for k in META_KEYS for i in range(0, len(strings), 3)]
+    conds += [Cond("in", _path(k), ("abc", 2025, True)) for k in META_KEYS]
+    conds = [flt for flt in conds if filter_pushable(store.capabilities, flt)]  # (a list: 1 == True as values)
+
+    def answers(s: DuckDBStore) -> list[list[tuple[str, int]]]:  # (by row, not key: a rewrite gets new keys)
+        return [sorted((r.doc_id, r.position) for r in s.fetch(s.scan(s.compile_filter(flt)))) for flt in conds]
+
+    def checked(s: DuckDBStore) -> list[bool]:
+        return ["hkey" in s.compile_filter(flt).native for flt in conds]
+
+    want, keyed = answers(store), checked(store)
+    hits = [(flt.op, bool(rows)) for flt, rows, k in zip(conds, want, keyed, strict=True) if k]
+    assert ("eq", True) in hits and ("in", True) in hits
+    def plain(v: Any) -> bool:  # (a numeric string also equals the number: the typed views answer it)
+        return isinstance(v, str) and V.numeric_string(v) is None
+
+    assert keyed == [all(plain(v) for v in (flt.value if flt.op == "in" else (flt.value,))) for flt in conds]
+    conn = store._conn
+    rows = conn.execute('SELECT path, s, hkey FROM "nlql_flat"').fetchall()
+    assert rows and all(h == (None if v is None else string_key(p, v)) for p, v, h in rows)
+    conn.execute('ALTER TABLE "nlql_flat" DROP COLUMN hkey')  # as a version before the checksums
+    for table in ("units", "flat", "members"):  # (and before the documents' keys)
+        conn.execute(f'ALTER TABLE "nlql_{table}" DROP COLUMN dkey')
+    store.close()
+    old = opened(path, read_only=True)
+    assert not any(checked(old))
+    assert answers(old) == want
+    old.close()
+    store = opened(path)
+    assert answers(store) == want and checked(store) == keyed
+    conn = store._conn
+    assert conn.execute('SELECT path, s, hkey FROM "nlql_flat"').fetchall() == rows
+    for statement in store.dialect.cluster("flat"):  # the rewrite keeps each column where it was
+        conn.execute(statement)
+    assert sorted(conn.execute('SELECT path, s, hkey FROM "nlql_flat"').fetchall(), key=repr) == sorted(rows, key=repr)
+    store.upsert(docs[:3])  # rows written now carry theirs
+    assert answers(store) == want
+    assert conn.execute('SELECT count(*) FROM "nlql_flat" WHERE s IS NOT NULL AND hkey IS NULL').fetchone()[0] == 0
     store.close()
 
 

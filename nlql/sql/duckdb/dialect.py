@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 from nlql.pushdown import Cond
 from nlql.sql import graph as graph_sql
 from nlql.sql.binder import Fragment, Param, Slot, join, sql
-from nlql.sql.codec import TextCodec, compact_json, path_key
+from nlql.sql.codec import TextCodec, compact_json, path_key, string_key
 from nlql.sql.dialect import Dialect, quote_ident
 from nlql.sql.duckdb.filters import subject
 from nlql.sql.filters import SQL_FILTER_OPS, SQL_LIST_OPS, ListMembers, Subject, equality_record
@@ -90,6 +90,9 @@ class DuckDBDialect(Dialect):
         # <p>_units, <p>_flat and <p>_members carry each document's integer key (dkey): a metadata
         # semi-join matches integers, not document id strings (a file written before: doc_id)
         self.doc_keys = False
+        # <p>_flat carries hkey, the checksum of each row's path and string (codec.string_key): string
+        # equality compares integers first (a file written before: the path and string only)
+        self.flat_keys = False
 
     @property
     def SELECT(self) -> str:  # type: ignore[override]  # noqa: N802 - the Dialect template
@@ -112,6 +115,36 @@ class DuckDBDialect(Dialect):
         return SQL_LIST_OPS if self.members_index else SQL_FILTER_OPS
 
     PIVOT_TERMS = 16  # up to this many query terms, BM25's ordered sum is spelled as a pivot
+
+    # up to PIVOT_TERMS query terms, each term's postings come from a scan of its own (``term = $i``);
+    # the rest of the arm is the shared skeleton's
+    KEYWORD_SCORES_BY_TERM = (
+        "{name}_post AS{mat} (\n"
+        "  SELECT key, tf, qi, {(count(*) OVER (PARTITION BY qi)):float8} AS df FROM (\n"
+        "    {scans}\n"
+        "  ) t\n"
+        "),\n" + Dialect.KEYWORD_SCORES[Dialect.KEYWORD_SCORES.index("{name} AS{mat} (\n"):]
+    )
+
+    def visit_KeywordScore(self, k: Any, st: Any) -> Fragment:  # noqa: N802 - the visitor's name
+        """BM25's arm with each query term's postings read by an equality scan of its own, so that DuckDB's
+        zone maps skip to that term's rows of the term-sorted table, where a join with the list of query
+        terms filters by the range between the smallest and largest term (100k sentences, 3-term
+        queries: the statement 16.8 -> 15.3 ms, DuckDB's own join over sorted postings 14.4 ms). The same
+        postings, numbered by query order (``p.qi``), summed as before."""
+        n = len(k.terms)
+        if not 0 < n <= self.PIVOT_TERMS:
+            return super().visit_KeywordScore(k, st)
+        lw = st.lowered
+        term = self.template(self.BM25_TERM, k1=Param(float(lw.k1), "float8", "BM25 k1"),
+                             b=Param(float(lw.b), "float8", "BM25 b"))
+        scans = [sql(f"SELECT key, tf, {i} AS qi FROM ", self.terms, " WHERE term = ",
+                     Param(t, "text", f"term {i} of {k.slot}")) for i, t in enumerate(k.terms, 1)]
+        return self.template(
+            self.KEYWORD_SCORES_BY_TERM, name=st.name[k.slot], mat=self._mat(),
+            scans=join("\n    UNION ALL ", scans), units=self.units, stats=self.stats,
+            score=self.keyword_sum(term, n), docs_join=self._docs_join(st), where=self._shared(st, k.slot),
+        )
 
     def keyword_sum(self, term: Fragment, n_terms: int) -> Fragment:
         """The query terms' scores added in query order without an ordered aggregate: a sentence has one
@@ -197,7 +230,12 @@ class DuckDBDialect(Dialect):
         metadata path, the typed record's fields as columns), where the store keeps it: DuckDB scans
         plain columns instead of looking a path up in every document's MAP (50k documents: 4 ms
         against 84 ms), and the statement needs no join with the documents table. TRUE on exactly
-        the rows where the typed views are TRUE (:func:`~nlql.sql.filters.equality_record`)."""
+        the rows where the typed views are TRUE (:func:`~nlql.sql.filters.equality_record`).
+
+        Strings are also tested on ``hkey`` (:func:`~nlql.sql.codec.string_key` of the path and the
+        string) where the table keeps it: DuckDB compares one integer column before any string (the
+        0.1% tag filter's scan of a 400k-row table at 100k documents: 1.4 ms against 0.4 ms); the
+        string test after it decides, so two values sharing a checksum never match each other."""
         if not self.flat_index or cond.path[0] != "meta" or len(cond.path) < 2 or cond.op not in ("eq", "in"):
             return None
         values = [cond.value] if cond.op == "eq" else list(cond.value)
@@ -212,8 +250,15 @@ class DuckDBDialect(Dialect):
             tests.setdefault(compact_json(r), sql(f"({field} = ", Param(value, kind, "metadata value"), ")"))
         cond_sql = join(" OR ", tests.values())
         doc = self.doc_column
+        key = path_key(cond.path[1:])
+        strings = [r["s"] for r in records if r is not None and "s" in r]
+        if self.flat_keys and len(strings) == len(records):  # every value a string: their checksums first
+            hashes = [Param(string_key(key, v), "bigint", "checksum of the metadata path and value")
+                      for v in dict.fromkeys(strings)]
+            narrow = sql("hkey = ", hashes[0]) if len(hashes) == 1 else sql("hkey IN (", join(", ", hashes), ")")
+            cond_sql = sql(narrow, " AND (", cond_sql, ")")
         return sql(f"u.{doc} IN (SELECT {doc} FROM ", self.table("flat"), " WHERE path = ",
-                   Param(path_key(cond.path[1:]), "text", "metadata path"), " AND (", cond_sql, "))"), False
+                   Param(key, "text", "metadata path"), " AND (", cond_sql, "))"), False
 
     # -------------------------------------------------------------------------------------- writes
 
@@ -264,6 +309,10 @@ class DuckDBDialect(Dialect):
                 f"e.value.f, e.value.n, e.value.t, e.value.b FROM (SELECT doc_id, unnest(map_entries(mflat)) AS e "
                 f"FROM {self.table('docs')})")
 
+    def flat_key_column(self) -> str:
+        """Add ``<p>_flat.hkey`` to a store written before it (filled by the store)."""
+        return f"ALTER TABLE {self.table('flat')} ADD COLUMN hkey BIGINT"
+
     DOC_KEY_TABLES = ("units", "flat", "members")  # the tables that carry the documents' dkey
 
     def doc_key_columns(self, missing: Sequence[str]) -> list[str]:
@@ -276,7 +325,8 @@ class DuckDBDialect(Dialect):
                        "dkey BIGINT)")
     COLUMNS: ClassVar[dict[str, str]] = {  # the definitions of the tables kept sorted
         "terms": "CREATE TABLE {name} (term VARCHAR NOT NULL, key BIGINT NOT NULL, tf INTEGER NOT NULL)",
-        "flat": "CREATE TABLE {name} " + _RECORD_COLUMNS, "members": "CREATE TABLE {name} " + _RECORD_COLUMNS}
+        "flat": "CREATE TABLE {name} " + _RECORD_COLUMNS[:-1] + ", hkey BIGINT)",
+        "members": "CREATE TABLE {name} " + _RECORD_COLUMNS}
     CLUSTERED: ClassVar[dict[str, str]] = {"terms": "term", "flat": "path, s, n, t",
                                            "members": "path, s, n, t"}
 

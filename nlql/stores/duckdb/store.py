@@ -7,7 +7,7 @@ import os
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any, TypeVar, cast
+from typing import Any, ClassVar, TypeVar, cast
 
 import numpy as np
 
@@ -15,7 +15,7 @@ from nlql import values as V
 from nlql.errors import BackendError, NLQLError
 from nlql.pushdown import NativeFilter
 from nlql.sql.binder import Fragment, Param, Slot, sql
-from nlql.sql.codec import list_members
+from nlql.sql.codec import list_members, string_key
 from nlql.sql.dialect import Compiled
 from nlql.sql.duckdb import DuckDBDialect
 from nlql.sql.ingest import Prepared, prepare
@@ -85,7 +85,9 @@ class DuckDBStore(DuckDBEntities, SqlStore):
     """
 
     CLUSTER_MIN_ROWS = 8192   # a smaller table is scanned whole fast enough
-    CLUSTER_GROWTH = 1.5      # see _cluster
+    # see _cluster: the term table is kept sorted more tightly (a BM25 statement reads every run of
+    # unsorted rows for each query term; rewriting it costs ~50 ms per million postings)
+    CLUSTER_GROWTH: ClassVar[dict[str, float]] = {"terms": 1.1, "flat": 1.5, "members": 1.5}
 
     def __init__(self, path: str | os.PathLike[str] | None = None, *, connection: Any = None,
                  table_prefix: str = "nlql", analyzer: Any = None, read_only: bool = False,
@@ -286,6 +288,8 @@ class DuckDBStore(DuckDBEntities, SqlStore):
             self._find_entities(self._conn)
             # (and one written before the documents' integer keys: the semi-joins match doc_id)
             d.doc_keys = not self._doc_keys_missing(self._conn)
+            # (and one written before the strings' checksums: string equality compares the strings only)
+            d.flat_keys = d.flat_index and self._has_column(self._conn, "flat", "hkey")
             return
         with self._tx() as conn:
             self._run(conn, d.key_value_table("meta"))
@@ -307,6 +311,7 @@ class DuckDBStore(DuckDBEntities, SqlStore):
             d.unit_metadata = True
             self._open_members(conn)
             self._open_doc_keys(conn)
+            self._open_flat_keys(conn)  # (after dkey: a table rewritten by _cluster keeps its columns' order)
 
     def _has_table(self, conn: Any, suffix: str) -> bool:
         return bool(conn.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = $1",
@@ -370,6 +375,27 @@ class DuckDBStore(DuckDBEntities, SqlStore):
         if not existed:
             self._run(conn, d.fill_flat())
         d.flat_index = True
+
+    def _open_flat_keys(self, conn: Any) -> None:
+        """Give every ``<prefix>_flat`` row with a string its checksum (``hkey``,
+        :func:`~nlql.sql.codec.string_key`), which string equality compares first
+        (:meth:`DuckDBDialect.indexed_leaf`): for a store written before the column, and for the rows of
+        a table ``open`` has just rebuilt (computed once per distinct path and string)."""
+        d = self.dialect
+        if not self._has_column(conn, "flat", "hkey"):
+            self._run(conn, d.flat_key_column())
+        pairs = self._run(conn, sql("SELECT DISTINCT path, s FROM ", d.table("flat"),
+                                    " WHERE hkey IS NULL AND s IS NOT NULL")).fetchall()
+        if pairs:
+            pa = import_arrow()
+            table = pa.table({"path": pa.array([p for p, _ in pairs], type=pa.string()),
+                              "s": pa.array([v for _, v in pairs], type=pa.string()),
+                              "hkey": pa.array([string_key(p, v) for p, v in pairs], type=pa.int64())})
+            flat = d.table("flat")
+            with registered(conn, table) as name:
+                self._run(conn, sql("UPDATE ", flat, f" SET hkey = x.hkey FROM \"{name}\" x WHERE ", flat,
+                                    ".path = x.path AND ", flat, ".s = x.s AND ", flat, ".hkey IS NULL"))
+        d.flat_keys = True
 
     def _open_members(self, conn: Any) -> None:
         """``<prefix>_members`` (each list value's marker and member records), which pushed HAS reads
@@ -570,8 +596,10 @@ class DuckDBStore(DuckDBEntities, SqlStore):
                 self._load_members(conn, members, dict(zip(ids, keys[:n_docs].tolist(), strict=True)))
             if flat_t is not None and flat_t.num_rows:
                 flat_t = flat_t.append_column("dkey", dkeys.take(flat_t.column("doc_row")))
+                flat_t = flat_t.append_column("hkey", _string_keys(flat_t.column("path"), flat_t.column("s")))
                 with registered(conn, flat_t) as name:
-                    self._run(conn, d.bulk_load("flat", ["doc_id", "path", "s", "f", "n", "t", "b", "dkey"], name)
+                    self._run(conn, d.bulk_load("flat", ["doc_id", "path", "s", "f", "n", "t", "b", "dkey", "hkey"],
+                                                name)
                               + f" ORDER BY {d.CLUSTERED['flat']}")
             if ents_t:
                 self._add_links(conn, ents_t)
@@ -602,14 +630,19 @@ class DuckDBStore(DuckDBEntities, SqlStore):
 
     def _cluster(self, conn: Any) -> None:
         """Keep the term and metadata tables sorted by what statements look up (``DuckDBDialect.CLUSTERED``):
-        a table is rewritten in order once it holds ``CLUSTER_GROWTH`` times the rows it held when last
-        sorted, so that the rows written since are a minority and the sorting costs a small constant
-        times the rows written (a BM25 term or a 0.1% metadata value then reads a few row groups)."""
+        a table is rewritten in order once it holds ``CLUSTER_GROWTH[table]`` times the rows it held when
+        last sorted, so that the rows written since are a minority and the sorting costs a small constant
+        times the rows written (a BM25 term or a 0.1% metadata value then reads a few row groups).
+
+        The term table's factor is 1.1: at 100k sentences (bench/duckdb_floor.py, ingested in batches of
+        8,192) BM25 took 1.62x DuckDB's own statement over fully sorted postings with 26% of them
+        unsorted (factor 1.5), 1.25x sorted; a sort of its 950k postings took ~50 ms on a quiet machine,
+        and the ingest's sorting of all three tables 1.58 s against 0.73 s at load 4 (one run each)."""
         d = self.dialect
         for suffix in d.CLUSTERED:
             n = int(self._run(conn, sql("SELECT count(*) FROM ", d.table(suffix))).fetchone()[0])
             row = self._run(conn, d.get_meta("meta", f"sorted_rows:{suffix}")).fetchone()
-            if n < self.CLUSTER_MIN_ROWS or n <= (int(row[0]) if row else 0) * self.CLUSTER_GROWTH:
+            if n < self.CLUSTER_MIN_ROWS or n <= (int(row[0]) if row else 0) * self.CLUSTER_GROWTH[suffix]:
                 continue
             for statement in d.cluster(suffix):
                 self._run(conn, statement)
@@ -715,15 +748,21 @@ class DuckDBStore(DuckDBEntities, SqlStore):
         r = "c" if carried else "r"
         meta = f"{r}.metadata" if own else d.cast("m.metadata", "text")
         inner = (", u.doc_id, u.content, u.start, u.\"end\", u.tail, u.embedding" + (", u.metadata" if own else "")
-                 if carried else "")
+                 if carried else ", u.rowid AS rid" if payload else "")
         out_cols = (f", {r}.doc_id, {r}.position, {r}.content, {r}.seq, {r}.start, {r}.\"end\", {r}.tail, "
                     f"{meta} AS metadata, {r}.embedding") if payload else ""
-        joins = sql(" JOIN ", d.units, " r ON r.key = c.key") if payload and not carried else sql("")
+        # (the k winners' rows found again by their row ids: the 0.1% filter at 100k 0.3 ms faster than by key)
+        joins = sql(" JOIN ", d.units, " r ON r.rowid = c.rid") if payload and not carried else sql("")
         if payload and not own:
             joins = sql(joins, " LEFT JOIN ", d.docs, f" m ON m.doc_id = {r}.doc_id")
-        query = sql(f"SELECT c.key, 1 - c.dist AS score{out_cols} FROM (SELECT u.key, u.seq, u.position{inner}, ",
+        # joined again, the k rows are put in order here (from the ranking's columns), not by a sort in the
+        # statement (the 0.1% filter at 100k: 0.6 ms of 6.2)
+        joined = payload and not carried
+        ranks = ", c.dist AS rank_dist, c.seq AS rank_seq, c.position AS rank_pos" if joined else ""
+        order = "" if joined else " ORDER BY c.dist, c.seq, c.position, c.key"
+        query = sql(f"SELECT c.key, 1 - c.dist AS score{ranks}{out_cols} FROM (SELECT u.key, u.seq, u.position{inner}, ",
                     dist, " AS dist ", self._from(flt), " ORDER BY dist, u.seq, u.position, u.key LIMIT ",
-                    Param(int(k), "bigint"), ") c", joins, " WHERE ", cond, " ORDER BY c.dist, c.seq, c.position, c.key")
+                    Param(int(k), "bigint"), ") c", joins, " WHERE ", cond, order)
         text, values = render(d, query)
         slot = score.vector_key(0)
 
@@ -736,6 +775,9 @@ class DuckDBStore(DuckDBEntities, SqlStore):
                     out.append([(int(r[0]), float(r[1])) for r in self._conn.execute(text, params).fetchall()])
                     continue
                 cols = self._conn.execute(text, params).fetchnumpy()  # (the vectors as float32 arrays)
+                if joined:
+                    at = np.lexsort((cols["key"], cols["rank_pos"], cols["rank_seq"], cols["rank_dist"]))
+                    cols = {name: col[at] for name, col in cols.items()}
                 keys = [int(x) for x in cols["key"]]
                 out.append(list(zip(keys, [float(x) for x in cols["score"]], strict=True)))
                 self._remember(seen, keys, cols)
@@ -870,6 +912,20 @@ def _member_rows(mc: dict[str, list[Any]], doc_id: str, lists: dict[str, list[di
             mc["path"].append(path)
             for field in "sfntb":
                 mc[field].append(rec.get(field))
+
+
+def _string_keys(paths: Any, strings: Any) -> Any:
+    """``string_key(path, s)`` per row of two Arrow string columns (NULL where ``s`` is), computed once
+    per distinct pair (a batch repeats few paths and, for a selective value, few strings)."""
+    pa = import_arrow()
+    import pyarrow.compute as pc
+
+    joined = pc.binary_join_element_wise(paths, strings, "\x00")  # (neither holds NUL: codec.string_key)
+    if isinstance(joined, pa.ChunkedArray):
+        joined = joined.combine_chunks()
+    coded = joined.dictionary_encode()
+    keys = [string_key(*pair.split("\x00", 1)) for pair in coded.dictionary.to_pylist()]
+    return pa.array(keys, type=pa.int64()).take(coded.indices)
 
 
 def _info_key(key: str) -> str:
