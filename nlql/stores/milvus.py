@@ -1062,29 +1062,28 @@ class MilvusStore:
         return [r["key"] for r in rows], _terms.bm25_scores(qkeys, terms, df, totals)
 
     def _bm25_top(self, qkeys: list[str], flt: NativeFilter | None, n: int) -> tuple[list[str], np.ndarray]:
-        """The proven top ``n`` by BM25 (ties kept) among rows passing ``flt`` (see :func:`_sparse`)."""
+        """The proven top ``n`` by BM25 (ties kept) among rows passing ``flt``: the sparse-vector search
+        widened until the bound of :func:`nlql.stores._terms.sparse_weights` closes
+        (:func:`nlql.stores._terms.sparse_top`), else every row holding a term."""
         totals = self._totals()
         df = self._df(qkeys, totals)
-        live = [t for t in qkeys if df[t] > 0]
-        if not live or totals.n <= 0:
+        query, ratio = _terms.sparse_query(qkeys, df, totals)
+        if not query:
             return [], np.zeros(0, dtype=np.float64)
-        idf = {t: float(np.log1p((totals.n - df[t] + 0.5) / (df[t] + 0.5))) for t in live}
-        query: dict[int, float] = {}
-        for t in live:
-            query[_dim(t)] = query.get(_dim(t), 0.0) + idf[t]
-        ratio = max(1.0, (totals.total_len / totals.n) / _REF_AVGLEN) * (1 + 1e-5)  # float32 slack
+        live = [t for t in qkeys if df[t] > 0]
         check = flt.extra.get("check") if flt is not None else None
         expr = (flt.native or "") if flt is not None else ""
-        limit = min(max(4 * n, 64), _MAX_TOPK)
-        rounds = 0
         analysed: dict[str, tuple[list[str], list[int], int]] = {}  # (a wider round reads the first again)
-        while True:
-            rounds += 1
+        first = [True]
+
+        def read(limit: int) -> tuple[list[dict[str, Any]], float, bool]:
             hits = self.client.search(self.collection, data=[query], anns_field="sp", limit=limit, filter=expr,
                                       output_fields=_KEPT_FIELDS, search_params={"metric_type": "IP"})[0]
-            if rounds == 1:
+            if first[0]:
+                first[0] = False
                 keyword_reads_sent()  # (Milvus Lite: a fusion's knn starts now, not before these reads)
             rows = [{**h["entity"], "key": h["key"] if "key" in h else h["id"]} for h in hits]
+            smallest = float(hits[-1]["distance"]) if hits else 0.0  # hits are best first
             exhausted = len(rows) < limit
             if check is not None:
                 rows = [r for r in rows if pyfilter.row_passes(check, _row(r))]
@@ -1093,23 +1092,18 @@ class MilvusStore:
                     analysed[r["key"]] = self._row_terms(json.loads(r["rec"])["c"])
                 r["_terms"] = analysed[r["key"]]  # (kept with the row: the search's rescoring analyses none again)
             self._keep({r["key"]: r for r in rows})
-            scores = _terms.bm25_scores(live, [analysed[r["key"]] for r in rows], df, totals)
-            keep = scores > 0
-            kept = [r for r, k in zip(rows, keep) if k]
-            keys = [r["key"] for r in kept]
-            scores = scores[keep]
-            if exhausted:
-                break
-            bound = ratio * float(hits[-1]["distance"])  # hits are best first: no unread row scores above
-            if len(scores) >= n and float(np.sort(scores)[-n]) > bound:
-                break
-            if limit >= _MAX_TOPK:
-                return self._bm25_all(qkeys, flt)  # the bound did not close within the top-k window
-            limit = min(limit * 4, _MAX_TOPK)
+            return rows, smallest, exhausted
+
+        got = _terms.sparse_top(n, read, lambda rows: _terms.bm25_scores(
+            live, [analysed[r["key"]] for r in rows], df, totals), ratio, _MAX_TOPK)
+        if got is None:
+            return self._bm25_all(qkeys, flt)  # the bound did not close within the top-k window
+        kept, scores, rounds, limit = got
         self.last_stats = {"path": "bm25-sparse", "rounds": rounds, "read": limit}
         # every row tied with the n-th score was read (it scores above the bound): the first n of them
         # in insertion order are the arm's window, as the engine ranks it
-        return _terms.first_n(keys, scores, [int(r["seq"]) for r in kept], [int(r["position"]) for r in kept], n)
+        return _terms.first_n([r["key"] for r in kept], scores, [int(r["seq"]) for r in kept],
+                              [int(r["position"]) for r in kept], n)
 
     def bm25_scores(self, text: str, rows: Sequence[Row]) -> np.ndarray:
         """BM25 of ``text`` for each row (0.0 where no query term occurs); statistics over all rows.
@@ -1132,34 +1126,10 @@ class MilvusStore:
 # ---------------------------------------------------------------------- helpers
 
 
-_REF_AVGLEN = 32.0
-_NO_TERM_DIM = 2**32 - 2
-
-
-def _dim(term_key: str) -> int:
-    """The sparse-vector dimension of a term key (a hash; collisions only cost widening)."""
-    return int(hashlib.sha1(term_key.encode("utf-8")).hexdigest()[:8], 16) % _NO_TERM_DIM
-
-
 def _sparse(terms: Sequence[str], tfs: Sequence[int], length: int) -> dict[int, float]:
-    """A sentence's BM25 term weights at a fixed reference average length, as a sparse vector.
-
-    ``w(t) = tf·(k1+1) / (tf + k1·(1 − b + b·len/A₀))`` with ``A₀ = 32``. For query weights ``idf(t)``
-    the sparse inner product ``S₀`` and the true score ``S`` (at the current average length ``A``)
-    satisfy ``S ≤ max(1, A/A₀)·S₀`` term by term (the ratio of the two saturations is at most ``A/A₀``,
-    approached as ``len → ∞``, and at most 1 when ``A ≤ A₀``). So when the ``n``-th best true score
-    among the rows read exceeds that factor times the smallest ``S₀`` read, no unread row can reach
-    the top ``n``: the search is widened until it does. Hash collisions only raise ``S₀``.
-    """
-    if not terms:
-        return {_NO_TERM_DIM: 1.0}
-    k1, b = _terms.K1, _terms.B
-    norm = k1 * (1.0 - b + b * length / _REF_AVGLEN)
-    out: dict[int, float] = {}
-    for t, tf in zip(terms, tfs):
-        d = _dim(t)
-        out[d] = out.get(d, 0.0) + tf * (k1 + 1.0) / (tf + norm)
-    return out
+    """A row's BM25 weights as a sparse vector (:func:`nlql.stores._terms.sparse_weights`); Milvus takes no
+    empty one, so a row without terms gets a dimension no term has."""
+    return _terms.sparse_weights(terms, tfs, length) or {_terms.SPARSE_DIMS: 1.0}
 
 
 class _Timed:
