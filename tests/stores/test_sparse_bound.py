@@ -32,14 +32,11 @@ def test_the_rows_read_hold_the_true_top_n(mean_len: float) -> None:
         query, ratio = _terms.sparse_query(qkeys, df, totals)
         inner = np.array([sum(v * s.get(d, 0.0) for d, v in query.items()) for s in stored])
         order = [i for i in np.argsort(-inner, kind="stable") if inner[i] > 0]
-        calls = []
-
-        def read(limit: int) -> tuple[list[int], float, bool]:
-            calls.append(limit)
+        def read(limit: int, order: list[int] = order, inner: np.ndarray = inner) -> tuple[list[int], float, bool]:
             got = order[:limit]
             return got, float(inner[got[-1]]) if got else 0.0, len(got) < limit
 
-        def score(idx: list[int]) -> np.ndarray:
+        def score(idx: list[int], qkeys: list[str] = qkeys, df: dict[str, int] = df) -> np.ndarray:
             return _terms.bm25_scores(qkeys, [rows[i] for i in idx], df, totals)
 
         n = int(rng.integers(1, 30))
