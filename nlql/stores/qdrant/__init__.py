@@ -41,7 +41,7 @@ import json
 import math
 import threading
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
@@ -405,9 +405,11 @@ class QdrantStore:
         with self._backend("upsert"):
             self._index_views(views)
             old = self._old_lengths(list(latest))
-            step = len(points) if self.edge else _UPSERT_BATCH  # (Qdrant Edge's client splits them itself)
+            step, extra = _UPSERT_BATCH, {}
+            if self.edge:  # one update; the texts the payloads are made of checked for the string code
+                step, extra = max(1, len(points)), {"plain": not _edge_code_needed(latest.values())}
             for i in range(0, len(points), step):
-                self.client.upsert(self.collection, points=points[i : i + step], wait=True)
+                self.client.upsert(self.collection, points=points[i : i + step], wait=True, **extra)
             # positions are 0..n-1, so an older, longer version shows as a point at position n
             probes = {point_id(d, len(doc.units)): d for d, doc in latest.items()}
             found = self.client.retrieve(self.collection, ids=list(probes), with_payload=False)
@@ -892,6 +894,15 @@ def _needs_json(value: Any) -> bool:
     if isinstance(value, list):
         return any(_needs_json(v) for v in value)
     return False
+
+
+def _edge_code_needed(docs: Iterable[DocRecord]) -> bool:
+    """Whether a string of these documents' points needs Qdrant Edge's code (:func:`edge.code`): the
+    texts every payload string is made of (ids, metadata keys and values, sentences, their tails, entity
+    names) hold a lone surrogate or U+0000-U+0008; the strings derived from them (views, encoded keys,
+    analysed terms, ``_mj``) add none. One scan of these texts instead of the points' whole payloads."""
+    return edge.any_needs_code([[d.doc_id, d.metadata, [[u.content, u.tail] for u in d.units], d.entities]
+                                for d in docs])
 
 
 def _view_json(kind: str, view: Any) -> Any:

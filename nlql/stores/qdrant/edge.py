@@ -20,8 +20,6 @@ import re
 import shutil
 import tempfile
 import threading
-from concurrent.futures import Future, ThreadPoolExecutor
-from concurrent.futures import wait as wait_for
 from datetime import datetime
 from pathlib import Path
 from types import SimpleNamespace
@@ -35,7 +33,6 @@ except ImportError:  # pragma: no cover - exercised only without the extra
     qe = None  # type: ignore[assignment]
 
 _SHARD_MARK = "edge_config.json"  # written by Qdrant Edge into every shard directory
-_UPDATE_POINTS = 256  # points per shard update (one converted while the one before is applied)
 
 
 def available() -> bool:
@@ -52,7 +49,6 @@ class EdgeClient:
         self._shards: dict[str, Any] = {}
         self._marks: dict[str, bool] = {}
         self._lock = threading.Lock()
-        self._pool: ThreadPoolExecutor | None = None
         #: Bumped before and after every write: rows a store kept from a search are good while it has
         #: not moved (the shard is this process's alone, so no other writer exists).
         self.writes = 0
@@ -129,44 +125,24 @@ class EdgeClient:
 
     # ------------------------------------------------------------------ points
 
-    def upsert(self, name: str, points: list[Any], wait: bool = True, **_: Any) -> None:
-        """Write ``points`` in updates of :data:`_UPDATE_POINTS`, returning when every one is applied.
+    def upsert(self, name: str, points: list[Any], wait: bool = True, plain: bool = False, **_: Any) -> None:
+        """Write ``points`` in one update of the shard (which holds the GIL while it runs: a worker thread
+        would overlap nothing). Converting the payloads (``qe.Point``) is most of a write's time.
 
-        Converting a point for Qdrant Edge (``qe.Point``: its payload value by value) holds the GIL; the
-        shard's update releases it. So the next part is converted while the shard applies the last one
-        on a worker thread (on a 2-core machine about a third of the ingest's time overlaps)."""
+        ``plain``: the caller checked that no string of the payloads needs the code (:func:`any_needs_code`
+        on the texts they are made of); else the payloads are checked here."""
         deadline.check("qdrant", "upsert")
         if not points:
             return
         # a lone surrogate or U+0000-U+0008 anywhere in the batch: the payloads are coded (see code())
-        coding = _any_needs_code([p.payload for p in points])
+        coding = not plain and any_needs_code([p.payload for p in points])
         if coding and not self._coded(name):
             self.update_collection(name, {_CODED: True})
-        shard = self._shard(name)
-        pending: Future[Any] | None = None
+        pts = [qe.Point(id=str(p.id), vector=list(p.vector), payload=_payload(code(p.payload) if coding else p.payload))
+               for p in points]
         self.writes += 1
-        try:
-            for i in range(0, len(points), _UPDATE_POINTS):
-                pts = [qe.Point(id=str(p.id), vector=list(p.vector),
-                                payload=_payload(code(p.payload) if coding else p.payload))
-                       for p in points[i : i + _UPDATE_POINTS]]
-                op = qe.UpdateOperation.upsert_points(pts)
-                if pending is not None:
-                    pending.result()
-                pending = self._updater().submit(shard.update, op)
-        finally:
-            if pending is not None:
-                wait_for([pending])  # (no write of this call outlives it, failed or not)
-            self.writes += 1  # (before and after: a search that overlapped the write keeps no rows)
-        if pending is not None:
-            pending.result()
-
-    def _updater(self) -> ThreadPoolExecutor:
-        """The one thread that applies this client's point updates (see :meth:`upsert`)."""
-        with self._lock:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nlql-edge-update")
-            return self._pool
+        self._shard(name).update(qe.UpdateOperation.upsert_points(pts))
+        self.writes += 1  # (before and after: a search that overlapped the write keeps no rows)
 
     def _coded(self, name: str) -> bool:
         """Whether a coded string was ever written to this collection (then reads decode)."""
@@ -243,9 +219,6 @@ class EdgeClient:
 
     def close(self) -> None:
         with self._lock:
-            pool, self._pool = self._pool, None
-            if pool is not None:
-                pool.shutdown(wait=True)
             shards, self._shards = self._shards, {}
             for shard in shards.values():
                 shard.flush()
@@ -328,8 +301,8 @@ def decode(value: Any) -> Any:
     return value
 
 
-def _any_needs_code(payloads: list[Any]) -> bool:
-    """Whether some payload holds a string that :func:`code` changes (in a key or a value).
+def any_needs_code(payloads: list[Any]) -> bool:
+    """Whether some value holds a string that :func:`code` changes (in a key or a value).
 
     The batch as JSON (``ensure_ascii=False``) at C speed: a lone surrogate stays itself there (so
     encoding the text as UTF-8 fails) and U+0000-U+0008 are escaped as ``\\u000N`` or ``\\b``; only when
@@ -435,4 +408,4 @@ def _filter(f: Any) -> Any:
     return qe.Filter(must=each(f.must), should=each(f.should), must_not=each(f.must_not))
 
 
-__all__ = ["EdgeClient", "available"]
+__all__ = ["EdgeClient", "any_needs_code", "available"]
