@@ -897,12 +897,13 @@ def _needs_json(value: Any) -> bool:
 
 
 def _edge_code_needed(docs: Iterable[DocRecord]) -> bool:
-    """Whether a string of these documents' points needs Qdrant Edge's code (:func:`edge.code`): the
+    """Whether a string of these documents' points may need Qdrant Edge's code (:func:`edge.code`): the
     texts every payload string is made of (ids, metadata keys and values, sentences, their tails, entity
-    names) hold a lone surrogate or U+0000-U+0008; the strings derived from them (views, encoded keys,
-    analysed terms, ``_mj``) add none. One scan of these texts instead of the points' whole payloads."""
+    names) hold something that looks like a lone surrogate or U+0000-U+0008 (then the Edge client checks
+    the payloads exactly); the strings derived from them (views, encoded keys, analysed terms, ``_mj``)
+    add none. One scan of these texts instead of the points' whole payloads."""
     return edge.any_needs_code([[d.doc_id, d.metadata, [[u.content, u.tail] for u in d.units], d.entities]
-                                for d in docs])
+                                for d in docs], exact=False)
 
 
 def _view_json(kind: str, view: Any) -> Any:

@@ -301,23 +301,24 @@ def decode(value: Any) -> Any:
     return value
 
 
-def any_needs_code(payloads: list[Any]) -> bool:
+def any_needs_code(payloads: list[Any], exact: bool = True) -> bool:
     """Whether some value holds a string that :func:`code` changes (in a key or a value).
 
     The batch as JSON (``ensure_ascii=False``) at C speed: a lone surrogate stays itself there (so
     encoding the text as UTF-8 fails) and U+0000-U+0008 are escaped as ``\\u000N`` or ``\\b``; only when
     one of those shows (or a string merely looks like it: a backslash before a ``b``) are the payloads
-    walked exactly. Walking and coding every payload cost about as much as the shard's update."""
+    walked exactly (``exact=False``: True then, without the walk). Walking and coding every payload cost
+    about as much as the shard's update."""
     try:
         text = json.dumps(payloads, ensure_ascii=False, default=str, check_circular=False)
     except (TypeError, ValueError, RecursionError):  # (not JSON: walk it)
-        return any(_needs_code(p) for p in payloads)
+        return any(_needs_code(p) for p in payloads) if exact else True
     try:
         text.encode("utf-8")
         candidate = "\\u000" in text or "\\b" in text
     except UnicodeEncodeError:  # (a lone surrogate)
         candidate = True
-    return candidate and any(_needs_code(p) for p in payloads)
+    return candidate and (not exact or any(_needs_code(p) for p in payloads))
 
 
 def _needs_code(value: Any) -> bool:
