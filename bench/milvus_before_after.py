@@ -106,10 +106,11 @@ def main() -> None:
         trees = {f"before ({short})": tree, "after": ROOT}
         got: dict[str, list[dict[str, Any]]] = {name: [] for name in trees}
         for r in range(args.rounds):
-            for i, (name, where) in enumerate(trees.items()):
+            for name, where in trees.items():
                 # terms this child has not asked for (a fresh process memoises nothing): a frequent one
-                # (in ~5% of rows) and a rare one
-                fresh = f"{B.WORDS[10 + 2 * r + i]} w{5000 + 10 * r + i}"
+                # (in ~5% of rows) and a rare one, the same for both trees in a round (a term's cost
+                # depends on the term: 47 to 470 ms for three of these words)
+                fresh = f"{B.WORDS[10 + 2 * r]} w{5000 + 10 * r}"
                 got[name].append(child(where, path, args.repeat, fresh))
                 log(f"round {r + 1} {name}: load {os.getloadavg()[0]:.1f}")
     out: dict[str, Any] = {}

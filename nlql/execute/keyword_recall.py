@@ -32,7 +32,7 @@ import numpy as np
 
 from nlql import ir
 from nlql.functions import RANK_FUSIONS
-from nlql.stores.base import KEYWORD_READS_SENT
+from nlql.stores.base import KEYWORD_READS_SENT, KNN_VECTORS
 
 
 def _is_threshold_on(expr: ir.Expr, name: str) -> bool:
@@ -63,6 +63,7 @@ def _top(keys: list[Any], scores: np.ndarray, n: int) -> list[Any]:
 
 
 _pool: ThreadPoolExecutor | None = None
+_HANDOFF_S = 0.01  # the longest a keyword arm waits for the arms it launched to begin (a busy pool)
 _pool_lock = threading.Lock()
 
 
@@ -106,12 +107,24 @@ def _keyword_reads_first(first: dict[str, Callable[[], Any]],
     :func:`_in_parallel` returns."""
     base = contextvars.copy_context()  # (before the hook is set: the later arms run without it)
     futures: dict[str, Any] = {}
+    started = threading.Event()
+
+    def begun(fn: Callable[[], Any]) -> Callable[[], Any]:
+        def run() -> Any:
+            started.set()
+            return fn()
+        return run
 
     def launch() -> None:
         if not futures:
             pool = _arm_pool()
             for name, fn in later.items():
-                futures[name] = pool.submit(base.copy().run, _timed, fn)
+                futures[name] = pool.submit(base.copy().run, _timed, begun(fn))
+            # the keyword arm's scoring is the interpreter's: left running, it would keep the GIL from the
+            # pool thread for up to a switch interval (5 ms) before the knn's request is even sent. Waiting
+            # here until an arm has begun hands the GIL over; that thread holds it until its call blocks
+            # in the driver, then the scoring resumes beside the engine's search
+            started.wait(_HANDOFF_S)
 
     got: dict[str, tuple[Any, float]] = {}
     token = KEYWORD_READS_SENT.set(launch)
@@ -127,11 +140,14 @@ def _keyword_reads_first(first: dict[str, Callable[[], Any]],
 
 
 def narrow(plan: Any, store: Any, index: Any, qv: dict[str, np.ndarray], need: int | None,
-           arm_ms: dict[str, float] | None = None, windows: dict[str, list[Any]] | None = None) -> list[Any] | None:
+           arm_ms: dict[str, float] | None = None, windows: dict[str, list[Any]] | None = None,
+           known: dict[str, dict[Any, float]] | None = None) -> list[Any] | None:
     """Candidate keys for ``plan`` on a ``KEYWORD_STATS`` store (``index``: its keyword index), or None
     when only the full path is exact. A fusion's arms are asked at once (:func:`_in_parallel`); each
-    arm's milliseconds go into ``arm_ms``, and each SIMILARITY arm's window (the keys its knn returned)
-    into ``windows``, by score slot."""
+    arm's milliseconds go into ``arm_ms``, each SIMILARITY arm's window (the keys its knn returned)
+    into ``windows``, by score slot, and, when they are its rows' SIMILARITY values (one query vector on a
+    store declaring ``Capabilities.KNN_SCORES``), the knn's scores by key into ``known`` (SENTENCE rows;
+    a DOCUMENT page reads its documents whole)."""
     documents = plan.unit.kind == "DOCUMENT"
     if (need is None or plan.fusion_residual or plan.recall.min_score or not plan.order
             or not plan.order[0].descending or not (plan.unit.rows_are_sentences or documents)):
@@ -159,6 +175,13 @@ def narrow(plan: Any, store: Any, index: Any, qv: dict[str, np.ndarray], need: i
     if (spec.kind in RANK_FUSIONS or spec.kind == "FUSE") and plan.arm_depth is not None and not plan.residual:
         depth = plan.arm_depth
         calls: dict[str, Callable[[], Any]] = {}
+        # the knn's scores are the window's values and nothing after it reads a row's vector (no other
+        # SIMILARITY score, no MMR): the store need not return the hits' vectors with them
+        scores_only = (known is not None and store.capabilities.KNN_SCORES
+                       and not any(f.kind == "MMR" for f in plan.fusions)
+                       and all(s.slot in qv and len(qv[s.slot]) == 1
+                               and any(plan.binding_slots.get(a) == s.slot for a in spec.arms)
+                               for s in plan.scores if s.kind == "SIMILARITY"))
         for arm in spec.arms:
             arm_spec = by_slot.get(plan.binding_slots.get(arm, ""))
             if arm_spec is None or arm_spec.kind not in ("SIMILARITY", "BM25"):
@@ -171,8 +194,16 @@ def narrow(plan: Any, store: Any, index: Any, qv: dict[str, np.ndarray], need: i
                 vec = qv[arm_spec.slot]
                 if documents:
                     calls[arm] = lambda vec=vec: _documents_by_knn(store, vec, depth, plan.native)
-                else:
-                    calls[arm] = lambda vec=vec: [key for lst in store.knn(vec, depth, plan.native) for key, _ in lst]
+                    continue
+
+                def similarity_arm(vec: np.ndarray = vec) -> list[list[tuple[Any, float]]]:
+                    token = KNN_VECTORS.set(not scores_only)  # (the first arm runs in the caller's thread)
+                    try:
+                        out: list[list[tuple[Any, float]]] = store.knn(vec, depth, plan.native)
+                    finally:
+                        KNN_VECTORS.reset(token)
+                    return out
+                calls[arm] = similarity_arm
             else:
                 text = " ".join(arm_spec.texts)
 
@@ -189,11 +220,15 @@ def narrow(plan: Any, store: Any, index: Any, qv: dict[str, np.ndarray], need: i
             got, ms = _in_parallel(calls)
         if arm_ms is not None:
             arm_ms.update(ms)
-        if windows is not None and not documents:
-            for arm in calls:
-                arm_spec = by_slot[plan.binding_slots[arm]]
-                if arm_spec.kind == "SIMILARITY":
+        for arm in calls:
+            arm_spec = by_slot[plan.binding_slots[arm]]
+            if arm_spec.kind == "SIMILARITY" and not documents:  # (a DOCUMENT arm returns its keys)
+                lists = got[arm]
+                got[arm] = [key for lst in lists for key, _ in lst]
+                if windows is not None:
                     windows[arm_spec.slot] = got[arm]
+                if known is not None and store.capabilities.KNN_SCORES and len(lists) == 1:
+                    known[arm_spec.slot] = dict(lists[0])
         out: dict[Any, None] = {}
         for arm in calls:  # (in the arms' order, as before)
             out.update((k, None) for k in got[arm])

@@ -173,15 +173,36 @@ def _lowered(run: Search, qv: dict[str, np.ndarray]) -> list[Candidate]:
     return units
 
 
-def _window_similarities(run: Search, vectors: np.ndarray, slot: str, keys: list[Any], window: list[Any]) -> np.ndarray:
-    """The SIMILARITY values of the rows of the arm's window among ``keys``, NaN for the others (they
-    rank nowhere in it, see :func:`nlql.execute.keyword_recall.window_only`); those are noted in
-    ``run.extra["unread"]`` for :func:`nlql.execute.materialise.read_unread`."""
+def _known_similarities(store: Any, vectors: np.ndarray, keys: list[Any],
+                        known: dict[Any, float] | None) -> np.ndarray:
+    """:func:`similarities` of ``keys``, taking the arm's knn score where it has one (``known``: the knn's
+    scores are its rows' values, ``Capabilities.KNN_SCORES``) and asking the store for the others only."""
+    if not known:
+        return similarities(store, vectors, keys)
+    out = np.empty(len(keys), dtype=np.float32)
+    ask = []
+    for i, key in enumerate(keys):
+        v = known.get(key)
+        if v is None:
+            ask.append(i)
+        else:
+            out[i] = v
+    if ask:
+        out[ask] = similarities(store, vectors, [keys[i] for i in ask])
+    return out
+
+
+def _window_similarities(run: Search, vectors: np.ndarray, slot: str, keys: list[Any], window: list[Any],
+                         known: dict[Any, float] | None = None) -> np.ndarray:
+    """The SIMILARITY values of the rows of the arm's window among ``keys`` (the knn's scores where
+    ``known``), NaN for the others (they rank nowhere in it, see
+    :func:`nlql.execute.keyword_recall.window_only`); those are noted in ``run.extra["unread"]`` for
+    :func:`nlql.execute.materialise.read_unread`."""
     inside = set(window)
     at = [i for i, key in enumerate(keys) if key in inside]
     out = np.full(len(keys), np.nan, dtype=np.float32)
     if at:
-        out[at] = similarities(run.store, vectors, [keys[i] for i in at])
+        out[at] = _known_similarities(run.store, vectors, [keys[i] for i in at], known)
     unread = {key for key in keys if key not in inside}
     if unread:
         run.extra.setdefault("unread", {})[slot] = (vectors, unread)
@@ -334,10 +355,11 @@ def _full(run: Search, qv: dict[str, np.ndarray], fast_ok: bool) -> list[Candida
         else:
             narrowed = None
             arm_windows: dict[str, list[Any]] = {}
+            arm_known: dict[str, dict[Any, float]] = {}  # each SIMILARITY arm's knn scores, when they are its values
             # BM25 kept in the store (narrowing keeps the top LIMIT rows: not with DISTINCT BY)
             if caps.KEYWORD_STATS and run.bm25.in_store and plan.distinct is None:
                 arm_ms: dict[str, float] = {}
-                narrowed = keyword_recall.narrow(plan, store, run.bm25, qv, run.need, arm_ms, arm_windows)
+                narrowed = keyword_recall.narrow(plan, store, run.bm25, qv, run.need, arm_ms, arm_windows, arm_known)
                 if narrowed is not None:
                     run.stats.counts["keyword_recall"] = len(narrowed)
                     if arm_ms:  # each arm's store call, run at once (the arms' names)
@@ -348,9 +370,10 @@ def _full(run: Search, qv: dict[str, np.ndarray], fast_ok: bool) -> list[Candida
             # (a grouped unit's rows are read and scored whole by candidates(): no sentence values needed here)
             for s in sim_slots if plan.unit.rows_are_sentences else ():
                 if s in lazy:  # the arm's window now; the page's other rows before the hits are made
-                    sentence_scores[s] = _window_similarities(run, qv[s], s, list(keys_arr), arm_windows[s])
+                    sentence_scores[s] = _window_similarities(run, qv[s], s, list(keys_arr), arm_windows[s],
+                                                              arm_known.get(s))
                 else:
-                    sentence_scores[s] = similarities(store, qv[s], list(keys_arr))
+                    sentence_scores[s] = _known_similarities(store, qv[s], list(keys_arr), arm_known.get(s))
     except (NLQLTimeoutError, BackendError) as exc:
         if not (run.degrade and sim_slots and drop_arms(run, sim_slots, f"the store's similarity call failed "
                                                                         f"({cause_of(exc)})")):

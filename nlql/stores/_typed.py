@@ -34,6 +34,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta, timezone
+from functools import lru_cache
 from typing import Any, Union
 
 from nlql import values as V
@@ -52,6 +53,7 @@ def member_key(key: str) -> bool:
     return _MEMBER_KEY.match(key) is not None
 
 
+@lru_cache(maxsize=4096)  # (a corpus repeats its keys: ingest encodes each document's every key)
 def encode_key(key: str) -> str:
     """One metadata key as a path component every JSON-path dialect accepts, injectively.
 

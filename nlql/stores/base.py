@@ -347,6 +347,17 @@ def keyword_reads_sent() -> None:
         hook()
 
 
+#: False while a fusion's SIMILARITY arm runs whose rows' values are the knn's own scores
+#: (``Capabilities.KNN_SCORES``) and whose search reads no vector afterwards (no other SIMILARITY score, no
+#: MMR): a store that can return its hits' vectors with a knn (to keep for the search) need not.
+KNN_VECTORS: ContextVar[bool] = ContextVar("nlql_knn_vectors", default=True)
+
+
+def knn_vectors_wanted() -> bool:
+    """Whether the running search may read the vectors of the rows its knn returns (see :data:`KNN_VECTORS`)."""
+    return KNN_VECTORS.get()
+
+
 class KeywordStats(Protocol):
     """``Capabilities.KEYWORD_STATS``: BM25 kept in the store itself (SPEC §10), so the engine holds none.
 

@@ -430,3 +430,33 @@ def test_a_fusion_asks_milvus_lite_its_keyword_reads_before_its_knn(window_pair,
         assert order[:2] == ["sp", "vec"], order
         assert [h.id for h in got] == [h.id for h in want]
         assert [h.scores for h in got] == [pytest.approx(h.scores, rel=1e-9, abs=1e-12) for h in want]
+
+
+@pytest.mark.parametrize(("query", "vectors"), [
+    ('SELECT SENTENCE LET s = SIMILARITY(content, "w2 w9"), kw = BM25(content, "w2 w9"), '
+     "f = RRF(s, kw, window => 5) ORDER BY f DESC LIMIT 6", False),
+    # another SIMILARITY score is read for the knn's rows too: their vectors come with them
+    ('SELECT SENTENCE LET s = SIMILARITY(content, "w2 w9"), kw = BM25(content, "w2 w9"), o = SIMILARITY(content, "w4"), '
+     "f = RRF(s, kw, window => 5) ORDER BY f DESC LIMIT 6", True),
+    # two query vectors: a row's value is its best cosine over both, not one knn's score
+    ('SELECT SENTENCE LET s = SIMILARITY(content, ["w2", "w9"]), kw = BM25(content, "w2 w9"), '
+     "f = RRF(s, kw, window => 5) ORDER BY f DESC LIMIT 6", True),
+])
+def test_a_fusion_knn_returns_vectors_only_when_the_search_reads_them(window_pair, monkeypatch: pytest.MonkeyPatch,
+                                                                       query: str, vectors: bool) -> None:
+    # the SIMILARITY arm's window takes the knn's scores as its values (KNN_SCORES): decoding 100 vectors
+    # costs Milvus Lite's client ~3 ms a query, spent only when something after the knn reads them
+    got_engine, want_engine = window_pair
+    inner = got_engine.store.client._client
+    fields: list[list[str]] = []
+    real = inner.search
+
+    def spy(*args, **kwargs):  # type: ignore[no-untyped-def]
+        if kwargs.get("anns_field") == "vec" and not kwargs.get("filter"):
+            fields.append(list(kwargs.get("output_fields") or []))
+        return real(*args, **kwargs)
+    monkeypatch.setattr(inner, "search", spy)
+    got, want = got_engine.search(query), want_engine.search(query)
+    assert [h.id for h in got] == [h.id for h in want]
+    assert [h.scores for h in got] == [pytest.approx(h.scores, rel=1e-9, abs=1e-12) for h in want]
+    assert fields and all(("vec" in f) == vectors for f in fields), fields

@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 pytest.importorskip("qdrant_client")
 pytest.importorskip("qdrant_edge")
@@ -182,6 +184,39 @@ def test_native_filter_text_is_deterministic_json(store: QdrantStore) -> None:
     assert {"key": "_s.lang._", "match": {"any": ["en", "de"]}} in parsed["must"]
     empty = store.compile_filter(Cond("eq", ("meta", "year"), None))
     assert empty.extra["empty"] and store.scan(empty) == [] and store.knn(np.ones((1, DIM)), 3, empty) == [[]]
+
+
+# ------------------------------------------------------------------------------ writes on Qdrant Edge
+
+_CODED_CHARS = st.sampled_from(["a", "\\", "b", "u", "0", "\x00", "\x07", "\x08", "\t", "\x1f", "\"",
+                                chr(0xD800), chr(0xDFFF), "\U0001F680", "\u00e9"])
+_PAYLOAD_TEXT = st.text(_CODED_CHARS, max_size=8)
+
+
+@given(st.lists(st.dictionaries(_PAYLOAD_TEXT, st.one_of(_PAYLOAD_TEXT, st.lists(_PAYLOAD_TEXT, max_size=3),
+                                                          st.integers(), st.none()), max_size=3), max_size=4))
+@settings(max_examples=300, deadline=None)
+def test_a_batch_is_coded_exactly_when_one_of_its_strings_needs_it(payloads: list) -> None:
+    # the batch's one JSON scan decides as walking every payload does: a lone surrogate or U+0000-U+0008
+    # in a key or a value, however many backslashes stand before it
+    from nlql.stores.qdrant import edge as emod
+
+    assert emod.any_needs_code(payloads) == any(emod._needs_code(p) for p in payloads)
+
+
+def test_a_batch_with_one_string_needing_the_code_keeps_every_point_and_codes_it(store: QdrantStore) -> None:
+    # the code is decided per write (one scan of the batch): a string needing it among hundreds of plain
+    # ones is read back as written and matched by a filter, and every point lands, in order
+    rng = np.random.default_rng(4)
+    n = 600
+    docs = [make_doc(f"b{i:04d}", [f"sentence {i} here"], {"i": i, "s": "x\x00y" if i == n - 3 else "plain"},
+                     i + 1, unit_vectors(rng, 1)) for i in range(n)]
+    store.upsert(docs)
+    assert store.count() == n
+    rows = store.fetch(store.scan())
+    assert [r.doc_id for r in rows] == [d.doc_id for d in docs]
+    assert [r.metadata["s"] for r in rows][n - 4 : n - 1] == ["plain", "x\x00y", "plain"]
+    assert len(store.scan(store.compile_filter(Cond("eq", ("meta", "s"), "x\x00y")))) == 1
 
 
 # ------------------------------------------------------------------------------ hostile values
