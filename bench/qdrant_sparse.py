@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -74,6 +75,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     out["load_end"] = os.getloadavg()[0]
     new.close()
     old.close()
+    shutil.rmtree(tmp, ignore_errors=True)  # (two stores of --size rows: gigabytes at 1M)
     stamp_end(out, started)
     write_json(args.out, out)
     for name in QUERIES:
