@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
+import regex
+
 from nlql import ir
 from nlql.check import check
 from nlql.errors import Diagnostic, NLQLError, RouteError, TemplateError
@@ -254,7 +256,12 @@ _CJK_QUESTION_WORDS = re.compile("为什么|怎么样|怎么|怎样|什么|哪�
 #: Hiragana and katakana: a CJK question holding them is Japanese.
 _KANA = re.compile("[\u3040-\u30ff]")
 _CJK_CHAR = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
-_WORD_RE = re.compile(r"\w+")
+#: Letters the default analyzer reads as bigrams: CJK, and the scripts written without spaces (Thai, Lao,
+#: Khmer, Burmese, the Tai scripts), which the default embedder reads no better than Chinese.
+_BIGRAM_CHAR = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
+                          "\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff\u1950-\u19df\u1a20-\u1aaf\ua9e0-\ua9ff\uaa60-\uaadf]")
+#: Unicode words (UTS #18, combining marks included: "नमस्ते" is one word), as the default analyzer reads them.
+_WORD_RE = regex.compile(r"\w+")
 _QUOTES = str.maketrans({"\u2018": "'", "\u2019": "'", "\u201b": "'", "\u2032": "'",
                          "\u201c": '"', "\u201d": '"', "\u201f": '"'})
 
@@ -289,7 +296,8 @@ ARM_WEIGHT = 1.0
 def language_class(question: str) -> str:
     """``"cjk"``, ``"other"`` or ``"english"``: what the default embedder can read of a question.
 
-    ``"cjk"`` when at least half its letters are Chinese, Japanese or Korean; ``"other"`` when at least
+    ``"cjk"`` when at least half its letters are Chinese, Japanese or Korean, or of a script written
+    without spaces (Thai, Lao, Khmer, Burmese: read as bigrams too); ``"other"`` when at least
     half are of another non-Latin script (Cyrillic, Greek, Arabic, Hebrew, Devanagari, …) or when, in
     Latin script, its words of other languages (:data:`OTHER_STOPWORDS`, and words with letters such as
     ``ñ``, ``ß``, ``ø``, ``ł``) outnumber its English function words; else ``"english"``.
@@ -301,10 +309,10 @@ def language_class(question: str) -> str:
     letters = [c for c in question if c.isalpha()]
     if not letters:
         return "english"
-    cjk = sum(1 for c in letters if _CJK_CHAR.match(c))
+    cjk = sum(1 for c in letters if _BIGRAM_CHAR.match(c))
     if cjk * 2 >= len(letters):
         return "cjk"
-    non_latin = sum(1 for c in letters if c > "\u024f" and not _CJK_CHAR.match(c) and not _is_latin(c))
+    non_latin = sum(1 for c in letters if c > "\u024f" and not _BIGRAM_CHAR.match(c) and not _is_latin(c))
     if non_latin * 2 >= len(letters):
         return "other"
     english, foreign = 0, question.count("¿") + question.count("¡")

@@ -38,8 +38,9 @@ def test_the_halves_are_stable_and_disjoint() -> None:
     assert 70 < len(halves["tune"]) < 130
 
 
-def test_the_multilingual_set_is_real_text_in_seven_languages() -> None:
+def test_the_multilingual_set_is_real_text_in_nine_languages() -> None:
     ds = quality.load_multilingual_set()
     langs = {d["lang"] for d in ds.corpus.values()}
-    assert langs == {"zh", "es", "de", "ja", "fr", "ru", "pt"} and len(ds.corpus) >= 115 and len(ds.queries) >= 124
+    assert langs == {"zh", "es", "de", "ja", "fr", "ru", "pt", "hi", "th"} and len(ds.corpus) >= 135
+    assert len(ds.queries) >= 144 and {ds.info["languages"][q] for q in ds.queries} == langs
     assert all(r in ds.corpus for rels in ds.qrels.values() for r in rels)

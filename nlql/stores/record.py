@@ -106,6 +106,10 @@ def resolve_analyzer(store: Any, given: Any = None) -> Analyzer:
         own = getattr(store, "analyzer", None)
         return own if isinstance(own, Analyzer) else Analyzer()
     analyzer = as_analyzer(given)
+    if recorded is not None and recorded != analyzer and recorded == analyzer.with_words(recorded.words):
+        # a store written before Unicode words: the same analyzer otherwise, and its terms were made with
+        # the words it records, so those are the words its questions must be read with
+        return recorded
     if recorded is not None and recorded != analyzer:
         raise StoreMismatchError("BM25 analyzer", recorded.describe(), analyzer.describe(),
                                  hint="omit the analyzer to use the store's own, or ingest into a new store")

@@ -18,31 +18,65 @@ The default is English: Snowball's English stop word list and its English ("Port
 >>> Analyzer().terms("how much disk space a directory uses")
 ['much', 'disk', 'space', 'directori', 'use']
 
+Words are Unicode's word characters (UTS #18 ``\\w``, as the ``regex`` module reads it: letters,
+combining marks, decimal digits, connector punctuation), in text brought to Unicode's NFC form first (an
+accent typed as a combining mark is the same letter as the precomposed one). Python's own ``re`` leaves combining marks out
+of ``\\w``, which cuts the words of every script that writes its vowels as marks (Hindi, Bengali, Tamil,
+Thai, Burmese, Arabic with its short vowels, decomposed accents) into pieces: ``नमस्ते`` became ``नमस``
+and ``त``. Stores written before this change record ``words: "python"`` (their analyzer record has no
+``words`` key) and keep being read with Python's ``\\w``, so their terms still match.
+
+>>> Analyzer().terms("नमस्ते दुनिया")
+['नमस्ते', 'दुनिया']
+
 Chinese, Japanese and Korean are written without spaces, so a run of their characters is one ``\\w+``
 word. The default analyzer splits such a run into overlapping character bigrams, as Elasticsearch's
 ``cjk`` analyzer does (a lone character stays a unigram); ``Analyzer.named("chinese")`` segments Chinese
 into words with jieba (the ``rjieba`` package, extra ``nlql-engine[cjk]``) and drops a short list of
-Chinese function and question words. Latin words in the same text are analysed as before.
+Chinese function and question words. Latin words in the same text are analysed as before. Thai, Lao,
+Khmer and Burmese are written without spaces too: their runs become overlapping bigrams of grapheme
+clusters (a letter with its vowel and tone marks), so ``ภาษา`` in a question finds ``ภาษาไทย``.
 
 >>> Analyzer().terms("长城在北京 Great Wall")
 ['长城', '城在', '在北', '北京', 'great', 'wall']
+>>> Analyzer().terms("ภาษาไทย")
+['ภา', 'าษ', 'ษา', 'าไ', 'ไท', 'ทย']
 """
 
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import chain
 from typing import Any
 
-__all__ = ["CHINESE_STOPWORDS", "CJK_MODES", "ENGLISH_STOPWORDS", "PRESETS", "STEMMER_ALIASES", "Analyzer"]
+import regex
 
+__all__ = ["CHINESE_STOPWORDS", "CJK_MODES", "ENGLISH_STOPWORDS", "PRESETS", "STEMMER_ALIASES", "WORD_MODES",
+           "Analyzer"]
+
+#: Words as Python's ``re`` reads ``\w`` (no combining marks): the analyzer of stores written before
+#: Unicode words (``words="python"``).
 _WORD = re.compile(r"\w+")
+#: Unicode's word characters (UTS #18: ``regex``'s ``\w`` holds combining marks and join controls).
+_UWORD = regex.compile(r"\w+")
+#: How words are found: ``"unicode"`` (UTS #18 word characters, the default) or ``"python"`` (``re``'s
+#: ``\w``, which drops combining marks: what stores written before it record).
+WORD_MODES: tuple[str, ...] = ("unicode", "python")
 #: Han (with extensions and compatibility ideographs), kana, Hangul: the scripts written without spaces.
 _CJK_CHARS = ("\u1100-\u11ff\u3040-\u30ff\u3130-\u318f\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff"
               "\ua960-\ua97f\uac00-\ud7af\uf900-\ufaff\uff66-\uff9f\U00020000-\U0003134f")
 _CJK = re.compile(f"[{_CJK_CHARS}]")
 _CJK_RUNS = re.compile(f"([{_CJK_CHARS}]+)|([^{_CJK_CHARS}]+)")
+#: Thai, Lao, Myanmar (with its extensions), Khmer (and its symbols), Tai Le, New Tai Lue, Tai Tham, Tai
+#: Viet: scripts written without spaces between words, whose letters carry their vowels as marks.
+_SPACELESS_CHARS = ("\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff\u1950-\u19df\u19e0-\u19ff\u1a20-\u1aaf"
+                    "\ua9e0-\ua9ff\uaa60-\uaadf")
+#: Unicode words: CJK runs, runs of the spaceless scripts above, and the rest.
+_UNSPACED = re.compile(f"[{_CJK_CHARS}{_SPACELESS_CHARS}]")
+_UNSPACED_RUNS = re.compile(f"([{_CJK_CHARS}]+)|([{_SPACELESS_CHARS}]+)|([^{_CJK_CHARS}{_SPACELESS_CHARS}]+)")
+_CLUSTER = regex.compile(r"\X")
 #: How a run of CJK characters becomes terms: ``"bigram"`` (overlapping character bigrams, the default),
 #: ``"jieba"`` (Chinese word segmentation, search mode), or ``None`` (the whole run is one term, as in
 #: versions before 0.9 and the ``plain`` analyzer).
@@ -147,22 +181,33 @@ class Analyzer:
             :data:`ENGLISH_STOPWORDS` (``"chinese"``: those and :data:`CHINESE_STOPWORDS`); ``None``
             drops none. Default ``"english"``.
         cjk: How runs of Chinese, Japanese and Korean characters become terms (:data:`CJK_MODES`):
-            ``"bigram"`` (default), ``"jieba"`` (needs ``rjieba``), ``None`` (one term per run).
+            ``"bigram"`` (default), ``"jieba"`` (needs ``rjieba``), ``None`` (one term per run). With
+            Unicode words, runs of Thai, Lao, Khmer and Burmese become bigrams of grapheme clusters
+            unless this is ``None``.
+        words: How words are found (:data:`WORD_MODES`): ``"unicode"`` (default; UTS #18 word
+            characters, combining marks included, in NFC text) or ``"python"`` (``re``'s ``\\w``, which drops
+            combining marks: the analyzer of stores written before Unicode words, which says so).
 
     Raises:
-        ValueError: ``stemmer`` names no known algorithm, ``stopwords`` no known list, ``cjk`` no mode.
+        ValueError: ``stemmer`` names no known algorithm, ``stopwords`` no known list, ``cjk`` or ``words``
+            no mode.
         ImportError: ``cjk="jieba"`` without the ``rjieba`` package.
     """
 
     def __init__(self, stemmer: str | None = _DEFAULT, stopwords: Iterable[str] | str | None = _DEFAULT,
-                 cjk: str | None = "bigram") -> None:
+                 cjk: str | None = "bigram", words: str = "unicode") -> None:
         if stemmer is _DEFAULT:
             stemmer = "english"
         if stopwords is _DEFAULT:
             stopwords = "english"
         if cjk not in CJK_MODES:
             raise ValueError(f"unknown cjk mode {cjk!r}; choose one of {', '.join(map(repr, CJK_MODES))}")
+        if words not in WORD_MODES:
+            raise ValueError(f"unknown words mode {words!r}; choose one of {', '.join(map(repr, WORD_MODES))}")
         self._cjk: str | None = cjk
+        self._words = words
+        self._word: Any = _UWORD if words == "unicode" else _WORD
+        self._unspaced: Any = _UNSPACED if words == "unicode" else _CJK
         self._segment: Callable[[str], list[str]] | None = _load_segmenter() if cjk == "jieba" else None
         self._stemmer_name: str | None = None
         self._stem: Callable[[list[str]], list[str]] | None = None
@@ -248,6 +293,8 @@ class Analyzer:
                  f"{len(self._stopwords)} stopwords" if self._stopwords else "no stopwords"]
         if self._cjk is not None:
             parts.append(f"CJK {self._cjk}s" if self._cjk == "bigram" else "CJK jieba segmentation")
+        if self._words != "unicode":
+            parts.append(f"{self._words} words")
         return f"{self.name!r} ({', '.join(parts)})"
 
     def terms(self, text: str) -> list[str]:
@@ -256,8 +303,10 @@ class Analyzer:
         >>> Analyzer(stopwords=["the"]).terms("The end of THE stories")
         ['end', 'of', 'stori']
         """
-        words = _WORD.findall(text.casefold())
-        if self._cjk is not None and _CJK.search(text) is not None:
+        if self._words == "unicode" and not text.isascii() and not unicodedata.is_normalized("NFC", text):
+            text = unicodedata.normalize("NFC", text)  # "é" written as e + U+0301 is the é of "café"
+        words = self._word.findall(text.casefold())
+        if self._cjk is not None and self._unspaced.search(text) is not None:
             words = self._split_cjk(words)
         if self._stopwords:
             words = [w for w in words if w not in self._stopwords]
@@ -297,16 +346,25 @@ class Analyzer:
         return list(map(memo.__getitem__, words))
 
     def _split_cjk(self, words: list[str]) -> list[str]:
-        """``words`` with every run of CJK characters replaced by its bigrams (or jieba's words)."""
+        """``words`` with every run of CJK characters replaced by its bigrams (or jieba's words), and
+        (Unicode words) every run of Thai, Lao, Khmer or Burmese by bigrams of its grapheme clusters."""
         out: list[str] = []
+        unicode = self._words == "unicode"
+        runs = _UNSPACED_RUNS if unicode else _CJK_RUNS
         for word in words:
-            if _CJK.search(word) is None:
+            if self._unspaced.search(word) is None:
                 out.append(word)
                 continue
-            for m in _CJK_RUNS.finditer(word):
+            for m in runs.finditer(word):
                 run = m.group(1)
                 if run is None:
-                    out.append(m.group(2))
+                    rest = m.group(len(m.groups()))
+                    if rest is not None:
+                        out.append(rest)
+                        continue
+                    clusters = _CLUSTER.findall(m.group(2))
+                    out.extend(clusters if len(clusters) == 1 else
+                               [clusters[i] + clusters[i + 1] for i in range(len(clusters) - 1)])
                 elif self._segment is not None:
                     out.extend(t for t in self._segment(run) if t.strip())
                 elif len(run) == 1:
@@ -320,6 +378,15 @@ class Analyzer:
         """How CJK runs become terms: ``"bigram"``, ``"jieba"`` or ``None``."""
         return self._cjk
 
+    @property
+    def words(self) -> str:
+        """How words are found: ``"unicode"`` or ``"python"`` (:data:`WORD_MODES`)."""
+        return self._words
+
+    def word_spans(self, text: str) -> Iterable[tuple[int, int]]:
+        """The ``[start, end)`` of every word of ``text``, as :meth:`terms` finds them (before casefolding)."""
+        return (m.span() for m in self._word.finditer(text))
+
     def terms_many(self, texts: Sequence[str]) -> list[list[str]]:
         """``terms`` for each text (a convenience for batch ingest)."""
         return [self.terms(t) for t in texts]
@@ -329,7 +396,7 @@ class Analyzer:
         (``Analyzer.from_config`` reverses it). A named stop word list is written by its name.
 
         >>> Analyzer.named("plain").config()
-        {'kind': 'standard', 'lowercase': 'casefold', 'token_pattern': '\\\\w+', 'stemmer': None, 'stopwords': [], 'cjk': 'bigram'}
+        {'kind': 'standard', 'lowercase': 'casefold', 'token_pattern': '\\\\w+', 'stemmer': None, 'stopwords': [], 'cjk': 'bigram', 'words': 'unicode'}
         >>> Analyzer().config()["stopwords"]
         'english'
         """
@@ -346,6 +413,8 @@ class Analyzer:
         }
         if self._cjk is not None:  # absent: one term per CJK run (stores written before CJK splitting)
             out["cjk"] = self._cjk
+        if self._words != "python":  # absent: re's \w (stores written before Unicode words)
+            out["words"] = self._words
         return out
 
     def record(self) -> dict[str, Any]:
@@ -361,19 +430,26 @@ class Analyzer:
         """
         if config.get("kind", "standard") != "standard" or config.get("token_pattern", _WORD.pattern) != _WORD.pattern:
             raise ValueError(f"unsupported analyzer config: {dict(config)!r}")
-        return cls(stemmer=config.get("stemmer"), stopwords=config.get("stopwords") or None, cjk=config.get("cjk"))
+        return cls(stemmer=config.get("stemmer"), stopwords=config.get("stopwords") or None, cjk=config.get("cjk"),
+                   words=config.get("words", "python"))
+
+    def with_words(self, words: str) -> Analyzer:
+        """This analyzer with another :data:`WORD_MODES` (``self`` when it already has it)."""
+        if words == self._words:
+            return self
+        return Analyzer.from_config({**self.config(), "words": words})
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Analyzer):
             return NotImplemented
         return (self._stemmer_name == other._stemmer_name and self._stopwords == other._stopwords
-                and self._cjk == other._cjk)
+                and self._cjk == other._cjk and self._words == other._words)
 
     def __hash__(self) -> int:
-        return hash((self._stemmer_name, self._stopwords, self._cjk))
+        return hash((self._stemmer_name, self._stopwords, self._cjk, self._words))
 
     def __repr__(self) -> str:
-        if self.name in PRESETS:
+        if self.name in PRESETS and self._words == "unicode":
             return f"Analyzer.named({self.name!r})"
         parts = [f"stemmer={self._stemmer_name!r}"]
         if self._stopwords:
@@ -382,4 +458,6 @@ class Analyzer:
             parts.append("stopwords=None")
         if self._cjk != "bigram":
             parts.append(f"cjk={self._cjk!r}")
+        if self._words != "unicode":
+            parts.append(f"words={self._words!r}")
         return f"Analyzer({', '.join(parts)})"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from nlql.text.analyzer import _WORD, Analyzer
+from nlql.text.analyzer import Analyzer
 
 __all__ = ["highlight"]
 
@@ -28,7 +28,7 @@ def highlight(content: str, text: str, analyzer: Any = None) -> list[list[int]]:
     if not wanted:
         return []
     out = []
-    for m in _WORD.finditer(content):
-        if wanted.intersection(an.terms(m.group(0))):
-            out.append([m.start(), m.end()])
+    for start, end in an.word_spans(content):
+        if wanted.intersection(an.terms(content[start:end])):
+            out.append([start, end])
     return out
