@@ -106,9 +106,9 @@ def resolve_analyzer(store: Any, given: Any = None) -> Analyzer:
         own = getattr(store, "analyzer", None)
         return own if isinstance(own, Analyzer) else Analyzer()
     analyzer = as_analyzer(given)
-    if recorded is not None and recorded != analyzer and recorded == analyzer.with_words(recorded.words):
-        # a store written before Unicode words: the same analyzer otherwise, and its terms were made with
-        # the words it records, so those are the words its questions must be read with
+    if recorded is not None and recorded != analyzer and recorded == analyzer.generation_of(recorded):
+        # a store written before Unicode words or script stemmers: the same analyzer otherwise, and its
+        # terms were made with what it records, so its questions must be read the same way
         return recorded
     if recorded is not None and recorded != analyzer:
         raise StoreMismatchError("BM25 analyzer", recorded.describe(), analyzer.describe(),

@@ -26,7 +26,7 @@ Thai, Burmese, Arabic with its short vowels, decomposed accents) into pieces: ``
 and ``त``. Stores written before this change record ``words: "python"`` (their analyzer record has no
 ``words`` key) and keep being read with Python's ``\\w``, so their terms still match.
 
->>> Analyzer().terms("नमस्ते दुनिया")
+>>> Analyzer.named("plain").terms("नमस्ते दुनिया")
 ['नमस्ते', 'दुनिया']
 
 Chinese, Japanese and Korean are written without spaces, so a run of their characters is one ``\\w+``
@@ -53,8 +53,8 @@ from typing import Any
 
 import regex
 
-__all__ = ["CHINESE_STOPWORDS", "CJK_MODES", "ENGLISH_STOPWORDS", "PRESETS", "STEMMER_ALIASES", "WORD_MODES",
-           "Analyzer"]
+__all__ = ["CHINESE_STOPWORDS", "CJK_MODES", "ENGLISH_STOPWORDS", "PRESETS", "SCRIPT_STEMMERS", "STEMMER_ALIASES",
+           "WORD_MODES", "Analyzer"]
 
 #: Words as Python's ``re`` reads ``\w`` (no combining marks): the analyzer of stores written before
 #: Unicode words (``words="python"``).
@@ -102,6 +102,35 @@ CHINESE_STOPWORDS: frozenset[str] = frozenset("""
 这个 那个 这些 那些 这里 那里 什么 怎么 怎样 怎么样 为什么 哪 哪里 哪儿 哪些 哪个 谁 几 多少 如何 是否 吗 我 你
 他 她 它 我们 你们 他们 她们 它们 一个 一种 有 没有 个 些 得 地 所 很
 """.split())
+
+#: Words of these scripts are stemmed by the script's Snowball algorithm rather than the analyzer's own
+#: (whose language, English by default, leaves them as they are): a Russian, Greek or Hindi word in an
+#: English store meets its other forms (``книги`` and ``книга``: ``книг``). One algorithm per script, the
+#: script's most used language: Cyrillic is read as Russian, Devanagari as Hindi, Arabic script as Arabic.
+SCRIPT_STEMMERS: dict[str, str] = {"cyrillic": "russian", "greek": "greek", "devanagari": "hindi",
+                                   "arabic": "arabic", "armenian": "armenian", "tamil": "tamil"}
+#: The code point ranges of each script of :data:`SCRIPT_STEMMERS` (a word's first letter decides).
+_SCRIPT_RANGES: dict[str, tuple[tuple[int, int], ...]] = {
+    "cyrillic": ((0x0400, 0x052F), (0x1C80, 0x1C8F), (0x2DE0, 0x2DFF), (0xA640, 0xA69F)),
+    "greek": ((0x0370, 0x03FF), (0x1F00, 0x1FFF)),
+    "devanagari": ((0x0900, 0x097F), (0xA8E0, 0xA8FF)),
+    "arabic": ((0x0600, 0x06FF), (0x0750, 0x077F), (0x08A0, 0x08FF), (0xFB50, 0xFDFF), (0xFE70, 0xFEFF)),
+    "armenian": ((0x0530, 0x058F),),
+    "tamil": ((0x0B80, 0x0BFF),),
+}
+
+
+def _script_of(word: str) -> str | None:
+    """The :data:`SCRIPT_STEMMERS` script of ``word``'s first character, or None."""
+    c = ord(word[0])
+    if c < 0x0370:
+        return None
+    for script, ranges in _SCRIPT_RANGES.items():
+        for lo, hi in ranges:
+            if lo <= c <= hi:
+                return script
+    return None
+
 
 #: Named analyzers: the CLI's ``--analyzer`` and ``Engine(analyzer="…")``. Any Snowball language name
 #: (or ISO 639-1 code) also names an analyzer: that stemmer, no stopwords.
@@ -187,6 +216,9 @@ class Analyzer:
         words: How words are found (:data:`WORD_MODES`): ``"unicode"`` (default; UTS #18 word
             characters, combining marks included, in NFC text) or ``"python"`` (``re``'s ``\\w``, which drops
             combining marks: the analyzer of stores written before Unicode words, which says so).
+        scripts: ``{script: Snowball algorithm}`` for words of other scripts than the stemmer's
+            language (:data:`SCRIPT_STEMMERS`, the default whenever ``stemmer`` is set); ``None`` or
+            ``{}``: every word goes to ``stemmer``. Stores written before it record none.
 
     Raises:
         ValueError: ``stemmer`` names no known algorithm, ``stopwords`` no known list, ``cjk`` or ``words``
@@ -195,7 +227,8 @@ class Analyzer:
     """
 
     def __init__(self, stemmer: str | None = _DEFAULT, stopwords: Iterable[str] | str | None = _DEFAULT,
-                 cjk: str | None = "bigram", words: str = "unicode") -> None:
+                 cjk: str | None = "bigram", words: str = "unicode",
+                 scripts: Mapping[str, str] | None = _DEFAULT) -> None:
         if stemmer is _DEFAULT:
             stemmer = "english"
         if stopwords is _DEFAULT:
@@ -217,6 +250,15 @@ class Analyzer:
             name = STEMMER_ALIASES.get(name, name)
             self._stem, self._backend = _load_stemmer(name)
             self._stemmer_name = name
+        if scripts is _DEFAULT:
+            scripts = SCRIPT_STEMMERS if stemmer is not None else None
+        unknown = set(scripts or ()) - set(_SCRIPT_RANGES)
+        if unknown:
+            raise ValueError(f"unknown script {sorted(unknown)[0]!r}; known: {', '.join(_SCRIPT_RANGES)}")
+        self._scripts: dict[str, str] = {k: STEMMER_ALIASES.get(v.strip().lower(), v.strip().lower())
+                                         for k, v in sorted((scripts or {}).items())}
+        self._script_stems: dict[str, Callable[[list[str]], list[str]]] = {
+            k: _load_stemmer(v)[0] for k, v in self._scripts.items() if v != self._stemmer_name}
         if isinstance(stopwords, str):
             listed = _NAMED_STOPWORDS.get(stopwords.strip().lower())
             if listed is None:
@@ -295,6 +337,8 @@ class Analyzer:
             parts.append(f"CJK {self._cjk}s" if self._cjk == "bigram" else "CJK jieba segmentation")
         if self._words != "unicode":
             parts.append(f"{self._words} words")
+        if self._stemmer_name is not None and self._scripts != SCRIPT_STEMMERS:
+            parts.append("script stemmers " + (", ".join(f"{k} {v}" for k, v in self._scripts.items()) or "none"))
         return f"{self.name!r} ({', '.join(parts)})"
 
     def terms(self, text: str) -> list[str]:
@@ -326,7 +370,7 @@ class Analyzer:
     def _stems(self, words: list[str]) -> list[str]:
         """``words`` stemmed, or as they are without a stemmer. Stemming is the costly step and text
         repeats its words: each distinct word is stemmed once (and remembered)."""
-        if self._stem is None or not words:
+        if (self._stem is None and not self._script_stems) or not words:
             return words
         memo = self._memo
         missing = set(words).difference(memo)
@@ -334,7 +378,7 @@ class Analyzer:
             # a word of ASCII digits is its own stem in every Snowball algorithm (test_analyzer checks
             # each): numbers, which are often new words, are not sent to the stemmer
             todo = [w for w in missing if not (w.isdigit() and w.isascii())]
-            fresh = dict(zip(todo, self._stem(todo))) if todo else {}
+            fresh = self._stem_new(todo) if todo else {}
             if len(todo) < len(missing):
                 fresh.update((w, w) for w in missing if w.isdigit() and w.isascii())
             if len(memo) + len(fresh) > self.MAX_MEMO:
@@ -344,6 +388,21 @@ class Analyzer:
                 return list(map(table.__getitem__, words))
             memo.update(fresh)
         return list(map(memo.__getitem__, words))
+
+    def _stem_new(self, words: list[str]) -> dict[str, str]:
+        """``{word: stem}``: a word of a script with its own stemmer (``scripts``) goes to that one, the
+        rest to the analyzer's stemmer (or stays as it is without one)."""
+        if not self._script_stems:
+            return dict(zip(words, self._stem(words))) if self._stem is not None else {w: w for w in words}
+        groups: dict[str | None, list[str]] = {}
+        for w in words:
+            script = None if w.isascii() else _script_of(w)
+            groups.setdefault(script if script in self._script_stems else None, []).append(w)
+        out: dict[str, str] = {}
+        for script, group in groups.items():
+            stem = self._script_stems[script] if script is not None else self._stem
+            out.update(zip(group, stem(group)) if stem is not None else ((w, w) for w in group))
+        return out
 
     def _split_cjk(self, words: list[str]) -> list[str]:
         """``words`` with every run of CJK characters replaced by its bigrams (or jieba's words), and
@@ -377,6 +436,11 @@ class Analyzer:
     def cjk(self) -> str | None:
         """How CJK runs become terms: ``"bigram"``, ``"jieba"`` or ``None``."""
         return self._cjk
+
+    @property
+    def scripts(self) -> dict[str, str]:
+        """``{script: Snowball algorithm}`` for words of other scripts (a copy)."""
+        return dict(self._scripts)
 
     @property
     def words(self) -> str:
@@ -415,6 +479,8 @@ class Analyzer:
             out["cjk"] = self._cjk
         if self._words != "python":  # absent: re's \w (stores written before Unicode words)
             out["words"] = self._words
+        if self._scripts:  # absent: one stemmer for every word (stores written before script stemmers)
+            out["scripts"] = dict(self._scripts)
         return out
 
     def record(self) -> dict[str, Any]:
@@ -431,25 +497,26 @@ class Analyzer:
         if config.get("kind", "standard") != "standard" or config.get("token_pattern", _WORD.pattern) != _WORD.pattern:
             raise ValueError(f"unsupported analyzer config: {dict(config)!r}")
         return cls(stemmer=config.get("stemmer"), stopwords=config.get("stopwords") or None, cjk=config.get("cjk"),
-                   words=config.get("words", "python"))
+                   words=config.get("words", "python"), scripts=config.get("scripts") or None)
 
-    def with_words(self, words: str) -> Analyzer:
-        """This analyzer with another :data:`WORD_MODES` (``self`` when it already has it)."""
-        if words == self._words:
+    def generation_of(self, other: Analyzer) -> Analyzer:
+        """This analyzer with ``other``'s words and script stemmers: what a store written by an earlier
+        version with the same preset records (``self`` when they already agree)."""
+        if (other._words, other._scripts) == (self._words, self._scripts):
             return self
-        return Analyzer.from_config({**self.config(), "words": words})
+        return Analyzer.from_config({**self.config(), "words": other._words, "scripts": other._scripts})
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Analyzer):
             return NotImplemented
         return (self._stemmer_name == other._stemmer_name and self._stopwords == other._stopwords
-                and self._cjk == other._cjk and self._words == other._words)
+                and self._cjk == other._cjk and self._words == other._words and self._scripts == other._scripts)
 
     def __hash__(self) -> int:
-        return hash((self._stemmer_name, self._stopwords, self._cjk, self._words))
+        return hash((self._stemmer_name, self._stopwords, self._cjk, self._words, tuple(self._scripts.items())))
 
     def __repr__(self) -> str:
-        if self.name in PRESETS and self._words == "unicode":
+        if self.name in PRESETS and self == Analyzer.named(self.name):
             return f"Analyzer.named({self.name!r})"
         parts = [f"stemmer={self._stemmer_name!r}"]
         if self._stopwords:
@@ -460,4 +527,6 @@ class Analyzer:
             parts.append(f"cjk={self._cjk!r}")
         if self._words != "unicode":
             parts.append(f"words={self._words!r}")
+        if self._scripts != (SCRIPT_STEMMERS if self._stemmer_name is not None else {}):
+            parts.append(f"scripts={self._scripts!r}")
         return f"Analyzer({', '.join(parts)})"

@@ -51,7 +51,8 @@ def test_spaceless_scripts_become_bigrams_of_grapheme_clusters() -> None:
 
 
 @pytest.mark.parametrize(("docs", "question", "want"), [
-    (["भारत की राजधानी नई दिल्ली है।", "गंगा नदी हिमालय से निकलती है।"], "राजधानी कौन सी है?", "d0"),
+    (["भारत की राजधानी नई दिल्ली है।", "गंगा नदी हिमालय से निकलती है।", "मुंबई से पुणे की दूरी कम है।",
+      "दिवाली से पहले घर साफ़ किए जाते हैं।"], "राजधानी कौन सी है?", "d0"),
     (["กรุงเทพมหานครเป็นเมืองหลวงของประเทศไทย", "แม่น้ำเจ้าพระยาไหลผ่านกรุงเทพ"], "เมืองหลวง", "d0"),
     (["மதுரை ஒரு பழமையான நகரம்", "சென்னை கடற்கரை நீளமானது"], "கடற்கரை", "d1"),
 ])
@@ -76,7 +77,7 @@ def test_the_words_are_recorded_and_old_records_keep_pythons_words() -> None:
     old = {"kind": "standard", "lowercase": "casefold", "token_pattern": r"\w+", "stemmer": "english",
            "stopwords": "english", "cjk": "bigram"}
     legacy = Analyzer.from_config(old)
-    assert legacy.words == "python" and legacy != a and legacy.config() == old
+    assert legacy.words == "python" and not legacy.scripts and legacy != a and legacy.config() == old
     assert legacy.terms("नमस्ते") == ["नमस", "त"]  # what such a store's term tables hold
     assert "python words" in legacy.describe() and "words='python'" in repr(legacy)
     with pytest.raises(ValueError, match="unknown words mode"):
@@ -85,7 +86,7 @@ def test_the_words_are_recorded_and_old_records_keep_pythons_words() -> None:
 
 def test_a_store_written_with_pythons_words_is_read_with_them(tmp_path: pytest.TempPathFactory) -> None:
     path = str(tmp_path / "store")
-    legacy = Analyzer(words="python")
+    legacy = Analyzer(words="python", scripts={})  # what a store written before both changes records
     e = Engine(embedder=HashEmbedder(dim=16), store=path, warm_up=False, analyzer=legacy)
     e.add_texts(["भारत की राजधानी नई दिल्ली है।", "गंगा नदी हिमालय से निकलती है।"], ids=["capital", "river"])
     e.close()
@@ -101,3 +102,30 @@ def test_a_store_written_with_pythons_words_is_read_with_them(tmp_path: pytest.T
     with pytest.raises(StoreMismatchError):
         resolve_analyzer(e.store, Analyzer.named("plain"))
     e.close()
+
+
+@pytest.mark.parametrize(("forms", "stem"), [
+    (["книги", "книга", "книгу"], "книг"),  # Russian
+    (["त्योहारों", "त्योहार"], "त्योहार"),  # Hindi
+    (["நகரங்கள்", "நகரம்"], "நகரம்"),  # Tamil
+])
+def test_words_of_other_scripts_are_stemmed_by_their_scripts_stemmer(forms: list[str], stem: str) -> None:
+    a = Analyzer()
+    assert [t for f in forms for t in a.terms(f)] == [stem] * len(forms)
+    assert a.terms("running books") == ["run", "book"]  # Latin words still go to the English stemmer
+    # without script stemmers the English stemmer leaves them as they are: the forms stay apart
+    assert len({t for f in forms for t in Analyzer(scripts={}).terms(f)}) == len(forms)
+
+
+def test_script_stemmers_are_recorded_and_checked() -> None:
+    a = Analyzer()
+    assert a.config()["scripts"]["cyrillic"] == "russian" and Analyzer.from_config(a.config()) == a
+    assert Analyzer(scripts={}) != a and "scripts" not in Analyzer(scripts={}).config()
+    assert "scripts" not in Analyzer.named("plain").config()  # no stemming at all
+    custom = Analyzer(scripts={"cyrillic": "serbian"})
+    assert Analyzer.from_config(custom.config()) == custom and custom != a
+    assert Analyzer.named("russian").terms("книги books") == ["книг", "books"]  # its own language first
+    with pytest.raises(ValueError, match="unknown script"):
+        Analyzer(scripts={"klingon": "english"})
+    with pytest.raises(ValueError, match="unknown stemmer"):
+        Analyzer(scripts={"cyrillic": "klingon"})
