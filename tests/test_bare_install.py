@@ -46,20 +46,42 @@ def _run(cmd: list[str], cwd: Path, env: dict[str, str], timeout: int = 300) -> 
     return subprocess.run(cmd, cwd=cwd, env=env, text=True, capture_output=True, timeout=timeout)
 
 
-@pytest.mark.slow
-def test_bare_install_runs_engine_demo_and_bm25(tmp_path: Path) -> None:
+def _clean_env(tmp_path: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
            if k not in ("PYTHONPATH", "NLQL_EMBEDDER", "NLQL_DEBUG", "VIRTUAL_ENV", "PYTHONHOME")}
     env.update(HF_HUB_OFFLINE="1", COLUMNS="200", NLQL_CACHE_DIR=str(tmp_path / "cache"),
                HOME=str(tmp_path / "home"))
     (tmp_path / "home").mkdir()
+    return env
 
+
+def _build_wheel(tmp_path: Path, env: dict[str, str]) -> Path:
     dist = tmp_path / "dist"
     built = _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dist), str(ROOT)],
                  cwd=tmp_path, env=env)
     if built.returncode != 0:
         pytest.skip("the wheel cannot be built here (no build backend from the index): " + built.stderr[-300:])
-    wheel = next(dist.glob("nlql_engine-*.whl"))
+    return next(dist.glob("nlql_engine-*.whl"))
+
+
+def _fresh_venv(tmp_path: Path, requirement: str, env: dict[str, str]) -> Path:
+    """A new virtual environment holding ``requirement`` installed from the package index; its bin dir."""
+    target = tmp_path / "venv"
+    venv.EnvBuilder(with_pip=True, symlinks=os.name != "nt").create(target)
+    bindir = target / ("Scripts" if os.name == "nt" else "bin")
+    installed = _run([str(bindir / "python"), "-m", "pip", "install", "-q", requirement], cwd=tmp_path, env=env,
+                     timeout=900)
+    if installed.returncode != 0 and any(s in installed.stderr for s in (
+            "No matching distribution", "Could not find a version", "NewConnectionError", "Network is unreachable")):
+        pytest.skip("the package index cannot be reached: " + installed.stderr[-300:])
+    assert installed.returncode == 0, installed.stdout + installed.stderr
+    return bindir
+
+
+@pytest.mark.slow
+def test_bare_install_runs_engine_demo_and_bm25(tmp_path: Path) -> None:
+    env = _clean_env(tmp_path)
+    wheel = _build_wheel(tmp_path, env)
     import zipfile
 
     with zipfile.ZipFile(wheel) as zf:
@@ -71,15 +93,8 @@ def test_bare_install_runs_engine_demo_and_bm25(tmp_path: Path) -> None:
     assert any("snowballstemmer" in line for line in base)
     assert not any("pysbd" in line for line in base)  # nothing in nlql imports it
 
-    target = tmp_path / "venv"
-    venv.EnvBuilder(with_pip=True, symlinks=os.name != "nt").create(target)
-    bindir = target / ("Scripts" if os.name == "nt" else "bin")
+    bindir = _fresh_venv(tmp_path, str(wheel), env)
     py = bindir / "python"
-    installed = _run([str(py), "-m", "pip", "install", "-q", str(wheel)], cwd=tmp_path, env=env, timeout=600)
-    if installed.returncode != 0 and any(s in installed.stderr for s in (
-            "No matching distribution", "Could not find a version", "NewConnectionError", "Network is unreachable")):
-        pytest.skip("the package index cannot be reached: " + installed.stderr[-300:])
-    assert installed.returncode == 0, installed.stdout + installed.stderr
 
     work = tmp_path / "elsewhere"
     work.mkdir()
@@ -106,3 +121,36 @@ def test_bare_install_runs_engine_demo_and_bm25(tmp_path: Path) -> None:
               "--store", str(store), "--embedder", "hash", "--format", "jsonl"], cwd=work, env=env)
     assert q.returncode == 0 and "running" in q.stdout, q.stdout + q.stderr
     assert not (tmp_path / "home" / ".cache" / "Microsoft").exists()
+
+
+ONNX_SCRIPT = r"""
+import importlib.util, json, time
+t = time.perf_counter()
+from nlql import Engine
+engine = Engine()  # the default embedder, from the [onnx] extra alone
+engine.add_texts(["Cats sleep for most of the day.", "The stock market fell sharply on Monday.",
+                  "du estimates the disk space used by each directory."], ids=["cats", "market", "du"])
+hits = engine.search('SELECT DOCUMENT LET s = SIMILARITY(content, $q) ORDER BY s DESC LIMIT 1',
+                     params={"q": "how much disk space does a folder use"})
+print(json.dumps({"top": hits[0].doc_id, "model": engine.embedder.model_id, "seconds": time.perf_counter() - t,
+                  "torch": importlib.util.find_spec("torch") is not None,
+                  "st": importlib.util.find_spec("sentence_transformers") is not None}))
+"""
+
+
+@pytest.mark.slow
+def test_the_onnx_extra_runs_the_default_model_without_torch(tmp_path: Path) -> None:
+    """``pip install 'nlql-engine[onnx]'`` in a fresh environment: no torch, and ``Engine()`` embeds."""
+    env = _clean_env(tmp_path)
+    wheel = _build_wheel(tmp_path, env)
+    bindir = _fresh_venv(tmp_path, f"{wheel}[onnx]", env)
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    res = _run([str(bindir / "python"), "-c", ONNX_SCRIPT], cwd=work, env=env)
+    assert res.returncode == 0, res.stderr[-3000:]
+    import json
+
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    assert out["torch"] is False and out["st"] is False
+    assert out["model"] == "sentence-transformers/all-MiniLM-L6-v2@onnx-int8" and out["top"] == "du", out
+    assert not (tmp_path / "home" / ".cache" / "Microsoft").exists()  # no telemetry database
