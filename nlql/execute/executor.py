@@ -51,6 +51,7 @@ class _Prepared:
     # the query vectors normalised last time, by the bytes the embedder returned (recall.embed_queries)
     query_vectors: list[Any] = field(default_factory=lambda: [None])
     examples: bool = False  # whether a SIMILARITY arm reads an example vector or document (execute/examples.py)
+    knn_order: bool = False  # ORDER BY is the knn slot DESC alone, over sentence rows (Search.knn_order)
 
 
 class Executor:
@@ -118,7 +119,8 @@ class Executor:
             except Exception:  # noqa: BLE001 - raised again where the stage compiles it, per search
                 shared = None
         got = _Prepared(self, binding_exprs, {s.slot: s.min for s in plan.scores if s.min is not None}, shared,
-                        examples=any(s.vector is not None or s.doc is not None for s in plan.scores))
+                        examples=any(s.vector is not None or s.doc is not None for s in plan.scores),
+                        knn_order=_knn_order(plan))
         with self._prep_lock:
             self._prep[plan.identity] = got
         self._last_prep = (plan.identity, got)
@@ -150,7 +152,7 @@ class Executor:
         run = Search(plan=plan, store=guarded(self.store, deadline), bm25=self.bm25, chunk_chars=self.chunk_chars, env=env,
                      stats=Stats(), warnings=list(plan.warnings), deadline=deadline, need=need,
                      residual=residual, degrade=self.on_arm_error == "degrade", mins=prep.mins,
-                     order_fns=order_fns, binding_fns=binding_fns, knn_first=knn_first)
+                     order_fns=order_fns, binding_fns=binding_fns, knn_first=knn_first, knn_order=prep.knn_order)
         stats = run.stats
         timeout = deadline.timeout
 
@@ -289,3 +291,11 @@ class Executor:
             raise NLQLTimeoutError(f"the search ran out of time ({run.deadline.timeout} s) while embedding the query",
                                    hint="raise timeout= or use a faster embedder")
         return qv
+
+
+def _knn_order(plan: Plan) -> bool:
+    """Whether ORDER BY is exactly the knn recall's slot DESC (one key) over sentence rows, nothing fused:
+    a store's knn list in (score desc, insertion order) is then the order :func:`order` would sort into."""
+    return (plan.recall.kind == "knn" and plan.lowered is None and len(plan.order) == 1
+            and plan.order[0].descending and plan.slot_of(plan.order[0].expr) == plan.recall.slot
+            and plan.unit.rows_are_sentences and not plan.fusions and plan.count is None)
