@@ -31,7 +31,7 @@ from nlql.execute.units import DEFAULT_CHUNK_CHARS
 from nlql.explain import Explain
 from nlql.gc_pause import gc_paused
 from nlql.parser import parse as parse_query
-from nlql.patterns import deadline_scope
+from nlql.patterns import deadline_scope, in_deadline_scope
 from nlql.plan.cache import PlanCache, Unkeyable, params_key
 from nlql.plan.planner import build_plan
 from nlql.route import (
@@ -927,6 +927,9 @@ class Engine:
             plan_ms = plan_s * 1000
             if deadline.end is not None:  # the engine's own parse and plan (a first query builds the
                 deadline.end += plan_s    # grammar) is not the budget's: it bounds the store and embedder
+            if deadline.end is None and not in_deadline_scope():  # (no scope to enter: none would be set)
+                return self._search_planned(plan, cached, plan_ms, rr, rerank_query, deadline, max_tokens,
+                                            source, cursor)
             with deadline_scope(deadline.remaining()):
                 return self._search_planned(plan, cached, plan_ms, rr, rerank_query, deadline, max_tokens,
                                             source, cursor)
@@ -934,8 +937,9 @@ class Engine:
     def _search_planned(self, plan: Any, cached: str, plan_ms: float, rr: Any, rerank_query: str | None,
                         deadline: Deadline, max_tokens: int | None, source: str | None,
                         cursor: str | None = None) -> Hits:
-        """The rest of :meth:`search`, under the read lock, once the plan is made."""
-        with self._search_errors(source):
+        """The rest of :meth:`search`, under the read lock, once the plan is made; what it raises is
+        :meth:`_search_errors`' (written out here: a context manager's calls and objects at every search)."""
+        try:
             if cursor is not None:
                 hits = self._cursor_page(plan, cursor, rr, deadline.remaining(), max_tokens)
             else:
@@ -952,6 +956,14 @@ class Engine:
             hits.stats.setdefault("timings_ms", {})["plan"] = round(plan_ms, 3)
             hits.stats["plan_cache"] = cached
             return hits
+        except NLQLError as exc:
+            if source is not None:
+                exc.with_source(source)
+            raise
+        except (RecursionError, MemoryError) as exc:
+            raise _too_deep(exc) from None
+        except Exception as exc:
+            raise BackendError(self.store.capabilities.NAME, f"search failed: {exc}") from exc
 
     def _search_errors(self, source: str | None) -> _SearchErrors:
         """What a search raises: an NLQLError with the query text as its source; a query too deep to

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from nlql.deadline import Deadline, active
+from nlql.deadline import CURRENT, Deadline
 from nlql.errors import EvaluationError, NLQLTimeoutError
 from nlql.evaluate import Env, compile_expr
 from nlql.execute.autocut import autocut
@@ -89,9 +89,12 @@ class Executor:
         ``vectors``: the query vectors of an earlier search of the same texts (nothing is embedded)."""
         if deadline is None:
             deadline = Deadline(timeout)
-        with active(deadline):  # every store call made for this search sees its deadline
+        token = CURRENT.set(deadline)  # every store call made for this search sees its deadline (active())
+        try:
             return self._run(plan, reranker, rerank_query, rerank_factor, deadline, max_tokens,
                              embed, knn_first, page, vectors)
+        finally:
+            CURRENT.reset(token)
 
     def _prepared(self, plan: Plan) -> _Prepared:
         """What this executor derives from ``plan`` alone, computed once per plan.
