@@ -52,6 +52,7 @@ class _Prepared:
     query_vectors: list[Any] = field(default_factory=lambda: [None])
     examples: bool = False  # whether a SIMILARITY arm reads an example vector or document (execute/examples.py)
     knn_order: bool = False  # ORDER BY is the knn slot DESC alone, over sentence rows (Search.knn_order)
+    fusions: bool = True  # whether the plan has an RRF / INTERLEAVE / MMR score (plan.fusions, a list made per call)
 
 
 class Executor:
@@ -123,7 +124,7 @@ class Executor:
                 shared = None
         got = _Prepared(self, binding_exprs, {s.slot: s.min for s in plan.scores if s.min is not None}, shared,
                         examples=any(s.vector is not None or s.doc is not None for s in plan.scores),
-                        knn_order=_knn_order(plan))
+                        knn_order=_knn_order(plan), fusions=bool(plan.fusions))
         with self._prep_lock:
             self._prep[plan.identity] = got
         self._last_prep = (plan.identity, got)
@@ -181,7 +182,7 @@ class Executor:
         units = recall(run, qv, fast_ok=reranker is None)
         plan = run.plan  # degrading may have replaced a lowered plan by its arm-by-arm form
 
-        fusion = [f for f in plan.fusions if f.slot not in run.prefused]
+        fusion = [f for f in plan.fusions if f.slot not in run.prefused] if prep.fusions else None
         if fusion and plan.lowered is None:
             t = time.perf_counter()
             units = fuse(run, fusion, units)
@@ -234,7 +235,8 @@ class Executor:
             stats.counts["autocut"] = {"k": plan.autocut, "of": before, "kept": len(page)}
             cursor = PageEnd(None, False)  # the cut is where the relevant rows end: no next page
         t = time.perf_counter()
-        read_unread(run, page)
+        if "unread" in run.extra:  # (recall left SIMILARITY values unread)
+            read_unread(run, page)
         out = hits(run, page)
         stats.add("materialize", (time.perf_counter() - t) * 1000)
         if max_tokens is not None:
