@@ -55,18 +55,29 @@ QUERIES = [
     'SELECT SENTENCE WHERE meta.even ORDER BY SIMILARITY(content, "delta") DESC LIMIT 9 OFFSET 4',
     'SELECT SPAN(SENTENCE, window => 1) LET rel = SIMILARITY(content, "beta") ORDER BY rel DESC LIMIT 7',
     'SELECT SENTENCE LET rel = SIMILARITY(content, "alpha") ORDER BY rel DESC, meta.n DESC LIMIT 20',
+    'SELECT SENTENCE LET rel = SIMILARITY(content, "beta") WHERE meta.n == 4 ORDER BY rel DESC LIMIT 50',
+    'SELECT SENTENCE LET rel = SIMILARITY(content, "beta") WHERE meta.n == 9 ORDER BY rel DESC LIMIT 5',
+    'SELECT SENTENCE LET rel = SIMILARITY(content, "alpha"), r2 = rel ORDER BY r2 DESC LIMIT 6',
+    'SELECT SENTENCE LET rel = SIMILARITY(content, "alpha"), x = rel * 2 ORDER BY rel DESC LIMIT 6',
+    'SELECT SENTENCE LET rel = SIMILARITY(content, "gamma") WHERE rel >= 0.99 ORDER BY rel DESC LIMIT 8',
 ]
 
 
 def answer(e: Engine, q: str) -> list[tuple[Any, ...]]:
-    return [(h.id, h.content, h.position, dict(h.scores), dict(h.metadata)) for h in e.search(q)]
+    return [(h.id, h.doc_id, h.unit, h.content, h.position, dict(h.scores), dict(h.metadata), h.best, h.highlights)
+            for h in e.search(q)]
 
 
 @pytest.mark.parametrize("q", QUERIES)
 def test_a_knn_list_kept_in_its_order_answers_as_the_sorted_one(q: str) -> None:
     fast, general = engine(True), engine(False)
     got = answer(fast, q)
-    assert got and got == answer(general, q)
+    assert got == answer(general, q)
+    assert bool(got) == ("== 9" not in q)
+    a, b = fast.search(q), general.search(q)
+    assert [list(x.stats) for x in (a, b)] == [list(b.stats)] * 2 and a.warnings == b.warnings
+    assert {k: v for k, v in a.stats.items() if k != "timings_ms"} == {k: v for k, v in b.stats.items() if k != "timings_ms"}
+    assert list(a.stats["timings_ms"]) == list(b.stats["timings_ms"])
     if "OFFSET" in q:
         return
     pages = [[(h.id, h.scores) for h in e.search(q, cursor=e.search(q).cursor)] for e in (fast, general)]
@@ -111,3 +122,14 @@ def test_an_unhashable_analyzer_keys_plans_by_identity() -> None:
     assert e.search(q).stats["plan_cache"] == "hit"
     e._bm25.analyzer = Unhashable()  # an equal analyzer, another object: planned again
     assert e.search(q).stats["plan_cache"] == "miss"
+
+
+def test_a_page_straight_from_knn_hands_out_copies_and_honours_a_timeout() -> None:
+    e = engine(True)
+    q = QUERIES[1]
+    first = e.search(q)
+    first[0].metadata["n"] = "changed"
+    first[0].scores["rel"] = -1.0
+    again = e.search(q)
+    assert again[0].metadata["n"] == 2 and again[0].scores["rel"] != -1.0
+    assert [h.id for h in e.search(q, timeout=30)] == [h.id for h in again]  # (with a deadline: the general stages)

@@ -28,6 +28,8 @@ from nlql.execute.distinct import distinct
 from nlql.execute.examples import example_vectors
 from nlql.execute.fuse import fuse
 from nlql.execute.guard import guarded
+from nlql.execute.knn_page import applies as knn_page_applies
+from nlql.execute.knn_page import knn_page
 from nlql.execute.materialise import estimate_tokens, hits, pack_tokens, read_unread
 from nlql.execute.order import order, rerank
 from nlql.execute.recall import embed_queries, recall
@@ -53,6 +55,7 @@ class _Prepared:
     examples: bool = False  # whether a SIMILARITY arm reads an example vector or document (execute/examples.py)
     knn_order: bool = False  # ORDER BY is the knn slot DESC alone, over sentence rows (Search.knn_order)
     fusions: bool = True  # whether the plan has an RRF / INTERLEAVE / MMR score (plan.fusions, a list made per call)
+    knn_page: bool = False  # a plain top-k the knn page stage answers (execute/knn_page.py)
 
 
 class Executor:
@@ -124,7 +127,7 @@ class Executor:
                 shared = None
         got = _Prepared(self, binding_exprs, {s.slot: s.min for s in plan.scores if s.min is not None}, shared,
                         examples=any(s.vector is not None or s.doc is not None for s in plan.scores),
-                        knn_order=_knn_order(plan), fusions=bool(plan.fusions))
+                        knn_order=_knn_order(plan), fusions=bool(plan.fusions), knn_page=knn_page_applies(plan))
         with self._prep_lock:
             self._prep[plan.identity] = got
         self._last_prep = (plan.identity, got)
@@ -178,6 +181,17 @@ class Executor:
         t = time.perf_counter()
         qv = {k: v.copy() for k, v in vectors.items()} if vectors is not None else self._embed(run, embed, prep)
         stats.add("embed", (time.perf_counter() - t) * 1000)
+
+        if (prep.knn_page and reranker is None and max_tokens is None and knn_first is None and deadline.end is None
+                and (paging is None or paging.cursor is None) and not run.failed):
+            direct = knn_page(run, qv, paging)  # recall, ORDER BY and the page's hits at once (execute/knn_page.py)
+            if direct is not None:
+                out, cursor = direct
+                stats.counts["returned"] = len(out)
+                page_hits = Hits(out, stats.to_dict(), run.warnings)
+                page_hits.page_end = cursor
+                page_hits.query_vectors = qv if cursor is not None and cursor.more is None else None
+                return page_hits
 
         units = recall(run, qv, fast_ok=reranker is None)
         plan = run.plan  # degrading may have replaced a lowered plan by its arm-by-arm form
