@@ -16,7 +16,7 @@ timed call records wall and CPU (``time.process_time``) ms; the figures are medi
 also timed back to back (warm). Both sides' top-10 keys and scores for every query text, and the stats
 keys, must be equal.
 
-    python bench/selective_before_after.py [--before 29ef36d] [--rounds 400] [--size 100000]
+    python bench/selective_before_after.py [--before 3c43a77] [--rounds 400] [--size 100000]
 
 Writes bench/results/selective_before_after.json.
 """
@@ -132,7 +132,7 @@ def _ask(proc: subprocess.Popen[str], rounds: int, mode: str) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--before", default="29ef36d")
+    ap.add_argument("--before", default="3c43a77")  # (the tree the sixteenth session started from)
     ap.add_argument("--rounds", type=int, default=400)
     ap.add_argument("--batch", type=int, default=20, help="rounds asked of one side before the other's turn")
     ap.add_argument("--size", type=int, default=100_000)

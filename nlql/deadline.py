@@ -21,7 +21,7 @@ from typing import Any
 
 from nlql.errors import NLQLTimeoutError
 
-__all__ = ["Deadline", "active", "check", "current", "remaining"]
+__all__ = ["CURRENT", "Deadline", "active", "check", "current", "remaining"]
 
 
 class Deadline:
@@ -40,6 +40,9 @@ class Deadline:
 
 
 _CURRENT: ContextVar[Deadline | None] = ContextVar("nlql_deadline", default=None)
+#: The variable :func:`active` sets, for a caller that enters it at every search without a context manager
+#: (``token = CURRENT.set(d)`` … ``CURRENT.reset(token)`` in ``finally``: the executor's run).
+CURRENT = _CURRENT
 
 
 class _Active:

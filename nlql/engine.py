@@ -31,7 +31,7 @@ from nlql.execute.units import DEFAULT_CHUNK_CHARS
 from nlql.explain import Explain
 from nlql.gc_pause import gc_paused
 from nlql.parser import parse as parse_query
-from nlql.patterns import deadline_scope
+from nlql.patterns import deadline_scope, in_deadline_scope
 from nlql.plan.cache import PlanCache, Unkeyable, params_key
 from nlql.plan.planner import build_plan
 from nlql.route import (
@@ -265,20 +265,19 @@ class _SearchErrors:
         # (KeyboardInterrupt and the like go on as they are)
 
 
-class _HashedOnce:
-    """A hashable value in a plan key, its hash computed once: equal when the values are equal."""
+class _Same:
+    """An unhashable value in a dict key, by identity."""
 
-    __slots__ = ("_hash", "value")
+    __slots__ = ("value",)
 
     def __init__(self, value: Any) -> None:
         self.value = value
-        self._hash = hash(value)
 
     def __hash__(self) -> int:
-        return self._hash
+        return id(self.value)
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, _HashedOnce) and (other.value is self.value or other.value == self.value)
+        return isinstance(other, _Same) and other.value is self.value
 
 
 #: A plan cache entry that says: this query reads the clock, look it up with the instant (nlql/plan/cache.py).
@@ -361,8 +360,9 @@ class Engine:
         self._writes = 0
         self._functions_version = 0
         self._plans = PlanCache(plan_cache_size)  # nlql/plan/cache.py: what the key holds
-        self._key_analyzer: tuple[Any, Any] | None = None  # (the BM25 analyzer, what the plan key holds for it)
-        self._key_caps: _HashedOnce | None = None  # the store's capabilities as the plan key holds them
+        # (capabilities, analyzer, rerank_factor, limit_ceiling, the int the plan key holds for them)
+        self._key_static: tuple[Any, ...] | None = None
+        self._static_tokens: dict[tuple[Any, ...], int] = {}  # those values -> their int
         self._finite_queries = b""  # the bytes of the query vectors last checked finite (_embed_queries)
         self._rebinders: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()  # plan identity -> Rebinder
         self._warn_memo: dict[int, list[Any]] = {}  # id(query) -> [query, reads meta, (schema, warnings)]
@@ -798,21 +798,27 @@ class Engine:
             pk = params_key(params) if params else ()
         except Unkeyable:
             return None
-        analyzer = self._bm25.analyzer
-        keyed = self._key_analyzer
-        if keyed is None or keyed[0] is not analyzer:
-            try:
-                hash(analyzer)  # the object itself (held by the key, so its id is never reused meanwhile)
-                keyed = (analyzer, analyzer)
-            except TypeError:
-                keyed = (analyzer, id(analyzer))  # (the pair holds the object: its id stays its own)
-            self._key_analyzer = keyed
-        caps = self.store.capabilities
-        kc = self._key_caps
-        if kc is None or kc.value is not caps:  # (a frozen dataclass hashes every field at every call)
-            kc = self._key_caps = _HashedOnce(caps)
-        return (query, pk, kc, self._writes, self._functions_version,
-                type(rr).__name__ if rr is not None else None, self.rerank_factor, self.limit_ceiling, keyed[1])
+        static = self._key_static
+        caps, analyzer = self.store.capabilities, self._bm25.analyzer
+        if (static is None or static[0] is not caps or static[1] is not analyzer
+                or static[2] != self.rerank_factor or static[3] != self.limit_ceiling):
+            static = self._key_static = self._static_key(caps, analyzer)
+        return (query, pk, static[4], self._writes, self._functions_version,
+                type(rr).__name__ if rr is not None else None)
+
+    def _static_key(self, caps: Any, analyzer: Any) -> tuple[Any, ...]:
+        """What the plan key holds of what seldom changes (the store's capabilities, the BM25 analyzer,
+        ``rerank_factor`` and ``limit_ceiling``) as one int, so a plan key is hashed and compared in C (a
+        frozen dataclass and the analyzer hashed in Python at every lookup before): one int per distinct
+        set of values, looked up by value only when one of them changes (set back, the old plans serve)."""
+        try:
+            hash(analyzer)
+            held = analyzer
+        except TypeError:
+            held = _Same(analyzer)  # (by identity; the key holds the object, so its id stays its own)
+        values = (caps, held, self.rerank_factor, self.limit_ceiling)
+        token = self._static_tokens.setdefault(values, len(self._static_tokens))
+        return (caps, analyzer, self.rerank_factor, self.limit_ceiling, token)
 
     def _plan_cached(self, query: str | ir.Query, params: Mapping[str, Any] | None,
                      reranker: Any, fresh: bool = True) -> tuple[Any, str]:
@@ -925,6 +931,9 @@ class Engine:
             plan_ms = plan_s * 1000
             if deadline.end is not None:  # the engine's own parse and plan (a first query builds the
                 deadline.end += plan_s    # grammar) is not the budget's: it bounds the store and embedder
+            if deadline.end is None and not in_deadline_scope():  # (no scope to enter: none would be set)
+                return self._search_planned(plan, cached, plan_ms, rr, rerank_query, deadline, max_tokens,
+                                            source, cursor)
             with deadline_scope(deadline.remaining()):
                 return self._search_planned(plan, cached, plan_ms, rr, rerank_query, deadline, max_tokens,
                                             source, cursor)
@@ -932,8 +941,9 @@ class Engine:
     def _search_planned(self, plan: Any, cached: str, plan_ms: float, rr: Any, rerank_query: str | None,
                         deadline: Deadline, max_tokens: int | None, source: str | None,
                         cursor: str | None = None) -> Hits:
-        """The rest of :meth:`search`, under the read lock, once the plan is made."""
-        with self._search_errors(source):
+        """The rest of :meth:`search`, under the read lock, once the plan is made; what it raises is
+        :meth:`_search_errors`' (written out here: a context manager's calls and objects at every search)."""
+        try:
             if cursor is not None:
                 hits = self._cursor_page(plan, cursor, rr, deadline.remaining(), max_tokens)
             else:
@@ -950,6 +960,14 @@ class Engine:
             hits.stats.setdefault("timings_ms", {})["plan"] = round(plan_ms, 3)
             hits.stats["plan_cache"] = cached
             return hits
+        except NLQLError as exc:
+            if source is not None:
+                exc.with_source(source)
+            raise
+        except (RecursionError, MemoryError) as exc:
+            raise _too_deep(exc) from None
+        except Exception as exc:
+            raise BackendError(self.store.capabilities.NAME, f"search failed: {exc}") from exc
 
     def _search_errors(self, source: str | None) -> _SearchErrors:
         """What a search raises: an NLQLError with the query text as its source; a query too deep to

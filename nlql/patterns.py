@@ -62,6 +62,7 @@ __all__ = [
     "compile_like",
     "compile_regex",
     "deadline_scope",
+    "in_deadline_scope",
 ]
 
 #: Seconds a pattern that needs backtracking may spend on one value before the search is refused.
@@ -98,6 +99,11 @@ def deadline_scope(timeout: float | None) -> _DeadlineScope:
     Filter evaluation that can be slow (a backtracking MATCH) reads it and stops in time.
     """
     return _DeadlineScope(None if timeout is None else time.perf_counter() + timeout)
+
+
+def in_deadline_scope() -> bool:
+    """Whether a :func:`deadline_scope` with a deadline is in force (a search without one need not enter any)."""
+    return _deadline.get() is not None
 
 
 def _remaining() -> float | None:

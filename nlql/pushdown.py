@@ -113,6 +113,7 @@ class Capabilities:
     ENTITY_LINKS: bool = False                # KeepsEntities: entity_rows(), the graph's links kept with the data
     GRAPH_ARM: bool = False                   # GraphInStore: graph_activation(), GRAPH computed by the store
     KNN_SCORES: bool = False                  # knn's scores are bit for bit similarities()' (the engine keeps them)
+    KNN_ORDERED: bool = False                 # knn lists its rows by (score desc, insertion order), each key once
     SERIAL_CALLS: bool = False                # its engine answers one call at a time: a fusion's keyword reads go first
     SYNCS: bool = False                       # Syncing: stale(), sync(): other processes may write it
     WARM_UP: bool = False                     # WarmsUp: build_int8(wait=False) when the engine opens it

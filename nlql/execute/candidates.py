@@ -48,6 +48,10 @@ class Search:
     order_fns: list[RowFn] | None = None                    # ORDER BY keys, in plan.order's order
     binding_fns: list[tuple[str, RowFn]] | None = None      # (binding name, its compiled value), in order
     knn_first: Any = None           # (k, lists): recall's first knn round, answered for a batch (search_many)
+    # the plan's ORDER BY is its knn slot DESC alone (Executor._prepared), and, set by recall, the rows are
+    # already in that order (a store's knn list, Capabilities.KNN_ORDERED): order() keeps them as they are
+    knn_order: bool = False
+    in_order: bool = False
     # the engine's stages a store's own fast paths call back (nlql.execute.recall.ENGINE_SIDE)
     side: Any = None
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from nlql.deadline import Deadline, active
+from nlql.deadline import CURRENT, Deadline
 from nlql.errors import EvaluationError, NLQLTimeoutError
 from nlql.evaluate import Env, compile_expr
 from nlql.execute.autocut import autocut
@@ -28,6 +28,8 @@ from nlql.execute.distinct import distinct
 from nlql.execute.examples import example_vectors
 from nlql.execute.fuse import fuse
 from nlql.execute.guard import guarded
+from nlql.execute.knn_page import applies as knn_page_applies
+from nlql.execute.knn_page import knn_page
 from nlql.execute.materialise import estimate_tokens, hits, pack_tokens, read_unread
 from nlql.execute.order import order, rerank
 from nlql.execute.recall import embed_queries, recall
@@ -51,6 +53,9 @@ class _Prepared:
     # the query vectors normalised last time, by the bytes the embedder returned (recall.embed_queries)
     query_vectors: list[Any] = field(default_factory=lambda: [None])
     examples: bool = False  # whether a SIMILARITY arm reads an example vector or document (execute/examples.py)
+    knn_order: bool = False  # ORDER BY is the knn slot DESC alone, over sentence rows (Search.knn_order)
+    fusions: bool = True  # whether the plan has an RRF / INTERLEAVE / MMR score (plan.fusions, a list made per call)
+    knn_page: bool = False  # a plain top-k the knn page stage answers (execute/knn_page.py)
 
 
 class Executor:
@@ -88,9 +93,12 @@ class Executor:
         ``vectors``: the query vectors of an earlier search of the same texts (nothing is embedded)."""
         if deadline is None:
             deadline = Deadline(timeout)
-        with active(deadline):  # every store call made for this search sees its deadline
+        token = CURRENT.set(deadline)  # every store call made for this search sees its deadline (active())
+        try:
             return self._run(plan, reranker, rerank_query, rerank_factor, deadline, max_tokens,
                              embed, knn_first, page, vectors)
+        finally:
+            CURRENT.reset(token)
 
     def _prepared(self, plan: Plan) -> _Prepared:
         """What this executor derives from ``plan`` alone, computed once per plan.
@@ -118,7 +126,8 @@ class Executor:
             except Exception:  # noqa: BLE001 - raised again where the stage compiles it, per search
                 shared = None
         got = _Prepared(self, binding_exprs, {s.slot: s.min for s in plan.scores if s.min is not None}, shared,
-                        examples=any(s.vector is not None or s.doc is not None for s in plan.scores))
+                        examples=any(s.vector is not None or s.doc is not None for s in plan.scores),
+                        knn_order=_knn_order(plan), fusions=bool(plan.fusions), knn_page=knn_page_applies(plan))
         with self._prep_lock:
             self._prep[plan.identity] = got
         self._last_prep = (plan.identity, got)
@@ -150,7 +159,7 @@ class Executor:
         run = Search(plan=plan, store=guarded(self.store, deadline), bm25=self.bm25, chunk_chars=self.chunk_chars, env=env,
                      stats=Stats(), warnings=list(plan.warnings), deadline=deadline, need=need,
                      residual=residual, degrade=self.on_arm_error == "degrade", mins=prep.mins,
-                     order_fns=order_fns, binding_fns=binding_fns, knn_first=knn_first)
+                     order_fns=order_fns, binding_fns=binding_fns, knn_first=knn_first, knn_order=prep.knn_order)
         stats = run.stats
         timeout = deadline.timeout
 
@@ -173,10 +182,21 @@ class Executor:
         qv = {k: v.copy() for k, v in vectors.items()} if vectors is not None else self._embed(run, embed, prep)
         stats.add("embed", (time.perf_counter() - t) * 1000)
 
+        if (prep.knn_page and reranker is None and max_tokens is None and knn_first is None and deadline.end is None
+                and (paging is None or paging.cursor is None) and not run.failed):
+            direct = knn_page(run, qv, paging)  # recall, ORDER BY and the page's hits at once (execute/knn_page.py)
+            if direct is not None:
+                out, cursor = direct
+                stats.counts["returned"] = len(out)
+                page_hits = Hits(out, stats.to_dict(), run.warnings)
+                page_hits.page_end = cursor
+                page_hits.query_vectors = qv if cursor is not None and cursor.more is None else None
+                return page_hits
+
         units = recall(run, qv, fast_ok=reranker is None)
         plan = run.plan  # degrading may have replaced a lowered plan by its arm-by-arm form
 
-        fusion = [f for f in plan.fusions if f.slot not in run.prefused]
+        fusion = [f for f in plan.fusions if f.slot not in run.prefused] if prep.fusions else None
         if fusion and plan.lowered is None:
             t = time.perf_counter()
             units = fuse(run, fusion, units)
@@ -229,7 +249,8 @@ class Executor:
             stats.counts["autocut"] = {"k": plan.autocut, "of": before, "kept": len(page)}
             cursor = PageEnd(None, False)  # the cut is where the relevant rows end: no next page
         t = time.perf_counter()
-        read_unread(run, page)
+        if "unread" in run.extra:  # (recall left SIMILARITY values unread)
+            read_unread(run, page)
         out = hits(run, page)
         stats.add("materialize", (time.perf_counter() - t) * 1000)
         if max_tokens is not None:
@@ -289,3 +310,11 @@ class Executor:
             raise NLQLTimeoutError(f"the search ran out of time ({run.deadline.timeout} s) while embedding the query",
                                    hint="raise timeout= or use a faster embedder")
         return qv
+
+
+def _knn_order(plan: Plan) -> bool:
+    """Whether ORDER BY is exactly the knn recall's slot DESC (one key) over sentence rows, nothing fused:
+    a store's knn list in (score desc, insertion order) is then the order :func:`order` would sort into."""
+    return (plan.recall.kind == "knn" and plan.lowered is None and len(plan.order) == 1
+            and plan.order[0].descending and plan.slot_of(plan.order[0].expr) == plan.recall.slot
+            and plan.unit.rows_are_sentences and not plan.fusions and plan.count is None)

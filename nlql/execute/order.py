@@ -16,6 +16,8 @@ __all__ = ["order", "rerank"]
 
 def order(run: Search, units: list[Candidate]) -> list[Candidate]:
     """Candidates sorted by the plan's ORDER BY keys (insertion order first, so ties keep it)."""
+    if run.in_order:  # recall's rows are in this order already (Search.in_order)
+        return units
     specs = run.plan.order
     fns = run.order_fns
     first: list[tuple[Any, Candidate]] | None = None

@@ -246,14 +246,21 @@ def _knn(run: Search, qv: dict[str, np.ndarray]) -> list[Candidate]:
                                 "fewer rows than LIMIT may be returned")
             break
         run.stats.add("recall", (time.perf_counter() - t) * 1000)
-        keys, best = _merged(lists)
+        caps = store.capabilities
+        ordered = len(lists) == 1 and caps.KNN_ORDERED  # (best first, each key once: _merged's answer)
+        if ordered:
+            keys, best = [key for key, _ in lists[0]], [score for _, score in lists[0]]
+        else:
+            keys, best = _merged(lists)
         n_candidates = len(keys)
         exhausted = all(len(lst) < k for lst in lists)
         t = time.perf_counter()
         known = None
-        if len(lists) == 1 and store.capabilities.KNN_SCORES:
+        if len(lists) == 1 and caps.KNN_SCORES:
             # one query vector: knn's scores are the very ones similarities() would compute again
             known = {slot: _float32s(best)}
+            # the rows in knn order are in ORDER BY's when it is this slot DESC alone (no NaN score to place)
+            run.in_order = ordered and run.knn_order and all(x == x for x in best)
         units = candidates(run, keys, qv, known,
                            restrict=None if plan.unit.rows_are_sentences else set(keys))
         units = keep_passing(units, run.residual, run.deadline, run.warnings)

@@ -93,7 +93,7 @@ class FaissStore(AnnStore):
         self.ef_construction = ef_construction
         self.hides_dead = False  # HNSW keeps removed ids: the selector must exclude them
         self.capabilities = replace(MEMORY_CAPABILITIES, NAME="faiss", EXACT=index == "flat",
-                                    KNN_SCORES=False)
+                                    KNN_SCORES=False, KNN_ORDERED=False)
         super().__init__(path, ef_search=ef_search, autosave=autosave)
 
     def compile_filter(self, flt: Filter) -> NativeFilter:

@@ -84,7 +84,8 @@ class HnswlibStore(AnnStore):
         self.ef_construction = ef_construction
         self.max_elements = max_elements
         self.hides_dead = True  # mark_deleted labels never come back from knn_query
-        self.capabilities = replace(MEMORY_CAPABILITIES, NAME="hnswlib", EXACT=False, KNN_SCORES=False)
+        self.capabilities = replace(MEMORY_CAPABILITIES, NAME="hnswlib", EXACT=False, KNN_SCORES=False,
+                                    KNN_ORDERED=False)
         super().__init__(path, ef_search=ef_search, autosave=autosave)
 
     def compile_filter(self, flt: Filter) -> NativeFilter:

@@ -77,6 +77,7 @@ MEMORY_CAPABILITIES = Capabilities(
     FAST_PATH=True,
     DESCRIBES_DATA=True,
     KNN_SCORES=True,  # knn and similarities score a row with the same aligned blocks (block_rows)
+    KNN_ORDERED=True,  # knn's ties in insertion order (seq, position): ORDER BY the score DESC's own order
     WARM_UP=True,
     DOC_BATCHES=True,
     SYNCS=True,  # (a directory store: other processes may write it; in RAM stale() is always False)
