@@ -40,6 +40,10 @@ __all__ = ["CHINESE_STOPWORDS", "CJK_MODES", "ENGLISH_STOPWORDS", "PRESETS", "ST
 _WORD = re.compile(r"\w+")
 _SEP = "\x00"  # between the texts of a batch (Analyzer.terms_flat)
 _WORD_OR_SEP = re.compile(r"\w+|\x00")
+# ASCII text's \w+ words, casefolded, as whitespace-separated tokens: A-Z lowered, letters, digits, "_"
+# and the separator kept, every other byte a space
+_ASCII_WORDS = bytes(c + 32 if 65 <= c <= 90 else c if (48 <= c <= 57 or 97 <= c <= 122 or c in (0, 95)) else 32
+                     for c in range(256))
 #: Han (with extensions and compatibility ideographs), kana, Hangul: the scripts written without spaces.
 _CJK_CHARS = ("\u1100-\u11ff\u3040-\u30ff\u3130-\u318f\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff"
               "\ua960-\ua97f\uac00-\ud7af\uf900-\ufaff\uff66-\uff9f\U00020000-\U0003134f")
@@ -282,7 +286,10 @@ class Analyzer:
                 or (self._cjk is not None and not joined.isascii() and _CJK.search(joined) is not None)):
             words = list(map(self.terms, texts))
             return list(chain.from_iterable(words)), list(map(len, words))
-        marked = _WORD_OR_SEP.findall(joined.casefold())
+        if joined.isascii():  # \w is [A-Za-z0-9_] and casefolding lowers A-Z: one byte translation
+            marked = (" \x00 ".join(texts).encode("ascii").translate(_ASCII_WORDS).decode("ascii").split())
+        else:
+            marked = _WORD_OR_SEP.findall(joined.casefold())
         if self._stopwords:
             marked = list(filterfalse(self._stopwords.__contains__, marked))
         ends = []  # where each text's words end: its separator (the last text: the end)
