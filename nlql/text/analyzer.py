@@ -48,7 +48,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from itertools import chain
+from itertools import chain, filterfalse
 from typing import Any
 
 import regex
@@ -64,6 +64,13 @@ _UWORD = regex.compile(r"\w+")
 #: How words are found: ``"unicode"`` (UTS #18 word characters, the default) or ``"python"`` (``re``'s
 #: ``\w``, which drops combining marks: what stores written before it record).
 WORD_MODES: tuple[str, ...] = ("unicode", "python")
+_SEP = "\x00"  # between the texts of a batch (Analyzer.terms_flat)
+_WORD_OR_SEP = re.compile(r"\w+|\x00")
+_UWORD_OR_SEP = regex.compile(r"\w+|\x00")
+# ASCII text's \w+ words, casefolded, as whitespace-separated tokens: A-Z lowered, letters, digits, "_"
+# and the separator kept, every other byte a space
+_ASCII_WORDS = bytes(c + 32 if 65 <= c <= 90 else c if (48 <= c <= 57 or 97 <= c <= 122 or c in (0, 95)) else 32
+                     for c in range(256))
 #: Han (with extensions and compatibility ideographs), kana, Hangul: the scripts written without spaces.
 _CJK_CHARS = ("\u1100-\u11ff\u3040-\u30ff\u3130-\u318f\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff"
               "\ua960-\ua97f\uac00-\ud7af\uf900-\ufaff\uff66-\uff9f\U00020000-\U0003134f")
@@ -358,14 +365,39 @@ class Analyzer:
 
     def terms_flat(self, texts: Sequence[str]) -> tuple[list[str], list[int]]:
         """Every text's :meth:`terms` in one list, and how many each text has (what a SQL store writes for
-        a batch of sentences). (One pass over the batch's words at once was measured no faster: the
-        regular expression's pass over each text is the cost.)
+        a batch of sentences), read in one pass over the batch joined (the same words as text by text).
 
         >>> Analyzer(stopwords=["the"]).terms_flat(["The end", "", "of THE stories"])
         (['end', 'of', 'stori'], [1, 0, 2])
         """
-        words = list(map(self.terms, texts))
-        return list(chain.from_iterable(words)), list(map(len, words))
+        texts = list(texts)
+        joined = _SEP.join(texts)
+        # one pass over the whole batch: casefolding and \w+ are character by character (no word spans
+        # the separator, which is no word character), so the batch's words are each text's in turn; a
+        # batch where a text holds the separator, or CJK or other spaceless scripts (split per word), or
+        # whose stopwords name the separator takes the text-by-text path
+        if (len(texts) < 2 or joined.count(_SEP) != len(texts) - 1 or _SEP in self._stopwords
+                or (self._cjk is not None and not joined.isascii() and self._unspaced.search(joined) is not None)):
+            words = list(map(self.terms, texts))
+            return list(chain.from_iterable(words)), list(map(len, words))
+        if joined.isascii():  # \w is [A-Za-z0-9_] and casefolding lowers A-Z: one byte translation
+            marked = (" \x00 ".join(texts).encode("ascii").translate(_ASCII_WORDS).decode("ascii").split())
+        elif self._words == "unicode":  # (NFC of the batch is each text's: the separator composes with nothing)
+            if not unicodedata.is_normalized("NFC", joined):
+                joined = unicodedata.normalize("NFC", joined)
+            marked = _UWORD_OR_SEP.findall(joined.casefold())
+        else:
+            marked = _WORD_OR_SEP.findall(joined.casefold())
+        if self._stopwords:
+            marked = list(filterfalse(self._stopwords.__contains__, marked))
+        ends = []  # where each text's words end: its separator (the last text: the end)
+        find, at = marked.index, -1
+        for _ in range(len(texts) - 1):
+            at = find(_SEP, at + 1)
+            ends.append(at)
+        ends.append(len(marked))
+        counts = [b - a - 1 for a, b in zip([-1, *ends], ends)]
+        return self._stems(list(filter(_SEP.__ne__, marked))), counts
 
     def _stems(self, words: list[str]) -> list[str]:
         """``words`` stemmed, or as they are without a stemmer. Stemming is the costly step and text

@@ -300,6 +300,8 @@ class RuleEntityExtractor:
                 if low not in seen:
                     seen.add(low)
                     out.append(name)
+        if text.isascii():  # (no CJK or katakana to look for: both searches scan the whole text)
+            return out
         if _CJK_TEXT.search(text) is not None:
             for name in cjk_names(text):
                 if name not in seen:

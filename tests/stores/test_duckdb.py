@@ -807,3 +807,30 @@ def test_a_write_that_fails_after_its_rows_went_in_leaves_every_table_as_it_was(
     got = {h.doc_id: h.content for h in eng.search("SELECT DOCUMENT")}
     assert got == {"a": "Alice went home. Bob stayed in Paris.", "b": "Solar storage grows.", "c": "Carol met Dave in Rome."}
     eng.close()
+
+
+def test_a_write_inserts_its_metadata_rows_as_one_sorted_run() -> None:
+    """Each write's ``<p>_flat`` rows go in ordered by (path, s, n, t), nulls last, as DuckDB's own ORDER BY
+    puts them (the store orders them in Python), and each document's MAP holds its own records."""
+    metas = [{"tag": f"t{i % 7}", "n": [3, 1.5, -2, 0, None, 10**15][i % 6], "b": i % 2 == 0, "s": ["é", "a", "Z", "1", "\x00x", ""][i % 6],
+              "when": ["2024-01-02", "1999-12-31T10:00:00", "not a date"][i % 3], "deep": {"k": i % 4, "z": None}}
+             for i in range(40)]
+    metas[5] = {"only": "one"}
+    metas[6] = {}
+    store = DuckDBStore()
+    eng = Engine(store=store, embedder=HashEmbedder(dim=16), warm_up=False)
+    eng.add_texts([f"Text {i}." for i in range(40)], ids=[f"d{i}" for i in range(40)], metadatas=metas)
+    conn = store._conn
+    rows = conn.execute('SELECT path, s, n, t FROM "nlql_flat" ORDER BY rowid').fetchall()
+    assert rows == conn.execute('SELECT path, s, n, t FROM "nlql_flat" ORDER BY path, s, n, t, rowid').fetchall()
+    assert len({r[0] for r in rows}) > 5 and any(r[1] is None for r in rows)
+    # the MAP column and <p>_flat hold the same records per document
+    maps = conn.execute('SELECT doc_id, map_entries(mflat) FROM "nlql_docs"').fetchall()
+    flat = conn.execute('SELECT doc_id, path, s, f, n, t, b FROM "nlql_flat"').fetchall()
+    def key(r: tuple[Any, ...]) -> tuple[Any, ...]:
+        return tuple((x is None, x) for x in r)
+
+    from_maps = sorted(((d, e["key"], *e["value"].values()) for d, entries in maps for e in entries), key=key)
+    assert from_maps == sorted(flat, key=key)
+    assert eng.search('SELECT DOCUMENT WHERE meta.tag == "t3"')
+    eng.close()

@@ -142,6 +142,27 @@ def test_terms_flat_is_every_texts_terms_in_one_list(analyzer: Analyzer, monkeyp
     assert analyzer.terms_flat([]) == ([], [])
 
 
+@pytest.mark.parametrize("analyzer", [Analyzer(), Analyzer.named("plain"), Analyzer(stemmer="german", stopwords=None),
+                                      Analyzer(stopwords=["the", "a"]), Analyzer(cjk=None)],
+                         ids=["english", "plain", "german", "custom", "cjk-runs"])
+def test_terms_flat_reads_a_batch_without_cjk_as_text_by_text(analyzer: Analyzer) -> None:
+    # the batch is read in one pass over its texts joined: no word may run from one text into the next,
+    # and each text keeps its own count (empty texts, texts of stopwords only, case folding that grows;
+    # a text holding the separator the batch is joined with makes the batch read text by text; an ASCII
+    # batch is read by a byte translation: every ASCII character once)
+    texts = ["", "The running Foxes ran", "", "ﬁnal STRASSE Straße", "end-", "-start", "THE the The", "",
+             "Ünïcödé naïve café 2025-01-02", "under_score x\u0301y", "ΣΊΣΥΦΟΣ Σίσυφος", "a\ud800b", "12345 0007", ""]
+    one_by_one = Analyzer.from_config(analyzer.config()).terms
+    ascii_texts = ["", "The RUNNING foxes_ran, 42 times!", "", "\tx\x1cy\x1fz\x0bq\rw-e'r\x7fT", "end.", "THE the The",
+                   "".join(map(chr, range(1, 128))), "__init__ CamelCase 3.14 x86_64", ""]
+    for batch in (texts, texts[1:-1], ascii_texts, ascii_texts[1:], ["one"], ["", ""],
+                  ["left\x00right words", "more words"]):
+        want = [one_by_one(t) for t in batch]
+        flat, counts = analyzer.terms_flat(batch)
+        assert counts == [len(w) for w in want]
+        assert flat == [t for w in want for t in w]
+
+
 def test_a_word_of_ascii_digits_is_its_own_stem_in_every_algorithm() -> None:
     # Analyzer._stems does not send such words to the stemmer: this must stay true of every algorithm
     import snowballstemmer
@@ -155,3 +176,13 @@ def test_a_word_of_ascii_digits_is_its_own_stem_in_every_algorithm() -> None:
         assert stemmer.Stemmer(name).stemWords(words) == words, name
     # not ASCII: the stemmer decides (Arabic turns Arabic-Indic digits into ASCII ones)
     assert Analyzer(stemmer="arabic", stopwords=None).terms("٣٤") == ["34"]
+
+
+def test_terms_flat_equals_terms_for_every_algorithm() -> None:
+    import snowballstemmer
+
+    texts = ["Running runners ran 42 times", "", "Häuser und Bäume, les maisons", "Дома и деревья", "γράφω", "evler"]
+    for name in snowballstemmer.algorithms():
+        a = Analyzer(stemmer=name, stopwords=None)
+        want = [Analyzer(stemmer=name, stopwords=None).terms(t) for t in texts]
+        assert a.terms_flat(texts) == ([t for w in want for t in w], [len(w) for w in want]), name

@@ -129,3 +129,20 @@ def test_script_stemmers_are_recorded_and_checked() -> None:
         Analyzer(scripts={"klingon": "english"})
     with pytest.raises(ValueError, match="unknown stemmer"):
         Analyzer(scripts={"cyrillic": "klingon"})
+
+
+@pytest.mark.parametrize("words", ["unicode", "python"])
+def test_a_batch_of_mixed_scripts_reads_as_its_texts_one_by_one(words: str) -> None:
+    """``terms_flat`` (what a SQL store writes for a batch) reads a batch in one pass: the same terms as
+    text by text, with marks, NFC, spaceless scripts and script stemmers in it."""
+    import random
+
+    rng = random.Random(7)
+    pool = ["नमस्ते दुनिया", "cafe\u0301 CAFÉ", "книги и книга", "ภาษาไทย", "長城 北京", "The Cats ran",
+            "x² ½ snake_case", "مَرْحَبًا", "Straße ﬁne", "", "don't stop", "Ελληνικά", "ລາວ ខ្មែរ"]
+    a = Analyzer(words=words)
+    for _ in range(200):
+        texts = [" ".join(rng.choice(pool) for _ in range(rng.randint(0, 3))) for _ in range(rng.randint(1, 6))]
+        flat, counts = a.terms_flat(texts)
+        one_by_one = [a.terms(t) for t in texts]
+        assert flat == [t for terms in one_by_one for t in terms] and counts == list(map(len, one_by_one)), texts

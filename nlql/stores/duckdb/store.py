@@ -501,14 +501,9 @@ class DuckDBStore(DuckDBEntities, SqlStore):
                     columns=batch)
         s, i64, i32, f64 = pa.string(), pa.int64(), pa.int32(), pa.float64()
         ids_arr = pa.array(p.doc_ids, type=s)
-        flat_t = self._flat_rows(p, ids_arr)
-        counts = np.asarray(p.flat_counts, dtype=np.int64)
-        offsets = pa.array(np.concatenate([[0], np.cumsum(counts)]).astype(np.int32), type=i32)
-        items = pa.StructArray.from_arrays([flat_t.column(k).combine_chunks() for k in "sfntb"],
-                                           fields=list(record_type()))
+        flat_t, mflat = self._flat_rows(p, ids_arr)
         docs_t = pa.table({"doc_id": ids_arr, "seq": pa.array(p.seqs, type=i64), "text": pa.array(p.texts, type=s),
-                           "metadata": pa.array(p.metadata, type=s),
-                           "mflat": pa.MapArray.from_arrays(offsets, flat_t.column("path").combine_chunks(), items),
+                           "metadata": pa.array(p.metadata, type=s), "mflat": mflat,
                            "fold": pa.array(p.folds, type=s), "num": pa.array(p.nums, type=f64),
                            "ts": pa.array(p.stamps, type=i64)})
         unit_owner = pa.array(p.unit_doc)
@@ -554,20 +549,41 @@ class DuckDBStore(DuckDBEntities, SqlStore):
         return pa.table({"term": pa.array([distinct[i] for i in order], type=pa.string()).take(pa.array(term_rank)),
                          "unit": pa.array(unit), "tf": pa.array(tf.astype(np.int32))})
 
-    def _flat_rows(self, p: Prepared, ids: Any) -> Any:
-        """The ``<prefix>_flat`` rows of a prepared batch as an Arrow table: per document (``doc_row``, its
-        row in the batch; ``doc_id``) and metadata path, the typed record's fields ``s f n t b`` (the
-        batch's distinct records built once and taken by index). ``_write`` adds the documents' ``dkey``;
-        the columns after ``doc_row`` are the table's own (``DuckDBDialect.COLUMNS['flat']``)."""
+    def _flat_rows(self, p: Prepared, ids: Any) -> tuple[Any, Any]:
+        """The ``<prefix>_flat`` rows of a prepared batch as an Arrow table, in the table's order
+        (``DuckDBDialect.CLUSTERED['flat']``: path, s, n, t, nulls last), and the documents' ``mflat``
+        MAP column. A row is, per document (``doc_row``, its row in the batch; ``doc_id``) and metadata
+        path, the typed record's fields ``s f n t b`` (the batch's distinct records built once and taken
+        by index; the rows put in order by ranking those records, not by sorting the rows). ``_write``
+        adds the documents' ``dkey``; the columns after ``doc_row`` are the table's own
+        (``DuckDBDialect.COLUMNS['flat']``)."""
         pa = import_arrow()
+        import pyarrow.compute as pc
+
         rtype = record_type()
         paths, cols = p.pair_columns()
-        index = pa.array(np.asarray(p.flat_index, dtype=np.int64))
-        owner = pa.array(np.repeat(np.arange(len(p.doc_ids), dtype=np.int64),
-                                   np.asarray(p.flat_counts, dtype=np.int64)))
-        fields = {k: pa.array(c, type=rtype.field(k).type).take(index) for k, c in zip("sfntb", cols, strict=True)}
-        return pa.table({"doc_id": ids.take(owner), "path": pa.array(paths, type=pa.string()).take(index), **fields,
-                         "doc_row": owner})
+        index_np = np.asarray(p.flat_index, dtype=np.int64)
+        owner_np = np.repeat(np.arange(len(p.doc_ids), dtype=np.int64), np.asarray(p.flat_counts, dtype=np.int64))
+        pairs = pa.table({"path": pa.array(paths, type=pa.string()),
+                          **{k: pa.array(c, type=rtype.field(k).type) for k, c in zip("sfntb", cols, strict=True)}})
+        # the documents' MAP: their records in document order
+        offsets = pa.array(np.concatenate([[0], np.cumsum(p.flat_counts, dtype=np.int64)]).astype(np.int32),
+                           type=pa.int32())
+        index = pa.array(index_np)
+        items = pa.StructArray.from_arrays([pairs.column(k).combine_chunks().take(index) for k in "sfntb"],
+                                           fields=list(rtype))
+        mflat = pa.MapArray.from_arrays(offsets, pairs.column("path").combine_chunks().take(index), items)
+        # the rows in the table's order: each distinct record's rank (ties keep the documents' order)
+        # (Arrow's default puts nulls last, as DuckDB's ORDER BY does; both compare strings byte by byte)
+        ranked = pc.sort_indices(pairs, sort_keys=[(c.strip(), "ascending") for c in
+                                                   self.dialect.CLUSTERED["flat"].split(",")])
+        rank = np.empty(len(paths), dtype=np.int64)
+        rank[np.asarray(ranked)] = np.arange(len(paths), dtype=np.int64)
+        order = np.argsort(rank[index_np], kind="stable")
+        index, owner = pa.array(index_np[order]), pa.array(owner_np[order])
+        flat_t = pa.table({"doc_id": ids.take(owner), "path": pairs.column("path").take(index),
+                           **{k: pairs.column(k).take(index) for k in "sfntb"}, "doc_row": owner})
+        return flat_t, mflat
 
     def _write(self, ids: list[str], docs_t: Any, units_t: Any, terms_t: Any, added_n: int, added_len: int,
                ents_t: Any = None, flat_t: Any = None, members: dict[str, list[Any]] | None = None) -> None:
@@ -598,9 +614,9 @@ class DuckDBStore(DuckDBEntities, SqlStore):
                 flat_t = flat_t.append_column("dkey", dkeys.take(flat_t.column("doc_row")))
                 flat_t = flat_t.append_column("hkey", _string_keys(flat_t.column("path"), flat_t.column("s")))
                 with registered(conn, flat_t) as name:
+                    # (in the table's order already: _flat_rows)
                     self._run(conn, d.bulk_load("flat", ["doc_id", "path", "s", "f", "n", "t", "b", "dkey", "hkey"],
-                                                name)
-                              + f" ORDER BY {d.CLUSTERED['flat']}")
+                                                name))
             if ents_t:
                 self._add_links(conn, ents_t)
             self._run(conn, d.put_meta("meta", "max_seq", str(max(docs_t.column("seq").to_pylist())), keep_max=True))
