@@ -831,15 +831,17 @@ class DuckDBStore(DuckDBEntities, SqlStore):
         if self._large.get(known) == self._generation:
             return None
 
-        def run() -> dict[str, Any]:
-            return self._conn.execute(text, values).fetchnumpy()
+        def run() -> tuple[dict[str, Any], int]:
+            # (the generation read under the lock with the rows: a write in another thread after them
+            # must not make them look current)
+            return self._conn.execute(text, values).fetchnumpy(), self._generation
 
-        cols = self._guard(run)
+        cols, generation = self._guard(run)
         n = len(cols["key"])
         if n > cap:
             if len(self._large) >= 256:
                 self._large.clear()
-            self._large[known] = self._generation
+            self._large[known] = generation
             return None
         keys = np.asarray(cols["key"], dtype=np.int64)
         seq = np.asarray(cols["seq"], dtype=np.int64)
@@ -857,7 +859,7 @@ class DuckDBStore(DuckDBEntities, SqlStore):
             hits = keys[best].tolist()
             out.append(list(zip(hits, scores[best].tolist(), strict=True)))
             self._remember(seen, hits, cols, best.tolist())
-        self._seen.rows = (self._generation, seen)
+        self._seen.rows = (generation, seen)
         self.last_stats = {"path": "exact", "rounds": 1, "queries": len(q), "k": k, "scan": "numpy", "rows": n}
         return out
 
