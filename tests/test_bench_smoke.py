@@ -214,6 +214,21 @@ def test_duckdb_floor_bench_at_tiny_size(tmp_path: Path) -> None:
     assert {"top10", "tag", "bm25", "rrf"} <= set(data["kinds"])
 
 
+def test_duckdb_small_filter_bench_at_tiny_size(tmp_path: Path) -> None:
+    """The DuckDB filtered-knn bench end to end: knn ranked in numpy and in SQL give the same hits for
+    every filter (selective ones under SMALL_ROWS, the 50% one above it)."""
+    import subprocess
+
+    out = tmp_path / "small.json"
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / "duckdb_small_filter.py"), "--n", "4000",
+                           "--repeat", "1", "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    data = json.loads(out.read_text(encoding="utf-8"))
+    assert set(data["filters"]) == {"0.1%", "0.3%", "1%", "50%"}
+    assert all(f["same_hits"] == "10/10" for f in data["filters"].values())
+    assert data["filters"]["50%"]["passing_rows"] > data["small_rows"] >= data["filters"]["1%"]["passing_rows"]
+
+
 def test_qdrant_sparse_bench_at_tiny_size(tmp_path: Path) -> None:
     """The Qdrant BM25 bench end to end: the sparse-search collection and one made without the sparse
     vector answer every query the same."""

@@ -184,28 +184,42 @@ def test_exact_knn_equals_numpy_brute_force() -> None:
         assert {r.metadata["g"] for r in store.fetch([k for k, _ in hits])} <= {3}
 
 
-def test_filtered_knn_ranks_as_brute_force_with_ties_in_insertion_order() -> None:
-    """Under a filter the k winners are joined to their rows again and put in order after the join:
-    best first, exact ties by (seq, position), the rows' own fields."""
+@pytest.mark.parametrize("small_rows", [DuckDBStore.SMALL_ROWS, 0, 40])
+def test_filtered_knn_ranks_as_brute_force_with_ties_in_insertion_order(small_rows: int) -> None:
+    """Under a filter the k winners come best first, exact ties by (seq, position), with the rows' own
+    fields: whether the passing rows are ranked in numpy (up to SMALL_ROWS of them) or in SQL (0: always;
+    40: until a write leaves fewer than 40 of the 90 passing rows)."""
     rng = np.random.default_rng(8)
     vecs = unit_vectors(rng, 600)
-    for i in (50, 94, 132, 595):  # exact ties among the rows of documents with g == 1 ((i // 6) % 7 == 1)
+    for i in (48, 50, 53, 94, 132, 595):  # exact ties among the rows of documents with g == 1 ((i // 6) % 7 == 1)
         vecs[i] = vecs[7]
     docs = [make_doc(f"d{i:03d}", [f"s{j}" for j in range(6)], {"g": i % 7}, 100 - i, vecs[i * 6:(i + 1) * 6])
             for i in range(100)]
     store = opened()
+    store.SMALL_ROWS = small_rows
     store.upsert(docs)
     rows = store.fetch(store.scan())
     vec = {r.key: vecs[int(r.doc_id[1:]) * 6 + r.position] for r in rows}
-    passing = [r for r in rows if r.metadata["g"] == 1]
     q = np.vstack([vecs[7], unit_vectors(rng, 3)])
     flt = store.compile_filter(Cond("eq", ("meta", "g"), 1))
-    for k in (1, 4, 10, 200):
-        for v, hits in zip(q, store.knn(q, k, flt), strict=True):
-            want = sorted(passing, key=lambda r: (-float(vec[r.key] @ v), r.seq, r.position))[:k]
-            assert [h[0] for h in hits] == [r.key for r in want]
-            assert np.allclose([s for _, s in hits], [float(vec[r.key] @ v) for r in want], atol=1e-6)
-            assert store.fetch([h[0] for h in hits]) == want
+
+    def check(passing: list[Row]) -> None:
+        for k in (1, 4, 10, 200):
+            for min_score in (None, 0.05):
+                for v, hits in zip(q, store.knn(q, k, flt, min_score=min_score), strict=True):
+                    ranked = sorted(passing, key=lambda r: (-float(vec[r.key] @ v), r.seq, r.position))
+                    want = [r for r in ranked if min_score is None or float(vec[r.key] @ v) >= min_score][:k]
+                    assert [h[0] for h in hits] == [r.key for r in want]
+                    assert np.allclose([s for _, s in hits], [float(vec[r.key] @ v) for r in want], atol=1e-6)
+                    assert store.fetch([h[0] for h in hits]) == want
+                    assert np.allclose(store.vectors([h[0] for h in hits]), [vec[r.key] for r in want], atol=1e-6)
+
+    check([r for r in rows if r.metadata["g"] == 1])
+    assert (store.last_stats.get("scan") == "numpy") == (small_rows > 90)
+    store.delete([f"d{i:03d}" for i in range(60)])  # 36 rows pass now
+    check([r for r in rows if r.metadata["g"] == 1 and int(r.doc_id[1:]) >= 60])
+    assert (store.last_stats.get("scan") == "numpy") == (small_rows > 36)
+    assert store.knn(q, 5, store.compile_filter(Cond("eq", ("meta", "g"), 99))) == [[] for _ in q]
     store.close()
 
 
