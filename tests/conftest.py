@@ -94,7 +94,7 @@ def milvus_module_url(tmp_path_factory) -> str:  # type: ignore[no-untyped-def]
 
 
 _LAST_MILVUS_USER = pytest.StashKey[str]()
-_MILVUS: list = []  # the running server, so the last test that uses it can stop it
+_MILVUS: list = []  # this process's hold on the run's server, so the last test that uses it can let it go
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -105,27 +105,38 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 @pytest.hookimpl(trylast=True)  # after the item's fixtures (which may still use the server) are torn down
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
-    # the server idles at ~15% of a core (tests/milvus_server.py): stop it once no later test needs it
+    # the server idles at ~15% of a core (tests/milvus_server.py): let it go once no later test needs it
+    # (under pytest-xdist every worker collects every test, so this is the worker that runs the last one;
+    # the others let it go when their session ends, and the last to let it go stops it)
     if _MILVUS and item.nodeid == item.config.stash.get(_LAST_MILVUS_USER, None):
-        _MILVUS.pop().stop()
+        _release_milvus()
+
+
+def _release_milvus() -> None:
+    from milvus_server import release
+
+    release(_MILVUS.pop())
 
 
 @pytest.fixture(scope="session")
 def milvus_server(tmp_path_factory):  # type: ignore[no-untyped-def]
-    """A real ``milvus-server`` process (Milvus 2.3.5 standalone) for the tests that use it (stopped after
-    the last of them); skipped only when it cannot be started here."""
+    """The run's real ``milvus-server`` process (Milvus 2.3.5 standalone), shared by every pytest-xdist
+    worker of the run (two cannot run at once: tests/milvus_server.py) and stopped by the last to let it
+    go; skipped only when it cannot be started here."""
     pytest.importorskip("pymilvus")
     import sys
     from pathlib import Path
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from milvus_server import MilvusServer
+    from milvus_server import acquire
 
+    base = tmp_path_factory.getbasetemp()  # (under pytest-xdist, its parent is the run's: every worker's)
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
     try:
-        server = MilvusServer(tmp_path_factory.mktemp("milvus-server") / "data")
+        held = acquire((base.parent / f"milvus-{run}") if run else (base / "milvus-server"))
     except RuntimeError as exc:
         pytest.skip(f"milvus-server cannot start here: {exc}")
-    _MILVUS.append(server)
-    yield server
+    _MILVUS.append(held)
+    yield held
     if _MILVUS:
-        _MILVUS.pop().stop()
+        _release_milvus()

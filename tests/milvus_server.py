@@ -100,3 +100,107 @@ class MilvusServer:
             if marker in cmdline and b"milvus" in cmdline and int(entry.name) != os.getpid():
                 pids.append(int(entry.name))
         return pids
+
+
+# ------------------------------------------------------------------- one server for every xdist worker
+#
+# Two servers cannot run at once on one machine: the embedded etcd's peer port (2380) is fixed, and the
+# second server never answers (tests/stores/test_two_process.py skipped in CI when both pytest-xdist
+# workers started one). So the workers of one run share one server: the first to need it starts it, the
+# others attach to it, and the last to let it go stops it. A lock file serialises them; a JSON file holds
+# the server's URL, its process group and how many workers hold it.
+
+_OWNED: dict[Path, MilvusServer] = {}  # the server this process started, by its run's directory
+
+
+@contextlib.contextmanager
+def _locked(path: Path):  # type: ignore[no-untyped-def]
+    import fcntl
+
+    with open(path, "a+b") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class Held:
+    """A worker's hold on the run's shared server: ``url`` is what ``Engine(store=…)`` opens."""
+
+    def __init__(self, root: Path, url: str) -> None:
+        self.root = root
+        self.url = url
+
+
+def acquire(root: Path) -> Held:
+    """Hold the run's server (``root``: a directory every worker of the run sees), starting it when none
+    runs. Raises RuntimeError when it cannot start (the caller skips)."""
+    import json
+
+    root.mkdir(parents=True, exist_ok=True)
+    state = root / "server.json"
+    with _locked(root / "server.lock"):
+        info = json.loads(state.read_text()) if state.exists() else None
+        if info is not None and not _alive(info["pid"]):
+            info = None  # (a server left by a run that was killed)
+        if info is None:
+            data = root / f"server-{os.getpid()}" / "data"
+            data.parent.mkdir(parents=True, exist_ok=True)
+            server = MilvusServer(data)
+            _OWNED[root] = server
+            info = {"url": server.url, "pid": server.proc.pid, "data": str(server.data), "holders": 0}
+        info["holders"] += 1
+        state.write_text(json.dumps(info))
+    return Held(root, info["url"])
+
+
+def release(held: Held) -> None:
+    """Let the server go; the last holder stops it (the process that started it, or any other)."""
+    import json
+
+    state = held.root / "server.json"
+    with _locked(held.root / "server.lock"):
+        if not state.exists():
+            return
+        info = json.loads(state.read_text())
+        info["holders"] -= 1
+        if info["holders"] > 0:
+            state.write_text(json.dumps(info))
+            return
+        state.unlink()
+        own = _OWNED.pop(held.root, None)
+        if own is not None:
+            own.stop()
+            return
+        _stop_foreign(int(info["pid"]), Path(info["data"]))
+
+
+def _stop_foreign(pid: int, data: Path) -> None:
+    """Stop a server another process started: its process group, then its engine's processes."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGTERM)
+    end = time.monotonic() + 30
+    while _alive(pid) and time.monotonic() < end:
+        time.sleep(0.2)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+    marker = str(data).encode()
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if marker in cmdline and b"milvus" in cmdline and int(entry.name) != os.getpid():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(int(entry.name), signal.SIGKILL)
