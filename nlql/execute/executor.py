@@ -29,7 +29,7 @@ from nlql.execute.examples import example_vectors
 from nlql.execute.fuse import fuse
 from nlql.execute.guard import guarded
 from nlql.execute.knn_page import applies as knn_page_applies
-from nlql.execute.knn_page import knn_page
+from nlql.execute.knn_page import knn_page, ordered_by_knn
 from nlql.execute.materialise import estimate_tokens, hits, pack_tokens, read_unread
 from nlql.execute.order import order, rerank
 from nlql.execute.recall import embed_queries, recall
@@ -127,7 +127,7 @@ class Executor:
                 shared = None
         got = _Prepared(self, binding_exprs, {s.slot: s.min for s in plan.scores if s.min is not None}, shared,
                         examples=any(s.vector is not None or s.doc is not None for s in plan.scores),
-                        knn_order=_knn_order(plan), fusions=bool(plan.fusions), knn_page=knn_page_applies(plan))
+                        knn_order=ordered_by_knn(plan), fusions=bool(plan.fusions), knn_page=knn_page_applies(plan))
         with self._prep_lock:
             self._prep[plan.identity] = got
         self._last_prep = (plan.identity, got)
@@ -310,11 +310,3 @@ class Executor:
             raise NLQLTimeoutError(f"the search ran out of time ({run.deadline.timeout} s) while embedding the query",
                                    hint="raise timeout= or use a faster embedder")
         return qv
-
-
-def _knn_order(plan: Plan) -> bool:
-    """Whether ORDER BY is exactly the knn recall's slot DESC (one key) over sentence rows, nothing fused:
-    a store's knn list in (score desc, insertion order) is then the order :func:`order` would sort into."""
-    return (plan.recall.kind == "knn" and plan.lowered is None and len(plan.order) == 1
-            and plan.order[0].descending and plan.slot_of(plan.order[0].expr) == plan.recall.slot
-            and plan.unit.rows_are_sentences and not plan.fusions and plan.count is None)

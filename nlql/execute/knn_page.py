@@ -27,19 +27,25 @@ from nlql.execute.results import Hit
 from nlql.plan.nodes import Plan
 from nlql.stores.base import Row
 
-__all__ = ["applies", "knn_page"]
+__all__ = ["applies", "knn_page", "ordered_by_knn"]
+
+
+def ordered_by_knn(plan: Plan) -> bool:
+    """Whether ORDER BY is exactly the knn recall's slot DESC (one key) over sentence rows, nothing fused:
+    a store's knn list in (score desc, insertion order) is then the order ``order()`` would sort into."""
+    return (plan.recall.kind == "knn" and plan.lowered is None and len(plan.order) == 1
+            and plan.order[0].descending and plan.slot_of(plan.order[0].expr) == plan.recall.slot
+            and plan.unit.rows_are_sentences and not plan.fusions and plan.count is None)
 
 
 def applies(plan: Plan) -> bool:
-    """Whether ``plan`` has the shape this stage answers (decided once per plan)."""
+    """Whether ``plan`` has the shape this stage answers (decided once per plan): ordered by its knn, and
+    that SIMILARITY its only score, every binding, with nothing left for the engine to filter or cut."""
     slot = plan.recall.slot
-    return (plan.recall.kind == "knn" and plan.lowered is None and plan.count is None
-            and plan.unit.kind == "SENTENCE" and len(plan.scores) == 1 and plan.scores[0].slot == slot
-            and plan.scores[0].kind == "SIMILARITY" and plan.scores[0].min is None
+    return (ordered_by_knn(plan) and plan.unit.kind == "SENTENCE" and len(plan.scores) == 1
+            and plan.scores[0].slot == slot and plan.scores[0].kind == "SIMILARITY" and plan.scores[0].min is None
             and not plan.residual and not plan.fusion_residual and plan.distinct is None and plan.autocut is None
-            and plan.limit is not None and len(plan.order) == 1 and plan.order[0].descending
-            and plan.slot_of(plan.order[0].expr) == slot
-            and all(plan.binding_slots.get(b.name) == slot for b in plan.query.bindings))
+            and plan.limit is not None and all(plan.binding_slots.get(b.name) == slot for b in plan.query.bindings))
 
 
 def knn_page(run: Search, qv: dict[str, np.ndarray], paging: Paging | None) -> tuple[list[Hit], PageEnd | None] | None:
