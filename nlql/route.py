@@ -32,13 +32,12 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-import regex
-
 from nlql import ir
 from nlql.check import check
 from nlql.errors import Diagnostic, NLQLError, RouteError, TemplateError
 from nlql.explain import Explain
 from nlql.parser import parse
+from nlql.text.analyzer import SPACELESS_CHARS, UNICODE_WORDS
 
 __all__ = [
     "DEFAULT_RULES",
@@ -255,13 +254,13 @@ _CJK_QUESTION_WORDS = re.compile("为什么|怎么样|怎么|怎样|什么|哪�
                                  "誰が|誰|だれ|何が|何を|何|いつ|どこ|どう|どれ|どの|ましたか|ですか|ますか|でしょうか")
 #: Hiragana and katakana: a CJK question holding them is Japanese.
 _KANA = re.compile("[\u3040-\u30ff]")
-_CJK_CHAR = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
+_CJK_RANGES = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
+_CJK_CHAR = re.compile(f"[{_CJK_RANGES}]")
 #: Letters the default analyzer reads as bigrams: CJK, and the scripts written without spaces (Thai, Lao,
 #: Khmer, Burmese, the Tai scripts), which the default embedder reads no better than Chinese.
-_BIGRAM_CHAR = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
-                          "\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff\u1950-\u19df\u1a20-\u1aaf\ua9e0-\ua9ff\uaa60-\uaadf]")
+_BIGRAM_CHAR = re.compile(f"[{_CJK_RANGES}{SPACELESS_CHARS}]")
 #: Unicode words (UTS #18, combining marks included: "नमस्ते" is one word), as the default analyzer reads them.
-_WORD_RE = regex.compile(r"\w+")
+_WORD_RE = UNICODE_WORDS
 _QUOTES = str.maketrans({"\u2018": "'", "\u2019": "'", "\u201b": "'", "\u2032": "'",
                          "\u201c": '"', "\u201d": '"', "\u201f": '"'})
 

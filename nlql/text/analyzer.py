@@ -53,14 +53,15 @@ from typing import Any
 
 import regex
 
-__all__ = ["CHINESE_STOPWORDS", "CJK_MODES", "ENGLISH_STOPWORDS", "PRESETS", "SCRIPT_STEMMERS", "STEMMER_ALIASES",
-           "WORD_MODES", "Analyzer"]
+__all__ = ["CHINESE_STOPWORDS", "CJK_MODES", "ENGLISH_STOPWORDS", "PRESETS", "SCRIPT_STEMMERS", "SPACELESS_CHARS",
+           "STEMMER_ALIASES", "UNICODE_WORDS", "WORD_MODES", "Analyzer"]
 
 #: Words as Python's ``re`` reads ``\w`` (no combining marks): the analyzer of stores written before
 #: Unicode words (``words="python"``).
 _WORD = re.compile(r"\w+")
-#: Unicode's word characters (UTS #18: ``regex``'s ``\w`` holds combining marks and join controls).
-_UWORD = regex.compile(r"\w+")
+#: Unicode's word characters (UTS #18: ``regex``'s ``\w`` holds combining marks and join controls); the
+#: router's keywords read words the same way.
+UNICODE_WORDS = regex.compile(r"\w+")
 #: How words are found: ``"unicode"`` (UTS #18 word characters, the default) or ``"python"`` (``re``'s
 #: ``\w``, which drops combining marks: what stores written before it record).
 WORD_MODES: tuple[str, ...] = ("unicode", "python")
@@ -77,12 +78,13 @@ _CJK_CHARS = ("\u1100-\u11ff\u3040-\u30ff\u3130-\u318f\u31f0-\u31ff\u3400-\u4dbf
 _CJK = re.compile(f"[{_CJK_CHARS}]")
 _CJK_RUNS = re.compile(f"([{_CJK_CHARS}]+)|([^{_CJK_CHARS}]+)")
 #: Thai, Lao, Myanmar (with its extensions), Khmer (and its symbols), Tai Le, New Tai Lue, Tai Tham, Tai
-#: Viet: scripts written without spaces between words, whose letters carry their vowels as marks.
-_SPACELESS_CHARS = ("\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff\u1950-\u19df\u19e0-\u19ff\u1a20-\u1aaf"
+#: Viet: scripts written without spaces between words, whose letters carry their vowels as marks (a
+#: character class's ranges; the router's language classes read them too).
+SPACELESS_CHARS = ("\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff\u1950-\u19df\u19e0-\u19ff\u1a20-\u1aaf"
                     "\ua9e0-\ua9ff\uaa60-\uaadf")
 #: Unicode words: CJK runs, runs of the spaceless scripts above, and the rest.
-_UNSPACED = re.compile(f"[{_CJK_CHARS}{_SPACELESS_CHARS}]")
-_UNSPACED_RUNS = re.compile(f"([{_CJK_CHARS}]+)|([{_SPACELESS_CHARS}]+)|([^{_CJK_CHARS}{_SPACELESS_CHARS}]+)")
+_UNSPACED = re.compile(f"[{_CJK_CHARS}{SPACELESS_CHARS}]")
+_UNSPACED_RUNS = re.compile(f"([{_CJK_CHARS}]+)|([{SPACELESS_CHARS}]+)|([^{_CJK_CHARS}{SPACELESS_CHARS}]+)")
 _CLUSTER = regex.compile(r"\X")
 #: How a run of CJK characters becomes terms: ``"bigram"`` (overlapping character bigrams, the default),
 #: ``"jieba"`` (Chinese word segmentation, search mode), or ``None`` (the whole run is one term, as in
@@ -116,27 +118,16 @@ CHINESE_STOPWORDS: frozenset[str] = frozenset("""
 #: script's most used language: Cyrillic is read as Russian, Devanagari as Hindi, Arabic script as Arabic.
 SCRIPT_STEMMERS: dict[str, str] = {"cyrillic": "russian", "greek": "greek", "devanagari": "hindi",
                                    "arabic": "arabic", "armenian": "armenian", "tamil": "tamil"}
-#: The code point ranges of each script of :data:`SCRIPT_STEMMERS` (a word's first letter decides).
-_SCRIPT_RANGES: dict[str, tuple[tuple[int, int], ...]] = {
-    "cyrillic": ((0x0400, 0x052F), (0x1C80, 0x1C8F), (0x2DE0, 0x2DFF), (0xA640, 0xA69F)),
-    "greek": ((0x0370, 0x03FF), (0x1F00, 0x1FFF)),
-    "devanagari": ((0x0900, 0x097F), (0xA8E0, 0xA8FF)),
-    "arabic": ((0x0600, 0x06FF), (0x0750, 0x077F), (0x08A0, 0x08FF), (0xFB50, 0xFDFF), (0xFE70, 0xFEFF)),
-    "armenian": ((0x0530, 0x058F),),
-    "tamil": ((0x0B80, 0x0BFF),),
-}
+#: A word's script among :data:`SCRIPT_STEMMERS`' (Unicode's Script property, as ``regex`` reads it), by
+#: its first letter: group i is the i-th script.
+_SCRIPT_OF = regex.compile("|".join(f"(\\p{{Script={name}}})" for name in SCRIPT_STEMMERS))
+_SCRIPT_NAMES = tuple(SCRIPT_STEMMERS)
 
 
 def _script_of(word: str) -> str | None:
     """The :data:`SCRIPT_STEMMERS` script of ``word``'s first character, or None."""
-    c = ord(word[0])
-    if c < 0x0370:
-        return None
-    for script, ranges in _SCRIPT_RANGES.items():
-        for lo, hi in ranges:
-            if lo <= c <= hi:
-                return script
-    return None
+    m = _SCRIPT_OF.match(word)
+    return _SCRIPT_NAMES[m.lastindex - 1] if m is not None and m.lastindex else None
 
 
 #: Named analyzers: the CLI's ``--analyzer`` and ``Engine(analyzer="…")``. Any Snowball language name
@@ -246,7 +237,7 @@ class Analyzer:
             raise ValueError(f"unknown words mode {words!r}; choose one of {', '.join(map(repr, WORD_MODES))}")
         self._cjk: str | None = cjk
         self._words = words
-        self._word: Any = _UWORD if words == "unicode" else _WORD
+        self._word: Any = UNICODE_WORDS if words == "unicode" else _WORD
         self._unspaced: Any = _UNSPACED if words == "unicode" else _CJK
         self._segment: Callable[[str], list[str]] | None = _load_segmenter() if cjk == "jieba" else None
         self._stemmer_name: str | None = None
@@ -259,9 +250,9 @@ class Analyzer:
             self._stemmer_name = name
         if scripts is _DEFAULT:
             scripts = SCRIPT_STEMMERS if stemmer is not None else None
-        unknown = set(scripts or ()) - set(_SCRIPT_RANGES)
+        unknown = set(scripts or ()) - set(SCRIPT_STEMMERS)
         if unknown:
-            raise ValueError(f"unknown script {sorted(unknown)[0]!r}; known: {', '.join(_SCRIPT_RANGES)}")
+            raise ValueError(f"unknown script {sorted(unknown)[0]!r}; known: {', '.join(SCRIPT_STEMMERS)}")
         self._scripts: dict[str, str] = {k: STEMMER_ALIASES.get(v.strip().lower(), v.strip().lower())
                                          for k, v in sorted((scripts or {}).items())}
         self._script_stems: dict[str, Callable[[list[str]], list[str]]] = {
