@@ -208,6 +208,7 @@ class StoreActivation:
         self.doc_ids, self.positions, self.seqs = rows.doc_ids, rows.positions, rows.seqs
         self.values = rows.values
         self._hop_rows = rows.hop_rows
+        self._words = getattr(rows, "words", "unicode")
         self._detail: tuple[int, tuple[Any, ...], tuple[Any, ...], dict[str, float]] | None = None
         self._lookup: dict[tuple[str, int], float] | None = None
 
@@ -247,7 +248,8 @@ class StoreActivation:
                 final[key] = max(final.get(key, 0.0), act)
                 per[hop].append((name, act))
             per_hop = tuple(HopDetail(h, len(r), tuple(r[:_DETAIL])) for h, r in enumerate(per))
-            found = tuple(FoundEntity(k, names[k], a, b) for k, a, b in _first_occurrences(self.text, _found_keys(raised)))
+            firsts = _first_occurrences(self.text, _found_keys(raised), self._words)
+            found = tuple(FoundEntity(k, names[k], a, b) for k, a, b in firsts)
             self._detail = (max_weight, found, per_hop, final)
         return self._detail
 
@@ -287,12 +289,13 @@ def _found_keys(raised: Sequence[tuple[int, str, str, float]]) -> list[str]:
     return [key for hop, key, _, _ in raised if hop == 0]
 
 
-def _first_occurrences(text: str, keys: Sequence[str]) -> list[tuple[str, int, int]]:
-    """``(key, start, end)`` of each key's first occurrence in ``text`` that lies inside no longer
-    occurrence of another key, in text order: the order :meth:`EntityGraph.find` gives."""
+def _first_occurrences(text: str, keys: Sequence[str], words: str = "unicode") -> list[tuple[str, int, int]]:
+    """``(key, start, end)`` of each key's first occurrence in ``text`` (cut into ``words`` as the keys
+    were) that lies inside no longer occurrence of another key, in text order: the order
+    :meth:`EntityGraph.find` gives."""
     from nlql.text.entities import token_spans
 
-    toks = token_spans(text)
+    toks = token_spans(text, words)
     words = [t for t, _, _ in toks]
     occ: list[tuple[int, int, str]] = []
     for key in keys:

@@ -28,7 +28,7 @@ from nlql.text.entities import MAX_NAME_TOKENS, token_spans
 from nlql.text.graph import check_spread, sentence_entities
 
 __all__ = ["activation", "add", "add_edges", "add_rows", "candidates", "ctes", "edges_from", "hop_detail", "link_rows",
-           "remove", "schema"]
+           "remove", "schema", "words"]
 
 
 def _tables(d: Any) -> tuple[str, str]:
@@ -61,11 +61,19 @@ def _pairs(d: Any, links: str, doc_ids: Param | None = None) -> Fragment:
                where, " GROUP BY l1.entity, l2.entity")
 
 
-def link_rows(docs: Sequence[tuple[str, Iterable[tuple[int, Iterable[str]]]]]) -> list[tuple[str, int, str, str]]:
+def words(d: Any) -> str:
+    """How the store's entity keys cut names into words (:data:`~nlql.text.entities.ENTITY_WORDS`): the
+    dialect's ``entity_words``, set by the store from its tables' record (``"unicode"`` unless the keys
+    were written before Unicode words)."""
+    return getattr(d, "entity_words", "unicode")
+
+
+def link_rows(docs: Sequence[tuple[str, Iterable[tuple[int, Iterable[str]]]]],
+              words: str = "unicode") -> list[tuple[str, int, str, str]]:
     """The ``(doc_id, position, entity, name)`` rows of documents' entities (``docs`` as :func:`add` takes
-    them), in order: what :func:`add` inserts into the links table."""
+    them), in order: what :func:`add` inserts into the links table (keys cut into ``words``)."""
     return [(doc_id, int(position), key, name) for doc_id, sentences in docs for position, names in sentences
-            for key, name in sentence_entities(names)]
+            for key, name in sentence_entities(names, words)]
 
 
 def _insert_edges(d: Any, pairs: Fragment) -> Fragment:
@@ -92,7 +100,7 @@ def add(d: Any, docs: Sequence[tuple[str, Iterable[tuple[int, Iterable[str]]]]])
     Run :func:`remove` for the same ids first (in the same transaction) when they may exist. (A store
     that bulk-loads :func:`link_rows` itself runs :func:`add_edges` or :func:`edges_from` after.)
     """
-    return add_rows(d, link_rows(docs))
+    return add_rows(d, link_rows(docs, words(d)))
 
 
 def add_rows(d: Any, rows: Sequence[tuple[str, int, str, str]]) -> list[Fragment]:
@@ -118,9 +126,9 @@ def remove(d: Any, doc_ids: Sequence[str]) -> list[Fragment]:
     ]
 
 
-def candidates(text: str) -> tuple[list[str], list[int], list[int]]:
+def candidates(text: str, words: str = "unicode") -> tuple[list[str], list[int], list[int]]:
     """Every run of up to ``MAX_NAME_TOKENS`` words of ``text`` as (key, first word, end word)."""
-    toks = [t for t, _, _ in token_spans(text)]
+    toks = [t for t, _, _ in token_spans(text, words)]
     keys, starts, ends = [], [], []
     for i in range(len(toks)):
         for j in range(i + 1, min(len(toks), i + MAX_NAME_TOKENS) + 1):
@@ -133,7 +141,7 @@ def candidates(text: str) -> tuple[list[str], list[int], list[int]]:
 def _activation_ctes(d: Any, text: str, hops: int, decay: float) -> Fragment:
     """``cand``, ``known``, ``seeds``, ``mx``, ``act0`` … ``act<hops>`` (without ``WITH``)."""
     links, edges = _tables(d)
-    keys, starts, ends = candidates(text)
+    keys, starts, ends = candidates(text, words(d))
     dv = Param(decay, "float8", "decay")
     where = "word positions of the text"
     cand = d.array_rows([Param(keys, "text[]", "words of the text"), Param(starts, "integer[]", where),

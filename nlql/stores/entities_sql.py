@@ -34,9 +34,10 @@ from nlql.sql import graph as graph_sql
 from nlql.sql.binder import sql
 from nlql.stores.base import DocRecord
 
-__all__ = ["FLAG", "EntityTables", "GraphRows"]
+__all__ = ["FLAG", "WORDS", "EntityTables", "GraphRows"]
 
 FLAG = "entity_links"  # the <prefix>_meta key: the tables hold every document's links
+WORDS = "entity_words"  # the <prefix>_meta key: how the keys cut names into words (absent: "python")
 
 T = TypeVar("T")
 LinkRows = list[tuple[str, int, str, str]]
@@ -48,15 +49,15 @@ class GraphRows:
 
     ``doc_ids``/``positions``/``seqs``/``values`` are arrays; ``hop_rows(…)`` is a callable giving
     ``(max_weight, [(hop, entity key, display name, activation), …])`` (a second statement, run only
-    when explain asks).
+    when explain asks); ``words``: how the keys cut text into words (where explain finds them in the text).
     """
 
-    __slots__ = ("doc_ids", "positions", "seqs", "values", "hop_rows")
+    __slots__ = ("doc_ids", "positions", "seqs", "values", "hop_rows", "words")
 
     def __init__(self, doc_ids: np.ndarray, positions: np.ndarray, seqs: np.ndarray, values: np.ndarray,
-                 hop_rows: Any) -> None:
+                 hop_rows: Any, words: str = "unicode") -> None:
         self.doc_ids, self.positions, self.seqs, self.values = doc_ids, positions, seqs, values
-        self.hop_rows = hop_rows
+        self.hop_rows, self.words = hop_rows, words
 
 
 class EntityTables:
@@ -90,15 +91,26 @@ class EntityTables:
 
     def _open_entities(self, conn: Any) -> None:
         """Create the two tables if missing (inside ``open``'s transaction); a store with no documents
-        yet, or tables already there, keeps every document's links from now on."""
+        yet, or tables already there, keeps every document's links from now on.
+
+        Tables created now record that their keys cut names into Unicode words (``WORDS``); tables
+        without the record hold keys written before, cut by Python's ``re``, and keep being written and
+        read that way (the dialect's ``entity_words``), so their links still match."""
         d = self.dialect
         existed = self._has_table(conn, "entity_links")
         for statement in d.graph_schema():
             self._run(conn, statement)
         if not existed:
+            self._run(conn, d.put_meta("meta", WORDS, "unicode"))
             empty = self._run(conn, sql("SELECT NOT EXISTS (SELECT 1 FROM ", d.docs, ")")).fetchone()[0]
             if empty:
                 self._run(conn, d.put_meta("meta", FLAG, "1"))
+        self._read_entity_words(conn)
+
+    def _read_entity_words(self, conn: Any) -> None:
+        """Set the dialect's ``entity_words`` from the tables' record (absent: ``"python"``)."""
+        row = self._run(conn, self.dialect.get_meta("meta", WORDS)).fetchone()
+        self.dialect.entity_words = "python" if row is None else str(row[0])
 
     def _entities_kept(self, conn: Any) -> bool:
         return self._run(conn, self.dialect.get_meta("meta", FLAG)).fetchone() is not None
@@ -116,7 +128,7 @@ class EntityTables:
         esc = self.dialect.codec.escape
         return graph_sql.link_rows([(esc(x.doc_id), [(u.position, [esc(n) for n in names])
                                                      for u, names in zip(x.units, x.entities, strict=True) if names])
-                                    for x in docs if x.entities is not None])
+                                    for x in docs if x.entities is not None], graph_sql.words(self.dialect))
 
     def _add_links(self, conn: Any, rows: LinkRows) -> None:
         """Insert link rows and add the edge weights they bring (inside a write's transaction, after
@@ -178,7 +190,7 @@ class EntityTables:
                 live = dict(self._run(conn, sql("SELECT doc_id, seq FROM ", d.docs)).fetchall())
                 items = [(doc, list(sentences.items())) for doc, (seq, sentences) in by_doc.items()
                          if doc not in have and live.get(doc) == seq]
-                links = graph_sql.link_rows(items)
+                links = graph_sql.link_rows(items, graph_sql.words(d))
                 if links:
                     self._add_links(conn, links)
                 self._run(conn, d.put_meta("meta", FLAG, "1"))
@@ -210,7 +222,7 @@ class EntityTables:
         seqs = np.array([r[3] for r in got], dtype=np.int64)
         order = np.lexsort((pos, seqs))
         return GraphRows(docs[order], pos[order], seqs[order], vals[order],
-                         lambda: self._hop_rows(text, hops, decay))
+                         lambda: self._hop_rows(text, hops, decay), graph_sql.words(d))
 
     def _hop_rows(self, text: str, hops: int, decay: float) -> tuple[int, list[tuple[int, str, str, float]]]:
         d = self.dialect

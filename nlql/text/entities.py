@@ -34,9 +34,13 @@ nothing — pass ``metadata["entities"]`` or your own extractor for those. Chine
 jieba's part-of-speech tags when ``rjieba`` is installed (:func:`cjk_names`); Japanese names written
 in katakana (and katakana loanwords) by :func:`katakana_names`.
 
-Matching uses :func:`entity_key`: casefold, then whole words (unicode ``\\w+`` runs; every CJK
-character is a word of its own, so a Chinese name is found inside unspaced Chinese text), joined by
-one space. ``"Bertrand  RUSSELL"`` and ``"bertrand russell"`` are one entity.
+Matching uses :func:`entity_key`: whole words (Unicode's word characters, combining marks included, as
+the BM25 analyzer reads them; every CJK character is a word of its own, so a Chinese name is found inside
+unspaced Chinese text, and so is every letter of Thai, Lao, Khmer and Burmese with its marks), each
+brought to NFC and casefolded, joined by one space. ``"Bertrand  RUSSELL"`` and ``"bertrand russell"``
+are one entity; so are ``राम`` written anywhere, and never ``रोम`` (Python's ``re`` drops the vowel marks
+and read both as ``र म``). Stores whose entity keys were written before Unicode words keep being matched
+the old way (``words="python"``: :data:`ENTITY_WORDS`).
 
 >>> extract_entities("Bertrand Russell's letter to NASA reached the Bank of England on Monday.")
 ['Bertrand Russell', 'NASA', 'Bank of England']
@@ -48,9 +52,15 @@ from __future__ import annotations
 
 import re
 import threading
+import unicodedata
 from collections.abc import Iterable, Sequence
 
+import regex
+
+from nlql.text.analyzer import SPACELESS_CHARS
+
 __all__ = [
+    "ENTITY_WORDS",
     "INITIAL_STOPWORDS",
     "MAX_NAME_TOKENS",
     "RuleEntityExtractor",
@@ -67,32 +77,52 @@ __all__ = [
 MAX_NAME_TOKENS = 8
 
 _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002fa1f"
-# One CJK character is one word; any other run of word characters (minus CJK) is one word.
+#: How names and texts are cut into words for matching: ``"unicode"`` (Unicode's word characters, each
+#: word in NFC; the default) or ``"python"`` (``re``'s ``\\w``, which leaves combining marks out: the
+#: keys of SQL stores written before, kept as they are).
+ENTITY_WORDS: tuple[str, ...] = ("unicode", "python")
+# One CJK character is one word; any other run of word characters (minus CJK) is one word (re's \w)
 _TOKEN = re.compile(rf"[{_CJK}]|[^\W{_CJK}]+")
+# The same with Unicode's word characters (marks included); a letter of a script written without spaces
+# is one word with its marks, as a CJK character is
+_UTOKEN = regex.compile(rf"[{_CJK}]|[{SPACELESS_CHARS}]\p{{M}}*|[^\W{_CJK}{SPACELESS_CHARS}]+")
 
 
-def token_spans(text: str) -> list[tuple[str, int, int]]:
-    """The casefolded words of ``text`` with their character spans (what matching compares).
+def _words(text: str, words: str) -> list[tuple[str, int, int]]:
+    if words == "python" or (words == "unicode" and text.isascii()):  # ASCII: both read the same words
+        # casefold can change lengths ("ß" → "ss"), so fold each word, not the whole text
+        return [(m.group().casefold(), m.start(), m.end()) for m in _TOKEN.finditer(text)]
+    if words != "unicode":
+        raise ValueError(f"words must be one of {ENTITY_WORDS}, not {words!r}")
+    nfc = unicodedata.normalize
+    return [(nfc("NFC", m.group()).casefold(), m.start(), m.end()) for m in _UTOKEN.finditer(text)]
+
+
+def token_spans(text: str, words: str = "unicode") -> list[tuple[str, int, int]]:
+    """The casefolded words of ``text`` with their character spans in ``text`` (what matching compares).
 
     >>> token_spans("Who met Russell's friend?")
     [('who', 0, 3), ('met', 4, 7), ('russell', 8, 15), ('s', 16, 17), ('friend', 18, 24)]
+    >>> [w for w, _, _ in token_spans("राम और रोम")]
+    ['राम', 'और', 'रोम']
     """
-    # casefold can change lengths ("ß" → "ss"), so fold each word, not the whole text
-    return [(m.group().casefold(), m.start(), m.end()) for m in _TOKEN.finditer(text)]
+    return _words(text, words)
 
 
-def entity_tokens(name: str) -> tuple[str, ...]:
+def entity_tokens(name: str, words: str = "unicode") -> tuple[str, ...]:
     """The casefolded whole words of a name (see the module docstring)."""
-    return tuple(m.group().casefold() for m in _TOKEN.finditer(name))
+    return tuple(w for w, _, _ in _words(name, words))
 
 
-def entity_key(name: str) -> str:
+def entity_key(name: str, words: str = "unicode") -> str:
     """The normalised form two names must share to be one entity: casefolded words joined by a space.
 
     >>> entity_key("U.S.  Army") == entity_key("u s army")
     True
+    >>> entity_key("Jose\u0301 MARTÍ") == entity_key("josé martí")
+    True
     """
-    return " ".join(entity_tokens(name))
+    return " ".join(entity_tokens(name, words))
 
 
 # ------------------------------------------------------------------------------------- word lists
@@ -267,6 +297,8 @@ class RuleEntityExtractor:
         """The entity names in one sentence (or any short text)."""
         if not isinstance(text, str):
             raise TypeError(f"an extractor takes text, not {type(text).__name__}")
+        if not text.isascii():  # a name typed with combining marks is the same name precomposed
+            text = unicodedata.normalize("NFC", text)
         out: list[str] = []
         seen: set[str] = set()
         inner, opening = self._runs, self._first_runs

@@ -91,23 +91,24 @@ def _first(item: tuple[int, list[str]]) -> int:
     return item[0]
 
 
-def sentence_entities(names: Iterable[str]) -> list[tuple[str, str]]:
+def sentence_entities(names: Iterable[str], words: str = "unicode") -> list[tuple[str, str]]:
     """The (key, name) pairs one sentence contributes: each key once (first spelling kept), in order.
 
     Names that normalise to nothing or to more than ``MAX_NAME_TOKENS`` words are left out. Every
-    store uses this, so they agree on what a sentence names.
+    store uses this, so they agree on what a sentence names. ``words``: how names are cut into words
+    (:data:`~nlql.text.entities.ENTITY_WORDS`; a SQL store written before Unicode words keeps ``"python"``).
 
     >>> sentence_entities(["Russell", "RUSSELL", "  ", "G. E. Moore"])
     [('russell', 'Russell'), ('g e moore', 'G. E. Moore')]
     """
     out: dict[str, str] = {}
-    cache = _KEYS
+    cache = _KEYS if words == "unicode" else _LEGACY_KEYS
     for name in names:
         key = cache.get(name)
         if key is None:
             if not isinstance(name, str):
                 raise TypeError(f"an entity name must be a string, not {type(name).__name__}")
-            toks = entity_tokens(name)
+            toks = entity_tokens(name, words)
             key = " ".join(toks) if 0 < len(toks) <= MAX_NAME_TOKENS else ""
             if len(cache) >= _KEY_CACHE:
                 cache.clear()
@@ -119,6 +120,7 @@ def sentence_entities(names: Iterable[str]) -> list[tuple[str, str]]:
 
 _KEY_CACHE = 65536
 _KEYS: dict[str, str] = {}  # name → key ("" when not a usable name); names repeat across a corpus
+_LEGACY_KEYS: dict[str, str] = {}  # the same with words="python"
 
 
 @dataclass(frozen=True, slots=True)

@@ -62,7 +62,8 @@ class DuckDBEntities(EntityTables):
             return []
         esc = self.dialect.codec.escape
         return graph_sql.link_rows([(ids[i], [(position, [esc(n) for n in names])]) for i, position, names
-                                    in zip(owner.tolist(), batch.positions, batch.entities, strict=True) if names])
+                                    in zip(owner.tolist(), batch.positions, batch.entities, strict=True) if names],
+                                   graph_sql.words(self.dialect))
 
     def _open_entities(self, conn: Any) -> None:
         """The two tables (see :meth:`EntityTables._open_entities`); a file that kept names in
@@ -74,7 +75,8 @@ class DuckDBEntities(EntityTables):
             names: dict[tuple[str, int], list[str]] = {}
             for doc_id, position, name in self._run(conn, f"SELECT doc_id, position, name FROM {old}").fetchall():
                 names.setdefault((doc_id, int(position)), []).append(name)
-            rows = graph_sql.link_rows([(doc_id, [(position, ns)]) for (doc_id, position), ns in names.items()])
+            rows = graph_sql.link_rows([(doc_id, [(position, ns)]) for (doc_id, position), ns in names.items()],
+                                       graph_sql.words(self.dialect))
             if rows:
                 self._add_links(conn, rows)
             self._run(conn, f"DROP TABLE {old}")
@@ -85,6 +87,8 @@ class DuckDBEntities(EntityTables):
         that keeps names the old way gives them to the engine's graph (:meth:`entity_rows`)."""
         tables = self._has_table(conn, "entity_links")
         self.dialect.graph_tables = tables and self._entities_kept(conn)
+        if tables:
+            self._read_entity_words(conn)
         self._old_names = not tables and self._has_table(conn, OLD)
 
     def entity_rows(self) -> list[tuple[str, int, int, str]] | None:
