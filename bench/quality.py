@@ -19,9 +19,9 @@ Sets (``--sets``, default all three):
 * ``man``: this machine's manual pages (sections 1 and 8 of :data:`MAN_PACKAGES`: NAME line + start of
   DESCRIPTION, built at bench time, not shipped) with the everyday questions of
   ``bench/data/man-queries``, written and labelled by hand;
-* ``multilingual``: ``bench/data/multilingual``, 135 short documents written for this benchmark in
-  Chinese, Japanese, Spanish, French, German, Russian, Portuguese, Hindi and Thai, with 144 questions in
-  their language.
+* ``multilingual``: ``bench/data/multilingual``, 165 short documents written for this benchmark in
+  Chinese, Japanese, Korean, Spanish, French, German, Russian, Portuguese, Indonesian, Arabic, Hindi and
+  Thai, with 174 questions in their language.
 
 ``--beir DIR`` adds any BEIR-layout set. Each set's questions are split into a tune and a held-out half
 by a hash of their id (:func:`split_halves`); the defaults were chosen on the tune halves and the
@@ -475,8 +475,8 @@ MULTI_SET = ROOT / "bench" / "data" / "multilingual"
 
 
 def load_multilingual_set() -> BeirSet:
-    """Short documents written for this benchmark in Chinese, Japanese, Spanish, French, German, Russian,
-    Portuguese, Hindi and Thai, with questions in the same language labelled by hand (``bench/data/multilingual``)."""
+    """Short documents written for this benchmark in Chinese, Japanese, Korean, Spanish, French, German,
+    Russian, Portuguese, Indonesian, Arabic, Hindi and Thai, with questions in the same language labelled by hand (``bench/data/multilingual``)."""
     corpus = {str(r["_id"]): {"title": r["title"], "text": r["text"], "lang": r["lang"]}
               for r in _read_jsonl(MULTI_SET / "corpus.jsonl")}
     queries, qrels, langs = {}, {}, {}
