@@ -156,7 +156,7 @@ RRF_K = 10
 #: ``fusion_weights`` for English questions, other Latin-script languages, and mostly-CJK questions.
 DEFAULT_WEIGHTS: tuple[float, float] = (2.5, 1.0)
 OTHER_WEIGHTS: tuple[float, float] = (1.0, 2.0)
-CJK_WEIGHTS: tuple[float, float] = (1.0, 3.0)
+CJK_WEIGHTS: tuple[float, float] = (1.0, 4.0)
 #: ``fusion_weights`` for Japanese questions (CJK with kana): the default embedder ranks Japanese pages
 #: about as well as English ones (multilingual tune half: SIMILARITY nDCG@10 0.79, BM25's bigrams 0.71),
 #: so they take the English weights (docs/routing.md).
@@ -339,14 +339,14 @@ def fusion_weights(question: str) -> tuple[float, float]:
     arm is the stronger one (man pages: SIMILARITY nDCG@10 0.78 vs BM25 0.59), so it weighs 2.5; on
     questions in another language (:func:`language_class`: Spanish, German, Dutch, Russian, …) BM25
     weighs 2 (Spanish: BM25 0.89, SIMILARITY 0.82); on mostly-CJK questions, where the embedder's
-    cosines carry little and BM25's bigrams carry the answer, BM25 weighs 3, except on Japanese ones (CJK
+    cosines carry little and BM25's bigrams carry the answer, BM25 weighs 4, except on Japanese ones (CJK
     with hiragana or katakana), where the embedder's arm is the stronger one again and the English weights
     apply. Chosen on the tune halves of bench/quality.py's three sets (see docs/routing.md for the figures).
 
     >>> fusion_weights("how much disk space a directory uses")
     (2.5, 1.0)
     >>> fusion_weights("¿Qué sopa se come fría en verano?"), fusion_weights("熊猫吃什么？")
-    ((1.0, 2.0), (1.0, 3.0))
+    ((1.0, 2.0), (1.0, 4.0))
     >>> fusion_weights("日本で一番高い山の高さは？")
     (2.5, 1.0)
     """

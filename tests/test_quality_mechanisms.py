@@ -73,9 +73,9 @@ def test_fusion_weights_follow_the_questions_script() -> None:
     assert fusion_weights("¿Qué sopa se come fría en verano?") == (1.0, 2.0)
     assert fusion_weights("Wie schnell darf man fahren?") == (1.0, 2.0)
     assert fusion_weights("when was the man page written and what does die do?") == (2.5, 1.0)  # English words
-    assert fusion_weights("熊猫一天吃多少竹子？") == (1.0, 3.0)
+    assert fusion_weights("熊猫一天吃多少竹子？") == (1.0, 4.0)
     route = default_router().route("熊猫一天吃多少竹子？")
-    assert route.params["weights"] == [1.0, 3.0]
+    assert route.params["weights"] == [1.0, 4.0]
     assert "多少" not in route.params["keywords"]  # question words left out of BM25's text
     assert keywords("¿Qué sopa se come fría en verano?") == "sopa come fría verano"
 
@@ -102,7 +102,7 @@ def test_the_language_class_of_a_question(question: str, expected: str) -> None:
     assert language_class(question) == expected
     japanese = any("\u3040" <= c <= "\u30ff" for c in question)
     assert fusion_weights(question) == {"english": (2.5, 1.0), "other": (1.0, 2.0),
-                                        "cjk": (2.5, 1.0) if japanese else (1.0, 3.0)}[expected]
+                                        "cjk": (2.5, 1.0) if japanese else (1.0, 4.0)}[expected]
 
 
 def test_japanese_questions_weigh_the_semantic_arm_as_english_ones_do() -> None:
@@ -111,8 +111,8 @@ def test_japanese_questions_weigh_the_semantic_arm_as_english_ones_do() -> None:
     assert language_class("日本で一番高い山の高さは？") == "cjk"
     assert fusion_weights("日本で一番高い山の高さは？") == (2.5, 1.0)
     assert fusion_weights("ペットボトルはどうやって捨てればいいですか") == (2.5, 1.0)
-    assert fusion_weights("中国最长的河在哪里入海？") == (1.0, 3.0)
-    assert fusion_weights("러셀은 누구인가요") == (1.0, 3.0)
+    assert fusion_weights("中国最长的河在哪里入海？") == (1.0, 4.0)
+    assert fusion_weights("러셀은 누구인가요") == (1.0, 4.0)
     route = default_router().route("誰が東京で平和について講演しましたか")
     assert route.intent == "entity" and route.params["arm_weights"] == [1.0, 2.5, 1.0]
 

@@ -38,9 +38,9 @@ def test_the_halves_are_stable_and_disjoint() -> None:
     assert 70 < len(halves["tune"]) < 130
 
 
-def test_the_multilingual_set_is_real_text_in_nine_languages() -> None:
+def test_the_multilingual_set_is_real_text_in_twelve_languages() -> None:
     ds = quality.load_multilingual_set()
     langs = {d["lang"] for d in ds.corpus.values()}
-    assert langs == {"zh", "es", "de", "ja", "fr", "ru", "pt", "hi", "th"} and len(ds.corpus) >= 135
-    assert len(ds.queries) >= 144 and {ds.info["languages"][q] for q in ds.queries} == langs
+    assert langs == {"zh", "es", "de", "ja", "ko", "fr", "ru", "pt", "id", "ar", "hi", "th"} and len(ds.corpus) >= 165
+    assert len(ds.queries) >= 174 and {ds.info["languages"][q] for q in ds.queries} == langs
     assert all(r in ds.corpus for rels in ds.qrels.values() for r in rels)
