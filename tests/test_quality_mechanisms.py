@@ -189,6 +189,10 @@ def test_compound_periods_resolve_to_the_month(text: str, start: str, end: str) 
     ("작년 3월", "2025-03-01", "2025-04-01", True),
     ("geçen yıl mart ayında", "2025-03-01", "2025-04-01", False),
     ("październik w zeszłym roku", "2025-10-01", "2025-11-01", True),
+    # forms dateparser's tables lack (nlql.text.temporal._MORE_FORMS): Russian's cases, Arabic's "العام"
+    ("что мы решили в марте прошлого года?", "2025-03-01", "2025-04-01", False),
+    ("октябре прошлого года", "2025-10-01", "2025-11-01", True),
+    ("في مارس من العام الماضي", "2025-03-01", "2025-04-01", False),
 ])
 def test_compound_periods_in_any_language_dateparser_knows(text: str, start: str, end: str, whole: bool) -> None:
     p = extract_period(text, NOW)
@@ -207,7 +211,8 @@ def test_a_month_far_from_a_relative_year_is_no_compound() -> None:
     assert q is not None and q.text == "last year"
 
 
-@pytest.mark.parametrize("text", ["на прошлой неделе", "지난주", "geçen hafta", "vorige week", "w zeszłym tygodniu"])
+@pytest.mark.parametrize("text", ["на прошлой неделе", "지난주", "geçen hafta", "vorige week", "w zeszłym tygodniu",
+                                  "पिछला सप्ताह", "पिछले हफ्ते", "прошлой недели", "الأسبوع الماضي"])
 def test_periods_in_languages_without_rules_of_their_own(text: str) -> None:
     p = extract_period(f"… {text} …", NOW)
     assert p is not None and p.start.date().isoformat() == "2026-11-23" and p.end.date().isoformat() == "2026-11-30"
@@ -264,3 +269,13 @@ def test_the_engine_warms_every_languages_periods_when_it_starts() -> None:
             t.join(timeout=60)
     assert warm_up_languages() == 0.0  # built already: the first TEMPORAL query pays nothing for it
     e.close()
+
+
+@pytest.mark.parametrize(("text", "start", "end"), [
+    ("पिछले महीने क्या हुआ?", "2026-10-01", "2026-11-01"),  # Hindi's oblique case and everyday "महीना"
+    ("في العام الماضي", "2025-01-01", "2026-01-01"),
+    ("с начала прошлого года", "2025-01-01", "2026-01-01"),
+])
+def test_everyday_forms_dateparser_lacks(text: str, start: str, end: str) -> None:
+    p = extract_period(text, NOW)
+    assert p is not None and (p.start.date().isoformat(), p.end.date().isoformat()) == (start, end), text

@@ -1138,8 +1138,48 @@ _SCRIPT_WITHOUT_SPACES = re.compile("[\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff\u3
 _WORD = re.compile(r"\w+")
 
 
+#: Forms people write that dateparser's tables lack, merged into its locale's table (written by hand):
+#: Russian's genitive and prepositional cases ("в марте прошлого года", in March of last year: dateparser
+#: has "в прошлом году" and "марта" only), Hindi's oblique case and its everyday "हफ्ता" and "महीना"
+#: (dateparser: "पिछला सप्ताह", "पिछला माह"), Arabic's "العام" beside "السنة" for year.
+_MORE_FORMS: dict[str, dict[str, Any]] = {
+    "ru": {"relative-type": {"1 week ago": ["прошлой недели", "прошлая неделя"], "0 week ago": ["этой недели"],
+                             "1 month ago": ["прошлого месяца", "прошлый месяц"], "0 month ago": ["этого месяца"],
+                             "1 year ago": ["прошлого года", "прошлый год"], "0 year ago": ["этого года", "этот год"],
+                             "in 1 year": ["следующего года", "следующий год"]},
+           **{m: [f] for m, f in zip(("january february march april june july august september october november "
+                                      "december").split(),
+                                     "январе феврале марте апреле июне июле августе сентябре октябре ноябре декабре"
+                                     .split(), strict=True)}},
+    "hi": {"relative-type": {"1 week ago": ["पिछले सप्ताह", "पिछले हफ्ते", "पिछले हफ़्ते", "पिछला हफ्ता"],
+                             "0 week ago": ["इस हफ्ते", "इस हफ़्ते"], "in 1 week": ["अगले सप्ताह", "अगले हफ्ते"],
+                             "1 month ago": ["पिछले महीने", "पिछला महीना", "पिछले माह"], "0 month ago": ["इस महीने"],
+                             "in 1 month": ["अगले महीने"], "1 year ago": ["पिछले वर्ष", "पिछला साल"],
+                             "in 1 year": ["अगले साल", "अगले वर्ष"]}},
+    "ar": {"relative-type": {"1 year ago": ["العام الماضي"], "0 year ago": ["هذا العام", "العام الحالي"],
+                             "in 1 year": ["العام القادم", "العام المقبل"], "in 1 month": ["الشهر القادم"]}},
+}
+
+
+def _with_more_forms(code: str, info: dict[str, Any]) -> dict[str, Any]:
+    more = _MORE_FORMS.get(code)
+    if not more:
+        return info
+    out = dict(info)
+    for key, forms in more.items():
+        if key == "relative-type":
+            rel = {k: list(v) for k, v in (info.get(key) or {}).items()}
+            for k, v in forms.items():
+                rel[k] = rel.get(k, []) + v
+            out[key] = rel
+        else:
+            out[key] = list(info.get(key) or ()) + forms
+    return out
+
+
 def _locale_tables() -> Iterator[dict[str, Any]]:
-    """dateparser's table of each locale without rules of its own here (raises without dateparser)."""
+    """dateparser's table of each locale without rules of its own here, with :data:`_MORE_FORMS`
+    (raises without dateparser)."""
     import importlib
 
     from dateparser.data import date_translation_data as data
@@ -1149,7 +1189,7 @@ def _locale_tables() -> Iterator[dict[str, Any]]:
         if code.split("-")[0] in SUPPORTED_LANGUAGES:
             continue  # these have rules of their own ("hier" is yesterday only in French)
         try:
-            yield importlib.import_module(f"{data.__name__}.{code.replace('-', '_')}").info
+            yield _with_more_forms(code, importlib.import_module(f"{data.__name__}.{code.replace('-', '_')}").info)
         except ImportError:
             continue
 
