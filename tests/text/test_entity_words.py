@@ -110,3 +110,28 @@ def test_a_duckdb_file_written_with_the_old_keys_keeps_matching_them(tmp_path: P
     reader = _engine(__import__("nlql.stores.duckdb", fromlist=["DuckDBStore"]).DuckDBStore(path, read_only=True))
     assert reader.store.dialect.entity_words == "python"
     assert set(_graph_docs(reader, "रोम")) == {"ram", "rome"}
+
+
+@pytest.mark.parametrize("name", ["qdrant", "chroma", "faiss", "hnswlib"])
+def test_graph_on_stores_that_keep_names_matches_the_built_in_store(name: str) -> None:
+    """Stores that keep names (the engine builds the keys when it loads them) take the rule at once."""
+    from nlql.stores import entry
+
+    row = entry(name)
+    options = dict(row.exact)
+    if "collection" in __import__("inspect").signature(row.load()).parameters:
+        options["collection"] = "entity_words"
+    e = _load(_engine(row.create(**options)))
+    try:
+        _check_store(e)
+    finally:
+        e.close()
+
+
+def test_graph_on_milvus_lite_matches_the_built_in_store(tmp_path: Path) -> None:
+    pytest.importorskip("milvus_lite")
+    e = _load(_engine(f"milvus:///{tmp_path / 'm.db'}"))
+    try:
+        _check_store(e)
+    finally:
+        e.close()
