@@ -396,6 +396,7 @@ _DEFAULT = RuleEntityExtractor()
 
 
 _CJK_TEXT = re.compile("[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 #: jieba's part-of-speech tags of proper names: people (nr, nrt: transliterated, nrfg), places (ns),
 #: organisations (nt) and other proper nouns (nz).
 _CJK_NAME_TAGS = frozenset({"nr", "nrt", "nrfg", "ns", "nt", "nz"})
@@ -427,6 +428,8 @@ def cjk_names(text: str) -> list[str]:
     tag = _tagger()
     if tag is None:
         return []
+    # jieba takes UTF-8: a lone surrogate (odd bytes read with surrogateescape) cannot cross, and is no name
+    text = _SURROGATE.sub(" ", text)
     out: list[str] = []
     for word, flag in tag(text):  # type: ignore[operator]
         if flag in _CJK_NAME_TAGS and len(word) >= 2 and _CJK_TEXT.search(word) and word not in out:

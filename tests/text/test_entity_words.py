@@ -135,3 +135,14 @@ def test_graph_on_milvus_lite_matches_the_built_in_store(tmp_path: Path) -> None
         _check_store(e)
     finally:
         e.close()
+
+
+def test_odd_bytes_beside_cjk_text_are_no_crash() -> None:
+    """A lone surrogate (bytes read with surrogateescape) beside Chinese text cannot cross into jieba's
+    UTF-8: the extractor reads the rest, and the document is stored (it raised UnicodeEncodeError)."""
+    pytest.importorskip("rjieba")
+    text = "上周张伟在東京 \udcff タワー提到了罗素。"
+    assert {"张伟", "罗素", "タワー"} <= set(RuleEntityExtractor()(text))
+    e = _engine()
+    e.add_text(text, id="odd")
+    assert _graph_docs(e, "张伟") == ["odd"]
