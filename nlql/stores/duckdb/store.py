@@ -13,7 +13,7 @@ import numpy as np
 
 from nlql import values as V
 from nlql.errors import BackendError, NLQLError
-from nlql.kernels import score_rows
+from nlql.kernels import row_products, score_rows
 from nlql.pushdown import NativeFilter
 from nlql.sql.binder import Fragment, Param, Slot, sql
 from nlql.sql.codec import list_members, string_key
@@ -139,7 +139,10 @@ class DuckDBStore(DuckDBEntities, SqlStore):
             NAME="duckdb", EXACT=True, SCORE_THRESHOLD=True, BM25=True, SQL_ARMS=True, KEYWORD_STATS=True, ANALYZER=True,
             # its own tables keep the entity links (GRAPH in SQL: nlql.stores.duckdb.entities) and the metadata as JSON
             ENTITY_LINKS=self._external is None, GRAPH_ARM=self.dialect.graph_tables, COUNTS=self._external is None,
-            DESCRIBES_DATA=self._external is None, DOC_BATCHES=True)
+            DESCRIBES_DATA=self._external is None, DOC_BATCHES=True,
+            # over its own tables, knn scores its hits as similarities() does (numpy, score_rows) and lists them
+            # by (score desc, seq, position): a plain top-k's page is the knn list (nlql.execute.knn_page)
+            KNN_SCORES=self._external is None, KNN_ORDERED=self._external is None)
 
     @classmethod
     def from_table(cls, conn: Any, table: str, *, text: str, vector: str, id: str | None = None,  # noqa: A002
@@ -785,12 +788,10 @@ class DuckDBStore(DuckDBEntities, SqlStore):
         joins = sql(" JOIN ", d.units, " r ON r.rowid = c.rid") if payload and not carried else sql("")
         if payload and not own:
             joins = sql(joins, " LEFT JOIN ", d.docs, f" m ON m.doc_id = {r}.doc_id")
-        # joined again, the k rows are put in order here (from the ranking's columns), not by a sort in the
-        # statement (the 0.1% filter at 100k: 0.6 ms of 6.2)
-        joined = payload and not carried
-        ranks = ", c.dist AS rank_dist, c.seq AS rank_seq, c.position AS rank_pos" if joined else ""
-        order = "" if joined else " ORDER BY c.dist, c.seq, c.position, c.key"
-        query = sql(f"SELECT c.key, 1 - c.dist AS score{ranks}{out_cols} FROM (SELECT u.key, u.seq, u.position{inner}, ",
+        # with the rows and vectors, the k winners are scored again and put in order in numpy (_ranked), not by
+        # a sort in the statement (the 0.1% filter at 100k: 0.6 ms of 6.2)
+        order = "" if payload else " ORDER BY c.dist, c.seq, c.position, c.key"
+        query = sql(f"SELECT c.key, 1 - c.dist AS score{out_cols} FROM (SELECT u.key, u.seq, u.position{inner}, ",
                     dist, " AS dist ", self._from(flt), " ORDER BY dist, u.seq, u.position, u.key LIMIT ",
                     Param(int(k), "bigint"), ") c", joins, " WHERE ", cond, order)
         text, values = render(d, query)
@@ -806,12 +807,10 @@ class DuckDBStore(DuckDBEntities, SqlStore):
                     out.append([(int(r[0]), float(r[1])) for r in self._conn.execute(statement, params).fetchall()])
                     continue
                 cols = self._conn.execute(statement, params).fetchnumpy()  # (the vectors as float32 arrays)
-                if joined:
-                    at = np.lexsort((cols["key"], cols["rank_pos"], cols["rank_seq"], cols["rank_dist"]))
-                    cols = {name: col[at] for name, col in cols.items()}
-                keys = [int(x) for x in cols["key"]]
-                out.append(list(zip(keys, [float(x) for x in cols["score"]], strict=True)))
-                self._remember(seen, keys, cols)
+                best, scores = _ranked(vec, cols, k, min_score)
+                keys = np.asarray(cols["key"], dtype=np.int64)[best].tolist()
+                out.append(list(zip(keys, scores[best].tolist(), strict=True)))
+                self._remember(seen, keys, cols, best.tolist())
             if payload:
                 self._seen.rows = (self._generation, seen)
             return out
@@ -861,20 +860,11 @@ class DuckDBStore(DuckDBEntities, SqlStore):
                 self._large.clear()
             self._large[known] = generation
             return None
-        keys = np.asarray(cols["key"], dtype=np.int64)
-        seq = np.asarray(cols["seq"], dtype=np.int64)
-        pos = np.asarray(cols["position"], dtype=np.int64)
-        mat = np.stack(cols["embedding"]).astype(np.float32, copy=False) if n else np.zeros((0, len(q[0])), np.float32)
         out = []
         seen: dict[int, tuple[Any, ...]] = {}
         for vec in q:
-            scores = score_rows(vec[None, :], mat) if n else np.zeros(0, dtype=np.float32)
-            scores[np.isnan(scores)] = 0.0  # (as the SQL distance reads a NaN product: distance 1)
-            best = np.lexsort((keys, pos, seq, -scores))
-            if min_score is not None:
-                best = best[scores[best] >= np.float64(min_score)]  # (compared as doubles, as WHERE compares)
-            best = best[:k]
-            hits = keys[best].tolist()
+            best, scores = _ranked(vec, cols, k, min_score)
+            hits = np.asarray(cols["key"], dtype=np.int64)[best].tolist()
             out.append(list(zip(hits, scores[best].tolist(), strict=True)))
             self._remember(seen, hits, cols, best.tolist())
         self._seen.rows = (generation, seen)
@@ -994,7 +984,9 @@ class DuckDBStore(DuckDBEntities, SqlStore):
         wanted = [int(k) for k in keys]
         if not wanted:
             return np.zeros((len(q), 0), dtype=np.float32)
-        return np.atleast_2d(q @ self._unit_vectors(wanted).T)
+        mat = self._unit_vectors(wanted)
+        # (each row with the bits knn scores it with, before the rounding: Capabilities.KNN_SCORES)
+        return np.stack([row_products(v[None, :], mat) for v in q])
 
     def vectors(self, keys: Sequence[Any]) -> np.ndarray:
         """The rows' own unit vectors, ``(len(keys), dim)`` float32; NaN for a key deleted meanwhile.
@@ -1011,6 +1003,24 @@ class DuckDBStore(DuckDBEntities, SqlStore):
             if self._own_conn and self._conn is not None:
                 self._conn.close()
             self._conn = None
+
+
+def _ranked(vec: np.ndarray, cols: dict[str, Any], k: int, min_score: float | None) -> tuple[np.ndarray, np.ndarray]:
+    """(the rows of the best ``k``, best first; every row's score) of knn's ``fetchnumpy`` columns (``key``,
+    ``seq``, ``position``, ``embedding``) for one query vector: scored as the built-in store scores
+    (:func:`~nlql.kernels.score_rows`, float32 products rounded: the bits :meth:`DuckDBStore.similarities`
+    gives) and ranked by (score desc, seq, position, key), those below ``min_score`` left out."""
+    n = len(cols["key"])
+    if not n:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
+    mat = np.stack(cols["embedding"]).astype(np.float32, copy=False)
+    scores = score_rows(vec[None, :], mat)
+    scores[np.isnan(scores)] = 0.0  # (as the SQL distance reads a NaN product: distance 1)
+    best = np.lexsort((np.asarray(cols["key"], dtype=np.int64), np.asarray(cols["position"], dtype=np.int64),
+                       np.asarray(cols["seq"], dtype=np.int64), -scores))
+    if min_score is not None:
+        best = best[scores[best] >= np.float64(min_score)]  # (compared as doubles, as WHERE compares)
+    return best[:k], scores
 
 
 def _member_rows(mc: dict[str, list[Any]], doc_id: str, lists: dict[str, list[dict[str, Any]]]) -> None:
