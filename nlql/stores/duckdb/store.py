@@ -294,6 +294,7 @@ class DuckDBStore(DuckDBEntities, SqlStore):
             self._check_dim(dim)
             d.flat_index = self._has_table(self._conn, "flat")
             d.unit_metadata = self._has_unit_metadata(self._conn)
+            d.unit_packed = self._has_column(self._conn, "units", "packed")
             # a file written before <prefix>_members existed: HAS stays residual until opened writable
             d.members_index = d.flat_index and self._has_table(self._conn, "members")
             self._find_entities(self._conn)
@@ -320,6 +321,10 @@ class DuckDBStore(DuckDBEntities, SqlStore):
                 for statement in d.unit_metadata_column():
                     self._run(conn, statement)
             d.unit_metadata = True
+            if not self._has_column(conn, "units", "packed"):  # (after the metadata, which it packs)
+                for statement in d.unit_packed_column():
+                    self._run(conn, statement)
+            d.unit_packed = True
             self._open_members(conn)
             self._open_doc_keys(conn)
             self._open_flat_keys(conn)  # (after dkey: a table rewritten by _cluster keeps its columns' order)
@@ -505,6 +510,8 @@ class DuckDBStore(DuckDBEntities, SqlStore):
         the list members' columns), from one pass over the batch (:func:`nlql.sql.ingest.prepare`; an
         engine's batch as the columns it is)."""
         pa = import_arrow()
+        import pyarrow.compute as pc
+
         codec = self.dialect.codec
         assert self.dim is not None
         batch = cast(DocBatch, docs) if is_columnar(docs) else None
@@ -527,6 +534,10 @@ class DuckDBStore(DuckDBEntities, SqlStore):
             "nterms": pa.array(p.nterms, type=i32), "metadata": docs_t.column("metadata").take(unit_owner),
             "embedding": pa.FixedSizeListArray.from_arrays(pa.array(p.vectors.ravel()), self.dim),
             "doc_row": unit_owner}  # (each unit's document in the batch: _write gives it the document's dkey)
+        # each row's fields in one text (DuckDBDialect.PACKED), which a filtered knn reads (_small_knn)
+        ucols["packed"] = pc.binary_join_element_wise(
+            *(ucols[c] if c not in ("start", "end") else pc.cast(ucols[c], s) for c in self.dialect.PACKED),
+            self.dialect.PACK_SEPARATOR)
         units_t = pa.table(ucols)
         terms_t = self._term_rows(p)
         mc: dict[str, list[Any]] = {k: [] for k in ("doc_id", "path", "s", "f", "n", "t", "b")}
@@ -638,7 +649,7 @@ class DuckDBStore(DuckDBEntities, SqlStore):
                 units_t = units_t.append_column("key", pa.array(keys[n_docs:]))
                 units_t = units_t.append_column("dkey", dkeys.take(units_t.column("doc_row")))
                 cols = ["key", "doc_id", "position", "content", "start", "end", "tail", "seq", "fold", "num", "ts",
-                        "embedding", "nterms", "metadata", "dkey"]
+                        "embedding", "nterms", "metadata", "dkey", "packed"]
                 with registered(conn, units_t) as name:
                     self._run(conn, d.bulk_load("units", cols, name))
                 if terms_t is not None and terms_t.num_rows:
@@ -830,16 +841,25 @@ class DuckDBStore(DuckDBEntities, SqlStore):
         The statement holds no vector, no sort and one scan of the sentences, where the ranking in SQL
         scans them twice (the ranking on the key columns, then the winners' rows found again by row
         id): at 100k sentences a 0.1% metadata filter's statement took 5.3 ms of CPU against 7.4 ms, with
-        DuckDB's caches cold from another query (``bench/duckdb_small_filter.py``). Above
-        :attr:`SMALL_ROWS` the read stops at the first row too many."""
+        DuckDB's caches cold from another query (``bench/duckdb_small_filter.py``). The rows' fields come
+        from one column (``<p>_units.packed``, :attr:`DuckDBDialect.PACKED`) where the store keeps it: a
+        column read for scattered rows costs DuckDB a scan of nearly every vector of 2,048 rows, so the
+        six separate ones cost 1.2-1.4 ms of a 4.7 ms statement and the packed one 0.2 ms
+        (``bench/duckdb_floor_before_after.py``). Above :attr:`SMALL_ROWS` the read stops at the first
+        row too many."""
         d = self.dialect
         cap = self.SMALL_ROWS
         if cap <= 0:
             return None
         made = self._probes.get(id(flt))  # (rendered once per compiled filter: a cached plan brings it back)
         if made is None or made[0] is not flt or made[1] != cap:
-            query = sql('SELECT u.key, u.seq, u.position, u.doc_id, u.content, u.start, u."end", u.tail, '
-                        "u.metadata, u.embedding ", self._from(flt), " LIMIT ", Param(cap + 1, "bigint"))
+            # (the fields packed in one column where the store keeps it: a column read for the rows a 0.1%
+            # filter passes costs a scan of ~40 of the 49 vectors of 2,048 rows at 100k; six of them
+            # 1.2-1.4 ms CPU of a 4.7 ms statement, the packed one 0.2 ms)
+            fields = ("u.packed" if d.unit_packed else
+                      'u.doc_id, u.content, u.start, u."end", u.tail, u.metadata')
+            query = sql(f"SELECT u.key, u.seq, u.position, {fields}, u.embedding ", self._from(flt), " LIMIT ",
+                        Param(cap + 1, "bigint"))
             text, values = render(d, query)
             if len(self._probes) >= 256:
                 self._probes.clear()
@@ -891,10 +911,20 @@ class DuckDBStore(DuckDBEntities, SqlStore):
                   at: Sequence[int] | None = None) -> None:
         """Keep each knn hit's row fields and unit vector (``fetchnumpy`` columns; hit i in row ``at[i]``,
         by default row i) for :meth:`fetch` and :meth:`similarities`."""
+        rows = range(len(keys)) if at is None else at
+        if "packed" in cols:  # (DuckDBDialect.PACKED: NULL where the unit's document row is gone)
+            packed, pos, seq, emb = (np.ma.getdata(cols[c]) for c in ("packed", "position", "seq", "embedding"))
+            gone = np.ma.getmaskarray(cols["packed"])
+            split = self.dialect.PACK_SEPARATOR
+            for key, i in zip(keys, rows, strict=True):
+                if not gone[i]:
+                    doc_id, content, start, end, tail, meta = packed[i].split(split)
+                    seen[key] = (doc_id, pos[i], content, seq[i], int(start), int(end), tail, meta, emb[i])
+            return
         names = ("doc_id", "position", "content", "seq", "start", "end", "tail", "metadata", "embedding")
         fields = [np.ma.getdata(cols[c]) for c in names]  # (plain arrays: a masked one is slow to index)
         gone = np.ma.getmaskarray(cols["metadata"])  # (a unit whose document row is gone: read again later)
-        for key, i in zip(keys, range(len(keys)) if at is None else at, strict=True):
+        for key, i in zip(keys, rows, strict=True):
             if not gone[i]:
                 seen[key] = tuple(f[i] for f in fields)
 
