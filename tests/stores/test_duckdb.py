@@ -798,6 +798,12 @@ def test_filtered_knn_reads_each_rows_fields_packed_as_the_tables_hold_them(tmp_
     via, tables = rows_via_knn(store)
     assert via == tables and len(via) == sum(i % 2 for i in range(len(texts))) * 2
     assert {r[2] for r in via} >= {t for i, t in enumerate(texts) if i % 2}
+    # rows an older version wrote into the same file (no packed fields) are read from the tables
+    store._conn.execute('UPDATE "nlql_units" SET packed = NULL WHERE position = 1')
+    store._generation += 1
+    assert rows_via_knn(store) == (via, tables)
+    store._conn.execute('UPDATE "nlql_units" SET packed = concat_ws(chr(1) || chr(1), doc_id, content, '
+                        'start::VARCHAR, "end"::VARCHAR, tail, metadata)')
     store._conn.execute('ALTER TABLE "nlql_units" DROP COLUMN packed')  # as a version before the column
     store.close()
     old = DuckDBStore(path, read_only=True)
