@@ -19,7 +19,7 @@ import numpy as np
 from nlql.values import round_scores
 
 __all__ = ["BLOCK", "PARALLEL_ROWS", "blas_one_thread", "block_rows", "full_scan", "fuse_normalise", "matmul_t",
-           "rows_alone", "score_rows"]
+           "row_products", "rows_alone", "score_rows"]
 
 _blas_libs: Any = None
 
@@ -121,10 +121,17 @@ def score_rows(v: np.ndarray, rows: np.ndarray) -> np.ndarray:
     block (:func:`rows_alone`): the rows are padded to a multiple of :data:`BLOCK` with copies of the
     last, so none is scored by the partial-block kernel. For a store that holds the vectors elsewhere
     (pgvector) and rescores a few of them as this store scores them."""
+    return round_scores(row_products(v, rows))
+
+
+def row_products(v: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """:func:`score_rows` before the rounding (a store's ``similarities()`` whose knn scores with it)."""
     n = len(rows)
     if n % BLOCK and rows_alone(rows.shape[1]):
         rows = np.concatenate([rows, np.repeat(rows[-1:], -n % BLOCK, axis=0)])
-    return matmul_t(v, rows)[0][:n]
+    with blas_one_thread():
+        out = np.atleast_2d(v.astype(np.float32, copy=False) @ rows.T)
+    return out[0][:n]
 
 
 def full_scan(matrix: np.ndarray, v: np.ndarray) -> np.ndarray:

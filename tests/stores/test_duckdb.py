@@ -42,7 +42,7 @@ from nlql.embedders import HashEmbedder  # noqa: E402
 from nlql.errors import BackendError, MissingDependencyError  # noqa: E402
 from nlql.pushdown import Cond, Filter, filter_pushable  # noqa: E402
 from nlql.stores import REGISTRY, entry, open_store  # noqa: E402
-from nlql.stores.base import DocRecord, Row  # noqa: E402
+from nlql.stores.base import DocRecord, Row, UnitRecord  # noqa: E402
 from nlql.stores.duckdb import DuckDBStore  # noqa: E402
 from nlql.stores.duckdb.driver import parse_url  # noqa: E402
 from nlql.stores.pyfilter import row_passes  # noqa: E402
@@ -176,7 +176,11 @@ def test_exact_knn_equals_numpy_brute_force() -> None:
             scores = vecs @ v
             want = sorted(range(600), key=lambda i: (-round(float(scores[i]), 5), order[keys[i]]))[:k]
             assert [h[0] for h in hits][:3] == [keys[i] for i in want][:3] or k == 1
-            assert [round(s, 5) for _, s in hits] == [round(float(scores[i]), 5) for i in want]
+            # (the scores rounded to SCORE_DECIMALS, as every store reports them)
+            assert np.allclose([s for _, s in hits], [float(scores[i]) for i in want], rtol=0, atol=1e-6)
+            # the very bits similarities() gives the same rows (Capabilities.KNN_SCORES: the engine keeps them)
+            again = V.round_scores(store.similarities(v[None, :], [h[0] for h in hits])[0])
+            assert [s for _, s in hits] == again.tolist()
     assert store.last_stats["path"] == "exact"
     flt = store.compile_filter(Cond("eq", ("meta", "g"), 3))
     for hits in store.knn(q, 10, flt, min_score=0.0):
@@ -761,6 +765,55 @@ def test_knn_rows_are_the_stored_rows_and_a_write_forgets_them(tmp_path: Path) -
     store._seen.rows = None
     assert [row_tuple(r) for r in rows] == [row_tuple(r) for r in store.fetch([k for k, _ in hits])]
     assert any(r.metadata == {"new": True} for r in store.fetch(store.scan()))
+    store.close()
+
+
+def test_filtered_knn_reads_each_rows_fields_packed_as_the_tables_hold_them(tmp_path: Path) -> None:
+    """Under a selective filter knn reads each passing row's fields packed in one column
+    (``<p>_units.packed``): the rows ``fetch`` then gives are the tables' own for any text (control
+    characters, the separator's characters, lone surrogates, in the id, the sentence, the text after it
+    and the metadata); a file written before the column gets it on open, and one opened read-only is
+    read from the separate columns."""
+    rng = np.random.default_rng(11)
+    texts = [*HOSTILE, "\x01\x01", "a\x01\x01b", "\x01\x02\x02\x02\x02", "end\x01"]
+    docs = []
+    for i, text in enumerate(texts):
+        units = [UnitRecord(position=0, content=text, start=0, end=len(text), tail=texts[-1 - i]),
+                 UnitRecord(position=1, content="plain", start=len(text) + 1, end=len(text) + 6)]
+        docs.append(DocRecord(doc_id=f"{text[:40]}#{i}", text=text + " plain", metadata={"g": i % 2, "v": text},
+                              units=units, vectors=unit_vectors(rng, 2), seq=i + 1))
+    path = tmp_path / "p.duckdb"
+    store = opened(path)
+    store.upsert(docs)
+    flt = store.compile_filter(Cond("eq", ("meta", "g"), 1))
+    q = unit_vectors(rng, 1)
+
+    def rows_via_knn(s: DuckDBStore) -> tuple[list[Any], list[Any]]:
+        hits = s.knn(q, 50, flt)[0]
+        assert s.last_stats["scan"] == "numpy"  # (read with its fields, ranked in numpy)
+        via = [row_tuple(r) for r in s.fetch([k for k, _ in hits])]
+        s._seen.rows = None  # what the tables give
+        return via, [row_tuple(r) for r in s.fetch([k for k, _ in hits])]
+
+    via, tables = rows_via_knn(store)
+    assert via == tables and len(via) == sum(i % 2 for i in range(len(texts))) * 2
+    assert {r[2] for r in via} >= {t for i, t in enumerate(texts) if i % 2}
+    # rows an older version wrote into the same file (no packed fields) are read from the tables
+    store._conn.execute('UPDATE "nlql_units" SET packed = NULL WHERE position = 1')
+    store._generation += 1
+    assert rows_via_knn(store) == (via, tables)
+    store._conn.execute('UPDATE "nlql_units" SET packed = concat_ws(chr(1) || chr(1), doc_id, content, '
+                        'start::VARCHAR, "end"::VARCHAR, tail, metadata)')
+    store._conn.execute('ALTER TABLE "nlql_units" DROP COLUMN packed')  # as a version before the column
+    store.close()
+    old = DuckDBStore(path, read_only=True)
+    old.open(DIM)
+    assert not old.dialect.unit_packed
+    assert rows_via_knn(old) == (via, tables)
+    old.close()
+    store = opened(path)
+    assert store.dialect.unit_packed
+    assert rows_via_knn(store) == (via, tables)
     store.close()
 
 

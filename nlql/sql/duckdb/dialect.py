@@ -85,6 +85,7 @@ class DuckDBDialect(Dialect):
         self.normalized = normalized
         self.flat_index = False  # the store keeps <p>_flat (one row per document and metadata path)
         self.unit_metadata = False  # <p>_units keeps its document's metadata text (no join for it)
+        self.unit_packed = False  # <p>_units keeps each row's fields packed in one text (packed_fields)
         self.members_index = False  # the store keeps <p>_members (the members of every list value)
         self.graph_tables = True  # the store's entity tables hold every document's links (GRAPH_CTE)
         # <p>_units, <p>_flat and <p>_members carry each document's integer key (dkey): a metadata
@@ -277,7 +278,7 @@ class DuckDBDialect(Dialect):
             " key BIGINT NOT NULL, doc_id VARCHAR NOT NULL, position INTEGER NOT NULL, content VARCHAR NOT NULL,"
             " start INTEGER NOT NULL, \"end\" INTEGER NOT NULL, tail VARCHAR NOT NULL, seq BIGINT NOT NULL,"
             f" fold VARCHAR, num DOUBLE, ts BIGINT, embedding FLOAT[{int(dim)}] NOT NULL,"
-            " nterms INTEGER NOT NULL, metadata VARCHAR, dkey BIGINT)",
+            " nterms INTEGER NOT NULL, metadata VARCHAR, dkey BIGINT, packed VARCHAR)",
             self.COLUMNS["terms"].replace("TABLE", "TABLE IF NOT EXISTS", 1).format(name=t("terms")),
             f"CREATE TABLE IF NOT EXISTS {t('bm25')} (n BIGINT NOT NULL, total_len BIGINT NOT NULL)",
         ]
@@ -293,6 +294,23 @@ class DuckDBDialect(Dialect):
         units, docs = self.table("units"), self.table("docs")
         return [f"ALTER TABLE {units} ADD COLUMN metadata VARCHAR",
                 f"UPDATE {units} SET metadata = d.metadata FROM {docs} d WHERE d.doc_id = {units}.doc_id"]
+
+    #: Between the fields of ``<p>_units.packed``: text the store wrote never holds it (codec.escape_text
+    #: leaves no raw control character but ``\x01`` as the lead of a code word, which four characters in
+    #: ``\x02``-``\x08`` follow; the metadata is JSON, whose control characters are escaped).
+    PACK_SEPARATOR = "\x01\x01"
+    #: The fields of ``<p>_units.packed``, in order (``start`` and ``end`` as decimal text).
+    PACKED = ("doc_id", "content", "start", "end", "tail", "metadata")
+
+    def unit_packed_column(self) -> list[str]:
+        """Add ``<p>_units.packed`` (:attr:`PACKED`) to a store written before it, filled from the row's columns
+        (NULL where its metadata text is)."""
+        units = self.table("units")
+        fields = ", ".join(f"{quote_ident(c)}::VARCHAR" for c in self.PACKED)
+        separator = " || ".join(f"chr({ord(c)})" for c in self.PACK_SEPARATOR)
+        return [f"ALTER TABLE {units} ADD COLUMN packed VARCHAR",
+                f"UPDATE {units} SET packed = CASE WHEN metadata IS NULL THEN NULL ELSE "
+                f"concat_ws({separator}, {fields}) END"]
 
     def flat_table(self) -> list[str]:
         """``<p>_flat``: the typed metadata of every document, one row per path (for :meth:`indexed_leaf`)."""

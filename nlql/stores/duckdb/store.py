@@ -13,7 +13,7 @@ import numpy as np
 
 from nlql import values as V
 from nlql.errors import BackendError, NLQLError
-from nlql.kernels import score_rows
+from nlql.kernels import row_products, score_rows
 from nlql.pushdown import NativeFilter
 from nlql.sql.binder import Fragment, Param, Slot, sql
 from nlql.sql.codec import list_members, string_key
@@ -115,6 +115,7 @@ class DuckDBStore(DuckDBEntities, SqlStore):
         self._seen = threading.local()  # per thread: the rows and vectors the last knn read (_remember)
         self._large: dict[str, int] = {}  # filters found to pass more than SMALL_ROWS rows (_small_knn), per write
         self._probes: dict[int, tuple[Any, ...]] = {}  # _small_knn's statement per compiled filter (by identity)
+        self._parsed: dict[str, Any] = {}  # knn's statements parsed once (_statement), by text
         self._own_conn = connection is None
         self._conn: Any = connection if connection is not None else self._connect()
         self._external: Any = None
@@ -138,7 +139,10 @@ class DuckDBStore(DuckDBEntities, SqlStore):
             NAME="duckdb", EXACT=True, SCORE_THRESHOLD=True, BM25=True, SQL_ARMS=True, KEYWORD_STATS=True, ANALYZER=True,
             # its own tables keep the entity links (GRAPH in SQL: nlql.stores.duckdb.entities) and the metadata as JSON
             ENTITY_LINKS=self._external is None, GRAPH_ARM=self.dialect.graph_tables, COUNTS=self._external is None,
-            DESCRIBES_DATA=self._external is None, DOC_BATCHES=True)
+            DESCRIBES_DATA=self._external is None, DOC_BATCHES=True,
+            # over its own tables, knn scores its hits as similarities() does (numpy, score_rows) and lists them
+            # by (score desc, seq, position): a plain top-k's page is the knn list (nlql.execute.knn_page)
+            KNN_SCORES=self._external is None, KNN_ORDERED=self._external is None)
 
     @classmethod
     def from_table(cls, conn: Any, table: str, *, text: str, vector: str, id: str | None = None,  # noqa: A002
@@ -290,6 +294,7 @@ class DuckDBStore(DuckDBEntities, SqlStore):
             self._check_dim(dim)
             d.flat_index = self._has_table(self._conn, "flat")
             d.unit_metadata = self._has_unit_metadata(self._conn)
+            d.unit_packed = self._has_column(self._conn, "units", "packed")
             # a file written before <prefix>_members existed: HAS stays residual until opened writable
             d.members_index = d.flat_index and self._has_table(self._conn, "members")
             self._find_entities(self._conn)
@@ -316,6 +321,10 @@ class DuckDBStore(DuckDBEntities, SqlStore):
                 for statement in d.unit_metadata_column():
                     self._run(conn, statement)
             d.unit_metadata = True
+            if not self._has_column(conn, "units", "packed"):  # (after the metadata, which it packs)
+                for statement in d.unit_packed_column():
+                    self._run(conn, statement)
+            d.unit_packed = True
             self._open_members(conn)
             self._open_doc_keys(conn)
             self._open_flat_keys(conn)  # (after dkey: a table rewritten by _cluster keeps its columns' order)
@@ -501,6 +510,8 @@ class DuckDBStore(DuckDBEntities, SqlStore):
         the list members' columns), from one pass over the batch (:func:`nlql.sql.ingest.prepare`; an
         engine's batch as the columns it is)."""
         pa = import_arrow()
+        import pyarrow.compute as pc
+
         codec = self.dialect.codec
         assert self.dim is not None
         batch = cast(DocBatch, docs) if is_columnar(docs) else None
@@ -523,6 +534,10 @@ class DuckDBStore(DuckDBEntities, SqlStore):
             "nterms": pa.array(p.nterms, type=i32), "metadata": docs_t.column("metadata").take(unit_owner),
             "embedding": pa.FixedSizeListArray.from_arrays(pa.array(p.vectors.ravel()), self.dim),
             "doc_row": unit_owner}  # (each unit's document in the batch: _write gives it the document's dkey)
+        # each row's fields in one text (DuckDBDialect.PACKED), which a filtered knn reads (_small_knn)
+        ucols["packed"] = pc.binary_join_element_wise(
+            *(ucols[c] if c not in ("start", "end") else pc.cast(ucols[c], s) for c in self.dialect.PACKED),
+            self.dialect.PACK_SEPARATOR)
         units_t = pa.table(ucols)
         terms_t = self._term_rows(p)
         mc: dict[str, list[Any]] = {k: [] for k in ("doc_id", "path", "s", "f", "n", "t", "b")}
@@ -634,7 +649,7 @@ class DuckDBStore(DuckDBEntities, SqlStore):
                 units_t = units_t.append_column("key", pa.array(keys[n_docs:]))
                 units_t = units_t.append_column("dkey", dkeys.take(units_t.column("doc_row")))
                 cols = ["key", "doc_id", "position", "content", "start", "end", "tail", "seq", "fold", "num", "ts",
-                        "embedding", "nterms", "metadata", "dkey"]
+                        "embedding", "nterms", "metadata", "dkey", "packed"]
                 with registered(conn, units_t) as name:
                     self._run(conn, d.bulk_load("units", cols, name))
                 if terms_t is not None and terms_t.num_rows:
@@ -784,12 +799,10 @@ class DuckDBStore(DuckDBEntities, SqlStore):
         joins = sql(" JOIN ", d.units, " r ON r.rowid = c.rid") if payload and not carried else sql("")
         if payload and not own:
             joins = sql(joins, " LEFT JOIN ", d.docs, f" m ON m.doc_id = {r}.doc_id")
-        # joined again, the k rows are put in order here (from the ranking's columns), not by a sort in the
-        # statement (the 0.1% filter at 100k: 0.6 ms of 6.2)
-        joined = payload and not carried
-        ranks = ", c.dist AS rank_dist, c.seq AS rank_seq, c.position AS rank_pos" if joined else ""
-        order = "" if joined else " ORDER BY c.dist, c.seq, c.position, c.key"
-        query = sql(f"SELECT c.key, 1 - c.dist AS score{ranks}{out_cols} FROM (SELECT u.key, u.seq, u.position{inner}, ",
+        # with the rows and vectors, the k winners are scored again and put in order in numpy (_ranked), not by
+        # a sort in the statement (the 0.1% filter at 100k: 0.6 ms of 6.2)
+        order = "" if payload else " ORDER BY c.dist, c.seq, c.position, c.key"
+        query = sql(f"SELECT c.key, 1 - c.dist AS score{out_cols} FROM (SELECT u.key, u.seq, u.position{inner}, ",
                     dist, " AS dist ", self._from(flt), " ORDER BY dist, u.seq, u.position, u.key LIMIT ",
                     Param(int(k), "bigint"), ") c", joins, " WHERE ", cond, order)
         text, values = render(d, query)
@@ -798,18 +811,17 @@ class DuckDBStore(DuckDBEntities, SqlStore):
         def run() -> list[list[tuple[Any, float]]]:
             out = []
             seen: dict[int, tuple[Any, ...]] = {}
+            statement = self._statement(text)
             for vec in q:
                 params = [vec if isinstance(v, Slot) and v.key == slot else v for v in values]
                 if not payload:
-                    out.append([(int(r[0]), float(r[1])) for r in self._conn.execute(text, params).fetchall()])
+                    out.append([(int(r[0]), float(r[1])) for r in self._conn.execute(statement, params).fetchall()])
                     continue
-                cols = self._conn.execute(text, params).fetchnumpy()  # (the vectors as float32 arrays)
-                if joined:
-                    at = np.lexsort((cols["key"], cols["rank_pos"], cols["rank_seq"], cols["rank_dist"]))
-                    cols = {name: col[at] for name, col in cols.items()}
-                keys = [int(x) for x in cols["key"]]
-                out.append(list(zip(keys, [float(x) for x in cols["score"]], strict=True)))
-                self._remember(seen, keys, cols)
+                cols = self._conn.execute(statement, params).fetchnumpy()  # (the vectors as float32 arrays)
+                best, scores = _ranked(vec, cols, k, min_score)
+                keys = np.asarray(cols["key"], dtype=np.int64)[best].tolist()
+                out.append(list(zip(keys, scores[best].tolist(), strict=True)))
+                self._remember(seen, keys, cols, best.tolist())
             if payload:
                 self._seen.rows = (self._generation, seen)
             return out
@@ -829,16 +841,25 @@ class DuckDBStore(DuckDBEntities, SqlStore):
         The statement holds no vector, no sort and one scan of the sentences, where the ranking in SQL
         scans them twice (the ranking on the key columns, then the winners' rows found again by row
         id): at 100k sentences a 0.1% metadata filter's statement took 5.3 ms of CPU against 7.4 ms, with
-        DuckDB's caches cold from another query (``bench/duckdb_small_filter.py``). Above
-        :attr:`SMALL_ROWS` the read stops at the first row too many."""
+        DuckDB's caches cold from another query (``bench/duckdb_small_filter.py``). The rows' fields come
+        from one column (``<p>_units.packed``, :attr:`DuckDBDialect.PACKED`) where the store keeps it: a
+        column read for scattered rows costs DuckDB a scan of nearly every vector of 2,048 rows, so the
+        six separate ones cost 1.2-1.4 ms of a 4.7 ms statement and the packed one 0.2 ms
+        (``bench/duckdb_floor_before_after.py``). Above :attr:`SMALL_ROWS` the read stops at the first
+        row too many."""
         d = self.dialect
         cap = self.SMALL_ROWS
         if cap <= 0:
             return None
         made = self._probes.get(id(flt))  # (rendered once per compiled filter: a cached plan brings it back)
         if made is None or made[0] is not flt or made[1] != cap:
-            query = sql('SELECT u.key, u.seq, u.position, u.doc_id, u.content, u.start, u."end", u.tail, '
-                        "u.metadata, u.embedding ", self._from(flt), " LIMIT ", Param(cap + 1, "bigint"))
+            # (the fields packed in one column where the store keeps it: a column read for the rows a 0.1%
+            # filter passes costs a scan of ~40 of the 49 vectors of 2,048 rows at 100k; six of them
+            # 1.2-1.4 ms CPU of a 4.7 ms statement, the packed one 0.2 ms)
+            fields = ("u.packed" if d.unit_packed else
+                      'u.doc_id, u.content, u.start, u."end", u.tail, u.metadata')
+            query = sql(f"SELECT u.key, u.seq, u.position, {fields}, u.embedding ", self._from(flt), " LIMIT ",
+                        Param(cap + 1, "bigint"))
             text, values = render(d, query)
             if len(self._probes) >= 256:
                 self._probes.clear()
@@ -850,7 +871,7 @@ class DuckDBStore(DuckDBEntities, SqlStore):
         def run() -> tuple[dict[str, Any], int]:
             # (the generation read under the lock with the rows: a write in another thread after them
             # must not make them look current)
-            return self._conn.execute(text, values).fetchnumpy(), self._generation
+            return self._conn.execute(self._statement(text), values).fetchnumpy(), self._generation
 
         cols, generation = self._guard(run)
         n = len(cols["key"])
@@ -859,34 +880,51 @@ class DuckDBStore(DuckDBEntities, SqlStore):
                 self._large.clear()
             self._large[known] = generation
             return None
-        keys = np.asarray(cols["key"], dtype=np.int64)
-        seq = np.asarray(cols["seq"], dtype=np.int64)
-        pos = np.asarray(cols["position"], dtype=np.int64)
-        mat = np.stack(cols["embedding"]).astype(np.float32, copy=False) if n else np.zeros((0, len(q[0])), np.float32)
         out = []
         seen: dict[int, tuple[Any, ...]] = {}
         for vec in q:
-            scores = score_rows(vec[None, :], mat) if n else np.zeros(0, dtype=np.float32)
-            scores[np.isnan(scores)] = 0.0  # (as the SQL distance reads a NaN product: distance 1)
-            best = np.lexsort((keys, pos, seq, -scores))
-            if min_score is not None:
-                best = best[scores[best] >= np.float64(min_score)]  # (compared as doubles, as WHERE compares)
-            best = best[:k]
-            hits = keys[best].tolist()
+            best, scores = _ranked(vec, cols, k, min_score)
+            hits = np.asarray(cols["key"], dtype=np.int64)[best].tolist()
             out.append(list(zip(hits, scores[best].tolist(), strict=True)))
             self._remember(seen, hits, cols, best.tolist())
         self._seen.rows = (generation, seen)
         self.last_stats = {"path": "exact", "rounds": 1, "queries": len(q), "k": k, "scan": "numpy", "rows": n}
         return out
 
+    def _statement(self, text: str) -> Any:
+        """``text`` parsed once (``extract_statements``; a statement knn runs again for every query vector
+        and, under a filter, every search with it), for ``execute``: DuckDB then binds and plans it as
+        ever, on the data as it is, without parsing the text again. At 100k sentences the 0.1% filter's
+        statement took 0.4-0.8 ms less CPU this way (``bench/duckdb_small_filter.py``). The text itself
+        when the driver cannot parse ahead."""
+        got = self._parsed.get(text)
+        if got is None:
+            parse = getattr(self._conn, "extract_statements", None)
+            parsed = parse(text) if parse is not None else None
+            got = parsed[0] if parsed is not None and len(parsed) == 1 else text
+            if len(self._parsed) >= 256:
+                self._parsed.clear()
+            self._parsed[text] = got
+        return got
+
     def _remember(self, seen: dict[int, tuple[Any, ...]], keys: list[int], cols: dict[str, Any],
                   at: Sequence[int] | None = None) -> None:
         """Keep each knn hit's row fields and unit vector (``fetchnumpy`` columns; hit i in row ``at[i]``,
         by default row i) for :meth:`fetch` and :meth:`similarities`."""
+        rows = range(len(keys)) if at is None else at
+        if "packed" in cols:  # (DuckDBDialect.PACKED: NULL where the unit's document row is gone)
+            packed, pos, seq, emb = (np.ma.getdata(cols[c]) for c in ("packed", "position", "seq", "embedding"))
+            gone = np.ma.getmaskarray(cols["packed"])
+            split = self.dialect.PACK_SEPARATOR
+            for key, i in zip(keys, rows, strict=True):
+                if not gone[i]:
+                    doc_id, content, start, end, tail, meta = packed[i].split(split)
+                    seen[key] = (doc_id, pos[i], content, seq[i], int(start), int(end), tail, meta, emb[i])
+            return
         names = ("doc_id", "position", "content", "seq", "start", "end", "tail", "metadata", "embedding")
         fields = [np.ma.getdata(cols[c]) for c in names]  # (plain arrays: a masked one is slow to index)
         gone = np.ma.getmaskarray(cols["metadata"])  # (a unit whose document row is gone: read again later)
-        for key, i in zip(keys, range(len(keys)) if at is None else at, strict=True):
+        for key, i in zip(keys, rows, strict=True):
             if not gone[i]:
                 seen[key] = tuple(f[i] for f in fields)
 
@@ -976,7 +1014,9 @@ class DuckDBStore(DuckDBEntities, SqlStore):
         wanted = [int(k) for k in keys]
         if not wanted:
             return np.zeros((len(q), 0), dtype=np.float32)
-        return np.atleast_2d(q @ self._unit_vectors(wanted).T)
+        mat = self._unit_vectors(wanted)
+        # (each row with the bits knn scores it with, before the rounding: Capabilities.KNN_SCORES)
+        return np.stack([row_products(v[None, :], mat) for v in q])
 
     def vectors(self, keys: Sequence[Any]) -> np.ndarray:
         """The rows' own unit vectors, ``(len(keys), dim)`` float32; NaN for a key deleted meanwhile.
@@ -993,6 +1033,24 @@ class DuckDBStore(DuckDBEntities, SqlStore):
             if self._own_conn and self._conn is not None:
                 self._conn.close()
             self._conn = None
+
+
+def _ranked(vec: np.ndarray, cols: dict[str, Any], k: int, min_score: float | None) -> tuple[np.ndarray, np.ndarray]:
+    """(the rows of the best ``k``, best first; every row's score) of knn's ``fetchnumpy`` columns (``key``,
+    ``seq``, ``position``, ``embedding``) for one query vector: scored as the built-in store scores
+    (:func:`~nlql.kernels.score_rows`, float32 products rounded: the bits :meth:`DuckDBStore.similarities`
+    gives) and ranked by (score desc, seq, position, key), those below ``min_score`` left out."""
+    n = len(cols["key"])
+    if not n:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
+    mat = np.stack(cols["embedding"]).astype(np.float32, copy=False)
+    scores = score_rows(vec[None, :], mat)
+    scores[np.isnan(scores)] = 0.0  # (as the SQL distance reads a NaN product: distance 1)
+    best = np.lexsort((np.asarray(cols["key"], dtype=np.int64), np.asarray(cols["position"], dtype=np.int64),
+                       np.asarray(cols["seq"], dtype=np.int64), -scores))
+    if min_score is not None:
+        best = best[scores[best] >= np.float64(min_score)]  # (compared as doubles, as WHERE compares)
+    return best[:k], scores
 
 
 def _member_rows(mc: dict[str, list[Any]], doc_id: str, lists: dict[str, list[dict[str, Any]]]) -> None:
