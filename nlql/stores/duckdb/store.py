@@ -33,6 +33,7 @@ from nlql.stores.duckdb.driver import (
     render,
 )
 from nlql.stores.duckdb.entities import DuckDBEntities
+from nlql.stores.duckdb.terms import ascii_term_rows
 from nlql.stores.interrupt import at_deadline, timed_out
 from nlql.stores.sqlstore import SqlStore
 
@@ -504,9 +505,16 @@ class DuckDBStore(DuckDBEntities, SqlStore):
         codec = self.dialect.codec
         assert self.dim is not None
         batch = cast(DocBatch, docs) if is_columnar(docs) else None
-        p = prepare(docs, self.dim, codec.escape if codec.escaped else None, self.analyzer if self.bm25 else None,
-                    columns=batch)
         s, i64, i32, f64 = pa.string(), pa.int64(), pa.int32(), pa.float64()
+        # (an ASCII batch's sentences as one Arrow column: no string of theirs needs escaping or fails UTF-8)
+        ascii = batch is not None and "".join(batch.contents).isascii()
+        contents = pa.array(batch.contents, type=s) if ascii else None
+        # an ASCII batch's terms counted in Arrow (nlql.stores.duckdb.terms); any other by the analyzer
+        counted = ascii_term_rows(self.analyzer, contents) if self.bm25 and contents is not None else None
+        p = prepare(docs, self.dim, codec.escape if codec.escaped else None,
+                    self.analyzer if self.bm25 and counted is None else None, columns=batch)
+        if counted is not None:
+            p.nterms = counted[1].tolist()
         ids_arr = pa.array(p.doc_ids, type=s)
         flat_t, mflat = self._flat_rows(p, ids_arr)
         docs_t = pa.table({"doc_id": ids_arr, "seq": pa.array(p.seqs, type=i64), "text": pa.array(p.texts, type=s),
@@ -516,7 +524,9 @@ class DuckDBStore(DuckDBEntities, SqlStore):
         unit_owner = pa.array(p.unit_doc)
         ucols: dict[str, Any] = {
             "doc_id": ids_arr.take(unit_owner), "position": pa.array(p.positions, type=i32),
-            "content": pa.array(p.contents, type=s), "start": pa.array(p.starts, type=i32),
+            # (the batch's own column unless escaping rewrote a sentence: list equality tests identity first)
+            "content": contents if contents is not None and p.contents == batch.contents else pa.array(p.contents, type=s),
+            "start": pa.array(p.starts, type=i32),
             "end": pa.array(p.ends, type=i32), "tail": pa.array(p.tails, type=s),
             "seq": docs_t.column("seq").take(unit_owner), "fold": pa.array(p.unit_folds, type=s),
             "num": pa.array(p.unit_nums, type=f64), "ts": pa.array(p.unit_stamps, type=i64),
@@ -524,7 +534,7 @@ class DuckDBStore(DuckDBEntities, SqlStore):
             "embedding": pa.FixedSizeListArray.from_arrays(pa.array(p.vectors.ravel()), self.dim),
             "doc_row": unit_owner}  # (each unit's document in the batch: _write gives it the document's dkey)
         units_t = pa.table(ucols)
-        terms_t = self._term_rows(p)
+        terms_t = counted[0] if counted is not None else self._term_rows(p)
         mc: dict[str, list[Any]] = {k: [] for k in ("doc_id", "path", "s", "f", "n", "t", "b")}
         for doc_id, members in zip(p.doc_ids, p.members, strict=True):
             if members:

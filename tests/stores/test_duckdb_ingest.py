@@ -1,0 +1,62 @@
+"""DuckDB ingest paths that must write exactly what the general path writes (issue 35): the term rows
+of an ASCII batch counted in Arrow (``nlql.stores.duckdb.terms``) against the analyzer's own terms."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+pytest.importorskip("duckdb")
+pytest.importorskip("pyarrow")
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from nlql.stores.duckdb.terms import ascii_term_rows  # noqa: E402
+from nlql.text.analyzer import Analyzer  # noqa: E402
+
+
+def expected_rows(analyzer: Analyzer, texts: list[str]) -> tuple[list[tuple[str, int, int]], list[int]]:
+    """(term, sentence, tf) sorted by term (code points) then sentence, and terms per sentence, from
+    :meth:`Analyzer.terms` text by text."""
+    rows = []
+    counts = []
+    for i, text in enumerate(texts):
+        terms = analyzer.terms(text)
+        counts.append(len(terms))
+        rows.extend((term, i, tf) for term, tf in Counter(terms).items())
+    return sorted(rows), counts
+
+
+def got_rows(analyzer: Analyzer, texts: list[str]) -> tuple[list[tuple[str, int, int]], list[int]]:
+    out = ascii_term_rows(analyzer, texts)
+    assert out is not None
+    table, nterms = out
+    rows = list(zip(table.column("term").to_pylist(), table.column("unit").to_pylist(), table.column("tf").to_pylist(),
+                    strict=True))
+    return rows, nterms.tolist()
+
+
+AWKWARD = ["The stories were RUNNING, running and ran!", "", "   ", "x", "__init__ foo_bar 2025-01-02 3.5 42",
+           "a\x00b c\x07d\x01e", "The the THE", "O'Brien's book; e-mail: a@b.c", "tabs\tand\nnewlines\r\n",
+           "MiXeD CaSe WoRdS", "!!!", "9 99 999 stories story storied"]
+
+
+@pytest.mark.parametrize("analyzer", [Analyzer(), Analyzer(stopwords=None), Analyzer(stemmer=None, stopwords=None),
+                                      Analyzer(stopwords=["the", "and", "x"])], ids=["english", "no-stop", "plain",
+                                                                                      "custom-stop"])
+def test_ascii_batch_terms_are_the_analyzers(analyzer: Analyzer) -> None:
+    assert got_rows(analyzer, AWKWARD) == expected_rows(analyzer, AWKWARD)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.text(alphabet=st.characters(max_codepoint=127), max_size=40), max_size=12))
+def test_any_ascii_batch_gives_the_analyzers_terms(texts: list[str]) -> None:
+    analyzer = Analyzer()
+    assert got_rows(analyzer, texts) == expected_rows(analyzer, texts)
+
+
+def test_a_batch_with_any_non_ascii_sentence_is_left_to_the_analyzer() -> None:
+    assert ascii_term_rows(Analyzer(), ["plain", "café"]) is None
+    assert ascii_term_rows(Analyzer(), ["plain", "lone \ud800"]) is None
