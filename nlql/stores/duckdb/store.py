@@ -506,11 +506,11 @@ class DuckDBStore(DuckDBEntities, SqlStore):
         assert self.dim is not None
         batch = cast(DocBatch, docs) if is_columnar(docs) else None
         s, i64, i32, f64 = pa.string(), pa.int64(), pa.int32(), pa.float64()
-        # (an ASCII batch's sentences as one Arrow column: no string of theirs needs escaping or fails UTF-8)
+        # (an ASCII batch's sentences as one Arrow column, the units' content unless escaping rewrote one)
         ascii = batch is not None and "".join(batch.contents).isascii()
         contents = pa.array(batch.contents, type=s) if ascii else None
         # an ASCII batch's terms counted in Arrow (nlql.stores.duckdb.terms); any other by the analyzer
-        counted = ascii_term_rows(self.analyzer, contents) if self.bm25 and contents is not None else None
+        counted = ascii_term_rows(self.analyzer, batch.contents) if self.bm25 and ascii else None
         p = prepare(docs, self.dim, codec.escape if codec.escaped else None,
                     self.analyzer if self.bm25 and counted is None else None, columns=batch)
         if counted is not None:
@@ -598,14 +598,20 @@ class DuckDBStore(DuckDBEntities, SqlStore):
         rank[np.asarray(ranked)] = np.arange(len(paths), dtype=np.int64)
         order = np.argsort(rank[index_np], kind="stable")
         index, owner = pa.array(index_np[order]), pa.array(owner_np[order])
+        # each distinct record's string checksum (codec.string_key), NULL without a string
+        hkeys = pa.array([None if v is None else string_key(path, v) for path, v in zip(paths, cols[0], strict=True)],
+                         type=pa.int64())
         flat_t = pa.table({"doc_id": ids.take(owner), "path": pairs.column("path").take(index),
-                           **{k: pairs.column(k).take(index) for k in "sfntb"}, "doc_row": owner})
+                           **{k: pairs.column(k).take(index) for k in "sfntb"}, "doc_row": owner,
+                           "hkey": hkeys.take(index)})
         return flat_t, mflat
 
     def _write(self, ids: list[str], docs_t: Any, units_t: Any, terms_t: Any, added_n: int, added_len: int,
                ents_t: Any = None, flat_t: Any = None, members: dict[str, list[Any]] | None = None) -> None:
         d = self.dialect
         pa = import_arrow()
+        import pyarrow.compute as pc
+
         with self._tx() as conn:
             with registered(conn, pa.table({"doc_id": docs_t.column("doc_id")})) as id_src:
                 stored = self._run(conn, sql("SELECT count(*) FROM ", d.docs, f" WHERE doc_id IN (SELECT doc_id "
@@ -629,14 +635,13 @@ class DuckDBStore(DuckDBEntities, SqlStore):
                 self._load_members(conn, members, dict(zip(ids, keys[:n_docs].tolist(), strict=True)))
             if flat_t is not None and flat_t.num_rows:
                 flat_t = flat_t.append_column("dkey", dkeys.take(flat_t.column("doc_row")))
-                flat_t = flat_t.append_column("hkey", _string_keys(flat_t.column("path"), flat_t.column("s")))
                 with registered(conn, flat_t) as name:
                     # (in the table's order already: _flat_rows)
                     self._run(conn, d.bulk_load("flat", ["doc_id", "path", "s", "f", "n", "t", "b", "dkey", "hkey"],
                                                 name))
-            if ents_t:
+            if ents_t is not None and len(ents_t):
                 self._add_links(conn, ents_t)
-            self._run(conn, d.put_meta("meta", "max_seq", str(max(docs_t.column("seq").to_pylist())), keep_max=True))
+            self._run(conn, d.put_meta("meta", "max_seq", str(pc.max(docs_t.column("seq")).as_py()), keep_max=True))
             with registered(conn, docs_t) as name:
                 self._run(conn, d.bulk_load("docs", ["doc_id", "seq", "text", "metadata", "mflat", "fold", "num",
                                                      "ts"], name))
@@ -1013,20 +1018,6 @@ def _member_rows(mc: dict[str, list[Any]], doc_id: str, lists: dict[str, list[di
             mc["path"].append(path)
             for field in "sfntb":
                 mc[field].append(rec.get(field))
-
-
-def _string_keys(paths: Any, strings: Any) -> Any:
-    """``string_key(path, s)`` per row of two Arrow string columns (NULL where ``s`` is), computed once
-    per distinct pair (a batch repeats few paths and, for a selective value, few strings)."""
-    pa = import_arrow()
-    import pyarrow.compute as pc
-
-    joined = pc.binary_join_element_wise(paths, strings, "\x00")  # (neither holds NUL: codec.string_key)
-    if isinstance(joined, pa.ChunkedArray):
-        joined = joined.combine_chunks()
-    coded = joined.dictionary_encode()
-    keys = [string_key(*pair.split("\x00", 1)) for pair in coded.dictionary.to_pylist()]
-    return pa.array(keys, type=pa.int64()).take(coded.indices)
 
 
 def _info_key(key: str) -> str:

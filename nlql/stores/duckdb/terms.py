@@ -2,9 +2,10 @@
 
 The analyzer's terms of a sentence are its ``\\w+`` words, casefolded, without stopwords, stemmed
 (:meth:`~nlql.text.analyzer.Analyzer.terms`). For a batch whose sentences are all ASCII, every step but
-the stemming is a byte operation Arrow's compute functions do on the whole column: A-Z lowered (ASCII
-casefolding), every run of bytes other than ``[a-z0-9_]`` made one space (ASCII ``\\w``), the words split
-on spaces (a sentence's words listed in order), stopwords and empty strings dropped. The words are then
+the stemming is a byte operation on the whole batch: one ``bytes.translate`` lowers A-Z (ASCII
+casefolding) and makes every byte other than ``[a-z0-9_]`` (ASCII ``\\w``) a space, an Arrow string
+per sentence over those bytes is split on the spaces by Arrow (each sentence's words in order), and
+stopwords and empty strings are dropped by Arrow. The words are then
 dictionary-encoded, so that only each distinct word (tens of thousands in a batch of a million words)
 is stemmed in Python (:meth:`~nlql.text.analyzer.Analyzer.stems`, which remembers them), and the
 (term, sentence) pairs are counted by one sort of integer codes, as the table keeps them: by term, in
@@ -26,33 +27,34 @@ from nlql.stores.duckdb.driver import import_arrow
 
 __all__ = ["ascii_term_rows"]
 
-NOT_WORD = "[^a-z0-9_]+"  # ASCII \w is [A-Za-z0-9_]; the text is lowered first
+# ASCII \w is [A-Za-z0-9_] and casefolding lowers A-Z: each byte lowered, or a space if no word byte
+WORD_BYTES = bytes(c + 32 if 65 <= c <= 90 else c if (48 <= c <= 57 or 97 <= c <= 122 or c == 95) else 32
+                   for c in range(256))
 
 
-def ascii_term_rows(analyzer: Any, contents: Sequence[str] | Any) -> tuple[Any, np.ndarray] | None:
-    """``(rows, nterms)`` for sentences ``contents`` (a list of strings or an Arrow string array): the
-    Arrow table ``(term, unit, tf)`` — per sentence (``unit``, its index) and distinct term, how often
-    the term occurs, ordered by term then sentence — and each sentence's number of terms (repeats
-    counted), as int64; None unless every sentence is ASCII."""
+def ascii_term_rows(analyzer: Any, contents: Sequence[str]) -> tuple[Any, np.ndarray] | None:
+    """``(rows, nterms)`` for sentences ``contents``: the Arrow table ``(term, unit, tf)`` — per sentence
+    (``unit``, its index) and distinct term, how often the term occurs, ordered by term then sentence —
+    and each sentence's number of terms (repeats counted), as int64; None unless every sentence is ASCII."""
     pa = import_arrow()
     import pyarrow.compute as pc
 
-    if isinstance(contents, (pa.Array, pa.ChunkedArray)):
-        arr = contents.combine_chunks() if isinstance(contents, pa.ChunkedArray) else contents
-        if len(arr) and not pc.all(pc.string_is_ascii(arr)).as_py():
-            return None
-    elif not "".join(contents).isascii():
+    joined = "".join(contents)
+    if not joined.isascii():
         return None
-    else:
-        arr = pa.array(contents, type=pa.string())
-    n = len(arr)
-    spaced = pc.replace_substring_regex(pc.ascii_lower(arr), NOT_WORD, " ")
+    n = len(contents)
+    # the batch's bytes with A-Z lowered and every other non-word byte a space, one Arrow string per
+    # sentence over them (ASCII: a character is a byte), split on the spaces
+    ends = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.fromiter(map(len, contents), dtype=np.int64, count=n), out=ends[1:])
+    offsets = pa.array(ends, type=pa.int64())
+    spaced = pa.LargeStringArray.from_buffers(n, offsets.buffers()[1], pa.py_buffer(joined.encode("ascii").translate(WORD_BYTES)))
     lists = pc.ascii_split_whitespace(spaced)
     words = pc.list_flatten(lists)
     owner = pc.list_parent_indices(lists)
     keep = pc.greater(pc.binary_length(words), 0)
     if analyzer.stopwords:
-        keep = pc.and_(keep, pc.invert(pc.is_in(words, value_set=pa.array(sorted(analyzer.stopwords), pa.string()))))
+        keep = pc.and_(keep, pc.invert(pc.is_in(words, value_set=pa.array(sorted(analyzer.stopwords), pa.large_string()))))
     words = words.filter(keep)
     unit = owner.filter(keep).to_numpy().astype(np.int64, copy=False)
     nterms = np.bincount(unit, minlength=n).astype(np.int64, copy=False)
