@@ -60,3 +60,27 @@ def test_any_ascii_batch_gives_the_analyzers_terms(texts: list[str]) -> None:
 def test_a_batch_with_any_non_ascii_sentence_is_left_to_the_analyzer() -> None:
     assert ascii_term_rows(Analyzer(), ["plain", "café"]) is None
     assert ascii_term_rows(Analyzer(), ["plain", "lone \ud800"]) is None
+
+
+SHADOWED = ["", "12345", "0001", "1" * 301, "9" * 300, "+5", "-3.5", ".5", "2024-03-01", "2024-03-01T10:00:00Z",
+            "2024-13-45", "1e5", "12a", "ABC", "abc", "Mixed Case", "--", "+", ".", "9-9", "1_000", "nan", "+nan",
+            "+inf", "-Infinity", "00:00", " 12", "12 ", "id-7", "0x1F", "1,5", "Straight ASCII sentence."]
+
+
+def test_ascii_shadow_columns_are_the_general_paths() -> None:
+    from nlql.sql.ingest import shadows, verbatim
+    from nlql.stores.duckdb.shadows import ascii_shadows
+
+    got = ascii_shadows(SHADOWED, None, None)
+    assert got is not None
+    want = shadows(SHADOWED, verbatim)
+    assert [c.to_pylist() for c in got] == [list(c) for c in want]
+
+
+def test_shadow_columns_needing_escapes_or_not_ascii_take_the_general_path() -> None:
+    from nlql.sql.codec import escape_text
+    from nlql.stores.duckdb.shadows import ascii_shadows
+
+    assert ascii_shadows(["plain", "Ünï"], None, None) is None
+    assert ascii_shadows(["plain", "bell\x07"], None, escape_text) is None
+    assert ascii_shadows(["plain", "Bell"], None, escape_text) is not None  # (nothing to escape)

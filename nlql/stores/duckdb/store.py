@@ -19,7 +19,7 @@ from nlql.sql.binder import Fragment, Param, Slot, sql
 from nlql.sql.codec import list_members, string_key
 from nlql.sql.dialect import Compiled
 from nlql.sql.duckdb import DuckDBDialect
-from nlql.sql.ingest import Prepared, prepare
+from nlql.sql.ingest import Prepared, prepare, shadows, verbatim
 from nlql.sql.nodes import SimilarityScore
 from nlql.stores.base import DocRecord, Row
 from nlql.stores.batch import DocBatch, is_columnar, latest_per_id
@@ -33,6 +33,7 @@ from nlql.stores.duckdb.driver import (
     render,
 )
 from nlql.stores.duckdb.entities import DuckDBEntities
+from nlql.stores.duckdb.shadows import ascii_shadows
 from nlql.stores.duckdb.terms import ascii_term_rows
 from nlql.stores.interrupt import at_deadline, timed_out
 from nlql.stores.sqlstore import SqlStore
@@ -511,16 +512,23 @@ class DuckDBStore(DuckDBEntities, SqlStore):
         contents = pa.array(batch.contents, type=s) if ascii else None
         # an ASCII batch's terms counted in Arrow (nlql.stores.duckdb.terms); any other by the analyzer
         counted = ascii_term_rows(self.analyzer, batch.contents) if self.bm25 and ascii else None
+
+        def shadows_of(strings: list[str], esc: Callable[[str], str]) -> tuple[Any, Any, Any]:
+            # (plain ASCII ids and sentences: in Arrow, nlql.stores.duckdb.shadows)
+            arr = contents if contents is not None and batch is not None and strings == batch.contents else None
+            got = ascii_shadows(strings, arr, None if esc is verbatim else esc)
+            return got if got is not None else shadows(strings, esc)
+
         p = prepare(docs, self.dim, codec.escape if codec.escaped else None,
-                    self.analyzer if self.bm25 and counted is None else None, columns=batch)
+                    self.analyzer if self.bm25 and counted is None else None, columns=batch, shadows_of=shadows_of)
         if counted is not None:
             p.nterms = counted[1].tolist()
         ids_arr = pa.array(p.doc_ids, type=s)
         flat_t, mflat = self._flat_rows(p, ids_arr)
         docs_t = pa.table({"doc_id": ids_arr, "seq": pa.array(p.seqs, type=i64), "text": pa.array(p.texts, type=s),
                            "metadata": pa.array(p.metadata, type=s), "mflat": mflat,
-                           "fold": pa.array(p.folds, type=s), "num": pa.array(p.nums, type=f64),
-                           "ts": pa.array(p.stamps, type=i64)})
+                           "fold": _column(p.folds, s), "num": _column(p.nums, f64),
+                           "ts": _column(p.stamps, i64)})
         unit_owner = pa.array(p.unit_doc)
         ucols: dict[str, Any] = {
             "doc_id": ids_arr.take(unit_owner), "position": pa.array(p.positions, type=i32),
@@ -528,8 +536,8 @@ class DuckDBStore(DuckDBEntities, SqlStore):
             "content": contents if contents is not None and p.contents == batch.contents else pa.array(p.contents, type=s),
             "start": pa.array(p.starts, type=i32),
             "end": pa.array(p.ends, type=i32), "tail": pa.array(p.tails, type=s),
-            "seq": docs_t.column("seq").take(unit_owner), "fold": pa.array(p.unit_folds, type=s),
-            "num": pa.array(p.unit_nums, type=f64), "ts": pa.array(p.unit_stamps, type=i64),
+            "seq": docs_t.column("seq").take(unit_owner), "fold": _column(p.unit_folds, s),
+            "num": _column(p.unit_nums, f64), "ts": _column(p.unit_stamps, i64),
             "nterms": pa.array(p.nterms, type=i32), "metadata": docs_t.column("metadata").take(unit_owner),
             "embedding": pa.FixedSizeListArray.from_arrays(pa.array(p.vectors.ravel()), self.dim),
             "doc_row": unit_owner}  # (each unit's document in the batch: _write gives it the document's dkey)
@@ -1018,6 +1026,12 @@ def _member_rows(mc: dict[str, list[Any]], doc_id: str, lists: dict[str, list[di
             mc["path"].append(path)
             for field in "sfntb":
                 mc[field].append(rec.get(field))
+
+
+def _column(values: Any, type_: Any) -> Any:
+    """An Arrow array of ``values`` (a list, or an Arrow array already)."""
+    pa = import_arrow()
+    return values if isinstance(values, pa.Array) else pa.array(values, type=type_)
 
 
 def _info_key(key: str) -> str:
