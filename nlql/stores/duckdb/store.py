@@ -508,14 +508,14 @@ class DuckDBStore(DuckDBEntities, SqlStore):
         batch = cast(DocBatch, docs) if is_columnar(docs) else None
         s, i64, i32, f64 = pa.string(), pa.int64(), pa.int32(), pa.float64()
         # (an ASCII batch's sentences as one Arrow column, the units' content unless escaping rewrote one)
-        ascii = batch is not None and "".join(batch.contents).isascii()
-        contents = pa.array(batch.contents, type=s) if ascii else None
+        sentences: list[str] = batch.contents if batch is not None else []
+        contents = pa.array(sentences, type=s) if batch is not None and "".join(sentences).isascii() else None
         # an ASCII batch's terms counted in Arrow (nlql.stores.duckdb.terms); any other by the analyzer
-        counted = ascii_term_rows(self.analyzer, batch.contents) if self.bm25 and ascii else None
+        counted = ascii_term_rows(self.analyzer, sentences) if self.bm25 and contents is not None else None
 
         def shadows_of(strings: list[str], esc: Callable[[str], str]) -> tuple[Any, Any, Any]:
             # (plain ASCII ids and sentences: in Arrow, nlql.stores.duckdb.shadows)
-            arr = contents if contents is not None and batch is not None and strings == batch.contents else None
+            arr = contents if contents is not None and strings == sentences else None
             got = ascii_shadows(strings, arr, None if esc is verbatim else esc)
             return got if got is not None else shadows(strings, esc)
 
@@ -533,7 +533,7 @@ class DuckDBStore(DuckDBEntities, SqlStore):
         ucols: dict[str, Any] = {
             "doc_id": ids_arr.take(unit_owner), "position": pa.array(p.positions, type=i32),
             # (the batch's own column unless escaping rewrote a sentence: list equality tests identity first)
-            "content": contents if contents is not None and p.contents == batch.contents else pa.array(p.contents, type=s),
+            "content": contents if contents is not None and p.contents == sentences else pa.array(p.contents, type=s),
             "start": pa.array(p.starts, type=i32),
             "end": pa.array(p.ends, type=i32), "tail": pa.array(p.tails, type=s),
             "seq": docs_t.column("seq").take(unit_owner), "fold": _column(p.unit_folds, s),
