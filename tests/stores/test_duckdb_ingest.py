@@ -13,7 +13,7 @@ pytest.importorskip("pyarrow")
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from nlql.stores.duckdb.terms import ascii_term_rows  # noqa: E402
+from nlql.stores.duckdb.terms import term_rows  # noqa: E402
 from nlql.text.analyzer import Analyzer  # noqa: E402
 
 
@@ -30,9 +30,7 @@ def expected_rows(analyzer: Analyzer, texts: list[str]) -> tuple[list[tuple[str,
 
 
 def got_rows(analyzer: Analyzer, texts: list[str]) -> tuple[list[tuple[str, int, int]], list[int]]:
-    out = ascii_term_rows(analyzer, texts)
-    assert out is not None
-    table, nterms = out
+    table, nterms = term_rows(analyzer, texts)
     rows = list(zip(table.column("term").to_pylist(), table.column("unit").to_pylist(), table.column("tf").to_pylist(),
                     strict=True))
     return rows, nterms.tolist()
@@ -57,9 +55,29 @@ def test_any_ascii_batch_gives_the_analyzers_terms(texts: list[str]) -> None:
     assert got_rows(analyzer, texts) == expected_rows(analyzer, texts)
 
 
-def test_a_batch_with_any_non_ascii_sentence_is_left_to_the_analyzer() -> None:
-    assert ascii_term_rows(Analyzer(), ["plain", "café"]) is None
-    assert ascii_term_rows(Analyzer(), ["plain", "lone \ud800"]) is None
+MIXED = ["Plain words here", "Curly ‘quotes’ — and a dash", "東京タワー is tall", "Ünïcödé e\u0301 café", "",
+         "กรุงเทพมหานคร city", "Straße STRASSE", "plain again: stories", "ﬁle İstanbul", "the THE"]
+
+
+@pytest.mark.parametrize("analyzer", [Analyzer(), Analyzer(stemmer=None, stopwords=None)], ids=["english", "plain"])
+def test_mixed_batch_terms_are_the_analyzers(analyzer: Analyzer) -> None:
+    assert got_rows(analyzer, MIXED) == expected_rows(analyzer, MIXED)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.text(alphabet=st.sampled_from("abcXYZ 09_.,-éüß東京タ‘’"), max_size=30), max_size=10))
+def test_any_mixed_batch_gives_the_analyzers_terms(texts: list[str]) -> None:
+    analyzer = Analyzer()
+    assert got_rows(analyzer, texts) == expected_rows(analyzer, texts)
+
+
+def test_other_sentences_terms_take_the_stores_escape() -> None:
+    from nlql.sql.codec import escape_text
+
+    texts = ["plain ascii", "lone \ud800x surrogate é"]
+    table, _ = term_rows(Analyzer(stemmer=None, stopwords=None), texts, escape_text)
+    want = sorted({escape_text(t) for text in texts for t in Analyzer(stemmer=None, stopwords=None).terms(text)})
+    assert sorted(set(table.column("term").to_pylist())) == want
 
 
 SHADOWED = ["", "12345", "0001", "1" * 301, "9" * 300, "+5", "-3.5", ".5", "2024-03-01", "2024-03-01T10:00:00Z",

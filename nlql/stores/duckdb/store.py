@@ -34,7 +34,7 @@ from nlql.stores.duckdb.driver import (
 )
 from nlql.stores.duckdb.entities import DuckDBEntities
 from nlql.stores.duckdb.shadows import ascii_shadows
-from nlql.stores.duckdb.terms import ascii_term_rows
+from nlql.stores.duckdb.terms import term_rows
 from nlql.stores.interrupt import at_deadline, timed_out
 from nlql.stores.sqlstore import SqlStore
 
@@ -510,8 +510,10 @@ class DuckDBStore(DuckDBEntities, SqlStore):
         # (an ASCII batch's sentences as one Arrow column, the units' content unless escaping rewrote one)
         sentences: list[str] = batch.contents if batch is not None else []
         contents = pa.array(sentences, type=s) if batch is not None and "".join(sentences).isascii() else None
-        # an ASCII batch's terms counted in Arrow (nlql.stores.duckdb.terms); any other by the analyzer
-        counted = ascii_term_rows(self.analyzer, sentences) if self.bm25 and contents is not None else None
+        # the batch's term rows counted in Arrow (nlql.stores.duckdb.terms: its ASCII sentences' words found
+        # there), written with the escape the sentences take
+        counted = (term_rows(self.analyzer, sentences, codec.escape if codec.escaped else None)
+                   if self.bm25 and batch is not None else None)
 
         def shadows_of(strings: list[str], esc: Callable[[str], str]) -> tuple[Any, Any, Any]:
             # (plain ASCII ids and sentences: in Arrow, nlql.stores.duckdb.shadows)
