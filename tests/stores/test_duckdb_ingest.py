@@ -102,3 +102,32 @@ def test_shadow_columns_needing_escapes_or_not_ascii_take_the_general_path() -> 
     assert ascii_shadows(["plain", "Ünï"], None, None) is None
     assert ascii_shadows(["plain", "bell\x07"], None, escape_text) is None
     assert ascii_shadows(["plain", "Bell"], None, escape_text) is not None  # (nothing to escape)
+
+
+def test_writes_leave_the_databases_threads_for_queries() -> None:
+    """A write runs its statements on one DuckDB thread (DuckDBStore._one_thread); searches after it, or
+    after a failed write, have the database's threads again."""
+    import duckdb
+
+    from nlql import Engine
+    from nlql.embedders import HashEmbedder
+    from nlql.stores.duckdb import DuckDBStore
+
+    default = duckdb.connect().execute("SELECT current_setting('threads')").fetchone()[0]
+    engine = Engine(embedder=HashEmbedder(dim=16), store=DuckDBStore(), warm_up=False)
+    engine.add_texts(["One sentence. Another one."] * 3, ids=["a", "b", "c"])
+    threads = "SELECT current_setting('threads')"
+    assert engine.store._conn.execute(threads).fetchone()[0] == default
+    store = engine.store
+    bad = store._prepare  # a write whose statements fail midway: rolled back, the threads restored
+
+    def failing(docs: object) -> object:
+        tables = list(bad(docs))
+        tables[1] = tables[1].rename_columns(["nope"] + tables[1].column_names[1:])
+        return tuple(tables)
+
+    store._prepare = failing  # type: ignore[method-assign]
+    with pytest.raises(Exception):  # noqa: B017,PT011 - the store's translation of DuckDB's binder error
+        engine.add_texts(["Fails."], ids=["d"])
+    assert store._conn.execute(threads).fetchone()[0] == default
+    assert store.count() == 6  # (nothing of the failed write)
