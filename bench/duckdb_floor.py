@@ -205,10 +205,13 @@ def prepared_floor(prepared: list[tuple[Any, ...]]) -> float:
                                            "tf": p[4].column("tf")}) for p, first in zip(prepared, firsts[:-1], strict=True)])
     units = units.drop_columns(["doc_row"]).append_column("key", keys)
     flat = pa.concat_tables([p[3] for p in prepared]).drop_columns(["doc_row"])
-    links = [row for p in prepared for row in (p[2] or [])]  # (doc_id, position, entity, name) link rows
-    ents = pa.table({c: [r[i] for r in links] for i, c in enumerate(("doc_id", "position", "entity", "name"))},
-                    schema=pa.schema([("doc_id", pa.string()), ("position", pa.int32()), ("entity", pa.string()),
-                                      ("name", pa.string())]))
+    # the link rows, (doc_id, position, entity, name): an Arrow table per batch (a list of tuples in older trees)
+    link_schema = pa.schema([("doc_id", pa.string()), ("position", pa.int32()), ("entity", pa.string()),
+                             ("name", pa.string())])
+    parts = [p[2] if isinstance(p[2], pa.Table) else
+             pa.table({c: [r[i] for r in p[2]] for i, c in enumerate(link_schema.names)}, schema=link_schema)
+             for p in prepared if p[2] is not None and len(p[2])]
+    ents = pa.concat_tables(parts) if parts else link_schema.empty_table()
     conn = duckdb.connect()
     sources = {"docs": docs, "units": units, "postings": postings, "flat": flat, "ents": ents}
     for name, table in sources.items():

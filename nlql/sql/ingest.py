@@ -38,7 +38,7 @@ import numpy as np
 from nlql import values as V
 from nlql.sql.codec import _NEEDS_ESCAPE, _SURROGATE, _typed, flatten_metadata, list_members, path_key, shadow
 
-__all__ = ["Columns", "Prepared", "prepare"]
+__all__ = ["Columns", "Prepared", "escaper", "prepare", "shadows", "verbatim"]
 
 RECORD_FIELDS = ("s", "f", "n", "t", "b")
 _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
@@ -144,7 +144,10 @@ def _identity(s: str) -> str:
     return s
 
 
-def _escaper(escape: Callable[[str], str], *columns: Sequence[str]) -> Callable[[str], str]:
+verbatim = _identity  # what escaper() gives when nothing needs escaping
+
+
+def escaper(escape: Callable[[str], str], *columns: Sequence[str]) -> Callable[[str], str]:
     """``escape``, or the identity when no string of ``columns`` holds a character it rewrites."""
     if escape is _identity:
         return escape
@@ -156,7 +159,7 @@ def _escaper(escape: Callable[[str], str], *columns: Sequence[str]) -> Callable[
     return _identity
 
 
-def _shadows(strings: list[str], escape: Callable[[str], str]) -> tuple[list[Any], list[Any], list[Any]]:
+def shadows(strings: list[str], escape: Callable[[str], str]) -> tuple[list[Any], list[Any], list[Any]]:
     """:func:`shadow` of every string (folds, numbers, µs) as three columns, the number and date parsers
     only for the strings that can be either (both start with a digit, a sign or a point); ``escape``
     must be the identity only when no string holds a character it rewrites (nor then does its fold)."""
@@ -211,10 +214,12 @@ class _Records:
 
 
 def prepare(docs: Sequence[Any], dim: int, escape: Callable[[str], str] | None, analyzer: Any = None,
-            columns: Columns | None = None) -> Prepared:
+            columns: Columns | None = None, shadows_of: Callable[..., tuple[Any, Any, Any]] = shadows) -> Prepared:
     """The columns of ``docs`` (``DocRecord``s with distinct ids; or, given ``columns``, the same
     documents as columns, which are read instead), strings written with ``escape`` (None: verbatim),
-    terms by ``analyzer`` (None: no terms).
+    terms by ``analyzer`` (None: no terms), the shadow columns of the ids and sentences by
+    ``shadows_of(strings, escape)`` (:func:`shadows`, or a store's own that gives the same values in
+    another container, e.g. Arrow arrays).
 
     Raises:
         ValueError: metadata that is not a dict, or vectors of the wrong shape or not finite.
@@ -233,15 +238,15 @@ def prepare(docs: Sequence[Any], dim: int, escape: Callable[[str], str] | None, 
     raw_escape = escape if escape is not None else _identity
     if not _documents_by_key(out, c.metadatas, raw_escape):
         _documents(out, c, raw_escape)
-    esc_doc = _escaper(raw_escape, c.doc_ids, c.texts)
+    esc_doc = escaper(raw_escape, c.doc_ids, c.texts)
     out.doc_ids = list(c.doc_ids) if esc_doc is _identity else [esc_doc(x) for x in c.doc_ids]
     out.texts = list(c.texts) if esc_doc is _identity else [esc_doc(x) for x in c.texts]
     out.seqs = np.asarray(c.seq, dtype=np.int64).tolist()
-    out.folds, out.nums, out.stamps = _shadows(list(c.doc_ids), esc_doc)
+    out.folds, out.nums, out.stamps = shadows_of(list(c.doc_ids), esc_doc)
     raw_contents = list(c.contents)
     out.positions, out.starts, out.ends = list(c.positions), list(c.starts), list(c.ends)
-    esc_unit = _escaper(raw_escape, raw_contents, c.tails)
-    out.unit_folds, out.unit_nums, out.unit_stamps = _shadows(raw_contents, esc_unit)
+    esc_unit = escaper(raw_escape, raw_contents, c.tails)
+    out.unit_folds, out.unit_nums, out.unit_stamps = shadows_of(raw_contents, esc_unit)
     out.contents = raw_contents if esc_unit is _identity else [esc_unit(x) for x in raw_contents]
     out.tails = list(c.tails) if esc_unit is _identity else [esc_unit(x) for x in c.tails]
     if analyzer is not None:

@@ -390,6 +390,16 @@ class Analyzer:
         counts = [b - a - 1 for a, b in zip([-1, *ends], ends)]
         return self._stems(list(filter(_SEP.__ne__, marked))), counts
 
+    def stems(self, words: list[str]) -> list[str]:
+        """Each of ``words`` (already found and casefolded, stopwords removed, no spaceless script) as
+        :meth:`terms` stems it: for a caller that found a batch's words itself (the DuckDB store reads an
+        ASCII batch's words with Arrow, ``nlql.stores.duckdb.terms``).
+
+        >>> Analyzer().stems(["stories", "running", "2025"])
+        ['stori', 'run', '2025']
+        """
+        return self._stems(list(words))
+
     def _stems(self, words: list[str]) -> list[str]:
         """``words`` stemmed, or as they are without a stemmer. Stemming is the costly step and text
         repeats its words: each distinct word is stemmed once (and remembered)."""

@@ -22,6 +22,7 @@ import numpy as np
 
 from nlql.sql import graph as graph_sql
 from nlql.sql.binder import sql
+from nlql.sql.ingest import escaper, verbatim
 from nlql.stores.batch import DocBatch
 from nlql.stores.duckdb.driver import arrow_table, import_arrow, registered
 from nlql.stores.entities_sql import EntityTables, LinkRows
@@ -43,27 +44,35 @@ class DuckDBEntities(EntityTables):
     def _snapshot(self) -> Iterator[Any]:
         yield self._conn
 
-    def _add_links(self, conn: Any, rows: LinkRows) -> None:
-        """The links from an Arrow table, and the edge weights of those rows alone."""
-        pa = import_arrow()
-        s = pa.string()
-        ds, ps, ks, ns = (list(c) for c in zip(*rows, strict=True))
-        table = arrow_table({"doc_id": ds, "position": ps, "entity": ks, "name": ns},
-                            {"doc_id": s, "position": pa.int32(), "entity": s, "name": s})
+    def _add_links(self, conn: Any, rows: LinkRows | Any) -> None:
+        """The links from an Arrow table (or rows, made one), and the edge weights of those rows alone."""
+        table = self._links_table(rows) if isinstance(rows, list) else rows
         with registered(conn, table) as name:
             self._run(conn, self.dialect.bulk_load("entity_links", ["doc_id", "position", "entity", "name"], name))
             self._run(conn, graph_sql.edges_from(self.dialect, f'"{name}"'))
 
-    def _batch_link_rows(self, batch: DocBatch, ids: list[str], owner: np.ndarray) -> LinkRows:
-        """The link rows of an engine's batch read as columns (its ``entities`` column, as
-        :meth:`EntityTables._link_rows` reads records): ``ids`` its documents' escaped ids, ``owner``
-        each sentence's document."""
+    @staticmethod
+    def _links_table(rows: LinkRows) -> Any:
+        """``(doc_id, position, entity, name)`` rows as the Arrow table :meth:`_add_links` loads."""
+        pa = import_arrow()
+        s = pa.string()
+        ds, ps, ks, ns = (list(c) for c in zip(*rows, strict=True)) if rows else ([], [], [], [])
+        return arrow_table({"doc_id": ds, "position": ps, "entity": ks, "name": ns},
+                           {"doc_id": s, "position": pa.int32(), "entity": s, "name": s})
+
+    def _batch_link_rows(self, batch: DocBatch, ids: list[str], owner: np.ndarray) -> Any:
+        """The links of an engine's batch read as columns (its ``entities`` column, as
+        :meth:`EntityTables._link_rows` reads records) as the Arrow table :meth:`_add_links` loads, or
+        None for none: ``ids`` its documents' escaped ids, ``owner`` each sentence's document. The names
+        are escaped as the store writes text only when one of them needs it (most batches: none)."""
         if batch.entities is None:
-            return []
-        esc = self.dialect.codec.escape
-        return graph_sql.link_rows([(ids[i], [(position, [esc(n) for n in names])]) for i, position, names
-                                    in zip(owner.tolist(), batch.positions, batch.entities, strict=True) if names],
-                                   graph_sql.words(self.dialect))
+            return None
+        named = [(i, position, names) for i, position, names
+                 in zip(owner.tolist(), batch.positions, batch.entities, strict=True) if names]
+        esc = escaper(self.dialect.codec.escape, [n for _, _, names in named for n in names])
+        rows = graph_sql.link_rows([(ids[i], [(position, names if esc is verbatim else [esc(n) for n in names])])
+                                    for i, position, names in named], graph_sql.words(self.dialect)) if named else []
+        return self._links_table(rows) if rows else None
 
     def _open_entities(self, conn: Any) -> None:
         """The two tables (see :meth:`EntityTables._open_entities`); a file that kept names in

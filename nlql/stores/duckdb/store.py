@@ -19,7 +19,7 @@ from nlql.sql.binder import Fragment, Param, Slot, sql
 from nlql.sql.codec import list_members, string_key
 from nlql.sql.dialect import Compiled
 from nlql.sql.duckdb import DuckDBDialect
-from nlql.sql.ingest import Prepared, prepare
+from nlql.sql.ingest import Prepared, prepare, shadows, verbatim
 from nlql.sql.nodes import SimilarityScore
 from nlql.stores.base import DocRecord, Row
 from nlql.stores.batch import DocBatch, is_columnar, latest_per_id
@@ -33,6 +33,8 @@ from nlql.stores.duckdb.driver import (
     render,
 )
 from nlql.stores.duckdb.entities import DuckDBEntities
+from nlql.stores.duckdb.shadows import ascii_shadows
+from nlql.stores.duckdb.terms import term_rows
 from nlql.stores.interrupt import at_deadline, timed_out
 from nlql.stores.sqlstore import SqlStore
 
@@ -515,22 +517,40 @@ class DuckDBStore(DuckDBEntities, SqlStore):
         codec = self.dialect.codec
         assert self.dim is not None
         batch = cast(DocBatch, docs) if is_columnar(docs) else None
-        p = prepare(docs, self.dim, codec.escape if codec.escaped else None, self.analyzer if self.bm25 else None,
-                    columns=batch)
         s, i64, i32, f64 = pa.string(), pa.int64(), pa.int32(), pa.float64()
+        # (an ASCII batch's sentences as one Arrow column, the units' content unless escaping rewrote one)
+        sentences: list[str] = batch.contents if batch is not None else []
+        contents = pa.array(sentences, type=s) if batch is not None and "".join(sentences).isascii() else None
+        # the batch's term rows counted in Arrow (nlql.stores.duckdb.terms: its ASCII sentences' words found
+        # there), written with the escape the sentences take
+        counted = (term_rows(self.analyzer, sentences, codec.escape if codec.escaped else None)
+                   if self.bm25 and batch is not None else None)
+
+        def shadows_of(strings: list[str], esc: Callable[[str], str]) -> tuple[Any, Any, Any]:
+            # (plain ASCII ids and sentences: in Arrow, nlql.stores.duckdb.shadows)
+            arr = contents if contents is not None and strings == sentences else None
+            got = ascii_shadows(strings, arr, None if esc is verbatim else esc)
+            return got if got is not None else shadows(strings, esc)
+
+        p = prepare(docs, self.dim, codec.escape if codec.escaped else None,
+                    self.analyzer if self.bm25 and counted is None else None, columns=batch, shadows_of=shadows_of)
+        if counted is not None:
+            p.nterms = counted[1].tolist()
         ids_arr = pa.array(p.doc_ids, type=s)
         flat_t, mflat = self._flat_rows(p, ids_arr)
         docs_t = pa.table({"doc_id": ids_arr, "seq": pa.array(p.seqs, type=i64), "text": pa.array(p.texts, type=s),
                            "metadata": pa.array(p.metadata, type=s), "mflat": mflat,
-                           "fold": pa.array(p.folds, type=s), "num": pa.array(p.nums, type=f64),
-                           "ts": pa.array(p.stamps, type=i64)})
+                           "fold": _column(p.folds, s), "num": _column(p.nums, f64),
+                           "ts": _column(p.stamps, i64)})
         unit_owner = pa.array(p.unit_doc)
         ucols: dict[str, Any] = {
             "doc_id": ids_arr.take(unit_owner), "position": pa.array(p.positions, type=i32),
-            "content": pa.array(p.contents, type=s), "start": pa.array(p.starts, type=i32),
+            # (the batch's own column unless escaping rewrote a sentence: list equality tests identity first)
+            "content": contents if contents is not None and p.contents == sentences else pa.array(p.contents, type=s),
+            "start": pa.array(p.starts, type=i32),
             "end": pa.array(p.ends, type=i32), "tail": pa.array(p.tails, type=s),
-            "seq": docs_t.column("seq").take(unit_owner), "fold": pa.array(p.unit_folds, type=s),
-            "num": pa.array(p.unit_nums, type=f64), "ts": pa.array(p.unit_stamps, type=i64),
+            "seq": docs_t.column("seq").take(unit_owner), "fold": _column(p.unit_folds, s),
+            "num": _column(p.unit_nums, f64), "ts": _column(p.unit_stamps, i64),
             "nterms": pa.array(p.nterms, type=i32), "metadata": docs_t.column("metadata").take(unit_owner),
             "embedding": pa.FixedSizeListArray.from_arrays(pa.array(p.vectors.ravel()), self.dim),
             "doc_row": unit_owner}  # (each unit's document in the batch: _write gives it the document's dkey)
@@ -539,7 +559,7 @@ class DuckDBStore(DuckDBEntities, SqlStore):
             *(ucols[c] if c not in ("start", "end") else pc.cast(ucols[c], s) for c in self.dialect.PACKED),
             self.dialect.PACK_SEPARATOR)
         units_t = pa.table(ucols)
-        terms_t = self._term_rows(p)
+        terms_t = counted[0] if counted is not None else self._term_rows(p)
         mc: dict[str, list[Any]] = {k: [] for k in ("doc_id", "path", "s", "f", "n", "t", "b")}
         for doc_id, members in zip(p.doc_ids, p.members, strict=True):
             if members:
@@ -603,15 +623,21 @@ class DuckDBStore(DuckDBEntities, SqlStore):
         rank[np.asarray(ranked)] = np.arange(len(paths), dtype=np.int64)
         order = np.argsort(rank[index_np], kind="stable")
         index, owner = pa.array(index_np[order]), pa.array(owner_np[order])
+        # each distinct record's string checksum (codec.string_key), NULL without a string
+        hkeys = pa.array([None if v is None else string_key(path, v) for path, v in zip(paths, cols[0], strict=True)],
+                         type=pa.int64())
         flat_t = pa.table({"doc_id": ids.take(owner), "path": pairs.column("path").take(index),
-                           **{k: pairs.column(k).take(index) for k in "sfntb"}, "doc_row": owner})
+                           **{k: pairs.column(k).take(index) for k in "sfntb"}, "doc_row": owner,
+                           "hkey": hkeys.take(index)})
         return flat_t, mflat
 
     def _write(self, ids: list[str], docs_t: Any, units_t: Any, terms_t: Any, added_n: int, added_len: int,
                ents_t: Any = None, flat_t: Any = None, members: dict[str, list[Any]] | None = None) -> None:
         d = self.dialect
         pa = import_arrow()
-        with self._tx() as conn:
+        import pyarrow.compute as pc
+
+        with self._one_thread(), self._tx() as conn:
             with registered(conn, pa.table({"doc_id": docs_t.column("doc_id")})) as id_src:
                 stored = self._run(conn, sql("SELECT count(*) FROM ", d.docs, f" WHERE doc_id IN (SELECT doc_id "
                                              f"FROM \"{id_src}\")")).fetchall()[0][0]
@@ -634,14 +660,13 @@ class DuckDBStore(DuckDBEntities, SqlStore):
                 self._load_members(conn, members, dict(zip(ids, keys[:n_docs].tolist(), strict=True)))
             if flat_t is not None and flat_t.num_rows:
                 flat_t = flat_t.append_column("dkey", dkeys.take(flat_t.column("doc_row")))
-                flat_t = flat_t.append_column("hkey", _string_keys(flat_t.column("path"), flat_t.column("s")))
                 with registered(conn, flat_t) as name:
                     # (in the table's order already: _flat_rows)
                     self._run(conn, d.bulk_load("flat", ["doc_id", "path", "s", "f", "n", "t", "b", "dkey", "hkey"],
                                                 name))
-            if ents_t:
+            if ents_t is not None and len(ents_t):
                 self._add_links(conn, ents_t)
-            self._run(conn, d.put_meta("meta", "max_seq", str(max(docs_t.column("seq").to_pylist())), keep_max=True))
+            self._run(conn, d.put_meta("meta", "max_seq", str(pc.max(docs_t.column("seq")).as_py()), keep_max=True))
             with registered(conn, docs_t) as name:
                 self._run(conn, d.bulk_load("docs", ["doc_id", "seq", "text", "metadata", "mflat", "fold", "num",
                                                      "ts"], name))
@@ -663,8 +688,24 @@ class DuckDBStore(DuckDBEntities, SqlStore):
     def _finish(self) -> None:
         """After the last write of a call: the sorted tables kept sorted (:meth:`_cluster`), in a
         transaction of its own (in the write's, DuckDB splits the units' row groups)."""
-        with self._tx() as conn:
+        with self._one_thread(), self._tx() as conn:
             self._cluster(conn)
+
+    @contextmanager
+    def _one_thread(self) -> Iterator[None]:
+        """A write's statements on one DuckDB thread, in the in-memory database this store created (no
+        other store shares it: the setting is the database's). DuckDB's second thread saved no time on
+        the bulk inserts and cost CPU: at 100k (bench/duckdb_ingest.py's ingest, three alternations each,
+        median) 2.64 s wall / 2.70 s CPU against 2.79 / 2.88 s at load 1.5, 2.55 against 2.76 s wall at
+        load 2.5, where the core it takes is another process's."""
+        if not (self._own_conn and self.path is None):
+            yield
+            return
+        self._conn.execute("SET threads = 1")
+        try:
+            yield
+        finally:
+            self._conn.execute("RESET threads")
 
     def _cluster(self, conn: Any) -> None:
         """Keep the term and metadata tables sorted by what statements look up (``DuckDBDialect.CLUSTERED``):
@@ -1063,18 +1104,10 @@ def _member_rows(mc: dict[str, list[Any]], doc_id: str, lists: dict[str, list[di
                 mc[field].append(rec.get(field))
 
 
-def _string_keys(paths: Any, strings: Any) -> Any:
-    """``string_key(path, s)`` per row of two Arrow string columns (NULL where ``s`` is), computed once
-    per distinct pair (a batch repeats few paths and, for a selective value, few strings)."""
+def _column(values: Any, type_: Any) -> Any:
+    """An Arrow array of ``values`` (a list, or an Arrow array already)."""
     pa = import_arrow()
-    import pyarrow.compute as pc
-
-    joined = pc.binary_join_element_wise(paths, strings, "\x00")  # (neither holds NUL: codec.string_key)
-    if isinstance(joined, pa.ChunkedArray):
-        joined = joined.combine_chunks()
-    coded = joined.dictionary_encode()
-    keys = [string_key(*pair.split("\x00", 1)) for pair in coded.dictionary.to_pylist()]
-    return pa.array(keys, type=pa.int64()).take(coded.indices)
+    return values if isinstance(values, pa.Array) else pa.array(values, type=type_)
 
 
 def _info_key(key: str) -> str:
