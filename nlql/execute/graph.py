@@ -296,12 +296,12 @@ def _first_occurrences(text: str, keys: Sequence[str], words: str = "unicode") -
     from nlql.text.entities import token_spans
 
     toks = token_spans(text, words)
-    words = [t for t, _, _ in toks]
+    seen = [t for t, _, _ in toks]
     occ: list[tuple[int, int, str]] = []
     for key in keys:
         parts = key.split(" ")
         n = len(parts)
-        occ.extend((i, i + n, key) for i in range(len(words) - n + 1) if words[i:i + n] == parts)
+        occ.extend((i, i + n, key) for i in range(len(seen) - n + 1) if seen[i:i + n] == parts)
     kept: dict[str, tuple[int, int]] = {}
     for i, j, key in sorted(occ):
         if not any(a <= i and b >= j and b - a > j - i for a, b, _ in occ):
