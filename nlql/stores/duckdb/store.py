@@ -117,7 +117,7 @@ class DuckDBStore(DuckDBEntities, SqlStore):
         self._seen = threading.local()  # per thread: the rows and vectors the last knn read (_remember)
         self._large: dict[str, int] = {}  # filters found to pass more than SMALL_ROWS rows (_small_knn), per write
         self._probes: dict[int, tuple[Any, ...]] = {}  # _small_knn's statement per compiled filter (by identity)
-        self._parsed: dict[str, Any] = {}  # knn's statements parsed once (_statement), by text
+        self._parsed: dict[str, Any] = {}  # knn's and hybrid statements parsed once (_statement), by text
         self._own_conn = connection is None
         self._conn: Any = connection if connection is not None else self._connect()
         self._external: Any = None
@@ -1006,7 +1006,7 @@ class DuckDBStore(DuckDBEntities, SqlStore):
         compiled = self.dialect.compile(lowered, "exact")
 
         def run() -> tuple[list[tuple[Any, ...]], dict[str, int]]:
-            cur = self._conn.execute(compiled.text, compiled.params(slots))
+            cur = self._conn.execute(self._statement(compiled.text), compiled.params(slots))
             col = Compiled.reader([c[0] for c in cur.description])
             return cur.fetchall(), col
 
