@@ -83,23 +83,22 @@ class MilvusServer:
                 self.proc.wait(10)
         # the launcher's `milvus run standalone` can outlive its process group; left running, it holds
         # the internal components' fixed ports and the next session's server cannot start
-        for pid in self._engine_pids():
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
+        _kill_engine(self.data)
         self.log.close()
 
-    def _engine_pids(self) -> list[int]:
-        """The processes running this server's own copy of the Milvus binary (found by /proc cmdline)."""
-        marker = str(self.data).encode()
-        pids = []
-        for entry in Path("/proc").glob("[0-9]*"):
-            try:
-                cmdline = (entry / "cmdline").read_bytes()
-            except OSError:
-                continue
-            if marker in cmdline and b"milvus" in cmdline and int(entry.name) != os.getpid():
-                pids.append(int(entry.name))
-        return pids
+
+def _kill_engine(data: Path) -> None:
+    """Kill the processes running the server's own copy of the Milvus binary (found by /proc cmdline:
+    the data directory in it), which outlive its process group."""
+    marker = str(data).encode()
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if marker in cmdline and b"milvus" in cmdline and int(entry.name) != os.getpid():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(int(entry.name), signal.SIGKILL)
 
 
 # ------------------------------------------------------------------- one server for every xdist worker
@@ -195,12 +194,4 @@ def _stop_foreign(pid: int, data: Path) -> None:
         time.sleep(0.2)
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGKILL)
-    marker = str(data).encode()
-    for entry in Path("/proc").glob("[0-9]*"):
-        try:
-            cmdline = (entry / "cmdline").read_bytes()
-        except OSError:
-            continue
-        if marker in cmdline and b"milvus" in cmdline and int(entry.name) != os.getpid():
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(int(entry.name), signal.SIGKILL)
+    _kill_engine(data)
