@@ -34,7 +34,7 @@ from nlql.stores.duckdb.driver import (
 )
 from nlql.stores.duckdb.entities import DuckDBEntities
 from nlql.stores.duckdb.shadows import ascii_shadows
-from nlql.stores.duckdb.terms import term_rows
+from nlql.stores.duckdb.terms import count_rows, term_rows
 from nlql.stores.interrupt import at_deadline, timed_out
 from nlql.stores.sqlstore import SqlStore
 
@@ -580,16 +580,9 @@ class DuckDBStore(DuckDBEntities, SqlStore):
         pa = import_arrow()
         n_units = len(p.nterms)
         coded = pa.array(p.term_list, type=pa.string()).dictionary_encode()
-        distinct = coded.dictionary.to_pylist()
-        order = sorted(range(len(distinct)), key=distinct.__getitem__)  # (code points: UTF-8's byte order)
-        rank = np.empty(len(order), dtype=np.int64)
-        rank[order] = np.arange(len(order), dtype=np.int64)
         unit = np.repeat(np.arange(n_units, dtype=np.int64), np.asarray(p.nterms, dtype=np.int64))
-        codes, tf = np.unique(rank[coded.indices.to_numpy(zero_copy_only=False)] * max(n_units, 1) + unit,
-                              return_counts=True)
-        term_rank, unit = np.divmod(codes, max(n_units, 1))
-        return pa.table({"term": pa.array([distinct[i] for i in order], type=pa.string()).take(pa.array(term_rank)),
-                         "unit": pa.array(unit), "tf": pa.array(tf.astype(np.int32))})
+        return count_rows(coded.dictionary, coded.indices.to_numpy(zero_copy_only=False).astype(np.int64), unit,
+                          n_units)
 
     def _flat_rows(self, p: Prepared, ids: Any) -> tuple[Any, Any]:
         """The ``<prefix>_flat`` rows of a prepared batch as an Arrow table, in the table's order

@@ -27,7 +27,7 @@ import numpy as np
 from nlql.sql.ingest import escaper, verbatim
 from nlql.stores.duckdb.driver import import_arrow
 
-__all__ = ["term_rows"]
+__all__ = ["count_rows", "term_rows"]
 
 # ASCII \w is [A-Za-z0-9_] and casefolding lowers A-Z: each byte lowered, or a space if no word byte
 WORD_BYTES = bytes(c + 32 if 65 <= c <= 90 else c if (48 <= c <= 57 or 97 <= c <= 122 or c == 95) else 32
@@ -41,8 +41,6 @@ def term_rows(analyzer: Any, contents: Sequence[str], escape: Callable[[str], st
     found in Arrow; the others' terms are the analyzer's (:meth:`~nlql.text.analyzer.Analyzer.terms_flat`),
     written with ``escape`` (None: verbatim) when one of them needs it."""
     pa = import_arrow()
-    import pyarrow.compute as pc
-
     n = len(contents)
     nterms = np.zeros(n, dtype=np.int64)
     if "".join(contents).isascii():
@@ -87,7 +85,17 @@ def term_rows(analyzer: Any, contents: Sequence[str], escape: Callable[[str], st
         distinct, into = both.dictionary, both.indices.to_numpy()
         code = np.concatenate([into[c] for c in (codes[0], codes[1] + len(dictionaries[0]))])
     unit = np.concatenate(units) if len(units) > 1 else units[0]
-    # each distinct term's rank in byte order (what DuckDB compares text in), then one sort of integers
+    return count_rows(distinct, code, unit, n), nterms
+
+
+def count_rows(distinct: Any, code: np.ndarray, unit: np.ndarray, n: int) -> Any:
+    """The ``(term, unit, tf)`` table of term occurrences: ``distinct`` the terms (an Arrow string
+    array), ``code`` each occurrence's index into it, ``unit`` its sentence (of ``n``); per sentence and
+    distinct term, how often it occurs, ordered by term (byte order, what DuckDB compares text in) then
+    sentence, from one sort of integers (each term's rank times the sentences, plus the sentence)."""
+    pa = import_arrow()
+    import pyarrow.compute as pc
+
     order = pc.sort_indices(distinct).to_numpy()
     rank = np.empty(len(order), dtype=np.int64)
     rank[order] = np.arange(len(order), dtype=np.int64)
@@ -95,7 +103,7 @@ def term_rows(analyzer: Any, contents: Sequence[str], escape: Callable[[str], st
     pairs, tf = np.unique(rank[code] * width + unit, return_counts=True)
     term_rank, unit_of = np.divmod(pairs, width)
     terms_col = distinct.take(pa.array(order)).take(pa.array(term_rank))
-    return pa.table({"term": terms_col, "unit": pa.array(unit_of), "tf": pa.array(tf.astype(np.int32))}), nterms
+    return pa.table({"term": terms_col, "unit": pa.array(unit_of), "tf": pa.array(tf.astype(np.int32))})
 
 
 def _ascii_words(contents: Sequence[str], stopwords: frozenset[str]) -> tuple[Any, np.ndarray]:
