@@ -53,7 +53,7 @@ from typing import Any
 
 import regex
 
-__all__ = ["CHINESE_STOPWORDS", "CJK_MODES", "ENGLISH_STOPWORDS", "PRESETS", "SCRIPT_STEMMERS", "SPACELESS_CHARS",
+__all__ = ["ASCII_WORD_BYTES", "CHINESE_STOPWORDS", "CJK_MODES", "ENGLISH_STOPWORDS", "PRESETS", "SCRIPT_STEMMERS", "SPACELESS_CHARS",
            "STEMMER_ALIASES", "UNICODE_WORDS", "WORD_MODES", "Analyzer"]
 
 #: Words as Python's ``re`` reads ``\w`` (no combining marks): the analyzer of stores written before
@@ -68,10 +68,12 @@ WORD_MODES: tuple[str, ...] = ("unicode", "python")
 _SEP = "\x00"  # between the texts of a batch (Analyzer.terms_flat)
 _WORD_OR_SEP = re.compile(r"\w+|\x00")
 _UWORD_OR_SEP = regex.compile(r"\w+|\x00")
-# ASCII text's \w+ words, casefolded, as whitespace-separated tokens: A-Z lowered, letters, digits, "_"
-# and the separator kept, every other byte a space
-_ASCII_WORDS = bytes(c + 32 if 65 <= c <= 90 else c if (48 <= c <= 57 or 97 <= c <= 122 or c in (0, 95)) else 32
-                     for c in range(256))
+#: ASCII text's \w+ words, casefolded, as space-separated tokens (a ``bytes.translate`` table): A-Z
+#: lowered, letters, digits and "_" kept, every other byte a space (the DuckDB store's term rows read it)
+ASCII_WORD_BYTES = bytes(c + 32 if 65 <= c <= 90 else c if (48 <= c <= 57 or 97 <= c <= 122 or c == 95) else 32
+                         for c in range(256))
+# the same with the batch separator (NUL) kept (Analyzer.terms_flat)
+_ASCII_WORDS = b"\x00" + ASCII_WORD_BYTES[1:]
 #: Han (with extensions and compatibility ideographs), kana, Hangul: the scripts written without spaces.
 _CJK_CHARS = ("\u1100-\u11ff\u3040-\u30ff\u3130-\u318f\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff"
               "\ua960-\ua97f\uac00-\ud7af\uf900-\ufaff\uff66-\uff9f\U00020000-\U0003134f")

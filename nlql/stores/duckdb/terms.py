@@ -26,12 +26,10 @@ import numpy as np
 
 from nlql.sql.ingest import escaper, verbatim
 from nlql.stores.duckdb.driver import import_arrow
+from nlql.text.analyzer import ASCII_WORD_BYTES
 
 __all__ = ["count_rows", "term_rows"]
 
-# ASCII \w is [A-Za-z0-9_] and casefolding lowers A-Z: each byte lowered, or a space if no word byte
-WORD_BYTES = bytes(c + 32 if 65 <= c <= 90 else c if (48 <= c <= 57 or 97 <= c <= 122 or c == 95) else 32
-                   for c in range(256))
 
 
 def term_rows(analyzer: Any, contents: Sequence[str], escape: Callable[[str], str] | None = None) -> tuple[Any, np.ndarray]:
@@ -116,7 +114,7 @@ def _ascii_words(contents: Sequence[str], stopwords: frozenset[str]) -> tuple[An
     # sentence over them (ASCII: a character is a byte), split on the spaces
     ends = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(np.fromiter(map(len, contents), dtype=np.int64, count=n), out=ends[1:])
-    data = "".join(contents).encode("ascii").translate(WORD_BYTES)
+    data = "".join(contents).encode("ascii").translate(ASCII_WORD_BYTES)
     spaced = pa.LargeStringArray.from_buffers(n, pa.array(ends, type=pa.int64()).buffers()[1], pa.py_buffer(data))
     lists = pc.ascii_split_whitespace(spaced)
     words = pc.list_flatten(lists)
