@@ -32,6 +32,7 @@ The embedder is the real all-MiniLM-L6-v2 (ONNX, offline) behind an on-disk cach
 so a rerun does not re-embed; ``--embedder hash`` is for smoke tests.
 
     python bench/quality.py [--sets stdlib,man,multilingual] [--beir DIR] [--embedder minilm|hash] [--limit N]
+    python bench/quality.py --sets man --man-distractors 2400 --out bench/results/quality_man_system.json
 
 Writes bench/results/quality.json and quality.md.
 """
@@ -45,6 +46,7 @@ import inspect
 import json
 import math
 import os
+import random
 import re
 import sys
 import time
@@ -411,12 +413,14 @@ def _man_sections(raw: str) -> dict[str, str]:
     return {k: "".join(v) for k, v in out.items()}
 
 
-def build_man_set(max_chars: int = 700) -> BeirSet:
+def build_man_set(max_chars: int = 700, distractors: int = 0, seed: int = 7) -> BeirSet:
     """The man-page set, built from this machine: one passage per section 1/8 page of :data:`MAN_PACKAGES`
     (its NAME line and the start of its DESCRIPTION), queries and labels from ``bench/data/man-queries``.
 
     The pages are not shipped (their licences vary by package); the queries and their labels are ours.
     A label naming a page this machine does not have is dropped, and a query left without one too.
+    ``distractors`` adds that many other section 1/8 pages of this machine (any package, drawn with
+    ``seed``): the same questions against a corpus the size of a whole system's manual.
     """
     import gzip
 
@@ -427,8 +431,16 @@ def build_man_set(max_chars: int = 700) -> BeirSet:
             if lst.is_file():
                 files += [Path(line.strip()) for line in lst.read_text(encoding="utf-8", errors="replace").splitlines()
                           if re.match(r"^/usr/share/man/man[18]/[^/]+\.[18]\w*\.gz$", line.strip())]
+    pages = sorted(set(files), key=lambda x: (x.parent.name, x.name))
+    others = sorted(set(Path("/usr/share/man/man1").glob("*.gz")) | set(Path("/usr/share/man/man8").glob("*.gz")))
+    random.Random(seed).shuffle(others)
+    wanted: int | None = None
     corpus: dict[str, dict[str, str]] = {}
-    for f in sorted(set(files), key=lambda x: (x.parent.name, x.name)):
+    for f in pages + (others if distractors else []):
+        if wanted is None and f not in pages:
+            wanted = len(corpus) + distractors
+        if wanted is not None and len(corpus) >= wanted:
+            break
         name = re.sub(r"\.[18]\w*\.gz$", "", f.name)
         if name in corpus or not f.exists():
             continue
@@ -462,8 +474,8 @@ def build_man_set(max_chars: int = 700) -> BeirSet:
                          "page(s) a user would need (e.g. 'how much disk space a directory uses' → du); "
                          "labels were chosen from knowledge of the commands, before any run",
             "licence": "not redistributed: built at bench time from /usr/share/man",
-            "pages": len(corpus), "queries": len(queries)}
-    return BeirSet("man-pages", corpus, queries, qrels, info)
+            "pages": len(corpus), "queries": len(queries), "distractors": distractors}
+    return BeirSet(f"man-pages-{len(corpus)}" if distractors else "man-pages", corpus, queries, qrels, info)
 
 
 # --------------------------------------------------------------------------------------- evaluation
@@ -736,13 +748,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--embedder", choices=("minilm", "minilm-int8", "hash"), default="minilm")
     ap.add_argument("--limit", type=int, default=None, help="evaluate only the first N queries of each set")
     ap.add_argument("--build", action="store_true", help="rebuild bench/data/stdlib-known-item first")
+    ap.add_argument("--man-distractors", type=int, default=0, metavar="N",
+                    help="add N other section 1/8 pages of this machine to the man-page set (a whole system's manual)")
     ap.add_argument("--out", type=Path, default=RESULTS / "quality.json")
     args = ap.parse_args(argv)
     started = time.perf_counter()
     embedder = make_embedder(args.embedder)
     wanted = [s.strip() for s in args.sets.split(",") if s.strip()]
     loaders = {"stdlib": (lambda: load_stdlib_set(args.build), "known-item"),
-               "man": (build_man_set, "labelled by hand"), "multilingual": (load_multilingual_set, "multilingual")}
+               "man": (lambda: build_man_set(distractors=args.man_distractors), "labelled by hand"), "multilingual": (load_multilingual_set, "multilingual")}
     sets = []
     for name in wanted:
         load, kind = loaders[name]
