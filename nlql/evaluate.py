@@ -42,7 +42,7 @@ class Env:
     """Plan-time environment: the clock, resolved periods, compiled bindings, user functions."""
 
     now: datetime
-    score_names: Mapping[ir.Node, str]  # score Call (SIMILARITY/BM25/RRF/INTERLEAVE/MMR) -> score slot
+    score_names: Mapping[ir.Call, str]  # score Call (SIMILARITY/BM25/RRF/INTERLEAVE/MMR) -> score slot
     binding_exprs: Mapping[str, ir.Expr]
     functions: Mapping[str, Callable[..., Any]]
     periods: Mapping[ir.Node, tuple[datetime, datetime]]
@@ -50,10 +50,10 @@ class Env:
     compiled_bindings: dict[str, RowFn] = field(default_factory=dict)
     # GRAPH: call -> (text, hops, decay), and (text, hops, decay) -> {(doc_id, position): activation},
     # filled by the executor before rows are evaluated (lazily: a GRAPH call asks for its values)
-    graphs: Mapping[ir.Node, tuple[str, int, float]] = field(default_factory=dict)
+    graphs: Mapping[ir.Call, tuple[str, int, float]] = field(default_factory=dict)
     graph_values: Callable[[tuple[str, int, float]], Mapping[tuple[str, int], float]] | None = None
     # TEMPORAL: call -> the period extracted from its text at plan time (None: no period found)
-    temporals: Mapping[ir.Node, Any] = field(default_factory=dict)
+    temporals: Mapping[ir.Call, Any] = field(default_factory=dict)
     analyzer: Any = None  # the BM25 analyzer HIGHLIGHT matches terms with (None: the default one)
 
     def binding_fn(self, name: str) -> RowFn:
