@@ -7,7 +7,6 @@ from datetime import date, datetime, timezone
 from typing import Any
 
 from nlql import ir
-from nlql import values as V
 from nlql.errors import ParamError
 from nlql.plan.rewrite import rewrite
 
