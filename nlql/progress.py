@@ -34,7 +34,8 @@ import time
 from collections.abc import Callable
 from typing import IO, Any, Protocol, runtime_checkable
 
-__all__ = ["PlainProgress", "Progress", "TerminalProgress", "chunks", "format_seconds", "make_progress"]
+__all__ = ["PlainProgress", "Progress", "TerminalProgress", "chunks", "counting_progress", "format_seconds",
+           "make_progress"]
 
 #: Sentences embedded per call while progress is shown: small enough that the first report (and so
 #: the ETA) comes within seconds on a slow CPU, large enough that batching by length still pays.
