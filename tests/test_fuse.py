@@ -143,5 +143,5 @@ def test_a_null_weight_is_a_clear_error(fusion: str) -> None:
     e = _engine()
     q = f'SELECT SENTENCE LET r = {fusion}(SIMILARITY(content, "agents"), BM25(content, "agents"), weights => {{}})'
     for weights, params in (("[null, 1]", None), ("[$w, 1]", {"w": None}), ("$ws", {"ws": [1, None]})):
-        with pytest.raises(NLQLError, match="weights must be a list of numbers"):
+        with pytest.raises(NLQLError, match=f"{fusion} weights must be a list of numbers"):
             e.search(q.format(weights), params=params)
