@@ -31,6 +31,8 @@ from nlql.errors import Diagnostic, MissingDependencyError, NLQLError
 from nlql.values import json_default
 
 if TYPE_CHECKING:
+    from typing_extensions import TypeIs
+
     from nlql.engine import Engine
 
 __all__ = [
@@ -507,20 +509,32 @@ class _Opener:
     before the store is read) and kept; a failed opening is tried again on the next call."""
 
     def __init__(self, engine: Engine | Callable[[], Engine]) -> None:
-        self._engine = None if callable(engine) and not hasattr(engine, "search") else engine
-        self._open = engine if self._engine is None else None
+        self._engine: Engine | None = None
+        self._open: Callable[[], Engine] | None = None
+        if _opens_engine(engine):
+            self._open = engine
+        else:
+            self._engine = engine
         self._lock = threading.Lock()
 
     def __call__(self) -> Engine:
-        if self._engine is None:
+        engine = self._engine
+        if engine is None:
             with self._lock:
-                if self._engine is None:
-                    self._engine = self._open()  # type: ignore[misc]
-        return self._engine  # type: ignore[return-value]
+                engine = self._engine
+                if engine is None:
+                    assert self._open is not None  # (no engine given: a function that opens one was)
+                    engine = self._engine = self._open()
+        return engine
 
     @property
     def opened(self) -> Engine | None:
         return self._engine
+
+
+def _opens_engine(engine: Engine | Callable[[], Engine]) -> TypeIs[Callable[[], Engine]]:
+    """Whether ``engine`` is a function that opens the engine rather than one (which has ``search``)."""
+    return callable(engine) and not hasattr(engine, "search")
 
 
 def build_mcp_server(engine: Engine | Callable[[], Engine], name: str = "nlql") -> Any:
@@ -558,10 +572,15 @@ def build_mcp_server(engine: Engine | Callable[[], Engine], name: str = "nlql") 
 
     from nlql import __version__
 
+    class Served(Server):
+        """The SDK's server, with the engine it serves (``nlql mcp`` closes it)."""
+
+        nlql_engine: _Opener  # its ``opened``: the engine, or None before first use
+
     try:
-        server = Server(name, instructions=MCP_INSTRUCTIONS, version=__version__)
+        server = Served(name, instructions=MCP_INSTRUCTIONS, version=__version__)
     except TypeError:  # an SDK without the version argument
-        server = Server(name, instructions=MCP_INSTRUCTIONS)
+        server = Served(name, instructions=MCP_INSTRUCTIONS)
 
     opener = _Opener(engine)
 
@@ -584,7 +603,7 @@ def build_mcp_server(engine: Engine | Callable[[], Engine], name: str = "nlql") 
             return
         if isinstance(value, bool) and kind is not bool or not isinstance(value, kind):
             raise ToolError(f"argument {name!r} must be {what}, not {type(value).__name__}")
-        if minimum is not None and value < minimum:
+        if minimum is not None and isinstance(value, int) and value < minimum:
             raise ToolError(f"argument {name!r} must be at least {minimum}, not {value}")
 
     def common(query: Any, params: Any) -> None:
@@ -662,5 +681,5 @@ def build_mcp_server(engine: Engine | Callable[[], Engine], name: str = "nlql") 
         out = schema_query(store())
         return str(out.get("text") or out.get("error"))
 
-    server.nlql_engine = opener  # the opened engine, or None before first use (``nlql mcp`` closes it)
+    server.nlql_engine = opener
     return server

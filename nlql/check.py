@@ -1215,8 +1215,7 @@ class _Checker:
             values = []
             for item in w.items:
                 if isinstance(item, Param):
-                    v = self._param_value(item)
-                    values.append(None if v is _UNBOUND else v)
+                    values.append(self._param_value(item))  # an unbound one is checked once bound
                 elif isinstance(item, Literal):
                     values.append(item.value)
                 else:
@@ -1232,7 +1231,7 @@ class _Checker:
         else:
             self._report(w, f"{name} weights must be a list of numbers", "e.g. weights => [2, 1]", code="score")
             return
-        if any(v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))) for v in values):
+        if any(v is not _UNBOUND and (isinstance(v, bool) or not isinstance(v, (int, float))) for v in values):
             self._report(w, f"{name} weights must be a list of numbers", "e.g. weights => [2, 1]", code="score")
         elif len(values) != arms:
             self._report(w, f"{name} has {arms} arms but {len(values)} weights", "give one weight per argument",

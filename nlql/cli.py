@@ -599,10 +599,10 @@ def ingest_documents(engine: Engine, docs: Sequence[Doc], batch_size: int = 64,
                      progress: bool = True, label: str = "ingest") -> tuple[int, int, float]:
     """Add ``docs`` with progress on stderr (:mod:`nlql.progress`: sentences embedded, rate, ETA; a bar
     on a terminal, plain lines when piped); (documents, sentences, seconds)."""
-    from nlql.progress import make_progress
+    from nlql.progress import counting_progress
 
     start = time.perf_counter()
-    report = make_progress(True, label=label, stream=sys.stderr) if progress else _Count()
+    report = counting_progress(label=label, stream=sys.stderr) if progress else _Count()
     engine.add_texts([d.text for d in docs], ids=[d.id for d in docs], metadatas=[d.metadata for d in docs],
                      batch_size=batch_size, progress=report)
     return len(docs), int(report.total), time.perf_counter() - start
@@ -1340,26 +1340,29 @@ def serve(
             config.validate()
         except ServeConfigError as exc:
             raise CLIError(str(exc), "nlql serve --host 0.0.0.0 --token \"$(openssl rand -hex 16)\"") from None
-        if store is None and not demo:
+        if demo:
+            target = store or "memory"
+        elif store is not None:
+            target = store
+        else:
             raise CLIError("nlql serve needs --store DIR (or --demo for the bundled corpus)")
         if processes > 1:
             from nlql.serve.processes import check_processes
 
             try:
-                check_processes(processes, store or "memory")
+                check_processes(processes, target or "memory")
             except ServeConfigError as exc:
                 raise CLIError(str(exc), "serve a PostgreSQL, Milvus or Qdrant server by URL, or drop "
                                          "--processes") from None
         if demo:
             from nlql.data import load_demo
 
-            target = store or "memory"
             engine, name = open_engine(target, embedder, create=True)
             if len(engine) == 0:
                 docs = [Doc(d["id"], d["text"], d["metadata"]) for d in load_demo()]
                 ingest_documents(engine, docs, 64, progress=sys.stderr.isatty(), label="embedding")
         else:
-            engine, name = open_engine(store, embedder)  # type: ignore[arg-type]
+            engine, name = open_engine(target, embedder)
         try:
             shown = f"[{host}]" if ":" in host else host
             err().print(f"NLQL {__version__} serving {escape(store or 'the demo corpus')} ({len(engine)} sentences, "
@@ -1372,7 +1375,7 @@ def serve(
                 from nlql.serve.processes import serve_processes
 
                 engine.close()
-                serve_processes(partial(_served_engine, store, name), config, processes, log_level=log_level)
+                serve_processes(partial(_served_engine, target, name), config, processes, log_level=log_level)
             else:
                 run_server(engine, config, log_level=log_level)
         finally:

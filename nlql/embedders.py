@@ -675,11 +675,13 @@ def export_onnx(model_dir: str | os.PathLike[str], out: str | os.PathLike[str]) 
                 torch.onnx.export(_Pooled(bert), args, str(tmp), input_names=names,
                                   output_names=["sentence_embedding"], opset_version=17, dynamo=False,
                                   dynamic_axes={n: {0: "batch", 1: "tokens"} for n in names})
-            except Exception:  # noqa: BLE001 - try the other exporter before giving up
+            except Exception as first:  # noqa: BLE001 - try the other exporter before giving up
                 batch, tokens = torch.export.Dim("batch"), torch.export.Dim("tokens", max=4096)
                 program = torch.onnx.export(_Pooled(bert), args, input_names=names,
                                             output_names=["sentence_embedding"], dynamo=True,
                                             dynamic_shapes={n: {0: batch, 1: tokens} for n in names})
+                if program is None:  # the dynamo exporter always returns its program
+                    raise RuntimeError("torch.onnx.export(dynamo=True) returned no ONNX program") from first
                 program.save(str(tmp), external_data=False)
         _fuse(tmp, int(getattr(bert.config, "num_attention_heads", 0) or 0),
               int(getattr(bert.config, "hidden_size", 0) or 0))

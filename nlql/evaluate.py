@@ -11,13 +11,16 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nlql import ir
 from nlql import values as V
 from nlql.errors import EvaluationError
 from nlql.functions import BUILTINS, parse_duration
 from nlql.patterns import Regex, compile_regex
+
+if TYPE_CHECKING:
+    from nlql.text.graph import Activation
 
 RowFn = Callable[["RowContext"], Any]
 
@@ -42,7 +45,7 @@ class Env:
     """Plan-time environment: the clock, resolved periods, compiled bindings, user functions."""
 
     now: datetime
-    score_names: Mapping[ir.Node, str]  # score Call (SIMILARITY/BM25/RRF/INTERLEAVE/MMR) -> score slot
+    score_names: Mapping[ir.Call, str]  # score Call (SIMILARITY/BM25/RRF/INTERLEAVE/MMR) -> score slot
     binding_exprs: Mapping[str, ir.Expr]
     functions: Mapping[str, Callable[..., Any]]
     periods: Mapping[ir.Node, tuple[datetime, datetime]]
@@ -50,10 +53,10 @@ class Env:
     compiled_bindings: dict[str, RowFn] = field(default_factory=dict)
     # GRAPH: call -> (text, hops, decay), and (text, hops, decay) -> {(doc_id, position): activation},
     # filled by the executor before rows are evaluated (lazily: a GRAPH call asks for its values)
-    graphs: Mapping[ir.Node, tuple[str, int, float]] = field(default_factory=dict)
-    graph_values: Callable[[tuple[str, int, float]], Mapping[tuple[str, int], float]] | None = None
+    graphs: Mapping[ir.Call, tuple[str, int, float]] = field(default_factory=dict)
+    graph_values: Callable[[tuple[str, int, float]], Activation] | None = None
     # TEMPORAL: call -> the period extracted from its text at plan time (None: no period found)
-    temporals: Mapping[ir.Node, Any] = field(default_factory=dict)
+    temporals: Mapping[ir.Call, Any] = field(default_factory=dict)
     analyzer: Any = None  # the BM25 analyzer HIGHLIGHT matches terms with (None: the default one)
 
     def binding_fn(self, name: str) -> RowFn:
@@ -145,14 +148,14 @@ def _graph(expr: ir.Call, env: Env) -> RowFn:
     source = env.graph_values
     if key is None or source is None:
         raise EvaluationError("GRAPH needs the engine's entity graph", expr.span)
-    values: list[Mapping[tuple[str, int], float]] = []
+    values: list[Activation] = []
     slot = graph_slot(key)
 
     def f_graph(ctx: RowContext) -> Any:
         if ctx.positions is None and slot in ctx.scores:
             return ctx.scores[slot]
         if not values:
-            values.append(source(key))  # type: ignore[misc]
+            values.append(source(key))
         got = values[0]
         if ctx.positions is None:
             return got.get((ctx.doc_id, ctx.position))
@@ -387,11 +390,11 @@ def _compile_call(expr: ir.Call, env: Env) -> RowFn:  # noqa: C901
             return lambda ctx: None
         from nlql.text.temporal import temporal_value
 
-        slot = temporal_slot(expr)
+        t_slot = temporal_slot(expr)
 
         def f_temporal(ctx: RowContext) -> Any:
-            if slot in ctx.scores:  # a row a one-statement SQL plan returned: the statement's value
-                return ctx.scores[slot]
+            if t_slot in ctx.scores:  # a row a one-statement SQL plan returned: the statement's value
+                return ctx.scores[t_slot]
             return temporal_value(V.as_datetime(x(ctx)), period)
         return f_temporal
     fn = env.functions.get(name)

@@ -1026,7 +1026,7 @@ def _describe_token_error(  # noqa: C901 - one flat list of named cases reads be
         return _UNIT_MESSAGE, f"did you mean {guess}?" if guess else None, _tok_span(last)
     if len(prev) >= 3 and prev[-3].type == "SELECT" and prev[-2].type == "NAME" and last.type == "LPAR":
         if prev[-2].upper() == "COUNT":
-            hint = ("COUNT counts units: SELECT COUNT(SENTENCE) or SELECT COUNT(DOCUMENT) BY meta.source"
+            hint: str | None = ("COUNT counts units: SELECT COUNT(SENTENCE) or SELECT COUNT(DOCUMENT) BY meta.source"
                     if kind in ("STAR", "NAME", "RPAR") else "write SELECT COUNT(DOCUMENT) BY meta.source")
             return "expected a unit inside COUNT(…): SENTENCE, CHUNK or DOCUMENT", hint, span
         return _UNIT_MESSAGE, None, _tok_span(prev[-2])

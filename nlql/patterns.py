@@ -168,27 +168,27 @@ class LikeMatcher:
 class _Segment:
     """A fixed-length run of literal characters and ``_``."""
 
-    __slots__ = ("_rx", "_text", "length")
+    __slots__ = ("_literal", "length")
 
     def __init__(self, items: list[str | None]) -> None:
         self.length = len(items)
+        # the plain text when every item is a literal character, else a regex with ``.`` for each ``_``
+        self._literal: str | re.Pattern[str]
         if any(c is None for c in items):
-            self._text = None
-            self._rx = re.compile("".join("." if c is None else re.escape(c) for c in items), re.DOTALL)
+            self._literal = re.compile("".join("." if c is None else re.escape(c) for c in items), re.DOTALL)
         else:
-            self._text = "".join(c for c in items if c is not None)
-            self._rx = None
+            self._literal = "".join(c for c in items if c is not None)
 
     def at(self, text: str, pos: int) -> bool:
-        if self._text is not None:
-            return text.startswith(self._text, pos)
-        return self._rx.match(text, pos) is not None  # type: ignore[union-attr]
+        if isinstance(self._literal, str):
+            return text.startswith(self._literal, pos)
+        return self._literal.match(text, pos) is not None
 
     def find(self, text: str, start: int, end: int) -> int:
         """Leftmost start ≥ ``start`` of this segment ending at or before ``end``; -1 if none."""
-        if self._text is not None:
-            return text.find(self._text, start, end)
-        m = self._rx.search(text, start, end)  # type: ignore[union-attr]
+        if isinstance(self._literal, str):
+            return text.find(self._literal, start, end)
+        m = self._literal.search(text, start, end)
         return -1 if m is None else m.start()
 
 

@@ -34,7 +34,8 @@ import time
 from collections.abc import Callable
 from typing import IO, Any, Protocol, runtime_checkable
 
-__all__ = ["PlainProgress", "Progress", "TerminalProgress", "chunks", "format_seconds", "make_progress"]
+__all__ = ["PlainProgress", "Progress", "TerminalProgress", "chunks", "counting_progress", "format_seconds",
+           "make_progress"]
 
 #: Sentences embedded per call while progress is shown: small enough that the first report (and so
 #: the ETA) comes within seconds on a slow CPU, large enough that batching by length still pays.
@@ -191,26 +192,32 @@ def _width(stream: IO[str]) -> int:
         return 0
 
 
+def counting_progress(*, label: str = "ingest", stream: IO[str] | None = None) -> TerminalProgress | PlainProgress:
+    """The built-in reporter (``make_progress(True)``): a bar when ``stream`` (stderr by default) is a
+    terminal, plain lines otherwise; it counts the sentences (``total``, ``done``)."""
+    out = stream if stream is not None else sys.stderr
+    try:
+        tty = bool(out.isatty())
+    except (AttributeError, ValueError):
+        tty = False
+    if tty and _width(out) > 0:
+        return TerminalProgress(out, label=label)
+    # not a terminal, or a terminal with no size (a pty nobody sized: `docker exec -t`, `script`,
+    # some CI runners), where a bar draws nothing: plain lines
+    try:  # NLQL_PROGRESS_INTERVAL: seconds between plain lines (default 10)
+        interval = float(os.environ.get("NLQL_PROGRESS_INTERVAL", "") or 10.0)
+    except ValueError:
+        interval = 10.0
+    return PlainProgress(out, label=label, interval=interval)
+
+
 def make_progress(progress: Any, *, label: str = "ingest", stream: IO[str] | None = None) -> Progress | None:
     """The reporter for ``add_texts(progress=...)``: ``False``/``None`` → none; ``True`` → a bar when
     ``stream`` (stderr by default) is a terminal, plain lines otherwise; a :class:`Progress` → itself."""
     if progress is None or progress is False:
         return None
     if progress is True:
-        out = stream if stream is not None else sys.stderr
-        try:
-            tty = bool(out.isatty())
-        except (AttributeError, ValueError):
-            tty = False
-        if tty and _width(out) > 0:
-            return TerminalProgress(out, label=label)
-        # not a terminal, or a terminal with no size (a pty nobody sized: `docker exec -t`, `script`,
-        # some CI runners), where a bar draws nothing: plain lines
-        try:  # NLQL_PROGRESS_INTERVAL: seconds between plain lines (default 10)
-            interval = float(os.environ.get("NLQL_PROGRESS_INTERVAL", "") or 10.0)
-        except ValueError:
-            interval = 10.0
-        return PlainProgress(out, label=label, interval=interval)
+        return counting_progress(label=label, stream=stream)
     if isinstance(progress, Progress):
         return progress
     raise TypeError("progress must be a bool or an object with start(), advance() and close()")

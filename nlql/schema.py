@@ -202,10 +202,12 @@ class MetaSummary:
             counted: Iterable[tuple[Any, int]] = (Counter(col) if one is not None
                                                   else Counter(zip(map(type, col), col))).items()
             full = len(key.values) >= MAX_DISTINCT
-            tv = one
+            tv: type
             for value, m in counted:
                 if one is None:
                     tv, value = value
+                else:
+                    tv = one
                 if full and tv is int:  # the common tail of a many-valued number key: counted, not listed
                     key.types["number"] += m
                     key.kinds[_number_kind(value)] += m
@@ -564,12 +566,12 @@ def data_warnings(query: Any, schema: Schema) -> list[Diagnostic]:
                 info = known[key_side.keys]
                 what = _never_matches(info, value)
                 if what is not None:
-                    types = ", ".join(t for t in info.types if t != "null")
+                    held = ", ".join(t for t in info.types if t != "null")
                     equality = (isinstance(node, ir.Compare) and node.op == "==") or (
                         isinstance(node, ir.In) and not node.negated)
                     tail = ": this comparison matches no document" if equality else ""
                     out.append(_warn(other, f"meta.{info.name} is never {what} in the data{where}{tail}",
-                                     f"meta.{info.name} holds {types}"
+                                     f"meta.{info.name} holds {held}"
                                      + (f", e.g. {_show(info.values[0][0])}" if info.values else "")))
                     break
     return sorted(out, key=lambda d: (d.line, d.column))

@@ -223,6 +223,7 @@ def test_arm_options_are_checked_with_position_and_hint(query: str, message: str
     ("k => 'x'", "RRF k must be a positive number"),
     ("weights => [1]", "RRF has 2 arms but 1 weights"),
     ("weights => ['a', 1]", "RRF weights must be a list of numbers"),
+    ("weights => [null, 1]", "RRF weights must be a list of numbers"),
     ("weights => 3", "RRF weights must be a list of numbers"),
 ])
 def test_rrf_k_and_weights(kwargs: str, message: str) -> None:
@@ -233,6 +234,10 @@ def test_rrf_params() -> None:
     q = S + SIM + ", f = RRF(s, k, k => $k, weights => $w)"
     assert check(q, params={"k": 30, "w": [1, 2]}) == []
     assert messages(q, params={"k": 0, "w": [1]}) == ["RRF k must be a positive number", "RRF has 2 arms but 1 weights"]
+    assert messages(q, params={"k": 30, "w": [1, None]}) == ["RRF weights must be a list of numbers"]
+    one_weight = S + SIM + ", f = RRF(s, k, weights => [$w, 1])"
+    assert messages(one_weight, params={"w": None}) == ["RRF weights must be a list of numbers"]
+    assert check(one_weight) == [] and check(one_weight, params={"w": 2}) == []  # unbound: checked once bound
 
 
 # ----------------------------------------------------------------------------------- limit/offset/unit

@@ -136,3 +136,12 @@ def test_fuse_on_the_built_in_stores_numpy_page_equals_row_by_row(tail: str) -> 
     got, want = fast.search(q), slow.search(q)
     assert got.stats.get("fast_path") == "fusion" and got.stats.get("fused_page") is not None, got.stats
     assert [(h.id, h.scores) for h in got] == [(h.id, h.scores) for h in want]
+
+
+@pytest.mark.parametrize("fusion", ["RRF", "FUSE"])
+def test_a_null_weight_is_a_clear_error(fusion: str) -> None:
+    e = _engine()
+    q = f'SELECT SENTENCE LET r = {fusion}(SIMILARITY(content, "agents"), BM25(content, "agents"), weights => {{}})'
+    for weights, params in (("[null, 1]", None), ("[$w, 1]", {"w": None}), ("$ws", {"ws": [1, None]})):
+        with pytest.raises(NLQLError, match=f"{fusion} weights must be a list of numbers"):
+            e.search(q.format(weights), params=params)

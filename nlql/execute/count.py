@@ -147,8 +147,11 @@ def _page(spec: CountSpec, unit: str, counts: dict[tuple[Any, ...], int],
         if index < 0:
             groups.sort(key=lambda k: counts[k], reverse=descending)
         else:
-            groups.sort(key=lambda k, i=index, d=descending, n=nulls_first: _value_key(shown[k][i], d, n),
-                        reverse=descending)
+            def by_value(k: tuple[Any, ...], i: int = index, d: bool = descending,
+                         n: bool = nulls_first) -> tuple[int, Any]:
+                return _value_key(shown[k][i], d, n)
+
+            groups.sort(key=by_value, reverse=descending)
     page = groups[spec.offset:]
     if spec.limit is not None:
         page = page[: spec.limit]

@@ -26,7 +26,7 @@ def example_vectors(run: Search, dim: int | None) -> dict[str, np.ndarray]:
     """Each vector / DOC SIMILARITY slot's query vector, (1, dim) float32, L2-normalised."""
     out: dict[str, np.ndarray] = {}
     for s in run.plan.scores:
-        if s.kind != "SIMILARITY" or (s.vector is None and s.doc is None):
+        if s.kind != "SIMILARITY":
             continue
         where = s.call.args[1].span if len(s.call.args) > 1 else s.call.span
         if s.vector is not None:
@@ -38,11 +38,13 @@ def example_vectors(run: Search, dim: int | None) -> dict[str, np.ndarray]:
                 raise PlanError("the query vector holds NaN or infinity", where, hint="pass finite numbers only")
             if not np.any(v):
                 raise PlanError("the query vector is all zeros: it has no direction to compare with", where)
-        else:
-            rows = run.store.document_rows([s.doc]).get(s.doc)  # type: ignore[list-item]
+        elif s.doc is not None:
+            rows = run.store.document_rows([s.doc]).get(s.doc)
             if not rows:
                 raise PlanError(f"DOC({s.doc!r}): no document has this id", where,
                                 hint="DOC takes the doc_id of a stored document")
             v = np.asarray(run.store.vectors([r.key for r in rows]), dtype=np.float64).mean(axis=0)
+        else:
+            continue  # an embedded text: no example vector
         out[s.slot] = V.normalize_rows(v.astype(np.float32)[None, :], zero_invalid=True)
     return out

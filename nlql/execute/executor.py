@@ -12,7 +12,7 @@ import time
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -37,6 +37,9 @@ from nlql.execute.results import Hits, Stats
 from nlql.plan.cache import reads_clock
 from nlql.plan.nodes import Plan
 from nlql.stores.base import Store, unit_id
+
+if TYPE_CHECKING:
+    from nlql.text.graph import Activation
 
 __all__ = ["Candidate", "Executor", "estimate_tokens", "pack_tokens", "unit_id"]
 
@@ -143,6 +146,8 @@ class Executor:
              deadline: Deadline, max_tokens: int | None, embed: Any = None, knn_first: Any = None,
              paging: Paging | None = None, vectors: dict[str, np.ndarray] | None = None) -> Hits:
         prep = self._prepared(plan)
+        order_fns: list[Any] | None
+        binding_fns: list[tuple[str, Any]] | None
         if prep.shared is not None:
             env, residual, order_fns, binding_fns = prep.shared
         else:
@@ -269,13 +274,13 @@ class Executor:
         got.query_vectors = qv if cursor is not None and cursor.more is None else None  # (for its probe)
         return got
 
-    def _graph_values(self, plan: Plan) -> Callable[[tuple[str, int, float]], Any]:
+    def _graph_values(self, plan: Plan) -> Callable[[tuple[str, int, float]], Activation]:
         """Each distinct GRAPH (text, hops, decay) activated once per search, on first use (an
         :class:`~nlql.text.graph.Activation`: ``.get((doc_id, position))`` per row read)."""
-        cache: dict[tuple[str, int, float], Any] = {}
+        cache: dict[tuple[str, int, float], Activation] = {}
         graph = self.graph
 
-        def values(key: tuple[str, int, float]) -> Any:
+        def values(key: tuple[str, int, float]) -> Activation:
             got = cache.get(key)
             if got is None:
                 if graph is None:

@@ -10,6 +10,7 @@ to its fusion's window. A row absent from every arm of an RRF or INTERLEAVE is n
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -87,9 +88,11 @@ def _ranked(plan: Plan, env: Any, arm: ir.Expr, units: list[Candidate]) -> list[
     """(value, candidate index) of the rows an arm ranks, best first; ties on insertion order."""
     slot = plan.slot_of(arm)
     spec = plan.spec(slot) if slot is not None else None
+    fn: Callable[[Any], Any]
     if spec is not None and spec.kind in TEXT_SCORES:  # a bare score: its value is in every row's scores
-        def fn(ctx: Any, slot: str = spec.slot) -> Any:
+        def score(ctx: Any, slot: str = spec.slot) -> Any:
             return ctx.scores.get(slot)
+        fn = score
     else:
         fn = env.binding_fn(arm.name) if isinstance(arm, ir.Ref) else compile_expr(arm, env)
     bm25_only = _is_bm25_arm(plan, arm)

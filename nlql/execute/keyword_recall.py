@@ -26,6 +26,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -51,7 +52,9 @@ def _excludes_zero(expr: ir.Expr) -> bool:
     c ≥ 0 or ``>= c`` with c > 0 (such a row's BM25 is 0), so the rows holding a term are every row that
     can pass, however few."""
     assert isinstance(expr, ir.Compare) and isinstance(expr.right, ir.Literal)
-    return expr.op == ">" or expr.right.value > 0
+    c = expr.right.value
+    assert isinstance(c, (int, float))
+    return expr.op == ">" or c > 0
 
 
 def _top(keys: list[Any], scores: np.ndarray, n: int) -> list[Any]:
@@ -193,7 +196,7 @@ def narrow(plan: Any, store: Any, index: Any, qv: dict[str, np.ndarray], need: i
                     continue
                 vec = qv[arm_spec.slot]
                 if documents:
-                    calls[arm] = lambda vec=vec: _documents_by_knn(store, vec, depth, plan.native)
+                    calls[arm] = partial(_documents_by_knn, store, vec, depth, plan.native)
                     continue
 
                 def similarity_arm(vec: np.ndarray = vec) -> list[list[tuple[Any, float]]]:

@@ -385,11 +385,11 @@ class BM25Sidecar:
                 by_row = self._by_row.get(text)
                 if by_row is not None:
                     return by_row[want]
-                rows, values = found
+                held, values = found
                 out = np.zeros(want.size, dtype=np.float64)
-                if rows.size:
-                    pos = np.minimum(np.searchsorted(rows, want), rows.size - 1)
-                    hit = rows[pos] == want
+                if held.size:
+                    pos = np.minimum(np.searchsorted(held, want), held.size - 1)
+                    hit = held[pos] == want
                     out[hit] = values[pos[hit]]
                 return out
             ids = np.fromiter((self._ids.get(r.id, -1) for r in rows), dtype=np.int64, count=len(rows))

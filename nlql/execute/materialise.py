@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import copy
 import math
-from typing import Any, cast
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeAlias, cast
 
 import numpy as np
 
@@ -26,10 +27,13 @@ from nlql.stores.base import Row, Store, TablePaths
 
 SIM_BATCH = 8192
 
+# one score per row: an array, or Python floats (knn's own scores, as float32 values)
+ScoreColumn: TypeAlias = np.ndarray | list[float]
+
 __all__ = ["candidates", "estimate_tokens", "hits", "pack_tokens", "read_unread", "similarities", "unit_text"]
 
 
-def similarities(store: Store, vectors: np.ndarray, keys: list[Any]) -> np.ndarray:
+def similarities(store: Store, vectors: np.ndarray, keys: Sequence[Any]) -> np.ndarray:
     """The best cosine over ``vectors`` for each key (batched store calls), rounded as every store rounds."""
     out = np.empty(len(keys), dtype=np.float32)
     for i in range(0, len(keys), SIM_BATCH):
@@ -59,8 +63,8 @@ def read_unread(run: Search, page: list[Candidate]) -> None:
             u.ctx.bindings.clear()  # (a binding over the score is evaluated again)
 
 
-def candidates(run: Search, keys: list[Any], qv: dict[str, np.ndarray],
-               sentence_scores: dict[str, np.ndarray] | None, restrict: set[Any] | None = None) -> list[Candidate]:
+def candidates(run: Search, keys: Sequence[Any], qv: dict[str, np.ndarray],
+               sentence_scores: Mapping[str, ScoreColumn] | None, restrict: set[Any] | None = None) -> list[Candidate]:
     """Fetch rows, score them, and group them into candidates of the selected unit.
 
     ``sentence_scores`` are SIMILARITY scores already known per key; ``restrict`` keeps grouped units
@@ -116,7 +120,7 @@ def _floats(col: Any) -> list[float]:
     return [float(x) for x in col]
 
 
-def _row_scores(cols: list[tuple[str, np.ndarray]], i: int, mins: dict[str, float]) -> dict[str, float | None]:
+def _row_scores(cols: list[tuple[str, ScoreColumn]], i: int, mins: dict[str, float]) -> dict[str, float | None]:
     """One row's scores; below an arm-local ``min => x`` a score is NULL (the row is out of that arm)."""
     out: dict[str, float | None] = {n: float(c[i]) for n, c in cols}
     for slot, m in mins.items():
@@ -126,9 +130,9 @@ def _row_scores(cols: list[tuple[str, np.ndarray]], i: int, mins: dict[str, floa
     return out
 
 
-def _score_rows(run: Search, keys: list[Any], rows: list[Row], qv: dict[str, np.ndarray],
-                known: dict[str, np.ndarray] | None) -> dict[str, np.ndarray]:
-    out: dict[str, np.ndarray] = {}
+def _score_rows(run: Search, keys: Sequence[Any], rows: list[Row], qv: dict[str, np.ndarray],
+                known: Mapping[str, ScoreColumn] | None) -> dict[str, ScoreColumn]:
+    out: dict[str, ScoreColumn] = {}
     for s in run.plan.scores:
         if s.slot in run.failed:
             continue  # a dropped arm (on_arm_error="degrade"): its score is NULL

@@ -62,7 +62,7 @@ def embed_queries(run: Search, embed: Callable[[Sequence[str]], np.ndarray],
             mat = got[1].copy()
     if mat is None:
         mat = V.normalize_rows(raw, zero_invalid=True)
-        if key is not None:
+        if memo is not None and key is not None:
             memo[0] = (key, mat.copy())
     if len(specs) == 1 and len(specs[0].texts) == len(texts):  # one arm, its texts in order: the matrix itself
         return {specs[0].slot: mat}
@@ -410,10 +410,10 @@ def _full(run: Search, qv: dict[str, np.ndarray], fast_ok: bool) -> list[Candida
         keys_arr, unordered = np.asarray(keys_arr), False
         sentence_scores = {s: mat[i:i + 1].max(axis=0) for i, s in enumerate(sim_slots)}
     if floored is not None:  # the rows failing a floor fail WHERE: the general path reads the others
-        if windowed:  # (their exact scores after all)
-            mat = store.similarities(np.concatenate([qv[s] for s in sim_slots]), keys_arr)
-            sentence_scores = {s: mat[i:i + 1].max(axis=0) for i, s in enumerate(sim_slots)}
         assert paths is not None  # (floored: a table store)
+        if windowed:  # (their exact scores after all)
+            mat = paths.similarities(np.concatenate([qv[s] for s in sim_slots]), keys_arr)
+            sentence_scores = {s: mat[i:i + 1].max(axis=0) for i, s in enumerate(sim_slots)}
         back = paths.insertion_order(keys_arr)
         keys_arr, unordered = keys_arr[back], False
         sentence_scores = {k: v[back] for k, v in sentence_scores.items()}

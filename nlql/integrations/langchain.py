@@ -262,7 +262,7 @@ class NLQLVectorStore(VectorStore):
     # writing ------------------------------------------------------------------------------------
 
     def add_texts(self, texts: Iterable[str], metadatas: list[dict] | None = None, *,
-                  ids: list[str | None] | None = None, **kwargs: Any) -> list[str]:
+                  ids: Sequence[str | None] | None = None, **kwargs: Any) -> list[str]:
         """Add texts (a given id replaces the document of that id); returns their ids."""
         items = list(texts)
         given = list(ids) if ids is not None else [None] * len(items)
@@ -274,7 +274,7 @@ class NLQLVectorStore(VectorStore):
         return self.engine.add_texts(items, ids=keys, metadatas=metadatas)
 
     async def aadd_texts(self, texts: Iterable[str], metadatas: list[dict] | None = None, *,
-                         ids: list[str | None] | None = None, **kwargs: Any) -> list[str]:
+                         ids: Sequence[str | None] | None = None, **kwargs: Any) -> list[str]:
         import asyncio
 
         return await asyncio.to_thread(self.add_texts, list(texts), metadatas, ids=ids, **kwargs)
@@ -330,7 +330,7 @@ class NLQLVectorStore(VectorStore):
             hits = self.engine.search(text, params=bound, **kwargs)
         except NLQLError as exc:
             raise exc.with_source(text) from None
-        return [(self._document(h), float(h.scores["score"])) for h in hits]
+        return [(self._document(h), _similarity(h)) for h in hits]
 
     def similarity_search(self, query: str, k: int = 4, filter: str | Mapping[str, Any] | None = None,
                           **kwargs: Any) -> list[Document]:
@@ -355,3 +355,11 @@ class NLQLVectorStore(VectorStore):
         store = cls(embedding=embedding, **kwargs)
         store.add_texts(texts, metadatas, ids=ids)
         return store
+
+
+def _similarity(hit: Any) -> float:
+    """The row's ``score`` (a SIMILARITY with no fusion: never NULL, an arm cannot be dropped)."""
+    score = hit.scores["score"]
+    if score is None:
+        raise RuntimeError(f"row {hit.id} has no similarity score")
+    return float(score)

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import date, datetime
+from datetime import date, datetime, timezone
 from typing import Any
 
 from nlql import ir
-from nlql import values as V
 from nlql.errors import ParamError
 from nlql.plan.rewrite import rewrite
 
@@ -18,7 +17,7 @@ def _literal(value: Any, span: Any) -> ir.Expr:
     if isinstance(value, (list, tuple)):
         return ir.ListExpr(tuple(_literal(v, span) for v in value), span=span)
     if isinstance(value, datetime):
-        v = value if value.tzinfo else value.replace(tzinfo=V.as_datetime(value).tzinfo)  # naive -> UTC
+        v = value if value.tzinfo else value.replace(tzinfo=timezone.utc)  # naive -> UTC
         return ir.TypedLiteral("TIMESTAMP", v.isoformat(), span=span)
     if isinstance(value, date):
         return ir.TypedLiteral("DATE", value.isoformat(), span=span)

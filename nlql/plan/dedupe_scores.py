@@ -24,11 +24,21 @@ def _texts(expr: ir.Expr) -> tuple[str, ...]:
 
 def _vector(expr: ir.Expr) -> tuple[float, ...] | None:
     """A bound vector parameter: a list of numbers (SPEC §11), else None."""
-    if isinstance(expr, ir.ListExpr) and expr.items and all(
-            isinstance(i, ir.Literal) and isinstance(i.value, (int, float)) and not isinstance(i.value, bool)
-            for i in expr.items):
-        return tuple(float(i.value) for i in expr.items)  # type: ignore[union-attr, arg-type]
+    if isinstance(expr, ir.ListExpr) and expr.items:
+        numbers = tuple(n for n in map(_number, expr.items) if n is not None)
+        if len(numbers) == len(expr.items):
+            return numbers
     return None
+
+
+def _weights(expr: ir.Expr | None, arms: int) -> tuple[float, ...]:
+    """The ``weights =>`` of a fusion (a list of numbers: check() reports anything else), else 1 per arm."""
+    if not isinstance(expr, ir.ListExpr):
+        return (1.0,) * arms
+    weights = tuple(n for n in map(_number, expr.items) if n is not None)
+    if len(weights) != len(expr.items):
+        raise TypeError(f"weights must be numbers: {render_expr(expr)}")  # check() should have said so
+    return weights
 
 
 def _example(expr: ir.Expr) -> str | None:
@@ -67,9 +77,7 @@ def dedupe_scores(query: ir.Query) -> tuple[list[ScoreSpec], dict[ir.Call, str],
                     # any numeric expression is an arm (SPEC §9); a binding arm is labelled by its name
                     arms = tuple(a.name if isinstance(a, ir.Ref) else render_expr(a) for a in sub.args)
                     k = _number(sub.kwarg("k"))
-                    w_expr = sub.kwarg("weights")
-                    weights = tuple(float(i.value) for i in w_expr.items) if isinstance(
-                        w_expr, ir.ListExpr) else tuple(1.0 for _ in arms)
+                    weights = _weights(sub.kwarg("weights"), len(arms))
                     window = _number(sub.kwarg("window"))
                     lam = None
                     if sub.name == "MMR":  # SPEC §9: lambda => 0.5, window => 100 (not the fusion arm depth)

@@ -70,11 +70,11 @@ class _Converter:
         if isinstance(expr, ir.Unary) and expr.op == "NOT":
             return self.convert(expr.operand, not negate)
         if isinstance(expr, ir.Compare):
-            op, left, right = expr.op, expr.left, expr.right
-            path = _path(left, self.unit)
-            other = right
+            op, lhs, rhs = expr.op, expr.left, expr.right
+            path = _path(lhs, self.unit)
+            other = rhs
             if path is None:
-                path, other, op = _path(right, self.unit), left, _FLIP[op]
+                path, other, op = _path(rhs, self.unit), lhs, _FLIP[op]
             if path is None:
                 return None
             ok, value = self.const(other)

@@ -197,8 +197,9 @@ def openapi(features: Sequence[str], auth: bool, writes: bool = False,
                           **_errors(*((401, 502, 504) if auth else (502, 504)))},
         }}
     write_errors = (400, 401, 408, 413, 415, 502, 503, 504) if auth else (400, 403, 408, 413, 415, 502, 503, 504)
-    document = {"type": "object", "required": ["text"], "additionalProperties": False, "properties": {
-        "text": {"type": "string"}, "metadata": {"type": "object", "additionalProperties": True}}}
+    document_fields: dict[str, Any] = {
+        "text": {"type": "string"}, "metadata": {"type": "object", "additionalProperties": True}}
+    document = {"type": "object", "required": ["text"], "additionalProperties": False, "properties": document_fields}
     doc_id = {"name": "doc_id", "in": "path", "required": True, "schema": {"type": "string", "minLength": 1}}
     if writes or not auth:
         paths["/documents"] = {"post": {
@@ -206,7 +207,7 @@ def openapi(features: Sequence[str], auth: bool, writes: bool = False,
                                                                          ": refused, this server has no token"),
             "operationId": "add_documents",
             "requestBody": _body({"documents": {"type": "array", "minItems": 1, "items": {
-                **document, "properties": {**document["properties"], "id": {"type": "string", "minLength": 1}}}}},
+                **document, "properties": {**document_fields, "id": {"type": "string", "minLength": 1}}}}},
                 ["documents"]),
             "responses": {**({"201": _json({"type": "object", "required": ["ids"], "properties": {
                 "ids": {"type": "array", "items": {"type": "string"}}}}, "the ids written")} if writes else {}),
@@ -214,7 +215,7 @@ def openapi(features: Sequence[str], auth: bool, writes: bool = False,
         }}
         paths["/documents/{doc_id}"] = {
             "put": {"summary": "Replace a document (or add it under this id)", "operationId": "replace_document",
-                    "parameters": [doc_id], "requestBody": _body(document["properties"], ["text"]),
+                    "parameters": [doc_id], "requestBody": _body(document_fields, ["text"]),
                     "responses": {**({"200": _json({"type": "object"}, "the id written")} if writes else {}),
                                   **_errors(*write_errors)}},
             "delete": {"summary": "Delete a document and its sentences", "operationId": "delete_document",

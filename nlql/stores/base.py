@@ -225,6 +225,10 @@ class TablePaths(Protocol):
         """The permutation of ``keys`` (row numbers) into insertion order (seq, position)."""
         ...
 
+    def similarities(self, vectors: np.ndarray, keys: Sequence[Any] | np.ndarray) -> np.ndarray:
+        """:meth:`Store.similarities`, the keys (row numbers) given as an array too."""
+        ...
+
     def live_sentences(self) -> list[tuple[str, int, int, str, dict[str, Any]]]:
         """(doc_id, position, seq, content, metadata) of every live row, without building rows."""
         ...

@@ -426,8 +426,8 @@ class MilvusStore:
             else:
                 self._create_units(dim)
             c.load_collection(self.collection)
-            fields = {f["name"] for f in c.describe_collection(self.collection)["fields"]}
-            self._sparse = "sp" in fields
+            names = {f["name"] for f in c.describe_collection(self.collection)["fields"]}
+            self._sparse = "sp" in names
             self._dim = dim
             config = json.dumps(self.analyzer.config(), sort_keys=True)
             stored = self.get_info("analyzer")
@@ -799,13 +799,13 @@ class MilvusStore:
                 if len(keys) <= _READ_BATCH * 4:
                     expr, path = _keys_in("key", keys), "checked"
                 else:
-                    out = self._exact_over(queries, k, None, keys)
+                    streamed = self._exact_over(queries, k, None, keys)
                     self.last_stats = {"path": "checked+stream", "rounds": 1, "candidates": len(keys)}
-                    return _threshold(out, min_score)
+                    return _threshold(_pairs(streamed), min_score)
             if k + 1 > _MAX_TOPK:
-                out = self._exact_over(queries, k, expr, None)
+                streamed = self._exact_over(queries, k, expr, None)
                 self.last_stats = {"path": "stream", "rounds": 1}
-                return _threshold(out, min_score)
+                return _threshold(_pairs(streamed), min_score)
             results = self._search(queries, k + 1, expr, keep)
             rounds = 1
             if self.index == "hnsw" and any(len(r) < k for r in results):
@@ -816,7 +816,7 @@ class MilvusStore:
                     exact = self._exact_over(queries[short], k + 1, expr, None)
                     for i, hits in zip(short, exact):
                         results[i] = [(key, s, seq, pos) for key, s, seq, pos in hits]
-            out = []
+            out: list[list[tuple[Any, float]]] = []
             for qi, res in enumerate(results):
                 lim = k + 1
                 while len(res) == lim and res[-1][1] == res[k - 1][1] and lim < _MAX_TOPK:
@@ -1195,6 +1195,11 @@ def _row(r: dict[str, Any]) -> Row:
 
 def _normalise(mat: np.ndarray) -> np.ndarray:
     return V.normalize_rows(mat)  # (the one normaliser: zero rows stay zero)
+
+
+def _pairs(hits: list[list[tuple[str, float, int, int]]]) -> list[list[tuple[Any, float]]]:
+    """``(key, score)`` of each ``(key, score, seq, position)`` hit: what knn returns."""
+    return [[(key, s) for key, s, _, _ in row] for row in hits]
 
 
 def _threshold(out: list[list[tuple[Any, float]]], min_score: float | None) -> list[list[tuple[Any, float]]]:

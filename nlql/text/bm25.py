@@ -607,6 +607,7 @@ class BM25Index:
                     slot_parts.append(sl)
                     contrib_parts.append(contrib)
             first = False  # (a term's segments hold disjoint slots; untouched slots are still 0.0)
+        scores: np.ndarray  # float64 both ways (numpy's stubs type a weighted bincount as integers)
         if acc is not None:
             uniq = np.flatnonzero(acc > 0)  # every contribution is > 0 (idf > 0, tf ≥ 1)
             scores = acc[uniq]

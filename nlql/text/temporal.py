@@ -771,10 +771,10 @@ def _en_candidates(text: str, clock: _Clock) -> list[tuple[int, int, _Resolved]]
         trail = len(w) - len(w.rstrip(_EDGE_PUNCT))
         if lead + trail >= len(w):
             continue
-        s, e = m.start() + lead, m.end() - trail
-        if text[s:e].endswith(("'s", "’s")):  # "last month's notes"
-            e -= 2
-        words.append((s, e, text[s:e].casefold()))
+        a, b = m.start() + lead, m.end() - trail
+        if text[a:b].endswith(("'s", "’s")):  # "last month's notes"
+            b -= 2
+        words.append((a, b, text[a:b].casefold()))
     out: list[tuple[int, int, _Resolved]] = []
     n = len(words)
     for i, (start, _, first) in enumerate(words):
@@ -873,7 +873,7 @@ def _rules_for(lang: str) -> list[tuple[re.Pattern[str], Callable[[re.Match[str]
         cn = r"(?P<n>\d{1,3}|十[一二]?|[一两二三四五六七八九十])"
         m12 = r"(?P<m>1[0-2]|0?[1-9]|十[一二]?|[一二三四五六七八九十])"
         # Chinese units, and the Japanese ones written in kanji (日, 週間, ヶ月/カ月/か月, 年)
-        unit = r"(?P<u>天|日|週間|周|週|个?星期|个?礼拜|个?月|[ヶカか]月|年)"
+        zh_u = r"(?P<u>天|日|週間|周|週|个?星期|个?礼拜|个?月|[ヶカか]月|年)"
 
         def zh_unit(u: str) -> str:
             return {"天": "day", "日": "day", "周": "week", "週": "week", "間": "week", "月": "month",
@@ -892,8 +892,8 @@ def _rules_for(lang: str) -> list[tuple[re.Pattern[str], Callable[[re.Match[str]
             (r"(?P<y>\d{4})年" + m12 + r"月份?", lambda m: f"{m['y']}-{_num(m['m']):02d}"),
             (m12 + r"月(?P<d>\d{1,2})[日号]", lambda m: f"{_MONTH_NAMES[_num(m['m'])]} {int(m['d'])}"),
             (r"(?P<y>\d{4})年", lambda m: m["y"]),
-            (cn + unit + r"(?:之|以)?前", lambda m: f"{_num(m['n'])} {zh_unit(m['u'])}s ago"),
-            (r"(?:过去|最近|近)(?:的)?" + cn + unit, lambda m: f"the past {_num(m['n'])} {zh_unit(m['u'])}s"),
+            (cn + zh_u + r"(?:之|以)?前", lambda m: f"{_num(m['n'])} {zh_unit(m['u'])}s ago"),
+            (r"(?:过去|最近|近)(?:的)?" + cn + zh_u, lambda m: f"the past {_num(m['n'])} {zh_unit(m['u'])}s"),
             (r"先々週", lambda m: "the week before last"),
             (r"(?:上个?|前一个?)(?:星期|礼拜|周)|先週", lambda m: "last week"),
             (r"(?:这个?|本)(?:星期|礼拜|周)|今週", lambda m: "this week"),

@@ -460,3 +460,38 @@ def test_a_fusion_knn_returns_vectors_only_when_the_search_reads_them(window_pai
     assert [h.id for h in got] == [h.id for h in want]
     assert [h.scores for h in got] == [pytest.approx(h.scores, rel=1e-9, abs=1e-12) for h in want]
     assert fields and all(("vec" in f) == vectors for f in fields), fields
+
+
+def _builtin_and_milvus_rows(tmp_path: Path, query: str) -> tuple[list[tuple], list[tuple]]:
+    texts = [f"Sentence number {i} about topic {i % 3}." for i in range(30)]
+    engines = [_engine(f"milvus://{tmp_path}/m.db"), _engine("memory")]
+    for e in engines:
+        e.add_texts(texts, ids=[f"d{i:02d}" for i in range(30)], metadatas=[{"s": f"x{i}"} for i in range(30)])
+    got, want = (_rows(e.search(query)) for e in engines)
+    engines[0].close()
+    return got, want
+
+
+@pytest.mark.parametrize("where", ["", "WHERE meta.s > 'x1'"])  # (the second is re-checked by the adapter)
+def test_a_recall_deeper_than_the_milvus_window_returns_the_rows_of_the_builtin_store(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str) -> None:
+    # a recall depth above Milvus's top-k window is answered by a streamed exact scan; the window
+    # (16384 in Milvus) is made small here so that 30 rows exceed it
+    import nlql.stores.milvus as milvus
+
+    monkeypatch.setattr(milvus, "_MAX_TOPK", 8)
+    got, want = _builtin_and_milvus_rows(
+        tmp_path, f'SELECT SENTENCE LET s = SIMILARITY(content, "topic 1") {where} ORDER BY s DESC LIMIT 12')
+    assert got == want and len(want) == 12
+
+
+def test_a_rechecked_filter_over_many_rows_returns_the_rows_of_the_builtin_store(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # more candidates than four key batches are scored by a streamed exact scan; the batch is made
+    # small here so that 30 rows are "many" (with Milvus's own batch this takes 4001 rows)
+    import nlql.stores.milvus as milvus
+
+    monkeypatch.setattr(milvus, "_READ_BATCH", 2)
+    got, want = _builtin_and_milvus_rows(
+        tmp_path, 'SELECT SENTENCE LET s = SIMILARITY(content, "topic 1") WHERE meta.s > \'x1\' ORDER BY s DESC LIMIT 5')
+    assert got == want and len(want) == 5

@@ -58,7 +58,7 @@ class Prefault:
         start = region.ctypes.data
         self._lo = -(-start // PAGE) * PAGE  # whole pages inside the region only
         self._hi = (start + region.nbytes) // PAGE * PAGE
-        self._region = region  # keeps the memory alive while the thread reads its address
+        self._region: np.ndarray | None = region  # keeps the memory alive while the thread reads its address
         threading.Thread(target=self._run, name="nlql-prefault", daemon=True).start()
 
     def _run(self) -> None:

@@ -211,6 +211,7 @@ def _from_every_row(run: Search, qv: dict[str, np.ndarray], spec: ScoreSpec | No
     run.stats.counts.update({"rounds": 1, "candidates": int(keys.size), "documents": n_docs})
     need = run.need
     fused: np.ndarray | None = None
+    vals: np.ndarray | None
     if fast.kind == "bm25":
         vals = best[fast.slot or ""]
         matched = vals > 0

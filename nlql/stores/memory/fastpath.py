@@ -219,8 +219,8 @@ def _evaluate(f: Formula, table: RowTable, path: FastPath, keys: np.ndarray, sco
         arr = scores.get(slot)
         return None if arr is None else arr.astype(np.float64)
     args = []
-    for a in f.args:
-        v = _evaluate(a, table, path, keys, scores, bm25)
+    for sub in f.args:
+        v = _evaluate(sub, table, path, keys, scores, bm25)
         if v is None:
             return None
         args.append(v)

@@ -192,6 +192,7 @@ def window_page(run: Search, qv: dict[str, np.ndarray]) -> list[Candidate] | Non
             windows[arm.slot] = (rows, np.asarray(got[1]))
             valued.append(np.asarray(got[1], dtype=np.float64))
         else:
+            assert sparse is not None  # (a BM25 arm: declined above without the sparse matches)
             rows, vals = sparse(texts[arm.slot], table)
             ok = live_rows[rows]
             if arm.min is not None:

@@ -75,7 +75,10 @@ def write(path: Path, arrays: dict[str, np.ndarray], *, ident: str, key: str, cl
     """Write ``arrays`` with their stamp atomically to ``path``; False when it could not be written."""
     stamp = {"kept_format": np.array(_FORMAT, dtype=np.int64), "kept_identity": np.array(ident),
              "kept_key": np.array(key), "kept_clock": np.array(clock, dtype=np.int64)}
-    return write_atomically(path, lambda fh: np.savez(fh, **arrays, **stamp))
+    # numpy's stubs give savez an ``allow_pickle: bool`` keyword, which mypy matches a ``**dict[str, ndarray]``
+    # against (it cannot know that no key is named so); numpy 1.26, which nlql supports, has no such keyword,
+    # so it cannot be passed by name to settle it
+    return write_atomically(path, lambda fh: np.savez(fh, **arrays, **stamp))  # type: ignore[arg-type]
 
 
 def read(path: Path, *, ident: str | None, key: str) -> tuple[dict[str, np.ndarray], int] | None:

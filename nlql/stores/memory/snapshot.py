@@ -169,7 +169,7 @@ def read(path: Path, *, ident: str | None, dim: int) -> Snapshot | None:
             if size != int(header["file_size"]):
                 return None
             start = size - sum(s["nbytes"] + _pad(s["nbytes"]) for s in header["arrays"].values())
-            mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_COPY) if size else None
+            mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_COPY)  # not empty: its header was read
         arrays = {}
         for name, spec in header["arrays"].items():
             dtype = np.dtype(spec["dtype"])

@@ -92,8 +92,8 @@ class _Rows:
     keys: np.ndarray | None
     size: int
     how: str
-    sub: np.ndarray | None = None       # the gathered blocks of the keys' rows (see block_rows)
-    pos: np.ndarray | None = None
+    # the gathered blocks of the keys' rows and where each key's row lands in them (see block_rows)
+    gathered: tuple[np.ndarray, np.ndarray] | None = None
     selectors: Any = None                # the keys as a row mask for the int8 copy's scan
     int8: Any = None                     # or the keys' own int8 copy (quant.Int8Copy.subset)
     int8_build: Any = None               # that copy's build in the background (quant.Build), once started
@@ -263,13 +263,13 @@ class MatrixStore:
         if rows.keys is None or len(rows.keys) * 2 > rows.size:
             full = full_scan(self.matrix, v)
             return full if rows.keys is None else full[rows.keys]
-        if rows.sub is None:
+        if rows.gathered is None:
             gather, pos = block_rows(rows.keys, rows.size, self.dim)
             sub = self.matrix[gather]
             if sub.nbytes <= 512 * 2**20:
-                rows.sub, rows.pos = sub, pos
+                rows.gathered = (sub, pos)
         else:
-            sub, pos = rows.sub, rows.pos
+            sub, pos = rows.gathered
         return matmul_t(v[None, :], sub)[0][pos]
 
     #: Above this share of the table in gathered rows (:func:`block_rows`), scoring some rows scans the
@@ -312,16 +312,16 @@ class MatrixStore:
         the product with the rows' cached blocks read straight into insertion order (``rows.ins``,
         made once per cached row set), then one stable sort of the scores, best first, which keeps
         equal scores in insertion order: the same rows, order and scores as the general path."""
-        ins = rows.ins
-        if ins is None:
+        ins, gathered = rows.ins, rows.gathered
+        if ins is None or gathered is None:
             keys = cast(np.ndarray, rows.keys)
-            if rows.sub is None:
+            if gathered is None:
                 gather, pos = block_rows(keys, rows.size, self.dim)
-                rows.sub, rows.pos = self.matrix[gather], pos
+                gathered = rows.gathered = (self.matrix[gather], pos)
             by_insertion = np.lexsort((self.table.pos[keys], self.table.seq[keys]))
-            ins = rows.ins = (cast(np.ndarray, rows.pos)[by_insertion], keys[by_insertion])
+            ins = rows.ins = (gathered[1][by_insertion], keys[by_insertion])
         with blas_one_thread():
-            full = v[None, :] @ cast(np.ndarray, rows.sub).T
+            full = v[None, :] @ gathered[0].T
         row = full[0][ins[0]]
         row.round(SCORE_DECIMALS, out=row)  # (as round_scores rounds every score; the method: no wrapper)
         best = (-row).argsort(kind="stable")[:k]
@@ -600,8 +600,12 @@ class MatrixStore:
         if rows > size * self.OWN_COPY_SHARE:
             return False
         per_row = copy.nbytes / max(1, copy.size)
-        held = sum(r.int8.nbytes if r.int8 is not None else len(r.keys) * per_row
-                   for r in self._sub_cache.values() if r.int8 is not None or r.int8_build is not None)
+        held = 0.0
+        for r in self._sub_cache.values():
+            if r.int8 is not None:
+                held += r.int8.nbytes
+            elif r.int8_build is not None and r.keys is not None:  # (a build is always of a filter's keys)
+                held += len(r.keys) * per_row
         return held + rows * per_row <= max(copy.nbytes, 1 << 20)
 
     def memory_stats(self) -> dict[str, Any]:
@@ -609,7 +613,7 @@ class MatrixStore:
         scan code), and the cached filters' own int8 copies."""
         with self._lock:
             n = max(1, self.table.size)
-            out = {"rows": self.table.size, "fp32_bytes_per_vector": 4 * (self.dim or 0)}
+            out: dict[str, float] = {"rows": self.table.size, "fp32_bytes_per_vector": 4 * (self.dim or 0)}
             if self._quant is not None:
                 out["int8_bytes_per_vector"] = round(self._quant.nbytes / n, 1)
                 out["int8_err_max"] = round(self._quant.err_max, 6)
@@ -652,7 +656,7 @@ class MatrixStore:
         with self._lock:
             return self.table.live_sentences()
 
-    def similarities(self, vectors: np.ndarray, keys: Sequence[Any]) -> np.ndarray:
+    def similarities(self, vectors: np.ndarray, keys: Sequence[Any] | np.ndarray) -> np.ndarray:
         with self._lock:
             idx = np.asarray(keys, dtype=np.int64)
             vecs = np.asarray(vectors, dtype=np.float32)

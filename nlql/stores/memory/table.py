@@ -11,7 +11,7 @@ string, not once per row. The semantics are exactly :mod:`nlql.values`; tests co
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -209,11 +209,13 @@ def leaf_mask(col: Column, cond: Cond) -> np.ndarray:
         if not isinstance(cond.value, str):
             return np.zeros(len(col.kind), dtype=bool)
         base = op.removeprefix("not_")
+        fn: Callable[[str], bool]
         if base == "contains":
             needle = cond.value.casefold()
 
-            def fn(s: str) -> bool:
+            def contains(s: str) -> bool:
                 return needle in s.casefold()
+            fn = contains
         else:  # LIKE and MATCH run in bounded time (nlql.patterns)
             fn = matcher_for(base, cond.value)
         if op.startswith("not_"):
@@ -680,8 +682,8 @@ class RowTable:
         if isinstance(flt, Cond):
             return self._leaf_rows(flt)
         if isinstance(flt, FOr):
-            parts = [self._rowset(item) for item in flt.items]
-            if any(p is None for p in parts):
+            parts = [r for item in flt.items if (r := self._rowset(item)) is not None]
+            if len(parts) < len(flt.items):
                 return None
             return np.unique(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
         if isinstance(flt, FAnd):
@@ -749,8 +751,8 @@ class RowTable:
         if root == "meta":
             slots = self.row_doc[rows]
             uniq, inverse = np.unique(slots, return_inverse=True)
-            per_doc = Column.build([V.lookup(self.doc_meta[int(s)], flt.path[1:]) for s in uniq])
-            return leaf_mask(per_doc, flt)[inverse]
+            doc_values = Column.build([V.lookup(self.doc_meta[int(s)], flt.path[1:]) for s in uniq])
+            return leaf_mask(doc_values, flt)[inverse]
         if root == "content":
             if flt.op in ("contains", "not_contains") and isinstance(flt.value, str):
                 needle = flt.value.casefold()

@@ -199,10 +199,10 @@ class KnnMixin(SqlStore):
         est = self._estimate(conn, flt)
         if est is None:  # never analysed: count (bounded) instead of estimating
             cap = max(10 * k, self.exact_threshold)
-            m = self._matching(conn, flt, cap)
-            stats["matches"] = m if m <= cap else None
-            if m <= cap:
-                return True, f"filter matches {m} rows (≤ {cap}; no statistics yet)", 0
+            counted = self._matching(conn, flt, cap)
+            stats["matches"] = counted if counted <= cap else None
+            if counted <= cap:
+                return True, f"filter matches {counted} rows (≤ {cap}; no statistics yet)", 0
             return False, f"filter matches more than {cap} rows (no statistics yet)", max(self.ef_search, k)
         m, n = est
         s = min(1.0, max(m, 1.0) / n)
