@@ -122,14 +122,17 @@ def stored_rows(store: Any) -> dict[str, Any]:
 def arrow_nlql_tables(rows: dict[str, Any]) -> tuple[float, float]:
     """(wall, CPU seconds): the rows NLQL stored (:func:`stored_rows`) loaded by DuckDB's own bulk path
     (an Arrow table registered, ``INSERT INTO … SELECT … FROM`` it, per table) into a fresh set of NLQL's
-    tables, created empty by ``DuckDBStore.open`` (NLQL's schema, keys and database settings), one
-    transaction per batch with the BM25 statistics updated as NLQL does; then checked: every table holds
+    tables, created empty by ``DuckDBStore.open`` (NLQL's schema, keys and database settings; one DuckDB
+    thread, as NLQL's writes), one transaction per batch with the BM25 statistics updated as NLQL does; then checked: every table holds
     the same rows as NLQL's (count and digest)."""
     from nlql.stores.duckdb import DuckDBStore
 
     store = DuckDBStore(table_prefix="floor")
     store.open(rows["dim"])
     conn = store._conn  # noqa: SLF001
+    # on one DuckDB thread, as NLQL writes (DuckDBStore._one_thread): at 100k, load 2, one run each,
+    # 1.04 s against 1.32 s with DuckDB's default two threads
+    conn.execute("SET threads = 1")
     t, c = time.perf_counter(), time.process_time()
     for batch in rows["batches"]:
         conn.execute("BEGIN TRANSACTION")
