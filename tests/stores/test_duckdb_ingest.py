@@ -145,20 +145,18 @@ def test_a_call_that_stops_between_batches_leaves_the_threads_for_queries() -> N
     from nlql.errors import NLQLError
     from nlql.stores.duckdb import DuckDBStore
 
-    class FailsOnSecondCall(HashEmbedder):
+    class FailsOnSecondBatch(HashEmbedder):
         calls = 0
 
         def embed(self, texts: list[str]) -> np.ndarray:
             self.calls += 1
-            if self.calls == 3:  # (the first call is the engine's probe of the dimension)
+            if self.calls == 2:
                 raise RuntimeError("embedder down")
             return super().embed(texts)
 
     default = duckdb.connect().execute("SELECT current_setting('threads')").fetchone()[0]
     threads = "SELECT current_setting('threads')"
-    engine = Engine(embedder=FailsOnSecondCall(dim=16), store=DuckDBStore(), warm_up=False)
-    engine.store.open(16)
-    engine.embedder.calls = 1
+    engine = Engine(embedder=FailsOnSecondBatch(dim=16), store=DuckDBStore(), warm_up=False)
     with pytest.raises(NLQLError) as err:
         engine.add_texts([f"Sentence {i}." for i in range(6)], ids=[str(i) for i in range(6)], batch_size=3)
     assert err.value.committed == ["0", "1", "2"]  # type: ignore[attr-defined]
