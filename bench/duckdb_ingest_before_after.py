@@ -4,16 +4,23 @@
 Each round runs, for each tree (``--before``: a revision, checked out into a temporary directory with
 ``bench.common.earlier_tree``, or ``--old``: a directory holding an older checkout's ``nlql`` and
 ``bench``; and this checkout), one child process that builds ``bench/pg_speed.py``'s corpus (``--n``
-one-sentence documents, precomputed vectors), runs both sides once on its first 200 rows (imports and
-first calls, not timed), then times ``bench/duckdb_ingest.py``'s raw Arrow insert of the same rows and
-``Engine(store=DuckDBStore()).add_texts(…, batch_size=8192)`` (in memory), NLQL's time split into the
-store's Python preparation (``DuckDBStore._prepare``), its DuckDB statements (``_write``, and ``_finish``
-where the tree has it) and the rest (the engine's text work). The trees take turns (old, new, new,
-old, …) so that neither always runs first; medians over the rounds, and each tree's NLQL time over the
-raw insert timed in the same child, in wall time and in the child's CPU time (every thread's: DuckDB's
-workers and a writer thread included), which a busy machine inflates less.
+one-sentence documents, precomputed vectors), runs everything once on its first 200 rows (imports and
+first calls, not timed), then times, with this checkout's ``bench/duckdb_ingest.py`` over the tree's
+``nlql``: the one-table floor (the same ids, texts, metadata and vectors as one Arrow table,
+``INSERT INTO raw SELECT * FROM arrow``); ``Engine(store=DuckDBStore()).add_texts(…, batch_size=8192)``
+(in memory), its time split into the store's Python preparation (``DuckDBStore._prepare``), its DuckDB
+statements (``_write``, and ``_finish`` where the tree has it) and the rest (the engine's text work);
+and the floor of NLQL's own tables: every row that ingest stored (documents, sentences with their keys,
+vectors and packed fields, BM25 term rows, typed metadata rows, list members, entity links and edges),
+read back after its clock, loaded by DuckDB's own bulk path (an Arrow table registered per table,
+``INSERT INTO … SELECT … FROM`` it) into a fresh set of NLQL's tables (``DuckDBStore.open``: the same
+schema, keys and database settings), one transaction per batch of 8,192 documents with the BM25
+statistics updated, and checked to hold the same rows as NLQL's (per table, the count and a sum of row
+hashes). The trees take turns (old, new, new, old, …) so that neither always runs first; medians over
+the rounds, and each tree's NLQL time over each floor timed in the same child, in wall time and in the
+child's CPU time (every thread's: DuckDB's workers included), which a busy machine inflates less.
 
-    python bench/duckdb_ingest_before_after.py --before 18b12ed --n 100000 --rounds 4
+    python bench/duckdb_ingest_before_after.py --before d868f83 --n 100000 --rounds 4
 
 Writes bench/results/duckdb_ingest_before_after.json.
 """
@@ -39,13 +46,20 @@ from bench.common import RESULTS, earlier_tree, log, machine_info, stamp_end, tr
 
 # run in a child whose sys.path starts with the tree: times one raw insert and one NLQL ingest
 CHILD = r"""
-import gc, json, os, sys, time
-tree, n = sys.argv[1], int(sys.argv[2])
+import gc, importlib.util, json, os, sys, time
+tree, n, floors = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 sys.path.insert(0, tree)
 import numpy as np
 from bench.pg_speed import QUERY_TEXTS, Lookup, corpus
-from bench.duckdb_ingest import nlql_duckdb, raw_duckdb
 from nlql.stores.duckdb import DuckDBStore
+
+# the timed calls and both floors from this checkout's bench/duckdb_ingest.py (one measure for both trees),
+# over the tree's nlql (imported above, as is the tree's bench package)
+path = list(sys.path)
+spec = importlib.util.spec_from_file_location("ingest_floors", floors)
+ingest = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(ingest)
+sys.path[:] = path
 
 texts, ids, metas, vecs, qvecs = corpus(n)
 data = {"texts": texts, "ids": ids, "metas": metas, "vecs": vecs,
@@ -67,33 +81,39 @@ for name in ("_prepare", "_write", "_finish"):
     setattr(DuckDBStore, name, timed)
 # a first small run of each (not timed): imports and first-call costs are not ingest
 warm = {"texts": texts[:200], "ids": ids[:200], "metas": metas[:200], "vecs": vecs[:200], "emb": data["emb"]}
-raw_duckdb(warm)
-nlql_duckdb(warm)
+ingest.raw_duckdb(warm)
+warm_rows = {}
+ingest.nlql_duckdb(warm, warm_rows)
+ingest.arrow_nlql_tables(warm_rows)
+del warm_rows
 spent.update(prepare=0.0, write=0.0)
 gc.collect()
 cpu = time.process_time()
-raw = raw_duckdb(data)
+raw = ingest.raw_duckdb(data)
 raw_cpu = time.process_time() - cpu
 gc.collect()
 load = os.getloadavg()[0]
+rows = {}
 cpu = time.process_time()
-nlql = nlql_duckdb(data)
-nlql_cpu = time.process_time() - cpu
+nlql = ingest.nlql_duckdb(data, rows)  # (the rows NLQL stored read back after its clock)
+nlql_cpu = time.process_time() - cpu - rows["read_cpu_s"]
+gc.collect()
+tables, tables_cpu = ingest.arrow_nlql_tables(rows)
 print(json.dumps({"raw_s": raw, "nlql_s": nlql, "prepare_s": spent["prepare"], "write_s": spent["write"],
                   "engine_s": nlql - spent["prepare"] - spent["write"], "raw_cpu_s": raw_cpu, "nlql_cpu_s": nlql_cpu,
-                  "load": load}))
+                  "tables_s": tables, "tables_cpu_s": tables_cpu, "stored_rows": rows["counts"], "load": load}))
 """
 
 
 def run_child(tree: Path, n: int) -> dict[str, float]:
-    out = subprocess.run([sys.executable, "-c", CHILD, str(tree), str(n)], cwd=tree, env=tree_env(tree), check=True,
-                         capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-c", CHILD, str(tree), str(n), str(ROOT / "bench" / "duckdb_ingest.py")],
+                         cwd=tree, env=tree_env(tree), check=True, capture_output=True, text=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--before", default="18b12ed", help="the earlier revision (checked out for the run)")
+    ap.add_argument("--before", default="d868f83", help="the earlier revision (checked out for the run)")
     ap.add_argument("--old", type=Path, default=None, help="an older tree (holding nlql/ and bench/) instead")
     ap.add_argument("--new", type=Path, default=ROOT)
     ap.add_argument("--n", type=int, default=100_000)
@@ -112,26 +132,34 @@ def run(args: argparse.Namespace, old: Path, old_name: str) -> None:
     load_before = os.getloadavg()
     trees = {"old": old, "new": args.new.resolve()}
     runs: dict[str, list[dict[str, float]]] = {"old": [], "new": []}
+    stored: dict[str, dict[str, int]] = {}  # each tree's rows per table (the same every round)
     for r in range(args.rounds):
         for name in (("old", "new") if r % 2 == 0 else ("new", "old")):
             got = run_child(trees[name], args.n)
+            stored[name] = got.pop("stored_rows")
             runs[name].append(got)
             log(f"[duckdb_ingest_before_after] round {r} {name}: NLQL {got['nlql_s']:.2f} s (prepare {got['prepare_s']:.2f}, "
-                f"statements {got['write_s']:.2f}, engine {got['engine_s']:.2f}; CPU {got['nlql_cpu_s']:.2f}), raw "
+                f"statements {got['write_s']:.2f}, engine {got['engine_s']:.2f}; CPU {got['nlql_cpu_s']:.2f}), Arrow "
+                f"insert of NLQL's tables {got['tables_s']:.2f} s (CPU {got['tables_cpu_s']:.2f}), one table "
                 f"{got['raw_s']:.2f} s (CPU {got['raw_cpu_s']:.2f}), load {got['load']:.1f}")
     summary: dict[str, Any] = {}
     for name, rows in runs.items():
-        med = {k: round(statistics.median(x[k] for x in rows), 2) for k in ("nlql_s", "raw_s", "prepare_s", "write_s",
-                                                                             "engine_s")}
-        med["ratio_to_raw"] = round(statistics.median(x["nlql_s"] / x["raw_s"] for x in rows), 2)
+        med: dict[str, Any] = {k: round(statistics.median(x[k] for x in rows), 2)
+                               for k in ("nlql_s", "tables_s", "raw_s", "prepare_s", "write_s", "engine_s")}
         # the process's CPU time (every thread's, DuckDB's included): what the load does not inflate
-        med["nlql_cpu_s"] = round(statistics.median(x["nlql_cpu_s"] for x in rows), 2)
-        med["raw_cpu_s"] = round(statistics.median(x["raw_cpu_s"] for x in rows), 2)
-        med["cpu_ratio_to_raw"] = round(statistics.median(x["nlql_cpu_s"] / x["raw_cpu_s"] for x in rows), 2)
+        for k in ("nlql_cpu_s", "tables_cpu_s", "raw_cpu_s"):
+            med[k] = round(statistics.median(x[k] for x in rows), 2)
+        for floor, key in (("tables", "tables"), ("raw", "raw")):
+            med[f"ratio_to_{floor}"] = round(statistics.median(x["nlql_s"] / x[f"{key}_s"] for x in rows), 2)
+            med[f"cpu_ratio_to_{floor}"] = round(statistics.median(x["nlql_cpu_s"] / x[f"{key}_cpu_s"] for x in rows), 2)
+        med["stored_rows"] = stored[name]
         summary[name] = med
-        print(f"{name}: NLQL {med['nlql_s']} s = {med['ratio_to_raw']}x the raw Arrow insert ({med['raw_s']} s); "
-              f"store preparation {med['prepare_s']} s, store statements {med['write_s']} s, engine {med['engine_s']} s; "
-              f"CPU {med['nlql_cpu_s']} s = {med['cpu_ratio_to_raw']}x the raw insert's ({med['raw_cpu_s']} s)")
+        print(f"{name}: NLQL {med['nlql_s']} s (store preparation {med['prepare_s']} s, store statements "
+              f"{med['write_s']} s, engine {med['engine_s']} s; CPU {med['nlql_cpu_s']} s)\n"
+              f"  = {med['ratio_to_tables']}x the Arrow insert of NLQL's tables ({med['tables_s']} s), CPU "
+              f"{med['cpu_ratio_to_tables']}x ({med['tables_cpu_s']} s)\n"
+              f"  = {med['ratio_to_raw']}x the one-table Arrow insert ({med['raw_s']} s), CPU {med['cpu_ratio_to_raw']}x "
+              f"({med['raw_cpu_s']} s)")
     summary["new_over_old"] = round(statistics.median(
         b["nlql_s"] / a["nlql_s"] for a, b in zip(runs["old"], runs["new"], strict=True)), 2)
     summary["new_over_old_cpu"] = round(statistics.median(

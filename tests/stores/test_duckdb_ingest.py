@@ -131,3 +131,68 @@ def test_writes_leave_the_databases_threads_for_queries() -> None:
         engine.add_texts(["Fails."], ids=["d"])
     assert store._conn.execute(threads).fetchone()[0] == default
     assert store.count() == 6  # (nothing of the failed write)
+
+
+def test_a_call_that_stops_between_batches_leaves_the_threads_for_queries() -> None:
+    """A call's writes hold the database to one DuckDB thread from its first batch to its last; a call
+    that stops between two batches (its embedder failed) leaves the batches before committed, and the
+    next operation has the database's threads again."""
+    import duckdb
+    import numpy as np
+
+    from nlql import Engine
+    from nlql.embedders import HashEmbedder
+    from nlql.errors import NLQLError
+    from nlql.stores.duckdb import DuckDBStore
+
+    class FailsOnSecondBatch(HashEmbedder):
+        calls = 0
+
+        def embed(self, texts: list[str]) -> np.ndarray:
+            self.calls += 1
+            if self.calls == 2:
+                raise RuntimeError("embedder down")
+            return super().embed(texts)
+
+    default = duckdb.connect().execute("SELECT current_setting('threads')").fetchone()[0]
+    threads = "SELECT current_setting('threads')"
+    engine = Engine(embedder=FailsOnSecondBatch(dim=16), store=DuckDBStore(), warm_up=False)
+    with pytest.raises(NLQLError) as err:
+        engine.add_texts([f"Sentence {i}." for i in range(6)], ids=[str(i) for i in range(6)], batch_size=3)
+    assert err.value.committed == ["0", "1", "2"]  # type: ignore[attr-defined]
+    assert engine.store._conn.execute(threads).fetchone()[0] == 1  # (held: nothing ran since)
+    assert engine.store.count() == 3
+    assert engine.store._conn.execute(threads).fetchone()[0] == default
+
+
+def test_max_seq_follows_every_kind_of_write() -> None:
+    """max_seq, which the store gives again after its own writes without reading the tables, is the
+    value the tables hold: after calls of several batches, replacements, a deletion of the newest
+    document (never lowered) and another store's writes to a connection it shares."""
+    import duckdb
+
+    from nlql import Engine
+    from nlql.embedders import HashEmbedder
+    from nlql.stores.duckdb import DuckDBStore
+
+    def read(store: DuckDBStore) -> int:
+        store._seq_known = None  # (the tables, not what the store remembers)
+        return store.max_seq()
+
+    engine = Engine(embedder=HashEmbedder(dim=16), store=DuckDBStore(), warm_up=False)
+    store = engine.store
+    engine.add_texts([f"Text {i}." for i in range(7)], ids=[str(i) for i in range(7)], batch_size=2)
+    assert store.max_seq() == read(store) == 7
+    engine.add_texts(["Again.", "New."], ids=["3", "n"], batch_size=1)
+    assert store.max_seq() == read(store) == 9
+    engine.delete("n")
+    assert store.max_seq() == read(store) == 9
+    engine.add_text("After.", id="m")
+    assert store.max_seq() == read(store) == 10
+    conn = duckdb.connect()  # a connection shared with another writer: read every time
+    mine = Engine(embedder=HashEmbedder(dim=16), store=DuckDBStore(connection=conn), warm_up=False)
+    other = Engine(embedder=HashEmbedder(dim=16), store=DuckDBStore(connection=conn), warm_up=False)
+    mine.add_texts(["A.", "B."], ids=["a", "b"])
+    assert mine.store.max_seq() == 2
+    other.add_texts(["C."], ids=["c"])
+    assert mine.store.max_seq() == 3

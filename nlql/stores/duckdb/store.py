@@ -6,7 +6,7 @@ import json
 import os
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any, ClassVar, TypeVar, cast
 
 import numpy as np
@@ -114,6 +114,9 @@ class DuckDBStore(DuckDBEntities, SqlStore):
         self.last_stats: dict[str, Any] = {}
         self._lock = threading.RLock()
         self._generation = 0
+        # (generation, max_seq) as this store last read or wrote it: see max_seq
+        self._seq_known: tuple[int, int] | None = None
+        self._single = False  # a call's writes hold the database to one DuckDB thread (_one_thread)
         self._seen = threading.local()  # per thread: the rows and vectors the last knn read (_remember)
         self._large: dict[str, int] = {}  # filters found to pass more than SMALL_ROWS rows (_small_knn), per write
         self._probes: dict[int, tuple[Any, ...]] = {}  # _small_knn's statement per compiled filter (by identity)
@@ -206,11 +209,15 @@ class DuckDBStore(DuckDBEntities, SqlStore):
                                hint="check the path and that no other process holds the file for writing"
                                ) from exc
 
-    def _guard(self, fn: Callable[[], T]) -> T:
-        """Run one operation under the lock, translating driver errors to NLQL errors."""
+    def _guard(self, fn: Callable[[], T], writing: bool = False) -> T:
+        """Run one operation under the lock, translating driver errors to NLQL errors. Any operation but
+        a write of an engine's call (``writing``) first gives the database back its threads, should a
+        call's writes still hold it to one (:meth:`_one_thread`: a call that stopped between batches)."""
         with self._lock:
             try:
                 with at_deadline("duckdb", self._conn.interrupt):  # the deadline interrupts the statement
+                    if self._single and not writing:
+                        self._all_threads()
                     return fn()
             except NLQLError:
                 raise
@@ -500,11 +507,19 @@ class DuckDBStore(DuckDBEntities, SqlStore):
         if not len(docs):
             return
         tables = self._prepare(docs)
-        self._guard(lambda: self._write(*tables))
         # the end of a write: an engine's batch says whether more of its add_texts call follows (the
         # tables are sorted once after the last batch, not after every batch that grew them enough)
-        if not isinstance(docs, DocBatch) or docs.rows_ahead <= len(docs.contents):
-            self._guard(self._finish)
+        last = not isinstance(docs, DocBatch) or docs.rows_ahead <= len(docs.contents)
+        try:
+            self._guard(lambda: self._write(*tables), writing=True)
+            if last:
+                self._guard(self._finish, writing=True)
+        except BaseException:
+            with self._lock, suppress(self._duck.Error):  # (the write's own error is the one to see)
+                self._all_threads()
+            raise
+        if last:
+            self._guard(self._all_threads, writing=True)
 
     def _prepare(self, docs: Sequence[DocRecord]) -> tuple[list[str], Any, Any, Any, int, int, Any, Any, Any]:
         """(escaped ids, Arrow docs and units tables, the counted term rows (:meth:`_term_rows`),
@@ -630,10 +645,12 @@ class DuckDBStore(DuckDBEntities, SqlStore):
         pa = import_arrow()
         import pyarrow.compute as pc
 
-        with self._one_thread(), self._tx() as conn:
-            with registered(conn, pa.table({"doc_id": docs_t.column("doc_id")})) as id_src:
-                stored = self._run(conn, sql("SELECT count(*) FROM ", d.docs, f" WHERE doc_id IN (SELECT doc_id "
-                                             f"FROM \"{id_src}\")")).fetchall()[0][0]
+        known = self._seq_known if self._seq_known is not None and self._seq_known[0] == self._generation else None
+        batch_max = int(pc.max(docs_t.column("seq")).as_py())
+        # (the documents' table registered once: the ids looked up, then its rows loaded)
+        with self._one_thread(), self._tx() as conn, registered(conn, docs_t) as doc_src:
+            stored = self._run(conn, sql("SELECT count(*) FROM ", d.docs, f" WHERE doc_id IN (SELECT doc_id "
+                                         f"FROM \"{doc_src}\")")).fetchall()[0][0]
             if stored:  # replacing documents: their old rows go first (a batch of new ids has none to find)
                 self._run(conn, sql("DELETE FROM ", d.table("flat"), " WHERE ",
                                     d.in_array("doc_id", Param(ids, "text[]"))))
@@ -659,10 +676,9 @@ class DuckDBStore(DuckDBEntities, SqlStore):
                                                 name))
             if ents_t is not None and len(ents_t):
                 self._add_links(conn, ents_t)
-            self._run(conn, d.put_meta("meta", "max_seq", str(pc.max(docs_t.column("seq")).as_py()), keep_max=True))
-            with registered(conn, docs_t) as name:
-                self._run(conn, d.bulk_load("docs", ["doc_id", "seq", "text", "metadata", "mflat", "fold", "num",
-                                                     "ts"], name))
+            self._run(conn, d.put_meta("meta", "max_seq", str(batch_max), keep_max=True))
+            self._run(conn, d.bulk_load("docs", ["doc_id", "seq", "text", "metadata", "mflat", "fold", "num", "ts"],
+                                        doc_src))
             if units_t.num_rows:
                 units_t = units_t.append_column("key", pa.array(keys[n_docs:]))
                 units_t = units_t.append_column("dkey", dkeys.take(units_t.column("doc_row")))
@@ -677,6 +693,8 @@ class DuckDBStore(DuckDBEntities, SqlStore):
                     with registered(conn, rows) as name:
                         self._run(conn, d.bulk_load("terms", ["term", "key", "tf"], name))
             self._run(conn, d.add_term_stats(added_n, added_len))
+        if known is not None:  # (the documents' largest seq and the kept one: both at most the larger of these)
+            self._seq_known = (self._generation, max(known[1], batch_max))
 
     def _finish(self) -> None:
         """After the last write of a call: the sorted tables kept sorted (:meth:`_cluster`), in a
@@ -690,14 +708,21 @@ class DuckDBStore(DuckDBEntities, SqlStore):
         other store shares it: the setting is the database's). DuckDB's second thread saved no time on
         the bulk inserts and cost CPU: at 100k (bench/duckdb_ingest.py's ingest, three alternations each,
         median) 2.64 s wall / 2.70 s CPU against 2.79 / 2.88 s at load 1.5, 2.55 against 2.76 s wall at
-        load 2.5, where the core it takes is another process's."""
-        if not (self._own_conn and self.path is None):
-            yield
-            return
-        self._conn.execute("SET threads = 1")
-        try:
-            yield
-        finally:
+        load 2.5, where the core it takes is another process's.
+
+        The setting is held from the first batch of an engine's call to its last (:meth:`upsert` gives
+        the threads back after the last batch or a failed one, :meth:`_guard` before any other
+        operation), not set and reset around every batch: changing it costs DuckDB a few milliseconds
+        each time (two per batch: ~0.07 s of a 100k ingest of 13 batches)."""
+        if self._private and not self._single:
+            self._conn.execute("SET threads = 1")
+            self._single = True
+        yield
+
+    def _all_threads(self) -> None:
+        """The database's threads given back after a call's writes (under the lock)."""
+        if self._single:
+            self._single = False
             self._conn.execute("RESET threads")
 
     def _cluster(self, conn: Any) -> None:
@@ -785,14 +810,34 @@ class DuckDBStore(DuckDBEntities, SqlStore):
                                        .fetchone()[0]))
 
     def max_seq(self) -> int:
-        """Largest ``seq`` ever written (0 when nothing was); deleting a document does not lower it."""
+        """Largest ``seq`` ever written (0 when nothing was); deleting a document does not lower it.
+
+        In an in-memory database of the store's own (nothing else writes to it), the value read or
+        written since the last transaction is given again without a statement: the engine asks before
+        every batch of a write, and a batch's write knows the value it leaves (:meth:`_write`)."""
         self._need_open()
         if self._external is not None:
             return self._external.max_seq
+        known = self._seq_known
+        if known is not None and known[0] == self._generation:
+            return known[1]
         d = self.dialect
-        return self._guard(lambda: int(self._run(self._conn, sql(
-            "SELECT greatest((SELECT max(seq) FROM ", d.docs, "), "
-            "(SELECT value::BIGINT FROM ", d.table("meta"), " WHERE key = 'max_seq'), 0)")).fetchone()[0]))
+
+        def run() -> tuple[int, int]:
+            got = int(self._run(self._conn, sql(
+                "SELECT greatest((SELECT max(seq) FROM ", d.docs, "), "
+                "(SELECT value::BIGINT FROM ", d.table("meta"), " WHERE key = 'max_seq'), 0)")).fetchone()[0])
+            return self._generation, got
+
+        generation, value = self._guard(run)
+        if self._private:
+            self._seq_known = (generation, value)
+        return value
+
+    @property
+    def _private(self) -> bool:
+        """Whether the database is an in-memory one this store created: no other connection writes to it."""
+        return self._own_conn and self.path is None
 
     def knn(self, vectors: np.ndarray, k: int, flt: NativeFilter | None = None,
             min_score: float | None = None) -> list[list[tuple[Any, float]]]:
