@@ -1008,7 +1008,11 @@ class DuckDBStore(DuckDBEntities, SqlStore):
         fusion = lowered.fusion
         fill = fusion.method == "SINGLE" and fusion.fill
 
+        rounds = 0
+
         def execute(plan: Any) -> tuple[list[tuple[Any, ...]], dict[str, int], Compiled]:
+            nonlocal rounds
+            rounds += 1
             c = self.dialect.compile(plan, "exact")
             cur = self._conn.execute(self._statement(c.text), c.params(slots))
             col = Compiled.reader([d[0] for d in cur.description])
@@ -1022,7 +1026,8 @@ class DuckDBStore(DuckDBEntities, SqlStore):
             return execute(lowered)
 
         raw, col, compiled = self._guard(run)
-        self.last_stats = {"path": "sql", "mode": "exact", "depth": lowered.depth, "rounds": 1,
+        # rounds: the statements run (2 where the one without the fill came back short)
+        self.last_stats = {"path": "sql", "mode": "exact", "depth": lowered.depth, "rounds": rounds,
                            "arm_rows": self._arm_rows(lowered, compiled, raw, col)}
         return self._lowered_rows(lowered, compiled, raw, col)
 
