@@ -119,6 +119,7 @@ class DuckDBStore(DuckDBEntities, SqlStore):
         self._large: dict[str, int] = {}  # filters found to pass more than SMALL_ROWS rows (_small_knn), per write
         self._probes: dict[int, tuple[Any, ...]] = {}  # _small_knn's statement per compiled filter (by identity)
         self._parsed: dict[str, Any] = {}  # knn's and hybrid statements parsed once (_statement), by text
+        self._compiled_plans: dict[Any, Compiled] = {}  # hybrid statements per plan (_compiled)
         self._own_conn = connection is None
         self._conn: Any = connection if connection is not None else self._connect()
         self._external: Any = None
@@ -1013,7 +1014,7 @@ class DuckDBStore(DuckDBEntities, SqlStore):
         def execute(plan: Any) -> tuple[list[tuple[Any, ...]], dict[str, int], Compiled]:
             nonlocal rounds
             rounds += 1
-            c = self.dialect.compile(plan, "exact")
+            c = self._compiled(plan)
             cur = self._conn.execute(self._statement(c.text), c.params(slots))
             col = Compiled.reader([d[0] for d in cur.description])
             return cur.fetchall(), col, c
@@ -1030,6 +1031,28 @@ class DuckDBStore(DuckDBEntities, SqlStore):
         self.last_stats = {"path": "sql", "mode": "exact", "depth": lowered.depth, "rounds": rounds,
                            "arm_rows": self._arm_rows(lowered, compiled, raw, col)}
         return self._lowered_rows(lowered, compiled, raw, col)
+
+    def _compiled(self, plan: Any) -> Compiled:
+        """``plan``'s statement (``dialect.compile(plan, "exact")``), kept per plan and dialect state (the
+        flags the store sets as it opens or upgrades its tables): the text and its bound values depend on
+        nothing else, and the data (N, the mean length, the postings) are read when it runs, so every
+        write, this process's or another's, is seen as ever. Only plans without a pushed filter are kept:
+        a filter's values may be equal in Python and mean different things (``1 == True``). Compiling a
+        3-term BM25 statement took ~0.3 ms of a ~19 ms search at 100k."""
+        if plan.filter is not None:
+            return self.dialect.compile(plan, "exact")
+        key = (plan, tuple((k, v) for k, v in vars(self.dialect).items()
+                           if v is None or isinstance(v, (bool, int, float, str))))
+        try:
+            got = self._compiled_plans.get(key)
+        except TypeError:  # (a plan holding a list: not kept)
+            return self.dialect.compile(plan, "exact")
+        if got is None:
+            got = self.dialect.compile(plan, "exact")
+            if len(self._compiled_plans) >= 256:
+                self._compiled_plans.clear()
+            self._compiled_plans[key] = got
+        return got
 
     def _unit_vectors(self, wanted: list[int]) -> np.ndarray:
         """``(len(wanted), dim)`` float32 rows of the stored vectors (one statement, ``key = ANY(…)``),
