@@ -668,15 +668,22 @@ class Dialect:
     # --------------------------------------------------------------------------------- helpers
 
     def _select(self, st: _Build) -> tuple[Fragment, dict[str, str]]:
-        """Late materialisation: only the surviving keys are joined to content, metadata and scores."""
+        """Late materialisation: only the surviving keys are joined to content, metadata and scores.
+
+        A lone BM25 ranking's own score is the fused score (``top.score``: the arm's score, 0 for a row
+        that fills up) unless the arm has a ``min =>`` (a row below it fills up with its own score)."""
         cols: list[Fragment] = []
         joins: list[Fragment] = []
         names: dict[str, str] = {"fused": "fused"}
+        fusion = st.lowered.fusion
+        ranked = fusion.arms[0] if fusion.method == "SINGLE" and fusion.arms[0].min is None else None
         for i, s in enumerate(st.lowered.scores, start=1):
             alias = f"score_{i}"
             names[s.slot] = alias
             if isinstance(s, SimilarityScore):
                 cols.append(sql(self.visit(s, st), f" AS {alias}"))
+            elif ranked is not None and s.slot == ranked.slot:
+                cols.append(sql(f"top.score AS {alias}"))
             else:  # BM25: 0 for a row without the terms; GRAPH: NULL for a row with no activated entity;
                 # TEMPORAL: NULL for a row with no date in the period
                 name = st.name[s.slot]

@@ -567,6 +567,34 @@ def test_bm25_candidates_read_only_the_filtered_rows_of_the_terms() -> None:
     duck.close()
 
 
+def test_a_bm25_ranking_fills_with_non_matching_rows_only_when_too_few_rows_match() -> None:
+    """A lone BM25 ranking runs without its fill branch first (``DuckDBStore.run_lowered``): with LIMIT
+    or more matching rows that is the answer (one statement); with fewer, the whole statement runs (two),
+    and the rows matching no term follow in insertion order with BM25 0, as on the built-in store; a
+    query asked again after a write answers from the data as written."""
+    texts = [f"Solar grid {i}." if i % 3 == 0 else f"Wind farm number {i}." for i in range(30)]  # 10 solar
+    metas = [{"k": i % 2} for i in range(30)]
+    duck = Engine(embedder=HashEmbedder(dim=DIM), store="duckdb", clock=lambda: CLOCK, warm_up=False)
+    ref = Engine(embedder=HashEmbedder(dim=DIM), clock=lambda: CLOCK, warm_up=False)
+    for e in (duck, ref):
+        e.add_texts(texts, ids=[f"t{i}" for i in range(30)], metadatas=metas)
+    for where, limit, statements in (("", 10, 1), ("", 9, 1), ("", 11, 2), ("WHERE meta.k == 0", 5, 1),
+                                     ("WHERE meta.k == 0", 6, 2), ("", 40, 2)):
+        q = f'SELECT SENTENCE LET kw = BM25(content, "solar") {where} ORDER BY kw DESC LIMIT {limit}'
+        got, want = duck.search(q), ref.search(q)
+        assert [(h.id, h.scores["kw"]) for h in got] == [(h.id, pytest.approx(h.scores["kw"])) for h in want], q
+        assert duck.store.last_stats["path"] == "sql" and duck.store.last_stats["rounds"] == statements, q
+    q = 'SELECT SENTENCE LET kw = BM25(content, "solar") ORDER BY kw DESC LIMIT 13'
+    assert [h.id for h in duck.search(q)][10:] == ["t1#0", "t2#0", "t4#0"]
+    # the same query again after a write (its statement kept per plan): the new row and statistics are read
+    for e in (duck, ref):
+        e.add_texts(["Solar solar solar panels."], ids=["new"])
+    got, want = duck.search(q), ref.search(q)
+    assert got[0].id == "new#0"
+    assert [(h.id, h.scores["kw"]) for h in got] == [(h.id, pytest.approx(h.scores["kw"])) for h in want]
+    duck.close()
+
+
 def test_metadata_equality_reads_the_flat_table_and_a_store_written_before_it_rebuilds_it(tmp_path: Path) -> None:
     """``meta.x == v`` / ``IN`` compile to a semi-join on ``<p>_flat`` (``DuckDBDialect.indexed_leaf``)
     with exactly the typed views' rows; a file written before the table existed gets it on open."""

@@ -7,6 +7,7 @@ import os
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
+from dataclasses import replace
 from typing import Any, ClassVar, TypeVar, cast
 
 import numpy as np
@@ -121,6 +122,7 @@ class DuckDBStore(DuckDBEntities, SqlStore):
         self._large: dict[str, int] = {}  # filters found to pass more than SMALL_ROWS rows (_small_knn), per write
         self._probes: dict[int, tuple[Any, ...]] = {}  # _small_knn's statement per compiled filter (by identity)
         self._parsed: dict[str, Any] = {}  # knn's and hybrid statements parsed once (_statement), by text
+        self._compiled_plans: dict[Any, Compiled] = {}  # hybrid statements per plan (_compiled)
         self._own_conn = connection is None
         self._conn: Any = connection if connection is not None else self._connect()
         self._external: Any = None
@@ -1038,20 +1040,64 @@ class DuckDBStore(DuckDBEntities, SqlStore):
         return out
 
     def run_lowered(self, lowered: Any, vectors: Mapping[str, np.ndarray]) -> list[tuple[Row, dict[str, float]]]:
-        """Run a lowered hybrid plan (:class:`~nlql.sql.nodes.Lowered`) as one DuckDB statement."""
+        """Run a lowered hybrid plan (:class:`~nlql.sql.nodes.Lowered`) as one DuckDB statement.
+
+        A lone BM25 ranking whose rows matching no term may fill up the result (``Fusion.fill``) first runs
+        as the statement without that branch: when it returns all ``fetch`` rows, at least ``fetch`` rows
+        matched a term, so the branch (which adds rows only when fewer did) would have added none, and
+        these are the statement's rows; else the whole statement runs and its rows are the answer (one
+        statement's rows either way). DuckDB plans and runs the branch (an anti-join of the sentences
+        with every matching row, a count) even when its count condition is false, where PostgreSQL skips
+        it (a one-time filter): at 100k sentences it was ~2 ms of a ~20 ms BM25 statement."""
         self._need_open()
         slots = self._query_slots(lowered, vectors)
-        compiled = self.dialect.compile(lowered, "exact")
+        fusion = lowered.fusion
+        fill = fusion.method == "SINGLE" and fusion.fill
 
-        def run() -> tuple[list[tuple[Any, ...]], dict[str, int]]:
-            cur = self._conn.execute(self._statement(compiled.text), compiled.params(slots))
-            col = Compiled.reader([c[0] for c in cur.description])
-            return cur.fetchall(), col
+        rounds = 0
 
-        raw, col = self._guard(run)
-        self.last_stats = {"path": "sql", "mode": "exact", "depth": lowered.depth, "rounds": 1,
+        def execute(plan: Any) -> tuple[list[tuple[Any, ...]], dict[str, int], Compiled]:
+            nonlocal rounds
+            rounds += 1
+            c = self._compiled(plan)
+            cur = self._conn.execute(self._statement(c.text), c.params(slots))
+            col = Compiled.reader([d[0] for d in cur.description])
+            return cur.fetchall(), col, c
+
+        def run() -> tuple[list[tuple[Any, ...]], dict[str, int], Compiled]:
+            if fill:
+                got = execute(replace(lowered, fusion=replace(fusion, fill=False)))
+                if len(got[0]) >= lowered.fetch:
+                    return got
+            return execute(lowered)
+
+        raw, col, compiled = self._guard(run)
+        # rounds: the statements run (2 where the one without the fill came back short)
+        self.last_stats = {"path": "sql", "mode": "exact", "depth": lowered.depth, "rounds": rounds,
                            "arm_rows": self._arm_rows(lowered, compiled, raw, col)}
         return self._lowered_rows(lowered, compiled, raw, col)
+
+    def _compiled(self, plan: Any) -> Compiled:
+        """``plan``'s statement (``dialect.compile(plan, "exact")``), kept per plan and dialect state (the
+        flags the store sets as it opens or upgrades its tables): the text and its bound values depend on
+        nothing else, and the data (N, the mean length, the postings) are read when it runs, so every
+        write, this process's or another's, is seen as ever. Only plans without a pushed filter are kept:
+        a filter's values may be equal in Python and mean different things (``1 == True``). Compiling a
+        3-term BM25 statement took ~0.3 ms of a ~19 ms search at 100k."""
+        if plan.filter is not None:
+            return self.dialect.compile(plan, "exact")
+        key = (plan, tuple((k, v) for k, v in vars(self.dialect).items()
+                           if v is None or isinstance(v, (bool, int, float, str))))
+        try:
+            got = self._compiled_plans.get(key)
+        except TypeError:  # (a plan holding a list: not kept)
+            return self.dialect.compile(plan, "exact")
+        if got is None:
+            got = self.dialect.compile(plan, "exact")
+            if len(self._compiled_plans) >= 256:
+                self._compiled_plans.clear()
+            self._compiled_plans[key] = got
+        return got
 
     def _unit_vectors(self, wanted: list[int]) -> np.ndarray:
         """``(len(wanted), dim)`` float32 rows of the stored vectors (one statement, ``key = ANY(…)``),
