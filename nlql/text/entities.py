@@ -236,6 +236,33 @@ def _upper_class() -> str:
     return re.escape("".join(c for c in map(chr, range(0x10000)) if c.isupper() or c.istitle()))
 
 
+def _word_class() -> str:
+    """A regex character class body of the BMP's letters, digits and combining marks (``re``'s ``\\w``
+    without ``_``, which leaves marks out), as ranges.
+
+    A mark that no precomposed letter holds stays a mark in NFC (``"Ą̃"`` is ``Ą`` and U+0303; Hebrew
+    points, Devanagari vowel signs): a word goes on through it, as the analyzer's Unicode words do.
+    """
+    import unicodedata
+
+    ranges: list[str] = []
+    lo = prev = -2
+    for cp in range(0x10000):
+        c = chr(cp)
+        if c != "_" and (c.isalnum() or unicodedata.category(c)[0] == "M"):
+            if cp != prev + 1:
+                if lo >= 0:
+                    ranges.append(_range(lo, prev))
+                lo = cp
+            prev = cp
+    ranges.append(_range(lo, prev))
+    return "".join(ranges)
+
+
+def _range(lo: int, hi: int) -> str:
+    return re.escape(chr(lo)) if lo == hi else f"{re.escape(chr(lo))}-{re.escape(chr(hi))}"
+
+
 def _run_pattern() -> re.Pattern[str]:
     """Runs of capitalised words: the only part of a sentence the extractor looks at in Python."""
     global _compiled
@@ -243,15 +270,17 @@ def _run_pattern() -> re.Pattern[str]:
         with _compile_lock:
             if _compiled is None:
                 up = _upper_class()
-                # letters and digits, an apostrophe or hyphen only before another (the same language
-                # as one alternation with a look-ahead per character, a third faster)
-                rest = r"[^\W_]*(?:['’\-][^\W_]+)*"
+                # letters, digits and marks, an apostrophe or hyphen only before another (the same
+                # language as one alternation with a look-ahead per character, a third faster)
+                letters = _word_class()
+                word = f"[{letters}]"
+                rest = rf"{word}*(?:['’\-]{word}+)*"
                 particle = "|".join(_PARTICLES)
                 sep = rf" (?:(?:{particle}) )?"
                 # The upper-case letter is matched first and the look-behind checked after it (two
                 # characters wide): a word must not continue a lower-case word or an identifier
                 # (nothing inside "iPhone" or "re_Match"). Testing the class first is 3x faster.
-                _compiled = re.compile(rf"[{up}](?<![\w'’\-].){rest}(?:{sep}[{up}]{rest})*")
+                _compiled = re.compile(rf"[{up}](?<![_{letters}'’\-].){rest}(?:{sep}[{up}]{rest})*")
     return _compiled
 
 
