@@ -413,6 +413,34 @@ def _man_sections(raw: str) -> dict[str, str]:
     return {k: "".join(v) for k, v in out.items()}
 
 
+def _man_passage(f: Path, max_chars: int) -> dict[str, str] | None:
+    """One manual page as a passage: its NAME line and the start of its DESCRIPTION (None: unreadable,
+    or no NAME)."""
+    import gzip
+
+    if not f.exists():
+        return None
+    try:
+        raw = gzip.decompress(f.read_bytes()).decode("utf-8", "replace")
+    except (OSError, EOFError):
+        return None
+    if raw.lstrip().startswith(".so "):  # a page that includes another one
+        target = f.parent.parent / raw.split()[1]
+        try:
+            raw = gzip.decompress(Path(str(target) + ".gz").read_bytes()).decode("utf-8", "replace")
+        except OSError:
+            return None
+    sections = _man_sections(raw)
+    title = " ".join(sections.get("NAME", "").split())
+    body = " ".join(sections.get("DESCRIPTION", "").split())
+    if not title:
+        return None
+    if len(body) > max_chars:
+        cut = body.rfind(". ", 0, max_chars)
+        body = body[: cut + 1 if cut > max_chars // 3 else max_chars]
+    return {"title": title, "text": body}
+
+
 def build_man_set(max_chars: int = 700, distractors: int = 0, seed: int = 7) -> BeirSet:
     """The man-page set, built from this machine: one passage per section 1/8 page of :data:`MAN_PACKAGES`
     (its NAME line and the start of its DESCRIPTION), queries and labels from ``bench/data/man-queries``.
@@ -422,8 +450,6 @@ def build_man_set(max_chars: int = 700, distractors: int = 0, seed: int = 7) -> 
     ``distractors`` adds that many other section 1/8 pages of this machine (any package, drawn with
     ``seed``): the same questions against a corpus the size of a whole system's manual.
     """
-    import gzip
-
     files: list[Path] = []
     info_dir = Path("/var/lib/dpkg/info")
     for pkg in MAN_PACKAGES:
@@ -431,38 +457,21 @@ def build_man_set(max_chars: int = 700, distractors: int = 0, seed: int = 7) -> 
             if lst.is_file():
                 files += [Path(line.strip()) for line in lst.read_text(encoding="utf-8", errors="replace").splitlines()
                           if re.match(r"^/usr/share/man/man[18]/[^/]+\.[18]\w*\.gz$", line.strip())]
-    pages = sorted(set(files), key=lambda x: (x.parent.name, x.name))
-    others = sorted(set(Path("/usr/share/man/man1").glob("*.gz")) | set(Path("/usr/share/man/man8").glob("*.gz")))
-    random.Random(seed).shuffle(others)
-    wanted: int | None = None
     corpus: dict[str, dict[str, str]] = {}
-    for f in pages + (others if distractors else []):
-        if wanted is None and f not in pages:
-            wanted = len(corpus) + distractors
-        if wanted is not None and len(corpus) >= wanted:
-            break
-        name = re.sub(r"\.[18]\w*\.gz$", "", f.name)
-        if name in corpus or not f.exists():
-            continue
-        try:
-            raw = gzip.decompress(f.read_bytes()).decode("utf-8", "replace")
-        except (OSError, EOFError):
-            continue
-        if raw.lstrip().startswith(".so "):  # a page that includes another one
-            target = f.parent.parent / raw.split()[1]
-            try:
-                raw = gzip.decompress(Path(str(target) + ".gz").read_bytes()).decode("utf-8", "replace")
-            except OSError:
-                continue
-        sections = _man_sections(raw)
-        title = " ".join(sections.get("NAME", "").split())
-        body = " ".join(sections.get("DESCRIPTION", "").split())
-        if not title:
-            continue
-        if len(body) > max_chars:
-            cut = body.rfind(". ", 0, max_chars)
-            body = body[: cut + 1 if cut > max_chars // 3 else max_chars]
-        corpus[name] = {"title": title, "text": body}
+
+    def add(pages: Iterable[Path], stop: float) -> None:
+        for f in pages:
+            if len(corpus) >= stop:
+                return
+            name = re.sub(r"\.[18]\w*\.gz$", "", f.name)
+            if name not in corpus and (passage := _man_passage(f, max_chars)) is not None:
+                corpus[name] = passage
+
+    add(sorted(set(files), key=lambda x: (x.parent.name, x.name)), math.inf)
+    if distractors:
+        others = sorted(set(Path("/usr/share/man/man1").glob("*.gz")) | set(Path("/usr/share/man/man8").glob("*.gz")))
+        random.Random(seed).shuffle(others)
+        add(others, len(corpus) + distractors)
     queries, qrels = {}, {}
     for q in _read_jsonl(MAN_QUERIES):
         rel = {r: 1 for r in q["relevant"] if r in corpus}
