@@ -118,6 +118,7 @@ class Capabilities:
     SYNCS: bool = False                       # Syncing: stale(), sync(): other processes may write it
     WARM_UP: bool = False                     # WarmsUp: build_int8(wait=False) when the engine opens it
     DOC_BATCHES: bool = False                 # upsert() takes the engine's DocBatch whole (nlql.stores.batch)
+    WRITES_AHEAD: bool = False                # WritesAhead: an add_texts call's next batch prepared while one is written
     ANALYZER: bool = False                    # KeepsAnalyzer: writes BM25 terms with its own .analyzer
     KEEPS_KEYWORDS: bool = False              # KeepsKeywords: keeps the engine's BM25 index beside its data
     COUNTS: bool = False                      # CountsGroups: count_groups(), COUNT … BY metadata in the store

@@ -76,9 +76,18 @@ class GraphSidecar:
         stale is dropped (it would otherwise take them for this engine's own), and each sentence's entity
         names go into ``DocRecord.entities`` for a store that keeps them (the extractor runs here, once
         per sentence; other stores pay nothing until GRAPH)."""
+        self.forget_stale()
+        self.extract(docs)
+
+    def forget_stale(self) -> None:
+        """:meth:`prepare`'s first half: drop a graph that another process's writes made stale."""
         with self._lock:
             if self._graph is not None and self._fp is not None and self._fingerprint() != self._fp:
                 self._graph = None
+
+    def extract(self, docs: Sequence[DocRecord]) -> None:
+        """:meth:`prepare`'s second half: each sentence's entity names into ``docs`` for a store that
+        keeps them (no store call: an engine writing ahead runs it while its previous batch is written)."""
         if not self.keeps_links:
             return
         if is_columnar(docs):  # the engine's batch, not read as records: a column of names per sentence

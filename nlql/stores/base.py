@@ -105,7 +105,8 @@ class Store(Protocol):
 
     Optional protocols, each declared by a ``Capabilities`` flag and called only when declared:
     :class:`ScoresAll` (``FULL_SCORES``), :class:`RunsLowered` (``SQL_ARMS``), :class:`TablePaths`
-    (``FAST_PATH``), :class:`DescribesData` (``DESCRIBES_DATA``), :class:`CountsGroups` (``COUNTS``).
+    (``FAST_PATH``), :class:`DescribesData` (``DESCRIBES_DATA``), :class:`CountsGroups` (``COUNTS``),
+    :class:`WritesAhead` (``WRITES_AHEAD``).
     """
 
     capabilities: Capabilities
@@ -281,6 +282,20 @@ class Syncing(Protocol):
 
     def stale(self) -> bool: ...
     def sync(self) -> Any: ...
+
+
+class WritesAhead(Protocol):
+    """``Capabilities.WRITES_AHEAD``: ``upsert(docs)`` in two halves, ``write_prepared(prepare_write(docs))``.
+
+    ``prepare_write`` makes the write's rows without touching the backend (it may run while an earlier
+    ``write_prepared`` is under way in another thread); ``write_prepared`` writes them, atomically as
+    ``upsert`` does, and raises what ``upsert`` would. The engine then writes an ``add_texts`` call a
+    batch behind: it splits, embeds and prepares batch b+1 while a thread of its own writes batch b, and
+    numbers batch b+1's documents after batch b's without asking ``max_seq``. A store declares it only
+    when nothing but its engine writes it (an in-memory database of its own)."""
+
+    def prepare_write(self, docs: Sequence[DocRecord]) -> Any: ...
+    def write_prepared(self, prepared: Any) -> None: ...
 
 
 class WarmsUp(Protocol):

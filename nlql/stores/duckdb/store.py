@@ -8,7 +8,7 @@ import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import replace
-from typing import Any, ClassVar, TypeVar, cast
+from typing import Any, ClassVar, NamedTuple, TypeVar, cast
 
 import numpy as np
 
@@ -64,6 +64,14 @@ IN_MEMORY_CHECKPOINT = "SET checkpoint_threshold = '1GB'"
 def from_url(url: str) -> dict[str, Any]:
     """The constructor arguments of a ``duckdb…`` store string (the registry's ``from_url``)."""
     return parse_url(url)
+
+
+class _PreparedWrite(NamedTuple):
+    """A write made ready by :meth:`DuckDBStore.prepare_write`: the tables of :meth:`DuckDBStore._prepare`,
+    and whether it ends its engine call (the sorted tables are kept sorted after it)."""
+
+    tables: tuple[Any, ...]
+    last: bool
 
 
 class DuckDBStore(DuckDBEntities, SqlStore):
@@ -147,6 +155,9 @@ class DuckDBStore(DuckDBEntities, SqlStore):
             # its own tables keep the entity links (GRAPH in SQL: nlql.stores.duckdb.entities) and the metadata as JSON
             ENTITY_LINKS=self._external is None, GRAPH_ARM=self.dialect.graph_tables, COUNTS=self._external is None,
             DESCRIBES_DATA=self._external is None, DOC_BATCHES=True,
+            # an in-memory database of its own: no one else writes it, so an engine may number its next
+            # batch and prepare it (prepare_write) while this one is written (write_prepared)
+            WRITES_AHEAD=self._private and self._external is None,
             # over its own tables, knn scores its hits as similarities() does (numpy, score_rows) and lists them
             # by (score desc, seq, position): a plain top-k's page is the knn list (nlql.execute.knn_page)
             KNN_SCORES=self._external is None, KNN_ORDERED=self._external is None)
@@ -503,15 +514,27 @@ class DuckDBStore(DuckDBEntities, SqlStore):
     def upsert(self, docs: Sequence[DocRecord]) -> None:
         """Replace (or insert) whole documents in one transaction; the last of duplicate ids wins. The
         engine's :class:`~nlql.stores.batch.DocBatch` is read as columns (``DOC_BATCHES``)."""
+        self.write_prepared(self.prepare_write(docs))
+
+    def prepare_write(self, docs: Sequence[DocRecord]) -> _PreparedWrite | None:
+        """:meth:`upsert`'s rows as the Arrow tables its statements load, made without the database
+        (``WRITES_AHEAD``: the engine prepares its next batch here while this one is written); None for
+        no document."""
         self._need_open()
         self._check_writable()
         docs = latest_per_id(docs)
         if not len(docs):
-            return
-        tables = self._prepare(docs)
+            return None
         # the end of a write: an engine's batch says whether more of its add_texts call follows (the
         # tables are sorted once after the last batch, not after every batch that grew them enough)
         last = not isinstance(docs, DocBatch) or docs.rows_ahead <= len(docs.contents)
+        return _PreparedWrite(self._prepare(docs), last)
+
+    def write_prepared(self, prepared: _PreparedWrite | None) -> None:
+        """Write what :meth:`prepare_write` made, in one transaction (the second half of :meth:`upsert`)."""
+        if prepared is None:
+            return
+        tables, last = prepared
         try:
             self._guard(lambda: self._write(*tables), writing=True)
             if last:
@@ -700,8 +723,11 @@ class DuckDBStore(DuckDBEntities, SqlStore):
 
     def _finish(self) -> None:
         """After the last write of a call: the sorted tables kept sorted (:meth:`_cluster`), in a
-        transaction of its own (in the write's, DuckDB splits the units' row groups)."""
-        with self._one_thread(), self._tx() as conn:
+        transaction of its own (in the write's, DuckDB splits the units' row groups), on the database's
+        threads again: DuckDB sorts in parallel (at 100k, the 950k postings and 400k metadata rows of
+        bench/duckdb_ingest.py's ingest: 0.13 s against 0.21 s on one thread, four alternations)."""
+        self._all_threads()
+        with self._tx() as conn:
             self._cluster(conn)
 
     @contextmanager
