@@ -92,10 +92,13 @@ class GraphSidecar:
             return
         if is_columnar(docs):  # the engine's batch, not read as records: a column of names per sentence
             batch = cast(DocBatch, docs)
-            given = [metadata_entities(m) for m in batch.metadatas]
             extract = self.extractor
-            if extract is not None and not any(given):  # (the common case: the extractor's names only)
-                batch.entities = [list(extract(content)) for content in batch.contents]
+            # names given only where a metadata holds "entities" (the engine's are dicts: one look each)
+            given = [metadata_entities(m) for m in batch.metadatas] if any(
+                type(m) is not dict or "entities" in m for m in batch.metadatas) else None
+            if given is None or not any(given):  # (the common case: the extractor's names only)
+                batch.entities = ([list(extract(content)) for content in batch.contents] if extract is not None
+                                  else [[] for _ in batch.contents])
                 return
             owner = np.repeat(np.arange(len(batch), dtype=np.int64), batch.counts).tolist()
             batch.entities = [self._names(content, given[i]) for i, content in zip(owner, batch.contents)]

@@ -417,11 +417,11 @@ class Analyzer:
             if len(todo) < len(missing):
                 fresh.update((w, w) for w in missing if w.isdigit() and w.isascii())
             if len(memo) + len(fresh) > self.MAX_MEMO:
-                table = {**memo, **fresh}  # (this call's lookups; the memo starts again from its new words)
-                memo.clear()
-                memo.update(fresh)
-                return list(map(table.__getitem__, words))
-            memo.update(fresh)
+                # the memo starts again from this call's new words: a new dict, so that a call in another
+                # thread (a search while a batch is prepared) still finds its words in the one it holds
+                self._memo = fresh
+                return [fresh[w] if w in missing else memo[w] for w in words]
+            memo.update(fresh)  # (only ever added to: a word found in it stays there)
         return list(map(memo.__getitem__, words))
 
     def _stem_new(self, words: list[str]) -> dict[str, str]:

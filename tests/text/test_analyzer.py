@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 
@@ -125,6 +126,39 @@ def test_a_full_stem_memo_is_dropped_without_losing_the_words_being_read(monkeyp
     for i in range(50):
         t = f"harvest number{i} word{i} markets"
         assert a.terms(t) == want(t)
+
+
+def test_threads_sharing_one_analyzer_each_get_their_terms(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A search reads its terms while another thread prepares a batch's (an add_texts written ahead) with
+    the same analyzer: a memo that one thread starts again must not lose the words another is reading
+    (a full memo was cleared in place: the other thread's lookup raised KeyError)."""
+    import threading
+
+    a = Analyzer()
+    monkeypatch.setattr(a, "MAX_MEMO", 20)
+    want = Analyzer()
+    # each text: two words new to the memo, four that every thread reads again and again
+    texts = [[f"stories{t}x{i} running{t}y{i} harvests markets farmers rains" for i in range(3000)] for t in range(6)]
+    errors: list[BaseException] = []
+
+    def read(batch: list[str]) -> None:
+        try:
+            for text in batch:
+                assert a.terms(text) == want.terms(text)
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            errors.append(exc)
+
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # (threads taking turns as often as the interpreter allows)
+    try:
+        threads = [threading.Thread(target=read, args=(batch,)) for batch in texts]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(before)
+    assert not errors, errors[:3]
 
 
 @pytest.mark.parametrize("analyzer", [Analyzer(), Analyzer.named("plain"), Analyzer(stopwords=None),
