@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import dataclasses
 import functools
 import math
+import sys
 import threading
 import time
 import uuid
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from itertools import chain
@@ -1496,8 +1499,6 @@ class _WriteAhead:
     under way: no write of the call runs after it returns or raises."""
 
     def __init__(self, engine: Engine) -> None:
-        from concurrent.futures import ThreadPoolExecutor
-
         self._engine = engine
         self._store = cast(WritesAhead, engine.store)
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="nlql-write")
@@ -1523,8 +1524,6 @@ class _WriteAhead:
         e._graph.extract(batch)
         prepared = e._call_store("upsert", self._store.prepare_write, batch)
         done = self.wait()
-        import contextvars
-
         future = self._pool.submit(contextvars.copy_context().run, self._commit, batch, prepared)
         self._pending = (future, index, ids)
         return done
@@ -1585,8 +1584,6 @@ _switch_before = 0.0
 def _quick_switches(on: bool) -> None:
     """Count a call writing ahead in (``on``) or out; the interval is :data:`_SWITCH_INTERVAL` while any runs."""
     global _switch_users, _switch_before
-    import sys
-
     with _switch_lock:
         if on:
             if not _switch_users:
