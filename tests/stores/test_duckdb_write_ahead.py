@@ -31,6 +31,21 @@ class BatchAfterBatch(DuckDBStore):
         return dataclasses.replace(super()._capabilities(), WRITES_AHEAD=False)
 
 
+class FailsAt(HashEmbedder):
+    """A hash embedder whose ``at``-th call (counting from 1) raises ``error``: a call stopped while the
+    batch before is being written."""
+
+    def __init__(self, at: int, error: BaseException) -> None:
+        super().__init__(dim=16)
+        self.at, self.error, self.calls = at, error, 0
+
+    def embed(self, texts: Any) -> np.ndarray:
+        self.calls += 1
+        if self.calls == self.at:
+            raise self.error
+        return super().embed(texts)
+
+
 def docstrings() -> tuple[list[str], list[str], list[dict[str, Any]]]:
     """Real text: whole docstrings of the standard library (long documents, odd bytes, names), ids that
     repeat (a bare name in several modules: the last text wins), metadata whose keys come and go."""
@@ -137,17 +152,7 @@ def test_a_write_that_fails_ahead_names_the_batches_before_it() -> None:
 
 def test_the_batch_being_written_is_waited_for_when_the_next_fails() -> None:
     """The embedder fails on batch 3 while batch 2 is written: batch 2 is committed, and named."""
-
-    class FailsThird(HashEmbedder):
-        calls = 0
-
-        def embed(self, texts: Any) -> np.ndarray:
-            self.calls += 1
-            if self.calls == 3:
-                raise RuntimeError("embedder down")
-            return super().embed(texts)
-
-    engine = Engine(embedder=FailsThird(dim=16), store=DuckDBStore(), warm_up=False)
+    engine = Engine(embedder=FailsAt(3, RuntimeError("embedder down")), store=DuckDBStore(), warm_up=False)
     with pytest.raises(EmbedderError) as err:
         engine.add_texts([f"Sentence {i}." for i in range(10)], ids=[str(i) for i in range(10)], batch_size=3)
     assert err.value.committed == [str(i) for i in range(6)]  # type: ignore[attr-defined]
@@ -157,19 +162,9 @@ def test_the_batch_being_written_is_waited_for_when_the_next_fails() -> None:
 
 def test_an_earlier_failed_write_is_the_error_when_both_fail() -> None:
     """Batch 2's write fails while batch 3's embedding fails too: the call reports batch 2, the first."""
-
-    class FailsThird(HashEmbedder):
-        calls = 0
-
-        def embed(self, texts: Any) -> np.ndarray:
-            self.calls += 1
-            if self.calls == 3:
-                raise RuntimeError("embedder down")
-            return super().embed(texts)
-
     store = FailingWrite()
     store.fail_at = 2
-    engine = Engine(embedder=FailsThird(dim=16), store=store, warm_up=False)
+    engine = Engine(embedder=FailsAt(3, RuntimeError("embedder down")), store=store, warm_up=False)
     with pytest.raises(NLQLError) as err:
         engine.add_texts([f"Sentence {i}." for i in range(10)], ids=[str(i) for i in range(10)], batch_size=3)
     assert isinstance(err.value, BackendError) and "in batch 2 of 4" in str(err.value)
@@ -181,18 +176,8 @@ def test_an_interrupted_call_lets_its_last_write_end_and_leaves_nothing_running(
     """Ctrl-C in the caller's thread while a batch is written: the write ends (committed whole), and when
     the interrupt reaches the caller no write of the call runs, the mutex is free and the switch interval
     is the interpreter's again."""
-
-    class Interrupted(HashEmbedder):
-        calls = 0
-
-        def embed(self, texts: Any) -> np.ndarray:
-            self.calls += 1
-            if self.calls == 3:
-                raise KeyboardInterrupt
-            return super().embed(texts)
-
     before = sys.getswitchinterval()
-    engine = Engine(embedder=Interrupted(dim=16), store=DuckDBStore(), warm_up=False)
+    engine = Engine(embedder=FailsAt(3, KeyboardInterrupt()), store=DuckDBStore(), warm_up=False)
     with pytest.raises(KeyboardInterrupt):
         engine.add_texts([f"Sentence {i}." for i in range(10)], ids=[str(i) for i in range(10)], batch_size=3)
     assert not [t for t in threading.enumerate() if t.name.startswith("nlql-write")]
@@ -224,3 +209,30 @@ def test_searches_during_a_call_see_whole_batches() -> None:
         watcher.join()
     assert seen and all(k % size == 0 for k in seen), sorted(set(seen))
     assert len(engine) == 2 * n  # (sentences)
+
+
+def test_progress_counts_every_document_once_when_written_ahead() -> None:
+    """A progress report hears of each batch's documents once its write has ended, the last batch's too."""
+
+    class Recording:
+        def __init__(self) -> None:
+            self.total = self.sentences = self.documents = self.expected = 0
+            self.closed = False
+
+        def start(self, total: int, documents: int = 0) -> None:
+            self.total, self.expected = total, documents
+
+        def advance(self, sentences: int, documents: int = 0) -> None:
+            self.sentences += sentences
+            self.documents += documents
+
+        def close(self) -> None:
+            self.closed = True
+
+    texts, ids, metas = docstrings()
+    report = Recording()
+    engine = Engine(embedder=HashEmbedder(dim=16), store=DuckDBStore(), warm_up=False)
+    engine.add_texts(texts, ids=ids, metadatas=metas, batch_size=25, progress=report)
+    kept = len(set(ids))
+    assert report.closed and report.expected == report.documents == kept
+    assert report.sentences == report.total == len(engine)
