@@ -726,6 +726,52 @@ def test_string_equality_compares_checksums_first_and_an_older_store_answers_the
     store.close()
 
 
+def test_opening_an_old_store_adds_every_column_before_it_writes_a_row(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A store written before several columns (the units' metadata and packed fields, the documents'
+    keys, the strings' checksums) gets them all in the transaction that opens it: every ``ALTER TABLE``
+    before the first statement that writes rows of that table. DuckDB 1.5 refuses to commit a transaction
+    that alters a table after updating it ("another transaction has altered this table"), so a store
+    lacking two of them could not be opened there (found running these tests on DuckDB 1.5.5)."""
+    import re
+
+    docs = build_filter_corpus(np.random.default_rng(5))
+    path = tmp_path / "older.duckdb"
+    store = opened(path)
+    store.upsert(docs)
+    want = [row_tuple(r) for r in store.fetch(store.scan())]
+    conn = store._conn
+    conn.execute('ALTER TABLE "nlql_flat" DROP COLUMN hkey')
+    for table in ("units", "flat", "members"):
+        conn.execute(f'ALTER TABLE "nlql_{table}" DROP COLUMN dkey')
+    conn.execute('ALTER TABLE "nlql_units" DROP COLUMN packed')
+    conn.execute('ALTER TABLE "nlql_units" DROP COLUMN metadata')
+    store.close()
+    ran: list[str] = []
+    run = DuckDBStore._run
+
+    def recording(self: DuckDBStore, conn: Any, frag: Any) -> Any:
+        from nlql.stores.duckdb.driver import render
+
+        ran.append(render(self.dialect, frag)[0])
+        return run(self, conn, frag)
+
+    monkeypatch.setattr(DuckDBStore, "_run", recording)
+    store = opened(path)
+    monkeypatch.undo()
+    altered = [(i, m.group(1)) for i, q in enumerate(ran) if (m := re.match(r'ALTER TABLE "(\w+)" ADD', q))]
+    assert {t for _, t in altered} == {"nlql_units", "nlql_flat", "nlql_members"}
+    for at, table in altered:
+        written = [i for i, q in enumerate(ran) if re.match(rf'(UPDATE|INSERT INTO|DELETE FROM) "{table}"', q)]
+        assert all(at < i for i in written), (table, ran[at], [ran[i] for i in written if i < at])
+    assert [row_tuple(r) for r in store.fetch(store.scan())] == want
+    for table, column, which in (("units", "metadata", "true"), ("units", "packed", "true"), ("units", "dkey", "true"),
+                                 ("flat", "dkey", "true"), ("flat", "hkey", "s IS NOT NULL")):
+        unfilled = store._conn.execute(f'SELECT count(*) FROM "nlql_{table}" WHERE {column} IS NULL AND {which}')
+        assert unfilled.fetchone()[0] == 0, (table, column)
+    store.close()
+
+
 def test_term_and_metadata_tables_are_kept_sorted_and_answer_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
     """``<p>_terms``, ``<p>_flat`` and ``<p>_members`` are rewritten sorted by what statements look up
     once they grow by half (``DuckDBStore._cluster``): the same rows, so filters and BM25 answer as in

@@ -308,11 +308,14 @@ class DuckDBDialect(Dialect):
         slow the writes (200k links: 1.3 s to insert with them, 0.3 s without)."""
         return graph_sql.schema(self, indexes=False)
 
-    def unit_metadata_column(self) -> list[str]:
-        """Add ``<p>_units.metadata`` (its document's metadata text) to a store written before it."""
+    def unit_metadata_column(self) -> str:
+        """Add ``<p>_units.metadata`` (its document's metadata text) to a store written before it
+        (:meth:`fill_unit_metadata` fills it)."""
+        return f"ALTER TABLE {self.table('units')} ADD COLUMN metadata VARCHAR"
+
+    def fill_unit_metadata(self) -> str:
         units, docs = self.table("units"), self.table("docs")
-        return [f"ALTER TABLE {units} ADD COLUMN metadata VARCHAR",
-                f"UPDATE {units} SET metadata = d.metadata FROM {docs} d WHERE d.doc_id = {units}.doc_id"]
+        return f"UPDATE {units} SET metadata = d.metadata FROM {docs} d WHERE d.doc_id = {units}.doc_id"
 
     #: Between the fields of ``<p>_units.packed``: text the store wrote never holds it (codec.escape_text
     #: leaves no raw control character but ``\x01`` as the lead of a code word, which four characters in
@@ -321,15 +324,17 @@ class DuckDBDialect(Dialect):
     #: The fields of ``<p>_units.packed``, in order (``start`` and ``end`` as decimal text).
     PACKED = ("doc_id", "content", "start", "end", "tail", "metadata")
 
-    def unit_packed_column(self) -> list[str]:
-        """Add ``<p>_units.packed`` (:attr:`PACKED`) to a store written before it, filled from the row's columns
-        (NULL where its metadata text is)."""
-        units = self.table("units")
+    def unit_packed_column(self) -> str:
+        """Add ``<p>_units.packed`` (:attr:`PACKED`) to a store written before it (:meth:`fill_unit_packed`
+        fills it)."""
+        return f"ALTER TABLE {self.table('units')} ADD COLUMN packed VARCHAR"
+
+    def fill_unit_packed(self) -> str:
+        """Each row's :attr:`PACKED` fields from its columns (NULL where its metadata text is)."""
         fields = ", ".join(f"{quote_ident(c)}::VARCHAR" for c in self.PACKED)
         separator = " || ".join(f"chr({ord(c)})" for c in self.PACK_SEPARATOR)
-        return [f"ALTER TABLE {units} ADD COLUMN packed VARCHAR",
-                f"UPDATE {units} SET packed = CASE WHEN metadata IS NULL THEN NULL ELSE "
-                f"concat_ws({separator}, {fields}) END"]
+        return (f"UPDATE {self.table('units')} SET packed = CASE WHEN metadata IS NULL THEN NULL ELSE "
+                f"concat_ws({separator}, {fields}) END")
 
     def flat_table(self) -> list[str]:
         """``<p>_flat``: the typed metadata of every document, one row per path (for :meth:`indexed_leaf`)."""

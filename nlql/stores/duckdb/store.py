@@ -334,22 +334,41 @@ class DuckDBStore(DuckDBEntities, SqlStore):
             self._check_dim(dim)
             for statement in d.schema(dim):
                 self._run(conn, statement)
+            filled = self._add_columns(conn)
             if not self._run(conn, sql("SELECT count(*) FROM ", d.stats)).fetchone()[0]:
                 self._run(conn, sql("INSERT INTO ", d.stats, " VALUES (0, 0)"))
             self._sync_terms(conn)
             self._open_entities(conn)
             self._open_flat(conn)
-            if not self._has_unit_metadata(conn):  # a store written before the column
-                for statement in d.unit_metadata_column():
-                    self._run(conn, statement)
+            if "metadata" in filled:  # a store written before the column
+                self._run(conn, d.fill_unit_metadata())
             d.unit_metadata = True
-            if not self._has_column(conn, "units", "packed"):  # (after the metadata, which it packs)
-                for statement in d.unit_packed_column():
-                    self._run(conn, statement)
+            if "packed" in filled:  # (after the metadata, which it packs)
+                self._run(conn, d.fill_unit_packed())
             d.unit_packed = True
             self._open_members(conn)
             self._open_doc_keys(conn)
             self._open_flat_keys(conn)  # (after dkey: a table rewritten by _cluster keeps its columns' order)
+
+    def _add_columns(self, conn: Any) -> set[str]:
+        """Add every column a store written before it lacks, before any row is written in the opening
+        transaction (DuckDB 1.5 refuses to commit one that alters a table after updating it: a store
+        that lacked two of them could not be opened there). Returns the ``<prefix>_units`` columns added,
+        which ``_open`` fills; the documents' keys and the strings' checksums are filled where they are
+        NULL (:meth:`_open_doc_keys`, :meth:`_open_flat_keys`)."""
+        d = self.dialect
+        added = set()
+        if not self._has_unit_metadata(conn):
+            self._run(conn, d.unit_metadata_column())
+            added.add("metadata")
+        if not self._has_column(conn, "units", "packed"):  # (after the metadata, as the table was made)
+            self._run(conn, d.unit_packed_column())
+            added.add("packed")
+        for statement in d.doc_key_columns(self._doc_keys_missing(conn)):
+            self._run(conn, statement)
+        if self._has_table(conn, "flat") and not self._has_column(conn, "flat", "hkey"):  # (after dkey)
+            self._run(conn, d.flat_key_column())
+        return added
 
     def _has_table(self, conn: Any, suffix: str) -> bool:
         return bool(conn.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = $1",
