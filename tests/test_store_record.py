@@ -100,7 +100,7 @@ def test_the_analyzer_is_recorded_and_used_on_reopen(kind: str, tmp_path: Path) 
     store.close()
 
 
-@pytest.mark.parametrize("name", ["memory", "qdrant", "chroma", "faiss", "hnswlib"])
+@pytest.mark.parametrize("name", ["memory", "qdrant", "chroma", "faiss", "hnswlib", "duckdb"])
 def test_every_registered_store_keeps_a_record(name: str) -> None:
     from nlql.stores import entry
 

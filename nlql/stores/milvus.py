@@ -529,8 +529,11 @@ class MilvusStore:
         self.client.upsert(self.info_collection, [{"k": k, "kind": kind, "val": val, "_v": [0.0] * _INFO_DIM}])
 
     def get_info(self, key: str) -> str | None:
-        """A small persistent record (``set_info``), or None."""
+        """A small persistent record (``set_info``), or None; before :meth:`open` too (None when no store is
+        there yet: the engine reads which embedder built a store before it chooses the default one)."""
         with self._backend("get_info"):
+            if self._dim is None and not self.client.has_collection(self.info_collection):
+                return None
             raw = self._info_row("info:" + _sha(key))
         return None if raw is None else json.loads(raw)[1]
 

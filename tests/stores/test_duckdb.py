@@ -726,6 +726,25 @@ def test_string_equality_compares_checksums_first_and_an_older_store_answers_the
     store.close()
 
 
+@pytest.mark.model
+def test_the_default_embedder_opens_a_new_duckdb_store_and_reopens_it(tmp_path: Path) -> None:
+    """``Engine(store="duckdb://…")`` with no embedder: the engine reads the store's record before ``open``
+    to choose its default model (``get_info`` raised "open(dim) must be called first"), and a file
+    reopened finds the model that filled it."""
+    for url in ("duckdb://", f"duckdb://{tmp_path}/d.duckdb"):
+        e = Engine(store=url, warm_up=False)
+        e.add_texts(["The cat sat on the warm windowsill.", "Stock markets fell sharply on Monday."],
+                    ids=["cat", "stocks"])
+        hits = e.search('SELECT DOCUMENT LET s = SIMILARITY(content, "a sleeping pet") ORDER BY s DESC LIMIT 1')
+        assert hits[0].doc_id == "cat"
+        model = e.embedder.name
+        e.close()
+    assert DuckDBStore(str(tmp_path / "d.duckdb")).get_info("embedder") is not None
+    again = Engine(store=f"duckdb://{tmp_path}/d.duckdb", warm_up=False)
+    assert again.embedder.name == model and len(again) == 2
+    again.close()
+
+
 def test_opening_an_old_store_adds_every_column_before_it_writes_a_row(tmp_path: Path,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """A store written before several columns (the units' metadata and packed fields, the documents'

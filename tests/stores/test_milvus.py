@@ -222,6 +222,33 @@ def test_info_records_round_trip(tmp_path: Path) -> None:
     s.close()
 
 
+def test_the_record_is_read_before_open(tmp_path: Path) -> None:
+    """``get_info`` before ``open`` (the Store contract): None where no store is yet, which the engine reads
+    to choose its default embedder (it raised "collection not found"), and the record of one that is."""
+    path = str(tmp_path / "r.db")
+    assert MilvusStore(path).get_info("embedder") is None
+    s = MilvusStore(path)
+    s.open(4)
+    s.set_info("embedder", "hash-4")
+    s.close()
+    assert MilvusStore(path).get_info("embedder") == "hash-4"
+
+
+@pytest.mark.model
+def test_the_default_embedder_opens_a_new_milvus_store_and_reopens_it(tmp_path: Path) -> None:
+    """``Engine(store="milvus://…")`` with no embedder: the default model, recorded, and found again."""
+    url = f"milvus://{tmp_path}/d.db"
+    e = Engine(store=url, warm_up=False)
+    e.add_texts(["The cat sat on the warm windowsill.", "Stock markets fell sharply on Monday."], ids=["cat", "stocks"])
+    assert e.search('SELECT DOCUMENT LET s = SIMILARITY(content, "a sleeping pet") ORDER BY s DESC LIMIT 1')[0].doc_id \
+        == "cat"
+    model = e.embedder.name
+    e.close()
+    again = Engine(store=url, warm_up=False)
+    assert again.embedder.name == model and len(again) == 2
+    again.close()
+
+
 @pytest.mark.model
 def test_real_minilm_on_milvus(tmp_path: Path) -> None:
     from nlql.embedders import SentenceTransformerEmbedder

@@ -818,13 +818,16 @@ class DuckDBStore(DuckDBEntities, SqlStore):
     # ------------------------------------------------------------------------------ info record
 
     def get_info(self, key: str) -> str | None:
-        """A value this store keeps for its users beside the data (e.g. the embedder that built it)."""
-        self._need_open()
+        """A value this store keeps for its users beside the data (e.g. the embedder that built it); before
+        :meth:`open` too (None when no store is there yet: the engine reads which embedder built a store
+        before it chooses the default one)."""
         key = _info_key(key)
         if self._external is not None:
             return self._external.info.get(key)
 
         def run() -> str | None:
+            if self.dim is None and not self._has_table(self._conn, "info"):
+                return None  # not opened, and no store here yet
             row = self._run(self._conn, self.dialect.get_meta("info", key)).fetchone()
             return None if row is None else self.dialect.codec.unescape(row[0])
 
