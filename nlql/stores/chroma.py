@@ -239,7 +239,9 @@ class ChromaStore:
         """Write documents, replacing every stored document with the same ``doc_id``.
 
         New records overwrite old ones at the same position (same id), then positions past the new
-        length are deleted, so a reader never sees a document vanish mid-call. Chroma has no
+        length are deleted, so a reader never sees a document vanish mid-call. Chroma merges an
+        overwriting record's metadata into the old one's, so each key the new record lacks is written
+        as None, which removes it (else a filter would still match a replaced document's old values). Chroma has no
         multi-record transactions: a failure raises :class:`BackendError`; repeating the call repairs.
         """
         latest: dict[str, DocRecord] = {}
@@ -281,6 +283,21 @@ class ChromaStore:
                 metadatas.append(record)
                 documents.append(fts_document(unit.content))
         with self._backend("upsert"):
+            # what is stored of these documents first: Chroma's upsert merges a record's new metadata into
+            # its old, so a key the new one lacks is given as None (which removes it); positions past the
+            # new length go after the write
+            fresh = {rid: j for j, rid in enumerate(ids)}
+            doc_ids = list(latest)
+            stale: list[str] = []
+            for i in range(0, len(doc_ids), 256):
+                old = self._col.get(where=_in_where("doc_id", doc_ids[i : i + 256]), include=["metadatas"])
+                for rid, meta in zip(old["ids"], old["metadatas"] or [None] * len(old["ids"]), strict=True):
+                    at = fresh.get(rid)
+                    if at is None:
+                        stale.append(rid)
+                    elif meta:
+                        record = metadatas[at]
+                        record.update((k, None) for k in meta if k not in record)
             batch = max(1, min(self.client.get_max_batch_size(), 1024))
             for i in range(0, len(ids), batch):
                 self._col.upsert(
@@ -289,13 +306,8 @@ class ChromaStore:
                     metadatas=metadatas[i : i + batch],
                     documents=documents[i : i + batch],
                 )
-            fresh = set(ids)
-            doc_ids = list(latest)
-            for i in range(0, len(doc_ids), 256):
-                old = self._col.get(where=_in_where("doc_id", doc_ids[i : i + 256]), include=[])["ids"]
-                stale = [x for x in old if x not in fresh]
-                if stale:
-                    self._col.delete(ids=stale)
+            for i in range(0, len(stale), 256):
+                self._col.delete(ids=stale[i : i + 256])
             new_max = max(self._max_seq, *(doc.seq for doc in latest.values()))
             if new_max != self._max_seq or _SEQ_KEY not in (self._col.metadata or {}):
                 self._col.modify(metadata={**(self._col.metadata or {}), _SEQ_KEY: new_max})
@@ -524,7 +536,9 @@ class ChromaStore:
         tied = {sc for sc, n in counts.items() if n > 1}
         if tied:
             ids = [rid for rid, sc in hits if sc in tied]
-            metas = dict(zip(ids, self._col.get(ids=ids, include=["metadatas"])["metadatas"], strict=True))
+            # (by the ids Chroma gives back: get() lists records in its own order, not the order asked)
+            got = self._col.get(ids=ids, include=["metadatas"])
+            metas = dict(zip(got["ids"], got["metadatas"], strict=True))
             hits = sorted(hits, key=lambda h: (-h[1], *((int(metas[h[0]]["seq"]), int(metas[h[0]]["position"]))
                                                       if h[0] in metas else (0, 0))))
         return list(hits[:k])

@@ -263,6 +263,11 @@ def _load(store: object) -> Engine:
     # replace one and delete one, so every store has been through both
     e.add_text(texts[5] + " Revised.", id=ids[5], metadata=metas[5])
     e.delete(ids[8])
+    # and replace one with other metadata: keys gone, values of another type (a store that merged the new
+    # metadata into the old, as Chroma's upsert does, kept "rare" and the numeric "n" for filters)
+    changed = {k: v for k, v in metas[13].items() if k not in ("rare", "flag", "entities")}
+    changed.update(year=2021, n="13")
+    e.add_text(texts[13], id=ids[13], metadata=changed)
     return e
 
 

@@ -235,3 +235,26 @@ def test_hostile_values_round_trip(store: ChromaStore) -> None:
     assert len(hits) == len(HOSTILE)
     assert store.delete(["nul\x00byte", "'; DROP TABLE x; --"]) == 2
     assert store.count() == 2 * (len(HOSTILE) - 2)
+
+
+def test_a_replaced_document_keeps_none_of_its_old_metadata_and_ties_keep_insertion_order() -> None:
+    """Chroma's upsert merges a record's new metadata into its old one: a replaced document whose new
+    metadata lacks a key (or holds a value of another type) must not match a filter on the old value; and
+    equal scores are ordered by (seq, position), read by the ids Chroma gives back (its ``get`` lists
+    records in its own order, which a replacement changes)."""
+    from nlql import Engine
+    from nlql.embedders import HashEmbedder
+
+    engines = [Engine(embedder=HashEmbedder(dim=16), store=s, warm_up=False)
+               for s in ("memory", ChromaStore(collection="replaced", hnsw_ef=1000))]
+    for e in engines:
+        e.add_texts(["Solar power grows.", "Solar power grows.", "Solar power grows.", "Wind."],
+                    ids=["a", "b", "c", "d"], metadatas=[{"year": 2024, "tag": "x"}, {"year": 2023}, {}, {}])
+        e.add_text("Solar power grows.", id="a", metadata={"year": "2024"})  # ("tag" gone, "year" a string)
+    queries = ['SELECT DOCUMENT WHERE meta.tag == "x"', "SELECT DOCUMENT WHERE meta.year == 2024 ORDER BY doc_id",
+               'SELECT DOCUMENT WHERE meta.year == "2024" ORDER BY doc_id', "SELECT COUNT(DOCUMENT) BY meta.tag",
+               'SELECT SENTENCE LET s = SIMILARITY(content, "solar power") ORDER BY s DESC LIMIT 2']
+    for q in queries:
+        want, got = ([(h.id, h.group, h.count) for h in e.search(q)] for e in engines)
+        assert got == want, q
+    assert [h.doc_id for h in engines[1].search(queries[-1])] == ["b", "c"]  # (a was written again: last)
