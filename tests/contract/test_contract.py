@@ -268,6 +268,12 @@ def _load(store: object) -> Engine:
     changed = {k: v for k, v in metas[13].items() if k not in ("rare", "flag", "entities")}
     changed.update(year=2021, n="13")
     e.add_text(texts[13], id=ids[13], metadata=changed)
+    # one with fewer sentences than before (its last positions go), one deleted and added again, and a
+    # document with no sentence at all
+    e.add_text(texts[12].split(". ")[0] + ".", id=ids[12], metadata=metas[12])
+    e.delete(ids[20])
+    e.add_text(texts[21], id=ids[20], metadata={**metas[21], "n": 20})
+    e.add_text("", id="doc-empty", metadata={"status": "draft", "n": 99})
     return e
 
 
