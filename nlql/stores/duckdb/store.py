@@ -16,7 +16,7 @@ from nlql import values as V
 from nlql.errors import BackendError, NLQLError
 from nlql.kernels import row_products, score_rows
 from nlql.pushdown import NativeFilter
-from nlql.sql.binder import Fragment, Param, Slot, sql
+from nlql.sql.binder import Fragment, Param, Slot, join, sql
 from nlql.sql.codec import list_members, string_key
 from nlql.sql.dialect import Compiled
 from nlql.sql.duckdb import DuckDBDialect
@@ -125,6 +125,9 @@ class DuckDBStore(DuckDBEntities, SqlStore):
         self._generation = 0
         # (generation, max_seq) as this store last read or wrote it: see max_seq
         self._seq_known: tuple[int, int] | None = None
+        # in an in-memory database of the store's own, the (escaped) ids it holds: a write finds the
+        # documents it replaces here instead of a statement that reads every stored id (see _write)
+        self._ids: set[str] | None = None
         self._single = False  # a call's writes hold the database to one DuckDB thread (_one_thread)
         self._seen = threading.local()  # per thread: the rows and vectors the last knn read (_remember)
         self._large: dict[str, int] = {}  # filters found to pass more than SMALL_ROWS rows (_small_knn), per write
@@ -349,6 +352,8 @@ class DuckDBStore(DuckDBEntities, SqlStore):
             self._open_members(conn)
             self._open_doc_keys(conn)
             self._open_flat_keys(conn)  # (after dkey: a table rewritten by _cluster keeps its columns' order)
+            if self._private:
+                self._ids = {r[0] for r in self._run(conn, sql("SELECT doc_id FROM ", d.docs)).fetchall()}
 
     def _add_columns(self, conn: Any) -> set[str]:
         """Add every column a store written before it lacks, before any row is written in the opening
@@ -555,7 +560,9 @@ class DuckDBStore(DuckDBEntities, SqlStore):
             return
         tables, last = prepared
         try:
-            self._guard(lambda: self._write(*tables), writing=True)
+            # (a call of one batch leaves the threads as they are: setting and resetting them costs more
+            # than the one thread saves on so small a write)
+            self._guard(lambda: self._write(*tables, one_thread=self._single or not last), writing=True)
             if last:
                 self._guard(self._finish, writing=True)
         except BaseException:
@@ -684,7 +691,8 @@ class DuckDBStore(DuckDBEntities, SqlStore):
         return flat_t, mflat
 
     def _write(self, ids: list[str], docs_t: Any, units_t: Any, terms_t: Any, added_n: int, added_len: int,
-               ents_t: Any = None, flat_t: Any = None, members: dict[str, list[Any]] | None = None) -> None:
+               ents_t: Any = None, flat_t: Any = None, members: dict[str, list[Any]] | None = None, *,
+               one_thread: bool = True) -> None:
         d = self.dialect
         pa = import_arrow()
         import pyarrow.compute as pc
@@ -692,9 +700,15 @@ class DuckDBStore(DuckDBEntities, SqlStore):
         known = self._seq_known if self._seq_known is not None and self._seq_known[0] == self._generation else None
         batch_max = int(pc.max(docs_t.column("seq")).as_py())
         # (the documents' table registered once: the ids looked up, then its rows loaded)
-        with self._one_thread(), self._tx() as conn, registered(conn, docs_t) as doc_src:
-            stored = self._run(conn, sql("SELECT count(*) FROM ", d.docs, f" WHERE doc_id IN (SELECT doc_id "
-                                         f"FROM \"{doc_src}\")")).fetchall()[0][0]
+        with self._one_thread(one_thread), self._tx() as conn, registered(conn, docs_t) as doc_src:
+            if self._ids is not None:  # (nothing but this store writes its database)
+                stored = not self._ids.isdisjoint(ids)
+                # (before the commit: should the write fail, an id kept here only makes a later write
+                # look for rows to replace, of which it finds none)
+                self._ids.update(ids)
+            else:
+                stored = self._run(conn, sql("SELECT count(*) FROM ", d.docs, f" WHERE doc_id IN (SELECT doc_id "
+                                             f"FROM \"{doc_src}\")")).fetchall()[0][0]
             if stored:  # replacing documents: their old rows go first (a batch of new ids has none to find)
                 self._run(conn, sql("DELETE FROM ", d.table("flat"), " WHERE ",
                                     d.in_array("doc_id", Param(ids, "text[]"))))
@@ -746,11 +760,14 @@ class DuckDBStore(DuckDBEntities, SqlStore):
         threads again: DuckDB sorts in parallel (at 100k, the 950k postings and 400k metadata rows of
         bench/duckdb_ingest.py's ingest: 0.13 s against 0.21 s on one thread, four alternations)."""
         self._all_threads()
+        known = self._seq_known if self._seq_known is not None and self._seq_known[0] == self._generation else None
         with self._tx() as conn:
             self._cluster(conn)
+        if known is not None:  # (sorting moves no seq: the value known after the write stays true)
+            self._seq_known = (self._generation, known[1])
 
     @contextmanager
-    def _one_thread(self) -> Iterator[None]:
+    def _one_thread(self, hold: bool = True) -> Iterator[None]:
         """A write's statements on one DuckDB thread, in the in-memory database this store created (no
         other store shares it: the setting is the database's). DuckDB's second thread saved no time on
         the bulk inserts and cost CPU: at 100k (bench/duckdb_ingest.py's ingest, three alternations each,
@@ -761,7 +778,7 @@ class DuckDBStore(DuckDBEntities, SqlStore):
         the threads back after the last batch or a failed one, :meth:`_guard` before any other
         operation), not set and reset around every batch: changing it costs DuckDB a few milliseconds
         each time (two per batch: ~0.07 s of a 100k ingest of 13 batches)."""
-        if self._private and not self._single:
+        if hold and self._private and not self._single:
             self._conn.execute("SET threads = 1")
             self._single = True
         yield
@@ -783,10 +800,15 @@ class DuckDBStore(DuckDBEntities, SqlStore):
         unsorted (factor 1.5), 1.25x sorted; a sort of its 950k postings took ~50 ms on a quiet machine,
         and the ingest's sorting of all three tables 1.58 s against 0.73 s at load 4 (one run each)."""
         d = self.dialect
-        for suffix in d.CLUSTERED:
-            n = int(self._run(conn, sql("SELECT count(*) FROM ", d.table(suffix))).fetchone()[0])
-            row = self._run(conn, d.get_meta("meta", f"sorted_rows:{suffix}")).fetchone()
-            if n < self.CLUSTER_MIN_ROWS or n <= (int(row[0]) if row else 0) * self.CLUSTER_GROWTH[suffix]:
+        suffixes = list(d.CLUSTERED)
+        # each table's rows and the rows it held when last sorted, in one statement (it runs after every
+        # call: six small statements cost an add_text ~3 ms)
+        sizes = join(", ", [sql("(SELECT count(*) FROM ", d.table(suffix), ")") for suffix in suffixes] +
+                     [sql("(", d.get_meta("meta", f"sorted_rows:{suffix}"), ")") for suffix in suffixes])
+        got = self._run(conn, sql("SELECT ", sizes)).fetchone()
+        for i, suffix in enumerate(suffixes):
+            n, sorted_rows = int(got[i]), got[len(suffixes) + i]
+            if n < self.CLUSTER_MIN_ROWS or n <= (int(sorted_rows) if sorted_rows else 0) * self.CLUSTER_GROWTH[suffix]:
                 continue
             for statement in d.cluster(suffix):
                 self._run(conn, statement)
@@ -811,7 +833,9 @@ class DuckDBStore(DuckDBEntities, SqlStore):
                 n = 0
                 for statement in self.dialect.delete_documents(ids):
                     n = int(self._run(conn, statement).fetchone()[0])
-                return n
+            if self._ids is not None:  # (after the commit: an id left here by a failed delete is harmless)
+                self._ids.difference_update(ids)
+            return n
 
         return self._guard(run)
 
