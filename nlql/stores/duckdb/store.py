@@ -777,7 +777,8 @@ class DuckDBStore(DuckDBEntities, SqlStore):
         The setting is held from the first batch of an engine's call to its last (:meth:`upsert` gives
         the threads back after the last batch or a failed one, :meth:`_guard` before any other
         operation), not set and reset around every batch: changing it costs DuckDB a few milliseconds
-        each time (two per batch: ~0.07 s of a 100k ingest of 13 batches)."""
+        each time (two per batch: ~0.07 s of a 100k ingest of 13 batches). A call of one batch (``hold``
+        False: an ``add_text``) leaves it alone: the two changes would cost more than they save."""
         if hold and self._private and not self._single:
             self._conn.execute("SET threads = 1")
             self._single = True
