@@ -581,13 +581,19 @@ class Engine:
             self._catch_up()  # another process's writes first: seq numbers and BM25 follow the store
             # a store shared between processes allocates its own seq numbers inside its write
             batch.assign_seq(self.store.max_seq() + 1)
-            self._writes += 1
-            self._graph.prepare(batch)  # entity names with the write, for a store that keeps them
+            self._graph.extract(batch)  # entity names with the write, for a store that keeps them
             # the batch whole to a store that takes one (the built-in store), its records to any other
-            self._call_store("upsert", self.store.upsert, batch if self.store.capabilities.DOC_BATCHES else batch.records())
-            self._bm25.on_upsert(batch)
-            self._graph.on_upsert(batch)
+            self._apply_write(batch, self.store.upsert, batch if self.store.capabilities.DOC_BATCHES else batch.records())
             self._catch_up()  # what the write itself found committed by others
+
+    def _apply_write(self, batch: DocBatch, write: Callable[[Any], None], arg: Any) -> None:
+        """A batch's store write (``write(arg)``) and what the engine derives from the data, kept in step
+        with it; under the write lock (:meth:`_write`, and :class:`_WriteAhead`'s thread)."""
+        self._writes += 1
+        self._graph.forget_stale()  # a graph others' writes made stale is dropped, not taken for ours
+        self._call_store("upsert", write, arg)
+        self._bm25.on_upsert(batch)
+        self._graph.on_upsert(batch)
 
     def delete(self, doc_id: str | int) -> bool:
         """Delete a document and all its sentences; True if it existed. ``5`` is the id ``"5"``."""
@@ -595,7 +601,7 @@ class Engine:
         with self._write_mutex, self._lock.write():
             self._catch_up()
             self._writes += 1
-            self._graph.prepare()  # a graph others' writes made stale is dropped, not taken for ours
+            self._graph.forget_stale()  # a graph others' writes made stale is dropped, not taken for ours
             n = self._call_store("delete", self.store.delete, [key])
             self._bm25.on_delete([key])
             self._graph.on_delete([key])
@@ -1529,15 +1535,11 @@ class _WriteAhead:
         return done
 
     def _commit(self, batch: DocBatch, prepared: Any) -> None:
-        """One batch's write, in the call's thread: what :meth:`Engine._write` does after the store's
-        preparation, under the engine's lock (searches see the batch whole or not at all)."""
+        """One batch's write, in the call's thread, under the engine's lock (searches see the batch whole
+        or not at all)."""
         e = self._engine
         with e._lock.write():
-            e._writes += 1
-            e._graph.forget_stale()
-            e._call_store("upsert", self._store.write_prepared, prepared)
-            e._bm25.on_upsert(batch)
-            e._graph.on_upsert(batch)
+            e._apply_write(batch, self._store.write_prepared, prepared)
 
     def wait(self) -> list[str]:
         """Wait for the write under way, if any: the ids it committed.

@@ -9,7 +9,7 @@ write by another process (the store's row count or largest ``seq`` moved) rebuil
 query. A search that uses no GRAPH never builds it, and writes cost nothing until it is built.
 
 A store that keeps entity links itself (``Capabilities.ENTITY_LINKS``: the directory store, and the
-Faiss/hnswlib stores with a directory) gets each sentence's names at ingest (:meth:`GraphSidecar.prepare`
+Faiss/hnswlib stores with a directory) gets each sentence's names at ingest (:meth:`GraphSidecar.extract`
 fills ``DocRecord.entities`` before the write, so the links commit with the document), and the graph is
 built from the links it reads back: a reopened store has the same graph whatever extractor the engine
 that reopens it has. A store written before links were kept is adopted: its graph is built once from
@@ -71,23 +71,17 @@ class GraphSidecar:
         """Whether the store keeps the entity links with its data (``Capabilities.ENTITY_LINKS``)."""
         return bool(self.store.capabilities.ENTITY_LINKS)
 
-    def prepare(self, docs: Sequence[DocRecord] = ()) -> None:
-        """Before a write (or a delete, with no ``docs``): a graph that another process's writes made
-        stale is dropped (it would otherwise take them for this engine's own), and each sentence's entity
-        names go into ``DocRecord.entities`` for a store that keeps them (the extractor runs here, once
-        per sentence; other stores pay nothing until GRAPH)."""
-        self.forget_stale()
-        self.extract(docs)
-
     def forget_stale(self) -> None:
-        """:meth:`prepare`'s first half: drop a graph that another process's writes made stale."""
+        """Before a write or a delete: drop a graph that another process's writes made stale (it would
+        otherwise take them for this engine's own)."""
         with self._lock:
             if self._graph is not None and self._fp is not None and self._fingerprint() != self._fp:
                 self._graph = None
 
     def extract(self, docs: Sequence[DocRecord]) -> None:
-        """:meth:`prepare`'s second half: each sentence's entity names into ``docs`` for a store that
-        keeps them (no store call: an engine writing ahead runs it while its previous batch is written)."""
+        """Before a write: each sentence's entity names into ``docs`` for a store that keeps them (the
+        extractor runs here, once per sentence; other stores pay nothing until GRAPH). No store call: an
+        engine writing ahead runs it while its previous batch is written."""
         if not self.keeps_links:
             return
         if is_columnar(docs):  # the engine's batch, not read as records: a column of names per sentence

@@ -396,9 +396,7 @@ class DuckDBStore(DuckDBEntities, SqlStore):
         ``_flat`` and ``_members``, which the metadata semi-joins match on
         (:attr:`DuckDBDialect.doc_column`): for a store written before the column, and for the rows of a
         table ``open`` has just rebuilt (a document keeps the key its sentences have)."""
-        d = self.dialect
-        for statement in d.doc_key_columns(self._doc_keys_missing(conn)):
-            self._run(conn, statement)
+        d = self.dialect  # (the columns: _add_columns)
         unkeyed = sum(int(self._run(conn, sql("SELECT count(*) FROM ", d.table(t), " WHERE dkey IS NULL")).fetchone()[0])
                       for t in d.DOC_KEY_TABLES)
         if unkeyed:
@@ -443,9 +441,7 @@ class DuckDBStore(DuckDBEntities, SqlStore):
         :func:`~nlql.sql.codec.string_key`), which string equality compares first
         (:meth:`DuckDBDialect.indexed_leaf`): for a store written before the column, and for the rows of
         a table ``open`` has just rebuilt (computed once per distinct path and string)."""
-        d = self.dialect
-        if not self._has_column(conn, "flat", "hkey"):
-            self._run(conn, d.flat_key_column())
+        d = self.dialect  # (the column: _add_columns)
         pairs = self._run(conn, sql("SELECT DISTINCT path, s FROM ", d.table("flat"),
                                     " WHERE hkey IS NULL AND s IS NOT NULL")).fetchall()
         if pairs:
@@ -697,7 +693,7 @@ class DuckDBStore(DuckDBEntities, SqlStore):
         pa = import_arrow()
         import pyarrow.compute as pc
 
-        known = self._seq_known if self._seq_known is not None and self._seq_known[0] == self._generation else None
+        known = self._seq_now()
         batch_max = int(pc.max(docs_t.column("seq")).as_py())
         # (the documents' table registered once: the ids looked up, then its rows loaded)
         with self._one_thread(one_thread), self._tx() as conn, registered(conn, docs_t) as doc_src:
@@ -752,7 +748,7 @@ class DuckDBStore(DuckDBEntities, SqlStore):
                         self._run(conn, d.bulk_load("terms", ["term", "key", "tf"], name))
             self._run(conn, d.add_term_stats(added_n, added_len))
         if known is not None:  # (the documents' largest seq and the kept one: both at most the larger of these)
-            self._seq_known = (self._generation, max(known[1], batch_max))
+            self._seq_known = (self._generation, max(known, batch_max))
 
     def _finish(self) -> None:
         """After the last write of a call: the sorted tables kept sorted (:meth:`_cluster`), in a
@@ -760,11 +756,11 @@ class DuckDBStore(DuckDBEntities, SqlStore):
         threads again: DuckDB sorts in parallel (at 100k, the 950k postings and 400k metadata rows of
         bench/duckdb_ingest.py's ingest: 0.13 s against 0.21 s on one thread, four alternations)."""
         self._all_threads()
-        known = self._seq_known if self._seq_known is not None and self._seq_known[0] == self._generation else None
+        known = self._seq_now()
         with self._tx() as conn:
             self._cluster(conn)
         if known is not None:  # (sorting moves no seq: the value known after the write stays true)
-            self._seq_known = (self._generation, known[1])
+            self._seq_known = (self._generation, known)
 
     @contextmanager
     def _one_thread(self, hold: bool = True) -> Iterator[None]:
@@ -893,9 +889,9 @@ class DuckDBStore(DuckDBEntities, SqlStore):
         self._need_open()
         if self._external is not None:
             return self._external.max_seq
-        known = self._seq_known
-        if known is not None and known[0] == self._generation:
-            return known[1]
+        known = self._seq_now()
+        if known is not None:
+            return known
         d = self.dialect
 
         def run() -> tuple[int, int]:
@@ -908,6 +904,11 @@ class DuckDBStore(DuckDBEntities, SqlStore):
         if self._private:
             self._seq_known = (generation, value)
         return value
+
+    def _seq_now(self) -> int | None:
+        """The largest ``seq`` as this store last read or wrote it, if no transaction has run since."""
+        known = self._seq_known
+        return known[1] if known is not None and known[0] == self._generation else None
 
     @property
     def _private(self) -> bool:
