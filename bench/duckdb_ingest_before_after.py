@@ -7,7 +7,7 @@ Each round runs, for each tree (``--before``: a revision, checked out into a tem
 one-sentence documents, precomputed vectors), runs everything once on its first 200 rows (imports and
 first calls, not timed), then times, with this checkout's ``bench/duckdb_ingest.py`` over the tree's
 ``nlql``: the one-table floor (the same ids, texts, metadata and vectors as one Arrow table,
-``INSERT INTO raw SELECT * FROM arrow``); ``Engine(store=DuckDBStore()).add_texts(…, batch_size=8192)``
+``INSERT INTO raw SELECT * FROM arrow``); ``Engine(store=DuckDBStore()).add_texts(…, batch_size=8192)`` (``--batch-size``)
 (in memory), with the time of its phases: the store's Python preparation (``DuckDBStore._prepare``), its
 DuckDB statements (``_write``, and ``_finish`` where the tree has it) and the engine's text work
 (``Engine._batch``: splitting and embedding; ``GraphSidecar.extract``, or ``prepare`` in a tree without
@@ -18,15 +18,16 @@ and the floor of NLQL's own tables: every row that ingest stored (documents, sen
 vectors and packed fields, BM25 term rows, typed metadata rows, list members, entity links and edges),
 read back after its clock, loaded by DuckDB's own bulk path (an Arrow table registered per table,
 ``INSERT INTO … SELECT … FROM`` it) into a fresh set of NLQL's tables (``DuckDBStore.open``: the same
-schema, keys and database settings), one transaction per batch of 8,192 documents with the BM25
+schema, keys and database settings), one transaction per batch of NLQL's (8,192 documents) with the BM25
 statistics updated, and checked to hold the same rows as NLQL's (per table, the count and a sum of row
 hashes). The trees take turns (old, new, new, old, …) so that neither always runs first; medians over
 the rounds, and each tree's NLQL time over each floor timed in the same child, in wall time and in the
 child's CPU time (every thread's: DuckDB's workers included), which a busy machine inflates less.
 
     python bench/duckdb_ingest_before_after.py --before d868f83 --n 100000 --rounds 4
+    python bench/duckdb_ingest_before_after.py --before 3c19872 --n 100000 --rounds 4 --batch-size 256
 
-Writes bench/results/duckdb_ingest_before_after.json.
+Writes bench/results/duckdb_ingest_before_after.json (``_<batch size>.json`` for another batch size).
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ from bench.common import RESULTS, earlier_tree, log, machine_info, stamp_end, tr
 # run in a child whose sys.path starts with the tree: times one raw insert and one NLQL ingest
 CHILD = r"""
 import gc, importlib.util, json, os, sys, time
-tree, n, floors = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+tree, n, floors, batch = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
 sys.path.insert(0, tree)
 import numpy as np
 from bench.pg_speed import QUERY_TEXTS, Lookup, corpus
@@ -64,6 +65,7 @@ spec = importlib.util.spec_from_file_location("ingest_floors", floors)
 ingest = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(ingest)
 sys.path[:] = path
+ingest.BATCH = batch  # (NLQL's batches, and the floor's transactions cut the same way)
 
 texts, ids, metas, vecs, qvecs = corpus(n)
 data = {"texts": texts, "ids": ids, "metas": metas, "vecs": vecs,
@@ -117,8 +119,9 @@ print(json.dumps({"raw_s": raw, "nlql_s": nlql, "prepare_s": spent["prepare"], "
 """
 
 
-def run_child(tree: Path, n: int) -> dict[str, float]:
-    out = subprocess.run([sys.executable, "-c", CHILD, str(tree), str(n), str(ROOT / "bench" / "duckdb_ingest.py")],
+def run_child(tree: Path, n: int, batch: int) -> dict[str, float]:
+    out = subprocess.run([sys.executable, "-c", CHILD, str(tree), str(n), str(ROOT / "bench" / "duckdb_ingest.py"),
+                          str(batch)],
                          cwd=tree, env=tree_env(tree), check=True, capture_output=True, text=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -130,7 +133,12 @@ def main() -> None:
     ap.add_argument("--new", type=Path, default=ROOT)
     ap.add_argument("--n", type=int, default=100_000)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--out", type=Path, default=RESULTS / "duckdb_ingest_before_after.json")
+    ap.add_argument("--batch-size", type=int, default=8192,
+                    help="add_texts's batch_size, and the floor's rows per transaction (8192; the default of "
+                         "add_texts is 256)")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="bench/results/duckdb_ingest_before_after.json (with --batch-size: "
+                         "duckdb_ingest_before_after_<batch size>.json)")
     args = ap.parse_args()
     if args.old is not None:
         run(args, args.old.resolve(), str(args.old))
@@ -147,7 +155,7 @@ def run(args: argparse.Namespace, old: Path, old_name: str) -> None:
     stored: dict[str, dict[str, int]] = {}  # each tree's rows per table (the same every round)
     for r in range(args.rounds):
         for name in (("old", "new") if r % 2 == 0 else ("new", "old")):
-            got = run_child(trees[name], args.n)
+            got = run_child(trees[name], args.n, args.batch_size)
             stored[name] = got.pop("stored_rows")
             runs[name].append(got)
             log(f"[duckdb_ingest_before_after] round {r} {name}: NLQL {got['nlql_s']:.2f} s (prepare {got['prepare_s']:.2f}, "
@@ -184,11 +192,12 @@ def run(args: argparse.Namespace, old: Path, old_name: str) -> None:
     print(f"load {load_before[0]:.1f} -> {load_after[0]:.1f}")
     out: dict[str, Any] = {"title": "NLQL ingest on DuckDB, before and after (issue 35)",
                            "description": __doc__.split("\n\n")[1], "benchmark": "duckdb_ingest_before_after",
-                           "n": args.n, "rounds": args.rounds, "before": old_name,
+                           "n": args.n, "batch_size": args.batch_size, "rounds": args.rounds, "before": old_name,
                            "summary": summary, "runs": runs, "load_before": [round(x, 2) for x in load_before],
                            "load_after": [round(x, 2) for x in load_after], "machine": machine_info()}
     stamp_end(out, started)
-    write_json(args.out, out)
+    name = "duckdb_ingest_before_after" + ("" if args.batch_size == 8192 else f"_{args.batch_size}")
+    write_json(args.out or RESULTS / f"{name}.json", out)
 
 
 if __name__ == "__main__":

@@ -767,6 +767,16 @@ class Dialect:
         return [sql("DELETE FROM ", self.units, " WHERE ", self.in_array("doc_id", p)),
                 sql("DELETE FROM ", self.docs, " WHERE ", self.in_array("doc_id", p))]
 
+    def keep_max_seq(self, ids: list[str]) -> Fragment:
+        """Record in ``<p>_meta`` the largest ``seq`` of these documents, kept if larger than the one
+        recorded, before they are deleted (a store that reads ``max_seq`` as the larger of its documents'
+        largest ``seq`` and this record then writes the record only when documents go)."""
+        larger = self.fn("greatest", a=self.cast("m.value", "bigint"), b=self.cast("excluded.value", "bigint"))
+        return sql("INSERT INTO ", self.table("meta"), " AS m (key, value) SELECT 'max_seq', ",
+                   self.cast("max(seq)", "text"), " FROM ", self.docs, " WHERE ",
+                   self.in_array("doc_id", Param(ids, "text[]")), " HAVING count(*) > 0 ON CONFLICT (key) DO UPDATE "
+                   "SET value = ", sql(self.cast(larger.text_only(), "text")))
+
     def put_meta(self, table: str, key: str, value: str, keep_max: bool = False) -> Fragment:
         """Insert or replace one row of a key/value table (``keep_max``: keep the larger integer)."""
         update: Fragment = sql("excluded.value")

@@ -140,6 +140,31 @@ def test_upsert_replaces_and_delete_counts() -> None:
     assert n == 5 and total == sum(len(store.analyzer.terms(r.content)) for r in store.fetch(store.scan()))
 
 
+@pytest.mark.parametrize("in_file", [False, True])
+def test_max_seq_outlives_the_documents_that_held_it(tmp_path: Path, in_file: bool) -> None:
+    """max_seq never goes down: not when the newest document is deleted, nor when it is replaced by a
+    record of a lower seq, in memory and in a file reopened (the largest seq is recorded when documents
+    go, not at every write)."""
+    rng = np.random.default_rng(7)
+    path = tmp_path / "seq.duckdb" if in_file else None
+    store = opened(path)
+    store.upsert([make_doc("a", ["One."], {}, 3, unit_vectors(rng, 1)),
+                  make_doc("z", ["Newest."], {}, 10, unit_vectors(rng, 1))])
+    store.upsert([make_doc("z", ["Older now."], {}, 5, unit_vectors(rng, 1))])
+    assert store.max_seq() == 10
+    store._seq_known = None  # (the tables, not what the store remembers)
+    assert store.max_seq() == 10
+    store.upsert([make_doc("b", ["Eleven."], {}, 11, unit_vectors(rng, 1))])
+    assert store.delete(["b", "z"]) == 2 and store.delete(["nothing"]) == 0
+    assert store.max_seq() == 11
+    if in_file:
+        store.close()
+        store = opened(path)
+    store._seq_known = None
+    assert store.max_seq() == 11 and [r.doc_id for r in store.fetch(store.scan())] == ["a"]
+    store.close()
+
+
 def test_reopen_file_sees_everything_and_checks_dim(tmp_path: Path) -> None:
     path = tmp_path / "s.duckdb"
     first = opened(path)
