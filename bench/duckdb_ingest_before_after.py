@@ -190,7 +190,8 @@ def run(args: argparse.Namespace, old: Path, old_name: str) -> None:
     print(f"new / old NLQL ingest: {summary['new_over_old']}x wall, {summary['new_over_old_cpu']}x CPU")
     load_after = os.getloadavg()
     print(f"load {load_before[0]:.1f} -> {load_after[0]:.1f}")
-    out: dict[str, Any] = {"title": "NLQL ingest on DuckDB, before and after (issue 35)",
+    other = "" if args.batch_size == 8192 else f", batches of {args.batch_size}"
+    out: dict[str, Any] = {"title": f"NLQL ingest on DuckDB, before and after (issue 35){other}",
                            "description": __doc__.split("\n\n")[1], "benchmark": "duckdb_ingest_before_after",
                            "n": args.n, "batch_size": args.batch_size, "rounds": args.rounds, "before": old_name,
                            "summary": summary, "runs": runs, "load_before": [round(x, 2) for x in load_before],
