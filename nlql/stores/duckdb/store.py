@@ -334,7 +334,8 @@ class DuckDBStore(DuckDBEntities, SqlStore):
             self._run(conn, d.key_value_table("info"))
             self._run(conn, sql("INSERT INTO ", d.table("meta"), " (key, value) VALUES ('dim', ",
                                 Param(str(dim), "text"), "), ('schema', ", Param(SCHEMA_VERSION, "text"),
-                                ") ON CONFLICT (key) DO NOTHING"))
+                                # (max_seq's record from the start: only a delete changes it, see max_seq)
+                                "), ('max_seq', '0') ON CONFLICT (key) DO NOTHING"))
             self._check_dim(dim)
             for statement in d.schema(dim):
                 self._run(conn, statement)
