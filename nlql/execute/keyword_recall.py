@@ -159,7 +159,8 @@ def narrow(plan: Any, store: Any, index: Any, qv: dict[str, np.ndarray], need: i
     slot = plan.binding_slots.get(first.name) if isinstance(first, ir.Ref) else None
     by_slot = {s.slot: s for s in plan.scores}
     spec = by_slot.get(slot) if slot is not None else None
-    if spec is None:
+    if spec is None or any(f.slot != spec.slot for f in plan.fusions):
+        # (another fusion ranks its own arms over every row passing WHERE: narrowing would change its values)
         return None
     if spec.kind == "BM25":
         assert isinstance(first, ir.Ref)

@@ -19,10 +19,15 @@ def choose_recall(
     caps: Capabilities,
     thresholds: dict[str, float],
 ) -> Recall:
-    """``knn`` when the first sort key is one SIMILARITY descending and LIMIT is set; else ``full``
-    when anything is scored; else ``scan``."""
+    """``knn`` when the first sort key is one SIMILARITY descending, LIMIT is set and no fusion is bound;
+    else ``full`` when anything is scored; else ``scan``.
+
+    A fusion (RRF, INTERLEAVE, FUSE, MMR) ranks its arms over every row passing WHERE, down to its
+    window (SPEC §9), whether or not the page is ordered by it: its value on a row (``hit.scores``) is
+    that row's place among all of them, so the nearest neighbours of another score are not enough."""
     by_slot = {s.slot: s for s in specs}
-    if order and limit is not None and order[0].descending:
+    fused = any(s.kind in FUSION_FUNCTIONS for s in specs)
+    if order and limit is not None and order[0].descending and not fused:
         slot = slot_of(order[0].expr, slots, binding_slots)
         # with min => x, rows below x have no score and still come (NULLS LAST, in insertion order):
         # the nearest neighbours are not the page then
@@ -30,7 +35,8 @@ def choose_recall(
             return Recall("knn", slot=slot, min_score=dict(thresholds), exact=caps.EXACT,
                           reason=f"first sort key is {by_slot[slot].label} DESC with LIMIT")
     if specs:
-        why = "no LIMIT" if limit is None else "ordering is not a single similarity"
+        why = ("no LIMIT" if limit is None else "a fusion ranks its arms over them" if fused
+               else "ordering is not a single similarity")
         return Recall("full", min_score=dict(thresholds), exact=True,
                       reason=f"scores every row passing the pushed filter ({why})")
     return Recall("scan", reason="no score: rows in insertion order")

@@ -237,6 +237,21 @@ QUERIES: list[str] = [
 ]
 
 
+# SPEC §9: a fusion ranks its arms over every row passing WHERE, down to its window, whatever the page is
+# ordered by, so its value on a row does not depend on LIMIT. A page ordered by one SIMILARITY or BM25 (or
+# by one fusion beside another) once gave the other fusion's value over that score's nearest rows only.
+_ARMS = 's = SIMILARITY(content, "graphs planning"), k = BM25(content, "planning cats dogs")'
+_TURING = 'WHERE meta.entities HAS ANY ("Alan Turing", "Grace Hopper")'
+FUSED_VALUES = [f"SELECT {unit} LET {_ARMS}, {rest}" for unit in ("SENTENCE", "CHUNK", "DOCUMENT") for rest in (
+    f"f = RRF(s, k, window => 40) {_TURING}",
+    f'f = FUSE(s, k, method => "dbsf", window => 40) {_TURING} ORDER BY s DESC',
+    f"f = INTERLEAVE(s, k, window => 40) {_TURING} ORDER BY k DESC",
+    's2 = SIMILARITY(content, "music river"), f = RRF(s, k, window => 40), g = RRF(s2, k, window => 40) '
+    "ORDER BY f DESC",
+    "m = MMR(s, window => 40) ORDER BY s DESC",
+)]
+
+
 def _store(name: str, request: pytest.FixtureRequest, tmp_path) -> object:  # type: ignore[no-untyped-def]
     """A fresh store in exact mode, built from its registry row (``nlql.stores.REGISTRY``)."""
     if name == "memory":
@@ -329,6 +344,20 @@ def test_sql_stores_fuse_four_arms_in_one_statement(engine: Engine, query: str) 
         return
     assert low == {"strategy": "sql", "reason": f"one statement on {d.NAME}", "dialect": d.NAME}
     assert engine.search(query).stats["store"]["path"] == "sql"
+
+
+@pytest.mark.parametrize("query", FUSED_VALUES)
+def test_fusion_values_do_not_depend_on_the_page(engine: Engine, reference: Engine, query: str) -> None:
+    whole = {h.id: h.scores for h in reference.search(query)}
+    assert any(v for scores in whole.values() for v in scores.values())
+    for limit in (2, 7):
+        for e in (reference, engine):
+            for hit in e.search(f"{query} LIMIT {limit}"):
+                want = whole[hit.id]
+                assert hit.scores.keys() == want.keys()
+                for name, value in hit.scores.items():
+                    assert (value is None) == (want[name] is None), (limit, hit.id, name)
+                    assert value is None or value == pytest.approx(want[name], rel=1e-6, abs=1e-9), (limit, hit.id, name)
 
 
 def test_contract_has_enough_queries() -> None:
