@@ -18,8 +18,8 @@ import numpy as np
 
 from nlql.values import round_scores
 
-__all__ = ["BLOCK", "PARALLEL_ROWS", "blas_one_thread", "block_rows", "full_scan", "fuse_normalise", "matmul_t",
-           "row_products", "rows_alone", "score_rows"]
+__all__ = ["BLOCK", "PARALLEL_ROWS", "blas_one_thread", "block_products", "block_rows", "full_scan", "fuse_normalise",
+           "matmul_t", "row_products", "rows_alone", "score_rows"]
 
 _blas_libs: Any = None
 
@@ -66,9 +66,11 @@ def matmul_t(vectors: np.ndarray, sub: np.ndarray) -> np.ndarray:
     return round_scores(out)
 
 
-#: Rows per block of OpenBLAS's float32 matrix-vector kernel: a row in the matrix's last, partial block
-#: is scored by another kernel (other bits), so scoring a few rows with the bits of a full scan keeps
-#: that block whole and last (:func:`block_rows`).
+#: Rows per block of OpenBLAS's float32 matrix-vector kernel. A row in a product's last, partial block is
+#: scored by another kernel (other bits), so no score is taken from one: a full scan scores the matrix's
+#: last rows padded to a whole block (:func:`full_scan`), and scoring a few rows pads them the same way
+#: (:func:`block_rows`, :func:`row_products`). Two equal vectors then get the same bits wherever they
+#: are, and their rounded scores tie (a copy of a text among the newest rows once came out 1e-6 apart).
 BLOCK = 4
 #: From this many rows a full scan runs as two halves on two threads (the same bits: the halves split
 #: on a block boundary).
@@ -99,20 +101,16 @@ def rows_alone(dim: int) -> bool:
 
 def block_rows(keys: np.ndarray, size: int, dim: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(rows to gather, where each of ``keys`` lands among them) so that ``q @ M[gather].T`` gives each
-    key the very bits of ``q @ M[:size].T``: the last partial block (if a key is in it) whole and last,
-    as in the full matrix, and before it whole aligned blocks of :data:`BLOCK` rows, or, when the BLAS
+    key the very bits :func:`full_scan` gives it over ``M[:size]``: whole aligned blocks of :data:`BLOCK`
+    rows (the last one padded with copies of row ``size - 1``, as the scan pads it), or, when the BLAS
     scores a row alike at any place (:func:`rows_alone` of ``dim``), the keys themselves padded to a
-    multiple of :data:`BLOCK` with copies of the last. ``keys`` ascending."""
+    multiple of :data:`BLOCK` with copies of the last. ``keys`` ascending, below ``size``."""
     keys = np.asarray(keys, dtype=np.int64)
-    tail = size - size % BLOCK
-    head = keys[keys < tail]
     if dim is not None and rows_alone(dim):
-        gather = np.concatenate([head, np.repeat(head[-1:], -len(head) % BLOCK)])
+        gather = np.concatenate([keys, np.repeat(keys[-1:], -len(keys) % BLOCK)])
     else:
-        blocks = np.unique(head // BLOCK)
-        gather = (blocks[:, None] * BLOCK + np.arange(BLOCK)).ravel()
-    if len(head) < len(keys):
-        gather = np.concatenate([gather, np.arange(tail, size, dtype=np.int64)])
+        blocks = np.unique(keys // BLOCK)
+        gather = np.minimum((blocks[:, None] * BLOCK + np.arange(BLOCK)).ravel(), size - 1)
     return gather, np.searchsorted(gather, keys)
 
 
@@ -134,10 +132,29 @@ def row_products(v: np.ndarray, rows: np.ndarray) -> np.ndarray:
     return out[0][:n]
 
 
+def block_products(queries: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """``queries @ rows.T`` (float32, not rounded), each row scored in a whole block as
+    :func:`row_products` scores it: for a store that scores a set of rows it holds elsewhere."""
+    queries = np.atleast_2d(np.asarray(queries, dtype=np.float32))
+    if not len(rows):
+        return np.zeros((len(queries), 0), dtype=np.float32)
+    return np.stack([row_products(q[None, :], rows) for q in queries])
+
+
 def full_scan(matrix: np.ndarray, v: np.ndarray) -> np.ndarray:
-    """``matrix @ v`` rounded, on two threads when large (each half single-threaded BLAS)."""
+    """``matrix @ v`` rounded, on two threads when large (each half single-threaded BLAS). The rows of
+    the last, partial block are scored as a whole block of their own (padded with copies of the last
+    row), so that every row has the bits of a whole block (:data:`BLOCK`)."""
     global _scan_pool
     n = len(matrix)
+    tail = n - n % BLOCK
+    if tail < n:
+        out = np.empty(n, dtype=np.float32)
+        if tail:
+            out[:tail] = full_scan(matrix[:tail], v)
+        last = np.concatenate([matrix[tail:], np.repeat(matrix[-1:], tail + BLOCK - n, axis=0)])
+        out[tail:] = matmul_t(v[None, :], last)[0][: n - tail]
+        return out
     if n < PARALLEL_ROWS or (os.cpu_count() or 1) < 2:
         return matmul_t(v[None, :], matrix)[0]
     half = (n // 2) - (n // 2) % BLOCK

@@ -38,6 +38,7 @@ import numpy as np
 from nlql import deadline
 from nlql import values as V
 from nlql.errors import BackendError, MissingDependencyError
+from nlql.kernels import block_products
 from nlql.pushdown import Capabilities, Cond, Filter, NativeFilter
 from nlql.stores import _typed as T
 from nlql.stores import pyfilter
@@ -612,7 +613,7 @@ class ChromaStore:
                 res = self._col.get(ids=wanted[i : i + _PAGE], include=["embeddings"])
                 for rid, emb in zip(res["ids"], res["embeddings"], strict=True):
                     mat[index[rid]] = np.asarray(emb, dtype=np.float32)
-        return queries @ V.normalize_rows(mat).T
+        return block_products(queries, V.normalize_rows(mat))  # (every row in a whole BLAS block)
 
     def vectors(self, keys: Sequence[Any]) -> np.ndarray:
         """The rows' own unit vectors, ``(len(keys), dim)`` float32; NaN for keys not stored.

@@ -78,6 +78,7 @@ import numpy as np
 from nlql import deadline
 from nlql import values as V
 from nlql.errors import BackendError, MissingDependencyError, NLQLError
+from nlql.kernels import block_products
 from nlql.pushdown import Capabilities, Filter, NativeFilter
 from nlql.schema import DataSummary
 from nlql.stores import _terms, pyfilter
@@ -876,7 +877,7 @@ class MilvusStore:
             if not batch:
                 continue
             mat = _normalise(np.asarray([r["vec"] for r in batch], dtype=np.float32))
-            sims = V.round_scores(q @ mat.T)  # (as similarities() rounds)
+            sims = V.round_scores(block_products(q, mat))  # (as similarities() rounds)
             for qi in range(len(q)):
                 cand = best[qi] + [(-float(s), int(r["seq"]), int(r["position"]), r["key"])
                                    for s, r in zip(sims[qi], batch)]
@@ -954,7 +955,7 @@ class MilvusStore:
         if len(keys):
             with self._backend("similarities"):
                 self._fill_vectors(mat, keys)
-        return _normalise(queries) @ _normalise(mat).T
+        return block_products(_normalise(queries), _normalise(mat))
 
     def vectors(self, keys: Sequence[Any]) -> np.ndarray:
         """The rows' own unit vectors, ``(len(keys), dim)`` float32; NaN for keys not stored.

@@ -387,6 +387,11 @@ SECTION11_B: list[tuple[str, dict | None]] = [
     ('SELECT SENTENCE LET k = BM25(content, "agents memory"), h = HIGHLIGHT(content, "the agent\'s memories") '
      'WHERE k > 0 ORDER BY k DESC LIMIT 10', None),
     ('SELECT DOCUMENT LET s = SIMILARITY(content, "solar"), h = HIGHLIGHT(content, $t) LIMIT 4', {"t": "solar"}),
+    # doc-20 holds doc-21's text, written after it and last: the two tie and doc-21 comes first (the
+    # built-in store once scored its newest rows with BLAS's partial-block kernel, 1e-6 apart once rounded)
+    ('SELECT DOCUMENT LET s = SIMILARITY(content, DOC("doc-06")) WHERE doc_id != "doc-05" ORDER BY s DESC '
+     "LIMIT 5", None),
+    ('SELECT CHUNK LET s = SIMILARITY(content, DOC("doc-06")) ORDER BY s DESC LIMIT 9', None),
 ]
 
 

@@ -68,16 +68,17 @@ def nf(flt: Any) -> NativeFilter | None:
 @pytest.mark.parametrize("alone", [False, True], ids=["blocks", "rows alone"])
 @pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 7, 8, 61, 1001, 4099])
 def test_gathered_blocks_give_every_row_the_bits_of_the_full_scan(n: int, alone: bool) -> None:
-    """Whole blocks, or (where this BLAS allows, as checked by rows_alone) the rows padded to a block."""
+    """Whole blocks, or (where this BLAS allows, as checked by rows_alone) the rows padded to a block; the
+    full scan scores the last, partial block padded to a whole one too, so no row's bits come from BLAS's
+    partial-block kernel."""
     rng = np.random.default_rng(n)
     m = unit(rng.standard_normal((n, 384)))
     q = unit(rng.standard_normal(384))
-    full = matmul_t(q[None, :], m)[0]
+    full = kernels.full_scan(m, q)
     for _ in range(30):
         keys = np.unique(rng.integers(0, n, int(rng.integers(1, n + 1))))
         gather, pos = block_rows(keys, n, 384 if alone else None)
-        tail = n % kernels.BLOCK if keys[-1] >= n - n % kernels.BLOCK else 0  # the last partial block, whole
-        assert (len(gather) - tail) % kernels.BLOCK == 0
+        assert len(gather) % kernels.BLOCK == 0 and gather.max() < n
         if alone and kernels.rows_alone(384):
             assert len(gather) < len(keys) + 2 * kernels.BLOCK  # the keys, not their blocks
         got = matmul_t(q[None, :], m[gather])[0][pos]
@@ -88,25 +89,26 @@ def test_gathered_blocks_give_every_row_the_bits_of_the_full_scan(n: int, alone:
 def test_rows_held_elsewhere_are_scored_with_the_bits_of_the_full_scan(
         count: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """score_rows (pgvector's rescoring of the rows it fetched) gives each row, whatever the count,
-    the unrounded bits a full scan gives it outside the last partial block (the rounding to 6 decimals
-    would hide a one-ulp difference but for the rare score on a rounding boundary)."""
+    the unrounded bits a full scan gives it, the rows of its last, partial block included (the rounding
+    to 6 decimals would hide a one-ulp difference but for the rare score on a rounding boundary)."""
     if not kernels.rows_alone(384):
         pytest.skip("this BLAS scores a row by its place in its block: rows held elsewhere cannot match")
     monkeypatch.setattr(kernels, "round_scores", lambda a: a)
     rng = np.random.default_rng(count)
     m = unit(rng.standard_normal((403, 384)))
     q = unit(rng.standard_normal(384))
-    full = matmul_t(q[None, :], m)[0]
+    full = kernels.full_scan(m, q)
     for _ in range(20):
-        keys = rng.permutation(400)[:count]
+        keys = rng.permutation(403)[:count]
         assert np.array_equal(kernels.score_rows(q, m[keys]).view(np.uint32), full[keys].view(np.uint32))
+        assert np.array_equal(kernels.block_products(q, m[keys])[0].view(np.uint32), full[keys].view(np.uint32))
 
 
 def test_two_thread_scan_has_the_bits_of_the_one_thread_scan(monkeypatch: pytest.MonkeyPatch) -> None:
     rng = np.random.default_rng(3)
     m = unit(rng.standard_normal((20_003, 384)))
     q = unit(rng.standard_normal(384))
-    one = matmul_t(q[None, :], m)[0]
+    one = kernels.full_scan(m, q)
     monkeypatch.setattr(kernels, "PARALLEL_ROWS", 1000)
     two = kernels.full_scan(m, q)
     assert np.array_equal(one.view(np.uint32), two.view(np.uint32))

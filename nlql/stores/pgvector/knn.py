@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from nlql.errors import UnsupportedError
-from nlql.kernels import score_rows
+from nlql.kernels import block_products, score_rows
 from nlql.pushdown import NativeFilter
 from nlql.sql.binder import Param, sql
 from nlql.sql.dialect import Compiled
@@ -456,7 +456,7 @@ class KnnMixin(SqlStore):
                     best = score_rows(query_vector(slots[s.vector_key(0)]), mat)
                 else:
                     q = np.stack([query_vector(slots[s.vector_key(i)]) for i in range(s.n_vectors)])
-                    best = round_scores(np.atleast_2d(q @ mat.T).max(axis=0).astype(np.float32))
+                    best = round_scores(block_products(q, mat).max(axis=0))
                 out[s.slot] = {int(k): float(v) for (k, _), v in zip(found, best, strict=True)}
         return out
 

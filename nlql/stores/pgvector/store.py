@@ -13,6 +13,7 @@ import numpy as np
 from nlql import deadline
 from nlql import values as V
 from nlql.errors import BackendError, NLQLTimeoutError
+from nlql.kernels import block_products
 from nlql.sql.binder import Fragment, Param, sql
 from nlql.sql.codec import (
     compact_json,
@@ -432,7 +433,7 @@ class PgVectorStore(SchemaMixin, TermsMixin, KnnMixin, EntityMixin, SqlStore):
             vec = found.get(k)
             if vec is not None:
                 mat[i] = vec
-        return np.atleast_2d(q @ mat.T)
+        return block_products(q, mat)
 
     def vectors(self, keys: Sequence[Any]) -> np.ndarray:
         """The rows' own unit vectors, ``(len(keys), dim)`` float32; NaN for a key deleted meanwhile.

@@ -51,6 +51,7 @@ import numpy as np
 from nlql import deadline
 from nlql import values as V
 from nlql.errors import BackendError, MissingDependencyError, NLQLTimeoutError
+from nlql.kernels import block_products
 from nlql.pushdown import Capabilities, Filter, NativeFilter, filter_leaves
 from nlql.schema import DataSummary
 from nlql.stores import _terms, pyfilter
@@ -860,7 +861,7 @@ class QdrantStore:
             for p in points:
                 mat[index[str(p.id)]] = np.asarray(_dense(p.vector), dtype=np.float32)
         mat = V.normalize_rows(mat)
-        return V.normalize_rows(queries) @ mat.T
+        return block_products(V.normalize_rows(queries), mat)
 
     def vectors(self, keys: Sequence[Any]) -> np.ndarray:
         """The rows' own unit vectors, ``(len(keys), dim)`` float32; NaN for keys not stored.
