@@ -149,10 +149,16 @@ def full_scan(matrix: np.ndarray, v: np.ndarray) -> np.ndarray:
     n = len(matrix)
     tail = n - n % BLOCK
     if tail < n:
-        out = np.empty(n, dtype=np.float32)
-        if tail:
-            out[:tail] = full_scan(matrix[:tail], v)
         last = np.concatenate([matrix[tail:], np.repeat(matrix[-1:], tail + BLOCK - n, axis=0)])
+        if tail >= PARALLEL_ROWS and (os.cpu_count() or 1) >= 2:
+            out = np.empty(n, dtype=np.float32)
+            out[:tail] = full_scan(matrix[:tail], v)
+        else:  # (the whole blocks written in place: no copy of n scores)
+            row = np.empty((1, n), dtype=np.float32)
+            with blas_one_thread():
+                np.matmul(v[None, :].astype(np.float32, copy=False), matrix[:tail].T, out=row[:, :tail])
+            round_scores(row[0, :tail])
+            out = row[0]
         out[tail:] = matmul_t(v[None, :], last)[0][: n - tail]
         return out
     if n < PARALLEL_ROWS or (os.cpu_count() or 1) < 2:
