@@ -114,6 +114,9 @@ class Capabilities:
     GRAPH_ARM: bool = False                   # GraphInStore: graph_activation(), GRAPH computed by the store
     KNN_SCORES: bool = False                  # knn's scores are bit for bit similarities()' (the engine keeps them)
     KNN_ORDERED: bool = False                 # knn lists its rows by (score desc, insertion order), each key once
+    KNN_TIES: bool = False                    # knn's k rows are the first k in that order over every row (its cut
+    #                                           never splits equal scores but as insertion order does): recall asks
+    #                                           for k, not k + 1 (nlql.execute.recall.past_ties)
     SERIAL_CALLS: bool = False                # its engine answers one call at a time: a fusion's keyword reads go first
     SYNCS: bool = False                       # Syncing: stale(), sync(): other processes may write it
     WARM_UP: bool = False                     # WarmsUp: build_int8(wait=False) when the engine opens it

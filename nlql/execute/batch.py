@@ -29,6 +29,7 @@ from nlql import values as V
 from nlql.deadline import Deadline, active
 from nlql.errors import NLQLError
 from nlql.execute.degrade import embed_within
+from nlql.execute.recall import knn_ask
 from nlql.execute.results import Hits
 
 __all__ = ["run_many"]
@@ -104,7 +105,7 @@ def _first_rounds(engine: Any, plans: Sequence[Any], raw: np.ndarray, index: dic
         spec = next((s for s in plan.scores if s.slot == plan.recall.slot), None)
         if spec is None or spec.kind != "SIMILARITY" or len(spec.texts) != 1:
             continue
-        k = max(1, plan.recall.k or need)
+        k = knn_ask(store, max(1, plan.recall.k or need))  # (as recall's first round asks)
         min_score = plan.recall.min_score.get(plan.recall.slot) if store.capabilities.SCORE_THRESHOLD else None
         native = plan.native
         key = (k, min_score, repr(plan.pushed), None if native is None else native.text)

@@ -21,6 +21,7 @@ from nlql.evaluate import RowContext
 from nlql.execute.candidates import Candidate, Search
 from nlql.execute.cursor import PageEnd, Paging, position
 from nlql.execute.materialise import _copy_metadata as copy_metadata
+from nlql.execute.recall import TIE_MARGIN, knn_ask
 from nlql.execute.recall import _float32s as float32s
 from nlql.execute.recall import _store_stats as store_stats
 from nlql.execute.results import Hit
@@ -57,13 +58,18 @@ def knn_page(run: Search, qv: dict[str, np.ndarray], paging: Paging | None) -> t
     if not (caps.KNN_ORDERED and caps.KNN_SCORES) or slot not in qv or run.need is None or k < run.need:
         return None  # (a round of k rows might not fill the page: recall widens)
     min_score = plan.recall.min_score.get(slot) if caps.SCORE_THRESHOLD else None
+    ask = knn_ask(store, k)  # (one row past the cut, unless the store cuts ties as the engine orders them)
     t = time.perf_counter()
-    lists = store.knn(qv[slot], k, plan.native, min_score=min_score)
+    lists = store.knn(qv[slot], ask, plan.native, min_score=min_score)
     stats.add("recall", (time.perf_counter() - t) * 1000)
     scores = float32s([s for _, s in lists[0]]) if len(lists) == 1 else []
-    if len(lists) != 1 or not all(x == x for x in scores):
-        run.knn_first = (k, lists)  # (recall's first round: the store is not asked again)
+    # the row past the cut within TIE_MARGIN of the page's last: a row tied with it may have been left out
+    # (the store cut equal scores by its own arithmetic), and recall widens (past_ties)
+    tied = len(scores) > k and scores[run.need - 1] <= scores[k] + TIE_MARGIN
+    if len(lists) != 1 or not all(x == x for x in scores) or tied:
+        run.knn_first = (ask, lists)  # (recall's first round: the store is not asked again)
         return None
+    lists, scores = [lists[0][:k]], scores[:k]
     t = time.perf_counter()
     rows = store.fetch([key for key, _ in lists[0]])
     stats.add("filter", (time.perf_counter() - t) * 1000)

@@ -2,7 +2,8 @@
 
 - ``lowered``: one SQL statement ran the arms and the fusion (``Capabilities.SQL_ARMS``).
 - ``knn``: top-k by one SIMILARITY, widened ×4 per round until LIMIT + OFFSET candidates survive the
-  residual filter or the store has nothing more to give (the top-k guarantee, SPEC §6).
+  residual filter or the store has nothing more to give (the top-k guarantee, SPEC §6), and until no
+  row the store left out can tie with the page's last row (:func:`past_ties`).
 - ``full`` / ``scan``: every row passing the pushed filter, scored in one pass where the store can
   (``FULL_SCORES``); on a table store the planner's fast path (``FAST_PATH``) picks or prunes the page
   with numpy before any row is fetched (for DOCUMENT rows: :mod:`nlql.stores.memory.document_page`).
@@ -31,8 +32,37 @@ from nlql.plan.decide_overfetch import DISTINCT_FACTOR
 from nlql.stores.base import RunsLowered, ScoresAll, TablePaths
 
 WIDEN_FACTOR = 4
+#: How far above the lowest score a store's knn returned a row it left out may score once rescored and
+#: rounded as the built-in store scores (the store ranked it with its own arithmetic: a few 1e-7 off,
+#: and one rounding step of 1e-6).
+TIE_MARGIN = 2e-6
 
-__all__ = ["WIDEN_FACTOR", "embed_queries", "recall"]
+__all__ = ["TIE_MARGIN", "WIDEN_FACTOR", "embed_queries", "knn_ask", "past_ties", "recall"]
+
+
+def knn_ask(store: Any, k: int) -> int:
+    """How many rows recall asks a store's knn for when the page needs ``k``: one more, so that the row
+    after the cut shows whether the cut fell inside a group of equal scores (:func:`past_ties`), unless
+    the store cuts its list as the engine orders it (``KNN_TIES``: the built-in store's first ``k`` by
+    score, then insertion order)."""
+    return k if store.capabilities.KNN_TIES else k + 1
+
+
+def past_ties(store: Any, lists: list[list[tuple[Any, float]]], ask: int, units: list[Candidate], slot: str,
+              need: int) -> bool:
+    """Whether no row a knn left out can come on the page: the page's last row (the ``need``-th best by
+    ``slot``) scores more than :data:`TIE_MARGIN` above the lowest score of every list the store cut at
+    ``ask``. Equal scores break on insertion order (SPEC §6), but a store ranks with its own arithmetic
+    and cuts a group of equal texts anywhere: a row it left out may come before the page's last one."""
+    if store.capabilities.KNN_TIES:
+        return True
+    cut = [min(score for _, score in lst) for lst in lists if len(lst) >= ask]
+    if not cut:
+        return True
+    scores = sorted((v for v in (u.ctx.scores.get(slot) for u in units) if v is not None and v == v), reverse=True)
+    if len(scores) < need:
+        return True  # (the page is short for another reason: the top-k rule widens or stops as before)
+    return scores[need - 1] > max(cut) + TIE_MARGIN
 
 
 def embed_queries(run: Search, embed: Callable[[Sequence[str]], np.ndarray],
@@ -234,10 +264,11 @@ def _knn(run: Search, qv: dict[str, np.ndarray]) -> list[Candidate]:
     while True:
         rounds += 1
         t = time.perf_counter()
+        ask = knn_ask(store, k)
         try:
             first = run.knn_first if rounds == 1 else None
-            lists = first[1] if first is not None and first[0] == k else store.knn(qv[slot], k, plan.native,
-                                                                                  min_score=min_score)
+            lists = first[1] if first is not None and first[0] == ask else store.knn(qv[slot], ask, plan.native,
+                                                                                    min_score=min_score)
         except NLQLTimeoutError:
             if rounds == 1:
                 raise
@@ -253,7 +284,7 @@ def _knn(run: Search, qv: dict[str, np.ndarray]) -> list[Candidate]:
         else:
             keys, best = _merged(lists)
         n_candidates = len(keys)
-        exhausted = all(len(lst) < k for lst in lists)
+        exhausted = all(len(lst) < ask for lst in lists)
         t = time.perf_counter()
         known = None
         if len(lists) == 1 and caps.KNN_SCORES:
@@ -265,7 +296,8 @@ def _knn(run: Search, qv: dict[str, np.ndarray]) -> list[Candidate]:
                            restrict=None if plan.unit.rows_are_sentences else set(keys))
         units = keep_passing(units, run.residual, run.deadline, run.warnings)
         run.stats.add("filter", (time.perf_counter() - t) * 1000)
-        if exhausted or _enough(run, units, need):
+        if exhausted or (_enough(run, units, need)
+                         and (plan.distinct is not None or past_ties(store, lists, ask, units, slot, need))):
             break
         if total is None:  # (one round trip on a server store: not paid by a page that is full)
             total = store.count()

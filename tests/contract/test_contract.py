@@ -392,6 +392,12 @@ SECTION11_B: list[tuple[str, dict | None]] = [
     ('SELECT DOCUMENT LET s = SIMILARITY(content, DOC("doc-06")) WHERE doc_id != "doc-05" ORDER BY s DESC '
      "LIMIT 5", None),
     ('SELECT CHUNK LET s = SIMILARITY(content, DOC("doc-06")) ORDER BY s DESC LIMIT 9', None),
+    # the 7th row falls in a group of equal scores (doc-29's two sentences, and doc-11's, doc-29's and
+    # doc-47's second sentence, one text): doc-11's comes first; a store cut the group by its own
+    # arithmetic, and recall took its cut as the page
+    ('SELECT SENTENCE LET s = SIMILARITY(content, DOC("doc-29")) ORDER BY s DESC LIMIT 7', None),
+    ('SELECT SPAN(SENTENCE, window => 2) LET s = SIMILARITY(content, DOC("doc-29")) WHERE doc_id != "doc-05" '
+     "ORDER BY s DESC LIMIT 8", None),
 ]
 
 

@@ -78,6 +78,7 @@ MEMORY_CAPABILITIES = Capabilities(
     DESCRIBES_DATA=True,
     KNN_SCORES=True,  # knn and similarities score a row with the same aligned blocks (block_rows)
     KNN_ORDERED=True,  # knn's ties in insertion order (seq, position): ORDER BY the score DESC's own order
+    KNN_TIES=True,  # and its cut at k is in that order over every row's rounded score (_top, _small_top)
     WARM_UP=True,
     DOC_BATCHES=True,
     SYNCS=True,  # (a directory store: other processes may write it; in RAM stale() is always False)
