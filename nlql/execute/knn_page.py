@@ -21,9 +21,9 @@ from nlql.evaluate import RowContext
 from nlql.execute.candidates import Candidate, Search
 from nlql.execute.cursor import PageEnd, Paging, position
 from nlql.execute.materialise import _copy_metadata as copy_metadata
-from nlql.execute.recall import TIE_MARGIN, knn_ask
 from nlql.execute.recall import _float32s as float32s
 from nlql.execute.recall import _store_stats as store_stats
+from nlql.execute.recall import clear_of_ties, knn_ask
 from nlql.execute.results import Hit
 from nlql.plan.nodes import Plan
 from nlql.stores.base import Row
@@ -65,7 +65,7 @@ def knn_page(run: Search, qv: dict[str, np.ndarray], paging: Paging | None) -> t
     scores = float32s([s for _, s in lists[0]]) if len(lists) == 1 else []
     # the row past the cut within TIE_MARGIN of the page's last: a row tied with it may have been left out
     # (the store cut equal scores by its own arithmetic), and recall widens (past_ties)
-    tied = len(scores) > k and scores[run.need - 1] <= scores[k] + TIE_MARGIN
+    tied = len(scores) > k and not clear_of_ties(scores[run.need - 1], scores[k])
     if len(lists) != 1 or not all(x == x for x in scores) or tied:
         run.knn_first = (ask, lists)  # (recall's first round: the store is not asked again)
         return None

@@ -37,7 +37,7 @@ WIDEN_FACTOR = 4
 #: and one rounding step of 1e-6).
 TIE_MARGIN = 2e-6
 
-__all__ = ["TIE_MARGIN", "WIDEN_FACTOR", "embed_queries", "knn_ask", "past_ties", "recall"]
+__all__ = ["TIE_MARGIN", "WIDEN_FACTOR", "clear_of_ties", "embed_queries", "knn_ask", "past_ties", "recall"]
 
 
 def knn_ask(store: Any, k: int) -> int:
@@ -46,6 +46,12 @@ def knn_ask(store: Any, k: int) -> int:
     the store cuts its list as the engine orders it (``KNN_TIES``: the built-in store's first ``k`` by
     score, then insertion order)."""
     return k if store.capabilities.KNN_TIES else k + 1
+
+
+def clear_of_ties(edge: float, probe: float) -> bool:
+    """Whether a page whose last row scores ``edge`` is clear of a row that a knn cut left out, the best
+    of which scores at most ``probe`` by the store's own arithmetic (:data:`TIE_MARGIN`)."""
+    return edge > probe + TIE_MARGIN
 
 
 def past_ties(store: Any, lists: list[list[tuple[Any, float]]], ask: int, units: list[Candidate], slot: str,
@@ -62,7 +68,7 @@ def past_ties(store: Any, lists: list[list[tuple[Any, float]]], ask: int, units:
     scores = sorted((v for v in (u.ctx.scores.get(slot) for u in units) if v is not None and v == v), reverse=True)
     if len(scores) < need:
         return True  # (the page is short for another reason: the top-k rule widens or stops as before)
-    return scores[need - 1] > max(cut) + TIE_MARGIN
+    return clear_of_ties(scores[need - 1], max(cut))
 
 
 def embed_queries(run: Search, embed: Callable[[Sequence[str]], np.ndarray],

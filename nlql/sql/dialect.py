@@ -771,18 +771,19 @@ class Dialect:
         """Record in ``<p>_meta`` the largest ``seq`` of these documents, kept if larger than the one
         recorded, before they are deleted (a store that reads ``max_seq`` as the larger of its documents'
         largest ``seq`` and this record then writes the record only when documents go)."""
-        larger = self.fn("greatest", a=self.cast("m.value", "bigint"), b=self.cast("excluded.value", "bigint"))
         return sql("INSERT INTO ", self.table("meta"), " AS m (key, value) SELECT 'max_seq', ",
                    self.cast("max(seq)", "text"), " FROM ", self.docs, " WHERE ",
                    self.in_array("doc_id", Param(ids, "text[]")), " HAVING count(*) > 0 ON CONFLICT (key) DO UPDATE "
-                   "SET value = ", sql(self.cast(larger.text_only(), "text")))
+                   "SET value = ", self._larger_value())
+
+    def _larger_value(self) -> Fragment:
+        """An ``ON CONFLICT`` update of a key/value row (``m``) that keeps the larger integer value."""
+        larger = self.fn("greatest", a=self.cast("m.value", "bigint"), b=self.cast("excluded.value", "bigint"))
+        return sql(self.cast(larger.text_only(), "text"))
 
     def put_meta(self, table: str, key: str, value: str, keep_max: bool = False) -> Fragment:
         """Insert or replace one row of a key/value table (``keep_max``: keep the larger integer)."""
-        update: Fragment = sql("excluded.value")
-        if keep_max:
-            larger = self.fn("greatest", a=self.cast("m.value", "bigint"), b=self.cast("excluded.value", "bigint"))
-            update = sql(self.cast(larger.text_only(), "text"))
+        update: Fragment = self._larger_value() if keep_max else sql("excluded.value")
         return sql("INSERT INTO ", self.table(table), " AS m (key, value) VALUES (", Param(key, "text"), ", ",
                    Param(value, "text"), ") ON CONFLICT (key) DO UPDATE SET value = ", update)
 

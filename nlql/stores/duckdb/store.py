@@ -426,7 +426,7 @@ class DuckDBStore(DuckDBEntities, SqlStore):
         the sequence skips them)."""
         if n <= 0:
             return np.zeros(0, dtype=np.int64)
-        if self._private and self._next_key is not None:
+        if self._next_key is not None:  # (set in a private database only, below)
             first, self._next_key = self._next_key, self._next_key + n
             return np.arange(first, first + n, dtype=np.int64)
         seq = Param(f"{self.table_prefix}_keys", "text")
